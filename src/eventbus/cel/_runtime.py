@@ -1,0 +1,670 @@
+"""CEL runtime core: value kinds, operators, equality, ordering, indexing.
+
+These helpers implement the exact CEL semantics. The generated code inlines
+cheap fast paths and calls these for everything else; every helper raises
+``EvalError`` (or a plain Python exception that the program maps to
+``CELError``) on a CEL evaluation error.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import ipaddress
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, NoReturn
+
+from eventbus.cel._errors import EvalError
+from eventbus.cel._values import EPOCH, NONE, CelType, Duration, Optional, Timestamp, UInt
+
+__all__ = [
+    "INT_MAX",
+    "INT_MIN",
+    "UINT_MAX",
+    "add",
+    "check_bool",
+    "div",
+    "eq",
+    "ge",
+    "gt",
+    "has_field",
+    "in_",
+    "index",
+    "iter_pairs",
+    "iter_range",
+    "kind",
+    "le",
+    "lt",
+    "make_list",
+    "make_map",
+    "mod",
+    "mul",
+    "ne",
+    "neg",
+    "no_overload",
+    "not_",
+    "opt_index",
+    "opt_select",
+    "select",
+    "sub",
+    "type_name",
+]
+
+INT_MIN: Final = -(2**63)
+INT_MAX: Final = 2**63 - 1
+UINT_MAX: Final = 2**64 - 1
+_NS_PER_US: Final = 1000
+_US: Final = _dt.timedelta(microseconds=1)
+# Timestamps: 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999999999Z, in ns since epoch.
+TS_MIN_NS: Final = -62135596800 * 10**9
+TS_MAX_NS: Final = 253402300799 * 10**9 + 999999999
+
+_KINDS: Final[dict[type, str]] = {
+    bool: "bool",
+    int: "int",
+    UInt: "uint",
+    float: "double",
+    str: "string",
+    bytes: "bytes",
+    type(None): "null",
+    list: "list",
+    tuple: "list",
+    dict: "map",
+    _dt.datetime: "timestamp",
+    Timestamp: "timestamp",
+    _dt.timedelta: "duration",
+    Duration: "duration",
+    CelType: "type",
+    Optional: "optional",
+    ipaddress.IPv4Address: "ip",
+    ipaddress.IPv6Address: "ip",
+    ipaddress.IPv4Interface: "cidr",
+    ipaddress.IPv6Interface: "cidr",
+}
+_TYPE_NAMES: Final = {
+    "bool": "bool",
+    "int": "int",
+    "uint": "uint",
+    "double": "double",
+    "string": "string",
+    "bytes": "bytes",
+    "null": "null_type",
+    "list": "list",
+    "map": "map",
+    "timestamp": "google.protobuf.Timestamp",
+    "duration": "google.protobuf.Duration",
+    "type": "type",
+    "optional": "optional_type",
+    "ip": "net.IP",
+    "cidr": "net.CIDR",
+}
+
+
+def kind(x: object) -> str:
+    """The CEL kind of a Python value (``int``, ``uint``, ``map``, ``timestamp``...)."""
+    k = _KINDS.get(type(x))
+    if k is not None:
+        return k
+    if isinstance(x, bool):
+        return "bool"
+    if isinstance(x, UInt):
+        return "uint"
+    if isinstance(x, int):
+        return "int"
+    if isinstance(x, float):
+        return "double"
+    if isinstance(x, str):
+        return "string"
+    if isinstance(x, (bytes, bytearray)):
+        return "bytes"
+    if isinstance(x, Mapping):
+        return "map"
+    if isinstance(x, (list, tuple)):
+        return "list"
+    if isinstance(x, _dt.datetime):
+        return "timestamp"
+    if isinstance(x, _dt.timedelta):
+        return "duration"
+    msg = f"unsupported value of Python type {type(x).__name__!r}"
+    raise EvalError(msg)
+
+
+def type_name(x: object) -> str:
+    """The CEL type name of a value, for ``type()`` and error messages."""
+    try:
+        return _TYPE_NAMES[kind(x)]
+    except EvalError:
+        return type(x).__name__
+
+
+def no_overload(op: str, *args: object) -> NoReturn:
+    """Raise CEL's ``no matching overload`` error for ``op`` applied to ``args``."""
+    types = ", ".join(type_name(a) for a in args)
+    msg = f"no matching overload for '{op}' applied to ({types})"
+    raise EvalError(msg)
+
+
+def int_overflow(op: str) -> NoReturn:
+    msg = f"int overflow in '{op}'"
+    raise EvalError(msg)
+
+
+def uint_overflow(op: str) -> NoReturn:
+    msg = f"uint overflow in '{op}'"
+    raise EvalError(msg)
+
+
+def check_int(v: int, op: str) -> int:
+    if INT_MIN <= v <= INT_MAX:
+        return v
+    int_overflow(op)
+
+
+# -- timestamps and durations ------------------------------------------------
+
+
+def ts_ns(x: _dt.datetime) -> int:
+    """Nanoseconds since the Unix epoch of a timestamp (naive means UTC)."""
+    if x.tzinfo is None:
+        x = x.replace(tzinfo=_dt.timezone.utc)
+    return ((x - EPOCH) // _US) * _NS_PER_US + getattr(x, "nanos", 0)
+
+
+def make_ts(ns: int) -> _dt.datetime:
+    """Build a timestamp value from nanoseconds since the epoch (range-checked)."""
+    if not TS_MIN_NS <= ns <= TS_MAX_NS:
+        msg = "timestamp out of range"
+        raise EvalError(msg)
+    us, nanos = divmod(ns, _NS_PER_US)
+    base = EPOCH + _dt.timedelta(microseconds=us)
+    if not nanos:
+        return base
+    ts = Timestamp(
+        base.year, base.month, base.day, base.hour, base.minute, base.second,
+        base.microsecond, tzinfo=_dt.timezone.utc,
+    )  # fmt: skip
+    ts.nanos = nanos
+    return ts
+
+
+def dur_ns(x: _dt.timedelta) -> int:
+    """Nanoseconds of a duration."""
+    return (x // _US) * _NS_PER_US + getattr(x, "nanos", 0)
+
+
+def make_dur(ns: int) -> _dt.timedelta:
+    """Build a duration value from nanoseconds (int64 range-checked, as cel-go)."""
+    if not INT_MIN <= ns <= INT_MAX:
+        msg = "duration out of range"
+        raise EvalError(msg)
+    us, nanos = divmod(ns, _NS_PER_US)
+    if not nanos:
+        return _dt.timedelta(microseconds=us)
+    d = Duration(microseconds=us)
+    d.nanos = nanos
+    return d
+
+
+# -- arithmetic ----------------------------------------------------------------
+
+
+def add(a: Any, b: Any) -> Any:
+    """CEL ``_+_``."""
+    ta = type(a)
+    if ta is type(b):
+        if ta is int:
+            r = a + b
+            if INT_MIN <= r <= INT_MAX:
+                return r
+            int_overflow("_+_")
+        if ta is float or ta is str or ta is bytes or ta is list:
+            return a + b
+    ka, kb = kind(a), kind(b)
+    if ka == kb:
+        if ka == "int":
+            return check_int(int(a) + int(b), "_+_")
+        if ka == "uint":
+            r = int(a) + int(b)
+            if r > UINT_MAX:
+                uint_overflow("_+_")
+            return UInt(r)
+        if ka in ("double", "string", "bytes"):
+            return a + b
+        if ka == "list":
+            return [*a, *b]
+        if ka == "duration":
+            return make_dur(dur_ns(a) + dur_ns(b))
+    elif ka == "timestamp" and kb == "duration":
+        return make_ts(ts_ns(a) + dur_ns(b))
+    elif ka == "duration" and kb == "timestamp":
+        return make_ts(ts_ns(b) + dur_ns(a))
+    no_overload("_+_", a, b)
+
+
+def sub(a: Any, b: Any) -> Any:
+    """CEL ``_-_``."""
+    ta = type(a)
+    if ta is type(b):
+        if ta is int:
+            r = a - b
+            if INT_MIN <= r <= INT_MAX:
+                return r
+            int_overflow("_-_")
+        if ta is float:
+            return a - b
+    ka, kb = kind(a), kind(b)
+    if ka == kb:
+        if ka == "int":
+            return check_int(int(a) - int(b), "_-_")
+        if ka == "uint":
+            r = int(a) - int(b)
+            if r < 0:
+                uint_overflow("_-_")
+            return UInt(r)
+        if ka == "double":
+            return a - b
+        if ka == "duration":
+            return make_dur(dur_ns(a) - dur_ns(b))
+        if ka == "timestamp":
+            return make_dur(ts_ns(a) - ts_ns(b))
+    elif ka == "timestamp" and kb == "duration":
+        return make_ts(ts_ns(a) - dur_ns(b))
+    no_overload("_-_", a, b)
+
+
+def mul(a: Any, b: Any) -> Any:
+    """CEL ``_*_``."""
+    ta = type(a)
+    if ta is type(b):
+        if ta is int:
+            r = a * b
+            if INT_MIN <= r <= INT_MAX:
+                return r
+            int_overflow("_*_")
+        if ta is float:
+            return a * b
+    ka, kb = kind(a), kind(b)
+    if ka == kb:
+        if ka == "int":
+            return check_int(int(a) * int(b), "_*_")
+        if ka == "uint":
+            r = int(a) * int(b)
+            if r > UINT_MAX:
+                uint_overflow("_*_")
+            return UInt(r)
+        if ka == "double":
+            return a * b
+    no_overload("_*_", a, b)
+
+
+def _trunc_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+def div(a: Any, b: Any) -> Any:
+    """CEL ``_/_`` (integer division truncates toward zero)."""
+    ka, kb = kind(a), kind(b)
+    if ka == kb:
+        if ka == "int":
+            if b == 0:
+                raise EvalError("division by zero")
+            if a == INT_MIN and b == -1:
+                int_overflow("_/_")
+            return _trunc_div(int(a), int(b))
+        if ka == "uint":
+            if b == 0:
+                raise EvalError("division by zero")
+            return UInt(int(a) // int(b))
+        if ka == "double":
+            if b == 0.0:
+                if a != a or a == 0.0:
+                    return float("nan")
+                neg = (a < 0) != (math.copysign(1.0, b) < 0)
+                return float("-inf") if neg else float("inf")
+            return a / b
+    no_overload("_/_", a, b)
+
+
+def mod(a: Any, b: Any) -> Any:
+    """CEL ``_%_`` (the remainder takes the dividend's sign)."""
+    ka, kb = kind(a), kind(b)
+    if ka == kb:
+        if ka == "int":
+            if b == 0:
+                raise EvalError("modulus by zero")
+            if a == INT_MIN and b == -1:
+                int_overflow("_%_")
+            r = abs(int(a)) % abs(int(b))
+            return -r if a < 0 else r
+        if ka == "uint":
+            if b == 0:
+                raise EvalError("modulus by zero")
+            return UInt(int(a) % int(b))
+    no_overload("_%_", a, b)
+
+
+def neg(a: Any) -> Any:
+    """CEL unary ``-_``."""
+    k = kind(a)
+    if k == "int":
+        if a == INT_MIN:
+            int_overflow("-_")
+        return -int(a)
+    if k == "double":
+        return -a
+    if k == "duration":
+        return make_dur(-dur_ns(a))
+    no_overload("-_", a)
+
+
+def not_(a: Any) -> bool:
+    """CEL ``!_``."""
+    if a is True:
+        return False
+    if a is False:
+        return True
+    no_overload("!_", a)
+
+
+def check_bool(a: Any, op: str = "_&&_") -> bool:
+    """Return ``a`` if it is a bool, else raise no matching overload."""
+    if a is True or a is False:
+        return a
+    no_overload(op, a)
+
+
+# -- equality and ordering -------------------------------------------------------
+
+_NUMERIC: Final = frozenset({"int", "uint", "double"})
+
+
+def eq(a: Any, b: Any) -> bool:
+    """CEL ``_==_`` with heterogeneous numeric equality; never raises for values."""
+    ta = type(a)
+    if ta is type(b) and (ta is str or ta is int or ta is float or ta is bytes or ta is bool):
+        return bool(a == b)
+    ka, kb = kind(a), kind(b)
+    if ka != kb:
+        if ka in _NUMERIC and kb in _NUMERIC:
+            return bool(a == b)
+        return False
+    if ka == "list":
+        if len(a) != len(b):
+            return False
+        return all(eq(x, y) for x, y in zip(a, b, strict=True))
+    if ka == "map":
+        if len(a) != len(b):
+            return False
+        for k, v in a.items():
+            found, other = map_lookup(b, k)
+            if not found or not eq(v, other):
+                return False
+        return True
+    if ka == "timestamp":
+        return ts_ns(a) == ts_ns(b)
+    if ka == "duration":
+        return dur_ns(a) == dur_ns(b)
+    if ka == "optional":
+        if a.has != b.has:
+            return False
+        return not a.has or eq(a.value, b.value)
+    if ka == "cidr":
+        return bool(a == b and a.network.prefixlen == b.network.prefixlen)
+    return bool(a == b)
+
+
+def ne(a: Any, b: Any) -> bool:
+    """CEL ``_!=_``."""
+    return not eq(a, b)
+
+
+_ORDERED: Final = frozenset({"int", "uint", "double", "string", "bytes", "bool"})
+
+
+def _cmp_operands(op: str, a: Any, b: Any) -> tuple[Any, Any]:
+    ka, kb = kind(a), kind(b)
+    if ka == kb:
+        if ka in _ORDERED:
+            return a, b
+        if ka == "timestamp":
+            return ts_ns(a), ts_ns(b)
+        if ka == "duration":
+            return dur_ns(a), dur_ns(b)
+    elif ka in _NUMERIC and kb in _NUMERIC:
+        return a, b
+    no_overload(op, a, b)
+
+
+def lt(a: Any, b: Any) -> bool:
+    """CEL ``_<_``."""
+    x, y = _cmp_operands("_<_", a, b)
+    return bool(x < y)
+
+
+def le(a: Any, b: Any) -> bool:
+    """CEL ``_<=_``."""
+    x, y = _cmp_operands("_<=_", a, b)
+    return bool(x <= y)
+
+
+def gt(a: Any, b: Any) -> bool:
+    """CEL ``_>_``."""
+    x, y = _cmp_operands("_>_", a, b)
+    return bool(x > y)
+
+
+def ge(a: Any, b: Any) -> bool:
+    """CEL ``_>=_``."""
+    x, y = _cmp_operands("_>=_", a, b)
+    return bool(x >= y)
+
+
+# -- maps, lists, fields ---------------------------------------------------------
+
+
+def _key_matches(stored: object, key: object) -> bool:
+    # Python hashes True like 1; CEL keys true and 1 are distinct.
+    return (type(stored) is bool) == (type(key) is bool)
+
+
+def map_lookup(m: Mapping[Any, Any], key: Any) -> tuple[bool, Any]:
+    """Find ``key`` in a CEL map: (found, value). Numeric keys compare across types."""
+    tk = type(key)
+    if tk is str:
+        try:
+            return True, m[key]
+        except KeyError:
+            return False, None
+    k = kind(key)
+    if k == "double":
+        if key != key or key in (float("inf"), float("-inf")) or not key.is_integer():
+            return False, None
+        key = int(key)
+        k = "int"
+    elif k not in ("int", "uint", "bool"):
+        if k == "string":
+            key = str(key)
+        else:
+            return False, None
+    try:
+        value = m[key]
+    except (KeyError, TypeError):
+        return False, None
+    if k == "bool" or key == 0 or key == 1:
+        for stored in m:
+            if stored == key and type(stored) is not float:
+                return (_key_matches(stored, key), value)
+    return True, value
+
+
+def index(c: Any, key: Any) -> Any:
+    """CEL ``_[_]`` on lists and maps."""
+    tc = type(c)
+    if tc is dict:
+        found, value = map_lookup(c, key)
+        if found:
+            return value
+        _no_such_key(key)
+    if tc is list or tc is tuple:
+        return c[_list_index(c, key)]
+    k = kind(c)
+    if k == "map":
+        found, value = map_lookup(c, key)
+        if found:
+            return value
+        _no_such_key(key)
+    if k == "list":
+        return c[_list_index(c, key)]
+    no_overload("_[_]", c, key)
+
+
+def _no_such_key(key: object) -> NoReturn:
+    msg = f"no such key: {key!r}"
+    raise EvalError(msg)
+
+
+def _list_index(c: Any, key: Any) -> int:
+    k = kind(key)
+    if k in ("int", "uint"):
+        i = int(key)
+    elif k == "double" and key == key and key not in (float("inf"), float("-inf")):
+        if not key.is_integer():
+            msg = f"invalid list index {key!r}"
+            raise EvalError(msg)
+        i = int(key)
+    else:
+        no_overload("_[_]", c, key)
+    if 0 <= i < len(c):
+        return i
+    msg = f"index out of range: {i}"
+    raise EvalError(msg)
+
+
+def select(obj: Any, field: str) -> Any:
+    """CEL field selection ``obj.field`` (maps only: no protobuf messages here)."""
+    if isinstance(obj, Mapping):
+        try:
+            return obj[field]
+        except KeyError:
+            msg = f"no such key: {field!r}"
+            raise EvalError(msg) from None
+    msg = f"type '{type_name(obj)}' does not support field selection"
+    raise EvalError(msg)
+
+
+def has_field(obj: Any, field: str) -> bool:
+    """``has(obj.field)``."""
+    if isinstance(obj, Mapping):
+        return field in obj
+    msg = f"invalid type '{type_name(obj)}' for has() field test"
+    raise EvalError(msg)
+
+
+def opt_select(obj: Any, field: str) -> Optional:
+    """``obj.?field``: an optional of the field, none when absent."""
+    if type(obj) is Optional:
+        if not obj.has:
+            return NONE
+        obj = obj.value
+    if isinstance(obj, Mapping):
+        return Optional(obj[field]) if field in obj else NONE
+    msg = f"type '{type_name(obj)}' does not support field selection"
+    raise EvalError(msg)
+
+
+def opt_index(c: Any, key: Any) -> Optional:
+    """``c[?key]``: an optional of the element, none when absent."""
+    if type(c) is Optional:
+        if not c.has:
+            return NONE
+        c = c.value
+    k = kind(c)
+    if k == "map":
+        found, value = map_lookup(c, key)
+        return Optional(value) if found else NONE
+    if k == "list":
+        try:
+            return Optional(c[_list_index(c, key)])
+        except EvalError:
+            if kind(key) in _NUMERIC:
+                return NONE
+            raise
+    no_overload("_[?_]", c, key)
+
+
+def in_(x: Any, c: Any) -> bool:
+    """CEL ``_in_``: list membership (CEL equality) or map key presence."""
+    tc = type(c)
+    if tc is list or tc is tuple:
+        tx = type(x)
+        if tx is str:
+            return x in c
+        return any(eq(x, e) for e in c)
+    k = kind(c)
+    if k == "map":
+        return map_lookup(c, x)[0]
+    if k == "list":
+        return any(eq(x, e) for e in c)
+    no_overload("@in", x, c)
+
+
+_KEY_KINDS: Final = frozenset({"int", "uint", "bool", "string"})
+
+
+def make_map(pairs: Iterable[tuple[Any, Any]]) -> dict[Any, Any]:
+    """Build a CEL map, checking key types and duplicate keys."""
+    out: dict[Any, Any] = {}
+    for key, value in pairs:
+        k = kind(key)
+        if k not in _KEY_KINDS:
+            msg = f"unsupported map key type '{type_name(key)}'"
+            raise EvalError(msg)
+        if key in out:
+            stored = next(s for s in out if s == key)
+            if _key_matches(stored, key):
+                msg = f"duplicate map key {key!r}"
+                raise EvalError(msg)
+            msg = f"map keys {stored!r} and {key!r} cannot be held in one map"
+            raise EvalError(msg)
+        out[key] = value
+    return out
+
+
+def make_list(items: Iterable[Any], optional: frozenset[int]) -> list[Any]:
+    """Build a list literal with ``?``-marked optional elements."""
+    out: list[Any] = []
+    for i, item in enumerate(items):
+        if i in optional:
+            if type(item) is not Optional:
+                no_overload("optional list element", item)
+            if item.has:
+                out.append(item.value)
+        else:
+            out.append(item)
+    return out
+
+
+def iter_range(r: Any) -> Iterable[Any]:
+    """The elements of a comprehension range: list elements or map keys."""
+    tr = type(r)
+    if tr is list or tr is tuple:
+        return r
+    k = kind(r)
+    if k == "map":
+        return list(r)
+    if k == "list":
+        return r  # type: ignore[no-any-return]
+    msg = f"expression of type '{type_name(r)}' cannot be the range of a comprehension"
+    raise EvalError(msg)
+
+
+def iter_pairs(r: Any) -> Iterable[tuple[Any, Any]]:
+    """(index, value) pairs of a list, or (key, value) pairs of a map."""
+    k = kind(r)
+    if k == "list":
+        return list(enumerate(r))
+    if k == "map":
+        return list(r.items())
+    msg = f"expression of type '{type_name(r)}' cannot be the range of a comprehension"
+    raise EvalError(msg)

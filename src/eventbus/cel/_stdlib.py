@@ -1,0 +1,497 @@
+"""CEL standard functions: conversions, size, string tests, regex, time accessors."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import math
+import re
+import zoneinfo
+from decimal import Decimal
+from typing import Any, Final
+
+from eventbus.cel._errors import EvalError
+from eventbus.cel._runtime import (
+    INT_MAX,
+    INT_MIN,
+    UINT_MAX,
+    dur_ns,
+    kind,
+    make_dur,
+    make_ts,
+    no_overload,
+    ts_ns,
+    type_name,
+)
+from eventbus.cel._values import CelType, UInt
+
+__all__ = [
+    "compile_regex",
+    "format_double",
+    "format_duration",
+    "format_timestamp",
+    "to_bool",
+    "to_bytes",
+    "to_double",
+    "to_duration",
+    "to_int",
+    "to_string",
+    "to_timestamp",
+    "to_uint",
+]
+
+_INT_RE: Final = re.compile(r"[+-]?[0-9]+")
+_FLOAT_RE: Final = re.compile(
+    r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)",
+    re.IGNORECASE,
+)
+_BOOL_STRINGS: Final = {
+    "1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
+    "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False,
+}  # fmt: skip
+_TWO_POW_63: Final = 9223372036854775808.0
+_TWO_POW_64: Final = 18446744073709551616.0
+
+
+# -- conversions ---------------------------------------------------------------
+
+
+def to_int(x: Any) -> int:
+    """CEL ``int()``."""
+    k = kind(x)
+    if k == "int":
+        return int(x)
+    if k == "uint":
+        if x > INT_MAX:
+            raise EvalError("int overflow in int(uint)")
+        return int(x)
+    if k == "double":
+        if math.isnan(x) or not -_TWO_POW_63 < x < _TWO_POW_63:
+            raise EvalError("int overflow in int(double)")
+        return int(x)
+    if k == "string":
+        if not _INT_RE.fullmatch(x):
+            msg = f"cannot convert string {x!r} to int"
+            raise EvalError(msg)
+        v = int(x)
+        if not INT_MIN <= v <= INT_MAX:
+            raise EvalError("int overflow in int(string)")
+        return v
+    if k == "timestamp":
+        return ts_ns(x) // 10**9
+    no_overload("int", x)
+
+
+def to_uint(x: Any) -> UInt:
+    """CEL ``uint()``."""
+    k = kind(x)
+    if k == "uint":
+        return x if type(x) is UInt else UInt(x)
+    if k == "int":
+        if x < 0:
+            raise EvalError("uint overflow in uint(int)")
+        return UInt(x)
+    if k == "double":
+        if math.isnan(x) or not -1.0 < x < _TWO_POW_64:
+            raise EvalError("uint overflow in uint(double)")
+        return UInt(int(x))
+    if k == "string":
+        if not re.fullmatch(r"\+?[0-9]+", x):
+            msg = f"cannot convert string {x!r} to uint"
+            raise EvalError(msg)
+        v = int(x)
+        if v > UINT_MAX:
+            raise EvalError("uint overflow in uint(string)")
+        return UInt(v)
+    no_overload("uint", x)
+
+
+def to_double(x: Any) -> float:
+    """CEL ``double()``."""
+    k = kind(x)
+    if k == "double":
+        return float(x)
+    if k in ("int", "uint"):
+        return float(x)
+    if k == "string":
+        if not _FLOAT_RE.fullmatch(x):
+            msg = f"cannot convert string {x!r} to double"
+            raise EvalError(msg)
+        return float(x)
+    no_overload("double", x)
+
+
+def format_double(x: float) -> str:
+    """Format a double as cel-go/cel-cpp do (Go's ``%g`` with shortest digits)."""
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "+Inf" if x > 0 else "-Inf"
+    if x == 0.0:
+        return "-0" if math.copysign(1.0, x) < 0 else "0"
+    sign, digit_tuple, exponent = Decimal(repr(x)).as_tuple()
+    digits = "".join(map(str, digit_tuple)).rstrip("0") or "0"
+    assert isinstance(exponent, int)
+    # position of the decimal point relative to the digit string
+    point = len(digit_tuple) + exponent
+    exp10 = point - 1
+    prefix = "-" if sign else ""
+    if exp10 < -4 or exp10 >= 6:
+        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return f"{prefix}{mantissa}e{'-' if exp10 < 0 else '+'}{abs(exp10):02d}"
+    if point <= 0:
+        return f"{prefix}0.{'0' * -point}{digits}"
+    if point >= len(digits):
+        return f"{prefix}{digits}{'0' * (point - len(digits))}"
+    return f"{prefix}{digits[:point]}.{digits[point:]}"
+
+
+def format_timestamp(x: _dt.datetime) -> str:
+    """RFC 3339 with trailing fractional zeros trimmed (Go's RFC3339Nano)."""
+    ns = ts_ns(x)
+    secs, frac = divmod(ns, 10**9)
+    base = _dt.datetime(1970, 1, 1) + _dt.timedelta(seconds=secs)
+    text = base.strftime("%Y-%m-%dT%H:%M:%S")
+    text = f"{base.year:04d}{text[text.index('-'):]}"
+    if frac:
+        text += "." + f"{frac:09d}".rstrip("0")
+    return text + "Z"
+
+
+def format_duration(x: _dt.timedelta) -> str:
+    """Seconds with the fraction trimmed, as ``"1.5s"``."""
+    ns = dur_ns(x)
+    text = format(Decimal(ns) / Decimal(10**9), "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text + "s"
+
+
+def to_string(x: Any) -> str:
+    """CEL ``string()``."""
+    tx = type(x)
+    if tx is str:
+        return x  # type: ignore[no-any-return]
+    if tx is int:
+        return str(x)
+    k = kind(x)
+    if k in ("int", "uint"):
+        return str(int(x))
+    if k == "string":
+        return str(x)
+    if k == "double":
+        return format_double(x)
+    if k == "bool":
+        return "true" if x else "false"
+    if k == "bytes":
+        try:
+            return bytes(x).decode("utf-8")
+        except UnicodeDecodeError:
+            raise EvalError("invalid UTF-8 in bytes to string conversion") from None
+    if k == "timestamp":
+        return format_timestamp(x)
+    if k == "duration":
+        return format_duration(x)
+    if k == "ip":
+        return str(x)
+    if k == "cidr":
+        return f"{x.ip}/{x.network.prefixlen}"
+    if k == "type":
+        return str(x.name)
+    no_overload("string", x)
+
+
+def to_bytes(x: Any) -> bytes:
+    """CEL ``bytes()``."""
+    k = kind(x)
+    if k == "bytes":
+        return bytes(x)
+    if k == "string":
+        return str(x).encode("utf-8")
+    no_overload("bytes", x)
+
+
+def to_bool(x: Any) -> bool:
+    """CEL ``bool()``."""
+    k = kind(x)
+    if k == "bool":
+        return bool(x)
+    if k == "string":
+        try:
+            return _BOOL_STRINGS[x]
+        except KeyError:
+            msg = f"cannot convert string {x!r} to bool"
+            raise EvalError(msg) from None
+    no_overload("bool", x)
+
+
+_TS_RE: Final = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
+    r"(?:([Zz])|([+-])(\d{2}):(\d{2}))"
+)
+
+
+def parse_timestamp(text: str) -> _dt.datetime:
+    """Parse an RFC 3339 timestamp with up to nanosecond precision."""
+    m = _TS_RE.fullmatch(text)
+    if not m:
+        msg = f"invalid timestamp {text!r}"
+        raise EvalError(msg)
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    try:
+        base = _dt.datetime(year, month, day, hour, minute, second, tzinfo=_dt.timezone.utc)
+    except ValueError:
+        msg = f"invalid timestamp {text!r}"
+        raise EvalError(msg) from None
+    frac = int((m.group(7) or "0").ljust(9, "0"))
+    offset = 0
+    if m.group(9):
+        offset = (int(m.group(10)) * 60 + int(m.group(11))) * 60
+        if m.group(9) == "-":
+            offset = -offset
+    seconds = (base - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)) // _dt.timedelta(
+        seconds=1
+    )
+    return make_ts((seconds - offset) * 10**9 + frac)
+
+
+def to_timestamp(x: Any) -> _dt.datetime:
+    """CEL ``timestamp()``."""
+    k = kind(x)
+    if k == "timestamp":
+        return x  # type: ignore[no-any-return]
+    if k == "string":
+        return parse_timestamp(x)
+    if k == "int":
+        return make_ts(int(x) * 10**9)
+    no_overload("timestamp", x)
+
+
+_DUR_UNITS: Final = {
+    "h": 3600 * 10**9,
+    "m": 60 * 10**9,
+    "s": 10**9,
+    "ms": 10**6,
+    "us": 10**3,
+    "µs": 10**3,
+    "μs": 10**3,
+    "ns": 1,
+}
+_DUR_RE: Final = re.compile(r"([0-9]*(?:\.[0-9]*)?)(h|ms|m|s|us|µs|μs|ns)")
+
+
+def parse_duration(text: str) -> _dt.timedelta:
+    """Parse a Go-style duration string such as ``"1h45m47s"`` or ``"-1.5s"``."""
+    body = text
+    sign = 1
+    if body[:1] in "+-" and body:
+        sign = -1 if body[0] == "-" else 1
+        body = body[1:]
+    if body == "0":
+        return make_dur(0)
+    if not body:
+        msg = f"invalid duration {text!r}"
+        raise EvalError(msg)
+    total = Decimal(0)
+    pos = 0
+    while pos < len(body):
+        m = _DUR_RE.match(body, pos)
+        if not m or m.group(1) in ("", "."):
+            msg = f"invalid duration {text!r}"
+            raise EvalError(msg)
+        total += Decimal(m.group(1)) * _DUR_UNITS[m.group(2)]
+        pos = m.end()
+    return make_dur(sign * int(total))
+
+
+def to_duration(x: Any) -> _dt.timedelta:
+    """CEL ``duration()``."""
+    k = kind(x)
+    if k == "duration":
+        return x  # type: ignore[no-any-return]
+    if k == "string":
+        return parse_duration(x)
+    no_overload("duration", x)
+
+
+def type_of(x: Any) -> CelType:
+    """CEL ``type()``."""
+    return CelType(type_name(x))
+
+
+def size(x: Any) -> int:
+    """CEL ``size()`` of a string (code points), bytes, list or map."""
+    k = kind(x)
+    if k in ("string", "bytes", "list", "map"):
+        return len(x)
+    no_overload("size", x)
+
+
+def _strings(op: str, a: Any, b: Any) -> tuple[str, str]:
+    if type(a) is str and type(b) is str:
+        return a, b
+    if kind(a) == "string" and kind(b) == "string":
+        return str(a), str(b)
+    no_overload(op, a, b)
+
+
+def contains(a: Any, b: Any) -> bool:
+    """``string.contains(string)``."""
+    s, t = _strings("contains", a, b)
+    return t in s
+
+
+def starts_with(a: Any, b: Any) -> bool:
+    """``string.startsWith(string)``."""
+    s, t = _strings("startsWith", a, b)
+    return s.startswith(t)
+
+
+def ends_with(a: Any, b: Any) -> bool:
+    """``string.endsWith(string)``."""
+    s, t = _strings("endsWith", a, b)
+    return s.endswith(t)
+
+
+_POSIX_CLASSES: Final = {
+    "alnum": "0-9A-Za-z", "alpha": "A-Za-z", "ascii": "\\x00-\\x7f", "blank": "\\t ",
+    "cntrl": "\\x00-\\x1f\\x7f", "digit": "0-9", "graph": "!-~", "lower": "a-z",
+    "print": " -~", "punct": "!-/:-@\\[-`{-~", "space": "\\t\\n\\v\\f\\r ",
+    "upper": "A-Z", "word": "0-9A-Za-z_", "xdigit": "0-9A-Fa-f",
+}  # fmt: skip
+
+
+def _translate_re2(pattern: str) -> str:
+    """Translate the RE2 constructs that Python's ``re`` spells differently."""
+    out: list[str] = []
+    i = 0
+    n = len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\" and i + 1 < n:
+            e = pattern[i + 1]
+            if e == "z":
+                out.append(r"\Z")
+            elif e in "pP":
+                msg = "unicode classes (\\p) are not supported in regular expressions"
+                raise EvalError(msg)
+            elif e == "C":
+                out.append(".")
+            elif e == "Q":
+                end = pattern.find(r"\E", i + 2)
+                literal = pattern[i + 2 :] if end < 0 else pattern[i + 2 : end]
+                out.append(re.escape(literal))
+                i = n if end < 0 else end + 2
+                continue
+            else:
+                out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if c == "[" and pattern.startswith("[:", i):
+            end = pattern.find(":]", i)
+            name = pattern[i + 2 : end] if end > 0 else ""
+            negated = name.startswith("^")
+            cls = _POSIX_CLASSES.get(name.lstrip("^"))
+            if cls is not None and not negated:
+                out.append(cls)
+                i = end + 2
+                continue
+        if c == "(" and pattern.startswith("(?P<", i):
+            out.append("(?P<")
+            i += 4
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+@functools.lru_cache(maxsize=256)
+def compile_regex(pattern: str) -> re.Pattern[str]:
+    """Compile an RE2 pattern to a Python regex (cached)."""
+    try:
+        return re.compile(_translate_re2(pattern))
+    except re.error as exc:
+        msg = f"invalid regular expression {pattern!r}: {exc}"
+        raise EvalError(msg) from None
+
+
+def matches(a: Any, b: Any) -> bool:
+    """``string.matches(regex)``: RE2 partial-match semantics."""
+    s, p = _strings("matches", a, b)
+    return compile_regex(p).search(s) is not None
+
+
+# -- timestamp and duration accessors ---------------------------------------------
+
+_TZ_OFFSET: Final = re.compile(r"([+-]?)(\d{1,2}):(\d{2})")
+
+
+@functools.lru_cache(maxsize=128)
+def _zone(name: str) -> _dt.tzinfo:
+    m = _TZ_OFFSET.fullmatch(name)
+    if m:
+        delta = _dt.timedelta(hours=int(m.group(2)), minutes=int(m.group(3)))
+        return _dt.timezone(-delta if m.group(1) == "-" else delta)
+    if name.upper() == "UTC":
+        return _dt.timezone.utc
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        msg = f"unknown time zone {name!r}"
+        raise EvalError(msg) from None
+
+
+def _local(ts: Any, tz: Any, op: str) -> _dt.datetime:
+    if kind(ts) != "timestamp" or (tz is not None and kind(tz) != "string"):
+        if tz is None:
+            no_overload(op, ts)
+        no_overload(op, ts, tz)
+    secs = ts_ns(ts) // 10**9
+    base = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(seconds=secs)
+    return base.astimezone(_zone(tz)) if tz is not None else base
+
+
+def _time_accessor(name: str, ts_part: Any, dur_part: Any) -> Any:
+    def accessor(x: Any, tz: Any = None) -> int:
+        if tz is None and kind(x) == "duration":
+            if dur_part is None:
+                no_overload(name, x)
+            return int(dur_part(dur_ns(x)))
+        if kind(x) == "timestamp" and name == "getMilliseconds":
+            if tz is not None and kind(tz) != "string":
+                no_overload(name, x, tz)
+            return (ts_ns(x) // 10**6) % 1000
+        return int(ts_part(_local(x, tz, name)))
+
+    accessor.__name__ = name
+    return accessor
+
+
+def _trunc_ns(ns: int, unit: int) -> int:
+    q = abs(ns) // unit
+    return q if ns >= 0 else -q
+
+
+get_full_year = _time_accessor("getFullYear", lambda d: d.year, None)
+get_month = _time_accessor("getMonth", lambda d: d.month - 1, None)
+get_day_of_year = _time_accessor("getDayOfYear", lambda d: d.timetuple().tm_yday - 1, None)
+get_day_of_month = _time_accessor("getDayOfMonth", lambda d: d.day - 1, None)
+get_date = _time_accessor("getDate", lambda d: d.day, None)
+get_day_of_week = _time_accessor("getDayOfWeek", lambda d: (d.weekday() + 1) % 7, None)
+get_hours = _time_accessor("getHours", lambda d: d.hour, lambda ns: _trunc_ns(ns, 3600 * 10**9))
+get_minutes = _time_accessor("getMinutes", lambda d: d.minute, lambda ns: _trunc_ns(ns, 60 * 10**9))
+get_seconds = _time_accessor("getSeconds", lambda d: d.second, lambda ns: _trunc_ns(ns, 10**9))
+get_milliseconds = _time_accessor("getMilliseconds", None, lambda ns: _trunc_ns(ns, 10**6))
+
+
+def dyn(x: Any) -> Any:
+    """CEL ``dyn()``: the identity."""
+    return x
+
+
+__all__ += [
+    "contains", "dyn", "ends_with", "get_date", "get_day_of_month", "get_day_of_week",
+    "get_day_of_year", "get_full_year", "get_hours", "get_milliseconds", "get_minutes",
+    "get_month", "get_seconds", "matches", "parse_duration", "parse_timestamp", "size",
+    "starts_with", "type_of",
+]  # fmt: skip

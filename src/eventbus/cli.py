@@ -1,0 +1,359 @@
+"""The ``eventbus`` command line: a thin shell over the public API.
+
+Exit codes: 0 ok, 1 invalid input or a failed test/operation, 2 usage. Environment variables
+are read here only: ``EVENTBUS_HOME`` (state, default ``~/.eventbus``), ``RAY_ADDRESS``,
+``EVENTBUS_KAFKA_BOOTSTRAP``, ``EVENTBUS_REDIS_URL``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from eventbus.errors import EventBusError
+
+app = typer.Typer(
+    name="eventbus",
+    help="EventBus: event-driven serverless pipelines on Ray Serve.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    """Entry point of the ``eventbus`` script."""
+    app()
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _home() -> Path:
+    return Path(os.environ.get("EVENTBUS_HOME") or Path.home() / ".eventbus")
+
+
+class _Addresses:
+    def __init__(self, ray: str | None, kafka: str | None, redis: str | None) -> None:
+        self.ray = ray or os.environ.get("RAY_ADDRESS") or None
+        self.kafka = kafka or os.environ.get("EVENTBUS_KAFKA_BOOTSTRAP") or None
+        self.redis = redis or os.environ.get("EVENTBUS_REDIS_URL") or None
+
+    def fill_from_stack(self, need: tuple[str, ...]) -> None:
+        from eventbus.serving._stack import load_stack
+
+        stack = load_stack(_home())
+        if stack is not None:
+            self.ray = self.ray or stack.ray_address
+            self.kafka = self.kafka or stack.kafka_bootstrap
+            self.redis = self.redis or stack.redis_url
+        missing = [n for n in need if getattr(self, n) is None]
+        if missing:
+            _fail(
+                f"no {', '.join(missing)} address: no stack is recorded in {_home()}; start one with "
+                "`eventbus up`, or pass --ray-address/--kafka-bootstrap/--redis-url "
+                "(or set RAY_ADDRESS, EVENTBUS_KAFKA_BOOTSTRAP, EVENTBUS_REDIS_URL)"
+            )
+
+
+RayOpt = typer.Option(None, "--ray-address", help="Ray cluster address (host:port).")
+KafkaOpt = typer.Option(None, "--kafka-bootstrap", help="Kafka bootstrap servers.")
+RedisOpt = typer.Option(None, "--redis-url", help="Redis URL (redis://host:port/db).")
+
+
+def _client(addr: _Addresses) -> Any:
+    addr.fill_from_stack(("ray", "kafka", "redis"))
+    from eventbus.serving._client import EventBusClient
+
+    try:
+        return EventBusClient(addr.ray, addr.kafka or "", addr.redis or "")
+    except ConnectionError as exc:
+        _fail(f"cannot reach the Ray cluster at {addr.ray}: {exc}; is the stack up (`eventbus status`)?")
+
+
+# -- stack ------------------------------------------------------------------------------------
+
+
+@app.command()
+def up(
+    ray_address: Optional[str] = RayOpt,
+    kafka_bootstrap: Optional[str] = KafkaOpt,
+    redis_url: Optional[str] = RedisOpt,
+    num_cpus: Optional[int] = typer.Option(None, help="CPUs of the local Ray head (default: all)."),
+) -> None:
+    """Start the local stack (Ray, Kafka-protocol broker, Redis), or adopt given addresses."""
+    from eventbus.serving._stack import stack_status, stack_up
+
+    addr = _Addresses(ray_address, kafka_bootstrap, redis_url)
+    with out.status("starting the EventBus stack..."):
+        try:
+            stack_up(_home(), ray_address=addr.ray, kafka_bootstrap=addr.kafka, redis_url=addr.redis, num_cpus=num_cpus)
+        except EventBusError as exc:
+            _fail(str(exc))
+    _print_stack(stack_status(_home()))
+
+
+@app.command()
+def down() -> None:
+    """Stop what `eventbus up` started (nothing that it adopted)."""
+    from eventbus.serving._stack import stack_down
+
+    stopped = stack_down(_home())
+    out.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing to stop")
+
+
+@app.command()
+def status(
+    name: Optional[str] = typer.Argument(None, help="A pipeline to show in detail."),
+    ray_address: Optional[str] = RayOpt,
+    kafka_bootstrap: Optional[str] = KafkaOpt,
+    redis_url: Optional[str] = RedisOpt,
+) -> None:
+    """Show the stack, the deployed pipelines, or one pipeline's live counters."""
+    from eventbus.serving._stack import stack_status
+
+    st = stack_status(_home())
+    if name is None:
+        _print_stack(st)
+        if not st["healthy"] and not (ray_address or os.environ.get("RAY_ADDRESS")):
+            raise typer.Exit(1)
+        _print_pipelines(_client(_Addresses(ray_address, kafka_bootstrap, redis_url)).list())
+        return
+    try:
+        info = _client(_Addresses(ray_address, kafka_bootstrap, redis_url)).status(name)
+    except EventBusError as exc:
+        _fail(str(exc))
+    out.print(f"[bold]{info['name']}[/bold] version {info['version']}")
+    for i, s in enumerate(info["sources"]):
+        out.print(f"  source {i}: " + ", ".join(f"{k}={v}" for k, v in s.items()))
+
+
+def _print_stack(st: dict[str, Any]) -> None:
+    table = Table(title="EventBus stack")
+    for col in ("part", "address", "state", "started by eventbus"):
+        table.add_column(col)
+    for part, info in st["parts"].items():
+        table.add_row(part, info["address"], "[green]up[/green]" if info["up"] else "[red]down[/red]", "yes" if info["owned"] else "no")
+    if not st["parts"]:
+        out.print("no stack recorded; start one with `eventbus up`")
+    else:
+        out.print(table)
+
+
+def _print_pipelines(rows: list[dict[str, Any]]) -> None:
+    table = Table(title="Pipelines")
+    for col in ("name", "version", "status", "sources", "steps"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], str(r["version"]), r["status"], str(r["sources"]), str(r["steps"]))
+    out.print(table if rows else "no pipelines deployed")
+
+
+# -- pipelines --------------------------------------------------------------------------------
+
+
+@app.command()
+def validate(files: list[Path] = typer.Argument(..., help="Pipeline YAML files.")) -> None:
+    """Check pipeline files; print every problem as file:line:col: path: message."""
+    from eventbus.pipelines._loader import validate_pipeline_text
+
+    bad = False
+    for f in files:
+        try:
+            text = f.read_text(encoding="utf-8")
+        except OSError as exc:
+            err.print(f"{f}:1:1: file: cannot read ({exc.strerror})", highlight=False)
+            bad = True
+            continue
+        sys.path.insert(0, str(f.resolve().parent))
+        try:
+            _, problems = validate_pipeline_text(text, str(f))
+        finally:
+            sys.path.remove(str(f.resolve().parent))
+        for p in problems:
+            err.print(str(p), highlight=False, soft_wrap=True)
+        if problems:
+            bad = True
+        else:
+            out.print(f"{f}: ok", highlight=False)
+    if bad:
+        raise typer.Exit(1)
+
+
+@app.command()
+def deploy(
+    file: Path = typer.Argument(..., help="Pipeline YAML file."),
+    ray_address: Optional[str] = RayOpt,
+    kafka_bootstrap: Optional[str] = KafkaOpt,
+    redis_url: Optional[str] = RedisOpt,
+) -> None:
+    """Validate and deploy (or redeploy) a pipeline."""
+    from eventbus.errors import PipelineConfigError
+
+    client = _client(_Addresses(ray_address, kafka_bootstrap, redis_url))
+    try:
+        with out.status(f"deploying {file}..."):
+            info = client.deploy(file)
+    except PipelineConfigError as exc:
+        for p in exc.problems:
+            err.print(p, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    except EventBusError as exc:
+        _fail(str(exc).splitlines()[-1] if str(exc) else type(exc).__name__)
+    out.print(f"deployed [bold]{info['name']}[/bold] version {info['version']} ({info['sources']} source(s), {info['steps']} step(s))")
+
+
+@app.command()
+def delete(
+    name: str = typer.Argument(..., help="Pipeline name."),
+    ray_address: Optional[str] = RayOpt,
+    kafka_bootstrap: Optional[str] = KafkaOpt,
+    redis_url: Optional[str] = RedisOpt,
+) -> None:
+    """Drain and delete a deployed pipeline."""
+    try:
+        _client(_Addresses(ray_address, kafka_bootstrap, redis_url)).delete(name)
+    except EventBusError as exc:
+        _fail(str(exc))
+    out.print(f"deleted {name}")
+
+
+@app.command("list")
+def list_(
+    ray_address: Optional[str] = RayOpt,
+    kafka_bootstrap: Optional[str] = KafkaOpt,
+    redis_url: Optional[str] = RedisOpt,
+) -> None:
+    """List the deployed pipelines."""
+    _print_pipelines(_client(_Addresses(ray_address, kafka_bootstrap, redis_url)).list())
+
+
+@app.command()
+def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file.")) -> None:
+    """Print the JSON Schema of pipeline YAML."""
+    from eventbus.pipelines._schema import pipeline_schema_json
+
+    text = pipeline_schema_json()
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text, encoding="utf-8")
+
+
+@app.command("test")
+def test_(paths: list[str] = typer.Argument(..., help="Pipeline files, *_test.yaml files or directories.")) -> None:
+    """Run pipeline unit tests in process (no stack needed)."""
+    from eventbus.errors import ConfigError, PipelineConfigError
+    from eventbus.pipelines._testing import find_test_files, run_test_file
+
+    try:
+        files = find_test_files(paths)
+    except ConfigError as exc:
+        _fail(str(exc))
+    if not files:
+        _fail(f"no *_test.yaml files under {', '.join(paths)}")
+    passed = failed = 0
+    for f in files:
+        try:
+            results = run_test_file(f)
+        except PipelineConfigError as exc:
+            for p in exc.problems:
+                err.print(p, highlight=False, soft_wrap=True)
+            failed += 1
+            continue
+        except ConfigError as exc:
+            err.print(str(exc), highlight=False, soft_wrap=True)
+            failed += 1
+            continue
+        for r in results:
+            if r.passed:
+                passed += 1
+                out.print(f"[green]PASS[/green] {r.file}: {r.name}", highlight=False)
+            else:
+                failed += 1
+                out.print(f"[red]FAIL[/red] {r.file}: {r.name}", highlight=False)
+                for d in r.diffs:
+                    out.print(d, highlight=False, markup=False)
+    out.print(f"{passed} passed, {failed} failed")
+    if failed:
+        raise typer.Exit(1)
+
+
+# -- events -----------------------------------------------------------------------------------
+
+
+@app.command()
+def publish(
+    topic: str = typer.Argument(..., help="Kafka topic."),
+    type_: Optional[str] = typer.Option(None, "--type", help="CloudEvent type."),
+    source: str = typer.Option("eventbus-cli", "--source", help="CloudEvent source."),
+    data: Optional[str] = typer.Option(None, "--data", help="JSON data."),
+    file: Optional[Path] = typer.Option(None, "--file", help="JSON lines: one event (attributes + data) or data object per line."),
+    mode: str = typer.Option("binary", "--mode", help="binary or structured."),
+    key: Optional[str] = typer.Option(None, "--key", help="Kafka record key (partition key)."),
+    count: int = typer.Option(1, "--count", min=1, help="Send the --data event this many times (fresh ids)."),
+    kafka_bootstrap: Optional[str] = KafkaOpt,
+) -> None:
+    """Publish CloudEvents to a topic over the Kafka protocol binding."""
+    from eventbus.eventing._publish import build_events, publish_events
+
+    if mode not in ("binary", "structured"):
+        _fail(f"--mode must be binary or structured; got {mode!r}", 2)
+    addr = _Addresses(None, kafka_bootstrap, None)
+    addr.fill_from_stack(("kafka",))
+    try:
+        events = build_events(type_=type_, source=source, data=data, file=file, count=count)
+    except EventBusError as exc:
+        _fail(str(exc))
+    n = asyncio.run(publish_events(addr.kafka or "", topic, events, mode=mode, key=key))
+    out.print(f"published {n} event(s) to {topic}")
+
+
+@app.command()
+def tail(
+    topic: str = typer.Argument(..., help="Kafka topic."),
+    from_beginning: bool = typer.Option(False, "--from-beginning", help="Start at the earliest offset."),
+    max_events: Optional[int] = typer.Option(None, "--max", help="Stop after this many events."),
+    timeout_s: Optional[float] = typer.Option(None, "--timeout", help="Stop after this many seconds without events."),
+    as_json: bool = typer.Option(False, "--json", help="One structured-mode JSON object per line."),
+    kafka_bootstrap: Optional[str] = KafkaOpt,
+) -> None:
+    """Print CloudEvents as they arrive on a topic."""
+    from eventbus.eventing._publish import tail_events
+
+    addr = _Addresses(None, kafka_bootstrap, None)
+    addr.fill_from_stack(("kafka",))
+
+    def show(line: str) -> None:
+        if as_json:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+        else:
+            obj = json.loads(line)
+            head = f"[cyan]{obj.get('type')}[/cyan] [dim]{obj.get('source')} {obj.get('id')}[/dim]"
+            out.print(head, highlight=False)
+            if "data" in obj:
+                out.print_json(data=obj["data"])
+
+    try:
+        asyncio.run(tail_events(addr.kafka or "", topic, show, from_beginning=from_beginning, max_events=max_events, idle_timeout_s=timeout_s))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

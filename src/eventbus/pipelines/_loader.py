@@ -1,0 +1,280 @@
+"""Load pipeline YAML with every problem reported at once, by position.
+
+Problems come out one per line as ``file:line:col: path: message`` (Benthos lint style). The
+positions come from ``yaml.compose`` node marks looked up by the pydantic error ``loc``,
+skipping the loc segments that are not in the data (union branch tags).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from eventbus.errors import FunctionError, PipelineConfigError
+from eventbus.pipelines._config import PipelineConfig
+
+__all__ = ["Problem", "load_pipeline", "load_pipeline_text", "validate_pipeline_text"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem in a pipeline document, with its position (1-based)."""
+
+    file: str
+    line: int
+    col: int
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}: {self.path}: {self.message}"
+
+
+def load_pipeline(path: str | Path, *, check_functions: bool = True) -> PipelineConfig:
+    """Read, parse and validate a pipeline file.
+
+    Args:
+        path: the YAML file.
+        check_functions: also import every ``function:`` reference.
+
+    Returns:
+        The validated pipeline.
+
+    Raises:
+        PipelineConfigError: listing every problem as ``file:line:col: path: message``.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        msg = f"{p}:1:1: file: cannot read pipeline file ({exc.strerror or exc})"
+        raise PipelineConfigError([msg]) from exc
+    return load_pipeline_text(text, str(p), check_functions=check_functions)
+
+
+def load_pipeline_text(text: str, filename: str = "<pipeline>", *, check_functions: bool = True) -> PipelineConfig:
+    """Parse and validate pipeline YAML text; see :func:`load_pipeline`."""
+    config, problems = validate_pipeline_text(text, filename, check_functions=check_functions)
+    if problems or config is None:
+        raise PipelineConfigError([str(p) for p in problems])
+    return config
+
+
+def validate_pipeline_text(
+    text: str, filename: str = "<pipeline>", *, check_functions: bool = True
+) -> tuple[PipelineConfig | None, list[Problem]]:
+    """Validate pipeline YAML and return the pipeline (if valid) and every problem found."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        return None, [Problem(filename, line, col, "yaml", f"{exc.problem or exc}")]
+    except yaml.YAMLError as exc:
+        return None, [Problem(filename, 1, 1, "yaml", str(exc))]
+    if not isinstance(data, dict) or root is None:
+        got = type(data).__name__ if data is not None else "an empty document"
+        return None, [
+            Problem(filename, 1, 1, "document", f"a pipeline is a YAML mapping with apiVersion, kind, metadata, spec; got {got}")
+        ]
+    try:
+        config = PipelineConfig.model_validate(data)
+    except ValidationError as exc:
+        return None, _validation_problems(exc, data, root, filename)
+    problems = _semantic_problems(config, root, filename, check_functions=check_functions)
+    return (None if problems else config), problems
+
+
+# -- pydantic errors -> positioned problems ------------------------------------------------
+
+
+def _validation_problems(exc: ValidationError, data: Any, root: yaml.Node, filename: str) -> list[Problem]:
+    out: list[Problem] = []
+    seen: set[tuple[str, str]] = set()
+    for err in exc.errors(include_url=False):
+        resolved = _resolve_loc(err["loc"], data, root)
+        if resolved is None:
+            continue  # an error of a union branch that does not match the data's shape
+        path, node, value, present = resolved
+        message = _message(err, value, present)
+        if (path, message) in seen:
+            continue
+        seen.add((path, message))
+        mark = node.start_mark
+        out.append(Problem(filename, mark.line + 1, mark.column + 1, path or "document", message))
+    if not out:  # every error was a union branch; report them unfiltered rather than nothing
+        for err in exc.errors(include_url=False):
+            out.append(Problem(filename, root.start_mark.line + 1, root.start_mark.column + 1, "document", err["msg"]))
+    out.sort(key=lambda p: (p.line, p.col))
+    return out
+
+
+_SCALAR_TAGS = {"str": str, "constrained-str": str, "int": int, "float": float, "bool": bool}
+
+
+def _resolve_loc(
+    loc: tuple[int | str, ...], data: Any, root: yaml.Node
+) -> tuple[str, yaml.Node, Any, bool] | None:
+    """Walk ``loc`` through data and nodes; None when a branch tag contradicts the data."""
+    path = ""
+    node: yaml.Node = root
+    value: Any = data
+    present = True
+    for seg in loc:
+        if isinstance(value, dict) and isinstance(seg, str) and seg in value:
+            value = value[seg]
+            node = _child(node, seg) or node
+            path = f"{path}.{seg}" if path else seg
+        elif isinstance(value, list) and isinstance(seg, int) and 0 <= seg < len(value):
+            value = value[seg]
+            node = _child(node, seg) or node
+            path = f"{path}[{seg}]"
+        elif isinstance(seg, str) and (seg in _SCALAR_TAGS or seg[:1].isupper() or "[" in seg):
+            # A union tag: keep only the branch matching the data's shape.
+            if seg in _SCALAR_TAGS and not isinstance(value, _SCALAR_TAGS[seg]):
+                return None
+            if seg[:1].isupper() and not isinstance(value, dict):
+                return None
+        elif isinstance(value, dict) and isinstance(seg, str):
+            # A missing field (or an alias like 'not'): name it under its parent.
+            key = seg.rstrip("_") if seg.endswith("_") else seg
+            path = f"{path}.{key}" if path else key
+            present = False
+            value = None
+        else:
+            continue
+    return path, node, value, present
+
+
+def _child(node: yaml.Node, seg: int | str) -> yaml.Node | None:
+    if isinstance(node, yaml.MappingNode) and isinstance(seg, str):
+        for key_node, value_node in node.value:
+            if getattr(key_node, "value", None) == seg:
+                # Point at the key for extra fields, at the value otherwise (see _message).
+                return value_node if not isinstance(value_node, yaml.ScalarNode) or value_node.value != "" else key_node
+    if isinstance(node, yaml.SequenceNode) and isinstance(seg, int) and seg < len(node.value):
+        return node.value[seg]  # type: ignore[no-any-return]
+    return None
+
+
+def _all_field_names() -> list[str]:
+    names: set[str] = set()
+    stack: list[type[BaseModel]] = [PipelineConfig]
+    seen: set[type[BaseModel]] = set()
+    while stack:
+        model = stack.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        for name, field in model.model_fields.items():
+            names.add(field.alias or name)
+            for arg in _model_args(field.annotation):
+                stack.append(arg)
+    return sorted(names)
+
+
+def _model_args(annotation: Any) -> list[type[BaseModel]]:
+    out: list[type[BaseModel]] = []
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    for arg in getattr(annotation, "__args__", ()) or ():
+        out.extend(_model_args(arg))
+    meta = getattr(annotation, "__origin__", None)
+    if meta is not None and isinstance(meta, type) and issubclass(meta, BaseModel):
+        out.append(meta)
+    return out
+
+
+def _message(err: Any, value: Any, present: bool) -> str:
+    kind = err["type"]
+    ctx = err.get("ctx") or {}
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "extra_forbidden":
+        name = str(err["loc"][-1])
+        close = difflib.get_close_matches(name, _all_field_names(), n=1, cutoff=0.75)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"field not recognised{hint}"
+    if kind == "string_pattern_mismatch":
+        return f"must match {ctx.get('pattern')}; got {value!r}"
+    if kind == "literal_error":
+        return f"must be {ctx.get('expected')}; got {value!r}"
+    if kind == "value_error":
+        msg = str(err["msg"])
+        return msg.removeprefix("Value error, ")
+    text = str(err["msg"])
+    text = text[0].lower() + text[1:] if text else text
+    return f"{text}; got {value!r}" if present and not isinstance(value, (dict, list)) else text
+
+
+# -- semantic checks: CEL expressions and function references -------------------------------
+
+
+def _semantic_problems(config: PipelineConfig, root: yaml.Node, filename: str, *, check_functions: bool) -> list[Problem]:
+    from eventbus.pipelines._steps import step_expressions
+
+    problems: list[Problem] = []
+    for i, step in enumerate(config.spec.steps):
+        base = ("spec", "steps", i, step.template)
+        for rel_loc, source in step_expressions(step):
+            loc = base + rel_loc
+            problem = _check_expression(source, loc, root, filename, step.id)
+            if problem is not None:
+                problems.append(problem)
+        if step.function is not None and check_functions:
+            from eventbus.pipelines._steps import function_ref
+
+            try:
+                from eventbus.functions import resolve_function
+
+                resolve_function(function_ref(step))
+            except FunctionError as exc:
+                problems.append(_problem_at(root, filename, base, f"step {step.id!r}: {exc}"))
+    return problems
+
+
+def _check_expression(source: str, loc: tuple[int | str, ...], root: yaml.Node, filename: str, step_id: str) -> Problem | None:
+    from eventbus import cel
+    from eventbus.pipelines._activation import check_identifiers
+
+    try:
+        program = cel.compile(source)
+        check_identifiers(program)
+    except cel.CELError as exc:
+        node = _node_at(root, loc)
+        col_in_expr = exc.column or 1
+        line, col = node.start_mark.line + 1, node.start_mark.column + 1
+        style = getattr(node, "style", None)
+        if isinstance(node, yaml.ScalarNode) and style in (None, "'", '"') and "\n" not in source:
+            col += col_in_expr - 1 + (1 if style in ("'", '"') else 0)
+        message = exc.message if hasattr(exc, "message") else str(exc)
+        return Problem(filename, line, col, _path(loc), f"step {step_id!r}: {message} (column {col_in_expr} of the expression)")
+    return None
+
+
+def _problem_at(root: yaml.Node, filename: str, loc: tuple[int | str, ...], message: str) -> Problem:
+    node = _node_at(root, loc)
+    return Problem(filename, node.start_mark.line + 1, node.start_mark.column + 1, _path(loc), message)
+
+
+def _node_at(root: yaml.Node, loc: tuple[int | str, ...]) -> yaml.Node:
+    node = root
+    for seg in loc:
+        child = _child(node, seg)
+        if child is None:
+            break
+        node = child
+    return node
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for seg in loc:
+        out = f"{out}[{seg}]" if isinstance(seg, int) else (f"{out}.{seg}" if out else str(seg))
+    return out

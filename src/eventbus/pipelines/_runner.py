@@ -1,0 +1,83 @@
+"""The step runner: a batch of events through every step, one outcome per input event."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eventbus.eventing._event import CloudEvent
+from eventbus.eventing._outcome import Failure, Outcome
+from eventbus.pipelines._config import PipelineConfig
+from eventbus.pipelines._steps import Step, build_step
+
+__all__ = ["PipelineRunner"]
+
+
+class PipelineRunner:
+    """Runs a pipeline's steps over batches, in process (the Serve replica wraps one).
+
+    Args:
+        config: the validated pipeline.
+
+    Example:
+        >>> runner = PipelineRunner(config)               # doctest: +SKIP
+        >>> outcomes = runner.run([event1, event2])      # doctest: +SKIP
+    """
+
+    def __init__(self, config: PipelineConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self.steps: list[Step] = [build_step(s, config.spec.delivery) for s in config.spec.steps]
+
+    def run(self, events: list[CloudEvent], *, trace: dict[str, list[CloudEvent]] | None = None) -> list[Outcome]:
+        """Run the steps over a batch.
+
+        Args:
+            events: the input batch.
+            trace: when given, filled with each step's output events, by step id.
+
+        Returns:
+            One outcome per input event, in order: its output events (empty when dropped) or a
+            :class:`Failure`. A failing event never fails its batch-mates.
+        """
+        n = len(events)
+        current: list[CloudEvent] = list(events)
+        origin: list[int] = list(range(n))
+        failed: dict[int, Failure] = {}
+        for step in self.steps:
+            if not current:
+                if trace is not None:
+                    trace[step.id] = []
+                continue
+            try:
+                results = step.process(current)
+            except Exception as exc:  # noqa: BLE001 - a step bug fails its events, not the replica
+                f = Failure(step=step.id, error_type=type(exc).__name__, message=str(exc))
+                results = [f] * len(current)
+            nxt: list[CloudEvent] = []
+            nxt_origin: list[int] = []
+            for res, o in zip(results, origin, strict=True):
+                if type(res) is CloudEvent:
+                    nxt.append(res)
+                    nxt_origin.append(o)
+                elif res is None:
+                    continue
+                elif type(res) is Failure:
+                    failed.setdefault(o, res)
+                else:
+                    for r in res:  # type: ignore[union-attr]
+                        nxt.append(r)
+                        nxt_origin.append(o)
+            current, origin = nxt, nxt_origin
+            if trace is not None:
+                trace[step.id] = [e for e, o in zip(current, origin) if o not in failed]
+        outcomes: list[Outcome] = [[] for _ in range(n)]
+        for e, o in zip(current, origin):
+            if o not in failed:
+                outcomes[o].append(e)  # type: ignore[union-attr]
+        for o, f in failed.items():
+            outcomes[o] = f
+        return outcomes
+
+    def stats(self) -> dict[str, Any]:
+        """Per-step error counts."""
+        return {s.id: {"template": s.template, "errors": s.errors} for s in self.steps}

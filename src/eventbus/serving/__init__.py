@@ -1,0 +1,24 @@
+"""Ray Serve applications per pipeline, source actors, the controller and the local stack.
+
+Importing this package imports Ray; ``import eventbus`` alone does not.
+"""
+
+from __future__ import annotations
+
+from eventbus.serving._client import EventBusClient
+from eventbus.serving._controller import Controller
+from eventbus.serving._deployment import PipelineDeployment, app_name, build_app
+from eventbus.serving._stack import Stack, load_stack, stack_down, stack_status, stack_up
+
+__all__ = [
+    "Controller",
+    "EventBusClient",
+    "PipelineDeployment",
+    "Stack",
+    "app_name",
+    "build_app",
+    "load_stack",
+    "stack_down",
+    "stack_status",
+    "stack_up",
+]

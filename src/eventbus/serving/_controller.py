@@ -1,0 +1,251 @@
+"""The controller: desired state (pipelines) in Redis, reconciled to Ray Serve and source actors.
+
+It runs as one detached Ray actor (``eventbus-controller`` in namespace ``eventbus``), like
+Ray Serve's own controller; its state survives it in Redis, and on (re)start it adopts the
+running Serve applications and source actors or recreates the missing ones.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import ray
+import redis
+
+from eventbus.errors import DeployError, PipelineNotFoundError
+from eventbus.pipelines._config import PipelineConfig
+from eventbus.pipelines._loader import load_pipeline_text
+from eventbus.serving._deployment import app_name, build_app
+
+__all__ = ["CONTROLLER_NAME", "NAMESPACE", "Controller", "source_actor_name"]
+
+log = logging.getLogger("eventbus.serving.controller")
+
+NAMESPACE = "eventbus"
+CONTROLLER_NAME = "eventbus-controller"
+_KEY = "eventbus:pipelines"
+
+
+def source_actor_name(pipeline: str, index: int) -> str:
+    """The Ray actor name of a pipeline's source."""
+    return f"eventbus-source-{pipeline}-{index}"
+
+
+class Controller:
+    """Deploys, updates and deletes pipelines; persists them in Redis.
+
+    Args:
+        kafka_bootstrap: default Kafka bootstrap address for sources and sinks.
+        redis_url: where the desired state lives.
+    """
+
+    def __init__(self, kafka_bootstrap: str, redis_url: str) -> None:
+        self.kafka_bootstrap = kafka_bootstrap
+        self.redis_url = redis_url
+        self._redis = redis.Redis.from_url(redis_url, decode_responses=True)
+        self._serve_started = False
+        self.restore()
+
+    # -- public operations --------------------------------------------------------------------
+    def deploy(self, text: str, filename: str, python_path: list[str]) -> dict[str, Any]:
+        """Validate and deploy (or redeploy) a pipeline from its YAML text.
+
+        Raises:
+            PipelineConfigError: the YAML has problems (nothing is deployed).
+            DeployError: the Serve application or a source could not start.
+        """
+        config = load_pipeline_text(text, filename, check_functions=False)
+        name = config.name
+        previous = self._load(name)
+        version = (previous["version"] + 1) if previous else 1
+        self._stop_sources(name, len(previous["document"]["spec"]["sources"]) if previous else 0)
+        try:
+            self._run_app(config, python_path)
+            self._start_sources(config)
+        except Exception as exc:
+            self._stop_sources(name, len(config.spec.sources))
+            if previous is not None:  # put the last good version back
+                old = PipelineConfig.model_validate(previous["document"])
+                try:
+                    self._run_app(old, previous["python_path"])
+                    self._start_sources(old)
+                except Exception:  # noqa: BLE001
+                    log.exception("restoring pipeline %r version %s failed", name, previous["version"])
+            else:
+                self._delete_app(name)
+            msg = f"pipeline {name!r} could not be deployed: {_root_cause(exc)}"
+            raise DeployError(msg) from None
+        record = {
+            "name": name,
+            "version": version,
+            "document": config.to_document(),
+            "yaml": text,
+            "filename": filename,
+            "python_path": python_path,
+            "deployed_at": time.time(),
+        }
+        self._redis.hset(_KEY, name, json.dumps(record))
+        return {"name": name, "version": version, "sources": len(config.spec.sources), "steps": len(config.spec.steps)}
+
+    def delete(self, name: str) -> None:
+        """Drain the sources, delete the Serve application and forget the pipeline.
+
+        Raises:
+            PipelineNotFoundError: no pipeline of that name is deployed.
+        """
+        record = self._load(name)
+        if record is None:
+            msg = f"no pipeline named {name!r} is deployed; `eventbus list` shows the deployed ones"
+            raise PipelineNotFoundError(msg)
+        self._stop_sources(name, len(record["document"]["spec"]["sources"]))
+        self._delete_app(name)
+        self._redis.hdel(_KEY, name)
+
+    def list(self) -> list[dict[str, Any]]:
+        """Every deployed pipeline: name, version, deploy time, Serve status."""
+        from ray import serve
+
+        statuses: dict[str, str] = {}
+        try:
+            for app, st in serve.status().applications.items():
+                statuses[app] = str(st.status.value if hasattr(st.status, "value") else st.status)
+        except Exception:  # noqa: BLE001 - Serve not started yet
+            pass
+        out = []
+        for raw in self._redis.hgetall(_KEY).values():
+            rec = json.loads(raw)
+            out.append(
+                {
+                    "name": rec["name"],
+                    "version": rec["version"],
+                    "deployed_at": rec["deployed_at"],
+                    "status": statuses.get(app_name(rec["name"]), "MISSING"),
+                    "sources": len(rec["document"]["spec"]["sources"]),
+                    "steps": len(rec["document"]["spec"].get("steps", [])),
+                }
+            )
+        return sorted(out, key=lambda r: r["name"])
+
+    def get(self, name: str) -> dict[str, Any]:
+        """The stored record of a pipeline (document, YAML, version)."""
+        record = self._load(name)
+        if record is None:
+            msg = f"no pipeline named {name!r} is deployed; `eventbus list` shows the deployed ones"
+            raise PipelineNotFoundError(msg)
+        return record
+
+    def status(self, name: str) -> dict[str, Any]:
+        """A pipeline's record plus live source counters."""
+        record = self.get(name)
+        sources = []
+        for i in range(len(record["document"]["spec"]["sources"])):
+            try:
+                actor = ray.get_actor(source_actor_name(name, i), namespace=NAMESPACE)
+                sources.append(ray.get(actor.stats.remote(), timeout=10))
+            except Exception as exc:  # noqa: BLE001
+                sources.append({"error": f"{type(exc).__name__}: {exc}"})
+        return {"name": name, "version": record["version"], "sources": sources}
+
+    def restore(self) -> list[str]:
+        """Reconcile Ray to the stored state: recreate missing apps and source actors."""
+        restored = []
+        for raw in self._redis.hgetall(_KEY).values():
+            rec = json.loads(raw)
+            config = PipelineConfig.model_validate(rec["document"])
+            try:
+                self._ensure(config, rec["python_path"])
+                restored.append(config.name)
+            except Exception:  # noqa: BLE001 - keep restoring the others
+                log.exception("could not restore pipeline %r", config.name)
+        return restored
+
+    def ping(self) -> str:
+        """Liveness check."""
+        return "ok"
+
+    # -- internals ----------------------------------------------------------------------------
+    def _load(self, name: str) -> dict[str, Any] | None:
+        raw = self._redis.hget(_KEY, name)
+        return json.loads(raw) if raw else None
+
+    def _start_serve(self) -> None:
+        if not self._serve_started:
+            from ray import serve
+
+            serve.start(proxy_location="Disabled", logging_config={"log_level": "WARNING", "enable_access_log": False})
+            self._serve_started = True
+
+    def _run_app(self, config: PipelineConfig, python_path: list[str]) -> None:
+        from ray import serve
+
+        self._start_serve()
+        serve.run(build_app(config, python_path), name=app_name(config.name), route_prefix=None)
+
+    def _delete_app(self, name: str) -> None:
+        from ray import serve
+
+        try:
+            serve.delete(app_name(name))
+        except Exception:  # noqa: BLE001
+            log.exception("deleting the Serve application of %r failed", name)
+
+    def _start_sources(self, config: PipelineConfig) -> None:
+        from eventbus.serving._source_actor import SourceActor
+
+        actors = []
+        for i in range(len(config.spec.sources)):
+            actor = SourceActor.options(  # type: ignore[attr-defined]
+                name=source_actor_name(config.name, i), namespace=NAMESPACE, lifetime="detached"
+            ).remote(config.to_document(), i, app_name(config.name), self.kafka_bootstrap)
+            actors.append(actor)
+        for i, actor in enumerate(actors):
+            if not ray.get(actor.ready.remote(60.0), timeout=90):
+                msg = f"source {i} of pipeline {config.name!r} did not start within 60 s"
+                raise DeployError(msg)
+
+    def _stop_sources(self, name: str, count: int) -> None:
+        for i in range(count):
+            try:
+                actor = ray.get_actor(source_actor_name(name, i), namespace=NAMESPACE)
+            except ValueError:
+                continue
+            try:
+                ray.get(actor.stop.remote(True), timeout=60)
+            except Exception:  # noqa: BLE001 - kill it anyway; offsets are committed per batch
+                log.exception("draining source %d of %r failed", i, name)
+            ray.kill(actor, no_restart=True)
+            _wait_gone(source_actor_name(name, i))
+
+    def _ensure(self, config: PipelineConfig, python_path: list[str]) -> None:
+        from ray import serve
+
+        self._start_serve()
+        apps = serve.status().applications
+        if app_name(config.name) not in apps:
+            self._run_app(config, python_path)
+        for i in range(len(config.spec.sources)):
+            try:
+                ray.get_actor(source_actor_name(config.name, i), namespace=NAMESPACE)
+            except ValueError:
+                self._start_sources(config)
+                break
+
+
+def _wait_gone(actor_name: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(actor_name, namespace=NAMESPACE)
+        except ValueError:
+            return
+        time.sleep(0.05)
+
+
+def _root_cause(exc: BaseException) -> str:
+    text = str(exc)
+    # Serve wraps replica constructor failures in long tracebacks; keep the last line.
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else type(exc).__name__

@@ -1,0 +1,221 @@
+"""The local stack of ``eventbus up``: Ray, the Kafka-protocol broker and Redis.
+
+Each part is either started here (a local process on a free loopback port, recorded in
+``<home>/stack.json``) or taken as an existing address, in which case nothing of ours runs
+for it. ``down`` stops only what ``up`` started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eventbus._internal.services import (
+    ServiceProcess,
+    free_port,
+    kafka_metadata_ready,
+    start_redis,
+    start_tansu,
+    wait_for_port,
+)
+from eventbus.errors import StackError
+
+__all__ = ["Stack", "load_stack", "stack_down", "stack_status", "stack_up"]
+
+RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+@dataclass
+class Stack:
+    """Addresses of the stack's parts, and the pids of the parts this stack started.
+
+    Attributes:
+        ray_address: ``host:port`` of the Ray cluster's GCS.
+        kafka_bootstrap: Kafka bootstrap servers.
+        redis_url: ``redis://host:port/db``.
+        owned: part name -> {"pid": ..., "log": ...} for parts started by ``up``.
+    """
+
+    ray_address: str
+    kafka_bootstrap: str
+    redis_url: str
+    owned: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _state_file(home: Path) -> Path:
+    return home / "stack.json"
+
+
+def load_stack(home: Path) -> Stack | None:
+    """The stack recorded in ``home``, or None."""
+    path = _state_file(home)
+    if not path.exists():
+        return None
+    return Stack(**json.loads(path.read_text()))
+
+
+def stack_up(
+    home: Path,
+    *,
+    ray_address: str | None = None,
+    kafka_bootstrap: str | None = None,
+    redis_url: str | None = None,
+    num_cpus: int | None = None,
+) -> Stack:
+    """Start (or adopt) the stack and record it in ``home``.
+
+    Args:
+        home: the state directory (logs, ``stack.json``).
+        ray_address: an existing Ray cluster; None starts a local head node.
+        kafka_bootstrap: an existing Kafka cluster; None starts the Tansu broker.
+        redis_url: an existing Redis; None starts a local redis-server.
+        num_cpus: CPUs the local Ray head offers (default: all).
+
+    Raises:
+        StackError: a part failed to start; the parts this call started are stopped again.
+    """
+    existing = load_stack(home)
+    if existing is not None and stack_status(home)["healthy"]:
+        return existing
+    home.mkdir(parents=True, exist_ok=True)
+    logs = home / "logs"
+    logs.mkdir(exist_ok=True)
+    owned: dict[str, dict[str, Any]] = {}
+    started: list[ServiceProcess] = []
+    try:
+        if kafka_bootstrap is None:
+            svc = start_tansu(log_dir=logs, detach=True)
+            started.append(svc)
+            kafka_bootstrap = svc.address
+            owned["kafka"] = {"pid": svc.pid, "log": str(svc.log_path)}
+        if redis_url is None:
+            svc = start_redis(data_dir=home / "redis", detach=True, appendonly=True)
+            started.append(svc)
+            redis_url = svc.address
+            owned["redis"] = {"pid": svc.pid, "log": str(svc.log_path)}
+        if ray_address is None:
+            ray_address, ray_dir = _start_ray_head(home, num_cpus)
+            owned["ray"] = {"temp_dir": ray_dir}
+    except BaseException:
+        for svc in started:
+            svc.stop()
+        raise
+    stack = Stack(ray_address=ray_address, kafka_bootstrap=kafka_bootstrap, redis_url=redis_url, owned=owned)
+    _state_file(home).write_text(json.dumps(asdict(stack), indent=2))
+    return stack
+
+
+def _start_ray_head(home: Path, num_cpus: int | None) -> tuple[str, str]:
+    port = free_port()
+    temp_dir = str(home / "ray")
+    argv = [
+        str(Path(sys.executable).parent / "ray"),
+        "start",
+        "--head",
+        "--node-ip-address=127.0.0.1",
+        f"--port={port}",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+        f"--temp-dir={temp_dir}",
+    ]
+    if num_cpus is not None:
+        argv.append(f"--num-cpus={num_cpus}")
+    env = {**os.environ, **RAY_ENV}
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    if proc.returncode != 0:
+        msg = f"`ray start --head` failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}\nfix: check `ray status`, or pass --ray-address"
+        raise StackError(msg)
+    try:
+        wait_for_port("127.0.0.1", port, 30)
+    except TimeoutError as exc:
+        raise StackError(f"the Ray head did not listen on 127.0.0.1:{port}: {exc}") from exc
+    return f"127.0.0.1:{port}", temp_dir
+
+
+def stack_down(home: Path) -> list[str]:
+    """Stop what ``up`` started; returns the names of the parts stopped."""
+    stack = load_stack(home)
+    if stack is None:
+        return []
+    stopped = []
+    ray_part = stack.owned.get("ray")
+    if ray_part:
+        _stop_ray(ray_part["temp_dir"])
+        stopped.append("ray")
+    for part in ("kafka", "redis"):
+        info = stack.owned.get(part)
+        if info:
+            ServiceProcess(part, int(info["pid"]), "", Path(info["log"])).stop()
+            stopped.append(part)
+    _state_file(home).unlink(missing_ok=True)
+    return stopped
+
+
+def _stop_ray(temp_dir: str) -> None:
+    """Stop the Ray processes of the head started with ``temp_dir`` (and only those)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if temp_dir in cmd and int(proc.name) != os.getpid():
+            pids.append(int(proc.name))
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stack_status(home: Path) -> dict[str, Any]:
+    """Whether each part of the recorded stack answers."""
+    stack = load_stack(home)
+    if stack is None:
+        return {"healthy": False, "parts": {}}
+    parts: dict[str, dict[str, Any]] = {}
+    host, _, port = stack.ray_address.rpartition(":")
+    parts["ray"] = {"address": stack.ray_address, "up": _port_open(host, int(port)), "owned": "ray" in stack.owned}
+    parts["kafka"] = {
+        "address": stack.kafka_bootstrap,
+        "up": kafka_metadata_ready(stack.kafka_bootstrap.split(",")[0], 2.0),
+        "owned": "kafka" in stack.owned,
+    }
+    rhost, rport = _redis_host_port(stack.redis_url)
+    parts["redis"] = {"address": stack.redis_url, "up": _port_open(rhost, rport), "owned": "redis" in stack.owned}
+    return {"healthy": all(p["up"] for p in parts.values()), "parts": parts}
+
+
+def _redis_host_port(url: str) -> tuple[str, int]:
+    from urllib.parse import urlparse
+
+    u = urlparse(url)
+    return u.hostname or "127.0.0.1", u.port or 6379
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        wait_for_port(host, port, 0.5)
+    except TimeoutError:
+        return False
+    return True
