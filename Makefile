@@ -1,0 +1,43 @@
+# EventBus: `make demo` runs the platform on its embedded default stack; `make test` runs the suite.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
+export RAY_USAGE_STATS_ENABLED := 0
+
+.PHONY: setup demo test test-unit test-integration bench schema down clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch first, pinned: the local CPU wheel (an unpinned torch pulls a multi-GB CUDA build)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+demo: setup
+	EB=$(VENV)/bin/eventbus bash examples/demo.sh
+
+test: setup
+	$(PY) -m pytest -q
+
+test-unit: setup
+	$(PY) -m pytest -q -m "not integration"
+
+test-integration: setup
+	$(PY) -m pytest -q -m integration
+
+bench: setup
+	$(PY) benchmarks/expressions.py
+	$(PY) benchmarks/kafka_pipeline.py
+
+schema: setup
+	$(VENV)/bin/eventbus schema -o eventbus.schema.json
+
+down:
+	$(VENV)/bin/eventbus down
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,10 @@
+"""Root test configuration: shared fixture modules (real services, the Ray session)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+pytest_plugins = ["tests.fixtures.services", "tests.fixtures.ray_stack"]

@@ -1,0 +1,18 @@
+"""User functions deployed by the integration tests."""
+
+from __future__ import annotations
+
+import eventbus
+from eventbus import CloudEvent
+
+
+@eventbus.function(batch=True)
+def score(events: list[CloudEvent]) -> list[CloudEvent]:
+    out = []
+    for e in events:
+        n = e.data["n"]
+        if n % 500 == 7:
+            msg = f"cannot score n={n}"
+            raise ValueError(msg)
+        out.append(e.replace(data={**e.data, "score": n % 10}))
+    return out

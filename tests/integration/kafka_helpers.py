@@ -1,0 +1,71 @@
+"""Produce and collect CloudEvents on the real broker, with deadlines (never sleeps)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from eventbus import CloudEvent
+from eventbus.eventing._codecs import decode_kafka
+from eventbus.eventing._publish import publish_events
+
+
+async def produce(bootstrap: str, topic: str, events: list[CloudEvent], key_of: Any = None) -> None:
+    if key_of is None:
+        await publish_events(bootstrap, topic, events)
+        return
+    for e in events:
+        e.attributes["partitionkey"] = key_of(e)
+    await publish_events(bootstrap, topic, events)
+
+
+async def collect(bootstrap: str, topic: str, count: int, timeout_s: float = 90.0) -> list[CloudEvent]:
+    """Read from the beginning until ``count`` events arrived (then 0.5 s more to catch extras)."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest", enable_auto_commit=False)
+    await consumer.start()
+    out: list[CloudEvent] = []
+    deadline = time.monotonic() + timeout_s
+    extra_until: float | None = None
+    try:
+        while time.monotonic() < deadline:
+            if extra_until is not None and time.monotonic() > extra_until:
+                break
+            batch = await consumer.getmany(timeout_ms=200, max_records=5000)
+            for tp, records in batch.items():
+                for r in records:
+                    out.append(decode_kafka(r.value, list(r.headers or ()), key=r.key, topic=tp.topic, partition=tp.partition,
+                                            offset=r.offset, default_type="x", default_source="x"))
+            if len(out) >= count and extra_until is None:
+                extra_until = time.monotonic() + 0.5
+    finally:
+        await consumer.stop()
+    return out
+
+
+async def committed_vs_end(bootstrap: str, group: str, topic: str) -> tuple[dict[int, int | None], dict[int, int]]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        parts = sorted(consumer.partitions_for_topic(topic) or [])
+        if not parts:
+            await consumer._client.force_metadata_update()
+            parts = sorted(consumer.partitions_for_topic(topic) or [])
+        tps = [TopicPartition(topic, p) for p in parts]
+        end = await consumer.end_offsets(tps)
+        committed = {tp.partition: await consumer.committed(tp) for tp in tps}
+        return committed, {tp.partition: end[tp] for tp in tps}
+    finally:
+        await consumer.stop()
+
+
+async def wait_committed(bootstrap: str, group: str, topic: str, timeout_s: float = 60.0) -> dict[int, int]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        committed, end = await committed_vs_end(bootstrap, group, topic)
+        if committed == end:
+            return end
+        if time.monotonic() > deadline:
+            msg = f"offsets of group {group} on {topic} not committed: committed={committed} end={end}"
+            raise AssertionError(msg)

@@ -1,0 +1,393 @@
+"""KafkaSource and KafkaSink against a real Kafka-protocol broker (Tansu)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import orjson
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from eventbus.eventing._codecs import decode_kafka, encode_kafka_binary, encode_kafka_structured
+from eventbus.eventing._event import CloudEvent
+from eventbus.eventing._outcome import Failure, Outcome
+from eventbus.eventing.sinks import KafkaSink, KafkaSinkConfig
+from eventbus.eventing.sources import DECODE_ERROR_TYPE, KafkaSource, KafkaSourceConfig
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+
+Record = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]  # partition, key, value, headers
+
+
+async def produce(bootstrap: str, topic: str, records: Sequence[Record]) -> dict[int, int]:
+    """Write records to explicit partitions with send_batch; return records per partition."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", max_batch_size=1 << 20, max_request_size=2 << 20
+    )
+    await producer.start()
+    try:
+        by_partition: dict[int, list[Record]] = defaultdict(list)
+        for r in records:
+            by_partition[r[0]].append(r)
+        futures = []
+        for partition, recs in by_partition.items():
+            batch = producer.create_batch()
+            for _, key, value, headers in recs:
+                if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
+                    batch.close()
+                    futures.append(await producer.send_batch(batch, topic, partition=partition))
+                    batch = producer.create_batch()
+                    assert batch.append(key=key, value=value, timestamp=None, headers=headers)
+            batch.close()
+            futures.append(await producer.send_batch(batch, topic, partition=partition))
+        await asyncio.gather(*futures)
+        return {p: len(rs) for p, rs in by_partition.items()}
+    finally:
+        await producer.stop()
+
+
+async def read_all(bootstrap: str, topic: str, expected: int, timeout_s: float = 20.0) -> list[Any]:
+    """Read a topic from the beginning until ``expected`` records came, then 0.3 s more."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        partitions = sorted(consumer.partitions_for_topic(topic) or ())
+        if not partitions:
+            partitions = sorted(await _partitions(consumer, topic))
+        consumer.assign([TopicPartition(topic, p) for p in partitions])
+        await consumer.seek_to_beginning()
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        quiet_until = None
+        while time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=100)
+            for recs in batch.values():
+                out.extend(recs)
+            if len(out) >= expected:
+                if batch:
+                    quiet_until = time.monotonic() + 0.3
+                elif quiet_until is None:
+                    quiet_until = time.monotonic() + 0.3
+                elif time.monotonic() > quiet_until:
+                    break
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        await consumer.topics()
+        found = consumer.partitions_for_topic(topic)
+        if found:
+            return set(found)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"topic {topic} has no partitions")
+
+
+async def wait_for(
+    condition: Callable[[], bool], timeout_s: float, what: Callable[[], str]
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what()}")
+        await asyncio.sleep(0.01)
+
+
+async def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int | None]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        return {p: await consumer.committed(TopicPartition(topic, p)) for p in range(partitions)}
+    finally:
+        await consumer.stop()
+
+
+def decode_record(r: Any) -> CloudEvent:
+    return decode_kafka(
+        r.value, r.headers, key=r.key, topic=r.topic, partition=r.partition, offset=r.offset,
+        default_type="plain", default_source="test",
+    )
+
+
+def make_source(
+    bootstrap: str,
+    topic: str,
+    dispatch: Callable[[list[CloudEvent]], Awaitable[list[Outcome]]],
+    out_topic: str,
+    dlq_topic: str | None,
+    *,
+    pipeline: str,
+    group: str | None = None,
+    **kwargs: Any,
+) -> KafkaSource:
+    return KafkaSource(
+        KafkaSourceConfig(topic=topic, group=group),
+        pipeline=pipeline,
+        bootstrap_servers=bootstrap,
+        dispatch=dispatch,
+        sink=KafkaSink(KafkaSinkConfig(topic=out_topic), bootstrap_servers=bootstrap),
+        dead_letter=(
+            KafkaSink(KafkaSinkConfig(topic=dlq_topic, mode="structured"), bootstrap_servers=bootstrap)
+            if dlq_topic
+            else None
+        ),
+        session_timeout_ms=2000,
+        retry_initial_s=0.05,
+        **kwargs,
+    )
+
+
+async def double_even(events: list[CloudEvent]) -> list[Outcome]:
+    """Drop odd n, double even n, fail every 100th."""
+    await asyncio.sleep(0)
+    out: list[Outcome] = []
+    for e in events:
+        n = e.data["n"]
+        if n % 100 == 0:
+            out.append(Failure("double", "ValueError", f"n={n} is a multiple of 100", attempts=3))
+        elif n % 2:
+            out.append([])
+        else:
+            out.append([e.replace(id=e.id + "-out", type="doubled", data={"n": n, "doubled": 2 * n})])
+    return out
+
+
+async def test_source_delivers_every_output_once_in_order(kafka_bootstrap, topic_factory, capsys):
+    n_events, partitions = 12_000, 3
+    src = topic_factory("in", partitions=partitions)
+    out = topic_factory("out", partitions=partitions)
+    dlq = topic_factory("dlq", partitions=1)
+    records: list[Record] = []
+    for i in range(n_events):
+        p = i % partitions
+        key = f"k{p}-{i // partitions % 7}".encode()
+        records.append((p, key, orjson.dumps({"n": i, "key": key.decode()}), []))
+    per_partition = await produce(kafka_bootstrap, src, records)
+
+    source = make_source(kafka_bootstrap, src, double_even, out, dlq, pipeline=f"p-{src}")
+    await source.start()
+    runner = asyncio.create_task(source.run())
+    try:
+        await wait_for(lambda: source.stats()["committed"] >= n_events, 30, lambda: str(source.stats()))
+    finally:
+        await source.stop()
+        await runner
+    stats = source.stats()
+    expected_outputs = {i for i in range(n_events) if i % 2 == 0 and i % 100}
+    expected_failed = {i for i in range(n_events) if i % 100 == 0}
+    assert stats["consumed"] == n_events
+    assert stats["committed"] == n_events
+    assert stats["outputs"] == len(expected_outputs)
+    assert stats["failed"] == stats["dead_lettered"] == len(expected_failed)
+    assert stats["dropped"] == n_events - len(expected_outputs) - len(expected_failed)
+    assert stats["decode_errors"] == stats["dispatch_retries"] == stats["in_flight"] == 0
+    assert 1 <= stats["batches"] <= n_events
+
+    # Every expected output exactly once, with its contents, per-key order kept.
+    got = await read_all(kafka_bootstrap, out, len(expected_outputs))
+    assert len(got) == len(expected_outputs)
+    events = [decode_record(r) for r in got]
+    ns = [e.data["n"] for e in events]
+    assert sorted(ns) == sorted(expected_outputs)
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for r, e in zip(got, events, strict=True):
+        assert e.type == "doubled"
+        assert e.id == f"{src}-{e.data['n'] % partitions}-{e.data['n'] // partitions}-out"
+        assert e.source == f"kafka://{src}"
+        assert e.data["doubled"] == 2 * e.data["n"]
+        assert r.key.decode() == e["partitionkey"]
+        by_key[e["partitionkey"]].append(e.data["n"])
+    for key, seq in by_key.items():
+        assert seq == sorted(seq), f"order broken for key {key}"
+
+    # Failures in the dead-letter topic: the original event plus the error attributes.
+    dead = await read_all(kafka_bootstrap, dlq, len(expected_failed))
+    assert len(dead) == len(expected_failed)
+    dead_events = [decode_record(r) for r in dead]
+    assert {e.data["n"] for e in dead_events} == expected_failed
+    for e in dead_events:
+        n = e.data["n"]
+        assert e.type == "eventbus.message"
+        assert e.id == f"{src}-{n % partitions}-{n // partitions}"
+        assert e["ebpipeline"] == f"p-{src}"
+        assert e["ebstep"] == "double"
+        assert e["eberrortype"] == "ValueError"
+        assert e["eberror"] == f"n={n} is a multiple of 100"
+        assert e["ebattempts"] == 3
+        assert (e["ebtopic"], e["ebpartition"], e["eboffset"]) == (src, n % partitions, n // partitions)
+
+    # Offsets committed up to the end of every partition.
+    committed = await committed_offsets(kafka_bootstrap, source.group, src, partitions)
+    assert committed == per_partition
+
+
+async def test_source_throughput_trivial_dispatch(kafka_bootstrap, topic_factory, capsys):
+    n_events, partitions = 60_000, 3
+    src = topic_factory("in", partitions=partitions)
+    out = topic_factory("out", partitions=partitions)
+    records = [
+        (i % partitions, None, orjson.dumps({"n": i, "payload": "x" * 40}), []) for i in range(n_events)
+    ]
+    await produce(kafka_bootstrap, src, records)
+    first: list[float] = []
+
+    async def passthrough(events: list[CloudEvent]) -> list[Outcome]:
+        if not first:
+            first.append(time.perf_counter())
+        return [[e] for e in events]
+
+    source = make_source(kafka_bootstrap, src, passthrough, out, None, pipeline=f"p-{src}")
+    await source.start()
+    runner = asyncio.create_task(source.run())
+    try:
+        await wait_for(lambda: source.stats()["committed"] >= n_events, 30, lambda: str(source.stats()))
+        elapsed = time.perf_counter() - first[0]
+    finally:
+        await source.stop()
+        await runner
+    stats = source.stats()
+    assert stats["outputs"] == n_events
+    rate = n_events / elapsed
+    with capsys.disabled():
+        print(
+            f"\nKafkaSource throughput: {n_events} events in {elapsed:.2f} s = {rate:,.0f} events/s "
+            f"(consume, decode, dispatch, encode, produce acks=all, commit; {stats['batches']} batches)"
+        )
+    assert rate > 5_000
+
+
+async def test_dispatch_raising_twice_loses_nothing(kafka_bootstrap, topic_factory):
+    n_events = 600
+    src = topic_factory("in", partitions=3)
+    out = topic_factory("out", partitions=1)
+    await produce(kafka_bootstrap, src, [(i % 3, None, orjson.dumps({"n": i}), []) for i in range(n_events)])
+    calls = 0
+
+    async def flaky(events: list[CloudEvent]) -> list[Outcome]:
+        nonlocal calls
+        calls += 1
+        if calls <= 2:
+            raise ConnectionError("replica died")
+        return [[e] for e in events]
+
+    source = make_source(kafka_bootstrap, src, flaky, out, None, pipeline=f"p-{src}", max_in_flight=1)
+    await source.start()
+    runner = asyncio.create_task(source.run())
+    try:
+        await wait_for(lambda: source.stats()["committed"] >= n_events, 30, lambda: str(source.stats()))
+    finally:
+        await source.stop()
+        await runner
+    stats = source.stats()
+    assert stats["dispatch_retries"] == 2
+    assert stats["outputs"] == n_events
+    got = await read_all(kafka_bootstrap, out, n_events)
+    assert sorted(orjson.loads(r.value)["n"] for r in got) == list(range(n_events))
+    assert await committed_offsets(kafka_bootstrap, source.group, src, 3) == {0: 200, 1: 200, 2: 200}
+
+
+async def test_undecodable_records_are_counted_and_dead_lettered(kafka_bootstrap, topic_factory):
+    src = topic_factory("in", partitions=1)
+    out = topic_factory("out", partitions=1)
+    dlq = topic_factory("dlq", partitions=1)
+    good_binary = CloudEvent.create(type="t.binary", source="/test", id="b1", data={"n": 1})
+    good_structured = CloudEvent.create(type="t.structured", source="/test", id="s1", data={"n": 2})
+    bh, bv = encode_kafka_binary(good_binary)
+    sh, sv = encode_kafka_structured(good_structured)
+    bad_version = [("ce_specversion", b"0.3"), ("ce_id", b"x"), ("ce_source", b"/s"), ("ce_type", b"t")]
+    records: list[Record] = [
+        (0, b"k0", orjson.dumps({"n": 0}), []),
+        (0, None, b"\x00raw", bad_version),  # offset 1
+        (0, None, bv, bh),
+        (0, b"kbad", b"{not json", [("content-type", b"application/cloudevents+json")]),  # offset 3
+        (0, None, sv, sh),
+        (0, None, b"{}", [*bad_version[1:], ("ce_specversion", b"1.0"), ("ce_time", b"yesterday")]),
+    ]
+    await produce(kafka_bootstrap, src, records)
+
+    async def identity(events: list[CloudEvent]) -> list[Outcome]:
+        return [[e] for e in events]
+
+    source = make_source(kafka_bootstrap, src, identity, out, dlq, pipeline=f"p-{src}")
+    await source.start()
+    runner = asyncio.create_task(source.run())
+    try:
+        await wait_for(lambda: source.stats()["committed"] >= len(records), 30, lambda: str(source.stats()))
+    finally:
+        await source.stop()
+        await runner
+    stats = source.stats()
+    assert stats["decode_errors"] == 3
+    assert stats["dead_lettered"] == 3
+    assert stats["outputs"] == 3
+
+    got = [decode_record(r) for r in await read_all(kafka_bootstrap, out, 3)]
+    assert [e.id for e in got] == [f"{src}-0-0", "b1", "s1"]
+    assert got[0]["partitionkey"] == "k0"
+
+    dead = await read_all(kafka_bootstrap, dlq, 3)
+    dead_events = [decode_record(r) for r in dead]
+    assert [e.type for e in dead_events] == [DECODE_ERROR_TYPE] * 3
+    assert [e["eboffset"] for e in dead_events] == [1, 3, 5]
+    assert [e.data for e in dead_events] == [b"\x00raw", b"{not json", b"{}"]
+    assert [r.key for r in dead] == [None, b"kbad", None]
+    assert dead_events[0]["eberror"] == (
+        f"{src}[0]@1: header ce_specversion is '0.3'; EventBus speaks CloudEvents 1.0 "
+        "(ce_specversion: 1.0)"
+    )
+    assert "value is not valid JSON" in dead_events[1]["eberror"]
+    assert "header ce_time is 'yesterday'" in dead_events[2]["eberror"]
+    for e in dead_events:
+        assert e["eberrortype"] == "EventDecodeError"
+        assert e["ebstep"] == "decode"
+        assert e["ebpipeline"] == f"p-{src}"
+        assert e["ebtopic"] == src
+    assert await committed_offsets(kafka_bootstrap, source.group, src, 1) == {0: len(records)}
+
+
+async def test_rebalance_commits_in_flight_batches(kafka_bootstrap, topic_factory):
+    n_events, partitions = 4_000, 4
+    src = topic_factory("in", partitions=partitions)
+    out = topic_factory("out", partitions=1)
+    await produce(
+        kafka_bootstrap, src, [(i % partitions, None, orjson.dumps({"n": i}), []) for i in range(n_events)]
+    )
+
+    async def slow(events: list[CloudEvent]) -> list[Outcome]:
+        await asyncio.sleep(0.1)
+        return [[e] for e in events]
+
+    group = f"g-{src}"
+    common = dict(max_batch=50, max_in_flight=4, group=group)
+    a = make_source(kafka_bootstrap, src, slow, out, None, pipeline="a", **common)
+    b = make_source(kafka_bootstrap, src, slow, out, None, pipeline="b", **common)
+    await a.start()
+    run_a = asyncio.create_task(a.run())
+    await wait_for(lambda: a.stats()["committed"] >= 200, 30, lambda: str(a.stats()))
+    await b.start()
+    run_b = asyncio.create_task(b.run())
+    try:
+        await wait_for(
+            lambda: b.stats()["consumed"] > 0 and a.stats()["committed"] + b.stats()["committed"] >= n_events,
+            30,
+            lambda: f"a={a.stats()} b={b.stats()}",
+        )
+    finally:
+        await a.stop()
+        await b.stop()
+        await run_a
+        await run_b
+    got = await read_all(kafka_bootstrap, out, n_events)
+    ns = [orjson.loads(r.value)["n"] for r in got]
+    assert set(ns) == set(range(n_events))  # at-least-once: nothing lost
+    duplicates = len(ns) - n_events
+    assert duplicates <= 4 * 50 * 4  # at most the batches in flight of the revoked partitions
+    committed = await committed_offsets(kafka_bootstrap, group, src, partitions)
+    assert committed == {p: n_events // partitions for p in range(partitions)}
