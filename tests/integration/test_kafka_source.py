@@ -20,7 +20,9 @@ from eventbus.eventing.sources import DECODE_ERROR_TYPE, KafkaSource, KafkaSourc
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
-Record = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]  # partition, key, value, headers
+Record = tuple[
+    int, bytes | None, bytes | None, list[tuple[str, bytes]]
+]  # partition, key, value, headers
 
 
 async def produce(bootstrap: str, topic: str, records: Sequence[Record]) -> dict[int, int]:
@@ -68,9 +70,7 @@ async def read_all(bootstrap: str, topic: str, expected: int, timeout_s: float =
             for recs in batch.values():
                 out.extend(recs)
             if len(out) >= expected:
-                if batch:
-                    quiet_until = time.monotonic() + 0.3
-                elif quiet_until is None:
+                if batch or quiet_until is None:
                     quiet_until = time.monotonic() + 0.3
                 elif time.monotonic() > quiet_until:
                     break
@@ -100,8 +100,12 @@ async def wait_for(
         await asyncio.sleep(0.01)
 
 
-async def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int | None]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+async def committed_offsets(
+    bootstrap: str, group: str, topic: str, partitions: int
+) -> dict[int, int | None]:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
+    )
     await consumer.start()
     try:
         return {p: await consumer.committed(TopicPartition(topic, p)) for p in range(partitions)}
@@ -111,8 +115,14 @@ async def committed_offsets(bootstrap: str, group: str, topic: str, partitions: 
 
 def decode_record(r: Any) -> CloudEvent:
     return decode_kafka(
-        r.value, r.headers, key=r.key, topic=r.topic, partition=r.partition, offset=r.offset,
-        default_type="plain", default_source="test",
+        r.value,
+        r.headers,
+        key=r.key,
+        topic=r.topic,
+        partition=r.partition,
+        offset=r.offset,
+        default_type="plain",
+        default_source="test",
     )
 
 
@@ -134,7 +144,9 @@ def make_source(
         dispatch=dispatch,
         sink=KafkaSink(KafkaSinkConfig(topic=out_topic), bootstrap_servers=bootstrap),
         dead_letter=(
-            KafkaSink(KafkaSinkConfig(topic=dlq_topic, mode="structured"), bootstrap_servers=bootstrap)
+            KafkaSink(
+                KafkaSinkConfig(topic=dlq_topic, mode="structured"), bootstrap_servers=bootstrap
+            )
             if dlq_topic
             else None
         ),
@@ -155,7 +167,9 @@ async def double_even(events: list[CloudEvent]) -> list[Outcome]:
         elif n % 2:
             out.append([])
         else:
-            out.append([e.replace(id=e.id + "-out", type="doubled", data={"n": n, "doubled": 2 * n})])
+            out.append(
+                [e.replace(id=e.id + "-out", type="doubled", data={"n": n, "doubled": 2 * n})]
+            )
     return out
 
 
@@ -175,7 +189,9 @@ async def test_source_delivers_every_output_once_in_order(kafka_bootstrap, topic
     await source.start()
     runner = asyncio.create_task(source.run())
     try:
-        await wait_for(lambda: source.stats()["committed"] >= n_events, 30, lambda: str(source.stats()))
+        await wait_for(
+            lambda: source.stats()["committed"] >= n_events, 30, lambda: str(source.stats())
+        )
     finally:
         await source.stop()
         await runner
@@ -221,7 +237,11 @@ async def test_source_delivers_every_output_once_in_order(kafka_bootstrap, topic
         assert e["eberrortype"] == "ValueError"
         assert e["eberror"] == f"n={n} is a multiple of 100"
         assert e["ebattempts"] == 3
-        assert (e["ebtopic"], e["ebpartition"], e["eboffset"]) == (src, n % partitions, n // partitions)
+        assert (e["ebtopic"], e["ebpartition"], e["eboffset"]) == (
+            src,
+            n % partitions,
+            n // partitions,
+        )
 
     # Offsets committed up to the end of every partition.
     committed = await committed_offsets(kafka_bootstrap, source.group, src, partitions)
@@ -233,7 +253,8 @@ async def test_source_throughput_trivial_dispatch(kafka_bootstrap, topic_factory
     src = topic_factory("in", partitions=partitions)
     out = topic_factory("out", partitions=partitions)
     records = [
-        (i % partitions, None, orjson.dumps({"n": i, "payload": "x" * 40}), []) for i in range(n_events)
+        (i % partitions, None, orjson.dumps({"n": i, "payload": "x" * 40}), [])
+        for i in range(n_events)
     ]
     await produce(kafka_bootstrap, src, records)
     first: list[float] = []
@@ -247,7 +268,9 @@ async def test_source_throughput_trivial_dispatch(kafka_bootstrap, topic_factory
     await source.start()
     runner = asyncio.create_task(source.run())
     try:
-        await wait_for(lambda: source.stats()["committed"] >= n_events, 30, lambda: str(source.stats()))
+        await wait_for(
+            lambda: source.stats()["committed"] >= n_events, 30, lambda: str(source.stats())
+        )
         elapsed = time.perf_counter() - first[0]
     finally:
         await source.stop()
@@ -267,7 +290,9 @@ async def test_dispatch_raising_twice_loses_nothing(kafka_bootstrap, topic_facto
     n_events = 600
     src = topic_factory("in", partitions=3)
     out = topic_factory("out", partitions=1)
-    await produce(kafka_bootstrap, src, [(i % 3, None, orjson.dumps({"n": i}), []) for i in range(n_events)])
+    await produce(
+        kafka_bootstrap, src, [(i % 3, None, orjson.dumps({"n": i}), []) for i in range(n_events)]
+    )
     calls = 0
 
     async def flaky(events: list[CloudEvent]) -> list[Outcome]:
@@ -277,11 +302,15 @@ async def test_dispatch_raising_twice_loses_nothing(kafka_bootstrap, topic_facto
             raise ConnectionError("replica died")
         return [[e] for e in events]
 
-    source = make_source(kafka_bootstrap, src, flaky, out, None, pipeline=f"p-{src}", max_in_flight=1)
+    source = make_source(
+        kafka_bootstrap, src, flaky, out, None, pipeline=f"p-{src}", max_in_flight=1
+    )
     await source.start()
     runner = asyncio.create_task(source.run())
     try:
-        await wait_for(lambda: source.stats()["committed"] >= n_events, 30, lambda: str(source.stats()))
+        await wait_for(
+            lambda: source.stats()["committed"] >= n_events, 30, lambda: str(source.stats())
+        )
     finally:
         await source.stop()
         await runner
@@ -290,7 +319,11 @@ async def test_dispatch_raising_twice_loses_nothing(kafka_bootstrap, topic_facto
     assert stats["outputs"] == n_events
     got = await read_all(kafka_bootstrap, out, n_events)
     assert sorted(orjson.loads(r.value)["n"] for r in got) == list(range(n_events))
-    assert await committed_offsets(kafka_bootstrap, source.group, src, 3) == {0: 200, 1: 200, 2: 200}
+    assert await committed_offsets(kafka_bootstrap, source.group, src, 3) == {
+        0: 200,
+        1: 200,
+        2: 200,
+    }
 
 
 async def test_undecodable_records_are_counted_and_dead_lettered(kafka_bootstrap, topic_factory):
@@ -301,7 +334,12 @@ async def test_undecodable_records_are_counted_and_dead_lettered(kafka_bootstrap
     good_structured = CloudEvent.create(type="t.structured", source="/test", id="s1", data={"n": 2})
     bh, bv = encode_kafka_binary(good_binary)
     sh, sv = encode_kafka_structured(good_structured)
-    bad_version = [("ce_specversion", b"0.3"), ("ce_id", b"x"), ("ce_source", b"/s"), ("ce_type", b"t")]
+    bad_version = [
+        ("ce_specversion", b"0.3"),
+        ("ce_id", b"x"),
+        ("ce_source", b"/s"),
+        ("ce_type", b"t"),
+    ]
     records: list[Record] = [
         (0, b"k0", orjson.dumps({"n": 0}), []),
         (0, None, b"\x00raw", bad_version),  # offset 1
@@ -319,7 +357,9 @@ async def test_undecodable_records_are_counted_and_dead_lettered(kafka_bootstrap
     await source.start()
     runner = asyncio.create_task(source.run())
     try:
-        await wait_for(lambda: source.stats()["committed"] >= len(records), 30, lambda: str(source.stats()))
+        await wait_for(
+            lambda: source.stats()["committed"] >= len(records), 30, lambda: str(source.stats())
+        )
     finally:
         await source.stop()
         await runner
@@ -352,12 +392,50 @@ async def test_undecodable_records_are_counted_and_dead_lettered(kafka_bootstrap
     assert await committed_offsets(kafka_bootstrap, source.group, src, 1) == {0: len(records)}
 
 
+async def test_unencodable_outputs_dead_letter_their_inputs(kafka_bootstrap, topic_factory):
+    src = topic_factory("in", partitions=1)
+    out = topic_factory("out", partitions=1)
+    dlq = topic_factory("dlq", partitions=1)
+    await produce(kafka_bootstrap, src, [(0, None, orjson.dumps({"n": i}), []) for i in range(30)])
+
+    async def sloppy(events: list[CloudEvent]) -> list[Outcome]:
+        out: list[Outcome] = []
+        for e in events:
+            n = e.data["n"]
+            if n == 7:
+                out.append([e.replace(data={"bad": {1, 2}})])  # a set is not JSON
+            elif n == 8:
+                out.append([{"not": "an event"}])  # type: ignore[list-item]
+            else:
+                out.append([e])
+        return out
+
+    source = make_source(kafka_bootstrap, src, sloppy, out, dlq, pipeline=f"p-{src}")
+    await source.start()
+    runner = asyncio.create_task(source.run())
+    try:
+        await wait_for(lambda: source.stats()["committed"] >= 30, 30, lambda: str(source.stats()))
+    finally:
+        await source.stop()
+        await runner
+    stats = source.stats()
+    assert (stats["outputs"], stats["failed"], stats["dead_lettered"]) == (28, 2, 2)
+    got = await read_all(kafka_bootstrap, out, 28)
+    assert [orjson.loads(r.value)["n"] for r in got] == [n for n in range(30) if n not in (7, 8)]
+    dead = [decode_record(r) for r in await read_all(kafka_bootstrap, dlq, 2)]
+    assert [e.data for e in dead] == [{"n": 7}, {"n": 8}]
+    assert [e["ebstep"] for e in dead] == ["sink", "sink"]
+    assert [e["eberrortype"] for e in dead] == ["TypeError", "AttributeError"]
+
+
 async def test_rebalance_commits_in_flight_batches(kafka_bootstrap, topic_factory):
     n_events, partitions = 4_000, 4
     src = topic_factory("in", partitions=partitions)
     out = topic_factory("out", partitions=1)
     await produce(
-        kafka_bootstrap, src, [(i % partitions, None, orjson.dumps({"n": i}), []) for i in range(n_events)]
+        kafka_bootstrap,
+        src,
+        [(i % partitions, None, orjson.dumps({"n": i}), []) for i in range(n_events)],
     )
 
     async def slow(events: list[CloudEvent]) -> list[Outcome]:
@@ -365,7 +443,7 @@ async def test_rebalance_commits_in_flight_batches(kafka_bootstrap, topic_factor
         return [[e] for e in events]
 
     group = f"g-{src}"
-    common = dict(max_batch=50, max_in_flight=4, group=group)
+    common: dict[str, Any] = {"max_batch": 50, "max_in_flight": 4, "group": group}
     a = make_source(kafka_bootstrap, src, slow, out, None, pipeline="a", **common)
     b = make_source(kafka_bootstrap, src, slow, out, None, pipeline="b", **common)
     await a.start()
@@ -375,7 +453,10 @@ async def test_rebalance_commits_in_flight_batches(kafka_bootstrap, topic_factor
     run_b = asyncio.create_task(b.run())
     try:
         await wait_for(
-            lambda: b.stats()["consumed"] > 0 and a.stats()["committed"] + b.stats()["committed"] >= n_events,
+            lambda: (
+                b.stats()["consumed"] > 0
+                and a.stats()["committed"] + b.stats()["committed"] >= n_events
+            ),
             30,
             lambda: f"a={a.stats()} b={b.stats()}",
         )

@@ -28,7 +28,7 @@ def test_validate_ok_and_bad(tmp_path: Path) -> None:
     assert res.exit_code == 1
     lines = [ln for ln in res.output.splitlines() if ln.startswith(str(bad))]
     assert len(lines) == 2, res.output
-    assert lines[0].startswith(f"{bad}:3:17: metadata.name: must match")
+    assert lines[0].startswith(f"{bad}:3:18: metadata.name: must match")
 
 
 def test_test_command_passes_on_examples() -> None:

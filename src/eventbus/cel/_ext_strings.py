@@ -158,12 +158,8 @@ def quote(s: Any) -> str:
         esc = _QUOTE_ESCAPES.get(ch)
         if esc is not None:
             out.append(esc)
-        elif ch.isprintable() or ch == " ":
-            out.append(ch)
-        elif ord(ch) < 0x10000:
-            out.append(f"\\u{ord(ch):04x}")
         else:
-            out.append(f"\\U{ord(ch):08x}")
+            out.append(ch)
     out.append('"')
     return "".join(out)
 

@@ -92,7 +92,7 @@ def to_uint(x: Any) -> UInt:
             raise EvalError("uint overflow in uint(int)")
         return UInt(x)
     if k == "double":
-        if math.isnan(x) or not -1.0 < x < _TWO_POW_64:
+        if math.isnan(x) or not 0.0 <= x < _TWO_POW_64:
             raise EvalError("uint overflow in uint(double)")
         return UInt(int(x))
     if k == "string":
@@ -147,24 +147,27 @@ def format_double(x: float) -> str:
 
 
 def format_timestamp(x: _dt.datetime) -> str:
-    """RFC 3339 with trailing fractional zeros trimmed (Go's RFC3339Nano)."""
+    """RFC 3339 in UTC, fraction trimmed, as ``2009-02-13T23:31:30.12Z``."""
     ns = ts_ns(x)
     secs, frac = divmod(ns, 10**9)
     base = _dt.datetime(1970, 1, 1) + _dt.timedelta(seconds=secs)
     text = base.strftime("%Y-%m-%dT%H:%M:%S")
     text = f"{base.year:04d}{text[text.index('-'):]}"
-    if frac:
-        text += "." + f"{frac:09d}".rstrip("0")
-    return text + "Z"
+    return text + _fraction(frac) + "Z"
+
+
+def _fraction(nanos: int) -> str:
+    """The fractional seconds with trailing zeros trimmed (cel-go's format)."""
+    if not nanos:
+        return ""
+    return "." + f"{nanos:09d}".rstrip("0")
 
 
 def format_duration(x: _dt.timedelta) -> str:
-    """Seconds with the fraction trimmed, as ``"1.5s"``."""
+    """Seconds with the fraction trimmed, as ``"1.5s"`` (cel-go's format)."""
     ns = dur_ns(x)
-    text = format(Decimal(ns) / Decimal(10**9), "f")
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return text + "s"
+    secs, nanos = divmod(abs(ns), 10**9)
+    return f"{'-' if ns < 0 else ''}{secs}{_fraction(nanos)}s"
 
 
 def to_string(x: Any) -> str:
@@ -226,7 +229,7 @@ def to_bool(x: Any) -> bool:
 
 
 _TS_RE: Final = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"
     r"(?:([Zz])|([+-])(\d{2}):(\d{2}))"
 )
 
@@ -243,7 +246,7 @@ def parse_timestamp(text: str) -> _dt.datetime:
     except ValueError:
         msg = f"invalid timestamp {text!r}"
         raise EvalError(msg) from None
-    frac = int((m.group(7) or "0").ljust(9, "0"))
+    frac = int((m.group(7) or "0")[:9].ljust(9, "0"))
     offset = 0
     if m.group(9):
         offset = (int(m.group(10)) * 60 + int(m.group(11))) * 60
@@ -373,8 +376,14 @@ def _translate_re2(pattern: str) -> str:
             if e == "z":
                 out.append(r"\Z")
             elif e in "pP":
-                msg = "unicode classes (\\p) are not supported in regular expressions"
-                raise EvalError(msg)
+                name, width = _unicode_class_name(pattern, i + 2)
+                cls = _UNICODE_CLASSES.get(name)
+                if cls is None:
+                    msg = f"unsupported unicode class \\{e}{{{name}}} in regular expression"
+                    raise EvalError(msg)
+                out.append(cls[0] if e == "p" else cls[1])
+                i += 2 + width
+                continue
             elif e == "C":
                 out.append(".")
             elif e == "Q":
@@ -405,6 +414,22 @@ def _translate_re2(pattern: str) -> str:
     return "".join(out)
 
 
+# RE2 unicode classes that Python's re can express.
+_UNICODE_CLASSES: Final = {
+    "L": (r"[^\W\d_]", r"[\W\d_]"),
+    "N": (r"\d", r"\D"),
+    "Nd": (r"\d", r"\D"),
+}
+
+
+def _unicode_class_name(pattern: str, start: int) -> tuple[str, int]:
+    if pattern.startswith("{", start):
+        end = pattern.find("}", start)
+        if end > 0:
+            return pattern[start + 1 : end], end - start + 1
+    return pattern[start : start + 1], 1
+
+
 @functools.lru_cache(maxsize=256)
 def compile_regex(pattern: str) -> re.Pattern[str]:
     """Compile an RE2 pattern to a Python regex (cached)."""
@@ -428,11 +453,8 @@ _TZ_OFFSET: Final = re.compile(r"([+-]?)(\d{1,2}):(\d{2})")
 
 @functools.lru_cache(maxsize=128)
 def _zone(name: str) -> _dt.tzinfo:
-    m = _TZ_OFFSET.fullmatch(name)
-    if m:
-        delta = _dt.timedelta(hours=int(m.group(2)), minutes=int(m.group(3)))
-        return _dt.timezone(-delta if m.group(1) == "-" else delta)
-    if name.upper() == "UTC":
+    """An IANA time zone or UTC (fixed offsets are handled by ``_local``)."""
+    if name == "UTC":
         return _dt.timezone.utc
     try:
         return zoneinfo.ZoneInfo(name)
@@ -448,7 +470,13 @@ def _local(ts: Any, tz: Any, op: str) -> _dt.datetime:
         no_overload(op, ts, tz)
     secs = ts_ns(ts) // 10**9
     base = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(seconds=secs)
-    return base.astimezone(_zone(tz)) if tz is not None else base
+    if tz is None:
+        return base
+    m = _TZ_OFFSET.fullmatch(tz)
+    if m:
+        delta = _dt.timedelta(hours=int(m.group(2)), minutes=int(m.group(3)))
+        return base + (-delta if m.group(1) == "-" else delta)
+    return base.astimezone(_zone(tz))
 
 
 def _time_accessor(name: str, ts_part: Any, dur_part: Any) -> Any:

@@ -58,6 +58,10 @@ _NAME_RE = re.compile(r"[a-z0-9]{1,20}")
 _VALID_NAMES: set[str] = set(_SPEC)
 _VALID_NAMES_MAX = 4096
 _OCTET_STREAM = "application/octet-stream"
+# datetimes as RFC 3339 with 'Z' for UTC, naive ones taken as UTC (as format_time does).
+_DUMPS = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
+# Attribute name -> binary-mode header name.
+_HEADER_NAMES: dict[str, str] = {"datacontenttype": "content-type"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -199,8 +203,9 @@ def _from_obj(obj: Any, where: str) -> CloudEvent:
         except (binascii.Error, ValueError):
             shown = b64[:40]
             raise _fail(
-                where, f'"data_base64" is not valid base64 (starts {shown!r}); encode the bytes '
-                "with standard base64 (RFC 4648), or send JSON data in \"data\"",
+                where,
+                f'"data_base64" is not valid base64 (starts {shown!r}); encode the bytes '
+                'with standard base64 (RFC 4648), or send JSON data in "data"',
             ) from None
     _validate(attrs, where, binary=False)
     if isinstance(data, str) and not is_json_content_type(attrs.get("datacontenttype")):
@@ -288,7 +293,7 @@ def event_to_json(event: CloudEvent) -> bytes:
         ...                           "type": "t"}, data=b"hi"))[-20:]
         b'"data_base64":"aGk="}'
     """
-    return orjson.dumps(_to_obj(event))
+    return orjson.dumps(_to_obj(event), option=_DUMPS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -490,14 +495,18 @@ def encode_kafka_binary(event: CloudEvent) -> tuple[list[tuple[str, bytes]], byt
     Returns:
         ``(headers, value)``.
     """
+    names = _HEADER_NAMES
     headers: list[tuple[str, bytes]] = []
     for name, value in event.attributes.items():
-        if value is None:
-            continue
-        if name == "datacontenttype":
-            headers.append(("content-type", _header_value(value)))
-        else:
-            headers.append(("ce_" + name, _header_value(value)))
+        hname = names.get(name)
+        if hname is None:
+            hname = "content-type" if name == "datacontenttype" else "ce_" + name
+            if len(names) < _VALID_NAMES_MAX:
+                names[name] = hname
+        if value.__class__ is str:
+            headers.append((hname, value.encode()))
+        elif value is not None:
+            headers.append((hname, _header_value(value)))
     data = event.data
     if data is None:
         return headers, None
@@ -505,7 +514,7 @@ def encode_kafka_binary(event: CloudEvent) -> tuple[list[tuple[str, bytes]], byt
         return headers, bytes(data)
     if isinstance(data, str) and not is_json_content_type(event.attributes.get("datacontenttype")):
         return headers, data.encode()
-    return headers, orjson.dumps(data)
+    return headers, orjson.dumps(data, option=_DUMPS)
 
 
 def encode_kafka_structured(event: CloudEvent) -> tuple[list[tuple[str, bytes]], bytes]:

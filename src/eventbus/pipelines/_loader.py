@@ -83,11 +83,13 @@ def validate_pipeline_text(
         return None, [
             Problem(filename, 1, 1, "document", f"a pipeline is a YAML mapping with apiVersion, kind, metadata, spec; got {got}")
         ]
+    problems = _semantic_problems(data, root, filename, check_functions=check_functions)
     try:
         config = PipelineConfig.model_validate(data)
     except ValidationError as exc:
-        return None, _validation_problems(exc, data, root, filename)
-    problems = _semantic_problems(config, root, filename, check_functions=check_functions)
+        problems = _validation_problems(exc, data, root, filename) + problems
+        problems.sort(key=lambda p: (p.line, p.col))
+        return None, problems
     return (None if problems else config), problems
 
 
@@ -216,27 +218,61 @@ def _message(err: Any, value: Any, present: bool) -> str:
 # -- semantic checks: CEL expressions and function references -------------------------------
 
 
-def _semantic_problems(config: PipelineConfig, root: yaml.Node, filename: str, *, check_functions: bool) -> list[Problem]:
-    from eventbus.pipelines._steps import step_expressions
-
+def _semantic_problems(data: dict[str, Any], root: yaml.Node, filename: str, *, check_functions: bool) -> list[Problem]:
+    """Compile every CEL expression and import every function, on the raw data, so that these
+    problems are reported together with the schema problems."""
+    spec = data.get("spec")
+    steps = spec.get("steps") if isinstance(spec, dict) else None
+    if not isinstance(steps, list):
+        return []
     problems: list[Problem] = []
-    for i, step in enumerate(config.spec.steps):
-        base = ("spec", "steps", i, step.template)
-        for rel_loc, source in step_expressions(step):
-            loc = base + rel_loc
-            problem = _check_expression(source, loc, root, filename, step.id)
+    for i, step in enumerate(steps):
+        if not isinstance(step, dict):
+            continue
+        step_id = str(step.get("id", i))
+        for rel_loc, source in _raw_expressions(step):
+            problem = _check_expression(source, ("spec", "steps", i, *rel_loc), root, filename, step_id)
             if problem is not None:
                 problems.append(problem)
-        if step.function is not None and check_functions:
-            from eventbus.pipelines._steps import function_ref
+        fn = step.get("function")
+        ref = fn.get("ref") if isinstance(fn, dict) else fn
+        if check_functions and isinstance(ref, str):
+            from eventbus.functions import resolve_function
 
             try:
-                from eventbus.functions import resolve_function
-
-                resolve_function(function_ref(step))
+                resolve_function(ref)
             except FunctionError as exc:
-                problems.append(_problem_at(root, filename, base, f"step {step.id!r}: {exc}"))
+                problems.append(_problem_at(root, filename, ("spec", "steps", i, "function"), f"step {step_id!r}: {exc}"))
     return problems
+
+
+def _raw_expressions(step: dict[str, Any]) -> list[tuple[tuple[int | str, ...], str]]:
+    out: list[tuple[tuple[int | str, ...], str]] = []
+
+    def walk_filter(spec: Any, loc: tuple[int | str, ...]) -> None:
+        if isinstance(spec, str):
+            out.append((loc, spec))
+        elif isinstance(spec, dict):
+            if isinstance(spec.get("cel"), str):
+                out.append(((*loc, "cel"), spec["cel"]))
+            for key in ("all", "any"):
+                if isinstance(spec.get(key), list):
+                    for k, sub in enumerate(spec[key]):
+                        walk_filter(sub, (*loc, key, k))
+            if "not" in spec:
+                walk_filter(spec["not"], (*loc, "not"))
+
+    if "filter" in step:
+        walk_filter(step["filter"], ("filter",))
+    conv = step.get("convert")
+    if isinstance(conv, dict):
+        if isinstance(conv.get("data"), str):
+            out.append((("convert", "data"), conv["data"]))
+        if isinstance(conv.get("set"), dict):
+            for path, src in conv["set"].items():
+                if isinstance(src, str) and src:
+                    out.append((("convert", "set", str(path)), src))
+    return out
 
 
 def _check_expression(source: str, loc: tuple[int | str, ...], root: yaml.Node, filename: str, step_id: str) -> Problem | None:

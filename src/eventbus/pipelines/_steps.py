@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
@@ -27,7 +27,7 @@ from eventbus.pipelines._config import (
     StepConfig,
 )
 
-__all__ = ["ConvertStep", "FilterStep", "FunctionStep", "Step", "StepResult", "build_step", "step_expressions"]
+__all__ = ["ConvertStep", "FilterStep", "FunctionStep", "Step", "StepResult", "build_step"]
 
 StepResult: TypeAlias = "CloudEvent | None | list[CloudEvent] | Failure"
 
@@ -345,29 +345,3 @@ def build_step(step: StepConfig, delivery: DeliveryConfig | None = None) -> Step
     fn = step.function
     batch = fn.batch if isinstance(fn, FunctionStepConfig) else None
     return FunctionStep(step.id, function_ref(step), batch=batch, delivery=delivery)
-
-
-def step_expressions(step: StepConfig) -> Iterator[tuple[tuple[int | str, ...], str]]:
-    """Every CEL expression of a step with its loc relative to the template key."""
-    if isinstance(step.filter, str):
-        yield (), step.filter
-    elif isinstance(step.filter, FilterDialect):
-        yield from _dialect_expressions(step.filter, ())
-    if step.convert is not None:
-        if step.convert.data is not None:
-            yield ("data",), step.convert.data
-        for path, src in step.convert.set.items():
-            yield ("set", path), src
-
-
-def _dialect_expressions(spec: FilterDialect | str, loc: tuple[int | str, ...]) -> Iterator[tuple[tuple[int | str, ...], str]]:
-    if isinstance(spec, str):
-        yield loc, spec
-        return
-    if spec.cel is not None:
-        yield (*loc, "cel"), spec.cel
-    for key in ("all", "any"):
-        for i, sub in enumerate(getattr(spec, key) or []):
-            yield from _dialect_expressions(sub, (*loc, key, i))
-    if spec.not_ is not None:
-        yield from _dialect_expressions(spec.not_, (*loc, "not"))

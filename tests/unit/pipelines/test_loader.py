@@ -121,7 +121,7 @@ def test_duplicate_step_ids_and_two_templates() -> None:
 def test_load_raises_with_all_problems() -> None:
     with pytest.raises(PipelineConfigError) as info:
         load_pipeline_text(GOOD.replace("orders}", "Orders}"), "p.yaml")
-    assert info.value.problems == ["p.yaml:3:17: metadata.name: must match ^[a-z][a-z0-9-]{0,47}$; got 'Orders'"]
+    assert info.value.problems == ["p.yaml:3:18: metadata.name: must match ^[a-z][a-z0-9-]{0,47}$; got 'Orders'"]
     assert str(info.value) == info.value.problems[0]
 
 

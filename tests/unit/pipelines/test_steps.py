@@ -79,7 +79,7 @@ def test_convert_sets_paths_and_attributes_from_the_input_event() -> None:
         - id: c
           convert:
             set:
-              data.amount_cny: "data.amount * 7.1"
+              data.amount_cny: "double(data.amount) * 7.1"
               data.meta.by: "source"
               type: "type + '.converted'"
               subject: "string(data.amount)"

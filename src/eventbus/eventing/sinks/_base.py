@@ -5,9 +5,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
+from eventbus.errors import EventBusError
 from eventbus.eventing._event import CloudEvent
 
-__all__ = ["Sink"]
+__all__ = ["Sink", "SinkEncodeError"]
 
 
 class Sink(ABC):
@@ -19,10 +20,10 @@ class Sink(ABC):
     after the last.
     """
 
-    async def start(self) -> None:  # noqa: B027 - documented no-op hook
+    async def start(self) -> None:
         """Connect. Called once before the first :meth:`send`; a no-op by default."""
 
-    async def stop(self) -> None:  # noqa: B027 - documented no-op hook
+    async def stop(self) -> None:
         """Flush and disconnect. A no-op by default."""
 
     @abstractmethod
@@ -34,6 +35,31 @@ class Sink(ABC):
                 for partitioning unless the event carries a ``partitionkey`` extension.
 
         Raises:
+            SinkEncodeError: some items cannot be encoded; nothing was sent.
             Exception: the destination did not acknowledge every item; nothing may be
                 assumed delivered, and the caller retries (at-least-once).
         """
+
+
+class SinkEncodeError(EventBusError, ValueError):
+    """Some events could not be encoded for the destination; nothing was sent.
+
+    Retrying cannot help these events (the source dead-letters them and sends the rest).
+
+    Args:
+        sink: what the sink writes to (a topic name, a URL).
+        failures: per failing item's index in the ``send`` call, ``(error type, message)``.
+    """
+
+    def __init__(self, sink: str, failures: dict[int, tuple[str, str]]) -> None:
+        super().__init__(sink, failures)
+        self.sink = sink
+        self.failures = failures
+
+    def __str__(self) -> str:
+        first = next(iter(self.failures.items()), None)
+        detail = f"; item {first[0]}: {first[1][0]}: {first[1][1]}" if first else ""
+        return (
+            f"{len(self.failures)} events could not be encoded for {self.sink}{detail}; "
+            "outputs must be CloudEvents whose data is JSON-serialisable or bytes"
+        )

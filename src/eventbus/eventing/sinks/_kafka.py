@@ -18,14 +18,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from eventbus.errors import ConfigError
 from eventbus.eventing._codecs import encode_kafka_binary, encode_kafka_structured
 from eventbus.eventing._event import CloudEvent
-from eventbus.eventing.sinks._base import Sink
+from eventbus.eventing.sinks._base import Sink, SinkEncodeError
 
 __all__ = ["KafkaSink", "KafkaSinkConfig"]
 
 log = logging.getLogger(__name__)
 
-#: Bytes per record batch (and twice that per produce request).
-_MAX_BATCH_BYTES = 1024 * 1024
+#: Bytes per record batch; a produce request carries up to two (Kafka's default broker limit,
+#: message.max.bytes, is about 1 MiB per batch).
+_MAX_BATCH_BYTES = 512 * 1024
+#: Largest value a record may have: alone in its batch, it stays under message.max.bytes.
+_MAX_RECORD_BYTES = 1024 * 1024 - 32 * 1024
 # murmur2 is pure Python (microseconds per key); keys repeat, so remember recent hashes.
 _HASH_CACHE_MAX = 100_000
 _hash_cache: dict[bytes, int] = {}
@@ -75,9 +78,7 @@ class KafkaSink(Sink):
             )
             raise ConfigError(msg)
         self.bootstrap_servers: str = servers
-        self._encode = (
-            encode_kafka_binary if config.mode == "binary" else encode_kafka_structured
-        )
+        self._encode = encode_kafka_binary if config.mode == "binary" else encode_kafka_structured
         self._producer: Any = None
         self._round_robin = 0
 
@@ -113,6 +114,8 @@ class KafkaSink(Sink):
             items: ``(event, key)`` pairs.
 
         Raises:
+            SinkEncodeError: some events cannot be encoded (not a CloudEvent, data not
+                JSON-serialisable); nothing was sent.
             RuntimeError: the sink was not started.
             aiokafka.errors.KafkaError: a batch was not acknowledged.
         """
@@ -129,11 +132,24 @@ class KafkaSink(Sink):
         per_partition = {}
         encode = self._encode
         rr = self._round_robin
-        for event, key in items:
-            pkey = event.attributes.get("partitionkey")
-            if pkey is not None:
-                key = pkey.encode() if isinstance(pkey, str) else str(pkey).encode()
-            headers, value = encode(event)
+        failures: dict[int, tuple[str, str]] = {}
+        for i, (event, key) in enumerate(items):
+            try:
+                pkey = event.attributes.get("partitionkey")
+                if pkey is not None:
+                    key = pkey.encode() if isinstance(pkey, str) else str(pkey).encode()
+                headers, value = encode(event)
+            except Exception as e:  # noqa: BLE001 - reported per item, below
+                failures[i] = (type(e).__name__, str(e))
+                continue
+            if value is not None and len(value) > _MAX_RECORD_BYTES:
+                failures[i] = (
+                    "RecordTooLargeError",
+                    f"event {event.attributes.get('id')!r} encodes to {len(value)} bytes; a "
+                    f"record may have at most {_MAX_RECORD_BYTES}; send large payloads by "
+                    "reference (a URL in data)",
+                )
+                continue
             if key is None:
                 partition = partitions[rr % n]
                 rr += 1
@@ -145,6 +161,8 @@ class KafkaSink(Sink):
                     h = _hash_cache[key] = murmur2(key) & 0x7FFFFFFF
                 partition = partitions[h % n]
             per_partition.setdefault(partition, []).append((key, value, headers))
+        if failures:
+            raise SinkEncodeError(f"kafka topic {topic!r}", failures)
         self._round_robin = rr
 
         futures: list[asyncio.Future[Any]] = []

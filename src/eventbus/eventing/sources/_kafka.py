@@ -27,13 +27,13 @@ from typing import Any, Literal
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field
 
 from eventbus.errors import EventDecodeError
 from eventbus.eventing._codecs import decode_kafka
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Dispatch, Failure, Outcome
-from eventbus.eventing.sinks._base import Sink
+from eventbus.eventing.sinks._base import Sink, SinkEncodeError
 from eventbus.eventing.sources._base import Source
 
 __all__ = ["DECODE_ERROR_TYPE", "KafkaSource", "KafkaSourceConfig"]
@@ -282,7 +282,7 @@ class KafkaSource(Source):
                     len(self._queue),
                     self._drain_timeout_s,
                 )
-        tasks = [b.task for b in self._queue if b.task is not None]
+        tasks: list[asyncio.Task[Any]] = [b.task for b in self._queue if b.task is not None]
         if self._deliverer is not None:
             tasks.append(self._deliverer)
         for task in tasks:
@@ -454,53 +454,73 @@ class KafkaSource(Source):
 
     async def _deliver(self, batch: _Batch, outcomes: list[Outcome]) -> None:
         outputs: list[tuple[CloudEvent, bytes | None]] = []
+        origins: list[int] = []  # per output: the index of its input event
         dead = list(batch.dead)
         dropped = failed = 0
         for i, outcome in enumerate(outcomes):
             if isinstance(outcome, Failure):
                 failed += 1
-                topic, partition, offset = batch.positions[i]
-                if self._dead_letter is None:
-                    log.error(
-                        "kafka source %s: event %s from %s[%d]@%d failed in step %r: %s: %s "
-                        "(no dead_letter sink configured; the event is dropped)",
-                        self.pipeline,
-                        batch.events[i].attributes.get("id"),
-                        topic,
-                        partition,
-                        offset,
-                        outcome.step,
-                        outcome.error_type,
-                        outcome.message,
-                    )
-                    continue
-                event = batch.events[i].replace(
-                    ebpipeline=self.pipeline,
-                    ebstep=outcome.step,
-                    eberrortype=outcome.error_type,
-                    eberror=outcome.message,
-                    ebattempts=outcome.attempts,
-                    ebtopic=topic,
-                    ebpartition=partition,
-                    eboffset=offset,
-                )
-                dead.append((event, batch.keys[i]))
+                self._dead_letter_failure(batch, i, outcome, dead)
             elif outcome:
                 key = batch.keys[i]
-                outputs.extend((out, key) for out in outcome)
+                for out in outcome:
+                    outputs.append((out, key))
+                    origins.append(i)
             else:
                 dropped += 1
-        if self._dead_letter is None:
-            dead = []
-        await asyncio.gather(
-            self._send_with_retry(self._sink, outputs, "sink", batch.seq),
+        dead_unencodable, unencodable = await asyncio.gather(
             self._send_with_retry(self._dead_letter, dead, "dead_letter", batch.seq),
+            self._send_with_retry(self._sink, outputs, "sink", batch.seq),
         )
-        self._stats["outputs"] += len(outputs)
-        self._stats["dead_lettered"] += len(dead)
+        dead_lettered = len(dead) - len(dead_unencodable) if self._dead_letter is not None else 0
+        if unencodable:
+            # Outputs the sink cannot encode will never go through: dead-letter their inputs.
+            more: list[tuple[CloudEvent, bytes | None]] = []
+            for index, (error_type, message) in unencodable.items():
+                failed += 1
+                failure = Failure("sink", error_type, message)
+                self._dead_letter_failure(batch, origins[index], failure, more)
+            lost = await self._send_with_retry(self._dead_letter, more, "dead_letter", batch.seq)
+            dead_lettered += len(more) - len(lost) if self._dead_letter is not None else 0
+        self._stats["outputs"] += len(outputs) - len(unencodable)
+        self._stats["dead_lettered"] += dead_lettered
         self._stats["dropped"] += dropped
         self._stats["failed"] += failed
         await self._commit(batch)
+
+    def _dead_letter_failure(
+        self,
+        batch: _Batch,
+        i: int,
+        failure: Failure,
+        dead: list[tuple[CloudEvent, bytes | None]],
+    ) -> None:
+        topic, partition, offset = batch.positions[i]
+        if self._dead_letter is None:
+            log.error(
+                "kafka source %s: event %s from %s[%d]@%d failed in step %r: %s: %s "
+                "(no dead_letter sink configured; the event is dropped)",
+                self.pipeline,
+                batch.events[i].attributes.get("id"),
+                topic,
+                partition,
+                offset,
+                failure.step,
+                failure.error_type,
+                failure.message,
+            )
+            return
+        event = batch.events[i].replace(
+            ebpipeline=self.pipeline,
+            ebstep=failure.step,
+            eberrortype=failure.error_type,
+            eberror=failure.message,
+            ebattempts=failure.attempts,
+            ebtopic=topic,
+            ebpartition=partition,
+            eboffset=offset,
+        )
+        dead.append((event, batch.keys[i]))
 
     async def _send_with_retry(
         self,
@@ -508,16 +528,28 @@ class KafkaSource(Source):
         items: Sequence[tuple[CloudEvent, bytes | None]],
         what: str,
         seq: int,
-    ) -> None:
+    ) -> dict[int, tuple[str, str]]:
+        """Send until acknowledged; return the items the sink cannot encode (never sent)."""
         if sink is None or not items:
-            return
+            return {}
         attempt = 0
+        unencodable: dict[int, tuple[str, str]] = {}
+        index = list(range(len(items)))  # position in ``items`` of each item still to send
         while True:
             try:
                 await sink.send(items)
-                return
+                return unencodable
             except asyncio.CancelledError:
                 raise
+            except SinkEncodeError as e:
+                log.error("kafka source %s: %s: %s", self.pipeline, what, e)
+                for i, problem in e.failures.items():
+                    unencodable[index[i]] = problem
+                keep = [i for i in range(len(items)) if i not in e.failures]
+                items = [items[i] for i in keep]
+                index = [index[i] for i in keep]
+                if not items:
+                    return unencodable
             except Exception as e:  # noqa: BLE001 - not acknowledged: send again
                 attempt += 1
                 delay = min(self._retry_initial_s * 2 ** (attempt - 1), self._retry_max_s)
@@ -556,7 +588,9 @@ class KafkaSource(Source):
             return
         except KafkaError as e:
             # A later commit covers these offsets; at worst the records are consumed again.
-            log.warning("kafka source %s: commit of batch %d failed: %r", self.pipeline, batch.seq, e)
+            log.warning(
+                "kafka source %s: commit of batch %d failed: %r", self.pipeline, batch.seq, e
+            )
             return
         if len(offsets) == len(batch.offsets):
             self._stats["committed"] += batch.count

@@ -1,0 +1,138 @@
+"""Benchmark: eventbus.cel vs a hand-written lambda vs cel-expr-python (C++).
+
+Run: ``python benchmarks/expressions.py``. Prints a table, then one JSON line
+with evaluations/s (medians over repeats) and the ratios per expression.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+try:
+    from eventbus import cel
+except ImportError:  # running from a checkout without an installed package
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+    from eventbus import cel
+
+EVENT: dict[str, Any] = {
+    "type": "payment.created",
+    "source": "/payments",
+    "id": "a1b2c3",
+    "data": {"amount": 150.0, "quantity": 3, "currency": "USD", "customer": "c-42"},
+}
+
+CASES: list[tuple[str, str, Callable[[dict[str, Any]], Any]]] = [
+    (
+        "filter",
+        "type == 'payment.created' && data.amount > 100 && data.currency in ['CNY', 'USD']",
+        lambda v: v["type"] == "payment.created"
+        and v["data"]["amount"] > 100
+        and v["data"]["currency"] in ("CNY", "USD"),
+    ),
+    ("convert_mul", "data.amount * 7.1", lambda v: v["data"]["amount"] * 7.1),
+    (
+        "convert_string",
+        "data.currency + ':' + string(data.quantity)",
+        lambda v: v["data"]["currency"] + ":" + str(v["data"]["quantity"]),
+    ),
+]
+
+REPEATS = 7
+TARGET_S = 0.2  # per timing run
+
+
+def _rate(fn: Callable[[], Any], number: int) -> float:
+    start = time.perf_counter()
+    for _ in range(number):
+        fn()
+    return number / (time.perf_counter() - start)
+
+
+def _calibrate(fn: Callable[[], Any]) -> int:
+    number = 1000
+    while True:
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        elapsed = time.perf_counter() - start
+        if elapsed >= TARGET_S / 4:
+            return max(1000, int(number * TARGET_S / elapsed))
+        number *= 4
+
+
+def _median_rates(fns: list[Callable[[], Any]]) -> list[float]:
+    """Median evaluations/s of each callable; runs are interleaved so that
+    background load affects all of them alike."""
+    numbers = [_calibrate(fn) for fn in fns]
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(REPEATS):
+        for i, fn in enumerate(fns):
+            samples[i].append(_rate(fn, numbers[i]))
+    return [statistics.median(s) for s in samples]
+
+
+def _reference() -> Callable[[str], Callable[[], Any]] | None:
+    try:
+        from cel_expr_python import cel as ref
+    except ImportError:
+        return None
+    # cel-expr-python cannot declare a variable named `type` (a builtin there):
+    # it gets the CloudEvent type as `ce_type`, and the expression is renamed.
+    ref_event = {("ce_type" if k == "type" else k): v for k, v in EVENT.items()}
+    env = ref.NewEnv(variables={name: ref.Type.DYN for name in ref_event})
+
+    def make(source: str) -> Callable[[], Any]:
+        expr = env.compile(re.sub(r"\btype\b(?!\s*\()", "ce_type", source))
+        activation = env.Activation(ref_event)
+        return lambda: expr.eval(activation).value()
+
+    return make
+
+
+def main() -> None:
+    reference = _reference()
+    results: dict[str, dict[str, float | None]] = {}
+    for name, source, hand in CASES:
+        prog = cel.compile(source)
+        ours = prog.evaluate(EVENT)
+        assert ours == hand(EVENT), (name, ours, hand(EVENT))
+        evaluate = prog.evaluate
+        fns: list[Callable[[], Any]] = [lambda: evaluate(EVENT), lambda: hand(EVENT)]
+        if reference is not None:
+            ref_fn = reference(source)
+            assert ref_fn() == ours, (name, ref_fn(), ours)
+            fns.append(ref_fn)
+        rates = _median_rates(fns)
+        ours_rate, lambda_rate = rates[0], rates[1]
+        ref_rate = rates[2] if reference is not None else None
+        results[name] = {
+            "eventbus_cel_eval_per_s": round(ours_rate),
+            "lambda_eval_per_s": round(lambda_rate),
+            "cel_expr_python_eval_per_s": None if ref_rate is None else round(ref_rate),
+            "ratio_vs_lambda": round(ours_rate / lambda_rate, 3),
+            "ratio_vs_cel_expr_python": None if ref_rate is None else round(ours_rate / ref_rate, 2),
+        }
+    header = f"{'expression':<16}{'eventbus.cel':>14}{'lambda':>14}{'cel-expr-py':>14}{'vs lambda':>11}{'vs C++':>9}"
+    print(header)
+    print("-" * len(header))
+    for name, r in results.items():
+        ref = r["cel_expr_python_eval_per_s"]
+        ratio_ref = r["ratio_vs_cel_expr_python"]
+        print(
+            f"{name:<16}{r['eventbus_cel_eval_per_s']:>14,.0f}{r['lambda_eval_per_s']:>14,.0f}"
+            f"{(f'{ref:,.0f}' if ref else 'n/a'):>14}{r['ratio_vs_lambda']:>10.2f}x"
+            f"{(f'{ratio_ref:.1f}x' if ratio_ref else 'n/a'):>9}"
+        )
+    print("(evaluations/s, median of %d runs; python %s)" % (REPEATS, sys.version.split()[0]))
+    print(json.dumps({"unit": "evaluations_per_s", "expressions": results}))
+
+
+if __name__ == "__main__":
+    main()
