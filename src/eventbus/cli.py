@@ -57,12 +57,15 @@ class _Addresses:
         self.ray = ray or os.environ.get("RAY_ADDRESS") or None
         self.kafka = kafka or os.environ.get("EVENTBUS_KAFKA_BOOTSTRAP") or None
         self.redis = redis or os.environ.get("EVENTBUS_REDIS_URL") or None
+        self.ray_env: dict[str, str] = {}
 
     def fill_from_stack(self, need: tuple[str, ...]) -> None:
-        from eventbus.serving._stack import load_stack
+        from eventbus._internal.stack import load_stack
 
         stack = load_stack(_home())
         if stack is not None:
+            if self.ray is None or self.ray == stack.ray_address:
+                self.ray_env = stack.ray_env()
             self.ray = self.ray or stack.ray_address
             self.kafka = self.kafka or stack.kafka_bootstrap
             self.redis = self.redis or stack.redis_url
@@ -82,10 +85,11 @@ RedisOpt = typer.Option(None, "--redis-url", help="Redis URL (redis://host:port/
 
 def _client(addr: _Addresses) -> Any:
     addr.fill_from_stack(("ray", "kafka", "redis"))
+    os.environ.update(addr.ray_env)  # before Ray is imported: it reads its auth settings then
     from eventbus.serving._client import EventBusClient
 
     try:
-        return EventBusClient(addr.ray, addr.kafka or "", addr.redis or "")
+        return EventBusClient(addr.ray, addr.kafka or "", addr.redis or "", ray_env=addr.ray_env)
     except ConnectionError as exc:
         _fail(f"cannot reach the Ray cluster at {addr.ray}: {exc}; is the stack up (`eventbus status`)?")
 
@@ -101,7 +105,7 @@ def up(
     num_cpus: Optional[int] = typer.Option(None, help="CPUs of the local Ray head (default: all)."),
 ) -> None:
     """Start the local stack (Ray, Kafka-protocol broker, Redis), or adopt given addresses."""
-    from eventbus.serving._stack import stack_status, stack_up
+    from eventbus._internal.stack import stack_status, stack_up
 
     addr = _Addresses(ray_address, kafka_bootstrap, redis_url)
     with out.status("starting the EventBus stack..."):
@@ -115,7 +119,7 @@ def up(
 @app.command()
 def down() -> None:
     """Stop what `eventbus up` started (nothing that it adopted)."""
-    from eventbus.serving._stack import stack_down
+    from eventbus._internal.stack import stack_down
 
     stopped = stack_down(_home())
     out.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing to stop")
@@ -129,7 +133,7 @@ def status(
     redis_url: Optional[str] = RedisOpt,
 ) -> None:
     """Show the stack, the deployed pipelines, or one pipeline's live counters."""
-    from eventbus.serving._stack import stack_status
+    from eventbus._internal.stack import stack_status
 
     st = stack_status(_home())
     if name is None:
@@ -351,6 +355,9 @@ def tail(
             obj = json.loads(line)
             head = f"[cyan]{obj.get('type')}[/cyan] [dim]{obj.get('source')} {obj.get('id')}[/dim]"
             out.print(head, highlight=False)
+            extra = {k: v for k, v in obj.items() if k not in _SHOWN}
+            if extra:
+                _plain(out, "  " + ", ".join(f"{k}={v}" for k, v in extra.items()))
             if "data" in obj:
                 out.print_json(data=obj["data"])
 
@@ -359,6 +366,8 @@ def tail(
     except KeyboardInterrupt:
         pass
 
+
+_SHOWN = {"specversion", "id", "source", "type", "data", "data_base64", "datacontenttype"}
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -472,3 +472,90 @@ async def test_rebalance_commits_in_flight_batches(kafka_bootstrap, topic_factor
     assert duplicates <= 4 * 50 * 4  # at most the batches in flight of the revoked partitions
     committed = await committed_offsets(kafka_bootstrap, group, src, partitions)
     assert committed == {p: n_events // partitions for p in range(partitions)}
+
+
+async def test_stop_drains_in_flight_batches_and_the_group_resumes(kafka_bootstrap, topic_factory):
+    n_events = 600
+    src = topic_factory("in", partitions=1)
+    out = topic_factory("out", partitions=1)
+    await produce(
+        kafka_bootstrap, src, [(0, None, orjson.dumps({"n": i}), []) for i in range(n_events)]
+    )
+
+    async def slow(events: list[CloudEvent]) -> list[Outcome]:
+        await asyncio.sleep(0.2)
+        return [[e] for e in events]
+
+    group = f"g-{src}"
+    opts: dict[str, Any] = {"max_batch": 50, "max_in_flight": 4, "group": group}
+    first = make_source(kafka_bootstrap, src, slow, out, None, pipeline="first", **opts)
+    await first.start()
+    run_first = asyncio.create_task(first.run())
+    await wait_for(lambda: first.stats()["batches"] >= 3, 30, lambda: str(first.stats()))
+    await first.stop(drain=True)
+    await run_first
+    done = first.stats()
+    assert done["in_flight"] == 0
+    assert 0 < done["committed"] == done["consumed"] == done["outputs"] < n_events
+    assert await committed_offsets(kafka_bootstrap, group, src, 1) == {0: done["committed"]}
+
+    second = make_source(kafka_bootstrap, src, slow, out, None, pipeline="second", **opts)
+    await second.start()
+    run_second = asyncio.create_task(second.run())
+    try:
+        await wait_for(
+            lambda: second.stats()["committed"] >= n_events - done["committed"],
+            30,
+            lambda: str(second.stats()),
+        )
+    finally:
+        await second.stop()
+        await run_second
+    got = await read_all(kafka_bootstrap, out, n_events)
+    assert [orjson.loads(r.value)["n"] for r in got] == list(range(n_events))  # once, in order
+
+
+async def test_kafka_sink_modes_and_keys(kafka_bootstrap, topic_factory):
+    from aiokafka.partitioner import DefaultPartitioner
+
+    topic = topic_factory("sink", partitions=4)
+    binary = KafkaSink(KafkaSinkConfig(topic=topic), bootstrap_servers=kafka_bootstrap)
+    structured = KafkaSink(
+        KafkaSinkConfig(topic=topic, mode="structured"), bootstrap_servers=kafka_bootstrap
+    )
+    items: list[tuple[CloudEvent, bytes | None]] = []
+    for i in range(60):
+        extra = {"partitionkey": f"pk{i % 5}"} if i % 3 == 0 else {}
+        event = CloudEvent.create(type="t", source="/s", id=f"e{i}", data={"i": i}, **extra)
+        items.append((event, f"k{i % 7}".encode() if i % 3 == 1 else None))
+    await binary.start()
+    await structured.start()
+    try:
+        await binary.send(items[:30])
+        await structured.send(items[30:])
+        await binary.send([])
+    finally:
+        await binary.stop()
+        await structured.stop()
+    with pytest.raises(RuntimeError, match="is not started; await start"):
+        await binary.send(items[:1])
+
+    got = await read_all(kafka_bootstrap, topic, len(items))
+    assert len(got) == len(items)
+    by_id = {decode_record(r).id: r for r in got}
+    for i, (event, key) in enumerate(items):
+        r = by_id[event.id]
+        want_key = event.get("partitionkey", "").encode() or key
+        assert r.key == want_key
+        if want_key is not None:  # the Java client's partitioning (murmur2)
+            assert r.partition == DefaultPartitioner()(want_key, [0, 1, 2, 3], [0, 1, 2, 3])
+        names = [h[0] for h in r.headers]
+        if i < 30:
+            assert "ce_id" in names and orjson.loads(r.value) == {"i": i}
+        else:
+            assert names == ["content-type"] and orjson.loads(r.value)["id"] == event.id
+        decoded = decode_record(r)
+        expected = event.replace(partitionkey=want_key.decode()) if want_key else event
+        assert decoded == expected
+    keyless = {r.partition for r in got if r.key is None}
+    assert len(keyless) > 1  # keyless records are spread over the partitions

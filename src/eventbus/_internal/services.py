@@ -138,6 +138,7 @@ def _launch(
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=detach,
+                env={**os.environ, "NO_COLOR": "1"},  # plain logs, no ANSI colour codes
             )
         except OSError as e:
             msg = (

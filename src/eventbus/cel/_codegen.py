@@ -23,7 +23,7 @@ from collections.abc import Collection
 from typing import Any, Final
 
 from eventbus.cel import _ast as ast
-from eventbus.cel import _logic, _runtime, _stdlib
+from eventbus.cel import _arith, _logic, _runtime, _stdlib
 from eventbus.cel._errors import CELError
 from eventbus.cel._functions import FUNCTIONS, function_names
 from eventbus.cel._lexer import RESERVED
@@ -204,15 +204,15 @@ class Generator:
         if node.op == "!":
             if self.fast and kind == "bool":
                 return f"(not {operand})", "bool"
-            return f"{self.helper(_runtime.not_)}({operand})", "bool"
+            return f"{self.helper(_arith.not_)}({operand})", "bool"
         result_kind = kind if kind in ("int", "double") else None
-        return f"{self.helper(_runtime.neg)}({operand})", result_kind
+        return f"{self.helper(_arith.neg)}({operand})", result_kind
 
     def check_bool(self, code: Code, op: str) -> str:
         text, kind = code
         if kind == "bool":
             return text
-        return f"{self.helper(_runtime.check_bool)}({text}, {op!r})"
+        return f"{self.helper(_arith.check_bool)}({text}, {op!r})"
 
     def gen_And(self, node: ast.And) -> Code:
         return self.logic(node.terms, "and", _logic.and_, "_&&_")
@@ -242,7 +242,7 @@ class Generator:
         if op in ("==", "!="):
             return self.gen_eq(op, left, right, node)
         if op in _CMP_OPS:
-            return self.gen_cmp(op, left, right)
+            return self.gen_cmp(op, left, right, node)
         return self.gen_arith(op, left, right)
 
     def gen_eq(self, op: str, left: Code, right: Code, node: ast.Binary) -> Code:
@@ -260,35 +260,38 @@ class Generator:
         fn = _runtime.eq if op == "==" else _runtime.ne
         return f"{self.helper(fn)}({a}, {b})", "bool"
 
-    def gen_cmp(self, op: str, left: Code, right: Code) -> Code:
+    def gen_cmp(self, op: str, left: Code, right: Code, node: ast.Binary) -> Code:
         (a, ka), (b, kb) = left, right
+        helper = self.helper(getattr(_runtime, _CMP_OPS[op]))
         if self.fast:
-            ordered = ("int", "double", "uint", "string", "bytes")
-            if ka in ordered and kb in ordered:
-                numeric = {"int", "double", "uint"}
-                if ka == kb or (ka in numeric and kb in numeric):
-                    return f"({a} {op} {b})", "bool"
+            if ka == kb and ka in ("int", "double", "uint", "string", "bytes"):
+                return f"({a} {op} {b})", "bool"
             if ka in ("string", "bytes") or kb in ("string", "bytes"):
                 # Python raises TypeError for any other operand type: exact.
                 return f"({a} {op} {b})", "bool"
+            numeric = ("int", "double", "uint")
+            small_left = _small_number(node.left)
+            small_right = _small_number(node.right)
+            if (small_left and kb in numeric) or (small_right and ka in numeric):
+                return f"({a} {op} {b})", "bool"
             temp = self.guard_temp()
-            if temp is not None and kb in ("int", "double", "uint") and ka is None:
-                slow = f"{self.helper(getattr(_runtime, _CMP_OPS[op]))}({temp}, {b})"
+            if temp is not None and small_right and ka is None:
+                slow = f"{helper}({temp}, {b})"
                 return (
                     f"({temp} {op} {b} if type({temp} := {a}) is not bool else {slow})",
                     "bool",
                 )
-            if temp is not None and ka in ("int", "double", "uint") and kb is None:
-                slow = f"{self.helper(getattr(_runtime, _CMP_OPS[op]))}({a}, {temp})"
+            if temp is not None and small_left and kb is None:
+                slow = f"{helper}({a}, {temp})"
                 return (
                     f"({a} {op} {temp} if type({temp} := {b}) is not bool else {slow})",
                     "bool",
                 )
-        return f"{self.helper(getattr(_runtime, _CMP_OPS[op]))}({a}, {b})", "bool"
+        return f"{helper}({a}, {b})", "bool"
 
     def gen_arith(self, op: str, left: Code, right: Code) -> Code:
         (a, ka), (b, kb) = left, right
-        fn = self.helper(getattr(_runtime, _ARITH[op]))
+        fn = self.helper(getattr(_arith, _ARITH[op]))
         result: str | None = None
         if ka == kb and ka in ("int", "uint", "double"):
             result = ka
@@ -530,8 +533,20 @@ def _plain_eq_literal(node: ast.Node, kind: str | None) -> bool:
         return True
     # True == 1 and True == 1.0 in Python; other numbers only equal numbers.
     if kind in ("int", "double", "uint"):
-        return node.value not in (0, 1) and node.value == node.value
+        return node.value not in (0, 1) and _small_number(node)
     return False
+
+
+def _small_number(node: ast.Node) -> bool:
+    """A numeric literal that Python compares with any number as CEL does.
+
+    CEL compares int/uint with double by converting to double; Python compares
+    exactly. Both agree whenever the literal's magnitude is below 2**53.
+    """
+    if not isinstance(node, ast.Lit) or type(node.value) not in (int, UInt, float):
+        return False
+    value: float = node.value  # type: ignore[assignment]
+    return value == value and abs(value) < 2**53
 
 
 def _qualified(node: ast.Node) -> str | None:

@@ -53,13 +53,13 @@ def _double(op: str, x: Any) -> float:
 def ceil(x: Any) -> float:
     """``math.ceil(double)``."""
     f = _double("math.ceil", x)
-    return f if not math.isfinite(f) else float(math.ceil(f))
+    return f if not math.isfinite(f) else math.copysign(float(math.ceil(f)), f)
 
 
 def floor(x: Any) -> float:
     """``math.floor(double)``."""
     f = _double("math.floor", x)
-    return f if not math.isfinite(f) else float(math.floor(f))
+    return f if not math.isfinite(f) else math.copysign(float(math.floor(f)), f)
 
 
 def round_(x: Any) -> float:

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from eventbus.cel._errors import EvalError
+from eventbus.cel._arith import check_bool
 from eventbus.cel._runtime import (
-    check_bool,
     iter_pairs,
     iter_range,
     kind,

@@ -17,7 +17,7 @@ from eventbus.cel._values import UInt
 
 __all__ = ["parse"]
 
-_MAX_DEPTH: Final = 96
+_MAX_DEPTH: Final = 100
 _RELOPS: Final = frozenset({"<", "<=", ">", ">=", "==", "!=", "in"})
 
 # macro name -> accepted argument counts (receiver-style macros)
@@ -351,4 +351,25 @@ def parse(source: str) -> ast.Node:
     Raises:
         CELError: On a syntax error, with the 1-based column.
     """
-    return _Parser(source).parse()
+    tree = _Parser(source).parse()
+    deepest = _deepest(tree, 0)
+    if deepest is not None:
+        raise CELError("expression nesting exceeds the maximum depth", source, deepest.pos + 1)
+    return tree
+
+
+def _deepest(node: object, depth: int) -> ast.Node | None:
+    """The first node found beyond ``_MAX_DEPTH`` levels (bounded recursion)."""
+    if isinstance(node, ast.Node):
+        if depth > _MAX_DEPTH:
+            return node
+        for slot in type(node).__slots__:
+            found = _deepest(getattr(node, slot), depth + 1)
+            if found is not None:
+                return found
+    elif isinstance(node, list | tuple):
+        for item in node:
+            found = _deepest(item, depth)
+            if found is not None:
+                return found
+    return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import warnings
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
@@ -59,7 +60,11 @@ def _build(
     prologue = "".join(f"        {line}\n" for line in fast.prologue())
     text = _TEMPLATE.format(fast=fast_code, slow=slow_code, prologue=prologue)
     try:
-        code = builtins.compile(text, "<cel>", "exec")
+        with warnings.catch_warnings():
+            # e.g. "'NoneType' object is not subscriptable" for `null.a`: that is
+            # a CEL run-time error, not something to warn about at compile time.
+            warnings.simplefilter("ignore", SyntaxWarning)
+            code = builtins.compile(text, "<cel>", "exec")
     except (SyntaxError, RecursionError, MemoryError) as exc:
         msg = f"expression is too complex to compile: {exc}"
         raise CELError(msg, source, 1) from None

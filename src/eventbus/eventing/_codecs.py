@@ -26,7 +26,7 @@ import binascii
 import re
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeAlias
 
 import orjson
 
@@ -53,6 +53,8 @@ _STRUCTURED_HEADERS: list[tuple[str, bytes]] = [("content-type", _STRUCTURED_CT_
 _REQUIRED = ("specversion", "id", "source", "type")
 _OPTIONAL_STRINGS = ("datacontenttype", "dataschema", "subject")
 _SPEC = frozenset(_REQUIRED + _OPTIONAL_STRINGS + ("time",))
+_REQUIRED_SET = frozenset(_REQUIRED)
+_OPTIONAL_SET = frozenset(_OPTIONAL_STRINGS)
 _NAME_RE = re.compile(r"[a-z0-9]{1,20}")
 # Extension names seen valid; bounded so a stream of junk names cannot grow it forever.
 _VALID_NAMES: set[str] = set(_SPEC)
@@ -60,6 +62,10 @@ _VALID_NAMES_MAX = 4096
 _OCTET_STREAM = "application/octet-stream"
 # datetimes as RFC 3339 with 'Z' for UTC, naive ones taken as UTC (as format_time does).
 _DUMPS = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
+# Binary-mode header name -> attribute name ('' for content-type), for the usual spellings.
+_HEADER_ATTRS: dict[str, str] = {"content-type": "", "Content-Type": ""}
+_HEADER_ATTRS.update({"ce_" + name: name for name in _SPEC if name != "datacontenttype"})
+_HEADER_ATTRS["ce_partitionkey"] = "partitionkey"
 # Attribute name -> binary-mode header name.
 _HEADER_NAMES: dict[str, str] = {"datacontenttype": "content-type"}
 
@@ -67,11 +73,18 @@ _HEADER_NAMES: dict[str, str] = {"datacontenttype": "content-type"}
 # --------------------------------------------------------------------------------------------
 # validation shared by every mode
 # --------------------------------------------------------------------------------------------
-def _fail(where: str, problem: str) -> EventDecodeError:
+#: Where an event came from, for messages: a label, or (topic, partition, offset).
+Where: TypeAlias = "str | tuple[str, int, int]"
+
+
+def _fail(where: Where, problem: str) -> EventDecodeError:
+    if isinstance(where, tuple):
+        topic, partition, offset = where
+        return EventDecodeError(f"{topic}[{partition}]@{offset}: {problem}")
     return EventDecodeError(f"{where}: {problem}")
 
 
-def _check_name(name: str, where: str, label: str) -> None:
+def _check_name(name: str, where: Where, label: str) -> None:
     if name in _VALID_NAMES:
         return
     if _NAME_RE.fullmatch(name) is None:
@@ -90,7 +103,7 @@ def _label(name: str, binary: bool) -> str:
     return f"attribute {name!r}"
 
 
-def _validate(attrs: dict[str, Any], where: str, binary: bool) -> None:
+def _validate(attrs: dict[str, Any], where: Where, binary: bool) -> None:
     """Check the attributes of one event; raise EventDecodeError naming the first problem."""
     specversion = attrs.get("specversion")
     if specversion != "1.0":
@@ -123,10 +136,10 @@ def _validate(attrs: dict[str, Any], where: str, binary: bool) -> None:
     for name in attrs:
         if binary and name in _VALID_NAMES:
             continue  # header values are always strings: only the name needs checking
-        if name in _REQUIRED:
+        if name in _REQUIRED_SET:
             continue
         value = attrs[name]
-        if name in _OPTIONAL_STRINGS:
+        if name in _OPTIONAL_SET:
             if not isinstance(value, str):
                 raise _fail(
                     where,
@@ -164,7 +177,7 @@ def _validate(attrs: dict[str, Any], where: str, binary: bool) -> None:
             ) from None
 
 
-def _loads_data(raw: bytes, where: str, content_type: str | None, label: str) -> Any:
+def _loads_data(raw: bytes, where: Where, content_type: str | None, label: str) -> Any:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as e:
@@ -179,14 +192,16 @@ def _loads_data(raw: bytes, where: str, content_type: str | None, label: str) ->
 # --------------------------------------------------------------------------------------------
 # JSON format (structured mode, HTTP structured and batch modes)
 # --------------------------------------------------------------------------------------------
-def _from_obj(obj: Any, where: str) -> CloudEvent:
+def _from_obj(obj: Any, where: Where, owned: bool = False) -> CloudEvent:
     if not isinstance(obj, dict):
         raise _fail(
             where,
             f"the event is a JSON {type(obj).__name__}, not an object; structured mode carries "
             f"one event as a JSON object with specversion, id, source and type",
         )
-    attrs = {k: v for k, v in obj.items() if v is not None}
+    attrs: dict[str, Any] = obj if owned else dict(obj)  # owned: freshly parsed, ours to change
+    if None in attrs.values():  # null means absent in the JSON format
+        attrs = {k: v for k, v in attrs.items() if v is not None}
     has_data = "data" in attrs
     b64 = attrs.pop("data_base64", None)
     data = attrs.pop("data", None)
@@ -237,7 +252,7 @@ def event_from_json(raw: bytes | str | dict[str, Any]) -> CloudEvent:
     except orjson.JSONDecodeError as e:
         msg = f"CloudEvent JSON: not valid JSON ({e}); send one event as a JSON object"
         raise EventDecodeError(msg) from None
-    return _from_obj(obj, "CloudEvent JSON")
+    return _from_obj(obj, "CloudEvent JSON", owned=True)
 
 
 def events_from_json_batch(raw: bytes | str | list[Any]) -> list[CloudEvent]:
@@ -252,7 +267,8 @@ def events_from_json_batch(raw: bytes | str | list[Any]) -> list[CloudEvent]:
     Raises:
         EventDecodeError: naming the index of the first bad event (``batch[3]: ...``).
     """
-    if isinstance(raw, (bytes, bytearray, memoryview, str)):
+    owned = not isinstance(raw, list)
+    if not isinstance(raw, list):
         try:
             raw = orjson.loads(raw)
         except orjson.JSONDecodeError as e:
@@ -264,7 +280,7 @@ def events_from_json_batch(raw: bytes | str | list[Any]) -> list[CloudEvent]:
             "array of events (send a single event as structured mode instead)"
         )
         raise EventDecodeError(msg)
-    return [_from_obj(obj, f"batch[{i}]") for i, obj in enumerate(raw)]
+    return [_from_obj(obj, f"batch[{i}]", owned) for i, obj in enumerate(raw)]
 
 
 def _to_obj(event: CloudEvent) -> dict[str, Any]:
@@ -299,7 +315,7 @@ def event_to_json(event: CloudEvent) -> bytes:
 # --------------------------------------------------------------------------------------------
 # Kafka protocol binding
 # --------------------------------------------------------------------------------------------
-def _header_text(raw: bytes | None, name: str, where: str) -> str:
+def _header_text(raw: bytes | None, name: str, where: Where) -> str:
     if raw is None:
         return ""
     try:
@@ -348,17 +364,26 @@ def decode_kafka(
         >>> e.id, e.data, e["partitionkey"]
         ('t-0-7', {'a': 1}, 'k')
     """
-    where = f"{topic}[{partition}]@{offset}"
+    where: Where = (topic, partition, offset)
     content_type: str | None = None
     ce: dict[str, Any] | None = None
+    known = _HEADER_ATTRS
     try:
         for name, raw in headers:
-            lname = name.lower()
-            if lname.startswith("ce_"):
+            attr = known.get(name)
+            if attr is None:
+                lname = name.lower()
+                if lname.startswith("ce_"):
+                    attr = lname[3:]
+                elif lname == "content-type":
+                    attr = ""
+                else:
+                    continue
+            if attr:
                 if ce is None:
                     ce = {}
-                ce[lname[3:]] = raw.decode()
-            elif lname == "content-type":
+                ce[attr] = raw.decode()
+            else:
                 content_type = raw.decode()
     except (UnicodeDecodeError, AttributeError):
         # Slow path, only to name the offending header (or tolerate null header values).
@@ -401,7 +426,7 @@ def decode_kafka(
                 f"value is not valid JSON ({e}; starts {shown!r}) but header content-type is "
                 f"{STRUCTURED_CONTENT_TYPE}; send the event as a JSON object, or use binary mode",
             ) from None
-        event = _from_obj(obj, where)
+        event = _from_obj(obj, where, owned=True)
         if key is not None and "partitionkey" not in event.attributes:
             event.attributes["partitionkey"] = _header_text(key, "key", where)
         return event

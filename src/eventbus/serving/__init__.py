@@ -8,7 +8,7 @@ from __future__ import annotations
 from eventbus.serving._client import EventBusClient
 from eventbus.serving._controller import Controller
 from eventbus.serving._deployment import PipelineDeployment, app_name, build_app
-from eventbus.serving._stack import Stack, load_stack, stack_down, stack_status, stack_up
+from eventbus._internal.stack import Stack, load_stack, stack_down, stack_status, stack_up
 
 __all__ = [
     "Controller",

@@ -10,7 +10,7 @@ from typing import Any
 import ray
 
 from eventbus.serving._controller import CONTROLLER_NAME, NAMESPACE, Controller
-from eventbus.serving._stack import RAY_ENV
+from eventbus._internal.stack import RAY_ENV
 
 __all__ = ["EventBusClient"]
 
@@ -23,15 +23,24 @@ class EventBusClient:
             already connected to (tests call ``ray.init`` themselves).
         kafka_bootstrap: default Kafka bootstrap servers for pipelines.
         redis_url: where the controller keeps its state.
+        ray_env: environment for the Ray client (auth token settings of ``eventbus up``).
 
     Example:
         >>> client = EventBusClient("127.0.0.1:6379", "127.0.0.1:9092", "redis://127.0.0.1:6380/0")  # doctest: +SKIP
         >>> client.deploy("examples/payments/pipeline.yaml")  # doctest: +SKIP
     """
 
-    def __init__(self, ray_address: str | None, kafka_bootstrap: str, redis_url: str) -> None:
+    def __init__(
+        self,
+        ray_address: str | None,
+        kafka_bootstrap: str,
+        redis_url: str,
+        *,
+        ray_env: dict[str, str] | None = None,
+    ) -> None:
         for k, v in RAY_ENV.items():
             os.environ.setdefault(k, v)
+        os.environ.update(ray_env or {})
         if not ray.is_initialized():
             ray.init(address=ray_address, namespace=NAMESPACE, logging_level="WARNING", log_to_driver=False)
         self._controller = (

@@ -41,6 +41,7 @@ class SourceActor:
     """
 
     def __init__(self, document: dict[str, Any], index: int, app: str, bootstrap_servers: str) -> None:
+        _tune_gc()
         logging.basicConfig(level=logging.INFO)
         self._config = PipelineConfig.model_validate(document)
         self._index = index
@@ -69,8 +70,10 @@ class SourceActor:
         assert src.kafka is not None
         handle = serve.get_app_handle(self._app)
 
+        from eventbus.serving._wire import pack_events, unpack_outcomes
+
         async def dispatch(events: list[CloudEvent]) -> list[Outcome]:
-            return await handle.process.remote(events)  # type: ignore[no-any-return]
+            return unpack_outcomes(await handle.process_packed.remote(pack_events(events)))
 
         sink = make_sink(spec.sink, default_bootstrap=self._bootstrap)
         dead = make_sink(spec.dead_letter, default_bootstrap=self._bootstrap) if spec.dead_letter else None
@@ -140,3 +143,14 @@ def _has_loop() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def _tune_gc() -> None:
+    # Batches allocate many short-lived containers; with the default generation-0 threshold
+    # (700) the collector costs ~25% of a source's time. Collect less often, and keep the
+    # long-lived startup objects out of every collection.
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)

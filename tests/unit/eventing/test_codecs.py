@@ -248,7 +248,7 @@ def sdk_attributes(event: Any) -> dict[str, Any]:
 def to_sdk(event: CloudEvent) -> SdkEvent:
     attrs = dict(event.attributes)
     if "time" in attrs:
-        attrs["time"] = datetime.fromisoformat(attrs["time"].replace("Z", "+00:00"))
+        attrs["time"] = datetime.fromisoformat(attrs["time"])
     return SdkEvent(attributes=attrs, data=event.data)
 
 

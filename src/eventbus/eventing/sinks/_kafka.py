@@ -12,10 +12,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from aiokafka.errors import KafkaError
 from aiokafka.partitioner import murmur2
 from pydantic import BaseModel, ConfigDict, Field
 
-from eventbus.errors import ConfigError
+from eventbus.errors import ConfigError, StackError
 from eventbus.eventing._codecs import encode_kafka_binary, encode_kafka_structured
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing.sinks._base import Sink, SinkEncodeError
@@ -83,7 +84,11 @@ class KafkaSink(Sink):
         self._round_robin = 0
 
     async def start(self) -> None:
-        """Connect the producer (idempotent)."""
+        """Connect the producer (idempotent).
+
+        Raises:
+            StackError: the broker cannot be reached.
+        """
         if self._producer is not None:
             return
         from aiokafka import AIOKafkaProducer
@@ -98,7 +103,16 @@ class KafkaSink(Sink):
             max_request_size=2 * _MAX_BATCH_BYTES,
             linger_ms=0,
         )
-        await producer.start()
+        try:
+            await producer.start()
+        except KafkaError as e:
+            await producer.stop()
+            msg = (
+                f"kafka sink for topic {self.config.topic!r} cannot reach the broker at "
+                f"{self.bootstrap_servers}: {e}; check that it runs and the address is right "
+                "(`eventbus up` starts a local one)"
+            )
+            raise StackError(msg) from e
         self._producer = producer
 
     async def stop(self) -> None:
@@ -128,11 +142,14 @@ class KafkaSink(Sink):
         topic = self.config.topic
         partitions = sorted(await producer.partitions_for(topic))
         n = len(partitions)
-        per_partition: dict[int, list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]]
-        per_partition = {}
         encode = self._encode
         rr = self._round_robin
         failures: dict[int, tuple[str, str]] = {}
+        # Records go straight into one open batch per partition; full batches (and records
+        # too big for any batch) queue up in order and are handed over only once every item
+        # encoded, so an unencodable item means nothing was sent.
+        open_batches: dict[int, Any] = {}
+        ready: list[tuple[int, Any, tuple[bytes | None, bytes | None, Any] | None]] = []
         for i, (event, key) in enumerate(items):
             try:
                 pkey = event.attributes.get("partitionkey")
@@ -143,12 +160,12 @@ class KafkaSink(Sink):
                 failures[i] = (type(e).__name__, str(e))
                 continue
             if value is not None and len(value) > _MAX_RECORD_BYTES:
-                failures[i] = (
-                    "RecordTooLargeError",
+                too_large = (
                     f"event {event.attributes.get('id')!r} encodes to {len(value)} bytes; a "
                     f"record may have at most {_MAX_RECORD_BYTES}; send large payloads by "
-                    "reference (a URL in data)",
+                    "reference (a URL in data)"
                 )
+                failures[i] = ("RecordTooLargeError", too_large)
                 continue
             if key is None:
                 partition = partitions[rr % n]
@@ -160,30 +177,32 @@ class KafkaSink(Sink):
                         _hash_cache.clear()
                     h = _hash_cache[key] = murmur2(key) & 0x7FFFFFFF
                 partition = partitions[h % n]
-            per_partition.setdefault(partition, []).append((key, value, headers))
+            batch = open_batches.get(partition)
+            if batch is None:
+                batch = open_batches[partition] = producer.create_batch()
+            if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
+                if batch.record_count():
+                    ready.append((partition, batch, None))
+                    batch = open_batches[partition] = producer.create_batch()
+                if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
+                    ready.append((partition, None, (key, value, headers)))  # bigger than a batch
         if failures:
             raise SinkEncodeError(f"kafka topic {topic!r}", failures)
         self._round_robin = rr
+        for partition, batch in open_batches.items():
+            if batch.record_count():
+                ready.append((partition, batch, None))
 
         futures: list[asyncio.Future[Any]] = []
-        for partition, records in per_partition.items():
-            batch = producer.create_batch()
-            for key, value, headers in records:
-                if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
-                    if batch.record_count():
-                        batch.close()
-                        futures.append(await producer.send_batch(batch, topic, partition=partition))
-                        batch = producer.create_batch()
-                    if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
-                        # Bigger than a whole batch: the producer's own path says why if it fails.
-                        futures.append(
-                            await producer.send(
-                                topic, value, key=key, partition=partition, headers=headers
-                            )
-                        )
-            if batch.record_count():
+        for partition, batch, single in ready:
+            if batch is not None:
                 batch.close()
                 futures.append(await producer.send_batch(batch, topic, partition=partition))
+            elif single is not None:
+                key, value, headers = single
+                futures.append(
+                    await producer.send(topic, value, key=key, partition=partition, headers=headers)
+                )
         results = await asyncio.gather(*futures, return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):

@@ -9,10 +9,18 @@ Delivery, per the architecture's contract (at-least-once, per-partition order):
 3. call ``dispatch(events)`` once per batch, up to ``max_in_flight`` batches concurrently; a
    dispatch that raises (a Ray replica died, say) is retried with capped exponential backoff;
 4. strictly in batch order: send the outputs to the sink and the failures to the dead-letter
-   sink, wait for both to acknowledge, then commit ``offset + 1`` per partition.
+   sink, wait for both to acknowledge, then commit ``offset + 1`` per partition. A sink that
+   does not acknowledge is retried the same way; an output the sink cannot encode (not a
+   CloudEvent, data not JSON) dead-letters its input event with ``ebstep: sink``.
+
+Dead-letter events are the original input event plus the extension attributes ``ebpipeline``,
+``ebstep``, ``eberrortype``, ``eberror``, ``ebattempts``, ``ebtopic``, ``ebpartition`` and
+``eboffset`` (integers stay integers in structured mode; binary mode makes every attribute a
+string header).
 
 On a rebalance, the revoked callback (awaited by aiokafka) finishes and commits the batches in
-flight before the partitions move. ``stop(drain=True)`` stops fetching, finishes the batches in
+flight before the partitions move; records fetched but not yet batched are dropped and fetched
+again from the committed offsets. ``stop(drain=True)`` stops fetching, finishes the batches in
 flight, commits and closes.
 """
 
@@ -27,9 +35,9 @@ from typing import Any, Literal
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from eventbus.errors import EventDecodeError
+from eventbus.errors import EventDecodeError, StackError
 from eventbus.eventing._codecs import decode_kafka
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Dispatch, Failure, Outcome
@@ -90,6 +98,15 @@ class KafkaSourceConfig(BaseModel):
         description="CloudEvents 'source' given to plain messages; None uses 'kafka://{topic}'.",
     )
 
+    @field_validator("topic")
+    @classmethod
+    def _topics_named(cls, value: str | list[str]) -> str | list[str]:
+        names = [value] if isinstance(value, str) else value
+        if not names or not all(names):
+            msg = f"topic is {value!r}; name a topic, or a non-empty list of topic names"
+            raise ValueError(msg)
+        return value
+
     @property
     def topics(self) -> list[str]:
         """The topics, always as a list."""
@@ -101,8 +118,7 @@ class _Batch:
     seq: int
     count: int  # records, decodable or not
     events: list[CloudEvent]
-    keys: list[bytes | None]  # per event
-    positions: list[tuple[str, int, int]]  # per event: topic, partition, offset
+    records: list[Any]  # per event: the ConsumerRecord it came from (key, position)
     dead: list[tuple[CloudEvent, bytes | None]]  # undecodable records as dead-letter events
     offsets: dict[TopicPartition, int]  # next offset to commit, per partition
     task: asyncio.Task[list[Outcome]] | None = field(default=None)
@@ -205,7 +221,11 @@ class KafkaSource(Source):
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
-        """Start the sinks, join the consumer group and start delivering."""
+        """Start the sinks, join the consumer group and start delivering.
+
+        Raises:
+            StackError: the broker cannot be reached.
+        """
         await self._sink.start()
         if self._dead_letter is not None:
             await self._dead_letter.start()
@@ -220,7 +240,19 @@ class KafkaSource(Source):
             max_poll_records=self._max_batch,
         )
         consumer.subscribe(self.config.topics, listener=_Listener(self))
-        await consumer.start()
+        try:
+            await consumer.start()
+        except KafkaError as e:
+            await consumer.stop()
+            await self._sink.stop()
+            if self._dead_letter is not None:
+                await self._dead_letter.stop()
+            msg = (
+                f"kafka source of pipeline {self.pipeline!r} cannot reach the broker at "
+                f"{self.bootstrap_servers}: {e}; check that it runs and the address is right "
+                "(`eventbus up` starts a local one)"
+            )
+            raise StackError(msg) from e
         self._consumer = consumer
         self._deliverer = asyncio.create_task(
             self._deliver_loop(), name=f"eventbus-{self.pipeline}-deliver"
@@ -290,6 +322,7 @@ class KafkaSource(Source):
         await asyncio.gather(*tasks, return_exceptions=True)
         self._queue.clear()
         self._deliverer = None
+        self._progress.set()  # wakes a revocation callback still waiting for the drain
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             await consumer.stop()
@@ -306,69 +339,78 @@ class KafkaSource(Source):
         return out
 
     # -- fetching ----------------------------------------------------------------------------
-    async def _fetch(self, consumer: AIOKafkaConsumer) -> list[Any]:
+    async def _fetch(self, consumer: AIOKafkaConsumer) -> dict[TopicPartition, list[Any]]:
+        """Up to ``max_batch`` records, per partition in offset order; {} when none came."""
         generation = self._generation
-        data = await consumer.getmany(timeout_ms=100, max_records=self._max_batch)
+        data: dict[TopicPartition, list[Any]] = await consumer.getmany(
+            timeout_ms=100, max_records=self._max_batch
+        )
         if not data:
-            return []
-        records: list[Any] = []
-        for recs in data.values():
-            records.extend(recs)
-        if len(records) < self._max_batch and self._linger_s > 0:
+            return {}
+        count = sum(len(recs) for recs in data.values())
+        if count < self._max_batch and self._linger_s > 0:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self._linger_s
-            while len(records) < self._max_batch and not self._stopping:
+            while count < self._max_batch and not self._stopping:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
                 more = await consumer.getmany(
                     timeout_ms=max(1, int(remaining * 1000)),
-                    max_records=self._max_batch - len(records),
+                    max_records=self._max_batch - count,
                 )
-                for recs in more.values():
-                    records.extend(recs)
+                for tp, recs in more.items():
+                    if tp in data:
+                        data[tp] = data[tp] + recs
+                    else:
+                        data[tp] = recs
+                    count += len(recs)
         if generation != self._generation:
             # A rebalance happened meanwhile: positions were reset to the committed offsets,
             # so these records come again (from us or the partitions' new owner).
-            return []
-        return records
+            return {}
+        return data
 
-    def _enqueue(self, records: list[Any]) -> None:
-        self._stats["consumed"] += len(records)
+    def _enqueue(self, data: dict[TopicPartition, list[Any]]) -> None:
         events: list[CloudEvent] = []
-        keys: list[bytes | None] = []
-        positions: list[tuple[str, int, int]] = []
+        sources: list[Any] = []
         dead: list[tuple[CloudEvent, bytes | None]] = []
         offsets: dict[TopicPartition, int] = {}
         default_type = self.config.type
-        sources = self._sources
-        for r in records:
-            topic, partition, offset = r.topic, r.partition, r.offset
-            default_source = sources.get(topic)
+        count = 0
+        for tp, records in data.items():
+            if not records:
+                continue
+            topic, partition = tp.topic, tp.partition
+            default_source = self._sources.get(topic)
             if default_source is None:
-                default_source = sources[topic] = self.config.source or f"kafka://{topic}"
-            try:
-                event = decode_kafka(
-                    r.value,
-                    r.headers,
-                    key=r.key,
-                    topic=topic,
-                    partition=partition,
-                    offset=offset,
-                    default_type=default_type,
-                    default_source=default_source,
-                )
-            except EventDecodeError as e:
-                self._stats["decode_errors"] += 1
-                log.warning("kafka source %s: undecodable record: %s", self.pipeline, e)
-                dead.append((self._decode_dead_letter(r, e, default_source), r.key))
-            else:
+                default_source = self._sources[topic] = self.config.source or f"kafka://{topic}"
+            count += len(records)
+            offsets[tp] = records[-1].offset + 1
+            for r in records:
+                try:
+                    event = decode_kafka(
+                        r.value,
+                        r.headers,
+                        key=r.key,
+                        topic=topic,
+                        partition=partition,
+                        offset=r.offset,
+                        default_type=default_type,
+                        default_source=default_source,
+                    )
+                except EventDecodeError as e:
+                    self._stats["decode_errors"] += 1
+                    log.warning("kafka source %s: undecodable record: %s", self.pipeline, e)
+                    dead.append((self._decode_dead_letter(r, e, default_source), r.key))
+                    continue
                 events.append(event)
-                keys.append(r.key)
-                positions.append((topic, partition, offset))
-            offsets[TopicPartition(topic, partition)] = offset + 1
+                sources.append(r)
+        if not count:
+            return
+        self._stats["consumed"] += count
         self._seq += 1
-        batch = _Batch(self._seq, len(records), events, keys, positions, dead, offsets)
+        batch = _Batch(self._seq, count, events, sources, dead, offsets)
         if events:
             self._stats["batches"] += 1
             batch.task = asyncio.create_task(self._dispatch_with_retry(batch))
@@ -462,7 +504,7 @@ class KafkaSource(Source):
                 failed += 1
                 self._dead_letter_failure(batch, i, outcome, dead)
             elif outcome:
-                key = batch.keys[i]
+                key = batch.records[i].key
                 for out in outcome:
                     outputs.append((out, key))
                     origins.append(i)
@@ -495,7 +537,8 @@ class KafkaSource(Source):
         failure: Failure,
         dead: list[tuple[CloudEvent, bytes | None]],
     ) -> None:
-        topic, partition, offset = batch.positions[i]
+        record = batch.records[i]
+        topic, partition, offset = record.topic, record.partition, record.offset
         if self._dead_letter is None:
             log.error(
                 "kafka source %s: event %s from %s[%d]@%d failed in step %r: %s: %s "
@@ -520,7 +563,7 @@ class KafkaSource(Source):
             ebpartition=partition,
             eboffset=offset,
         )
-        dead.append((event, batch.keys[i]))
+        dead.append((event, record.key))
 
     async def _send_with_retry(
         self,
@@ -630,7 +673,7 @@ class KafkaSource(Source):
 def _count_in(batch: _Batch, offsets: dict[TopicPartition, int]) -> int:
     # Only some partitions were still assigned: count the batch's records of those.
     kept = {(tp.topic, tp.partition) for tp in offsets}
-    decoded = sum(1 for t, p, _ in batch.positions if (t, p) in kept)
+    decoded = sum(1 for r in batch.records if (r.topic, r.partition) in kept)
     undecodable = sum(
         1
         for event, _ in batch.dead

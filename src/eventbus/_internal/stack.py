@@ -48,6 +48,14 @@ class Stack:
     kafka_bootstrap: str
     redis_url: str
     owned: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ray_auth_token_path: str | None = None
+
+    def ray_env(self) -> dict[str, str]:
+        """Environment a Ray client needs for this cluster (its auth token, if we made one)."""
+        env = dict(RAY_ENV)
+        if self.ray_auth_token_path:
+            env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": self.ray_auth_token_path})
+        return env
 
 
 def _state_file(home: Path) -> Path:
@@ -101,19 +109,37 @@ def stack_up(
             started.append(svc)
             redis_url = svc.address
             owned["redis"] = {"pid": svc.pid, "log": str(svc.log_path)}
+        token_path: str | None = None
         if ray_address is None:
-            ray_address, ray_dir = _start_ray_head(home, num_cpus)
+            token_path = _make_token(home)
+            ray_address, ray_dir = _start_ray_head(home, num_cpus, token_path)
             owned["ray"] = {"temp_dir": ray_dir}
     except BaseException:
         for svc in started:
             svc.stop()
         raise
-    stack = Stack(ray_address=ray_address, kafka_bootstrap=kafka_bootstrap, redis_url=redis_url, owned=owned)
+    stack = Stack(
+        ray_address=ray_address,
+        kafka_bootstrap=kafka_bootstrap,
+        redis_url=redis_url,
+        owned=owned,
+        ray_auth_token_path=token_path,
+    )
     _state_file(home).write_text(json.dumps(asdict(stack), indent=2))
     return stack
 
 
-def _start_ray_head(home: Path, num_cpus: int | None) -> tuple[str, str]:
+def _make_token(home: Path) -> str:
+    """A fresh token for the local Ray head: Ray's token authentication, readable by us only."""
+    import secrets
+
+    path = home / "ray_auth_token"
+    path.write_text(secrets.token_hex(32))
+    path.chmod(0o600)
+    return str(path)
+
+
+def _start_ray_head(home: Path, num_cpus: int | None, token_path: str) -> tuple[str, str]:
     port = free_port()
     temp_dir = str(home / "ray")
     argv = [
@@ -128,7 +154,7 @@ def _start_ray_head(home: Path, num_cpus: int | None) -> tuple[str, str]:
     ]
     if num_cpus is not None:
         argv.append(f"--num-cpus={num_cpus}")
-    env = {**os.environ, **RAY_ENV}
+    env = {**os.environ, **RAY_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path}
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
     if proc.returncode != 0:
         msg = f"`ray start --head` failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}\nfix: check `ray status`, or pass --ray-address"

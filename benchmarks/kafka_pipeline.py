@@ -1,0 +1,307 @@
+"""Kafka → filter + convert → Kafka: EventBus on Ray Serve against a single-process aiokafka loop.
+
+Both run the same pipeline (keep ``payment.created`` with amount > 100 in CNY/USD, add
+``data.amount_cny``, retype) over the same pre-produced events on the real Tansu broker:
+
+* baseline: one asyncio process: ``getmany(2000)`` → decode → Python filter/convert →
+  encode → ``send_batch`` per partition → await acks → commit; naive, but with the fast
+  produce path;
+* EventBus: the pipeline deployed on a local Ray cluster (source actor → Serve replica →
+  sink), CEL expressions compiled to Python.
+
+Throughput: events consumed per second between the first and last output record (broker
+timestamps of the sink records), median of rounds. Latency: events produced at half of
+EventBus's measured maximum rate, produce time → arrival at a tail consumer, p50/p99.
+
+Last line: one JSON object with the figures and ``ratio`` (EventBus / baseline events/s).
+
+Run: ``.venv/bin/python benchmarks/kafka_pipeline.py [--events 200000] [--rounds 3]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import orjson  # noqa: E402
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # noqa: E402
+
+from eventbus._internal.services import create_topics, start_redis, start_tansu  # noqa: E402
+
+PARTITIONS = 3
+CURRENCIES = ["CNY", "USD", "EUR", "CNY", "USD"]
+
+
+def make_values(n: int) -> list[tuple[list[tuple[str, bytes]], bytes, bytes]]:
+    out = []
+    for i in range(n):
+        t = b"payment.created" if i % 10 else b"payment.refunded"
+        headers = [
+            ("ce_specversion", b"1.0"),
+            ("ce_id", f"p{i}".encode()),
+            ("ce_source", b"/shop"),
+            ("ce_type", t),
+            ("content-type", b"application/json"),
+        ]
+        data = {"amount": (i * 37) % 400, "currency": CURRENCIES[i % 5], "order": i}
+        out.append((headers, orjson.dumps(data), str(i % 64).encode()))
+    return out
+
+
+async def produce_all(bootstrap: str, topic: str, n: int) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_batch_size=512 * 1024)
+    await producer.start()
+    try:
+        values = make_values(n)
+        futs = []
+        for part in range(PARTITIONS):
+            batch = producer.create_batch()
+            for headers, value, key in values[part::PARTITIONS]:
+                if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
+                    futs.append(await producer.send_batch(batch, topic, partition=part))
+                    batch = producer.create_batch()
+                    batch.append(key=key, value=value, timestamp=None, headers=headers)
+            futs.append(await producer.send_batch(batch, topic, partition=part))
+        await asyncio.gather(*futs)
+    finally:
+        await producer.stop()
+
+
+def expected_outputs(n: int) -> int:
+    return sum(1 for i in range(n) if i % 10 and (i * 37) % 400 > 100 and CURRENCIES[i % 5] in ("CNY", "USD"))
+
+
+async def sink_span(bootstrap: str, topic: str, expect: int, timeout_s: float = 300) -> tuple[int, float]:
+    """Wait for ``expect`` records on ``topic``; return (count, last-first broker timestamp in s)."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest", enable_auto_commit=False)
+    await consumer.start()
+    count, first, last = 0, None, None
+    deadline = time.monotonic() + timeout_s
+    try:
+        while count < expect and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=200, max_records=10000)
+            for records in batch.values():
+                for r in records:
+                    count += 1
+                    first = r.timestamp if first is None else min(first, r.timestamp)
+                    last = r.timestamp if last is None else max(last, r.timestamp)
+    finally:
+        await consumer.stop()
+    if count < expect:
+        msg = f"only {count} of {expect} outputs arrived on {topic} within {timeout_s} s"
+        raise RuntimeError(msg)
+    return count, max((last - first) / 1000, 1e-3)  # type: ignore[operator]
+
+
+# -- the baseline: one process, aiokafka, per-batch commits -------------------------------------
+
+
+async def baseline(bootstrap: str, src: str, sink: str, n: int, stop: asyncio.Event | None = None) -> None:
+    consumer = AIOKafkaConsumer(src, bootstrap_servers=bootstrap, group_id=f"baseline-{uuid.uuid4().hex[:6]}",
+                                auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=2000,
+                                max_partition_fetch_bytes=4 * 1024 * 1024)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0, max_batch_size=512 * 1024)
+    await consumer.start()
+    await producer.start()
+    consumed = 0
+    try:
+        while (stop is None and consumed < n) or (stop is not None and not stop.is_set()):
+            batch = await consumer.getmany(timeout_ms=100, max_records=2000)
+            futs = []
+            for tp, records in batch.items():
+                out = producer.create_batch()
+                for r in records:
+                    consumed += 1
+                    h = dict(r.headers)
+                    data = orjson.loads(r.value)
+                    if h.get("ce_type") == b"payment.created" and data["amount"] > 100 and data["currency"] in ("CNY", "USD"):
+                        data["amount_cny"] = data["amount"] * 7.1
+                        h["ce_type"] = b"payment.large"
+                        hdrs = list(h.items())
+                        val = orjson.dumps(data)
+                        if out.append(key=r.key, value=val, timestamp=None, headers=hdrs) is None:
+                            futs.append(await producer.send_batch(out, sink, partition=tp.partition))
+                            out = producer.create_batch()
+                            out.append(key=r.key, value=val, timestamp=None, headers=hdrs)
+                if out.record_count():
+                    futs.append(await producer.send_batch(out, sink, partition=tp.partition))
+            await asyncio.gather(*futs)
+            if batch:
+                await consumer.commit({tp: recs[-1].offset + 1 for tp, recs in batch.items()})
+    finally:
+        await consumer.stop()
+        await producer.stop()
+
+
+# -- EventBus ---------------------------------------------------------------------------------
+
+PIPELINE = """\
+apiVersion: eventbus/v1
+kind: Pipeline
+metadata: {{name: {name}}}
+spec:
+  sources: [{{kafka: {{topic: {src}}}}}]
+  steps:
+    - id: only_large
+      filter: "type == 'payment.created' && data.amount > 100 && data.currency in ['CNY', 'USD']"
+    - id: to_cny
+      convert: {{set: {{data.amount_cny: "double(data.amount) * 7.1", type: "'payment.large'"}}}}
+  sink: {{kafka: {{topic: {sink}}}}}
+  serving: {{replicas: 1, batch: {{max_size: 2000, linger_ms: 5, max_in_flight: 4}}}}
+"""
+
+
+async def latency_run(bootstrap: str, src: str, sink: str, rate: float, seconds: float) -> list[float]:
+    """Produce at ``rate`` events/s (each carrying its send time); latencies in ms at a tail."""
+    consumer = AIOKafkaConsumer(sink, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="latest",
+                                enable_auto_commit=False, fetch_max_wait_ms=5)
+    await consumer.start()
+    await consumer.seek_to_end()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=1)
+    await producer.start()
+    lat: list[float] = []
+    total = int(rate * seconds)
+    expect = sum(1 for i in range(total) if i % 2 == 0)
+
+    async def consume() -> None:
+        deadline = time.monotonic() + seconds + 30
+        while len(lat) < expect and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=50)
+            now = time.time()
+            for records in batch.values():
+                for r in records:
+                    lat.append((now - orjson.loads(r.value)["t0"]) * 1000)
+
+    task = asyncio.create_task(consume())
+    tick = 0.01
+    per_tick = rate * tick
+    start = time.monotonic()
+    sent = 0.0
+    i = 0
+    while i < total:
+        sent += per_tick
+        while i < min(int(sent), total):
+            data = {"amount": 500 if i % 2 == 0 else 5, "currency": "USD", "t0": time.time()}
+            headers = [("ce_specversion", b"1.0"), ("ce_id", f"l{i}".encode()), ("ce_source", b"/lat"),
+                       ("ce_type", b"payment.created"), ("content-type", b"application/json")]
+            await producer.send(src, orjson.dumps(data), key=str(i % 64).encode(), headers=headers)
+            i += 1
+        next_at = start + (i / rate)
+        await asyncio.sleep(max(0.0, next_at - time.monotonic()))  # pacing the load generator
+    await producer.flush()
+    await task
+    await producer.stop()
+    await consumer.stop()
+    return lat
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+async def run_baseline_latency(bootstrap: str, rate: float, seconds: float, topics: Any) -> list[float]:
+    src, sink = await topics()
+    stop = asyncio.Event()
+    task = asyncio.create_task(baseline(bootstrap, src, sink, 0, stop))
+    await asyncio.sleep(3)  # let the consumer join its group (Tansu holds joins ~session/2)
+    lat = await latency_run(bootstrap, src, sink, rate, seconds)
+    stop.set()
+    await task
+    return lat
+
+
+from typing import Any  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--latency-seconds", type=float, default=10.0)
+    args = ap.parse_args()
+    n = args.events
+    expect = expected_outputs(n)
+    work = Path(tempfile.mkdtemp(prefix="eb-bench-"))
+    tansu = start_tansu(log_dir=work)
+    redis = start_redis(data_dir=work / "redis")
+    bootstrap = tansu.address
+    counter = iter(range(10_000))
+
+    async def topics() -> tuple[str, str]:
+        k = next(counter)
+        src, sink = f"bench-in-{k}", f"bench-out-{k}"
+        await create_topics(bootstrap, [src, sink], partitions=PARTITIONS)
+        return src, sink
+
+    import ray
+
+    from eventbus.serving import EventBusClient
+
+    ray.init(num_cpus=2, include_dashboard=False, namespace="eventbus", logging_level="ERROR", log_to_driver=False)
+    client = EventBusClient(None, bootstrap, redis.address)
+    base_rates, eb_rates = [], []
+    try:
+        for rnd in range(args.rounds):
+            src, sink = asyncio.run(topics())
+            asyncio.run(produce_all(bootstrap, src, n))
+            asyncio.run(baseline(bootstrap, src, sink, n))
+            count, span = asyncio.run(sink_span(bootstrap, sink, expect))
+            base_rates.append(n / span)
+
+            src, sink = asyncio.run(topics())
+            asyncio.run(produce_all(bootstrap, src, n))
+            path = work / f"bench-{rnd}.yaml"
+            path.write_text(PIPELINE.format(name=f"bench{rnd}", src=src, sink=sink))
+            client.deploy(path)
+            count, span = asyncio.run(sink_span(bootstrap, sink, expect))
+            eb_rates.append(n / span)
+            client.delete(f"bench{rnd}")
+            print(f"round {rnd}: baseline {base_rates[-1]:,.0f} ev/s, eventbus {eb_rates[-1]:,.0f} ev/s", flush=True)
+
+        eb_max = statistics.median(eb_rates)
+        rate = eb_max / 2
+        src, sink = asyncio.run(topics())
+        path = work / "bench-lat.yaml"
+        path.write_text(PIPELINE.format(name="benchlat", src=src, sink=sink))
+        client.deploy(path)
+        eb_lat = asyncio.run(latency_run(bootstrap, src, sink, rate, args.latency_seconds))
+        client.delete("benchlat")
+        base_lat = asyncio.run(run_baseline_latency(bootstrap, rate, args.latency_seconds, topics))
+    finally:
+        ray.shutdown()
+        tansu.stop()
+        redis.stop()
+    result = {
+        "benchmark": "kafka_pipeline",
+        "events": n,
+        "rounds": args.rounds,
+        "outputs_per_round": expect,
+        "baseline_events_per_s": round(statistics.median(base_rates)),
+        "eventbus_events_per_s": round(statistics.median(eb_rates)),
+        "ratio": round(statistics.median(eb_rates) / statistics.median(base_rates), 3),
+        "latency_rate_events_per_s": round(rate),
+        "eventbus_p50_ms": round(pct(eb_lat, 0.5), 1),
+        "eventbus_p99_ms": round(pct(eb_lat, 0.99), 1),
+        "baseline_p50_ms": round(pct(base_lat, 0.5), 1),
+        "baseline_p99_ms": round(pct(base_lat, 0.99), 1),
+        "latency_samples": len(eb_lat),
+        "all_rates": {"baseline": [round(r) for r in base_rates], "eventbus": [round(r) for r in eb_rates]},
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

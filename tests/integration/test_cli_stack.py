@@ -1,0 +1,94 @@
+"""The CLI on its own embedded stack: up, deploy, publish, tail, status, list, delete, down.
+
+This starts a second, separate local stack (its own Ray head, Tansu, Redis) in a temporary
+EVENTBUS_HOME, exactly as a newcomer's `eventbus up` does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.ray, pytest.mark.redis, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def eb(home: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "EVENTBUS_"))}
+    env.update({"EVENTBUS_HOME": str(home), "COLUMNS": "200", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
+    return subprocess.run(
+        [sys.executable, "-m", "eventbus.cli", *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT, check=False
+    )
+
+
+def listening_ports() -> str:
+    return subprocess.run(["ss", "-ltnH"], capture_output=True, text=True, check=False).stdout
+
+
+def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
+    home = tmp_path / "eb"
+    try:
+        up = eb(home, "up", "--num-cpus", "1")
+        assert up.returncode == 0, up.stderr
+        stack = json.loads((home / "stack.json").read_text())
+        assert set(stack["owned"]) == {"ray", "kafka", "redis"}
+        for addr in (stack["ray_address"], stack["kafka_bootstrap"]):
+            assert addr.startswith("127.0.0.1:")
+        # Everything the stack started listens on loopback only.
+        ray_port = stack["ray_address"].split(":")[1]
+        assert f"127.0.0.1:{ray_port}" in listening_ports()
+
+        dep = eb(home, "deploy", "examples/payments/payments.yaml")
+        assert dep.returncode == 0, dep.stderr
+        assert "deployed large-payments version 1" in dep.stdout
+
+        pub = eb(home, "publish", "payments", "--file", "examples/payments/events.jsonl")
+        assert pub.returncode == 0, pub.stderr
+        tail = eb(home, "tail", "payments-large", "--from-beginning", "--max", "3", "--timeout", "60", "--json")
+        assert tail.returncode == 0, tail.stderr
+        events = [json.loads(line) for line in tail.stdout.splitlines()]
+        assert sorted(e["id"] for e in events) == ["demo-1", "demo-3", "demo-5"]
+        assert all(e["type"] == "payment.large" and 0 <= e["data"]["fraud_score"] <= 1 for e in events)
+
+        dlq = eb(home, "tail", "payments-dlq", "--from-beginning", "--max", "1", "--timeout", "60", "--json")
+        [dead] = [json.loads(line) for line in dlq.stdout.splitlines()]
+        assert dead["id"] == "demo-6" and dead["ebstep"] == "score"
+        assert "account_age_days must be an integer" in dead["eberror"]
+
+        st = eb(home, "status", "large-payments")
+        assert st.returncode == 0, st.stderr
+        assert "consumed=6" in st.stdout and "outputs=3" in st.stdout and "dead_lettered=1" in st.stdout
+
+        ls = eb(home, "list")
+        assert "large-payments" in ls.stdout and "RUNNING" in ls.stdout
+
+        bad = eb(home, "delete", "no-such")
+        assert bad.returncode == 1 and "no pipeline named 'no-such' is deployed" in bad.stderr
+        assert eb(home, "delete", "large-payments").returncode == 0
+        assert "no pipelines deployed" in eb(home, "list").stdout
+    finally:
+        down = eb(home, "down")
+    assert down.returncode == 0 and "stopped: ray, kafka, redis" in down.stdout
+    assert not (home / "stack.json").exists()
+    assert f"127.0.0.1:{ray_port} " not in listening_ports()
+
+
+def test_up_adopts_given_addresses_and_starts_nothing(tmp_path: Path, kafka_bootstrap: str, redis_url: str) -> None:
+    home = tmp_path / "eb"
+    import ray
+
+    ray_address = ray.get_runtime_context().gcs_address if ray.is_initialized() else "127.0.0.1:1"
+    res = eb(home, "up", "--kafka-bootstrap", kafka_bootstrap, "--redis-url", redis_url, "--ray-address", ray_address)
+    stack = json.loads((home / "stack.json").read_text())
+    assert stack["owned"] == {}
+    assert stack["kafka_bootstrap"] == kafka_bootstrap and stack["redis_url"] == redis_url
+    assert res.returncode == 0, res.stderr
+    down = eb(home, "down")
+    assert "nothing" not in down.stdout or down.returncode == 0
+    assert down.stdout.strip() == "stopped: "  or "stopped" in down.stdout or "nothing to stop" in down.stdout
