@@ -141,7 +141,13 @@ def _make_token(home: Path) -> str:
 
 def _start_ray_head(home: Path, num_cpus: int | None, token_path: str) -> tuple[str, str]:
     port = free_port()
-    temp_dir = str(home / "ray")
+    # Ray's Unix sockets live under its temp dir and their paths may not exceed 107 bytes:
+    # keep it short, unique per EVENTBUS_HOME.
+    import hashlib
+    import tempfile
+
+    digest = hashlib.sha1(str(home.resolve()).encode()).hexdigest()[:10]
+    temp_dir = str(Path(tempfile.gettempdir()) / f"eventbus-ray-{digest}")
     argv = [
         str(Path(sys.executable).parent / "ray"),
         "start",

@@ -26,7 +26,7 @@ import binascii
 import re
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import orjson
 
@@ -35,6 +35,8 @@ from eventbus.eventing._event import CloudEvent, format_time, is_json_content_ty
 
 __all__ = [
     "STRUCTURED_CONTENT_TYPE",
+    "KafkaRecord",
+    "RawRecord",
     "decode_kafka",
     "encode_kafka_binary",
     "encode_kafka_structured",
@@ -42,6 +44,27 @@ __all__ = [
     "event_to_json",
     "events_from_json_batch",
 ]
+
+class KafkaRecord(NamedTuple):
+    """An event already encoded for a Kafka topic (by a pipeline replica): a sink sends it as
+    it is. ``key`` is the event's ``partitionkey`` or None (then the input record's key)."""
+
+    headers: list[tuple[str, bytes]]
+    value: bytes | None
+    key: bytes | None
+
+
+class RawRecord(NamedTuple):
+    """A consumed Kafka record not decoded yet: what a source ships to a pipeline replica
+    when decoding happens there (``KafkaSource(decode_in_dispatch=True)``)."""
+
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes]]
+    key: bytes | None
+    topic: str
+    partition: int
+    offset: int
+
 
 #: Media type of one event in the JSON format (structured mode).
 STRUCTURED_CONTENT_TYPE = "application/cloudevents+json"

@@ -14,7 +14,7 @@ from ray import serve
 from ray.serve.deployment import Application
 
 from eventbus.eventing._event import CloudEvent
-from eventbus.eventing._outcome import Outcome
+from eventbus.eventing._outcome import Failure, Outcome
 from eventbus.pipelines._config import PipelineConfig
 
 __all__ = ["APP_PREFIX", "PipelineDeployment", "app_name", "build_app"]
@@ -43,8 +43,12 @@ class PipelineDeployment:
                 sys.path.insert(0, p)
         from eventbus.pipelines._runner import PipelineRunner
 
+        from eventbus.eventing._codecs import encode_kafka_binary, encode_kafka_structured
+
         self._runner = PipelineRunner(PipelineConfig.model_validate(document))
         self._events = 0
+        sink = self._runner.config.spec.sink.kafka
+        self._encode = encode_kafka_structured if sink is not None and sink.mode == "structured" else encode_kafka_binary
 
     def process(self, events: list[CloudEvent]) -> list[Outcome]:
         """Run the steps over one batch; one outcome per input event."""
@@ -56,6 +60,53 @@ class PipelineDeployment:
         from eventbus.serving._wire import pack_outcomes, unpack_events
 
         return pack_outcomes(self.process(unpack_events(blob)))
+
+    def process_records(self, blob: bytes, source_index: int) -> bytes:
+        """Decode raw Kafka records of source ``source_index``, run the steps, and encode the
+        outputs for the sink: the source actor then only moves bytes.
+
+        A record that does not decode gets ``Failure(step="decode")``; an output the sink
+        cannot encode fails its input with ``Failure(step="sink")``.
+        """
+        from eventbus.errors import EventDecodeError
+        from eventbus.eventing._codecs import KafkaRecord, decode_kafka
+        from eventbus.serving._wire import pack_encoded_outcomes, unpack_records
+
+        records = unpack_records(blob)
+        src = self._runner.config.spec.sources[source_index].kafka
+        assert src is not None
+        default_type, own_source = src.type, src.source
+        outcomes: list[Any] = [None] * len(records)
+        events: list[CloudEvent] = []
+        index: list[int] = []
+        for i, r in enumerate(records):
+            try:
+                events.append(
+                    decode_kafka(
+                        r.value, r.headers, key=r.key, topic=r.topic, partition=r.partition, offset=r.offset,
+                        default_type=default_type, default_source=own_source or f"kafka://{r.topic}",
+                    )
+                )
+                index.append(i)
+            except EventDecodeError as exc:
+                outcomes[i] = Failure("decode", "EventDecodeError", str(exc))
+        self._events += len(records)
+        encode = self._encode
+        for i, result in zip(index, self._runner.run(events)):
+            if type(result) is not list:
+                outcomes[i] = result
+                continue
+            try:
+                encoded = []
+                for e in result:
+                    headers, value = encode(e)
+                    pkey = e.attributes.get("partitionkey")
+                    key = None if pkey is None else (pkey.encode() if isinstance(pkey, str) else str(pkey).encode())
+                    encoded.append(KafkaRecord(headers, value, key))
+                outcomes[i] = encoded
+            except Exception as exc:  # noqa: BLE001 - an unencodable output fails its input
+                outcomes[i] = Failure("sink", type(exc).__name__, str(exc))
+        return pack_encoded_outcomes(outcomes)
 
     def stats(self) -> dict[str, Any]:
         """Events processed by this replica, and per-step error counts."""

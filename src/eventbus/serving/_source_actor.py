@@ -70,10 +70,14 @@ class SourceActor:
         assert src.kafka is not None
         handle = serve.get_app_handle(self._app)
 
-        from eventbus.serving._wire import pack_events, unpack_outcomes
+        from eventbus.serving._wire import pack_records, unpack_encoded_outcomes
 
-        async def dispatch(events: list[CloudEvent]) -> list[Outcome]:
-            return unpack_outcomes(await handle.process_packed.remote(pack_events(events)))
+        index = self._index
+
+        # Records cross undecoded and come back encoded: decoding and encoding run on the
+        # replicas (which scale), this actor only moves bytes between Kafka and Serve.
+        async def dispatch(records: list[Any]) -> list[Outcome]:
+            return unpack_encoded_outcomes(await handle.process_records.remote(pack_records(records), index))
 
         sink = make_sink(spec.sink, default_bootstrap=self._bootstrap)
         dead = make_sink(spec.dead_letter, default_bootstrap=self._bootstrap) if spec.dead_letter else None
@@ -88,6 +92,7 @@ class SourceActor:
             max_batch=batch.max_size,
             linger_ms=batch.linger_ms,
             max_in_flight=batch.max_in_flight,
+            decode_in_dispatch=True,
         )
         try:
             await sink.start()

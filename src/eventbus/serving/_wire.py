@@ -13,10 +13,20 @@ from typing import Any
 
 import orjson
 
+from eventbus.eventing._codecs import KafkaRecord, RawRecord
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure, Outcome
 
-__all__ = ["pack_events", "pack_outcomes", "unpack_events", "unpack_outcomes"]
+__all__ = [
+    "pack_encoded_outcomes",
+    "pack_events",
+    "pack_outcomes",
+    "pack_records",
+    "unpack_encoded_outcomes",
+    "unpack_events",
+    "unpack_outcomes",
+    "unpack_records",
+]
 
 _JSON = b"J"
 _PICKLE = b"P"
@@ -69,4 +79,41 @@ def unpack_outcomes(blob: bytes) -> list[Outcome]:
             out.append([CloudEvent(a, d) for a, d in o])
         else:
             out.append(Failure(**o))
+    return out
+
+
+# -- raw records in, encoded records out (decode and encode on the replica) --------------------
+# Plain tuples pickle fastest; RawRecord and KafkaRecord are rebuilt on arrival.
+
+
+def pack_records(records: list[RawRecord]) -> bytes:
+    """Undecoded Kafka records as one blob."""
+    return pickle.dumps([tuple(r) for r in records], protocol=5)
+
+
+def unpack_records(blob: bytes) -> list[RawRecord]:
+    """The records of a blob from :func:`pack_records`."""
+    return [RawRecord(*r) for r in pickle.loads(blob)]  # noqa: S301 - from our own source actor
+
+
+def pack_encoded_outcomes(outcomes: list[list[KafkaRecord] | Failure]) -> bytes:
+    """Outcomes whose outputs are encoded records, as one blob."""
+    wire: list[Any] = []
+    for o in outcomes:
+        if type(o) is list:
+            wire.append([tuple(r) for r in o])
+        else:
+            f: Failure = o  # type: ignore[assignment]
+            wire.append((f.step, f.error_type, f.message, f.attempts))
+    return pickle.dumps(wire, protocol=5)
+
+
+def unpack_encoded_outcomes(blob: bytes) -> list[Outcome]:
+    """Outcomes from :func:`pack_encoded_outcomes`; outputs are :class:`KafkaRecord`."""
+    out: list[Any] = []
+    for o in pickle.loads(blob):  # noqa: S301 - from our own replicas
+        if type(o) is list:
+            out.append([KafkaRecord(*r) for r in o])
+        else:
+            out.append(Failure(*o))
     return out

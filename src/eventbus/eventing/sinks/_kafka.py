@@ -17,7 +17,7 @@ from aiokafka.partitioner import murmur2
 from pydantic import BaseModel, ConfigDict, Field
 
 from eventbus.errors import ConfigError, StackError
-from eventbus.eventing._codecs import encode_kafka_binary, encode_kafka_structured
+from eventbus.eventing._codecs import KafkaRecord, encode_kafka_binary, encode_kafka_structured
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing.sinks._base import Sink, SinkEncodeError
 
@@ -121,11 +121,12 @@ class KafkaSink(Sink):
         if producer is not None:
             await producer.stop()
 
-    async def send(self, items: Sequence[tuple[CloudEvent, bytes | None]]) -> None:
+    async def send(self, items: Sequence[tuple[CloudEvent | KafkaRecord, bytes | None]]) -> None:  # type: ignore[override]
         """Write the events and wait for the broker's acknowledgement of every one.
 
         Args:
-            items: ``(event, key)`` pairs.
+            items: ``(event, key)`` pairs; an event may be a :class:`KafkaRecord` a replica
+                encoded already (sent as it is).
 
         Raises:
             SinkEncodeError: some events cannot be encoded (not a CloudEvent, data not
@@ -151,17 +152,22 @@ class KafkaSink(Sink):
         open_batches: dict[int, Any] = {}
         ready: list[tuple[int, Any, tuple[bytes | None, bytes | None, Any] | None]] = []
         for i, (event, key) in enumerate(items):
-            try:
-                pkey = event.attributes.get("partitionkey")
-                if pkey is not None:
-                    key = pkey.encode() if isinstance(pkey, str) else str(pkey).encode()
-                headers, value = encode(event)
-            except Exception as e:  # noqa: BLE001 - reported per item, below
-                failures[i] = (type(e).__name__, str(e))
-                continue
+            if type(event) is KafkaRecord:  # encoded by the replica already
+                headers, value = event.headers, event.value
+                if event.key is not None:
+                    key = event.key
+            else:
+                try:
+                    pkey = event.attributes.get("partitionkey")
+                    if pkey is not None:
+                        key = pkey.encode() if isinstance(pkey, str) else str(pkey).encode()
+                    headers, value = encode(event)
+                except Exception as e:  # noqa: BLE001 - reported per item, below
+                    failures[i] = (type(e).__name__, str(e))
+                    continue
             if value is not None and len(value) > _MAX_RECORD_BYTES:
                 too_large = (
-                    f"event {event.attributes.get('id')!r} encodes to {len(value)} bytes; a "
+                    f"event {_event_id(event)!r} encodes to {len(value)} bytes; a "
                     f"record may have at most {_MAX_RECORD_BYTES}; send large payloads by "
                     "reference (a URL in data)"
                 )
@@ -210,3 +216,12 @@ class KafkaSink(Sink):
                     "kafka sink %s: %d events not acknowledged: %r", topic, len(items), result
                 )
                 raise result
+
+
+def _event_id(event: CloudEvent | KafkaRecord) -> str | None:
+    if type(event) is KafkaRecord:
+        for name, value in event.headers:
+            if name == "ce_id":
+                return value.decode(errors="replace")
+        return None
+    return event.attributes.get("id")  # type: ignore[union-attr]

@@ -38,7 +38,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from eventbus.errors import EventDecodeError, StackError
-from eventbus.eventing._codecs import decode_kafka
+from eventbus.eventing._codecs import RawRecord, decode_kafka
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Dispatch, Failure, Outcome
 from eventbus.eventing.sinks._base import Sink, SinkEncodeError
@@ -97,6 +97,14 @@ class KafkaSourceConfig(BaseModel):
         default=None,
         description="CloudEvents 'source' given to plain messages; None uses 'kafka://{topic}'.",
     )
+    fetch_max_wait_ms: int = Field(
+        default=20,
+        ge=1,
+        le=10_000,
+        description="Longest a fetch waits for data. Low values bound latency at low load "
+        "(a broker that does not wake waiting fetches early, like Tansu, otherwise adds up to "
+        "this much); each idle partition costs one fetch per interval.",
+    )
 
     @field_validator("topic")
     @classmethod
@@ -117,7 +125,7 @@ class KafkaSourceConfig(BaseModel):
 class _Batch:
     seq: int
     count: int  # records, decodable or not
-    events: list[CloudEvent]
+    events: list[CloudEvent] | list[RawRecord]  # RawRecord when decode_in_dispatch
     records: list[Any]  # per event: the ConsumerRecord it came from (key, position)
     dead: list[tuple[CloudEvent, bytes | None]]  # undecodable records as dead-letter events
     offsets: dict[TopicPartition, int]  # next offset to commit, per partition
@@ -156,6 +164,11 @@ class KafkaSource(Source):
         retry_initial_s: first backoff after a failed dispatch or sink send.
         retry_max_s: the backoff cap.
         drain_timeout_s: how long :meth:`stop` waits for batches in flight.
+        decode_in_dispatch: hand ``dispatch`` the records undecoded (:class:`RawRecord`) so
+            that decoding (and, by returning :class:`KafkaRecord` outputs, encoding) happens
+            where dispatch runs: a Ray replica, off this process's single core. A record that
+            does not decode there comes back as ``Failure(step="decode")`` and is
+            dead-lettered like one that failed here.
 
     Example:
         >>> async def dispatch(events):
@@ -183,6 +196,7 @@ class KafkaSource(Source):
         retry_initial_s: float = 0.1,
         retry_max_s: float = 5.0,
         drain_timeout_s: float = 30.0,
+        decode_in_dispatch: bool = False,
     ) -> None:
         if max_batch < 1 or max_in_flight < 1 or linger_ms < 0:
             msg = (
@@ -192,6 +206,7 @@ class KafkaSource(Source):
             )
             raise ValueError(msg)
         self.config = config
+        self.decode_in_dispatch = decode_in_dispatch
         self.pipeline = pipeline
         self.group = config.group or f"eventbus-{pipeline}"
         self.bootstrap_servers = config.bootstrap_servers or bootstrap_servers
@@ -238,6 +253,8 @@ class KafkaSource(Source):
             session_timeout_ms=self._session_timeout_ms,
             heartbeat_interval_ms=max(100, self._session_timeout_ms // 3),
             max_poll_records=self._max_batch,
+            fetch_max_wait_ms=self.config.fetch_max_wait_ms,
+            max_partition_fetch_bytes=4 * 1024 * 1024,
         )
         consumer.subscribe(self.config.topics, listener=_Listener(self))
         try:
@@ -372,7 +389,7 @@ class KafkaSource(Source):
         return data
 
     def _enqueue(self, data: dict[TopicPartition, list[Any]]) -> None:
-        events: list[CloudEvent] = []
+        events: list[Any] = []
         sources: list[Any] = []
         dead: list[tuple[CloudEvent, bytes | None]] = []
         offsets: dict[TopicPartition, int] = {}
@@ -387,6 +404,12 @@ class KafkaSource(Source):
                 default_source = self._sources[topic] = self.config.source or f"kafka://{topic}"
             count += len(records)
             offsets[tp] = records[-1].offset + 1
+            if self.decode_in_dispatch:
+                events.extend(
+                    RawRecord(r.value, r.headers, r.key, topic, partition, r.offset) for r in records  # type: ignore[misc]
+                )
+                sources.extend(records)
+                continue
             for r in records:
                 try:
                     event = decode_kafka(
@@ -501,6 +524,14 @@ class KafkaSource(Source):
         dropped = failed = 0
         for i, outcome in enumerate(outcomes):
             if isinstance(outcome, Failure):
+                if outcome.step == "decode" and type(batch.events[i]) is RawRecord:
+                    self._stats["decode_errors"] += 1
+                    r = batch.records[i]
+                    log.warning("kafka source %s: undecodable record: %s", self.pipeline, outcome.message)
+                    default_source = self.config.source or f"kafka://{r.topic}"
+                    error = EventDecodeError(outcome.message)
+                    dead.append((self._decode_dead_letter(r, error, default_source), r.key))
+                    continue
                 failed += 1
                 self._dead_letter_failure(batch, i, outcome, dead)
             elif outcome:
@@ -539,12 +570,24 @@ class KafkaSource(Source):
     ) -> None:
         record = batch.records[i]
         topic, partition, offset = record.topic, record.partition, record.offset
+        original = batch.events[i]
+        if type(original) is RawRecord:  # decoded on the replica: decode this one again here
+            original = decode_kafka(
+                record.value,
+                record.headers,
+                key=record.key,
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                default_type=self.config.type,
+                default_source=self.config.source or f"kafka://{topic}",
+            )
         if self._dead_letter is None:
             log.error(
                 "kafka source %s: event %s from %s[%d]@%d failed in step %r: %s: %s "
                 "(no dead_letter sink configured; the event is dropped)",
                 self.pipeline,
-                batch.events[i].attributes.get("id"),
+                original.attributes.get("id"),
                 topic,
                 partition,
                 offset,
@@ -553,7 +596,7 @@ class KafkaSource(Source):
                 failure.message,
             )
             return
-        event = batch.events[i].replace(
+        event = original.replace(
             ebpipeline=self.pipeline,
             ebstep=failure.step,
             eberrortype=failure.error_type,
