@@ -6,6 +6,7 @@ YAML never deployed.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.ray, pytes
 N = 10_000
 
 
-def doc(name: str, src: str, sink: str, dlq: str, factor: str = "2") -> dict[str, Any]:
+def doc(name: str, src: str, sink: str, dlq: str, factor: str = "2", placement: str = "replica") -> dict[str, Any]:
     return {
         "apiVersion": "eventbus/v1",
         "kind": "Pipeline",
@@ -36,7 +37,7 @@ def doc(name: str, src: str, sink: str, dlq: str, factor: str = "2") -> dict[str
             ],
             "sink": {"kafka": {"topic": sink}},
             "dead_letter": {"kafka": {"topic": dlq}},
-            "serving": {"replicas": 1, "batch": {"max_size": 1000, "linger_ms": 5}},
+            "serving": {"replicas": 1, "batch": {"max_size": 1000, "linger_ms": 5}, "source_placement": placement},
         },
     }
 
@@ -50,11 +51,20 @@ def expected_ids(start: int, n: int) -> tuple[set[str], set[str]]:
     return {f"n{i}" for i in kept if i % 500 != 7}, {f"n{i}" for i in kept if i % 500 == 7}
 
 
+def wait_for_stats(client: Any, name: str, consumed: int, timeout_s: float = 30) -> dict[str, int]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stats: dict[str, int] = client.status(name)["sources"][0]
+        if stats.get("consumed") == consumed and stats.get("in_flight", 0) == 0 or time.monotonic() > deadline:
+            return stats
+
+
+@pytest.mark.parametrize("placement", ["replica", "actor"])
 async def test_ten_thousand_events_deploy_redeploy_delete(
-    deploy_pipeline: Any, eventbus_client: Any, kafka_bootstrap: str, topic_factory: Any
+    placement: str, deploy_pipeline: Any, eventbus_client: Any, kafka_bootstrap: str, topic_factory: Any
 ) -> None:
     src, sink, dlq = topic_factory("in", partitions=3), topic_factory("out", partitions=3), topic_factory("dlq")
-    info = deploy_pipeline(doc("spine", src, sink, dlq))
+    info = deploy_pipeline(doc("spine", src, sink, dlq, placement=placement))
     assert info == {"name": "spine", "version": 1, "sources": 1, "steps": 3}
 
     await produce(kafka_bootstrap, src, events(0, N), key_of=lambda e: str(e.data["n"] % 17))
@@ -77,11 +87,11 @@ async def test_ten_thousand_events_deploy_redeploy_delete(
         assert e["ebtopic"] == src
 
     await wait_committed(kafka_bootstrap, "eventbus-spine", src)
-    stats = eventbus_client.status("spine")["sources"][0]
+    stats = wait_for_stats(eventbus_client, "spine", N)
     assert stats["consumed"] == N and stats["outputs"] == len(ok_ids) and stats["failed"] == len(bad_ids)
 
     # Redeploy a new version: new events take the new convert; nothing is processed twice.
-    info = deploy_pipeline(doc("spine", src, sink, dlq, factor="10"))
+    info = deploy_pipeline(doc("spine", src, sink, dlq, factor="10", placement=placement))
     assert info["version"] == 2
     assert [p["version"] for p in eventbus_client.list() if p["name"] == "spine"] == [2]
     await produce(kafka_bootstrap, src, events(N, 1000))

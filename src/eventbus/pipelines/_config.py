@@ -237,6 +237,13 @@ class ServingConfig(BaseModel):
     num_cpus: Annotated[float, Field(ge=0, le=64)] = Field(
         default=0.0, description="CPUs reserved per replica (0 or a fraction on small machines)."
     )
+    source_placement: Literal["replica", "actor"] = Field(
+        default="replica",
+        description="Where Kafka sources run. 'replica': every replica is a consumer-group "
+        "member and runs its batches in process (fastest; consumers scale with replicas up to "
+        "the partition count). 'actor': one source actor per source calls the deployment once "
+        "per batch (compute scales past the partition count, for heavy steps).",
+    )
 
     @property
     def replica_bounds(self) -> ReplicasConfig:

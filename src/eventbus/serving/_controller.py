@@ -103,6 +103,9 @@ class Controller:
         self._stop_sources(name, len(record["document"]["spec"]["sources"]))
         self._delete_app(name)
         self._redis.hdel(_KEY, name)
+        from eventbus.serving._replica_sources import clear_stats
+
+        clear_stats(self._redis, name)
 
     def list(self) -> list[dict[str, Any]]:
         """Every deployed pipeline: name, version, deploy time, Serve status."""
@@ -140,6 +143,12 @@ class Controller:
     def status(self, name: str) -> dict[str, Any]:
         """A pipeline's record plus live source counters."""
         record = self.get(name)
+        config = PipelineConfig.model_validate(record["document"])
+        if config.spec.serving.source_placement == "replica":
+            from eventbus.serving._replica_sources import read_stats
+
+            stats = read_stats(self._redis, name, len(config.spec.sources))
+            return {"name": name, "version": record["version"], "sources": stats}
         sources = []
         for i in range(len(record["document"]["spec"]["sources"])):
             try:
@@ -182,7 +191,12 @@ class Controller:
         from ray import serve
 
         self._start_serve()
-        serve.run(build_app(config, python_path), name=app_name(config.name), route_prefix=None)
+        runtime = {
+            "run_sources": config.spec.serving.source_placement == "replica",
+            "kafka_bootstrap": self.kafka_bootstrap,
+            "redis_url": self.redis_url,
+        }
+        serve.run(build_app(config, python_path, runtime), name=app_name(config.name), route_prefix=None)
 
     def _delete_app(self, name: str) -> None:
         from ray import serve
@@ -194,6 +208,9 @@ class Controller:
 
     def _start_sources(self, config: PipelineConfig) -> None:
         from eventbus.serving._source_actor import SourceActor
+
+        if config.spec.serving.source_placement != "actor":
+            return  # the replicas consume
 
         actors = []
         for i in range(len(config.spec.sources)):
@@ -226,6 +243,8 @@ class Controller:
         apps = serve.status().applications
         if app_name(config.name) not in apps:
             self._run_app(config, python_path)
+        if config.spec.serving.source_placement != "actor":
+            return
         for i in range(len(config.spec.sources)):
             try:
                 ray.get_actor(source_actor_name(config.name, i), namespace=NAMESPACE)

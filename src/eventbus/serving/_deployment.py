@@ -1,8 +1,10 @@
 """The pipeline as a Ray Serve application: one deployment whose replicas run the steps.
 
 Each deployed pipeline is its own Serve application (``eventbus-<name>``), so pipelines are
-isolated: a redeploy or a crash of one touches no other. Sources call the deployment once per
-micro-batch through a ``DeploymentHandle``.
+isolated: a redeploy or a crash of one touches no other. With ``source_placement: replica``
+(the default) every replica also runs the pipeline's Kafka sources (``_replica_sources``);
+with ``actor``, source actors call the deployment once per micro-batch through a
+``DeploymentHandle`` (``process_records``).
 """
 
 from __future__ import annotations
@@ -36,30 +38,39 @@ class PipelineDeployment:
             resolve on the replica as they did where the pipeline was deployed from.
     """
 
-    def __init__(self, document: dict[str, Any], python_path: list[str]) -> None:
+    def __init__(
+        self, document: dict[str, Any], python_path: list[str], runtime: dict[str, Any] | None = None
+    ) -> None:
         _tune_gc()
         for p in reversed(python_path):
             if p not in sys.path:
                 sys.path.insert(0, p)
+        from eventbus.eventing._codecs import encode_kafka_binary, encode_kafka_structured
         from eventbus.pipelines._runner import PipelineRunner
 
-        from eventbus.eventing._codecs import encode_kafka_binary, encode_kafka_structured
-
-        self._runner = PipelineRunner(PipelineConfig.model_validate(document))
+        config = PipelineConfig.model_validate(document)
+        self._runner = PipelineRunner(config)
         self._events = 0
-        sink = self._runner.config.spec.sink.kafka
+        sink = config.spec.sink.kafka
         self._encode = encode_kafka_structured if sink is not None and sink.mode == "structured" else encode_kafka_binary
+        self._sources: Any = None
+        if runtime and runtime.get("run_sources"):
+            from eventbus.serving._replica_sources import ReplicaSources
+
+            self._sources = ReplicaSources(self._runner, config, runtime["kafka_bootstrap"], runtime.get("redis_url"))
+            self._sources.start()
+
+    def __del__(self) -> None:
+        # Serve calls this on graceful shutdown (redeploy, delete, scale-down): drain and
+        # commit what is in flight before the replica goes away.
+        sources = getattr(self, "_sources", None)
+        if sources is not None:
+            sources.stop()
 
     def process(self, events: list[CloudEvent]) -> list[Outcome]:
         """Run the steps over one batch; one outcome per input event."""
         self._events += len(events)
         return self._runner.run(events)
-
-    def process_packed(self, blob: bytes) -> bytes:
-        """:meth:`process` over the wire format of ``serving._wire`` (what sources call)."""
-        from eventbus.serving._wire import pack_outcomes, unpack_events
-
-        return pack_outcomes(self.process(unpack_events(blob)))
 
     def process_records(self, blob: bytes, source_index: int) -> bytes:
         """Decode raw Kafka records of source ``source_index``, run the steps, and encode the
@@ -110,11 +121,21 @@ class PipelineDeployment:
 
     def stats(self) -> dict[str, Any]:
         """Events processed by this replica, and per-step error counts."""
-        return {"events": self._events, "steps": self._runner.stats()}
+        out: dict[str, Any] = {"events": self._events, "steps": self._runner.stats()}
+        if self._sources is not None:
+            out["sources"] = self._sources.stats()
+        return out
 
 
-def build_app(config: PipelineConfig, python_path: list[str]) -> Application:
-    """Build the Serve application of a pipeline."""
+def build_app(config: PipelineConfig, python_path: list[str], runtime: dict[str, Any] | None = None) -> Application:
+    """Build the Serve application of a pipeline.
+
+    Args:
+        config: the pipeline.
+        python_path: where its functions import from.
+        runtime: ``{"run_sources": bool, "kafka_bootstrap": str, "redis_url": str}``; with
+            ``run_sources`` every replica consumes the pipeline's sources itself.
+    """
     serving = config.spec.serving
     bounds = serving.replica_bounds
     options: dict[str, Any] = {
@@ -123,6 +144,7 @@ def build_app(config: PipelineConfig, python_path: list[str]) -> Application:
         "max_ongoing_requests": max(8, serving.batch.max_in_flight * 2 * max(1, len(config.spec.sources))),
         "logging_config": {"enable_access_log": False, "log_level": "WARNING"},
         "health_check_period_s": 2,
+        "graceful_shutdown_timeout_s": 30,
     }
     if bounds.min == bounds.max:
         options["num_replicas"] = bounds.min
@@ -133,7 +155,7 @@ def build_app(config: PipelineConfig, python_path: list[str]) -> Application:
             "target_ongoing_requests": max(1, serving.batch.max_in_flight),
         }
     deployment = serve.deployment(PipelineDeployment).options(**options)
-    return deployment.bind(config.to_document(), python_path)
+    return deployment.bind(config.to_document(), python_path, runtime)
 
 
 def _tune_gc() -> None:

@@ -14,19 +14,12 @@ import ray
 
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Outcome
-from eventbus.pipelines._config import PipelineConfig, SinkConfig
+from eventbus.pipelines._config import PipelineConfig
+from eventbus.serving._replica_sources import make_sink
 
-__all__ = ["SourceActor", "make_sink"]
+__all__ = ["SourceActor"]
 
 log = logging.getLogger("eventbus.serving.source")
-
-
-def make_sink(config: SinkConfig, *, default_bootstrap: str) -> Any:
-    """Build the runtime sink of a sink config."""
-    from eventbus.eventing.sinks._kafka import KafkaSink
-
-    assert config.kafka is not None
-    return KafkaSink(config.kafka, bootstrap_servers=config.kafka.bootstrap_servers or default_bootstrap)
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=64)

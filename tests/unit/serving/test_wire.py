@@ -1,26 +1,19 @@
-"""The source↔replica batch wire format round-trips every kind of event and outcome."""
+"""The source-actor ↔ replica wire format round-trips records and outcomes."""
 
 from __future__ import annotations
 
-from eventbus import CloudEvent, Failure
-from eventbus.serving._wire import pack_events, pack_outcomes, unpack_events, unpack_outcomes
+from eventbus import Failure
+from eventbus.eventing._codecs import KafkaRecord, RawRecord
+from eventbus.serving._wire import pack_encoded_outcomes, pack_records, unpack_encoded_outcomes, unpack_records
 
 
-def test_json_batches_round_trip() -> None:
-    events = [CloudEvent.create(type="t", source="/s", id=str(i), data={"n": i, "f": 1.5, "l": [None, True]}) for i in range(5)]
-    blob = pack_events(events)
-    assert blob[:1] == b"J"
-    assert unpack_events(blob) == events
+def test_records_round_trip() -> None:
+    records = [RawRecord(b'{"a": 1}', [("ce_id", b"1")], b"k", "t", 2, 7), RawRecord(None, [], None, "t", 0, 8)]
+    assert unpack_records(pack_records(records)) == records
 
 
-def test_bytes_data_and_big_ints_fall_back_to_pickle() -> None:
-    events = [CloudEvent.create(type="t", source="/s", id="1", data=b"\x00\xff"), CloudEvent.create(type="t", source="/s", id="2", data={"n": 2**70})]
-    blob = pack_events(events)
-    assert blob[:1] == b"P"
-    assert unpack_events(blob) == events
-
-
-def test_outcomes_round_trip() -> None:
-    e = CloudEvent.create(type="t", source="/s", id="1", data={"a": 1})
-    outcomes = [[e, e], [], Failure(step="s", error_type="ValueError", message="bad", attempts=2)]
-    assert unpack_outcomes(pack_outcomes(outcomes)) == outcomes  # type: ignore[arg-type]
+def test_encoded_outcomes_round_trip() -> None:
+    out = [[KafkaRecord([("ce_id", b"1")], b"{}", None), KafkaRecord([], None, b"k")], [], Failure("s", "ValueError", "bad", 2)]
+    back = unpack_encoded_outcomes(pack_encoded_outcomes(out))  # type: ignore[arg-type]
+    assert back == out
+    assert type(back[0][0]) is KafkaRecord  # type: ignore[index]

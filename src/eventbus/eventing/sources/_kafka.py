@@ -225,6 +225,10 @@ class KafkaSource(Source):
         self._queue: collections.deque[_Batch] = collections.deque()
         self._progress = asyncio.Event()  # set whenever the queue changes or stop is asked
         self._deliverer: asyncio.Task[None] | None = None
+        # Delivered batches whose offsets are not committed yet, and the one commit running:
+        # commits are coalesced so a commit round trip never holds up the next delivery.
+        self._to_commit: list[_Batch] = []
+        self._committer: asyncio.Task[None] | None = None
         self._fatal: BaseException | None = None
         self._stopping = False
         self._revoking = False
@@ -334,11 +338,15 @@ class KafkaSource(Source):
         tasks: list[asyncio.Task[Any]] = [b.task for b in self._queue if b.task is not None]
         if self._deliverer is not None:
             tasks.append(self._deliverer)
+        if self._committer is not None:
+            tasks.append(self._committer)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._queue.clear()
+        self._to_commit.clear()
         self._deliverer = None
+        self._committer = None
         self._progress.set()  # wakes a revocation callback still waiting for the drain
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
@@ -654,40 +662,62 @@ class KafkaSource(Source):
                 await asyncio.sleep(delay)
 
     async def _commit(self, batch: _Batch) -> None:
+        """Queue a delivered batch's offsets for the coalesced committer."""
+        self._to_commit.append(batch)
+        if self._committer is None or self._committer.done():
+            self._committer = asyncio.create_task(self._commit_loop())
+
+    async def _commit_loop(self) -> None:
+        while self._to_commit:
+            batches, self._to_commit = self._to_commit, []
+            await self._commit_now(batches)
+
+    async def _flush_commits(self) -> None:
+        """Wait until every delivered batch's offsets were committed (or given up)."""
+        while self._to_commit or (self._committer is not None and not self._committer.done()):
+            if self._committer is None or self._committer.done():
+                self._committer = asyncio.create_task(self._commit_loop())
+            await asyncio.shield(self._committer)
+
+    async def _commit_now(self, batches: list[_Batch]) -> None:
         consumer = self._consumer
         if consumer is None:
             return
         assigned = consumer.assignment()
-        offsets = {tp: off for tp, off in batch.offsets.items() if tp in assigned}
+        merged: dict[TopicPartition, int] = {}
+        for batch in batches:  # in delivery order: later offsets win
+            merged.update(batch.offsets)
+        offsets = {tp: off for tp, off in merged.items() if tp in assigned}
         if not offsets:
             return
+        seqs = f"{batches[0].seq}-{batches[-1].seq}" if len(batches) > 1 else str(batches[0].seq)
         try:
             await consumer.commit(offsets)
         except (CommitFailedError, IllegalStateError) as e:
             # The group moved on: the partitions' next owner consumes these records again.
             log.warning(
-                "kafka source %s: commit of batch %d skipped after a rebalance: %s",
+                "kafka source %s: commit of batches %s skipped after a rebalance: %s",
                 self.pipeline,
-                batch.seq,
+                seqs,
                 e,
             )
             return
         except KafkaError as e:
             # A later commit covers these offsets; at worst the records are consumed again.
-            log.warning(
-                "kafka source %s: commit of batch %d failed: %r", self.pipeline, batch.seq, e
-            )
+            log.warning("kafka source %s: commit of batches %s failed: %r", self.pipeline, seqs, e)
             return
-        if len(offsets) == len(batch.offsets):
-            self._stats["committed"] += batch.count
-        else:
-            self._stats["committed"] += _count_in(batch, offsets)
+        for batch in batches:
+            if all(tp in offsets for tp in batch.offsets):
+                self._stats["committed"] += batch.count
+            else:
+                self._stats["committed"] += _count_in(batch, offsets)
 
     # -- rebalancing -------------------------------------------------------------------------
     async def _wait_drained(self) -> None:
         while self._queue and self._deliverer is not None and not self._deliverer.done():
             self._progress.clear()
             await self._progress.wait()
+        await self._flush_commits()
 
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
         self._generation += 1
