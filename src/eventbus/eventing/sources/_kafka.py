@@ -420,16 +420,7 @@ class KafkaSource(Source):
                 continue
             for r in records:
                 try:
-                    event = decode_kafka(
-                        r.value,
-                        r.headers,
-                        key=r.key,
-                        topic=topic,
-                        partition=partition,
-                        offset=r.offset,
-                        default_type=default_type,
-                        default_source=default_source,
-                    )
+                    event = self._decode(r, default_type, default_source)
                 except EventDecodeError as e:
                     self._stats["decode_errors"] += 1
                     log.warning("kafka source %s: undecodable record: %s", self.pipeline, e)
@@ -447,6 +438,19 @@ class KafkaSource(Source):
             batch.task = asyncio.create_task(self._dispatch_with_retry(batch))
         self._queue.append(batch)
         self._progress.set()
+
+    @staticmethod
+    def _decode(r: Any, default_type: str, default_source: str) -> CloudEvent:
+        return decode_kafka(
+            r.value,
+            r.headers,
+            key=r.key,
+            topic=r.topic,
+            partition=r.partition,
+            offset=r.offset,
+            default_type=default_type,
+            default_source=default_source,
+        )
 
     def _decode_dead_letter(self, r: Any, error: EventDecodeError, source: str) -> CloudEvent:
         attrs: dict[str, Any] = {
@@ -580,16 +584,7 @@ class KafkaSource(Source):
         topic, partition, offset = record.topic, record.partition, record.offset
         original = batch.events[i]
         if type(original) is RawRecord:  # decoded on the replica: decode this one again here
-            original = decode_kafka(
-                record.value,
-                record.headers,
-                key=record.key,
-                topic=topic,
-                partition=partition,
-                offset=offset,
-                default_type=self.config.type,
-                default_source=self.config.source or f"kafka://{topic}",
-            )
+            original = self._decode(record, self.config.type, self.config.source or f"kafka://{topic}")
         if self._dead_letter is None:
             log.error(
                 "kafka source %s: event %s from %s[%d]@%d failed in step %r: %s: %s "
