@@ -111,7 +111,7 @@ async def sink_span(bootstrap: str, topic: str, expect: int, timeout_s: float = 
 async def baseline(bootstrap: str, src: str, sink: str, n: int, stop: asyncio.Event | None = None) -> None:
     consumer = AIOKafkaConsumer(src, bootstrap_servers=bootstrap, group_id=f"baseline-{uuid.uuid4().hex[:6]}",
                                 auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=2000,
-                                max_partition_fetch_bytes=4 * 1024 * 1024, fetch_max_wait_ms=20)
+                                max_partition_fetch_bytes=4 * 1024 * 1024, fetch_max_wait_ms=10)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0, max_batch_size=512 * 1024)
     await consumer.start()
     await producer.start()
@@ -159,7 +159,7 @@ spec:
     - id: to_cny
       convert: {{set: {{data.amount_cny: "double(data.amount) * 7.1", type: "'payment.large'"}}}}
   sink: {{kafka: {{topic: {sink}}}}}
-  serving: {{replicas: {replicas}, batch: {{max_size: 2000, linger_ms: 5, max_in_flight: 4}}}}
+  serving: {{replicas: {replicas}, batch: {{max_size: 2000}}}}
 """
 
 

@@ -224,7 +224,9 @@ class BatchConfig(BaseModel):
 
     model_config = _MODEL
     max_size: Annotated[int, Field(ge=1, le=100_000)] = Field(default=2000, description="Most events per batch.")
-    linger_ms: Annotated[int, Field(ge=0, le=10_000)] = Field(default=5, description="Wait after the first event for more.")
+    linger_ms: Annotated[int, Field(ge=0, le=10_000)] = Field(
+        default=2, description="Wait after the first event for more (latency against batch size)."
+    )
     max_in_flight: Annotated[int, Field(ge=1, le=64)] = Field(default=4, description="Batches in flight per source.")
 
 

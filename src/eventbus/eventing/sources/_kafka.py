@@ -31,11 +31,10 @@ import collections
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from eventbus.errors import EventDecodeError, StackError
 from eventbus.eventing._codecs import RawRecord, decode_kafka
@@ -43,6 +42,7 @@ from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Dispatch, Failure, Outcome
 from eventbus.eventing.sinks._base import Sink, SinkEncodeError
 from eventbus.eventing.sources._base import Source
+from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
 
 __all__ = ["DECODE_ERROR_TYPE", "KafkaSource", "KafkaSourceConfig"]
 
@@ -63,62 +63,6 @@ _STAT_NAMES = (
     "in_flight",
     "dispatch_retries",
 )
-
-
-class KafkaSourceConfig(BaseModel):
-    """Configuration of a Kafka source (``sources: [{kafka: {...}}]`` in pipeline YAML)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    topic: str | list[str] = Field(
-        description="The topic to consume, or a list of topics.",
-    )
-    group: str | None = Field(
-        default=None,
-        description="Consumer group id; None uses 'eventbus-{pipeline}'. Sources sharing a "
-        "group split the partitions between them.",
-    )
-    bootstrap_servers: str | None = Field(
-        default=None,
-        description="Comma-separated host:port list of the Kafka cluster; None uses the "
-        "runtime's default broker.",
-    )
-    start_from: Literal["earliest", "latest"] = Field(
-        default="earliest",
-        description="Where a group without committed offsets starts: the oldest retained "
-        "record or only new ones.",
-    )
-    type: str = Field(
-        default="eventbus.message",
-        min_length=1,
-        description="CloudEvents 'type' given to plain (non-CloudEvent) messages.",
-    )
-    source: str | None = Field(
-        default=None,
-        description="CloudEvents 'source' given to plain messages; None uses 'kafka://{topic}'.",
-    )
-    fetch_max_wait_ms: int = Field(
-        default=20,
-        ge=1,
-        le=10_000,
-        description="Longest a fetch waits for data. Low values bound latency at low load "
-        "(a broker that does not wake waiting fetches early, like Tansu, otherwise adds up to "
-        "this much); each idle partition costs one fetch per interval.",
-    )
-
-    @field_validator("topic")
-    @classmethod
-    def _topics_named(cls, value: str | list[str]) -> str | list[str]:
-        names = [value] if isinstance(value, str) else value
-        if not names or not all(names):
-            msg = f"topic is {value!r}; name a topic, or a non-empty list of topic names"
-            raise ValueError(msg)
-        return value
-
-    @property
-    def topics(self) -> list[str]:
-        """The topics, always as a list."""
-        return [self.topic] if isinstance(self.topic, str) else list(self.topic)
 
 
 @dataclass(slots=True)

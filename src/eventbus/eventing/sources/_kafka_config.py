@@ -1,0 +1,65 @@
+"""Configuration of the Kafka source (``sources: [{kafka: {...}}]`` in pipeline YAML)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["KafkaSourceConfig"]
+
+
+class KafkaSourceConfig(BaseModel):
+    """Configuration of a Kafka source (``sources: [{kafka: {...}}]`` in pipeline YAML)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    topic: str | list[str] = Field(
+        description="The topic to consume, or a list of topics.",
+    )
+    group: str | None = Field(
+        default=None,
+        description="Consumer group id; None uses 'eventbus-{pipeline}'. Sources sharing a "
+        "group split the partitions between them.",
+    )
+    bootstrap_servers: str | None = Field(
+        default=None,
+        description="Comma-separated host:port list of the Kafka cluster; None uses the "
+        "runtime's default broker.",
+    )
+    start_from: Literal["earliest", "latest"] = Field(
+        default="earliest",
+        description="Where a group without committed offsets starts: the oldest retained "
+        "record or only new ones.",
+    )
+    type: str = Field(
+        default="eventbus.message",
+        min_length=1,
+        description="CloudEvents 'type' given to plain (non-CloudEvent) messages.",
+    )
+    source: str | None = Field(
+        default=None,
+        description="CloudEvents 'source' given to plain messages; None uses 'kafka://{topic}'.",
+    )
+    fetch_max_wait_ms: int = Field(
+        default=10,
+        ge=1,
+        le=10_000,
+        description="Longest a fetch waits for data. Low values bound latency at low load "
+        "(a broker that does not wake waiting fetches early, like Tansu, otherwise adds up to "
+        "this much); each idle partition costs one fetch per interval.",
+    )
+
+    @field_validator("topic")
+    @classmethod
+    def _topics_named(cls, value: str | list[str]) -> str | list[str]:
+        names = [value] if isinstance(value, str) else value
+        if not names or not all(names):
+            msg = f"topic is {value!r}; name a topic, or a non-empty list of topic names"
+            raise ValueError(msg)
+        return value
+
+    @property
+    def topics(self) -> list[str]:
+        """The topics, always as a list."""
+        return [self.topic] if isinstance(self.topic, str) else list(self.topic)
