@@ -65,6 +65,7 @@ class ReplicaSources:
         self._started = threading.Event()
         self._error: BaseException | None = None
         self._stop_event: asyncio.Event | None = None
+        self._redis: Any = None  # redis.asyncio client for the counters, made on first use
 
     def start(self, timeout_s: float = 60.0) -> None:
         """Start consuming; returns once every source joined its group.
@@ -161,15 +162,16 @@ class ReplicaSources:
     async def _write_stats(self, final: bool = False) -> None:
         if not self._redis_url:
             return
-        import redis.asyncio as aioredis
+        if self._redis is None:
+            import redis.asyncio as aioredis
 
-        client = aioredis.Redis.from_url(self._redis_url)
-        try:
-            key = _STATS_KEY.format(pipeline=self._config.name)
-            value = json.dumps({"at": time.time(), "final": final, "sources": self.stats()})
-            await client.hset(key, self.replica_id, value)
-        finally:
-            await client.aclose()
+            self._redis = aioredis.Redis.from_url(self._redis_url)
+        key = _STATS_KEY.format(pipeline=self._config.name)
+        value = json.dumps({"at": time.time(), "final": final, "sources": self.stats()})
+        await self._redis.hset(key, self.replica_id, value)
+        if final:
+            await self._redis.aclose()
+            self._redis = None
 
 
 def _normal_priority() -> None:
