@@ -126,6 +126,17 @@ def decode_record(r: Any) -> CloudEvent:
     )
 
 
+async def run_until_committed(source: KafkaSource, n: int) -> None:
+    """Run ``source`` until ``n`` records are committed (30 s deadline), then stop it."""
+    await source.start()
+    runner = asyncio.create_task(source.run())
+    try:
+        await wait_for(lambda: source.stats()["committed"] >= n, 30, lambda: str(source.stats()))
+    finally:
+        await source.stop()
+        await runner
+
+
 def make_source(
     bootstrap: str,
     topic: str,
@@ -186,15 +197,7 @@ async def test_source_delivers_every_output_once_in_order(kafka_bootstrap, topic
     per_partition = await produce(kafka_bootstrap, src, records)
 
     source = make_source(kafka_bootstrap, src, double_even, out, dlq, pipeline=f"p-{src}")
-    await source.start()
-    runner = asyncio.create_task(source.run())
-    try:
-        await wait_for(
-            lambda: source.stats()["committed"] >= n_events, 30, lambda: str(source.stats())
-        )
-    finally:
-        await source.stop()
-        await runner
+    await run_until_committed(source, n_events)
     stats = source.stats()
     expected_outputs = {i for i in range(n_events) if i % 2 == 0 and i % 100}
     expected_failed = {i for i in range(n_events) if i % 100 == 0}
@@ -305,15 +308,7 @@ async def test_dispatch_raising_twice_loses_nothing(kafka_bootstrap, topic_facto
     source = make_source(
         kafka_bootstrap, src, flaky, out, None, pipeline=f"p-{src}", max_in_flight=1
     )
-    await source.start()
-    runner = asyncio.create_task(source.run())
-    try:
-        await wait_for(
-            lambda: source.stats()["committed"] >= n_events, 30, lambda: str(source.stats())
-        )
-    finally:
-        await source.stop()
-        await runner
+    await run_until_committed(source, n_events)
     stats = source.stats()
     assert stats["dispatch_retries"] == 2
     assert stats["outputs"] == n_events
@@ -354,15 +349,7 @@ async def test_undecodable_records_are_counted_and_dead_lettered(kafka_bootstrap
         return [[e] for e in events]
 
     source = make_source(kafka_bootstrap, src, identity, out, dlq, pipeline=f"p-{src}")
-    await source.start()
-    runner = asyncio.create_task(source.run())
-    try:
-        await wait_for(
-            lambda: source.stats()["committed"] >= len(records), 30, lambda: str(source.stats())
-        )
-    finally:
-        await source.stop()
-        await runner
+    await run_until_committed(source, len(records))
     stats = source.stats()
     assert stats["decode_errors"] == 3
     assert stats["dead_lettered"] == 3
@@ -411,13 +398,7 @@ async def test_unencodable_outputs_dead_letter_their_inputs(kafka_bootstrap, top
         return out
 
     source = make_source(kafka_bootstrap, src, sloppy, out, dlq, pipeline=f"p-{src}")
-    await source.start()
-    runner = asyncio.create_task(source.run())
-    try:
-        await wait_for(lambda: source.stats()["committed"] >= 30, 30, lambda: str(source.stats()))
-    finally:
-        await source.stop()
-        await runner
+    await run_until_committed(source, 30)
     stats = source.stats()
     assert (stats["outputs"], stats["failed"], stats["dead_lettered"]) == (28, 2, 2)
     got = await read_all(kafka_bootstrap, out, 28)

@@ -15,6 +15,7 @@ from typing import Any
 from ray import serve
 from ray.serve.deployment import Application
 
+from eventbus._internal.gc import tune_gc
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure, Outcome
 from eventbus.pipelines._config import PipelineConfig
@@ -41,7 +42,7 @@ class PipelineDeployment:
     def __init__(
         self, document: dict[str, Any], python_path: list[str], runtime: dict[str, Any] | None = None
     ) -> None:
-        _tune_gc()
+        tune_gc()
         for p in reversed(python_path):
             if p not in sys.path:
                 sys.path.insert(0, p)
@@ -156,14 +157,3 @@ def build_app(config: PipelineConfig, python_path: list[str], runtime: dict[str,
         }
     deployment = serve.deployment(PipelineDeployment).options(**options)
     return deployment.bind(config.to_document(), python_path, runtime)
-
-
-def _tune_gc() -> None:
-    # Batches allocate many short-lived containers; with the default generation-0 threshold
-    # (700) the collector costs ~25% of a source's time. Collect less often, and keep the
-    # long-lived startup objects out of every collection.
-    import gc
-
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(20_000, 20, 20)

@@ -12,7 +12,7 @@ from typing import Any
 
 import ray
 
-from eventbus.eventing._event import CloudEvent
+from eventbus._internal.gc import tune_gc
 from eventbus.eventing._outcome import Outcome
 from eventbus.pipelines._config import PipelineConfig
 from eventbus.serving._replica_sources import make_sink
@@ -34,24 +34,19 @@ class SourceActor:
     """
 
     def __init__(self, document: dict[str, Any], index: int, app: str, bootstrap_servers: str) -> None:
-        _tune_gc()
+        tune_gc()
         logging.basicConfig(level=logging.INFO)
         self._config = PipelineConfig.model_validate(document)
         self._index = index
         self._app = app
         self._bootstrap = bootstrap_servers
         self._source: Any = None
-        self._task: asyncio.Task[None] | None = None
         self._error: str | None = None
-        self._started = asyncio.Event() if _has_loop() else None
-        # Ray restarts a dead actor by re-running __init__: start consuming right away, so a
-        # restarted source resumes without anyone calling start().
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is not None:
-            self._task = loop.create_task(self._run())
+        self._started = asyncio.Event()
+        # An async actor's __init__ runs on its event loop. Ray restarts a dead actor by
+        # re-running __init__: start consuming right away, so a restarted source resumes
+        # without anyone calling ready().
+        self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
         from ray import serve
@@ -72,44 +67,30 @@ class SourceActor:
         async def dispatch(records: list[Any]) -> list[Outcome]:
             return unpack_encoded_outcomes(await handle.process_records.remote(pack_records(records), index))
 
-        sink = make_sink(spec.sink, default_bootstrap=self._bootstrap)
-        dead = make_sink(spec.dead_letter, default_bootstrap=self._bootstrap) if spec.dead_letter else None
         batch = spec.serving.batch
         self._source = KafkaSource(
             src.kafka,
             pipeline=self._config.name,
             bootstrap_servers=src.kafka.bootstrap_servers or self._bootstrap,
             dispatch=dispatch,
-            sink=sink,
-            dead_letter=dead,
+            sink=make_sink(spec.sink, default_bootstrap=self._bootstrap),
+            dead_letter=make_sink(spec.dead_letter, default_bootstrap=self._bootstrap) if spec.dead_letter else None,
             max_batch=batch.max_size,
             linger_ms=batch.linger_ms,
             max_in_flight=batch.max_in_flight,
             decode_in_dispatch=True,
         )
-        try:
-            await sink.start()
-            if dead is not None:
-                await dead.start()
+        try:  # the source starts and stops its sinks
             await self._source.start()
-            if self._started is not None:
-                self._started.set()
+            self._started.set()
             await self._source.run()
         except Exception as exc:  # noqa: BLE001 - surfaced through ready()/stats()
             self._error = f"{type(exc).__name__}: {exc}"
             log.exception("source %s[%d] of pipeline %r failed", "kafka", self._index, self._config.name)
             raise
-        finally:
-            await sink.stop()
-            if dead is not None:
-                await dead.stop()
 
     async def ready(self, timeout_s: float = 60.0) -> bool:
         """Wait until the consumer has started; raise if the source failed."""
-        if self._task is None:
-            self._started = asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(self._run())
-        assert self._started is not None
         waiter = asyncio.ensure_future(self._started.wait())
         done, _ = await asyncio.wait({waiter, self._task}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
@@ -121,11 +102,10 @@ class SourceActor:
         """Stop consuming; with ``drain``, finish and commit the batches in flight."""
         if self._source is not None:
             await self._source.stop(drain=drain)
-        if self._task is not None:
-            try:
-                await asyncio.wait_for(self._task, timeout=30)
-            except (asyncio.TimeoutError, asyncio.CancelledError, Exception):  # noqa: BLE001
-                self._task.cancel()
+        try:
+            await asyncio.wait_for(self._task, timeout=30)
+        except (asyncio.TimeoutError, asyncio.CancelledError, Exception):  # noqa: BLE001
+            self._task.cancel()
 
     def stats(self) -> dict[str, Any]:
         """The source's counters, and its error if it failed."""
@@ -133,22 +113,3 @@ class SourceActor:
         if self._error:
             out["error"] = self._error
         return out
-
-
-def _has_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
-def _tune_gc() -> None:
-    # Batches allocate many short-lived containers; with the default generation-0 threshold
-    # (700) the collector costs ~25% of a source's time. Collect less often, and keep the
-    # long-lived startup objects out of every collection.
-    import gc
-
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(20_000, 20, 20)
