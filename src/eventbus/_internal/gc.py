@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-__all__ = ["tune_gc"]
+__all__ = ["collect_periodically", "tune_gc"]
 
 
 def tune_gc() -> None:
@@ -16,3 +16,26 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(20_000, 20, 20)
+
+
+async def collect_periodically(young_every_s: float = 0.1) -> None:
+    """Run the cyclic collector on a timer instead of on allocation counts.
+
+    For the process whose event loop runs batches: a collection triggered by allocation
+    counts lands mid-batch and scans every live object of the batch (measured: ~9% of a
+    replica's time, charged to one dict copy in the convert step). On a timer, the young
+    generation is collected every ``young_every_s``, the middle one every 10 of those and
+    everything every 300 (about 30 s), so no single pause scans the whole heap often.
+    Automatic collection is off for the process while this runs.
+    """
+    import asyncio
+
+    gc.disable()
+    ticks = 0
+    try:
+        while True:
+            await asyncio.sleep(young_every_s)
+            ticks += 1
+            gc.collect(2 if ticks % 300 == 0 else 1 if ticks % 10 == 0 else 0)
+    finally:
+        gc.enable()

@@ -21,6 +21,7 @@ import time
 import uuid
 from typing import Any
 
+from eventbus._internal.gc import collect_periodically
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Outcome
 from eventbus.pipelines._config import PipelineConfig, SinkConfig
@@ -142,13 +143,15 @@ class ReplicaSources:
         self._started.set()
         tasks = [asyncio.create_task(s.run()) for s in self._sources]
         publisher = asyncio.create_task(self._publish_stats())
+        collector = asyncio.create_task(collect_periodically())
         stopper = asyncio.create_task(self._stop_event.wait())
         await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
         for s in self._sources:
             await s.stop(drain=True)
         await asyncio.gather(*tasks, return_exceptions=True)
         publisher.cancel()
-        await asyncio.gather(publisher, return_exceptions=True)
+        collector.cancel()
+        await asyncio.gather(publisher, collector, return_exceptions=True)
         await self._write_stats(final=True)
 
     async def _publish_stats(self) -> None:
