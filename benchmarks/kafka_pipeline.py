@@ -239,6 +239,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (Ray's agents settle after start)")
     ap.add_argument("--latency-seconds", type=float, default=10.0)
     ap.add_argument("--replicas", type=int, default=1)
     ap.add_argument("--latency-rate", type=float, default=None, help="events/s (default: half the measured maximum)")
@@ -265,21 +266,25 @@ def main() -> None:
     client = EventBusClient(None, bootstrap, redis.address)
     base_rates, eb_rates = [], []
     try:
-        for rnd in range(args.rounds):
+        for rnd in range(-args.warmup, args.rounds):
             src, sink = asyncio.run(topics())
             asyncio.run(produce_all(bootstrap, src, n))
             asyncio.run(baseline(bootstrap, src, sink, n))
             count, span = asyncio.run(sink_span(bootstrap, sink, expect))
-            base_rates.append(n / span)
+            if rnd >= 0:
+                base_rates.append(n / span)
 
             src, sink = asyncio.run(topics())
             asyncio.run(produce_all(bootstrap, src, n))
-            path = work / f"bench-{rnd}.yaml"
-            path.write_text(PIPELINE.format(name=f"bench{rnd}", src=src, sink=sink, replicas=args.replicas))
+            path = work / f"bench-{rnd % 1000}.yaml"
+            path.write_text(PIPELINE.format(name=f"bench{rnd % 1000}", src=src, sink=sink, replicas=args.replicas))
             client.deploy(path)
             count, span = asyncio.run(sink_span(bootstrap, sink, expect))
+            client.delete(f"bench{rnd % 1000}")
+            if rnd < 0:
+                print("warm-up round done", flush=True)
+                continue
             eb_rates.append(n / span)
-            client.delete(f"bench{rnd}")
             print(f"round {rnd}: baseline {base_rates[-1]:,.0f} ev/s, eventbus {eb_rates[-1]:,.0f} ev/s", flush=True)
 
         eb_max = statistics.median(eb_rates)
@@ -299,6 +304,7 @@ def main() -> None:
         "benchmark": "kafka_pipeline",
         "events": n,
         "rounds": args.rounds,
+        "warmup_rounds": args.warmup,
         "replicas": args.replicas,
         "outputs_per_round": expect,
         "baseline_events_per_s": round(statistics.median(base_rates)),
