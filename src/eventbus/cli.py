@@ -103,17 +103,51 @@ def up(
     kafka_bootstrap: Optional[str] = KafkaOpt,
     redis_url: Optional[str] = RedisOpt,
     num_cpus: Optional[int] = typer.Option(None, help="CPUs of the local Ray head (default: all)."),
+    gateway: bool = typer.Option(True, "--gateway/--no-gateway", help="Start the HTTP/gRPC gateway."),
+    http_port: int = typer.Option(8080, help="The gateway's HTTP port (a free one if taken)."),
+    grpc_port: int = typer.Option(50051, help="The gateway's gRPC port (a free one if taken)."),
 ) -> None:
-    """Start the local stack (Ray, Kafka-protocol broker, Redis), or adopt given addresses."""
+    """Start the local stack (Ray, Kafka-protocol broker, Redis, gateway), or adopt given addresses."""
     from eventbus._internal.stack import stack_status, stack_up
 
     addr = _Addresses(ray_address, kafka_bootstrap, redis_url)
     with out.status("starting the EventBus stack..."):
         try:
-            stack_up(_home(), ray_address=addr.ray, kafka_bootstrap=addr.kafka, redis_url=addr.redis, num_cpus=num_cpus)
+            stack_up(
+                _home(), ray_address=addr.ray, kafka_bootstrap=addr.kafka, redis_url=addr.redis,
+                num_cpus=num_cpus, gateway=gateway, http_port=http_port, grpc_port=grpc_port,
+            )
         except EventBusError as exc:
             _fail(str(exc))
     _print_stack(stack_status(_home()))
+
+
+@app.command()
+def gateway(
+    host: str = typer.Option("127.0.0.1", help="Interface to listen on (0.0.0.0 in a container)."),
+    http_port: int = typer.Option(8080, help="HTTP port."),
+    grpc_port: int = typer.Option(50051, help="gRPC port (0: none)."),
+    ray_address: Optional[str] = RayOpt,
+    kafka_bootstrap: Optional[str] = KafkaOpt,
+    redis_url: Optional[str] = RedisOpt,
+) -> None:
+    """Run the HTTP/gRPC gateway in the foreground (one per node; `eventbus up` starts one)."""
+    addr = _Addresses(ray_address, kafka_bootstrap, redis_url)
+    addr.fill_from_stack(("kafka", "redis"))
+    os.environ.update(addr.ray_env)
+    from eventbus.serving._gateway import run_gateway
+
+    def ready(gw: Any) -> None:
+        grpc = f", gRPC on {gw.host}:{gw.grpc_port}" if gw.grpc_port else ""
+        _plain(err, f"gateway: HTTP on http://{gw.host}:{gw.http_port}{grpc}")
+
+    try:
+        run_gateway(
+            addr.kafka or "", addr.redis or "", ray_address=addr.ray, host=host,
+            http_port=http_port, grpc_port=grpc_port or None, on_ready=ready,
+        )
+    except (EventBusError, OSError) as exc:
+        _fail(f"the gateway stopped: {exc}")
 
 
 @app.command()

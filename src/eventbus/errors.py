@@ -12,6 +12,8 @@ user input also derive from the matching stdlib type so plain ``except ValueErro
     ├── StepError                             a step failed on one event (pipeline and step id inside)
     ├── PipelineNotFoundError (LookupError)   no deployed pipeline of that name
     ├── DeployError                           a deployment could not be completed
+    ├── SolverError (ValueError)              an allocation problem or solver option is invalid
+    ├── IngressError                          the gateway refuses a request (HTTP status inside)
     └── StackError (RuntimeError)             the local stack (Ray, broker, Redis) is unusable
 
 Errors crossing Ray actors pass every constructor argument to ``super().__init__`` so that they
@@ -26,8 +28,10 @@ __all__ = [
     "EventBusError",
     "EventDecodeError",
     "FunctionError",
+    "IngressError",
     "PipelineConfigError",
     "PipelineNotFoundError",
+    "SolverError",
     "StackError",
     "StepError",
     "UnknownComponentError",
@@ -96,6 +100,27 @@ class PipelineNotFoundError(EventBusError, LookupError):
 
 class DeployError(EventBusError):
     """A deployment could not be completed; nothing half-deployed is left serving."""
+
+
+class IngressError(EventBusError):
+    """The gateway refuses a request; ``status`` is the HTTP status (gRPC maps it).
+
+    Args:
+        status: the HTTP status code (400, 401, 403, 404, 413, 422, 503, 504).
+        message: what is wrong and how to fix it (never a secret).
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(status, message)
+        self.status = status
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class SolverError(EventBusError, ValueError):
+    """An allocation problem, a dual vector or a solver option is invalid; the message names the fix."""
 
 
 class StackError(EventBusError, RuntimeError):

@@ -42,6 +42,9 @@ class Stack:
         kafka_bootstrap: Kafka bootstrap servers.
         redis_url: ``redis://host:port/db``.
         owned: part name -> {"pid": ..., "log": ...} for parts started by ``up``.
+        ray_auth_token_path: the token file of a Ray head ``up`` started.
+        gateway_http: ``http://host:port`` of the gateway ``up`` started.
+        gateway_grpc: ``host:port`` of its gRPC service.
     """
 
     ray_address: str
@@ -49,6 +52,8 @@ class Stack:
     redis_url: str
     owned: dict[str, dict[str, Any]] = field(default_factory=dict)
     ray_auth_token_path: str | None = None
+    gateway_http: str | None = None
+    gateway_grpc: str | None = None
 
     def ray_env(self) -> dict[str, str]:
         """Environment a Ray client needs for this cluster (its auth token, if we made one)."""
@@ -77,6 +82,9 @@ def stack_up(
     kafka_bootstrap: str | None = None,
     redis_url: str | None = None,
     num_cpus: int | None = None,
+    gateway: bool = True,
+    http_port: int = 8080,
+    grpc_port: int = 50051,
 ) -> Stack:
     """Start (or adopt) the stack and record it in ``home``.
 
@@ -86,6 +94,9 @@ def stack_up(
         kafka_bootstrap: an existing Kafka cluster; None starts the Tansu broker.
         redis_url: an existing Redis; None starts a local redis-server.
         num_cpus: CPUs the local Ray head offers (default: all).
+        gateway: start the HTTP/gRPC gateway too.
+        http_port: the gateway's HTTP port (a free one when taken).
+        grpc_port: the gateway's gRPC port (a free one when taken).
 
     Raises:
         StackError: a part failed to start; the parts this call started are stopped again.
@@ -114,19 +125,79 @@ def stack_up(
             token_path = _make_token(home)
             ray_address, ray_dir = _start_ray_head(home, num_cpus, token_path)
             owned["ray"] = {"temp_dir": ray_dir}
+        stack = Stack(
+            ray_address=ray_address,
+            kafka_bootstrap=kafka_bootstrap,
+            redis_url=redis_url,
+            owned=owned,
+            ray_auth_token_path=token_path,
+        )
+        if gateway:
+            gw, stack.gateway_http, stack.gateway_grpc = start_gateway(stack, logs, http_port, grpc_port)
+            started.append(gw)
+            owned["gateway"] = {"pid": gw.pid, "log": str(gw.log_path)}
     except BaseException:
         for svc in started:
             svc.stop()
+        if "ray" in owned:
+            _stop_ray(owned["ray"]["temp_dir"])
         raise
-    stack = Stack(
-        ray_address=ray_address,
-        kafka_bootstrap=kafka_bootstrap,
-        redis_url=redis_url,
-        owned=owned,
-        ray_auth_token_path=token_path,
-    )
     _state_file(home).write_text(json.dumps(asdict(stack), indent=2))
     return stack
+
+
+def _port_or_free(port: int) -> int:
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return free_port()
+    return port
+
+
+def start_gateway(stack: Stack, logs: Path, http_port: int, grpc_port: int) -> tuple[ServiceProcess, str, str]:
+    """Start ``eventbus gateway`` as a detached process on loopback; wait until it answers.
+
+    Returns:
+        The process, its HTTP base URL and its gRPC address.
+
+    Raises:
+        StackError: it did not start (its log's tail included).
+    """
+    import urllib.request
+
+    from eventbus._internal.services import _launch, _tail
+
+    http_port, grpc_port = _port_or_free(http_port), _port_or_free(grpc_port)
+    argv = [
+        sys.executable, "-m", "eventbus.cli", "gateway", "--host", "127.0.0.1",
+        "--http-port", str(http_port), "--grpc-port", str(grpc_port),
+        "--ray-address", stack.ray_address, "--kafka-bootstrap", stack.kafka_bootstrap,
+        "--redis-url", stack.redis_url,
+    ]
+    saved = dict(os.environ)
+    os.environ.update(stack.ray_env())
+    try:
+        svc = _launch("gateway", argv, logs / "gateway.log", f"http://127.0.0.1:{http_port}", detach=True)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/healthz", timeout=1) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        if not svc.alive() or time.monotonic() > deadline:
+            svc.stop()
+            msg = f"the gateway did not start on 127.0.0.1:{http_port}; its log says:\n{_tail(svc.log_path)}"
+            raise StackError(msg)
+        time.sleep(0.1)
+    return svc, f"http://127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}"
 
 
 def _make_token(home: Path) -> str:
@@ -178,6 +249,10 @@ def stack_down(home: Path) -> list[str]:
     if stack is None:
         return []
     stopped = []
+    gw = stack.owned.get("gateway")
+    if gw:
+        ServiceProcess("gateway", int(gw["pid"]), "", Path(gw["log"])).stop()
+        stopped.append("gateway")
     ray_part = stack.owned.get("ray")
     if ray_part:
         _stop_ray(ray_part["temp_dir"])
@@ -235,6 +310,13 @@ def stack_status(home: Path) -> dict[str, Any]:
     }
     rhost, rport = _redis_host_port(stack.redis_url)
     parts["redis"] = {"address": stack.redis_url, "up": _port_open(rhost, rport), "owned": "redis" in stack.owned}
+    if stack.gateway_http:
+        ghost, _, gport = stack.gateway_http.removeprefix("http://").rpartition(":")
+        parts["gateway"] = {
+            "address": f"{stack.gateway_http} (gRPC {stack.gateway_grpc})",
+            "up": _port_open(ghost, int(gport)),
+            "owned": "gateway" in stack.owned,
+        }
     return {"healthy": all(p["up"] for p in parts.values()), "parts": parts}
 
 

@@ -120,20 +120,24 @@ def _check_name(name: str, where: Where, label: str) -> None:
         _VALID_NAMES.add(name)
 
 
-def _label(name: str, binary: bool) -> str:
+def _label(name: str, binary: str | None) -> str:
     if binary:
-        return "header content-type" if name == "datacontenttype" else f"header ce_{name}"
+        return "header content-type" if name == "datacontenttype" else f"header {binary}{name}"
     return f"attribute {name!r}"
 
 
-def _validate(attrs: dict[str, Any], where: Where, binary: bool) -> None:
-    """Check the attributes of one event; raise EventDecodeError naming the first problem."""
+def _validate(attrs: dict[str, Any], where: Where, binary: str | None) -> None:
+    """Check the attributes of one event; raise EventDecodeError naming the first problem.
+
+    ``binary`` is the header prefix of binary mode (``ce_`` on Kafka, ``ce-`` on HTTP), or
+    None for the JSON format.
+    """
     specversion = attrs.get("specversion")
     if specversion != "1.0":
         if specversion is None:
-            fix = "add header ce_specversion: 1.0" if binary else 'add "specversion": "1.0"'
+            fix = f"add header {binary}specversion: 1.0" if binary else 'add "specversion": "1.0"'
             raise _fail(where, f"{_label('specversion', binary)} is missing; {fix}")
-        example = "ce_specversion: 1.0" if binary else '"specversion": "1.0"'
+        example = f"{binary}specversion: 1.0" if binary else '"specversion": "1.0"'
         raise _fail(
             where,
             f"{_label('specversion', binary)} is {specversion!r}; "
@@ -144,7 +148,7 @@ def _validate(attrs: dict[str, Any], where: Where, binary: bool) -> None:
         if value.__class__ is str and value:
             continue
         if value is None:
-            fix = f"add header ce_{name}" if binary else f'add "{name}" to the JSON object'
+            fix = f"add header {binary}{name}" if binary else f'add "{name}" to the JSON object'
             raise _fail(
                 where, f"{_label(name, binary)} is missing; every CloudEvent needs {name} ({fix})"
             )
@@ -245,7 +249,7 @@ def _from_obj(obj: Any, where: Where, owned: bool = False) -> CloudEvent:
                 f'"data_base64" is not valid base64 (starts {shown!r}); encode the bytes '
                 'with standard base64 (RFC 4648), or send JSON data in "data"',
             ) from None
-    _validate(attrs, where, binary=False)
+    _validate(attrs, where, binary=None)
     if isinstance(data, str) and not is_json_content_type(attrs.get("datacontenttype")):
         # Non-JSON content is bytes in the model; the JSON format carries text as a string.
         data = data.encode()
@@ -472,7 +476,7 @@ def decode_kafka(
             )
         if content_type is not None:
             attrs["datacontenttype"] = content_type
-        _validate(attrs, where, binary=True)
+        _validate(attrs, where, binary="ce_")
         if key is not None and "partitionkey" not in attrs:
             attrs["partitionkey"] = _header_text(key, "key", where)
         if value is None:

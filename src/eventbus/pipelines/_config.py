@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, StringConstraints, model_validator
 
 from eventbus.eventing.sinks._kafka import KafkaSinkConfig
+from eventbus.eventing.sources._http_config import GrpcSourceConfig, HttpSourceConfig, ingress_topic
 from eventbus.eventing.sources._kafka import KafkaSourceConfig
 
 __all__ = [
@@ -65,11 +66,18 @@ class SourceConfig(BaseModel):
 
     model_config = _MODEL
     kafka: KafkaSourceConfig | None = Field(default=None, description="Consume a Kafka topic.")
+    http: HttpSourceConfig | None = Field(default=None, description="Accept events over HTTP at the gateway.")
+    grpc: GrpcSourceConfig | None = Field(default=None, description="Accept events over gRPC at the gateway.")
 
     @model_validator(mode="after")
     def _one_transport(self) -> SourceConfig:
-        if self.kafka is None:
-            msg = "a source needs exactly one transport key; add 'kafka: {topic: ...}'"
+        keys = [k for k in ("kafka", "http", "grpc") if getattr(self, k) is not None]
+        if len(keys) != 1:
+            got = ", ".join(keys) or "none"
+            msg = (
+                f"a source needs exactly one transport key (kafka, http or grpc); got {got}; "
+                "write one source per list item, e.g. '- kafka: {topic: ...}'"
+            )
             raise ValueError(msg)
         return self
 
@@ -274,6 +282,17 @@ class PipelineSpecConfig(BaseModel):
                 msg = f"step id {step.id!r} is used twice; step ids must be unique in a pipeline"
                 raise ValueError(msg)
             seen.add(step.id)
+        paths: set[str | None] = set()
+        for src in self.sources:
+            if src.http is not None:
+                if src.http.path in paths:
+                    shown = src.http.path or "(no path)"
+                    msg = f"two http sources share path {shown}; give each http source its own path"
+                    raise ValueError(msg)
+                paths.add(src.http.path)
+        if sum(src.grpc is not None for src in self.sources) > 1:
+            msg = "a pipeline takes at most one grpc source (gRPC calls name the pipeline, not a path)"
+            raise ValueError(msg)
         return self
 
 
@@ -290,6 +309,15 @@ class PipelineConfig(BaseModel):
     def name(self) -> str:
         """The pipeline name."""
         return self.metadata.name
+
+    @property
+    def consumed_sources(self) -> list[KafkaSourceConfig]:
+        """The topics the replicas consume: each ``kafka`` source, then the ingress topic the
+        gateway writes ``http``/``grpc`` events to (one, whatever their number)."""
+        out = [s.kafka for s in self.spec.sources if s.kafka is not None]
+        if any(s.kafka is None for s in self.spec.sources):
+            out.append(KafkaSourceConfig(topic=ingress_topic(self.name)))
+        return out
 
     def to_document(self) -> dict[str, Any]:
         """The pipeline as a plain YAML/JSON document (aliases, defaults left out)."""

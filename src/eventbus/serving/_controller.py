@@ -61,12 +61,13 @@ class Controller:
         name = config.name
         previous = self._load(name)
         version = (previous["version"] + 1) if previous else 1
-        self._stop_sources(name, len(previous["document"]["spec"]["sources"]) if previous else 0)
+        self._stop_sources(name, _consumed(previous["document"]) if previous else 0)
         try:
+            self._create_ingress_topic(config)
             self._run_app(config, python_path)
             self._start_sources(config)
         except Exception as exc:
-            self._stop_sources(name, len(config.spec.sources))
+            self._stop_sources(name, len(config.consumed_sources))
             if previous is not None:  # put the last good version back
                 old = PipelineConfig.model_validate(previous["document"])
                 try:
@@ -100,7 +101,7 @@ class Controller:
         if record is None:
             msg = f"no pipeline named {name!r} is deployed; `eventbus list` shows the deployed ones"
             raise PipelineNotFoundError(msg)
-        self._stop_sources(name, len(record["document"]["spec"]["sources"]))
+        self._stop_sources(name, _consumed(record["document"]))
         self._delete_app(name)
         self._redis.hdel(_KEY, name)
         from eventbus.serving._replica_sources import clear_stats
@@ -147,10 +148,10 @@ class Controller:
         if config.spec.serving.source_placement == "replica":
             from eventbus.serving._replica_sources import read_stats
 
-            stats = read_stats(self._redis, name, len(config.spec.sources))
+            stats = read_stats(self._redis, name, len(config.consumed_sources))
             return {"name": name, "version": record["version"], "sources": stats}
         sources = []
-        for i in range(len(record["document"]["spec"]["sources"])):
+        for i in range(_consumed(record["document"])):
             try:
                 actor = ray.get_actor(source_actor_name(name, i), namespace=NAMESPACE)
                 sources.append(ray.get(actor.stats.remote(), timeout=10))
@@ -187,6 +188,19 @@ class Controller:
             serve.start(proxy_location="Disabled", logging_config={"log_level": "WARNING", "enable_access_log": False})
             self._serve_started = True
 
+    def _create_ingress_topic(self, config: PipelineConfig) -> None:
+        """Create the topic the gateway writes the pipeline's HTTP/gRPC events to, with one
+        partition per replica it may have (so every replica consumes)."""
+        import asyncio
+
+        from eventbus._internal.services import create_topics
+        from eventbus.eventing.sources._http_config import ingress_topic
+
+        if all(s.kafka is not None for s in config.spec.sources):
+            return
+        partitions = max(2, config.spec.serving.replica_bounds.max)
+        asyncio.run(create_topics(self.kafka_bootstrap, [ingress_topic(config.name)], partitions))
+
     def _run_app(self, config: PipelineConfig, python_path: list[str]) -> None:
         from ray import serve
 
@@ -213,7 +227,7 @@ class Controller:
             return  # the replicas consume
 
         actors = []
-        for i in range(len(config.spec.sources)):
+        for i in range(len(config.consumed_sources)):
             actor = SourceActor.options(  # type: ignore[attr-defined]
                 name=source_actor_name(config.name, i), namespace=NAMESPACE, lifetime="detached"
             ).remote(config.to_document(), i, app_name(config.name), self.kafka_bootstrap)
@@ -245,12 +259,16 @@ class Controller:
             self._run_app(config, python_path)
         if config.spec.serving.source_placement != "actor":
             return
-        for i in range(len(config.spec.sources)):
+        for i in range(len(config.consumed_sources)):
             try:
                 ray.get_actor(source_actor_name(config.name, i), namespace=NAMESPACE)
             except ValueError:
                 self._start_sources(config)
                 break
+
+
+def _consumed(document: dict[str, Any]) -> int:
+    return len(PipelineConfig.model_validate(document).consumed_sources)
 
 
 def _wait_gone(actor_name: str, timeout_s: float = 30.0) -> None:

@@ -85,8 +85,7 @@ class PipelineDeployment:
         from eventbus.serving._wire import pack_encoded_outcomes, unpack_records
 
         records = unpack_records(blob)
-        src = self._runner.config.spec.sources[source_index].kafka
-        assert src is not None
+        src = self._runner.config.consumed_sources[source_index]
         default_type, own_source = src.type, src.source
         outcomes: list[Any] = [None] * len(records)
         events: list[CloudEvent] = []
@@ -142,7 +141,7 @@ def build_app(config: PipelineConfig, python_path: list[str], runtime: dict[str,
     options: dict[str, Any] = {
         "name": "pipeline",
         "ray_actor_options": {"num_cpus": serving.num_cpus},
-        "max_ongoing_requests": max(8, serving.batch.max_in_flight * 2 * max(1, len(config.spec.sources))),
+        "max_ongoing_requests": max(8, serving.batch.max_in_flight * 2 * max(1, len(config.consumed_sources))),
         "logging_config": {"enable_access_log": False, "log_level": "WARNING"},
         "health_check_period_s": 2,
         "graceful_shutdown_timeout_s": 30,

@@ -117,13 +117,12 @@ class ReplicaSources:
         async def dispatch(events: list[CloudEvent]) -> list[Outcome]:
             return run(events)
 
-        for src in spec.sources:
-            assert src.kafka is not None
+        for src in self._config.consumed_sources:
             self._sources.append(
                 KafkaSource(
-                    src.kafka,
+                    src,
                     pipeline=self._config.name,
-                    bootstrap_servers=src.kafka.bootstrap_servers or self._bootstrap,
+                    bootstrap_servers=src.bootstrap_servers or self._bootstrap,
                     dispatch=dispatch,
                     sink=make_sink(spec.sink, default_bootstrap=self._bootstrap),
                     dead_letter=make_sink(spec.dead_letter, default_bootstrap=self._bootstrap) if spec.dead_letter else None,

@@ -54,8 +54,7 @@ class SourceActor:
         from eventbus.eventing.sources._kafka import KafkaSource
 
         spec = self._config.spec
-        src = spec.sources[self._index]
-        assert src.kafka is not None
+        src = self._config.consumed_sources[self._index]
         handle = serve.get_app_handle(self._app)
 
         from eventbus.serving._wire import pack_records, unpack_encoded_outcomes
@@ -69,9 +68,9 @@ class SourceActor:
 
         batch = spec.serving.batch
         self._source = KafkaSource(
-            src.kafka,
+            src,
             pipeline=self._config.name,
-            bootstrap_servers=src.kafka.bootstrap_servers or self._bootstrap,
+            bootstrap_servers=src.bootstrap_servers or self._bootstrap,
             dispatch=dispatch,
             sink=make_sink(spec.sink, default_bootstrap=self._bootstrap),
             dead_letter=make_sink(spec.dead_letter, default_bootstrap=self._bootstrap) if spec.dead_letter else None,

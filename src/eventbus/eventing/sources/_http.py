@@ -1,0 +1,166 @@
+"""The gateway's HTTP face: a FastAPI app over an :class:`Ingress`.
+
+``POST /v1/pipelines/{name}/events`` and every ``path:`` an ``http`` source declares take
+CloudEvents in the HTTP binding's binary, structured and batch modes, or plain JSON. Async
+(default): 202 once the events are durably accepted. Sync (``?wait=true`` or the source's
+``mode: sync``): the outputs, binary mode for one, batch mode for several, 204 for none.
+Errors: a JSON body ``{"error": "...", "status": N}`` with 400, 401, 403, 404, 413, 422, 503
+or 504.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from eventbus.errors import IngressError
+from eventbus.eventing._http_codec import encode_http_batch, encode_http_binary
+from eventbus.eventing.sources._ingress import Ingress, Route, split_outcomes
+
+__all__ = ["build_http_app"]
+
+_CE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["specversion", "id", "source", "type"],
+    "properties": {
+        "specversion": {"type": "string", "enum": ["1.0"]},
+        "id": {"type": "string", "minLength": 1},
+        "source": {"type": "string", "minLength": 1},
+        "type": {"type": "string", "minLength": 1},
+        "subject": {"type": "string"},
+        "time": {"type": "string", "format": "date-time"},
+        "datacontenttype": {"type": "string"},
+        "data": {},
+    },
+}
+_REQUEST_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "A CloudEvent (binary mode: ce-* headers and the data as body; structured "
+        "mode; or a batch), or a plain JSON body that is wrapped into a CloudEvent.",
+        "content": {
+            "application/json": {"schema": {}},
+            "application/cloudevents+json": {"schema": _CE_SCHEMA},
+            "application/cloudevents-batch+json": {"schema": {"type": "array", "items": _CE_SCHEMA}},
+        },
+    },
+}
+_ERROR = {"content": {"application/json": {"schema": {"type": "object", "properties": {"error": {"type": "string"}, "status": {"type": "integer"}}}}}}
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"description": "Sync: the output events (binary mode for one, batch mode for several)."},
+    202: {"description": "Async: accepted durably.", "content": {"application/json": {"schema": {"type": "object"}}}},
+    204: {"description": "Sync: the events were filtered out."},
+    400: {"description": "Malformed CloudEvent (the attribute is named).", **_ERROR},
+    401: {"description": "No or bad credentials.", **_ERROR},
+    403: {"description": "Credentials of another pipeline.", **_ERROR},
+    404: {"description": "Unknown pipeline or path.", **_ERROR},
+    413: {"description": "Body over the source's max_body_bytes.", **_ERROR},
+    422: {"description": "Data fails the source's data_schema, or a step failed (sync).", **_ERROR},
+    503: {"description": "The broker or the pipeline is unavailable; retry.", **_ERROR},
+    504: {"description": "Sync: no answer within the source's timeout_ms.", **_ERROR},
+}
+
+
+def _error(exc: IngressError) -> Response:
+    return Response(orjson.dumps({"error": exc.message, "status": exc.status}), status_code=exc.status, media_type="application/json")
+
+
+async def _read_body(request: Request, route: Route) -> bytes:
+    limit = route.config.max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise IngressError(400, f"header content-length is {declared!r}; it must be a byte count")
+        if int(declared) > limit:
+            raise IngressError(413, f"the body is {int(declared)} bytes; pipeline {route.pipeline!r} takes at most {limit} (max_body_bytes of its http source): split it into smaller requests")
+        return await request.body()
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise IngressError(413, f"the body is over {limit} bytes, the most pipeline {route.pipeline!r} takes (max_body_bytes of its http source): split it into smaller requests")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def build_http_app(ingress: Ingress, *, title: str = "EventBus gateway") -> FastAPI:
+    """The gateway's FastAPI application.
+
+    Args:
+        ingress: request handling (routes and backend).
+        title: the OpenAPI title.
+    """
+    app = FastAPI(title=title, version="1", docs_url="/docs", redoc_url=None)
+
+    async def handle(request: Request, route: Route, wait: bool | None) -> Response:
+        body = await _read_body(request, route)
+        headers = request.headers
+        ingress.authenticate(route, headers, body)
+        events, mode = ingress.decode(route, headers, body)
+        sync = route.config.mode == "sync" if wait is None else wait
+        if not sync:
+            await ingress.publish(route, events)
+            ids = [e.attributes["id"] for e in events]
+            return Response(orjson.dumps({"accepted": len(ids), "ids": ids}), status_code=202, media_type="application/json")
+        outputs = split_outcomes(route.pipeline, events, await ingress.invoke(route, events))
+        if not outputs:
+            return Response(status_code=204)
+        if len(outputs) == 1 and mode != "batch":
+            hdrs, body_out = encode_http_binary(outputs[0])
+        else:
+            hdrs, body_out = encode_http_batch(outputs)
+        response = Response(body_out, status_code=200)
+        for k, v in hdrs:
+            response.headers[k] = v
+        return response
+
+    @app.get("/healthz", summary="Liveness", responses={200: {"description": "The gateway runs."}})
+    async def healthz() -> Response:
+        routes = ingress.routes
+        return Response(orjson.dumps({"status": "ok", "pipelines": sorted(routes.pipelines)}), media_type="application/json")
+
+    @app.get("/v1/pipelines", summary="Pipelines this gateway serves")
+    async def pipelines() -> Response:
+        routes = ingress.routes
+        out = [
+            {
+                "name": name,
+                "http": name in routes.http,
+                "grpc": name in routes.grpc,
+                "paths": sorted(p for p, r in routes.paths.items() if r.pipeline == name),
+            }
+            for name in sorted(routes.pipelines)
+        ]
+        return Response(orjson.dumps(out), media_type="application/json")
+
+    @app.post(
+        "/v1/pipelines/{name}/events",
+        summary="Send events to a pipeline",
+        openapi_extra=_REQUEST_BODY,
+        responses=_RESPONSES,
+        status_code=202,
+    )
+    async def pipeline_events(name: str, request: Request, wait: bool | None = None) -> Response:
+        try:
+            return await handle(request, await ingress.route("http", name), wait)
+        except IngressError as e:
+            return _error(e)
+
+    @app.post(
+        "/{path:path}",
+        summary="Send events to the pipeline serving this path (an http source's path:)",
+        openapi_extra=_REQUEST_BODY,
+        responses=_RESPONSES,
+        status_code=202,
+    )
+    async def source_path(path: str, request: Request, wait: bool | None = None) -> Response:
+        try:
+            return await handle(request, await ingress.route("path", "/" + path), wait)
+        except IngressError as e:
+            return _error(e)
+
+    return app

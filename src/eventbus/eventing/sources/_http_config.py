@@ -1,0 +1,179 @@
+"""Configuration of the HTTP and gRPC sources (``sources: [{http: {...}}]``, ``[{grpc: {...}}]``).
+
+Both are served by the gateway (``eventbus gateway``, started by ``eventbus up``). An accepted
+event is written to the pipeline's ingress topic (``eventbus-ingress-<pipeline>``) before the
+caller gets its 202, and the pipeline's replicas consume that topic like any Kafka source.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+__all__ = [
+    "AuthConfig",
+    "BearerAuthConfig",
+    "GrpcSourceConfig",
+    "HmacAuthConfig",
+    "HttpSourceConfig",
+    "ingress_topic",
+]
+
+_MODEL = ConfigDict(extra="forbid", frozen=True)
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+def ingress_topic(pipeline: str) -> str:
+    """The topic the gateway writes a pipeline's accepted HTTP and gRPC events to."""
+    return f"eventbus-ingress-{pipeline}"
+
+
+class _SecretRef(BaseModel):
+    model_config = _MODEL
+
+    @model_validator(mode="after")
+    def _one_place(self) -> Any:
+        env, file = self._refs()
+        if (env is None) == (file is None):
+            names = self._names()
+            msg = f"give exactly one of {names[0]} (an environment variable) or {names[1]} (a file path)"
+            raise ValueError(msg)
+        return self
+
+    def _refs(self) -> tuple[str | None, str | None]:
+        raise NotImplementedError
+
+    def _names(self) -> tuple[str, str]:
+        raise NotImplementedError
+
+
+class HmacAuthConfig(_SecretRef):
+    """HMAC-SHA256 signatures, as Stripe signs webhooks.
+
+    The sender puts ``t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`` in the
+    signature header; requests older or newer than ``tolerance_s`` are refused (replay
+    window).
+    """
+
+    secret_env: Annotated[str, StringConstraints(pattern=_ENV_NAME)] | None = Field(
+        default=None, description="Environment variable (of the gateway) holding the secret."
+    )
+    secret_file: str | None = Field(default=None, description="File holding the secret (surrounding whitespace ignored).")
+    header: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9-]+$")] = Field(
+        default="x-eventbus-signature", description="Header carrying 't=...,v1=...'."
+    )
+    tolerance_s: int = Field(default=300, ge=1, le=86_400, description="Replay window in seconds.")
+
+    def _refs(self) -> tuple[str | None, str | None]:
+        return self.secret_env, self.secret_file
+
+    def _names(self) -> tuple[str, str]:
+        return "secret_env", "secret_file"
+
+
+class BearerAuthConfig(_SecretRef):
+    """A static bearer token (``Authorization: Bearer <token>``)."""
+
+    token_env: Annotated[str, StringConstraints(pattern=_ENV_NAME)] | None = Field(
+        default=None, description="Environment variable (of the gateway) holding the token."
+    )
+    token_file: str | None = Field(default=None, description="File holding the token (surrounding whitespace ignored).")
+
+    def _refs(self) -> tuple[str | None, str | None]:
+        return self.token_env, self.token_file
+
+    def _names(self) -> tuple[str, str]:
+        return "token_env", "token_file"
+
+
+class AuthConfig(BaseModel):
+    """How callers authenticate: exactly one of ``hmac_sha256`` or ``bearer``."""
+
+    model_config = _MODEL
+    hmac_sha256: HmacAuthConfig | None = Field(default=None, description="Signed requests (HTTP only).")
+    bearer: BearerAuthConfig | None = Field(default=None, description="A bearer token (HTTP and gRPC).")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> AuthConfig:
+        if (self.hmac_sha256 is None) == (self.bearer is None):
+            msg = "auth takes exactly one of hmac_sha256 or bearer"
+            raise ValueError(msg)
+        return self
+
+
+class _IngressSourceConfig(BaseModel):
+    model_config = _MODEL
+    type: str = Field(default="eventbus.http", min_length=1, description="CloudEvents 'type' given to plain JSON bodies.")
+    source: str | None = Field(
+        default=None,
+        description="CloudEvents 'source' given to plain JSON bodies; None uses '/eventbus/{pipeline}'.",
+    )
+    mode: Literal["async", "sync"] = Field(
+        default="async",
+        description="async: answer 202 once the event is durably accepted; sync: answer with the "
+        "pipeline's outputs (callers may also ask per request with ?wait=true).",
+    )
+    auth: AuthConfig | None = Field(default=None, description="Caller authentication; None accepts anyone.")
+    data_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="A JSON Schema (draft 2020-12) every event's data must satisfy (422 otherwise).",
+    )
+    max_body_bytes: int = Field(default=1_048_576, ge=1, le=64 * 1_048_576, description="Largest accepted request body (413 above).")
+    timeout_ms: int = Field(default=10_000, ge=1, le=600_000, description="Deadline of a sync request (504 after).")
+
+    @field_validator("data_schema")
+    @classmethod
+    def _schema_valid(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import SchemaError
+
+        try:
+            Draft202012Validator.check_schema(value)
+        except SchemaError as e:
+            where = "/".join(str(p) for p in e.path) or "(root)"
+            msg = f"data_schema is not a valid JSON Schema (draft 2020-12) at {where}: {e.message}"
+            raise ValueError(msg) from None
+        return value
+
+
+class HttpSourceConfig(_IngressSourceConfig):
+    """Events from HTTP requests to the gateway (``POST /v1/pipelines/{name}/events``, and
+    ``path`` when given)."""
+
+    path: Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9_.~/-]*$")] | None = Field(
+        default=None,
+        description="An extra path the gateway serves for this pipeline, e.g. /payments (not "
+        "under /v1/ and not /metrics, /healthz or /openapi.json).",
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _path_free(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        reserved = ("/v1", "/metrics", "/healthz", "/openapi.json", "/docs", "/redoc")
+        for r in reserved:
+            if value == r or value.startswith(r + "/"):
+                msg = f"path {value!r} is reserved by the gateway ({r}); choose another, e.g. /hooks{value}"
+                raise ValueError(msg)
+        if value == "/":
+            msg = "path '/' would shadow the gateway; choose a path such as /payments"
+            raise ValueError(msg)
+        return value.rstrip("/")
+
+
+class GrpcSourceConfig(_IngressSourceConfig):
+    """Events from gRPC calls to the gateway's ``eventbus.v1.EventBus`` service
+    (``Publish``/``Invoke``, pipeline named in the ``x-eventbus-pipeline`` metadata)."""
+
+    type: str = Field(default="eventbus.grpc", min_length=1, description="Unused by gRPC (events arrive as CloudEvents).")
+
+    @model_validator(mode="after")
+    def _no_hmac(self) -> GrpcSourceConfig:
+        if self.auth is not None and self.auth.hmac_sha256 is not None:
+            msg = "grpc sources authenticate with bearer tokens only; use auth: {bearer: {token_env: ...}}"
+            raise ValueError(msg)
+        return self
