@@ -182,6 +182,7 @@ class Gateway:
         self._raw: dict[str, str] | None = None
         self._redis: Any = None
         self._last_refresh = 0.0
+        self._refreshing: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self.ready = asyncio.Event()
 
@@ -207,12 +208,18 @@ class Gateway:
                 log.warning("reading pipelines from Redis failed: %s", e)
 
     async def refresh_on_miss(self) -> bool:
-        """Refresh now unless that happened in the last 100 ms; True if the routes changed."""
-        if time.monotonic() - self._last_refresh < 0.1:
-            return False
-        before = self.ingress.routes
-        await self.refresh()
-        return self.ingress.routes is not before
+        """Refresh now (one Redis read shared by concurrent misses, at most every 100 ms);
+        True: look the route up again."""
+        task = self._refreshing
+        if task is None or task.done():
+            if time.monotonic() - self._last_refresh < 0.1:
+                return True  # just refreshed: the table may be newer than the lookup's
+            task = self._refreshing = asyncio.create_task(self.refresh())
+        try:
+            await asyncio.shield(task)
+        except Exception as e:  # noqa: BLE001 - answer from the routes we have
+            log.warning("reading pipelines from Redis failed: %s", e)
+        return True
 
     def stop(self) -> None:
         """Ask the servers to stop (they finish the requests in flight)."""

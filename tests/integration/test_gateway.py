@@ -1,0 +1,243 @@
+"""The gateway on the real stack: HTTP and gRPC in, the pipeline's sink out.
+
+A gateway process (``python -m eventbus.cli gateway``) runs against the session's broker,
+Redis and Ray; pipelines with ``http``/``grpc`` sources are deployed through the controller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import orjson
+import pytest
+import ray
+
+from eventbus import CloudEvent
+from eventbus._internal.services import free_port
+from eventbus.eventing._proto import eventbus_pb2_grpc
+from eventbus.eventing._protobuf import event_from_proto, event_to_proto, events_to_proto_batch
+from eventbus.eventing.sources._auth import sign
+from tests.integration.kafka_helpers import collect
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.ray, pytest.mark.redis]
+
+SECRET = "it-hmac-" + uuid.uuid4().hex
+TOKEN = "it-token-" + uuid.uuid4().hex
+
+
+class GatewayProcess:
+    def __init__(self, kafka: str, redis: str, log: Path) -> None:
+        self.http_port, self.grpc_port = free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.http_port}"
+        argv = [
+            sys.executable, "-m", "eventbus.cli", "gateway", "--host", "127.0.0.1",
+            "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
+            "--ray-address", ray.get_runtime_context().gcs_address,
+            "--kafka-bootstrap", kafka, "--redis-url", redis,
+        ]
+        env = {**os.environ, "IT_SECRET": SECRET, "IT_TOKEN": TOKEN}
+        self.log = log
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert self.proc.poll() is None, f"gateway exited: {log.read_text()[-2000:]}"
+            assert time.monotonic() < deadline, f"gateway did not start: {log.read_text()[-2000:]}"
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture(scope="module")
+def gateway(ray_cluster: None, eventbus_client: Any, kafka_bootstrap: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    gw = GatewayProcess(kafka_bootstrap, redis_url, tmp_path_factory.mktemp("gateway") / "gateway.log")
+    yield gw
+    gw.stop()
+
+
+def doc(name: str, sink: str, sources: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "eventbus/v1",
+        "kind": "Pipeline",
+        "metadata": {"name": name},
+        "spec": {
+            "sources": sources,
+            "steps": [
+                {"id": "large", "filter": "data.amount > 100"},
+                {"id": "cny", "convert": {"set": {"data.amount_cny": "double(data.amount) * 7.0", "type": "'payment.large'"}}},
+            ],
+            "sink": {"kafka": {"topic": sink}},
+            "serving": {"replicas": 1, "batch": {"max_size": 1000, "linger_ms": 2}},
+            **spec,
+        },
+    }
+
+
+def binary(i: int, amount: int) -> tuple[dict[str, str], bytes]:
+    return {"ce-specversion": "1.0", "ce-id": f"h{i}", "ce-source": "/it", "ce-type": "payment.created", "content-type": "application/json"}, orjson.dumps({"amount": amount, "i": i})
+
+
+async def test_async_http_events_reach_the_sink_in_every_mode(gateway: GatewayProcess, deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str) -> None:
+    sink = topic_factory("gw-sink")
+    name = f"gw-async-{uuid.uuid4().hex[:6]}"
+    deploy_pipeline(doc(name, sink, [{"http": {"path": f"/hooks/{name}"}}]))
+    n = 3000
+    sem = asyncio.Semaphore(32)
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as c:
+
+        async def send(i: int) -> int:
+            async with sem:
+                amount = 50 if i % 4 == 0 else 200 + i
+                if i % 3 == 0:
+                    h, body = binary(i, amount)
+                    r = await c.post(f"/v1/pipelines/{name}/events", headers=h, content=body)
+                elif i % 3 == 1:
+                    ev = {"specversion": "1.0", "id": f"h{i}", "source": "/it", "type": "payment.created", "data": {"amount": amount, "i": i}}
+                    r = await c.post(f"/hooks/{name}", content=orjson.dumps(ev), headers={"content-type": "application/cloudevents+json"})
+                else:
+                    ev = {"specversion": "1.0", "id": f"h{i}", "source": "/it", "type": "payment.created", "data": {"amount": amount, "i": i}}
+                    r = await c.post(f"/hooks/{name}", content=orjson.dumps([ev]), headers={"content-type": "application/cloudevents-batch+json"})
+                return r.status_code
+
+        codes = await asyncio.gather(*(send(i) for i in range(n)))
+    assert set(codes) == {202}
+    expected = {f"h{i}": 200 + i for i in range(n) if i % 4 != 0}
+    out = await collect(kafka_bootstrap, sink, len(expected))
+    got = {e.id: e for e in out}
+    assert set(got) == set(expected)
+    for eid, amount in expected.items():
+        e = got[eid]
+        assert (e.type, e.source, e.data["amount"], e.data["amount_cny"]) == ("payment.large", "/it", amount, amount * 7.0)
+
+
+async def test_sync_invoke_over_http_and_grpc(gateway: GatewayProcess, deploy_pipeline: Any, topic_factory: Any) -> None:
+    sink = topic_factory("gw-sync")
+    name = f"gw-sync-{uuid.uuid4().hex[:6]}"
+    deploy_pipeline(doc(name, sink, [{"http": {"auth": {"bearer": {"token_env": "IT_TOKEN"}}}}, {"grpc": {"auth": {"bearer": {"token_env": "IT_TOKEN"}}}}]))
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as c:
+        h, body = binary(1, 300)
+        r = await c.post(f"/v1/pipelines/{name}/events?wait=true", headers={**h, **auth}, content=body)
+        assert r.status_code == 200, r.text
+        assert r.headers["ce-type"] == "payment.large" and r.json()["amount_cny"] == 2100.0
+        h, body = binary(2, 5)
+        r = await c.post(f"/v1/pipelines/{name}/events?wait=true", headers={**h, **auth}, content=body)
+        assert r.status_code == 204
+        # concurrent sync calls are batched and each gets its own answer
+        rs = await asyncio.gather(*(c.post(f"/v1/pipelines/{name}/events?wait=true", headers={**binary(i, 1000 + i)[0], **auth}, content=binary(i, 1000 + i)[1]) for i in range(200)))
+        assert [r.json()["amount"] for r in rs] == [1000 + i for i in range(200)]
+        assert [r.headers["ce-id"] for r in rs] == [f"h{i}" for i in range(200)]
+        r = await c.post(f"/v1/pipelines/{name}/events", headers=h, content=body)
+        assert r.status_code == 401
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{gateway.grpc_port}") as channel:
+        stub = eventbus_pb2_grpc.EventBusStub(channel)
+        md = [("x-eventbus-pipeline", name), ("authorization", f"Bearer {TOKEN}")]
+        event = CloudEvent.create(type="payment.created", source="/grpc", id="g1", data={"amount": 150})
+        out = await stub.Invoke(event_to_proto(event), metadata=md, timeout=30)
+        (e,) = [event_from_proto(m) for m in out.events]
+        assert (e.id, e.type, e.data["amount_cny"]) == ("g1", "payment.large", 1050.0)
+        reply = await stub.Publish(events_to_proto_batch([event.replace(id=f"gp{i}") for i in range(10)]), metadata=md, timeout=30)
+        assert reply.accepted == 10
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Invoke(event_to_proto(event), metadata=[("x-eventbus-pipeline", name)], timeout=30)
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_curl_and_errors_on_the_live_gateway(gateway: GatewayProcess, deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str) -> None:
+    sink = topic_factory("gw-curl")
+    name = f"gw-curl-{uuid.uuid4().hex[:6]}"
+    schema = {"type": "object", "required": ["amount"], "properties": {"amount": {"type": "integer"}}}
+    deploy_pipeline(doc(name, sink, [{"http": {"auth": {"hmac_sha256": {"secret_env": "IT_SECRET"}}, "data_schema": schema, "max_body_bytes": 4096}}]))
+    body = b'{"amount": 777}'
+    url = f"{gateway.url}/v1/pipelines/{name}/events"
+
+    def curl(*args: str) -> tuple[int, str]:
+        proc = subprocess.run(["curl", "-s", "-o", "/dev/stderr", "-w", "%{http_code}", *args], capture_output=True, text=True, timeout=30)
+        return int(proc.stdout), proc.stderr
+
+    code, _ = curl("-X", "POST", url, "-H", "content-type: application/json", "-H", f"x-eventbus-signature: {sign(SECRET, body)}",
+                   "-H", "ce-specversion: 1.0", "-H", "ce-id: curl-1", "-H", "ce-source: /curl", "-H", "ce-type: payment.created", "--data-binary", body.decode())
+    assert code == 202
+    code, text = curl("-X", "POST", url, "-H", "content-type: application/json", "--data-binary", body.decode())
+    assert code == 401 and "x-eventbus-signature" in text
+    bad = b'{"amount": "x"}'
+    code, text = curl("-X", "POST", url, "-H", "content-type: application/json", "-H", f"x-eventbus-signature: {sign(SECRET, bad)}", "--data-binary", bad.decode())
+    assert code == 422 and "/amount" in text
+    big = orjson.dumps({"amount": 1, "pad": "x" * 5000})
+    code, _ = curl("-X", "POST", url, "-H", "content-type: application/json", "--data-binary", big.decode())
+    assert code == 413
+    code, text = curl("-X", "POST", f"{gateway.url}/v1/pipelines/no-such-{name}/events", "--data-binary", "{}")
+    assert code == 404 and "no-such" in text
+    (e,) = await collect(kafka_bootstrap, sink, 1)
+    assert (e.id, e.source, e.data) == ("curl-1", "/curl", {"amount": 777, "amount_cny": 5439.0})
+
+
+async def test_gateway_killed_mid_burst_loses_no_accepted_event(
+    ray_cluster: None, eventbus_client: Any, deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str, redis_url: str, tmp_path: Path
+) -> None:
+    sink = topic_factory("gw-kill")
+    name = f"gw-kill-{uuid.uuid4().hex[:6]}"
+    d = doc(name, sink, [{"http": {}}])
+    d["spec"]["steps"] = []
+    deploy_pipeline(d)
+    gw = GatewayProcess(kafka_bootstrap, redis_url, tmp_path / "gateway.log")
+    accepted: list[str] = []
+    sent = 0
+    try:
+        async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
+
+            async def client(k: int) -> None:
+                nonlocal sent
+                i = 0
+                while True:
+                    eid = f"k{k}-{i}"
+                    i += 1
+                    body = orjson.dumps([{"specversion": "1.0", "id": f"{eid}-{j}", "source": "/kill", "type": "t", "data": {"j": j}} for j in range(5)])
+                    sent += 5
+                    try:
+                        r = await c.post(f"/v1/pipelines/{name}/events", content=body, headers={"content-type": "application/cloudevents-batch+json"})
+                    except httpx.HTTPError:
+                        return  # the gateway is gone
+                    if r.status_code != 202:
+                        return
+                    accepted.extend(r.json()["ids"])
+
+            tasks = [asyncio.create_task(client(k)) for k in range(32)]
+            while len(accepted) < 20_000:
+                await asyncio.sleep(0.01)
+            gw.kill()
+            await asyncio.gather(*tasks)
+    finally:
+        gw.kill()
+    assert len(accepted) >= 20_000
+    out = await collect(kafka_bootstrap, sink, len(accepted), timeout_s=120)
+    got = {e.id for e in out}
+    missing = set(accepted) - got
+    assert not missing, f"{len(missing)} accepted events lost, e.g. {sorted(missing)[:5]}"
