@@ -165,11 +165,15 @@ def status(
     ray_address: Optional[str] = RayOpt,
     kafka_bootstrap: Optional[str] = KafkaOpt,
     redis_url: Optional[str] = RedisOpt,
+    as_json: bool = typer.Option(False, "--json", help="Print the stack's parts as JSON (for scripts)."),
 ) -> None:
     """Show the stack, the deployed pipelines, or one pipeline's live counters."""
     from eventbus._internal.stack import stack_status
 
     st = stack_status(_home())
+    if as_json and name is None:
+        print(json.dumps(st))
+        raise typer.Exit(0 if st["healthy"] else 1)
     if name is None:
         _print_stack(st)
         if not st["healthy"] and not (ray_address or os.environ.get("RAY_ADDRESS")):

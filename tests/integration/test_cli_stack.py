@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.ray, pytest.mark.redis, pytest.mark.slow]
@@ -38,14 +39,16 @@ def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
         up = eb(home, "up", "--num-cpus", "1")
         assert up.returncode == 0, up.stderr
         stack = json.loads((home / "stack.json").read_text())
-        assert set(stack["owned"]) == {"ray", "kafka", "redis"}
+        assert set(stack["owned"]) == {"ray", "kafka", "redis", "gateway"}
         for addr in (stack["ray_address"], stack["kafka_bootstrap"]):
             assert addr.startswith("127.0.0.1:")
         # Everything the stack started listens on loopback only.
         ray_port = stack["ray_address"].split(":")[1]
+        gw_port = stack["gateway_http"].rsplit(":", 1)[1]
         ports = listening_ports()
-        assert re.search(rf"127\.0\.0\.1\]?:{ray_port}\s", ports), ports
-        assert not re.search(rf"(0\.0\.0\.0|\*|\[::\]):{ray_port}\s", ports), ports
+        for port in (ray_port, gw_port, stack["gateway_grpc"].rsplit(":", 1)[1]):
+            assert re.search(rf"127\.0\.0\.1\]?:{port}\s", ports), ports
+            assert not re.search(rf"(0\.0\.0\.0|\*|\[::\]):{port}\s", ports), ports
 
         dep = eb(home, "deploy", "examples/payments/payments.yaml")
         assert dep.returncode == 0, dep.stderr
@@ -64,6 +67,20 @@ def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
         assert dead["id"] == "demo-6" and dead["ebstep"] == "score"
         assert "account_age_days must be an integer" in dead["eberror"]
 
+        # The same pipeline over HTTP at the gateway `up` started: sync and async.
+        st_json = json.loads(eb(home, "status", "--json").stdout)
+        gw = st_json["parts"]["gateway"]["url"]
+        assert gw == stack["gateway_http"] and st_json["parts"]["gateway"]["up"]
+        r = httpx.post(f"{gw}/payments?wait=true", json={"amount": 900, "currency": "EUR"}, timeout=60)
+        assert r.status_code == 200, r.text
+        assert r.headers["ce-type"] == "payment.large" and r.headers["ce-source"] == "/shop/web"
+        assert r.json()["amount_cny"] == 900 * 7.7 and 0 <= r.json()["fraud_score"] <= 1
+        r = httpx.post(f"{gw}/v1/pipelines/large-payments/events", json={"amount": 450, "currency": "USD"}, timeout=60)
+        assert r.status_code == 202, r.text
+        http_id = r.json()["ids"][0]
+        tail = eb(home, "tail", "payments-large", "--from-beginning", "--max", "4", "--timeout", "60", "--json")
+        assert http_id in [json.loads(line)["id"] for line in tail.stdout.splitlines()]
+
         st = eb(home, "status", "large-payments")
         assert st.returncode == 0, st.stderr
         assert "consumed=6" in st.stdout and "outputs=3" in st.stdout and "dead_lettered=1" in st.stdout
@@ -77,7 +94,7 @@ def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
         assert "no pipelines deployed" in eb(home, "list").stdout
     finally:
         down = eb(home, "down")
-    assert down.returncode == 0 and "stopped: ray, kafka, redis" in down.stdout
+    assert down.returncode == 0 and "stopped: gateway, ray, kafka, redis" in down.stdout
     assert not (home / "stack.json").exists()
     assert not re.search(rf":{ray_port}\s", listening_ports())
 
@@ -87,7 +104,7 @@ def test_up_adopts_given_addresses_and_starts_nothing(tmp_path: Path, kafka_boot
     import ray
 
     ray_address = ray.get_runtime_context().gcs_address if ray.is_initialized() else "127.0.0.1:1"
-    res = eb(home, "up", "--kafka-bootstrap", kafka_bootstrap, "--redis-url", redis_url, "--ray-address", ray_address)
+    res = eb(home, "up", "--kafka-bootstrap", kafka_bootstrap, "--redis-url", redis_url, "--ray-address", ray_address, "--no-gateway")
     stack = json.loads((home / "stack.json").read_text())
     assert stack["owned"] == {}
     assert stack["kafka_bootstrap"] == kafka_bootstrap and stack["redis_url"] == redis_url

@@ -314,6 +314,8 @@ def stack_status(home: Path) -> dict[str, Any]:
         ghost, _, gport = stack.gateway_http.removeprefix("http://").rpartition(":")
         parts["gateway"] = {
             "address": f"{stack.gateway_http} (gRPC {stack.gateway_grpc})",
+            "url": stack.gateway_http,
+            "grpc": stack.gateway_grpc,
             "up": _port_open(ghost, int(gport)),
             "owned": "gateway" in stack.owned,
         }
