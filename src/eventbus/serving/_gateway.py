@@ -53,7 +53,7 @@ class GatewayBackend:
         max_in_flight: concurrent batches per pipeline and way.
     """
 
-    def __init__(self, kafka_bootstrap: str, *, max_batch: int = 2000, linger_ms: float = 0.0, max_in_flight: int = 8) -> None:
+    def __init__(self, kafka_bootstrap: str, *, max_batch: int = 2000, linger_ms: float = 0.0, max_in_flight: int = 2) -> None:
         self.kafka_bootstrap = kafka_bootstrap
         self._opts = {"max_size": max_batch, "linger_ms": linger_ms, "max_in_flight": max_in_flight}
         self._publishers: dict[str, MicroBatcher[KafkaRecord, None]] = {}

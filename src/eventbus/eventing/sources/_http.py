@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
+from starlette.routing import Route as StarletteRoute
 
 from eventbus.errors import IngressError
 from eventbus.eventing._http_codec import encode_http_batch, encode_http_binary
@@ -98,7 +99,9 @@ def build_http_app(ingress: Ingress, *, title: str = "EventBus gateway") -> Fast
 
     async def handle(request: Request, route: Route, wait: bool | None) -> Response:
         body = await _read_body(request, route)
-        headers = request.headers
+        # One pass over the raw headers (names arrive lowercased), not Starlette's lazy
+        # per-lookup decoding.
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.scope["headers"]}
         ingress.authenticate(route, headers, body)
         events, mode = ingress.decode(route, headers, body)
         sync = route.config.mode == "sync" if wait is None else wait
@@ -163,4 +166,39 @@ def build_http_app(ingress: Ingress, *, title: str = "EventBus gateway") -> Fast
         except IngressError as e:
             return _error(e)
 
+    # The hot paths as plain Starlette routes ahead of FastAPI's: the same handlers without
+    # FastAPI's per-request parameter solving (a third of the gateway's CPU per request). The
+    # FastAPI routes above stay for the OpenAPI document and answer identically.
+    async def fast_events(request: Request) -> Response:
+        try:
+            route = await ingress.route("http", request.path_params["name"])
+            return await handle(request, route, _wait(request))
+        except IngressError as e:
+            return _error(e)
+
+    async def fast_path(request: Request) -> Response:
+        try:
+            route = await ingress.route("path", request.url.path)
+            return await handle(request, route, _wait(request))
+        except IngressError as e:
+            return _error(e)
+
+    app.router.routes.insert(0, StarletteRoute("/v1/pipelines/{name}/events", fast_events, methods=["POST"]))
+    app.router.routes.insert(1, StarletteRoute("/{path:path}", fast_path, methods=["POST"]))
     return app
+
+
+_TRUE = frozenset(("true", "1", "yes", "on"))
+_FALSE = frozenset(("false", "0", "no", "off"))
+
+
+def _wait(request: Request) -> bool | None:
+    raw = request.query_params.get("wait")
+    if raw is None:
+        return None
+    low = raw.lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise IngressError(400, f"query parameter wait is {raw!r}; use wait=true (answer with the outputs) or wait=false (202 once accepted)")
