@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: setup demo test test-unit test-integration bench schema down clean
+.PHONY: setup demo test test-unit test-integration bench proto schema down clean
 
 setup: $(VENV)/.installed
 
@@ -30,8 +30,14 @@ test-integration: setup
 	$(PY) -m pytest -q -m integration
 
 bench: setup
+	command -v wrk >/dev/null || { apt-get update -q && apt-get install -y -q wrk; }
 	$(PY) benchmarks/expressions.py
 	$(PY) benchmarks/kafka_pipeline.py
+	$(PY) benchmarks/http_ingress.py
+
+# Regenerate the protobuf/gRPC modules from src/eventbus/eventing/_proto/*.proto
+proto: setup
+	$(PY) -c "from pathlib import Path; from tests.unit.gateway.test_proto_stubs import regenerate, PROTO_DIR, GENERATED; import shutil, tempfile; d = Path(tempfile.mkdtemp()); regenerate(d); [shutil.copy(d / n, PROTO_DIR / n) for n in GENERATED]"
 
 schema: setup
 	$(VENV)/bin/eventbus schema -o eventbus.schema.json

@@ -1,8 +1,29 @@
-"""Sources: where events come from (Kafka; HTTP and gRPC later)."""
+"""Sources: where events come from (Kafka topics; HTTP and gRPC through the gateway)."""
 
 from __future__ import annotations
 
+from eventbus.eventing.sources._auth import sign
 from eventbus.eventing.sources._base import Source
+from eventbus.eventing.sources._http_config import (
+    AuthConfig,
+    BearerAuthConfig,
+    GrpcSourceConfig,
+    HmacAuthConfig,
+    HttpSourceConfig,
+    ingress_topic,
+)
 from eventbus.eventing.sources._kafka import DECODE_ERROR_TYPE, KafkaSource, KafkaSourceConfig
 
-__all__ = ["DECODE_ERROR_TYPE", "KafkaSource", "KafkaSourceConfig", "Source"]
+__all__ = [
+    "DECODE_ERROR_TYPE",
+    "AuthConfig",
+    "BearerAuthConfig",
+    "GrpcSourceConfig",
+    "HmacAuthConfig",
+    "HttpSourceConfig",
+    "KafkaSource",
+    "KafkaSourceConfig",
+    "Source",
+    "ingress_topic",
+    "sign",
+]
