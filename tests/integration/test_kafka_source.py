@@ -540,3 +540,90 @@ async def test_kafka_sink_modes_and_keys(kafka_bootstrap, topic_factory):
         assert decoded == expected
     keyless = {r.partition for r in got if r.key is None}
     assert len(keyless) > 1  # keyless records are spread over the partitions
+
+
+async def test_failed_events_are_retried_alone_and_batch_mates_go_at_once(kafka_bootstrap, topic_factory):
+    from eventbus.eventing._delivery import RetryPolicy
+
+    n_events = 300
+    src = topic_factory("in", partitions=1)
+    out = topic_factory("out", partitions=1)
+    dlq = topic_factory("dlq", partitions=1)
+    await produce(kafka_bootstrap, src, [(0, None, orjson.dumps({"n": i}), []) for i in range(n_events)])
+    tries: dict[int, int] = {}
+    redispatched: list[list[int]] = []
+
+    async def flaky(events: list[CloudEvent]) -> list[Outcome]:
+        ns = [e.data["n"] for e in events]
+        if all(n % 10 == 0 for n in ns):
+            redispatched.append(ns)
+        out_: list[Outcome] = []
+        for e in events:
+            n = e.data["n"]
+            tries[n] = tries.get(n, 0) + 1
+            if n % 10 == 0 and (n % 20 == 0 or tries[n] < 3):
+                # multiples of 20 always fail; other multiples of 10 succeed on the 3rd try
+                out_.append(Failure("score", "TimeoutError", f"n={n} timed out"))
+            else:
+                out_.append([e])
+        return out_
+
+    policy = RetryPolicy(retries=3, initial_s=0.01, max_s=0.05, jitter=0.5)
+    source = make_source(kafka_bootstrap, src, flaky, out, dlq, pipeline=f"p-{src}", retry=policy)
+    await run_until_committed(source, n_events)
+    stats = source.stats()
+    assert stats["outputs"] == n_events - n_events // 20
+    assert stats["dead_lettered"] == n_events // 20
+    assert redispatched and all(all(n % 10 == 0 for n in ns) for ns in redispatched)  # only the failures again
+    assert all(tries[n] == 4 for n in range(0, n_events, 20))  # 1 try + 3 retries
+    assert all(tries[n] == 3 for n in range(10, n_events, 20))
+    assert all(tries[n] == 1 for n in range(n_events) if n % 10)
+    dead = [decode_record(r) for r in await read_all(kafka_bootstrap, dlq, n_events // 20)]
+    assert sorted(e.data["n"] for e in dead) == list(range(0, n_events, 20))
+    assert {e["ebattempts"] for e in dead} == {4} and {e["ebstep"] for e in dead} == {"score"}
+    got = [decode_record(r).data["n"] for r in await read_all(kafka_bootstrap, out, n_events - n_events // 20)]
+    assert sorted(got) == [n for n in range(n_events) if n % 20]
+
+
+async def test_max_age_stops_retries(kafka_bootstrap, topic_factory):
+    from eventbus.eventing._delivery import RetryPolicy
+
+    src = topic_factory("in", partitions=1)
+    out = topic_factory("out", partitions=1)
+    dlq = topic_factory("dlq", partitions=1)
+    await produce(kafka_bootstrap, src, [(0, None, orjson.dumps({"n": 1}), [])])
+
+    async def always_fails(events: list[CloudEvent]) -> list[Outcome]:
+        return [Failure("score", "ValueError", "no") for _ in events]
+
+    policy = RetryPolicy(retries=100, initial_s=0.05, max_s=0.05, jitter=0, max_age_s=0.3)
+    source = make_source(kafka_bootstrap, src, always_fails, out, dlq, pipeline=f"p-{src}", retry=policy)
+    await run_until_committed(source, 1)
+    [dead] = [decode_record(r) for r in await read_all(kafka_bootstrap, dlq, 1)]
+    assert "gave up: max_age_s 0.3 reached" in dead["eberror"]
+    assert 3 <= dead["ebattempts"] <= 10
+
+
+async def test_dedupe_suppresses_outputs_already_delivered(kafka_bootstrap, redis_url, topic_factory):
+    from eventbus.eventing._delivery import RedisDeduper
+
+    n_events = 500
+    src = topic_factory("in", partitions=2)
+    out = topic_factory("out", partitions=1)
+    await produce(kafka_bootstrap, src, [(i % 2, None, orjson.dumps({"n": i}), []) for i in range(n_events)])
+
+    async def identity(events: list[CloudEvent]) -> list[Outcome]:
+        return [[e] for e in events]
+
+    pipeline = f"p-{src}"
+    for group in ("first", "second"):  # the second group reads everything again: a redelivery
+        source = make_source(kafka_bootstrap, src, identity, out, None, pipeline=pipeline, group=f"{group}-{src}",
+                             dedupe=RedisDeduper(redis_url, pipeline, 60))
+        await run_until_committed(source, n_events)
+        stats = source.stats()
+        if group == "first":
+            assert stats["outputs"] == n_events and stats["duplicates"] == 0
+        else:
+            assert stats["outputs"] == 0 and stats["duplicates"] == n_events
+    got = await read_all(kafka_bootstrap, out, n_events)
+    assert len(got) == n_events

@@ -28,6 +28,7 @@ from eventbus.eventing.sources._kafka import KafkaSourceConfig
 __all__ = [
     "BatchConfig",
     "ConvertConfig",
+    "DedupeConfig",
     "DeliveryConfig",
     "FilterDialect",
     "FunctionStepConfig",
@@ -180,6 +181,9 @@ class StepConfig(BaseModel):
     function: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")] | FunctionStepConfig | None = Field(
         default=None, description="A Python function 'package.module:function'."
     )
+    retries: Annotated[int, Field(ge=0, le=100)] | None = Field(
+        default=None, description="Retries of events failing in this step (overrides delivery.retries)."
+    )
 
     @model_validator(mode="after")
     def _one_template(self) -> StepConfig:
@@ -202,14 +206,40 @@ class BackoffConfig(BaseModel):
     model_config = _MODEL
     initial_ms: PositiveInt = Field(default=100, description="First delay.")
     max_ms: PositiveInt = Field(default=5000, description="Largest delay.")
+    jitter: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=0.2, description="Fraction of each delay drawn at random (0.2: 80-100% of it)."
+    )
+
+
+class DedupeConfig(BaseModel):
+    """Effectively-once at the sink: outputs already delivered are not sent again."""
+
+    model_config = _MODEL
+    window_s: Annotated[float, Field(gt=0, le=7 * 86400)] = Field(
+        default=600,
+        description="How long a delivered event (CloudEvent source + id) is remembered in Redis. "
+        "Memory: about 90 bytes per event in the window.",
+    )
 
 
 class DeliveryConfig(BaseModel):
-    """Retries of a failing event before it is dead-lettered."""
+    """Retries of a failing event before it is dead-lettered; dedupe at the sink."""
 
     model_config = _MODEL
-    retries: Annotated[int, Field(ge=0, le=100)] = Field(default=0, description="Retries per failing event, in the replica.")
+    retries: Annotated[int, Field(ge=0, le=100)] = Field(
+        default=0,
+        description="Retries per event that fails in a step (a step's own 'retries' overrides "
+        "it). The event is dispatched again alone, after the backoff; its batch-mates are "
+        "delivered meanwhile.",
+    )
     backoff: BackoffConfig = Field(default_factory=BackoffConfig, description="Delay between retries.")
+    max_age_s: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="Stop retrying an event this long after its first failure (then dead-letter it)."
+    )
+    dedupe: DedupeConfig | None = Field(
+        default=None,
+        description="Suppress outputs already delivered (by source + id) within a window, in Redis.",
+    )
 
 
 class ReplicasConfig(BaseModel):

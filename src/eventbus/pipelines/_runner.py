@@ -26,7 +26,7 @@ class PipelineRunner:
     def __init__(self, config: PipelineConfig) -> None:
         self.config = config
         self.name = config.name
-        self.steps: list[Step] = [build_step(s, config.spec.delivery) for s in config.spec.steps]
+        self.steps: list[Step] = [build_step(s) for s in config.spec.steps]
 
     def run(self, events: list[CloudEvent], *, trace: dict[str, list[CloudEvent]] | None = None) -> list[Outcome]:
         """Run the steps over a batch.

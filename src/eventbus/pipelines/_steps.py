@@ -8,7 +8,6 @@ A step's ``process(events)`` returns one result per input event, in order: a
 from __future__ import annotations
 
 import base64
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -21,7 +20,6 @@ from eventbus.functions._function import function_spec, resolve_function
 from eventbus.pipelines._activation import activation_builder, check_identifiers
 from eventbus.pipelines._config import (
     ConvertConfig,
-    DeliveryConfig,
     FilterDialect,
     FunctionStepConfig,
     StepConfig,
@@ -277,17 +275,16 @@ def function_ref(step: StepConfig) -> str:
 class FunctionStep(Step):
     """Run a user function. A per-event function is called per event; a batch function once
     per batch, and, when the batch call raises, once per event so that only the failing
-    events fail. ``retries`` re-runs a failing event with exponential backoff."""
+    events fail."""
 
     template = "function"
 
-    def __init__(self, step_id: str, ref: str, *, batch: bool | None = None, delivery: DeliveryConfig | None = None) -> None:
+    def __init__(self, step_id: str, ref: str, *, batch: bool | None = None) -> None:
         super().__init__(step_id)
         self.ref = ref
         self._fn = resolve_function(ref)
         spec = function_spec(self._fn)
         self.batch = spec.batch if batch is None else batch
-        self._delivery = delivery or DeliveryConfig()
 
     def process(self, events: list[CloudEvent]) -> list[StepResult]:
         if self.batch and events:
@@ -306,18 +303,13 @@ class FunctionStep(Step):
         return [self._one(e) for e in events]
 
     def _one(self, e: CloudEvent) -> StepResult:
-        attempts = 0
-        delay = self._delivery.backoff.initial_ms / 1000
-        while True:
-            attempts += 1
-            try:
-                result = self._fn([e])[0] if self.batch else self._fn(e)
-                return self._check(result)
-            except Exception as exc:  # noqa: BLE001 - user code: fail only this event
-                if attempts > self._delivery.retries:
-                    return self._failure(exc, attempts)
-                time.sleep(delay)
-                delay = min(delay * 2, self._delivery.backoff.max_ms / 1000)
+        # One try: retries happen at the source (RetryPolicy), off the replica's thread, so a
+        # failing event's backoff never holds up its batch-mates.
+        try:
+            result = self._fn([e])[0] if self.batch else self._fn(e)
+            return self._check(result)
+        except Exception as exc:  # noqa: BLE001 - user code: fail only this event
+            return self._failure(exc)
 
     def _check(self, result: Any) -> StepResult:
         if result is None or type(result) is CloudEvent:
@@ -336,7 +328,7 @@ class FunctionStep(Step):
 # -- building -----------------------------------------------------------------------------
 
 
-def build_step(step: StepConfig, delivery: DeliveryConfig | None = None) -> Step:
+def build_step(step: StepConfig) -> Step:
     """Build the runtime step for a step config (compiling expressions, importing functions)."""
     if step.filter is not None:
         return FilterStep(step.id, step.filter)
@@ -344,4 +336,4 @@ def build_step(step: StepConfig, delivery: DeliveryConfig | None = None) -> Step
         return ConvertStep(step.id, step.convert)
     fn = step.function
     batch = fn.batch if isinstance(fn, FunctionStepConfig) else None
-    return FunctionStep(step.id, function_ref(step), batch=batch, delivery=delivery)
+    return FunctionStep(step.id, function_ref(step), batch=batch)

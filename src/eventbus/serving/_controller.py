@@ -230,7 +230,7 @@ class Controller:
         for i in range(len(config.consumed_sources)):
             actor = SourceActor.options(  # type: ignore[attr-defined]
                 name=source_actor_name(config.name, i), namespace=NAMESPACE, lifetime="detached"
-            ).remote(config.to_document(), i, app_name(config.name), self.kafka_bootstrap)
+            ).remote(config.to_document(), i, app_name(config.name), self.kafka_bootstrap, self.redis_url)
             actors.append(actor)
         for i, actor in enumerate(actors):
             if not ray.get(actor.ready.remote(60.0), timeout=90):

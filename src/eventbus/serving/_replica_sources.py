@@ -27,13 +27,31 @@ from eventbus.eventing._outcome import Outcome
 from eventbus.pipelines._config import PipelineConfig, SinkConfig
 from eventbus.pipelines._runner import PipelineRunner
 
-__all__ = ["ReplicaSources", "clear_stats", "make_sink", "read_stats"]
+__all__ = ["ReplicaSources", "clear_stats", "delivery_policies", "make_sink", "read_stats"]
 
 log = logging.getLogger("eventbus.serving.sources")
 
 _STATS_KEY = "eventbus:stats:{pipeline}"
 _STATS_EVERY_S = 1.0
 _STATS_STALE_S = 15.0
+
+
+def delivery_policies(config: PipelineConfig, redis_url: str | None) -> dict[str, Any]:
+    """The ``retry`` and ``dedupe`` arguments of a pipeline's Kafka sources.
+
+    Raises:
+        ValueError: dedupe is configured but no Redis is known.
+    """
+    from eventbus.eventing._delivery import RedisDeduper, RetryPolicy
+
+    spec = config.spec
+    dedupe = None
+    if spec.delivery.dedupe is not None:
+        if not redis_url:
+            msg = f"pipeline {config.name!r} sets delivery.dedupe but the runtime has no Redis; start EventBus with a Redis URL"
+            raise ValueError(msg)
+        dedupe = RedisDeduper(redis_url, config.name, spec.delivery.dedupe.window_s)
+    return {"retry": RetryPolicy.from_config(spec), "dedupe": dedupe}
 
 
 def make_sink(config: SinkConfig, *, default_bootstrap: str) -> Any:
@@ -129,6 +147,7 @@ class ReplicaSources:
                     max_batch=spec.serving.batch.max_size,
                     linger_ms=spec.serving.batch.linger_ms,
                     max_in_flight=spec.serving.batch.max_in_flight,
+                    **delivery_policies(self._config, self._redis_url),
                 )
             )
         try:

@@ -15,7 +15,7 @@ import ray
 from eventbus._internal.gc import tune_gc
 from eventbus.eventing._outcome import Outcome
 from eventbus.pipelines._config import PipelineConfig
-from eventbus.serving._replica_sources import make_sink
+from eventbus.serving._replica_sources import delivery_policies, make_sink
 
 __all__ = ["SourceActor"]
 
@@ -31,15 +31,17 @@ class SourceActor:
         index: which entry of ``spec.sources`` this actor runs.
         app: the Serve application name to dispatch to.
         bootstrap_servers: the default Kafka bootstrap address.
+        redis_url: Redis for dedupe (``delivery.dedupe``).
     """
 
-    def __init__(self, document: dict[str, Any], index: int, app: str, bootstrap_servers: str) -> None:
+    def __init__(self, document: dict[str, Any], index: int, app: str, bootstrap_servers: str, redis_url: str | None = None) -> None:
         tune_gc()
         logging.basicConfig(level=logging.INFO)
         self._config = PipelineConfig.model_validate(document)
         self._index = index
         self._app = app
         self._bootstrap = bootstrap_servers
+        self._redis_url = redis_url
         self._source: Any = None
         self._error: str | None = None
         self._started = asyncio.Event()
@@ -78,6 +80,7 @@ class SourceActor:
             linger_ms=batch.linger_ms,
             max_in_flight=batch.max_in_flight,
             decode_in_dispatch=True,
+            **delivery_policies(self._config, self._redis_url),
         )
         try:  # the source starts and stops its sinks
             await self._source.start()

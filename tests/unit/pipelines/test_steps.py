@@ -154,19 +154,14 @@ def test_bad_return_type_is_a_clear_failure() -> None:
     assert "returned dict; return a CloudEvent, None (drop the event) or a list of CloudEvents" in f.message
 
 
-def test_retries_then_success() -> None:
+def test_a_function_step_tries_once_retries_are_the_sources() -> None:
     from tests.unit.pipelines import funcs
 
     funcs.FLAKY_CALLS.clear()
-    r = pipeline("- id: f\n  function: tests.unit.pipelines.funcs:flaky\n")
-    text = r.config.model_dump(by_alias=True)
-    assert text  # config survives a dump
-    from eventbus.pipelines import DeliveryConfig, FunctionStep
-
-    step = FunctionStep("f", "tests.unit.pipelines.funcs:flaky", delivery=DeliveryConfig(retries=2, backoff={"initial_ms": 1, "max_ms": 2}))
-    [res] = step.process([ev(0)])
-    assert isinstance(res, CloudEvent)
-    assert funcs.FLAKY_CALLS == ["e0", "e0", "e0"]
+    r = pipeline("- id: f\n  function: tests.unit.pipelines.funcs:flaky\n  retries: 2\n")
+    [res] = r.run([ev(0)])
+    assert isinstance(res, Failure) and res.attempts == 1
+    assert funcs.FLAKY_CALLS == ["e0"]
 
 
 def test_trace_records_step_outputs() -> None:

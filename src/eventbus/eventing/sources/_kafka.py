@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from eventbus.errors import EventDecodeError, StackError
 from eventbus.eventing._codecs import RawRecord, decode_kafka
+from eventbus.eventing._delivery import RedisDeduper, RetryPolicy, dedupe_key
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Dispatch, Failure, Outcome
 from eventbus.eventing.sinks._base import Sink, SinkEncodeError
@@ -62,6 +64,8 @@ _STAT_NAMES = (
     "committed",
     "in_flight",
     "dispatch_retries",
+    "retries",
+    "duplicates",
 )
 
 
@@ -113,6 +117,8 @@ class KafkaSource(Source):
             where dispatch runs: a Ray replica, off this process's single core. A record that
             does not decode there comes back as ``Failure(step="decode")`` and is
             dead-lettered like one that failed here.
+        retry: retries of events that failed in a step (None: dead-letter at once).
+        dedupe: suppresses outputs already delivered (None: no dedupe).
 
     Example:
         >>> async def dispatch(events):
@@ -141,6 +147,8 @@ class KafkaSource(Source):
         retry_max_s: float = 5.0,
         drain_timeout_s: float = 30.0,
         decode_in_dispatch: bool = False,
+        retry: RetryPolicy | None = None,
+        dedupe: RedisDeduper | None = None,
     ) -> None:
         if max_batch < 1 or max_in_flight < 1 or linger_ms < 0:
             msg = (
@@ -155,6 +163,8 @@ class KafkaSource(Source):
         self.group = config.group or f"eventbus-{pipeline}"
         self.bootstrap_servers = config.bootstrap_servers or bootstrap_servers
         self._dispatch = dispatch
+        self._retry = retry
+        self._dedupe = dedupe
         self._sink = sink
         self._dead_letter = dead_letter
         self._max_batch = max_batch
@@ -298,6 +308,8 @@ class KafkaSource(Source):
         await self._sink.stop()
         if self._dead_letter is not None:
             await self._dead_letter.stop()
+        if self._dedupe is not None:
+            await self._dedupe.close()
 
     def stats(self) -> dict[str, int]:
         """Counters since start: consumed, decode_errors, batches, outputs, dropped, failed,
@@ -419,11 +431,15 @@ class KafkaSource(Source):
 
     # -- dispatching -------------------------------------------------------------------------
     async def _dispatch_with_retry(self, batch: _Batch) -> list[Outcome]:
+        return await self._dispatch_events(batch.events, batch.seq)
+
+    async def _dispatch_events(self, events: list[Any], seq: int) -> list[Outcome]:
+        """Dispatch until it answers (a failed call, e.g. a replica that died, is retried)."""
         attempt = 0
-        n = len(batch.events)
+        n = len(events)
         while True:
             try:
-                outcomes = await self._dispatch(batch.events)
+                outcomes = await self._dispatch(events)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - any dispatch failure is retried
@@ -434,7 +450,7 @@ class KafkaSource(Source):
                     "kafka source %s: dispatch of batch %d (%d events) failed (attempt %d): "
                     "%s: %s; retrying in %.2f s",
                     self.pipeline,
-                    batch.seq,
+                    seq,
                     n,
                     attempt,
                     type(e).__name__,
@@ -474,11 +490,43 @@ class KafkaSource(Source):
             self._progress.set()
 
     async def _deliver(self, batch: _Batch, outcomes: list[Outcome]) -> None:
+        # Batch-mates go out at once; events whose step failed and may be retried are
+        # dispatched again alone (after a backoff) and delivered when they settle; the
+        # batch's offsets are committed only once every event has.
+        retry = self._retry
+        pending: list[int] = []
+        if retry is not None and retry.enabled:
+            pending = [i for i, o in enumerate(outcomes) if type(o) is Failure and retry.may_retry(o.step, 1, 0.0)]
+        skip = set(pending)
+        await self._send_outcomes(batch, [(i, o, 1) for i, o in enumerate(outcomes) if i not in skip], list(batch.dead))
+        attempt = 1
+        first_failure = time.monotonic()
+        while pending:
+            assert retry is not None
+            await asyncio.sleep(retry.delay(attempt))
+            attempt += 1
+            self._stats["retries"] += len(pending)
+            again = await self._dispatch_events([batch.events[i] for i in pending], batch.seq)
+            age = time.monotonic() - first_failure
+            settled: list[tuple[int, Outcome, int]] = []
+            still: list[int] = []
+            for i, o in zip(pending, again):
+                if type(o) is Failure and retry.may_retry(o.step, attempt, age):
+                    still.append(i)
+                else:
+                    if type(o) is Failure and retry.max_age_s is not None and age >= retry.max_age_s:
+                        o = Failure(o.step, o.error_type, f"{o.message} (gave up: max_age_s {retry.max_age_s:g} reached)", attempt)
+                    settled.append((i, o, attempt))
+            await self._send_outcomes(batch, settled, [])
+            pending = still
+        await self._commit(batch)
+
+    async def _send_outcomes(self, batch: _Batch, items: list[tuple[int, Outcome, int]], dead: list[tuple[CloudEvent, bytes | None]]) -> None:
+        """Send the outputs and dead letters of some events of a batch; wait for the acks."""
         outputs: list[tuple[CloudEvent, bytes | None]] = []
         origins: list[int] = []  # per output: the index of its input event
-        dead = list(batch.dead)
         dropped = failed = 0
-        for i, outcome in enumerate(outcomes):
+        for i, outcome, attempts in items:
             if isinstance(outcome, Failure):
                 if outcome.step == "decode" and type(batch.events[i]) is RawRecord:
                     self._stats["decode_errors"] += 1
@@ -489,6 +537,8 @@ class KafkaSource(Source):
                     dead.append((self._decode_dead_letter(r, error, default_source), r.key))
                     continue
                 failed += 1
+                if attempts != outcome.attempts:
+                    outcome = Failure(outcome.step, outcome.error_type, outcome.message, attempts)
                 self._dead_letter_failure(batch, i, outcome, dead)
             elif outcome:
                 key = batch.records[i].key
@@ -497,10 +547,23 @@ class KafkaSource(Source):
                     origins.append(i)
             else:
                 dropped += 1
+        keys: list[str | None] = []
+        dedupe = self._dedupe
+        if dedupe is not None and outputs:
+            keys = [dedupe_key(o) for o, _ in outputs]
+            seen = await dedupe.seen(keys)
+            if any(seen):
+                self._stats["duplicates"] += sum(seen)
+                keep = [j for j, s in enumerate(seen) if not s]
+                outputs = [outputs[j] for j in keep]
+                origins = [origins[j] for j in keep]
+                keys = [keys[j] for j in keep]
         dead_unencodable, unencodable = await asyncio.gather(
             self._send_with_retry(self._dead_letter, dead, "dead_letter", batch.seq),
             self._send_with_retry(self._sink, outputs, "sink", batch.seq),
         )
+        if dedupe is not None and keys:
+            await dedupe.mark([k for j, k in enumerate(keys) if j not in unencodable])
         dead_lettered = len(dead) - len(dead_unencodable) if self._dead_letter is not None else 0
         if unencodable:
             # Outputs the sink cannot encode will never go through: dead-letter their inputs.
@@ -515,7 +578,6 @@ class KafkaSource(Source):
         self._stats["dead_lettered"] += dead_lettered
         self._stats["dropped"] += dropped
         self._stats["failed"] += failed
-        await self._commit(batch)
 
     def _dead_letter_failure(
         self,
