@@ -151,6 +151,66 @@ def gateway(
 
 
 @app.command()
+def replay(
+    pipeline: str = typer.Argument(..., help="The deployed pipeline to run the events through."),
+    topic: str = typer.Option(..., "--topic", help="The topic to read the range from."),
+    from_offset: Optional[int] = typer.Option(None, "--from-offset", help="First offset (each partition)."),
+    from_time: Optional[str] = typer.Option(None, "--from-time", help="First record time: RFC 3339 or epoch ms."),
+    to_offset: Optional[int] = typer.Option(None, "--to-offset", help="Stop before this offset (default: the end)."),
+    to_time: Optional[str] = typer.Option(None, "--to-time", help="Stop before this record time."),
+    partition: Optional[list[int]] = typer.Option(None, "--partition", help="Only these partitions (repeatable)."),
+    dedupe: bool = typer.Option(True, "--dedupe/--no-dedupe", help="Skip outputs the sink already received."),
+    ray_address: Optional[str] = RayOpt,
+    kafka_bootstrap: Optional[str] = KafkaOpt,
+    redis_url: Optional[str] = RedisOpt,
+) -> None:
+    """Re-run a range of a topic through a deployed pipeline (e.g. after a fix)."""
+    from eventbus.pipelines._config import PipelineConfig
+    from eventbus.serving._replay import ReplayRange, parse_time_arg, replay as run_replay
+
+    addr = _Addresses(ray_address, kafka_bootstrap, redis_url)
+    client = _client(addr)
+    try:
+        rng = ReplayRange(
+            from_offset=from_offset, to_offset=to_offset,
+            from_time_ms=parse_time_arg(from_time) if from_time else None,
+            to_time_ms=parse_time_arg(to_time) if to_time else None,
+            partitions=list(partition) if partition else None,
+        )
+        rng.check()
+        config = PipelineConfig.model_validate(client.get(pipeline)["document"])
+    except EventBusError as exc:
+        _fail(str(exc))
+    from ray import serve
+
+    from eventbus.serving._deployment import app_name
+
+    handle = serve.get_app_handle(app_name(pipeline))
+
+    async def dispatch(events: list[Any]) -> Any:
+        return await handle.process.remote(events)
+
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=err, transient=True) as bar:
+        task = bar.add_task("replaying...", total=None)
+
+        def show(st: Any) -> None:
+            bar.update(task, description=f"replayed {st.replayed:,} events: {st.outputs:,} outputs, {st.dead_lettered:,} dead letters, {st.duplicates:,} duplicates skipped")
+
+        try:
+            stats = asyncio.run(run_replay(
+                config, topic, rng, bootstrap=addr.kafka or "", redis_url=addr.redis, dispatch=dispatch, dedupe=dedupe, progress=show,
+            ))
+        except EventBusError as exc:
+            _fail(str(exc))
+    out.print(
+        f"replayed {stats.replayed} events of {topic} through {pipeline}: {stats.outputs} outputs, "
+        f"{stats.dropped} filtered, {stats.dead_lettered} dead letters, {stats.duplicates} duplicates skipped"
+    )
+
+
+@app.command()
 def down() -> None:
     """Stop what `eventbus up` started (nothing that it adopted)."""
     from eventbus._internal.stack import stack_down

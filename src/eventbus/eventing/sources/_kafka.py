@@ -46,7 +46,7 @@ from eventbus.eventing.sinks._base import Sink, SinkEncodeError
 from eventbus.eventing.sources._base import Source
 from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
 
-__all__ = ["DECODE_ERROR_TYPE", "KafkaSource", "KafkaSourceConfig"]
+__all__ = ["DECODE_ERROR_TYPE", "KafkaSource", "KafkaSourceConfig", "dead_letter_event"]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,20 @@ class _Batch:
     dead: list[tuple[CloudEvent, bytes | None]]  # undecodable records as dead-letter events
     offsets: dict[TopicPartition, int]  # next offset to commit, per partition
     task: asyncio.Task[list[Outcome]] | None = field(default=None)
+
+
+def dead_letter_event(original: CloudEvent, pipeline: str, failure: Failure, topic: str, partition: int, offset: int) -> CloudEvent:
+    """The dead-letter event of a failed input: the original plus the ``eb*`` attributes."""
+    return original.replace(
+        ebpipeline=pipeline,
+        ebstep=failure.step,
+        eberrortype=failure.error_type,
+        eberror=failure.message,
+        ebattempts=failure.attempts,
+        ebtopic=topic,
+        ebpartition=partition,
+        eboffset=offset,
+    )
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -515,7 +529,7 @@ class KafkaSource(Source):
                     still.append(i)
                 else:
                     if type(o) is Failure and retry.max_age_s is not None and age >= retry.max_age_s:
-                        o = Failure(o.step, o.error_type, f"{o.message} (gave up: max_age_s {retry.max_age_s:g} reached)", attempt)
+                        o = Failure(o.step, o.error_type, f"{o.message} (gave up: max_age_s {retry.max_age_s:g} reached)", o.attempts)
                     settled.append((i, o, attempt))
             await self._send_outcomes(batch, settled, [])
             pending = still
@@ -537,8 +551,8 @@ class KafkaSource(Source):
                     dead.append((self._decode_dead_letter(r, error, default_source), r.key))
                     continue
                 failed += 1
-                if attempts != outcome.attempts:
-                    outcome = Failure(outcome.step, outcome.error_type, outcome.message, attempts)
+                if attempts > 1:  # dispatched again by the retry policy: count every try
+                    outcome = Failure(outcome.step, outcome.error_type, outcome.message, outcome.attempts + attempts - 1)
                 self._dead_letter_failure(batch, i, outcome, dead)
             elif outcome:
                 key = batch.records[i].key
@@ -605,17 +619,7 @@ class KafkaSource(Source):
                 failure.message,
             )
             return
-        event = original.replace(
-            ebpipeline=self.pipeline,
-            ebstep=failure.step,
-            eberrortype=failure.error_type,
-            eberror=failure.message,
-            ebattempts=failure.attempts,
-            ebtopic=topic,
-            ebpartition=partition,
-            eboffset=offset,
-        )
-        dead.append((event, record.key))
+        dead.append((dead_letter_event(original, self.pipeline, failure, topic, partition, offset), record.key))
 
     async def _send_with_retry(
         self,

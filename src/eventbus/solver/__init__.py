@@ -1,0 +1,36 @@
+"""Online resource allocation: a dual LP solver for coupons, budgets and inventories.
+
+Solve once (or periodically, warm-started), then decide per request batch at the dual prices::
+
+    from eventbus.solver import decide, generate_problem, solve
+
+    problem = generate_problem(10_000, 100, 10, seed=0)
+    result = solve(problem, gap=1e-4)            # certified relative gap
+    again = solve(problem, warm_start=result)    # fewer iterations
+    items = decide(result.duals, revenue_batch, consumption_batch)  # -1: no item
+
+:func:`solve_distributed` runs the same solve over Ray actors (Ray is imported lazily).
+"""
+
+from __future__ import annotations
+
+from eventbus.solver._decide import decide
+from eventbus.solver._distributed import solve_distributed
+from eventbus.solver._generate import generate_problem
+from eventbus.solver._io import load_problem, save_problem
+from eventbus.solver._problem import AllocationProblem, Consumption, FactorisedConsumption
+from eventbus.solver._solve import SolveProgress, SolveResult, solve
+
+__all__ = [
+    "AllocationProblem",
+    "Consumption",
+    "FactorisedConsumption",
+    "SolveProgress",
+    "SolveResult",
+    "decide",
+    "generate_problem",
+    "load_problem",
+    "save_problem",
+    "solve",
+    "solve_distributed",
+]

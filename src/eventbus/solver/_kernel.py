@@ -1,0 +1,289 @@
+"""One pass over a contiguous range of users: the smoothed dual, its gradient, the repaired primal.
+
+Users are processed in chunks (bounded memory); chunk results are summed into float64 per block
+of chunks, and every reduction returns one row per block. The merger adds the rows with
+``math.fsum`` (exact, so order-free): a partitioned solve whose partitions start on block
+boundaries sees bit-identical sums, whatever the number of partitions.
+
+At duals ``lam`` and temperature ``tau``, with reduced costs ``r[i, j] = c[i, j] - lam . m[i, j]``
+and a null option of reduced cost 0, user ``i``'s smoothed choice is
+``p[i, :] = softmax([0, r[i, :]] / tau)`` and its smoothed dual term ``tau * logsumexp``; its
+unsmoothed (LP) dual term is ``max(0, max_j r[i, j])``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from eventbus.solver._problem import AllocationProblem, FactorisedConsumption
+
+__all__ = ["Partition", "slice_users"]
+
+# Rows of Partition.evaluate: [sum_i tau*lse_i, sum_i max(0, max_j r_ij), users in the Hessian
+# sample, usage_0 .. usage_K-1, Hessian (K*K, when asked for)].
+HEAD = 3
+
+
+def slice_users(problem: AllocationProblem, start: int, stop: int) -> AllocationProblem:
+    """The sub-problem of users ``[start, stop)`` (same budgets: only sums over users change)."""
+    cons = problem.consumption
+    if isinstance(cons, FactorisedConsumption):
+        w = None if cons.weight is None else cons.weight[start:stop]
+        sub = FactorisedConsumption(cons.item_cost, cons.segment_mask, cons.segment[start:stop], w)
+    else:
+        idx, vals = cons._indices(), cons._values()
+        lo, hi = torch.searchsorted(idx[0].contiguous(), torch.tensor([start, stop], device=idx.device)).tolist()
+        sidx = idx[:, lo:hi].clone()
+        sidx[0] -= start
+        sub = torch.sparse_coo_tensor(sidx, vals[lo:hi], (stop - start, *cons.shape[1:]), is_coalesced=True, check_invariants=False)
+    return AllocationProblem(problem.revenue[start:stop], problem.budget, sub)
+
+
+class Partition:
+    """The users of one problem (or one partition of it) and the passes over them.
+
+    Args:
+        problem: the (sub-)problem; its users are this partition's users.
+        chunk_users: users per chunk.
+        block_chunks: chunks per reduction block.
+        offset: global index of this partition's first user (a multiple of the block size), so
+            that the Hessian sample (every ``stride``-th global chunk) is partition-independent.
+    """
+
+    def __init__(self, problem: AllocationProblem, chunk_users: int, block_chunks: int, offset: int = 0) -> None:
+        self.problem = problem
+        self.offset = offset
+        self.chunk = max(1, int(chunk_users))
+        self.block = self.chunk * max(1, int(block_chunks))
+        self.n, self.m = problem.revenue.shape
+        self.dtype = problem.revenue.dtype
+        self.device = problem.revenue.device
+        cons = problem.consumption
+        self.factorised = isinstance(cons, FactorisedConsumption)
+        if isinstance(cons, FactorisedConsumption):
+            self.w64 = cons.item_cost.to(torch.float64)
+            self.s64 = cons.segment_mask.to(torch.float64)
+            self.seg = cons.segment.long()
+            self.weight = cons.weight.to(self.dtype) if cons.weight is not None else None
+            self.num_k = cons.num_resources
+        else:
+            idx = cons._indices()
+            self.ptr = torch.searchsorted(idx[0].contiguous(), torch.arange(self.n + 1, device=self.device)).tolist()
+            self.flat = idx[0] * self.m + idx[1]
+            self.kk = idx[2].contiguous()
+            self.vals = cons._values().to(self.dtype)
+            self.num_k = int(cons.shape[2])
+            self._pairs: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._last: tuple[torch.Tensor, float] | None = None
+        self._q: torch.Tensor | None = None
+        self._v: torch.Tensor | None = None
+
+    # -- passes ----------------------------------------------------------------------------
+
+    def scale(self) -> torch.Tensor:
+        """Rows ``[sum_i max(0, max_j c_ij)]`` per block (the dual at ``lam = 0``)."""
+        rows = []
+        for b0 in range(0, self.n, self.block):
+            acc = torch.zeros((), dtype=torch.float64, device=self.device)
+            for a in range(b0, min(b0 + self.block, self.n), self.chunk):
+                c = self.problem.revenue[a : min(a + self.chunk, self.n)]
+                acc += c.amax(1).clamp_min(0).double().sum()
+            rows.append(acc.reshape(1))
+        return torch.stack(rows).cpu() if rows else torch.zeros(0, 1, dtype=torch.float64)
+
+    def evaluate(self, lam: torch.Tensor, tau: float, stride: int = 0) -> torch.Tensor:
+        """Rows ``[sum tau*lse, sum max(0, max r), sampled users, usage (K), hessian (K*K)?]``.
+
+        One row per block, float64 on the CPU. The Hessian of the smoothed dual in ``lam`` is
+        ``sum_i Cov_{p_i}(m_i) / tau`` (the null option consumes nothing); with ``stride > 0`` it
+        is summed over every ``stride``-th chunk only (a subsampled Newton metric), else omitted.
+        """
+        hessian = stride > 0
+        lam = lam.to(self.device, torch.float64)
+        k_num = self.num_k
+        self._last = (lam, tau)
+        rows = []
+        if self.factorised:
+            pi = ((self.s64 * lam[:, None]).T @ self.w64).to(self.dtype)  # (G, m) item prices
+            g_num = self.s64.shape[1]
+            self._q = torch.zeros(g_num, self.m, dtype=torch.float64, device=self.device)
+            self._v = torch.zeros_like(self._q)
+            w_c, st_c = self.w64.to(self.dtype), self.s64.T.to(self.dtype).contiguous()
+            for b0 in range(0, self.n, self.block):
+                head = torch.zeros(HEAD, dtype=torch.float64, device=self.device)
+                q_blk = torch.zeros_like(self._q)
+                q2_blk = torch.zeros_like(self._q) if hessian else None
+                t2 = torch.zeros(k_num, k_num, dtype=torch.float64, device=self.device) if hessian else None
+                for a in range(b0, min(b0 + self.block, self.n), self.chunk):
+                    b = min(a + self.chunk, self.n)
+                    p, lse, best = self._soft_factorised(a, b, pi, tau)
+                    onehot = torch.nn.functional.one_hot(self.seg[a:b], g_num).T.to(self.dtype)
+                    wp = p if self.weight is None else p * self.weight[a:b]
+                    q_blk += (onehot @ wp).double()
+                    self._v += (onehot @ (p * self.problem.revenue[a:b])).double()
+                    head[0] += lse.double().sum()
+                    head[1] += best.double().sum()
+                    if q2_blk is not None and t2 is not None and self._sampled(a, stride):
+                        head[2] += b - a
+                        q2_blk += (onehot @ (wp if self.weight is None else wp * self.weight[a:b])).double()
+                        mu = (wp @ w_c.T).mul_(st_c.index_select(0, self.seg[a:b]))  # (users, K)
+                        t2 += (mu.T @ mu).double()
+                self._q += q_blk
+                usage = ((self.w64 @ q_blk.T) * self.s64).sum(1)
+                parts = [head, usage]
+                if q2_blk is not None and t2 is not None:
+                    t1 = torch.zeros_like(t2)
+                    for g in range(g_num):
+                        wg = self.w64 * self.s64[:, g : g + 1]
+                        t1 += (wg * q2_blk[g]) @ wg.T
+                    parts.append(((t1 - t2) / tau).reshape(-1))
+                rows.append(torch.cat(parts))
+        else:
+            lam_c = lam.to(self.dtype)
+            width = HEAD + k_num + (k_num * k_num if hessian else 0)
+            for b0 in range(0, self.n, self.block):
+                row = torch.zeros(width, dtype=torch.float64, device=self.device)
+                for a in range(b0, min(b0 + self.block, self.n), self.chunk):
+                    b = min(a + self.chunk, self.n)
+                    p, lse, best, flat, e0, e1 = self._soft_sparse(a, b, lam_c, tau)
+                    row[0] += lse.double().sum()
+                    row[1] += best.double().sum()
+                    pv = self.vals[e0:e1] * p.view(-1)[flat]
+                    row[HEAD : HEAD + k_num].index_add_(0, self.kk[e0:e1], pv.double())
+                    if hessian and self._sampled(a, stride):
+                        row[2] += b - a
+                        row[HEAD + k_num :] += self._sparse_hessian(a, b, p, pv, flat, e0, e1, tau)
+                rows.append(row)
+        if not rows:
+            return torch.zeros(0, HEAD + k_num + (k_num * k_num if hessian else 0), dtype=torch.float64)
+        return torch.stack(rows).cpu()
+
+    def primal(self, inv_rho: torch.Tensor) -> torch.Tensor:
+        """``[value, usage (K)]`` of the repaired primal at the last evaluated point, float64.
+
+        The repaired primal is ``x[i, j] = sigma[i, j] * p[i, j]`` where ``sigma[i, j]`` is the
+        least ``inv_rho[k]`` over the resources entry ``(i, j)`` consumes: every over-used
+        resource is scaled back to its budget, and nothing else grows.
+        """
+        inv = inv_rho.to(self.device, torch.float64)
+        if self.factorised:
+            assert self._q is not None and self._v is not None
+            sigma = self._sigma_factorised(inv)
+            value = (sigma * self._v).sum()
+            usage = ((self.w64 @ (sigma * self._q).T) * self.s64).sum(1)
+            return torch.cat([value.reshape(1), usage]).cpu()
+        out = torch.zeros(1 + self.num_k, dtype=torch.float64, device=self.device)
+        for a, b, x, flat, e0, e1 in self._sparse_allocations(inv):
+            out[0] += (x * self.problem.revenue[a:b]).double().sum()
+            out[1:].index_add_(0, self.kk[e0:e1], self.vals[e0:e1].double() * x.view(-1)[flat].double())
+        return out.cpu()
+
+    def allocation(self, inv_rho: torch.Tensor) -> torch.Tensor:
+        """The repaired primal ``x (n, m)`` at the last evaluated point, in the compute dtype."""
+        inv = inv_rho.to(self.device, torch.float64)
+        x = torch.empty(self.n, self.m, dtype=self.dtype, device=self.device)
+        if self.factorised:
+            assert self._last is not None
+            lam, tau = self._last
+            pi = ((self.s64 * lam[:, None]).T @ self.w64).to(self.dtype)
+            sigma = self._sigma_factorised(inv).to(self.dtype)
+            for a in range(0, self.n, self.chunk):
+                b = min(a + self.chunk, self.n)
+                p = self._soft_factorised(a, b, pi, tau)[0]
+                x[a:b] = p * sigma[self.seg[a:b]]
+        else:
+            for a, b, xa, *_ in self._sparse_allocations(inv):
+                x[a:b] = xa
+        return x
+
+    # -- chunk kernels ---------------------------------------------------------------------
+
+    def _sampled(self, a: int, stride: int) -> bool:
+        return ((self.offset + a) // self.chunk) % stride == 0
+
+    def _soft_factorised(
+        self, a: int, b: int, pi: torch.Tensor, tau: float
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        r = pi.index_select(0, self.seg[a:b])
+        if self.weight is not None:
+            r.mul_(self.weight[a:b])
+        torch.sub(self.problem.revenue[a:b], r, out=r)
+        return _softmax_with_null(r, tau)
+
+    def _soft_sparse(
+        self, a: int, b: int, lam_c: torch.Tensor, tau: float
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, int]:
+        e0, e1 = self.ptr[a], self.ptr[b]
+        flat = self.flat[e0:e1] - a * self.m
+        r = self.problem.revenue[a:b].clone()
+        r.view(-1).index_add_(0, flat, self.vals[e0:e1] * lam_c[self.kk[e0:e1]], alpha=-1)
+        p, lse, best = _softmax_with_null(r, tau)
+        return p, lse, best, flat, e0, e1
+
+    def _sparse_hessian(
+        self, a: int, b: int, p: torch.Tensor, pv: torch.Tensor, flat: torch.Tensor, e0: int, e1: int, tau: float
+    ) -> torch.Tensor:
+        k_num = self.num_k
+        mu = torch.zeros((b - a) * k_num, dtype=self.dtype, device=self.device)
+        mu.index_add_(0, torch.div(flat, self.m, rounding_mode="floor") * k_num + self.kk[e0:e1], pv)
+        mu = mu.view(b - a, k_num)
+        out = -(mu.T @ mu).double().reshape(-1)
+        first, second = self._entry_pairs()
+        lo, hi = torch.searchsorted(first, torch.tensor([e0, e1], device=self.device)).tolist()
+        f, s = first[lo:hi], second[lo:hi]
+        contrib = (self.vals[f] * self.vals[s] * p.view(-1)[self.flat[f] - a * self.m]).double()
+        out.index_add_(0, self.kk[f] * k_num + self.kk[s], contrib)
+        off = f != s
+        out.index_add_(0, self.kk[s[off]] * k_num + self.kk[f[off]], contrib[off])
+        return out / tau
+
+    def _entry_pairs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pairs of non-zeros ``(e, e')``, ``e <= e'``, of the same ``(i, j)``, sorted by ``e``."""
+        if self._pairs is None:
+            firsts, seconds = [], []
+            nnz = self.flat.numel()
+            d = 0
+            while d < nnz:
+                e = torch.arange(nnz - d, device=self.device)
+                same = self.flat[: nnz - d] == self.flat[d:]
+                if not bool(same.any()):
+                    break
+                firsts.append(e[same])
+                seconds.append(e[same] + d)
+                d += 1
+            f = torch.cat(firsts) if firsts else torch.zeros(0, dtype=torch.long, device=self.device)
+            s = torch.cat(seconds) if seconds else torch.zeros(0, dtype=torch.long, device=self.device)
+            order = torch.argsort(f, stable=True)
+            self._pairs = (f[order], s[order])
+        return self._pairs
+
+    def _sparse_allocations(self, inv: torch.Tensor):  # type: ignore[no-untyped-def]
+        assert self._last is not None
+        lam, tau = self._last
+        lam_c, inv_c = lam.to(self.dtype), inv.to(self.dtype)
+        for a in range(0, self.n, self.chunk):
+            b = min(a + self.chunk, self.n)
+            p, _, _, flat, e0, e1 = self._soft_sparse(a, b, lam_c, tau)
+            sigma = torch.ones(p.numel(), dtype=self.dtype, device=self.device)
+            sigma.scatter_reduce_(0, flat, inv_c[self.kk[e0:e1]], reduce="amin")
+            yield a, b, p * sigma.view_as(p), flat, e0, e1
+
+    def _sigma_factorised(self, inv: torch.Tensor) -> torch.Tensor:
+        sigma = torch.ones(self.s64.shape[1], self.m, dtype=torch.float64, device=self.device)
+        for k in (inv < 1).nonzero().flatten().tolist():
+            hit = (self.s64[k] > 0)[:, None] & (self.w64[k] > 0)[None, :]
+            sigma = torch.where(hit, sigma.clamp_max(inv[k]), sigma)
+        return sigma
+
+
+def _softmax_with_null(r: torch.Tensor, tau: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``softmax([0, r] / tau)`` without the null column, ``tau * logsumexp`` and ``max(0, max r)``.
+
+    ``r`` is overwritten with the probabilities.
+    """
+    best = r.amax(1).clamp_min_(0) if r.shape[1] else torch.zeros(r.shape[0], dtype=r.dtype, device=r.device)
+    r.sub_(best[:, None]).mul_(1.0 / tau).exp_()
+    total = r.sum(1).add_(torch.exp(best * (-1.0 / tau)))
+    r.div_(total[:, None])
+    lse = total.log_().mul_(tau).add_(best)
+    return r, lse, best
