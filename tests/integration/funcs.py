@@ -16,3 +16,15 @@ def score(events: list[CloudEvent]) -> list[CloudEvent]:
             raise ValueError(msg)
         out.append(e.replace(data={**e.data, "score": n % 10}))
     return out
+
+
+@eventbus.function(batch=True)
+def fails_one_percent(events: list[CloudEvent]) -> list[CloudEvent]:
+    """Raises on events whose ``data.n % 100 == 42``; the others pass with a mark."""
+    out = []
+    for e in events:
+        if e.data["n"] % 100 == 42:
+            msg = f"refusing n={e.data['n']}"
+            raise RuntimeError(msg)
+        out.append(e.replace(data={**e.data, "ok": True}))
+    return out

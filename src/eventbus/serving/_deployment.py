@@ -120,8 +120,10 @@ class PipelineDeployment:
         return pack_encoded_outcomes(outcomes)
 
     def stats(self) -> dict[str, Any]:
-        """Events processed by this replica, and per-step error counts."""
-        out: dict[str, Any] = {"events": self._events, "steps": self._runner.stats()}
+        """Events processed by this replica, per-step error counts, and its process id."""
+        import os
+
+        out: dict[str, Any] = {"events": self._events, "steps": self._runner.stats(), "pid": os.getpid()}
         if self._sources is not None:
             out["sources"] = self._sources.stats()
         return out
