@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: setup demo test test-unit test-integration bench proto schema down clean
+.PHONY: system-deps setup demo test test-unit test-integration bench proto schema down clean
 
 setup: $(VENV)/.installed
 
@@ -20,10 +20,14 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	EB=$(VENV)/bin/eventbus bash examples/demo.sh
 
-test: setup
+# Debian packages the tests use: docker-compose validates docker-compose.yml offline.
+system-deps:
+	command -v docker-compose >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; }
+
+test: setup system-deps
 	$(PY) -m pytest -q
 
-test-unit: setup
+test-unit: setup system-deps
 	$(PY) -m pytest -q -m "not integration"
 
 test-integration: setup

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -238,6 +239,7 @@ async def test_gateway_killed_mid_burst_loses_no_accepted_event(
         gw.kill()
     assert len(accepted) >= 20_000
     out = await collect(kafka_bootstrap, sink, len(accepted), timeout_s=120)
-    got = {e.id for e in out}
-    missing = set(accepted) - got
+    counts = Counter(e.id for e in out)
+    missing = set(accepted) - set(counts)
     assert not missing, f"{len(missing)} accepted events lost, e.g. {sorted(missing)[:5]}"
+    assert all(counts[i] == 1 for i in accepted), "an accepted event arrived twice"

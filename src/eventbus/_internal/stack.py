@@ -140,7 +140,7 @@ def stack_up(
         for svc in started:
             svc.stop()
         if "ray" in owned:
-            _stop_ray(owned["ray"]["temp_dir"])
+            _stop_ray(owned["ray"]["temp_dir"], token_path)
         raise
     _state_file(home).write_text(json.dumps(asdict(stack), indent=2))
     return stack
@@ -255,7 +255,7 @@ def stack_down(home: Path) -> list[str]:
         stopped.append("gateway")
     ray_part = stack.owned.get("ray")
     if ray_part:
-        _stop_ray(ray_part["temp_dir"])
+        _stop_ray(ray_part["temp_dir"], stack.ray_auth_token_path)
         stopped.append("ray")
     for part in ("kafka", "redis"):
         info = stack.owned.get(part)
@@ -266,17 +266,25 @@ def stack_down(home: Path) -> list[str]:
     return stopped
 
 
-def _stop_ray(temp_dir: str) -> None:
-    """Stop the Ray processes of the head started with ``temp_dir`` (and only those)."""
+def _stop_ray(temp_dir: str, token_path: str | None = None) -> None:
+    """Stop the Ray processes of the head started with ``temp_dir`` (and only those).
+
+    Ray's workers and agents rewrite their command lines (``ray::ServeReplica...``), so a
+    process is also ours when its environment carries our head's token path.
+    """
+    marker = f"RAY_AUTH_TOKEN_PATH={token_path}".encode() if token_path else None
     pids = []
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
             cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            ours = temp_dir in cmd
+            if not ours and marker is not None:
+                ours = marker in (proc / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if temp_dir in cmd and int(proc.name) != os.getpid():
+        if ours:
             pids.append(int(proc.name))
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
@@ -301,7 +309,7 @@ def stack_status(home: Path) -> dict[str, Any]:
     if stack is None:
         return {"healthy": False, "parts": {}}
     parts: dict[str, dict[str, Any]] = {}
-    host, _, port = stack.ray_address.rpartition(":")
+    host, _, port = stack.ray_address.removeprefix("ray://").rpartition(":")
     parts["ray"] = {"address": stack.ray_address, "up": _port_open(host, int(port)), "owned": "ray" in stack.owned}
     parts["kafka"] = {
         "address": stack.kafka_bootstrap,

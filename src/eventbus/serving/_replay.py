@@ -152,10 +152,9 @@ async def replay(
         tps = [TopicPartition(topic, p) for p in parts]
         consumer.assign(tps)
         for tp in tps:
-            if rng.from_offset is not None:
-                consumer.seek(tp, rng.from_offset)
-            else:
-                await consumer.seek_to_beginning(tp)
+            # From a time: scan from the start (offset 0, or the earliest retained through
+            # auto_offset_reset), since ListOffsets by time is not served by every broker.
+            consumer.seek(tp, rng.from_offset if rng.from_offset is not None else 0)
         await sink.start()
         if dlq is not None:
             await dlq.start()
