@@ -14,6 +14,7 @@ user input also derive from the matching stdlib type so plain ``except ValueErro
     ├── DeployError                           a deployment could not be completed
     ├── SolverError (ValueError)              an allocation problem or solver option is invalid
     ├── IngressError                          the gateway refuses a request (HTTP status inside)
+    ├── StateUnavailableError                 step state (Redis) unreachable: the batch is retried
     └── StackError (RuntimeError)             the local stack (Ray, broker, Redis) is unusable
 
 Errors crossing Ray actors pass every constructor argument to ``super().__init__`` so that they
@@ -33,6 +34,7 @@ __all__ = [
     "PipelineNotFoundError",
     "SolverError",
     "StackError",
+    "StateUnavailableError",
     "StepError",
     "UnknownComponentError",
 ]
@@ -121,6 +123,11 @@ class IngressError(EventBusError):
 
 class SolverError(EventBusError, ValueError):
     """An allocation problem, a dual vector or a solver option is invalid; the message names the fix."""
+
+
+class StateUnavailableError(EventBusError):
+    """A step's state store (Redis) does not answer: the whole batch is dispatched again
+    later instead of failing its events."""
 
 
 class StackError(EventBusError, RuntimeError):

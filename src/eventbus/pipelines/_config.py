@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, StringConstraint
 from eventbus.eventing.sinks._kafka import KafkaSinkConfig
 from eventbus.eventing.sources._http_config import GrpcSourceConfig, HttpSourceConfig, ingress_topic
 from eventbus.eventing.sources._kafka import KafkaSourceConfig
+from eventbus.pipelines._join_config import JoinConfig, JoinOutputConfig, JoinSideConfig
 
 __all__ = [
     "BatchConfig",
@@ -32,6 +33,9 @@ __all__ = [
     "DeliveryConfig",
     "FilterDialect",
     "FunctionStepConfig",
+    "JoinConfig",
+    "JoinOutputConfig",
+    "JoinSideConfig",
     "MetadataConfig",
     "PipelineConfig",
     "PipelineSpecConfig",
@@ -181,23 +185,24 @@ class StepConfig(BaseModel):
     function: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")] | FunctionStepConfig | None = Field(
         default=None, description="A Python function 'package.module:function'."
     )
+    join: JoinConfig | None = Field(default=None, description="Correlate events of several sides by key (state in Redis).")
     retries: Annotated[int, Field(ge=0, le=100)] | None = Field(
         default=None, description="Retries of events failing in this step (overrides delivery.retries)."
     )
 
     @model_validator(mode="after")
     def _one_template(self) -> StepConfig:
-        keys = [k for k in ("filter", "convert", "function") if getattr(self, k) is not None]
+        keys = [k for k in ("filter", "convert", "function", "join") if getattr(self, k) is not None]
         if len(keys) != 1:
             got = ", ".join(keys) or "none"
-            msg = f"step {self.id!r} needs exactly one of filter, convert, function; got {got}"
+            msg = f"step {self.id!r} needs exactly one of filter, convert, function, join; got {got}"
             raise ValueError(msg)
         return self
 
     @property
     def template(self) -> str:
         """The template name of this step."""
-        return next(k for k in ("filter", "convert", "function") if getattr(self, k) is not None)
+        return next(k for k in ("filter", "convert", "function", "join") if getattr(self, k) is not None)
 
 
 class BackoffConfig(BaseModel):

@@ -272,6 +272,13 @@ def _raw_expressions(step: dict[str, Any]) -> list[tuple[tuple[int | str, ...], 
             for path, src in conv["set"].items():
                 if isinstance(src, str) and src:
                     out.append((("convert", "set", str(path)), src))
+    join = step.get("join")
+    if isinstance(join, dict) and isinstance(join.get("sides"), list):
+        for k, side in enumerate(join["sides"]):
+            if isinstance(side, dict):
+                for field in ("when", "key"):
+                    if isinstance(side.get(field), str) and side[field]:
+                        out.append((("join", "sides", k, field), side[field]))
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from eventbus.errors import StateUnavailableError
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure, Outcome
 from eventbus.pipelines._config import PipelineConfig
@@ -17,16 +18,23 @@ class PipelineRunner:
 
     Args:
         config: the validated pipeline.
+        redis_url: where ``join`` steps keep their state (None: in memory, for tests).
 
     Example:
         >>> runner = PipelineRunner(config)               # doctest: +SKIP
         >>> outcomes = runner.run([event1, event2])      # doctest: +SKIP
     """
 
-    def __init__(self, config: PipelineConfig) -> None:
+    def __init__(self, config: PipelineConfig, *, redis_url: str | None = None) -> None:
         self.config = config
         self.name = config.name
-        self.steps: list[Step] = [build_step(s) for s in config.spec.steps]
+        self.steps: list[Step] = [build_step(s, pipeline=config.name, redis_url=redis_url) for s in config.spec.steps]
+
+    def sweepers(self) -> list[Any]:
+        """A :class:`JoinSweeper` per join step (closing windows needs no incoming event)."""
+        from eventbus.pipelines._join import JoinSweeper, JoinStep
+
+        return [JoinSweeper(s) for s in self.steps if isinstance(s, JoinStep)]
 
     def run(self, events: list[CloudEvent], *, trace: dict[str, list[CloudEvent]] | None = None) -> list[Outcome]:
         """Run the steps over a batch.
@@ -50,6 +58,8 @@ class PipelineRunner:
                 continue
             try:
                 results = step.process(current)
+            except StateUnavailableError:
+                raise  # infrastructure, not the events: the whole batch is dispatched again
             except Exception as exc:  # noqa: BLE001 - a step bug fails its events, not the replica
                 f = Failure(step=step.id, error_type=type(exc).__name__, message=str(exc))
                 results = [f] * len(current)
@@ -80,4 +90,9 @@ class PipelineRunner:
 
     def stats(self) -> dict[str, Any]:
         """Per-step error counts."""
-        return {s.id: {"template": s.template, "errors": s.errors} for s in self.steps}
+        out: dict[str, Any] = {}
+        for s in self.steps:
+            out[s.id] = {"template": s.template, "errors": s.errors}
+            if hasattr(s, "stats"):
+                out[s.id].update(s.stats())
+        return out

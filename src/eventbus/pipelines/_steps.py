@@ -328,8 +328,15 @@ class FunctionStep(Step):
 # -- building -----------------------------------------------------------------------------
 
 
-def build_step(step: StepConfig) -> Step:
-    """Build the runtime step for a step config (compiling expressions, importing functions)."""
+def build_step(step: StepConfig, *, pipeline: str = "", redis_url: str | None = None) -> Step:
+    """Build the runtime step for a step config (compiling expressions, importing functions).
+
+    ``pipeline`` and ``redis_url`` locate the state of a ``join`` step (None: in memory).
+    """
+    if step.join is not None:
+        from eventbus.pipelines._join import JoinStep
+
+        return JoinStep(step.id, step.join, pipeline=pipeline, redis_url=redis_url)  # type: ignore[return-value]
     if step.filter is not None:
         return FilterStep(step.id, step.filter)
     if step.convert is not None:

@@ -27,7 +27,7 @@ from eventbus.eventing._outcome import Outcome
 from eventbus.pipelines._config import PipelineConfig, SinkConfig
 from eventbus.pipelines._runner import PipelineRunner
 
-__all__ = ["ReplicaSources", "clear_stats", "delivery_policies", "make_sink", "read_stats"]
+__all__ = ["ReplicaSources", "clear_stats", "delivery_policies", "make_sink", "read_stats", "sweep_forever"]
 
 log = logging.getLogger("eventbus.serving.sources")
 
@@ -52,6 +52,39 @@ def delivery_policies(config: PipelineConfig, redis_url: str | None) -> dict[str
             raise ValueError(msg)
         dedupe = RedisDeduper(redis_url, config.name, spec.delivery.dedupe.window_s)
     return {"retry": RetryPolicy.from_config(spec), "dedupe": dedupe}
+
+
+async def sweep_forever(sweepers: list[Any], config: PipelineConfig, bootstrap: str, every_s: float = 1.0) -> None:
+    """Run join sweepers every ``every_s`` until cancelled, delivering what they return."""
+    spec = config.spec
+    sink = make_sink(spec.sink, default_bootstrap=bootstrap)
+    dlq = make_sink(spec.dead_letter, default_bootstrap=bootstrap) if spec.dead_letter else None
+    await sink.start()
+    if dlq is not None:
+        await dlq.start()
+    try:
+        while True:
+            await asyncio.sleep(every_s)
+            for sw in sweepers:
+                try:
+                    outputs, dead, keys = await asyncio.to_thread(sw.sweep)
+                    if outputs:
+                        await sink.send([(e, None) for e in outputs])
+                    if dead:
+                        if dlq is not None:
+                            await dlq.send([(e, None) for e in dead])
+                        else:
+                            log.error("pipeline %r: %d join events evicted and no dead_letter sink is configured", config.name, len(dead))
+                    if keys:
+                        await asyncio.to_thread(sw.ack, keys)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - the claims' leases expire: retried later
+                    log.warning("pipeline %r: join sweep failed: %s", config.name, e)
+    finally:
+        await sink.stop()
+        if dlq is not None:
+            await dlq.stop()
 
 
 def make_sink(config: SinkConfig, *, default_bootstrap: str) -> Any:
@@ -161,6 +194,7 @@ class ReplicaSources:
         self._started.set()
         tasks = [asyncio.create_task(s.run()) for s in self._sources]
         publisher = asyncio.create_task(self._publish_stats())
+        sweeper = asyncio.create_task(self._sweep_joins())
         collector = asyncio.create_task(collect_periodically())
         stopper = asyncio.create_task(self._stop_event.wait())
         await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
@@ -169,8 +203,18 @@ class ReplicaSources:
         await asyncio.gather(*tasks, return_exceptions=True)
         publisher.cancel()
         collector.cancel()
-        await asyncio.gather(publisher, collector, return_exceptions=True)
+        sweeper.cancel()
+        await asyncio.gather(publisher, collector, sweeper, return_exceptions=True)
         await self._write_stats(final=True)
+
+    async def _sweep_joins(self) -> None:
+        """Close join windows on a timer: outer-join results to the sink, evicted keys to the
+        dead-letter sink, then forget them (claims are leased: a replica that dies mid-way is
+        taken over)."""
+        sweepers = self._runner.sweepers()
+        if not sweepers:
+            return
+        await sweep_forever(sweepers, self._config, self._bootstrap)
 
     async def _publish_stats(self) -> None:
         while True:

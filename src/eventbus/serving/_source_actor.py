@@ -82,6 +82,14 @@ class SourceActor:
             decode_in_dispatch=True,
             **delivery_policies(self._config, self._redis_url),
         )
+        sweeper = None
+        if self._index == 0:  # one source per pipeline closes its join windows
+            from eventbus.pipelines._join import join_sweepers
+            from eventbus.serving._replica_sources import sweep_forever
+
+            sweepers = join_sweepers(self._config, self._redis_url)
+            if sweepers:
+                sweeper = asyncio.get_running_loop().create_task(sweep_forever(sweepers, self._config, self._bootstrap))
         try:  # the source starts and stops its sinks
             await self._source.start()
             self._started.set()
@@ -90,6 +98,9 @@ class SourceActor:
             self._error = f"{type(exc).__name__}: {exc}"
             log.exception("source %s[%d] of pipeline %r failed", "kafka", self._index, self._config.name)
             raise
+        finally:
+            if sweeper is not None:
+                sweeper.cancel()
 
     async def ready(self, timeout_s: float = 60.0) -> bool:
         """Wait until the consumer has started; raise if the source failed."""

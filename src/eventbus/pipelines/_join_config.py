@@ -1,0 +1,82 @@
+"""Configuration of the ``join`` step (``steps: [{id: ..., join: {...}}]``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+__all__ = ["JoinConfig", "JoinOutputConfig", "JoinSideConfig"]
+
+_MODEL = ConfigDict(extra="forbid", frozen=True)
+SideName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$")]
+
+
+class JoinSideConfig(BaseModel):
+    """One side of a join: which events belong to it and their join key."""
+
+    model_config = _MODEL
+    name: SideName = Field(description="The side's name: the key of its data in the joined event, and its CEL variable in output.data.")
+    when: str = Field(min_length=1, description="CEL: true for the events of this side, e.g. \"type == 'order.created'\".")
+    key: str = Field(min_length=1, description="CEL: the join key of an event of this side, e.g. 'data.order_id'.")
+
+
+class JoinOutputConfig(BaseModel):
+    """The joined event."""
+
+    model_config = _MODEL
+    type: str | None = Field(default=None, min_length=1, description="Its type; default '<step id>.joined'.")
+    source: str | None = Field(default=None, min_length=1, description="Its source; default '/eventbus/<pipeline>/<step id>'.")
+    data: str | None = Field(
+        default=None,
+        min_length=1,
+        description="CEL giving its data, with each side's name bound to that side's event (a map of "
+        "its attributes and 'data'; null when missing). Default: {side: side's data, ...} plus "
+        "'_missing': [names] when sides are missing.",
+    )
+
+
+class JoinConfig(BaseModel):
+    """Correlate events of two or more sides by key within a window (state in Redis)."""
+
+    model_config = _MODEL
+    mode: Literal["inner", "outer", "latest"] = Field(
+        default="inner",
+        description="inner: emit when every side is present; outer: also emit what is present when "
+        "the window closes, marking the missing sides; latest: enrich each event of the other sides "
+        "with the latest event of the 'table' side.",
+    )
+    sides: Annotated[list[JoinSideConfig], Field(min_length=2, max_length=16)] = Field(description="The sides, at least two.")
+    window_s: Annotated[float, Field(gt=0, le=7 * 86400)] = Field(
+        default=600, description="How long a key waits for its other sides, from its first event (latest: how long a table entry lives)."
+    )
+    time: Literal["processing", "event"] = Field(
+        default="processing",
+        description="event: an event whose CloudEvent time is older than window_s + allowed_lateness_s "
+        "is late and goes to the dead-letter sink; processing: no event is late.",
+    )
+    allowed_lateness_s: Annotated[float, Field(ge=0)] = Field(default=0, description="Extra lateness tolerated in event-time mode.")
+    max_pending: Annotated[int, Field(ge=1, le=100_000_000)] = Field(
+        default=1_000_000, description="Most keys waiting at once; the oldest beyond it go to the dead-letter sink."
+    )
+    table: SideName | None = Field(default=None, description="latest mode: the side kept as the lookup table.")
+    output: JoinOutputConfig = Field(default_factory=JoinOutputConfig, description="The joined event.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JoinConfig:
+        names = [s.name for s in self.sides]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            msg = f"join side name {dup!r} is used twice; give each side its own name"
+            raise ValueError(msg)
+        if self.mode == "latest":
+            if self.table is None:
+                msg = f"join mode 'latest' needs 'table:' naming the side to look up (one of {', '.join(names)})"
+                raise ValueError(msg)
+            if self.table not in names:
+                msg = f"join table {self.table!r} is not a side (sides: {', '.join(names)})"
+                raise ValueError(msg)
+        elif self.table is not None:
+            msg = f"'table:' is for mode 'latest'; mode is {self.mode!r}: remove it or set mode: latest"
+            raise ValueError(msg)
+        return self

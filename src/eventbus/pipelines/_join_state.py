@@ -1,0 +1,253 @@
+"""Join state: in Redis (Lua scripts, atomic per batch) or in memory (tests, ``eventbus test``).
+
+Per join step, under the prefix ``eventbus:join:<pipeline>:<step>:``:
+
+* ``k:<key>``: a hash of side name -> the side's event (JSON), ``__t0`` (first arrival, ms),
+  ``__done`` once every side arrived (kept a window longer, so a redelivered event re-emits the
+  same joined event, which the sink's dedupe then drops), ``__evicted`` when pushed out by
+  ``max_pending``; it expires on its own after the window;
+* ``due``: a sorted set of waiting keys by deadline; ``claim``: keys a sweeper took, by lease
+  deadline (a sweeper that dies mid-way is replaced when its lease runs out).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from eventbus.errors import StateUnavailableError
+
+__all__ = ["JoinState", "MemoryJoinState", "RedisJoinState"]
+
+_JOIN = """
+local prefix = ARGV[1]
+local now = tonumber(ARGV[2])
+local window = tonumber(ARGV[3])
+local nsides = tonumber(ARGV[4])
+local maxp = tonumber(ARGV[5])
+local due = prefix .. 'due'
+local out = {}
+for i = 6, #ARGV, 3 do
+  local k = ARGV[i]
+  local h = prefix .. 'k:' .. k
+  if redis.call('HEXISTS', h, '__done') == 1 then
+    out[#out + 1] = redis.call('HGETALL', h)
+  elseif redis.call('HEXISTS', h, '__evicted') == 1 then
+    redis.call('HSET', h, ARGV[i + 1], ARGV[i + 2])
+    out[#out + 1] = false
+  else
+    local new = redis.call('EXISTS', h) == 0
+    redis.call('HSET', h, ARGV[i + 1], ARGV[i + 2])
+    if new then
+      redis.call('HSET', h, '__t0', now)
+      redis.call('ZADD', due, now + window, k)
+      redis.call('PEXPIRE', h, 2 * window + 60000)
+    end
+    if redis.call('HLEN', h) - 1 >= nsides then
+      redis.call('HSET', h, '__done', '1')
+      redis.call('ZREM', due, k)
+      redis.call('PEXPIRE', h, window + 60000)
+      out[#out + 1] = redis.call('HGETALL', h)
+    else
+      out[#out + 1] = false
+    end
+  end
+end
+local over = redis.call('ZCARD', due) - maxp
+if over > 0 then
+  for _, k in ipairs(redis.call('ZRANGE', due, 0, over - 1)) do
+    redis.call('HSET', prefix .. 'k:' .. k, '__evicted', '1')
+    redis.call('ZADD', due, 0, k)
+  end
+end
+return out
+"""
+
+_LATEST = """
+local prefix = ARGV[1]
+local window = tonumber(ARGV[2])
+local table_side = ARGV[3]
+local out = {}
+for i = 4, #ARGV, 3 do
+  local h = prefix .. 'k:' .. ARGV[i]
+  if ARGV[i + 1] == table_side then
+    redis.call('HSET', h, table_side, ARGV[i + 2])
+    redis.call('PEXPIRE', h, window)
+    out[#out + 1] = false
+  else
+    out[#out + 1] = redis.call('HGET', h, table_side)
+  end
+end
+return out
+"""
+
+_CLAIM = """
+local prefix = ARGV[1]
+local now = tonumber(ARGV[2])
+local lease = tonumber(ARGV[3])
+local limit = tonumber(ARGV[4])
+local due, claim = prefix .. 'due', prefix .. 'claim'
+local out = {}
+local lists = {redis.call('ZRANGEBYSCORE', claim, '-inf', now, 'LIMIT', 0, limit),
+               redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, limit)}
+for _, list in ipairs(lists) do
+  for _, k in ipairs(list) do
+    redis.call('ZREM', due, k)
+    redis.call('ZADD', claim, now + lease, k)
+    out[#out + 1] = k
+    out[#out + 1] = redis.call('HGETALL', prefix .. 'k:' .. k)
+  end
+end
+return out
+"""
+
+_ACK = """
+local prefix = ARGV[1]
+for i = 2, #ARGV do
+  redis.call('ZREM', prefix .. 'claim', ARGV[i])
+  redis.call('DEL', prefix .. 'k:' .. ARGV[i])
+end
+return #ARGV - 1
+"""
+
+
+class JoinState(Protocol):
+    """Where a join step keeps its waiting events."""
+
+    def join(self, now_ms: int, window_ms: int, nsides: int, max_pending: int, items: Sequence[tuple[str, str, bytes]]) -> list[dict[str, bytes] | None]:
+        """Add (key, side, event JSON) items; per item the key's hash once complete, else None."""
+
+    def latest(self, window_ms: int, table: str, items: Sequence[tuple[str, str, bytes]]) -> list[bytes | None]:
+        """Store table-side items; per other item the table's latest event for its key."""
+
+    def claim_due(self, now_ms: int, lease_ms: int, limit: int) -> list[tuple[str, dict[str, bytes]]]:
+        """Take the keys whose window closed (or were evicted); (key, hash) each."""
+
+    def ack(self, keys: Sequence[str]) -> None:
+        """Forget claimed keys once their results were delivered."""
+
+    def pending(self) -> int:
+        """Keys waiting."""
+
+
+def _pairs(flat: list[Any]) -> dict[str, bytes]:
+    return {flat[i].decode() if isinstance(flat[i], bytes) else flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
+
+
+class RedisJoinState:
+    """Join state in Redis, each batch one atomic Lua call.
+
+    Raises (every method):
+        StateUnavailableError: Redis does not answer (the batch is dispatched again later).
+    """
+
+    def __init__(self, redis_url: str, prefix: str) -> None:
+        import redis
+
+        self._redis = redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5)
+        self.prefix = prefix
+        self._join = self._redis.register_script(_JOIN)
+        self._latest = self._redis.register_script(_LATEST)
+        self._claim = self._redis.register_script(_CLAIM)
+        self._ack = self._redis.register_script(_ACK)
+
+    def _call(self, script: Any, args: list[Any]) -> Any:
+        import redis
+
+        try:
+            return script(args=args)
+        except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as e:
+            msg = f"join state in Redis is unavailable ({type(e).__name__}: {e}); the batch will be retried"
+            raise StateUnavailableError(msg) from None
+
+    def join(self, now_ms: int, window_ms: int, nsides: int, max_pending: int, items: Sequence[tuple[str, str, bytes]]) -> list[dict[str, bytes] | None]:
+        args: list[Any] = [self.prefix, now_ms, window_ms, nsides, max_pending]
+        for k, side, payload in items:
+            args += [k, side, payload]
+        return [None if r is None else _pairs(r) for r in self._call(self._join, args)]
+
+    def latest(self, window_ms: int, table: str, items: Sequence[tuple[str, str, bytes]]) -> list[bytes | None]:
+        args: list[Any] = [self.prefix, window_ms, table]
+        for k, side, payload in items:
+            args += [k, side, payload]
+        return list(self._call(self._latest, args))
+
+    def claim_due(self, now_ms: int, lease_ms: int, limit: int) -> list[tuple[str, dict[str, bytes]]]:
+        flat = self._call(self._claim, [self.prefix, now_ms, lease_ms, limit])
+        return [(flat[i].decode(), _pairs(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+    def ack(self, keys: Sequence[str]) -> None:
+        if keys:
+            self._call(self._ack, [self.prefix, *keys])
+
+    def pending(self) -> int:
+        try:
+            return int(self._redis.zcard(self.prefix + "due"))
+        except Exception:  # noqa: BLE001 - a gauge
+            return -1
+
+
+class MemoryJoinState:
+    """The same semantics in process memory (pipeline tests without a stack)."""
+
+    def __init__(self) -> None:
+        self.hashes: dict[str, dict[str, bytes]] = {}
+        self.due: dict[str, int] = {}
+        self.claimed: dict[str, int] = {}
+
+    def join(self, now_ms: int, window_ms: int, nsides: int, max_pending: int, items: Sequence[tuple[str, str, bytes]]) -> list[dict[str, bytes] | None]:
+        out: list[dict[str, bytes] | None] = []
+        for k, side, payload in items:
+            h = self.hashes.get(k)
+            if h is not None and "__done" in h:
+                out.append(dict(h))
+                continue
+            if h is None:
+                h = self.hashes[k] = {"__t0": str(now_ms).encode()}
+                self.due[k] = now_ms + window_ms
+            h[side] = payload
+            if "__evicted" not in h and len(h) - 1 >= nsides:
+                h["__done"] = b"1"
+                self.due.pop(k, None)
+                out.append(dict(h))
+            else:
+                out.append(None)
+        over = len(self.due) - max_pending
+        if over > 0:
+            for k in sorted(self.due, key=self.due.__getitem__)[:over]:
+                self.hashes[k]["__evicted"] = b"1"
+                self.due[k] = 0
+        return out
+
+    def latest(self, window_ms: int, table: str, items: Sequence[tuple[str, str, bytes]]) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        for k, side, payload in items:
+            if side == table:
+                self.hashes.setdefault(k, {})[table] = payload
+                out.append(None)
+            else:
+                out.append(self.hashes.get(k, {}).get(table))
+        return out
+
+    def claim_due(self, now_ms: int, lease_ms: int, limit: int) -> list[tuple[str, dict[str, bytes]]]:
+        keys = [k for k, t in self.claimed.items() if t <= now_ms] + [k for k, t in self.due.items() if t <= now_ms]
+        out = []
+        for k in keys[:limit]:
+            self.due.pop(k, None)
+            self.claimed[k] = now_ms + lease_ms
+            out.append((k, dict(self.hashes.get(k, {}))))
+        return out
+
+    def ack(self, keys: Sequence[str]) -> None:
+        for k in keys:
+            self.claimed.pop(k, None)
+            self.hashes.pop(k, None)
+
+    def pending(self) -> int:
+        return len(self.due)
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds."""
+    return int(time.time() * 1000)
