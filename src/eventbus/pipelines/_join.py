@@ -2,8 +2,8 @@
 
 Per batch, every side event goes into the join state in one atomic call (a Lua script in
 Redis): any replica can complete a key, replicas scale, and a replica that dies loses nothing
-(its batch is consumed again; a key completed already re-emits the same joined event, with the
-same id, which the sink's dedupe drops). A :class:`JoinSweeper` (run next to each replica's
+(its batch is consumed again; the event that completed a key re-emits the same joined event,
+with the same id, which the sink's dedupe drops if it was delivered). A :class:`JoinSweeper` (run next to each replica's
 sources) takes keys whose window closed: outer joins emit what is present, inner joins drop
 them, keys evicted by ``max_pending`` go to the dead-letter sink.
 
@@ -26,7 +26,6 @@ from eventbus.pipelines._join_state import JoinState, MemoryJoinState, RedisJoin
 
 __all__ = ["JoinStep", "JoinSweeper", "LateEventError", "join_sweepers"]
 
-_META = ("__t0", "__done", "__evicted")
 
 
 class LateEventError(ValueError):
@@ -92,7 +91,7 @@ class JoinStep:
             StateUnavailableError: the state store does not answer (the batch is retried).
         """
         results: list[Any] = [None] * len(events)
-        items: list[tuple[str, str, bytes]] = []
+        items: list[tuple[str, str, bytes, str]] = []
         where: list[int] = []
         now = now_ms()
         event_time = self.spec.time == "event"
@@ -116,7 +115,7 @@ class JoinStep:
                             f"({self.spec.window_s:g} s) plus allowed_lateness_s ({self.spec.allowed_lateness_s:g} s)"
                         )
                         raise LateEventError(msg)
-                items.append((str(key), side, event_to_json(e)))
+                items.append((str(key), side, event_to_json(e), str(e.attributes["id"])))
                 where.append(i)
             except (cel.CELError, ValueError, TypeError) as exc:
                 results[i] = self._failure(exc)
@@ -126,7 +125,7 @@ class JoinStep:
             self._latest(events, results, items, where)
             return results
         states = self.state.join(now, self._window_ms, len(self._sides), self.spec.max_pending, items)
-        for i, (key, _, _), h in zip(where, items, states):
+        for i, (key, _, _, _), h in zip(where, items, states):
             if h is None:
                 self.counters["pending_events"] += 1
                 results[i] = []
@@ -135,12 +134,12 @@ class JoinStep:
                 results[i] = [self.output(key, h, now)]
         return results
 
-    def _latest(self, events: list[CloudEvent], results: list[Any], items: list[tuple[str, str, bytes]], where: list[int]) -> None:
+    def _latest(self, events: list[CloudEvent], results: list[Any], items: list[tuple[str, str, bytes, str]], where: list[int]) -> None:
         table = self.spec.table
         assert table is not None
-        found = self.state.latest(self._window_ms, table, items)
+        found = self.state.latest(self._window_ms, table, [(k, s, p) for k, s, p, _ in items])
         now = now_ms()
-        for i, (key, side, _), t in zip(where, items, found):
+        for i, (key, side, _, _), t in zip(where, items, found):
             if side == table:
                 results[i] = []
                 continue

@@ -3,8 +3,10 @@
 Per join step, under the prefix ``eventbus:join:<pipeline>:<step>:``:
 
 * ``k:<key>``: a hash of side name -> the side's event (JSON), ``__t0`` (first arrival, ms),
-  ``__done`` once every side arrived (kept a window longer, so a redelivered event re-emits the
-  same joined event, which the sink's dedupe then drops), ``__evicted`` when pushed out by
+  ``__done`` once every side arrived and ``__by`` (side/id of the event that completed it),
+  kept a window longer so that the completing event, consumed again after a crash, re-emits
+  the same joined event (the sink's dedupe drops it if it was delivered); the other sides'
+  events consumed again emit nothing, ``__evicted`` when pushed out by
   ``max_pending``; it expires on its own after the window;
 * ``due``: a sorted set of waiting keys by deadline; ``claim``: keys a sweeper took, by lease
   deadline (a sweeper that dies mid-way is replaced when its lease runs out).
@@ -28,11 +30,17 @@ local nsides = tonumber(ARGV[4])
 local maxp = tonumber(ARGV[5])
 local due = prefix .. 'due'
 local out = {}
-for i = 6, #ARGV, 3 do
+for i = 6, #ARGV, 4 do
   local k = ARGV[i]
   local h = prefix .. 'k:' .. k
+  local by = ARGV[i + 1] .. '/' .. ARGV[i + 3]
   if redis.call('HEXISTS', h, '__done') == 1 then
-    out[#out + 1] = redis.call('HGETALL', h)
+    -- consumed again after a crash: only the event that completed the key emits it again
+    if redis.call('HGET', h, '__by') == by then
+      out[#out + 1] = redis.call('HGETALL', h)
+    else
+      out[#out + 1] = false
+    end
   elseif redis.call('HEXISTS', h, '__evicted') == 1 then
     redis.call('HSET', h, ARGV[i + 1], ARGV[i + 2])
     out[#out + 1] = false
@@ -45,7 +53,7 @@ for i = 6, #ARGV, 3 do
       redis.call('PEXPIRE', h, 2 * window + 60000)
     end
     if redis.call('HLEN', h) - 1 >= nsides then
-      redis.call('HSET', h, '__done', '1')
+      redis.call('HSET', h, '__done', '1', '__by', by)
       redis.call('ZREM', due, k)
       redis.call('PEXPIRE', h, window + 60000)
       out[#out + 1] = redis.call('HGETALL', h)
@@ -115,8 +123,9 @@ return #ARGV - 1
 class JoinState(Protocol):
     """Where a join step keeps its waiting events."""
 
-    def join(self, now_ms: int, window_ms: int, nsides: int, max_pending: int, items: Sequence[tuple[str, str, bytes]]) -> list[dict[str, bytes] | None]:
-        """Add (key, side, event JSON) items; per item the key's hash once complete, else None."""
+    def join(self, now_ms: int, window_ms: int, nsides: int, max_pending: int, items: Sequence[tuple[str, str, bytes, str]]) -> list[dict[str, bytes] | None]:
+        """Add (key, side, event JSON, event id) items; per item the key's hash when this item
+        completes the key (or is the completing event consumed again), else None."""
 
     def latest(self, window_ms: int, table: str, items: Sequence[tuple[str, str, bytes]]) -> list[bytes | None]:
         """Store table-side items; per other item the table's latest event for its key."""
@@ -161,10 +170,10 @@ class RedisJoinState:
             msg = f"join state in Redis is unavailable ({type(e).__name__}: {e}); the batch will be retried"
             raise StateUnavailableError(msg) from None
 
-    def join(self, now_ms: int, window_ms: int, nsides: int, max_pending: int, items: Sequence[tuple[str, str, bytes]]) -> list[dict[str, bytes] | None]:
+    def join(self, now_ms: int, window_ms: int, nsides: int, max_pending: int, items: Sequence[tuple[str, str, bytes, str]]) -> list[dict[str, bytes] | None]:
         args: list[Any] = [self.prefix, now_ms, window_ms, nsides, max_pending]
-        for k, side, payload in items:
-            args += [k, side, payload]
+        for k, side, payload, eid in items:
+            args += [k, side, payload, eid]
         return [None if r is None else _pairs(r) for r in self._call(self._join, args)]
 
     def latest(self, window_ms: int, table: str, items: Sequence[tuple[str, str, bytes]]) -> list[bytes | None]:
@@ -196,12 +205,13 @@ class MemoryJoinState:
         self.due: dict[str, int] = {}
         self.claimed: dict[str, int] = {}
 
-    def join(self, now_ms: int, window_ms: int, nsides: int, max_pending: int, items: Sequence[tuple[str, str, bytes]]) -> list[dict[str, bytes] | None]:
+    def join(self, now_ms: int, window_ms: int, nsides: int, max_pending: int, items: Sequence[tuple[str, str, bytes, str]]) -> list[dict[str, bytes] | None]:
         out: list[dict[str, bytes] | None] = []
-        for k, side, payload in items:
+        for k, side, payload, eid in items:
+            by = f"{side}/{eid}".encode()
             h = self.hashes.get(k)
             if h is not None and "__done" in h:
-                out.append(dict(h))
+                out.append(dict(h) if h.get("__by") == by else None)
                 continue
             if h is None:
                 h = self.hashes[k] = {"__t0": str(now_ms).encode()}
@@ -209,6 +219,7 @@ class MemoryJoinState:
             h[side] = payload
             if "__evicted" not in h and len(h) - 1 >= nsides:
                 h["__done"] = b"1"
+                h["__by"] = by
                 self.due.pop(k, None)
                 out.append(dict(h))
             else:

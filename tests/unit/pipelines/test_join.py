@@ -59,8 +59,9 @@ def test_redelivered_event_of_a_completed_key_re_emits_the_same_event() -> None:
     r = runner({"sides": SIDES})
     r.run([order(1)])
     [[first]] = r.run([payment(1)])
-    [[again]] = r.run([order(1)])  # consumed again after a crash
+    [[again]] = r.run([payment(1)])  # the completing event consumed again after a crash
     assert again.id == first.id and again.data == first.data
+    assert r.run([order(1)]) == [[]]  # the other side consumed again emits nothing
 
 
 def later(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
