@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-MODULES = ["eventbus", "eventbus.pipelines", "eventbus.functions", "eventbus.eventing", "eventbus.errors", "eventbus.cel"]
+MODULES = ["eventbus", "eventbus.pipelines", "eventbus.functions", "eventbus.eventing", "eventbus.errors", "eventbus.cel", "eventbus.solver", "eventbus.eventing.sources"]
 
 
 @pytest.mark.parametrize("name", MODULES)

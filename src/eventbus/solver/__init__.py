@@ -9,17 +9,22 @@ Solve once (or periodically, warm-started), then decide per request batch at the
     again = solve(problem, warm_start=result)    # fewer iterations
     items = decide(result.duals, revenue_batch, consumption_batch)  # -1: no item
 
-:func:`solve_distributed` runs the same solve over Ray actors (Ray is imported lazily).
+:func:`solve_distributed` runs the same solve over Ray actors. Names load on first use, so
+``import eventbus.solver`` imports neither torch nor Ray (the CLI stays quick).
 """
 
 from __future__ import annotations
 
-from eventbus.solver._decide import decide
-from eventbus.solver._distributed import solve_distributed
-from eventbus.solver._generate import generate_problem
-from eventbus.solver._io import load_problem, save_problem
-from eventbus.solver._problem import AllocationProblem, Consumption, FactorisedConsumption
-from eventbus.solver._solve import SolveProgress, SolveResult, solve
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from eventbus.solver._decide import decide
+    from eventbus.solver._distributed import solve_distributed
+    from eventbus.solver._generate import generate_problem
+    from eventbus.solver._io import load_problem, save_problem
+    from eventbus.solver._problem import AllocationProblem, Consumption, FactorisedConsumption
+    from eventbus.solver._solve import SolveProgress, SolveResult, solve
 
 __all__ = [
     "AllocationProblem",
@@ -34,3 +39,30 @@ __all__ = [
     "solve",
     "solve_distributed",
 ]
+
+_WHERE = {
+    "AllocationProblem": "_problem",
+    "Consumption": "_problem",
+    "FactorisedConsumption": "_problem",
+    "SolveProgress": "_solve",
+    "SolveResult": "_solve",
+    "decide": "_decide",
+    "generate_problem": "_generate",
+    "load_problem": "_io",
+    "save_problem": "_io",
+    "solve": "_solve",
+    "solve_distributed": "_distributed",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f"eventbus.solver.{_WHERE[name]}"), name)
+        globals()[name] = value
+        return value
+    msg = f"module 'eventbus.solver' has no attribute {name!r}"
+    raise AttributeError(msg)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -33,7 +33,7 @@ def decide(duals: torch.Tensor, revenue: torch.Tensor, consumption: Consumption)
     Example:
         >>> import torch
         >>> cons = FactorisedConsumption(torch.tensor([[1.0, 4.0]]), torch.ones(1, 1), torch.zeros(2, dtype=torch.long))
-        >>> decide(torch.tensor([0.5]), torch.tensor([[1.0, 2.5], [0.2, 0.1]]), cons).tolist()
+        >>> decide(torch.tensor([0.5]), torch.tensor([[1.0, 2.8], [0.2, 0.1]]), cons).tolist()
         [1, -1]
     """
     if revenue.dim() != 2:

@@ -9,6 +9,7 @@ a single-process solve's. Ray is imported here only, and the caller initialises 
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -90,7 +91,8 @@ def solve_distributed(
         warm_start: a previous :class:`SolveResult` or ``(K,)`` duals.
         max_iterations: cap on accepted Newton steps.
         chunk_users: users per chunk; partitions start on multiples of 16 chunks.
-        num_threads: torch threads in each actor (default: the CPUs this process may use).
+        num_threads: torch threads in each actor (default: this process's CPUs divided among the
+            partitions; a single-process solve with the same thread count gives bit-identical duals).
         num_cpus_per_actor: Ray CPU reservation of each actor (0: do not reserve).
 
     Returns:
@@ -122,7 +124,9 @@ def solve_distributed(
     blocks = max(1, -(-n // block))
     per = -(-blocks // min(num_partitions, blocks))
     bounds = [(a, min(a + per * block, n)) for a in range(0, max(n, 1), per * block)]
-    threads = configure_torch(num_threads)
+    # the partitions share this machine's CPUs unless told otherwise: oversubscribed OpenMP
+    # threads spin against each other
+    threads = num_threads or max(1, len(os.sched_getaffinity(0)) // len(bounds))
     worker_cls = ray.remote(num_cpus=num_cpus_per_actor)(_PartitionWorker)
     merger_cls = ray.remote(num_cpus=num_cpus_per_actor)(_Merger)
     workers = [worker_cls.remote(ray.put(slice_users(problem, a, b)), chunk, a, threads) for a, b in bounds]

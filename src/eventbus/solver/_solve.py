@@ -37,6 +37,7 @@ TAU_FACTOR = 0.1  # continuation: each stage divides the temperature by 10
 TAU_FLOOR = 1e-7
 STAGE_ITERATIONS = 30
 STALL = 4  # iterations without a 2 % better gap end a temperature stage
+SMALL_PROBLEM = 1 << 20  # entries below which the default is one torch thread
 HESSIAN_SAMPLE = 1 << 22  # entries in the Hessian's user sample (subsampled Newton)
 
 
@@ -167,7 +168,7 @@ def solve(
         max_iterations: cap on accepted L-BFGS steps.
         keep_allocation: also return the repaired primal ``x (n, m)``.
         chunk_users: users per chunk (memory bound); default about 131k entries per chunk.
-        num_threads: torch threads (default: the CPUs this process may use).
+        num_threads: torch threads (default: the CPUs this process may use; 1 below ~1M entries).
         callback: called after every accepted step with a :class:`SolveProgress`.
 
     Returns:
@@ -184,7 +185,10 @@ def solve(
     """
     lam0 = check_options(problem, gap, warm_start)
     dev = resolve_device(device)
-    configure_torch(num_threads)
+    # below ~1M entries a chunk's ops are too small to split, and split OpenMP regions stall
+    # badly when other processes share the cores: one thread
+    small = problem.num_users * problem.num_items < SMALL_PROBLEM
+    configure_torch(num_threads or (1 if small else None))
     if problem.revenue.device != dev:
         problem = problem.to(dev)
     chunk = chunk_users or chunk_users_for(problem.num_items)

@@ -1,0 +1,130 @@
+"""Benchmark: eventbus.solver vs HiGHS interior point (crossover off) on coupon-allocation LPs.
+
+Run: ``python benchmarks/solver.py [--huge] [--skip-highs-above N]``. Instances are generated
+(``generate_problem(n, 100, K, seed=0)``, float32) at 1e4, 1e5 and 1e6 variables with K = 10
+and 100, then 1e7 variables with K = 100 (EventBus alone unless HiGHS is allowed that far), and
+with ``--huge`` 1e8 variables with K = 100 in a fresh process (for an honest peak RSS).
+
+EventBus's time is its wall time to a certified relative gap (1e-4; 1e-3 at 1e7 and above);
+HiGHS's is its ``run()`` time with ``solver=ipm``, ``run_crossover=off`` and
+``ipm_optimality_tolerance=1e-4`` (building the model is reported apart). Prints one line per
+instance, then one JSON line with the figures and the speedups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+try:
+    from eventbus.solver import generate_problem, solve
+except ImportError:  # running from a checkout without an installed package
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+    from eventbus.solver import generate_problem, solve
+
+ITEMS = 100
+
+
+def _eventbus(n: int, k: int, gap: float) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    problem = generate_problem(n, ITEMS, k, seed=0)
+    gen_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    r = solve(problem, gap=gap, device="cpu")
+    wall = time.perf_counter() - t0
+    return {
+        "variables": n * ITEMS,
+        "users": n,
+        "resources": k,
+        "target_gap": gap,
+        "eventbus_s": round(wall, 4),
+        "eventbus_gap": r.gap,
+        "eventbus_converged": r.converged,
+        "eventbus_iterations": r.iterations,
+        "eventbus_passes": r.evaluations,
+        "eventbus_primal": r.primal_value,
+        "eventbus_dual_bound": r.dual_value,
+        "generate_s": round(gen_s, 2),
+        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 3),
+    }
+
+
+def _highs(n: int, k: int, row: dict[str, Any]) -> None:
+    from eventbus.solver._highs import solve_with_highs
+
+    problem = generate_problem(n, ITEMS, k, seed=0)
+    h = solve_with_highs(problem, solver="ipm", gap=1e-4)
+    row.update(
+        highs_s=round(h.solve_seconds, 3),
+        highs_build_s=round(h.build_seconds, 3),
+        highs_status=h.status,
+        highs_objective=h.objective,
+        speedup=round(h.solve_seconds / row["eventbus_s"], 1),
+        primal_vs_highs=(h.objective - row["eventbus_primal"]) / abs(h.objective),
+    )
+
+
+def _fresh_process(n: int, k: int, gap: float) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--one", f"{n},{k},{gap}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=os.environ.copy())
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _line(row: dict[str, Any]) -> str:
+    text = (
+        f"{row['variables']:>11,} vars K={row['resources']:<3} eventbus {row['eventbus_s']:8.3f} s "
+        f"gap {row['eventbus_gap']:.1e} ({row['eventbus_iterations']} steps, {row['eventbus_passes']} passes)"
+    )
+    if "highs_s" in row:
+        text += f" | HiGHS ipm {row['highs_s']:8.2f} s ({row['highs_status']}) speedup {row['speedup']:.0f}x"
+    elif "highs_skipped" in row:
+        text += f" | HiGHS skipped: {row['highs_skipped']}"
+    return text + f" | peak RSS {row['peak_rss_gb']:.2f} GB"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--huge", action="store_true", help="also 1e8 variables (K=100), in a fresh process")
+    ap.add_argument("--skip-highs-above", type=float, default=1e6, help="no HiGHS above this many variables")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        n, k, gap = args.one.split(",")
+        print(json.dumps(_eventbus(int(n), int(k), float(gap))))
+        return
+    solve(generate_problem(500, 20, 5), gap=1e-3, device="cpu")  # warm-up, unmeasured
+    rows = []
+    plan = [(n, k, 1e-4) for n in (100, 1000, 10_000) for k in (10, 100)] + [(100_000, 100, 1e-3)]
+    if args.huge:
+        plan.append((1_000_000, 100, 1e-3))
+    for n, k, gap in plan:
+        row = _eventbus(n, k, gap) if n * ITEMS <= 1e7 else _fresh_process(n, k, gap)
+        if n * ITEMS <= args.skip_highs_above:
+            _highs(n, k, row)
+        else:
+            row["highs_skipped"] = f"above {args.skip_highs_above:.0e} variables (HiGHS ipm needs ~84 s at 1e6, K=100; 1e7 would exceed minutes)"
+        rows.append(row)
+        print(_line(row), flush=True)
+    at = {(r["variables"], r["resources"]): r for r in rows}
+    summary: dict[str, Any] = {
+        "benchmark": "solver",
+        "cpus": len(os.sched_getaffinity(0)),
+        "instances": rows,
+        "speedup_1e6_k100": at.get((1_000_000, 100), {}).get("speedup"),
+        "speedup_1e6_k10": at.get((1_000_000, 10), {}).get("speedup"),
+        "seconds_1e7_k100_gap1e-3": at.get((10_000_000, 100), {}).get("eventbus_s"),
+        "seconds_1e8_k100_gap1e-3": at.get((100_000_000, 100), {}).get("eventbus_s"),
+        "peak_rss_gb_1e8": at.get((100_000_000, 100), {}).get("peak_rss_gb"),
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
