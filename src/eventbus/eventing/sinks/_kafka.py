@@ -57,8 +57,8 @@ class KafkaSink(Sink):
     """Writes events to a Kafka topic; :meth:`send` returns once the broker acked them all.
 
     The record key is the event's ``partitionkey`` extension when set, else the key passed
-    with the event; keyed records are partitioned like Kafka's Java client (murmur2), keyless
-    ones spread round-robin.
+    with the event; keyed records are partitioned like Kafka's Java client (murmur2); keyless
+    ones go to one partition per :meth:`send` call, rotating between calls (sticky).
 
     Args:
         config: the sink configuration.
@@ -144,7 +144,10 @@ class KafkaSink(Sink):
         partitions = sorted(await producer.partitions_for(topic))
         n = len(partitions)
         encode = self._encode
-        rr = self._round_robin
+        # Keyless records of one send() share a partition (Kafka's sticky partitioner): one
+        # produce request per call instead of one per partition, so the acknowledgement waits
+        # for a single round trip; successive calls rotate through the partitions.
+        sticky = partitions[self._round_robin % n]
         failures: dict[int, tuple[str, str]] = {}
         # Records go straight into one open batch per partition; full batches (and records
         # too big for any batch) queue up in order and are handed over only once every item
@@ -174,8 +177,7 @@ class KafkaSink(Sink):
                 failures[i] = ("RecordTooLargeError", too_large)
                 continue
             if key is None:
-                partition = partitions[rr % n]
-                rr += 1
+                partition = sticky
             else:
                 h = _hash_cache.get(key)
                 if h is None:
@@ -194,7 +196,7 @@ class KafkaSink(Sink):
                     ready.append((partition, None, (key, value, headers)))  # bigger than a batch
         if failures:
             raise SinkEncodeError(f"kafka topic {topic!r}", failures)
-        self._round_robin = rr
+        self._round_robin += 1
         for partition, batch in open_batches.items():
             if batch.record_count():
                 ready.append((partition, batch, None))
