@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 from eventbus import cel
+from eventbus._client import AsyncClient, Client
 from eventbus.errors import (
     ConfigError,
     DeployError,
@@ -32,6 +33,8 @@ from eventbus.functions import function
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncClient",
+    "Client",
     "CloudEvent",
     "ConfigError",
     "DeployError",

@@ -467,5 +467,15 @@ def tail(
 
 _SHOWN = {"specversion", "id", "source", "type", "data", "data_base64", "datacontenttype"}
 
+# -- solver -----------------------------------------------------------------------------------
+
+from eventbus.solver._cli import solve_command  # noqa: E402  (imports torch only when it runs)
+
+app.command("solve")(solve_command)
+
+from eventbus._keeper_cli import keeper_app  # noqa: E402  (several clusters; no Ray at import)
+
+app.add_typer(keeper_app, name="keeper")
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -129,7 +129,9 @@ class Keeper:
             if self._redis:
                 return read_registry(keeper_redis=self.location)
             return read_registry(keeper_file=self.location)
-        except OSError as exc:
+        except ConfigError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - Redis and OS errors alike: name the place
             msg = f"cannot read the keeper registry at {self.location}: {exc}"
             raise ConfigError(msg) from None
 

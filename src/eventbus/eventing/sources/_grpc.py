@@ -100,7 +100,8 @@ def build_grpc_server(ingress: Ingress, address: str, options: list[tuple[str, A
     """A grpc.aio server serving ``eventbus.v1.EventBus`` on ``address`` (``host:port``;
     port 0 picks a free one). Returns the server (not started) and the bound port."""
     server = grpc.aio.server(
-        options=[("grpc.max_receive_message_length", _MAX_MESSAGE), ("grpc.max_send_message_length", _MAX_MESSAGE), *(options or [])]
+        # so_reuseport 0: a port another process holds is an error here, not a silent share.
+        options=[("grpc.max_receive_message_length", _MAX_MESSAGE), ("grpc.max_send_message_length", _MAX_MESSAGE), ("grpc.so_reuseport", 0), *(options or [])]
     )
     eventbus_pb2_grpc.add_EventBusServicer_to_server(_Servicer(ingress), server)
     port = server.add_insecure_port(address)
