@@ -53,11 +53,11 @@ class GatewayBackend:
         max_in_flight: concurrent batches per pipeline and way.
     """
 
-    def __init__(self, kafka_bootstrap: str, *, max_batch: int = 2000, linger_ms: float = 0.0, max_in_flight: int = 2) -> None:
+    def __init__(self, kafka_bootstrap: str, *, max_batch: int = 2000, linger_ms: float = 0.0, max_in_flight: int = 4) -> None:
         self.kafka_bootstrap = kafka_bootstrap
         self._opts = {"max_size": max_batch, "linger_ms": linger_ms, "max_in_flight": max_in_flight}
         self._publishers: dict[str, MicroBatcher[KafkaRecord, None]] = {}
-        self._sinks: dict[str, Any] = {}
+        self._sinks: dict[str, list[Any]] = {}
         self._invokers: dict[str, MicroBatcher[CloudEvent, Outcome]] = {}
         self._lock = asyncio.Lock()
 
@@ -75,14 +75,26 @@ class GatewayBackend:
 
         async with self._lock:
             if pipeline not in self._publishers:
-                sink = KafkaSink(KafkaSinkConfig(topic=ingress_topic(pipeline)), bootstrap_servers=self.kafka_bootstrap)
-                await sink.start()
+                # One producer per batch in flight: a Kafka client keeps one produce request in
+                # flight per broker, so concurrent batches on one producer would queue behind
+                # each other's acknowledgements.
+                sinks = [
+                    KafkaSink(KafkaSinkConfig(topic=ingress_topic(pipeline)), bootstrap_servers=self.kafka_bootstrap)
+                    for _ in range(int(self._opts["max_in_flight"]))
+                ]
+                for sink in sinks:
+                    await sink.start()
+                free = list(sinks)
 
                 async def flush(records: list[KafkaRecord]) -> list[None]:
-                    await sink.send([(r, None) for r in records])
+                    sink = free.pop()
+                    try:
+                        await sink.send([(r, None) for r in records])
+                    finally:
+                        free.append(sink)
                     return [None] * len(records)
 
-                self._sinks[pipeline] = sink
+                self._sinks[pipeline] = sinks
                 self._publishers[pipeline] = MicroBatcher(flush, **self._opts)  # type: ignore[arg-type]
         return self._publishers[pipeline]
 
@@ -122,15 +134,16 @@ class GatewayBackend:
         for name in list(self._publishers):
             if name not in pipelines:
                 del self._publishers[name]
-                sink = self._sinks.pop(name)
-                asyncio.get_running_loop().create_task(sink.stop())
+                for sink in self._sinks.pop(name):
+                    asyncio.get_running_loop().create_task(sink.stop())
 
     async def close(self) -> None:
         """Flush what is in flight and close the producers."""
         for b in (*self._publishers.values(), *self._invokers.values()):
             await b.close()
-        for sink in self._sinks.values():
-            await sink.stop()
+        for sinks in self._sinks.values():
+            for sink in sinks:
+                await sink.stop()
 
     def stats(self) -> dict[str, Any]:
         return {
