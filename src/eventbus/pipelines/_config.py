@@ -24,9 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, StringConstraint
 from eventbus.eventing.sinks._kafka import KafkaSinkConfig
 from eventbus.eventing.sources._http_config import GrpcSourceConfig, HttpSourceConfig, ingress_topic
 from eventbus.eventing.sources._kafka import KafkaSourceConfig
+from eventbus.pipelines._allocate import AllocateConfig
 from eventbus.pipelines._join_config import JoinConfig, JoinOutputConfig, JoinSideConfig
 
 __all__ = [
+    "AllocateConfig",
     "BatchConfig",
     "ConvertConfig",
     "DedupeConfig",
@@ -186,23 +188,24 @@ class StepConfig(BaseModel):
         default=None, description="A Python function 'package.module:function'."
     )
     join: JoinConfig | None = Field(default=None, description="Correlate events of several sides by key (state in Redis).")
+    allocate: AllocateConfig | None = Field(default=None, description="Pick an item per request at dual prices, within budgets.")
     retries: Annotated[int, Field(ge=0, le=100)] | None = Field(
         default=None, description="Retries of events failing in this step (overrides delivery.retries)."
     )
 
     @model_validator(mode="after")
     def _one_template(self) -> StepConfig:
-        keys = [k for k in ("filter", "convert", "function", "join") if getattr(self, k) is not None]
+        keys = [k for k in ("filter", "convert", "function", "join", "allocate") if getattr(self, k) is not None]
         if len(keys) != 1:
             got = ", ".join(keys) or "none"
-            msg = f"step {self.id!r} needs exactly one of filter, convert, function, join; got {got}"
+            msg = f"step {self.id!r} needs exactly one of filter, convert, function, join, allocate; got {got}"
             raise ValueError(msg)
         return self
 
     @property
     def template(self) -> str:
         """The template name of this step."""
-        return next(k for k in ("filter", "convert", "function", "join") if getattr(self, k) is not None)
+        return next(k for k in ("filter", "convert", "function", "join", "allocate") if getattr(self, k) is not None)
 
 
 class BackoffConfig(BaseModel):

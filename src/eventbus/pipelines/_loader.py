@@ -272,6 +272,11 @@ def _raw_expressions(step: dict[str, Any]) -> list[tuple[tuple[int | str, ...], 
             for path, src in conv["set"].items():
                 if isinstance(src, str) and src:
                     out.append((("convert", "set", str(path)), src))
+    alloc = step.get("allocate")
+    if isinstance(alloc, dict):
+        for field in ("revenue", "segment"):
+            if isinstance(alloc.get(field), str) and alloc[field]:
+                out.append((("allocate", field), alloc[field]))
     join = step.get("join")
     if isinstance(join, dict) and isinstance(join.get("sides"), list):
         for k, side in enumerate(join["sides"]):

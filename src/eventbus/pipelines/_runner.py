@@ -18,17 +18,18 @@ class PipelineRunner:
 
     Args:
         config: the validated pipeline.
-        redis_url: where ``join`` steps keep their state (None: in memory, for tests).
+        redis_url: where ``join``/``allocate`` steps keep their state (None: in memory, for tests).
+        base_dirs: where relative data files of steps are read (the pipeline file's folder).
 
     Example:
         >>> runner = PipelineRunner(config)               # doctest: +SKIP
         >>> outcomes = runner.run([event1, event2])      # doctest: +SKIP
     """
 
-    def __init__(self, config: PipelineConfig, *, redis_url: str | None = None) -> None:
+    def __init__(self, config: PipelineConfig, *, redis_url: str | None = None, base_dirs: list[str] | None = None) -> None:
         self.config = config
         self.name = config.name
-        self.steps: list[Step] = [build_step(s, pipeline=config.name, redis_url=redis_url) for s in config.spec.steps]
+        self.steps: list[Step] = [build_step(s, pipeline=config.name, redis_url=redis_url, base_dirs=base_dirs) for s in config.spec.steps]
 
     def sweepers(self) -> list[Any]:
         """A :class:`JoinSweeper` per join step (closing windows needs no incoming event)."""

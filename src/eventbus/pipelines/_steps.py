@@ -328,11 +328,16 @@ class FunctionStep(Step):
 # -- building -----------------------------------------------------------------------------
 
 
-def build_step(step: StepConfig, *, pipeline: str = "", redis_url: str | None = None) -> Step:
+def build_step(step: StepConfig, *, pipeline: str = "", redis_url: str | None = None, base_dirs: list[str] | None = None) -> Step:
     """Build the runtime step for a step config (compiling expressions, importing functions).
 
-    ``pipeline`` and ``redis_url`` locate the state of a ``join`` step (None: in memory).
+    ``pipeline`` and ``redis_url`` locate the state of ``join`` and ``allocate`` steps (None:
+    in memory); ``base_dirs`` is where relative data files (an allocate catalogue) are read.
     """
+    if step.allocate is not None:
+        from eventbus.pipelines._allocate import AllocateStep
+
+        return AllocateStep(step.id, step.allocate, pipeline=pipeline, redis_url=redis_url, base_dirs=base_dirs)  # type: ignore[return-value]
     if step.join is not None:
         from eventbus.pipelines._join import JoinStep
 

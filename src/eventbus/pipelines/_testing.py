@@ -140,7 +140,7 @@ def run_test_file(path: Path) -> list[CaseResult]:
     sys.path.insert(0, str(pipeline_path.parent))
     try:
         config = load_pipeline(pipeline_path)
-        runner = PipelineRunner(config)
+        runner = PipelineRunner(config, base_dirs=[str(pipeline_path.parent)])
         results = [_run_case(runner, case, where, i) for i, case in enumerate(doc["tests"])]
     finally:
         sys.path.remove(str(pipeline_path.parent))

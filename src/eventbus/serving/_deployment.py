@@ -50,7 +50,7 @@ class PipelineDeployment:
         from eventbus.pipelines._runner import PipelineRunner
 
         config = PipelineConfig.model_validate(document)
-        self._runner = PipelineRunner(config, redis_url=(runtime or {}).get("redis_url"))
+        self._runner = PipelineRunner(config, redis_url=(runtime or {}).get("redis_url"), base_dirs=python_path)
         self._events = 0
         sink = config.spec.sink.kafka
         self._encode = encode_kafka_structured if sink is not None and sink.mode == "structured" else encode_kafka_binary

@@ -55,12 +55,18 @@ def solve_command(
     ),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the duals and figures as JSON."),
     max_iterations: int = typer.Option(1000, "--max-iterations", min=1, help="Cap on solver steps."),
+    publish: Optional[str] = typer.Option(
+        None, "--publish", help="Publish the duals to a pipeline's allocate step: PIPELINE:STEP (needs --redis-url)."
+    ),
+    redis_url: Optional[str] = typer.Option(None, "--redis-url", envvar="EVENTBUS_REDIS_URL", help="Redis of the stack (for --publish)."),
 ) -> None:
     """Solve an allocation LP (coupons, budgets, inventories) to a certified gap; print the duals' figures."""
     if (file is None) == (generate is None):
         raise _fail("give either a problem FILE or --generate n,m,K (exactly one)", 2)
     if not 0 < gap < 1:
         raise _fail(f"--gap must lie in (0, 1); got {gap!r}", 2)
+    if publish is not None and (publish.count(":") != 1 or not redis_url):
+        raise _fail("--publish takes PIPELINE:STEP and needs --redis-url (or EVENTBUS_REDIS_URL)", 2)
     from eventbus.solver._generate import generate_problem
     from eventbus.solver._io import load_problem
 
@@ -83,6 +89,13 @@ def solve_command(
         _out.print(f"wrote {output}", highlight=False)
     if not result.converged:
         raise _fail(f"gap {result.gap:.3g} did not reach {gap:g} in {result.iterations} steps; raise --max-iterations", 1)
+    if publish is not None:
+        from eventbus.pipelines._allocate import publish_duals
+
+        pipeline, step = publish.split(":")
+        assert redis_url is not None
+        publish_duals(redis_url, pipeline, step, result.duals)
+        _out.print(f"published the duals to {pipeline}:{step}", highlight=False)
 
 
 def _run(problem: AllocationProblem, gap: float, device: str, partitions: int | None, max_iterations: int) -> SolveResult:

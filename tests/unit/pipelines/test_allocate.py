@@ -1,0 +1,86 @@
+"""The allocate step on in-memory state: argmax of reduced costs at the published duals,
+declines, the budget safeguard, bad requests, config errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from eventbus.eventing._event import CloudEvent
+from eventbus.eventing._outcome import Failure
+from eventbus.pipelines._config import PipelineConfig
+from eventbus.pipelines._runner import PipelineRunner
+from eventbus.solver import AllocationProblem, FactorisedConsumption, save_problem
+
+
+@pytest.fixture
+def catalogue(tmp_path: Path) -> Path:
+    # 3 items, 2 resources: resource 0 is a money budget (costs 1, 2, 0 per item), resource 1
+    # the inventory of item 2 (one unit each); segment 1 is outside resource 0.
+    cons = FactorisedConsumption(
+        torch.tensor([[1.0, 2.0, 0.0], [0.0, 0.0, 1.0]]), torch.tensor([[1.0, 0.0], [1.0, 1.0]]), torch.zeros(1, dtype=torch.long)
+    )
+    problem = AllocationProblem(torch.tensor([[1.0, 1.0, 1.0]]), torch.tensor([10.0, 3.0]), cons)
+    path = tmp_path / "catalogue.npz"
+    save_problem(problem, path)
+    return path
+
+
+def runner(catalogue: Path, **spec: Any) -> PipelineRunner:
+    doc = {
+        "apiVersion": "eventbus/v1",
+        "kind": "Pipeline",
+        "metadata": {"name": "coupons"},
+        "spec": {
+            "sources": [{"kafka": {"topic": "in"}}],
+            "steps": [{"id": "coupon", "allocate": {"catalogue": catalogue.name, "revenue": "data.scores", "segment": "data.segment", **spec}}],
+            "sink": {"kafka": {"topic": "out"}},
+        },
+    }
+    return PipelineRunner(PipelineConfig.model_validate(doc), base_dirs=[str(catalogue.parent)])
+
+
+def req(i: int, scores: list[float], segment: int = 0) -> CloudEvent:
+    return CloudEvent.create(type="request", source="/app", id=f"r{i}", data={"scores": scores, "segment": segment})
+
+
+def test_picks_the_best_reduced_cost_at_the_duals(catalogue: Path) -> None:
+    r = runner(catalogue)
+    step = r.steps[0]
+    step.memory_duals = [1.0, 0.0]
+    step._read_at = -1e9  # read now
+    [[a], [b], [c]] = r.run([req(0, [3.0, 5.0, 0.5]), req(1, [0.5, 1.0, -1.0]), req(2, [3.0, 5.0, 0.5], segment=1)])
+    assert a.data["item"] == 1  # 5 - 2*1 = 3 beats 3 - 1 = 2
+    assert b.data["item"] is None  # every reduced cost negative: declined
+    assert c.data["item"] == 1  # segment 1 does not use resource 0: no price
+
+
+def test_no_budget_is_ever_exceeded(catalogue: Path) -> None:
+    r = runner(catalogue)
+    outs = r.run([req(i, [0.0, 0.0, 9.0]) for i in range(10)])  # all want item 2, 3 in stock
+    got = [o[0].data["item"] for o in outs]
+    assert got.count(2) == 3 and got.count(None) == 7
+    step = r.steps[0]
+    assert step.used_budget()[1] == 3.0
+    money = r.run([req(100 + i, [0.0, 1.0, 0.0]) for i in range(8)])  # item 1 costs 2 of 10
+    assert [o[0].data["item"] for o in money].count(1) == 5
+    assert step.used_budget()[0] == 10.0
+    assert step.stats()["refused_by_budget"] == 7 + 3
+
+
+def test_bad_requests_fail_alone(catalogue: Path) -> None:
+    r = runner(catalogue)
+    bad_len, bad_seg, ok = r.run([req(0, [1.0, 2.0]), req(1, [1.0, 2.0, 3.0], segment=5), req(2, [1.0, 2.0, 3.0])])
+    assert isinstance(bad_len, Failure) and "a list of 3 numbers" in bad_len.message
+    assert isinstance(bad_seg, Failure) and "segment must be an integer in [0, 2)" in bad_seg.message
+    assert ok[0].data["item"] == 2
+
+
+def test_missing_catalogue_is_a_clear_error(tmp_path: Path) -> None:
+    from eventbus.errors import SolverError
+
+    with pytest.raises(SolverError, match="nope.npz"):
+        runner(tmp_path / "nope.npz")
