@@ -59,3 +59,48 @@ async def test_allocate_keeps_every_budget(deploy_pipeline: Any, topic_factory: 
     budget = problem.budget.double()
     assert bool((used <= budget + 1e-6).all()), f"used {used.tolist()} over budget {budget.tolist()}"
     assert allocated > n // 10  # the duals price, they do not starve
+
+
+async def test_plan_republishes_duals_without_a_redeploy(deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> None:
+    import asyncio
+    import json
+    import time
+
+    import redis
+
+    from eventbus.pipelines._allocate import duals_key
+    from eventbus.solver import generate_problem, save_problem
+
+    n, m, k = 1000, 6, 3
+    problem = generate_problem(n, m, k, seed=5)
+    catalogue = tmp_path / "catalogue.npz"
+    save_problem(problem, catalogue)
+    src, sink = topic_factory("plan-in"), topic_factory("plan-out")
+    name = f"plan-{uuid.uuid4().hex[:6]}"
+    deploy_pipeline({
+        "apiVersion": "eventbus/v1",
+        "kind": "Pipeline",
+        "metadata": {"name": name},
+        "spec": {
+            "sources": [{"kafka": {"topic": src}}],
+            "steps": [{"id": "coupon", "allocate": {
+                "catalogue": str(catalogue), "revenue": "data.revenue", "segment": "data.segment", "refresh_s": 0.2,
+                "plan": {"every_s": 1, "window": 500, "expected_requests": 4000},
+            }}],
+            "sink": {"kafka": {"topic": sink}},
+        },
+    })
+    r = redis.Redis.from_url(redis_url)
+    assert r.get(duals_key(name, "coupon")) is None
+    cons = problem.consumption
+    await produce(kafka_bootstrap, src, [
+        CloudEvent.create(type="request", source="/app", id=f"q{i}", data={"revenue": problem.revenue[i].tolist(), "segment": int(cons.segment[i])})
+        for i in range(n)
+    ])
+    await collect(kafka_bootstrap, sink, n, timeout_s=120)
+    deadline = time.monotonic() + 30
+    while r.get(duals_key(name, "coupon")) is None:
+        assert time.monotonic() < deadline, "the planner published no duals"
+        await asyncio.sleep(0.2)
+    duals = json.loads(r.get(duals_key(name, "coupon")))
+    assert len(duals) == k and all(d >= 0 for d in duals) and any(d > 0 for d in duals)

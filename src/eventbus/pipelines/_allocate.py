@@ -26,7 +26,21 @@ from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure
 from eventbus.pipelines._activation import activation_builder, check_identifiers
 
-__all__ = ["AllocateConfig", "AllocateStep", "duals_key", "publish_duals"]
+__all__ = ["AllocateConfig", "AllocatePlanner", "AllocateStep", "PlanConfig", "duals_key", "publish_duals"]
+
+
+class PlanConfig(BaseModel):
+    """Nearline re-planning: re-solve the duals from a window of recent requests."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    every_s: float = Field(default=30, gt=0, le=86400, description="Re-solve at most this often (one replica solves; a Redis lock).")
+    window: int = Field(default=10_000, ge=10, le=10_000_000, description="Most recent requests the re-solve uses.")
+    expected_requests: int = Field(
+        ge=1,
+        description="Requests expected over the whole budget period: the window gets the remaining budget "
+        "times window / (expected_requests - requests seen so far).",
+    )
+    gap: float = Field(default=1e-3, gt=0, lt=1, description="Certified relative gap of each re-solve.")
 
 
 class AllocateConfig(BaseModel):
@@ -42,6 +56,7 @@ class AllocateConfig(BaseModel):
     segment: str = Field(default="0", min_length=1, description="CEL: the request's segment, an integer in [0, G).")
     output: str = Field(default="item", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="data field set to the chosen item index, or null.")
     refresh_s: float = Field(default=1.0, gt=0, le=3600, description="How often the duals are re-read from Redis.")
+    plan: PlanConfig | None = Field(default=None, description="Re-solve the duals nearline from recent requests (without a redeploy).")
 
 
 def duals_key(pipeline: str, step: str) -> str:
@@ -130,6 +145,13 @@ class AllocateStep:
         self._redis: Any = None
         self._reserve: Any = None
         self._used_key = f"eventbus:allocate:{pipeline}:{step_id}:used"
+        self._window_key = f"eventbus:allocate:{pipeline}:{step_id}:window"
+        self._seen_key = f"eventbus:allocate:{pipeline}:{step_id}:seen"
+        self._lock_key = f"eventbus:allocate:{pipeline}:{step_id}:plan-lock"
+        self.pipeline = pipeline
+        self.redis_url = redis_url
+        self.memory_window: list[str] = []
+        self.memory_seen = 0
         self._duals_key = duals_key(pipeline, step_id)
         if redis_url:
             import redis
@@ -198,6 +220,8 @@ class AllocateStep:
             return results
         revenue = torch.tensor(rows, dtype=torch.float64)
         segment = torch.tensor(segs, dtype=torch.long)
+        if self.spec.plan is not None:
+            self._record(rows, segs)
         items = decide(self.duals, revenue, FactorisedConsumption(self._item_cost, self._mask, segment)).tolist()
         cons = []
         for j, s in zip(items, segs):
@@ -218,6 +242,25 @@ class AllocateStep:
             data[self.spec.output] = chosen
             results[i] = e.replace(data=data)
         return results
+
+    def _record(self, rows: list[list[float]], segs: list[int]) -> None:
+        """Keep the latest requests (revenue row and segment) for the planner."""
+        assert self.spec.plan is not None
+        window = self.spec.plan.window
+        entries = [json.dumps([r, g]) for r, g in zip(rows, segs)]
+        if self._redis is None:
+            self.memory_window = (self.memory_window + entries)[-window:]
+            self.memory_seen += len(entries)
+            return
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.rpush(self._window_key, *entries)
+            pipe.ltrim(self._window_key, -window, -1)
+            pipe.incrby(self._seen_key, len(entries))
+            pipe.execute()
+        except Exception as e:  # noqa: BLE001
+            msg = f"allocate step {self.id!r}: Redis unavailable ({e}); the batch will be retried"
+            raise StateUnavailableError(msg) from None
 
     def _reserve_budget(self, consumption: list[list[float]]) -> list[bool]:
         if not consumption:
@@ -249,3 +292,62 @@ class AllocateStep:
 
     def stats(self) -> dict[str, Any]:
         return dict(self.counters)
+
+
+class AllocatePlanner:
+    """Re-solves an allocate step's duals from its window of recent requests and publishes
+    them; call :meth:`tick` every second or so (at most one replica solves per period).
+
+    The window's problem: its requests as users, the catalogue's item costs and segment mask,
+    and budgets equal to the remaining budget scaled by window / remaining expected requests,
+    so the duals price what is left for the traffic still to come.
+    """
+
+    def __init__(self, step: AllocateStep) -> None:
+        assert step.spec.plan is not None
+        self.step = step
+        self.plan = step.spec.plan
+        self._last = 0.0
+        self._previous: Any = None
+        self.solves = 0
+
+    def tick(self) -> bool:
+        """Re-solve if the period passed and this replica holds the lock; True when it did."""
+        import torch
+
+        from eventbus.solver import AllocationProblem, solve
+        from eventbus.solver._problem import FactorisedConsumption
+
+        now = time.monotonic()
+        if now - self._last < self.plan.every_s:
+            return False
+        self._last = now
+        step = self.step
+        r = step._redis
+        if r is not None:
+            if not r.set(step._lock_key, b"1", nx=True, px=int(self.plan.every_s * 1000)):
+                return False
+            entries = [x.decode() for x in r.lrange(step._window_key, 0, -1)]
+            seen = int(r.get(step._seen_key) or 0)
+        else:
+            entries, seen = list(step.memory_window), step.memory_seen
+        if len(entries) < 10:
+            return False
+        rows, segs = zip(*(json.loads(x) for x in entries))
+        w = len(rows)
+        remaining = (step.budget - torch.tensor(step.used_budget(), dtype=torch.float64)).clamp_min(1e-9)
+        share = w / max(w, self.plan.expected_requests - seen)
+        problem = AllocationProblem(
+            torch.tensor(rows, dtype=torch.float64),
+            remaining * share,
+            FactorisedConsumption(step._item_cost, step._mask, torch.tensor(segs, dtype=torch.long)),
+        )
+        result = solve(problem, gap=self.plan.gap, warm_start=self._previous, device="cpu")
+        self._previous = result
+        self.solves += 1
+        if r is not None:
+            publish_duals(step.redis_url or "", step.pipeline, step.id, result.duals)
+        else:
+            step.memory_duals = result.duals.tolist()
+        step._read_at = 0.0
+        return True

@@ -32,10 +32,14 @@ class PipelineRunner:
         self.steps: list[Step] = [build_step(s, pipeline=config.name, redis_url=redis_url, base_dirs=base_dirs) for s in config.spec.steps]
 
     def sweepers(self) -> list[Any]:
-        """A :class:`JoinSweeper` per join step (closing windows needs no incoming event)."""
+        """Timers: a :class:`JoinSweeper` per join step (closing windows needs no incoming
+        event) and an :class:`AllocatePlanner` per allocate step with ``plan:``."""
         from eventbus.pipelines._join import JoinSweeper, JoinStep
 
-        return [JoinSweeper(s) for s in self.steps if isinstance(s, JoinStep)]
+        from eventbus.pipelines._allocate import AllocatePlanner, AllocateStep
+
+        out: list[Any] = [JoinSweeper(s) for s in self.steps if isinstance(s, JoinStep)]
+        return out + [AllocatePlanner(s) for s in self.steps if isinstance(s, AllocateStep) and s.spec.plan is not None]
 
     def run(self, events: list[CloudEvent], *, trace: dict[str, list[CloudEvent]] | None = None) -> list[Outcome]:
         """Run the steps over a batch.

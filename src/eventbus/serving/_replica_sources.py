@@ -67,6 +67,9 @@ async def sweep_forever(sweepers: list[Any], config: PipelineConfig, bootstrap: 
             await asyncio.sleep(every_s)
             for sw in sweepers:
                 try:
+                    if not hasattr(sw, "sweep"):  # an allocate planner: it publishes the duals itself
+                        await asyncio.to_thread(sw.tick)
+                        continue
                     outputs, dead, keys = await asyncio.to_thread(sw.sweep)
                     if outputs:
                         await sink.send([(e, None) for e in outputs])

@@ -84,3 +84,17 @@ def test_missing_catalogue_is_a_clear_error(tmp_path: Path) -> None:
 
     with pytest.raises(SolverError, match="nope.npz"):
         runner(tmp_path / "nope.npz")
+
+
+def test_the_planner_prices_a_scarce_budget_from_recent_requests(catalogue: Path) -> None:
+    r = runner(catalogue, plan={"every_s": 0.001, "window": 100, "expected_requests": 1000})
+    step = r.steps[0]
+    [planner] = r.sweepers()
+    assert not planner.tick()  # nothing recorded yet
+    # Everyone prefers item 2 (3 in stock for 1,000 expected requests): it must get a price.
+    r.run([req(i, [1.0, 1.5, 4.0]) for i in range(50)])
+    planner._last = 0.0
+    assert planner.tick() and planner.solves == 1
+    assert step.memory_duals is not None and step.memory_duals[1] > 0
+    [[after]] = r.run([req(999, [1.0, 1.5, 4.0])])
+    assert after.data["item"] != 2  # priced out: the scarce item is kept for later requests
