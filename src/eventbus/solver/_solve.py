@@ -189,19 +189,24 @@ def solve(
     # badly when other processes share the cores: one thread
     small = problem.num_users * problem.num_items < SMALL_PROBLEM
     configure_torch(num_threads or (1 if small else None))
-    if problem.revenue.device != dev:
-        problem = problem.to(dev)
-    chunk = chunk_users or chunk_users_for(problem.num_items)
-    part = Partition(problem, chunk, BLOCK_CHUNKS)
-    tau0 = warm_start.temperature if isinstance(warm_start, SolveResult) else None
-    result, best = run_dual(
-        part, problem.budget, problem.num_users, problem.num_items, chunk, problem.revenue.dtype,
-        gap=gap, lam0=lam0, tau0=tau0, max_iterations=max_iterations, callback=callback,
-    )
-    if keep_allocation and best is not None:
-        part.evaluate(best[0], best[1])
-        result.allocation = part.allocation(best[2])
-    return result
+    try:
+        if problem.revenue.device != dev:
+            problem = problem.to(dev)
+        chunk = chunk_users or chunk_users_for(problem.num_items)
+        part = Partition(problem, chunk, BLOCK_CHUNKS)
+        tau0 = warm_start.temperature if isinstance(warm_start, SolveResult) else None
+        result, best = run_dual(
+            part, problem.budget, problem.num_users, problem.num_items, chunk, problem.revenue.dtype,
+            gap=gap, lam0=lam0, tau0=tau0, max_iterations=max_iterations, callback=callback,
+        )
+        if keep_allocation and best is not None:
+            part.evaluate(best[0], best[1])
+            result.allocation = part.allocation(best[2])
+        return result
+    finally:
+        # Denormals flushed is process-wide floating-point state: give the caller (a replica,
+        # a test process) its IEEE behaviour back.
+        torch.set_flush_denormal(False)
 
 
 def _fsum_rows(rows: torch.Tensor) -> torch.Tensor:
