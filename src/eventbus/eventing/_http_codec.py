@@ -31,6 +31,7 @@ from eventbus.eventing._codecs import (
     _to_obj,
     _validate,
     event_to_json,
+    events_from_json_batch,
 )
 from eventbus.eventing._event import CloudEvent, is_json_content_type
 
@@ -74,7 +75,7 @@ def decode_http(
     if content_type is not None and content_type[:23].lower() == "application/cloudevents":
         media = content_type.split(";", 1)[0].strip().lower()
         if media == BATCH_CONTENT_TYPE:
-            return _decode_batch(body), "batch"
+            return events_from_json_batch(body), "batch"
         if media not in (STRUCTURED_CONTENT_TYPE, "application/cloudevents"):
             msg = (
                 f"{_WHERE}: header content-type is {content_type!r}; EventBus reads the JSON "
@@ -99,21 +100,6 @@ def decode_http(
     if ce is not None:
         return [_decode_binary(ce, content_type, body)], "binary"
     return [_decode_plain(content_type, body, default_type, default_source)], "plain"
-
-
-def _decode_batch(body: bytes) -> list[CloudEvent]:
-    try:
-        raw = orjson.loads(body)
-    except orjson.JSONDecodeError as e:
-        msg = f"{_WHERE}: batch body is not valid JSON ({e}); send a JSON array of events"
-        raise EventDecodeError(msg) from None
-    if not isinstance(raw, list):
-        msg = (
-            f"{_WHERE}: content-type is {BATCH_CONTENT_TYPE} but the body is a JSON "
-            f"{type(raw).__name__}; send a JSON array of events"
-        )
-        raise EventDecodeError(msg)
-    return [_from_obj(obj, f"batch[{i}]", owned=True) for i, obj in enumerate(raw)]
 
 
 def _decode_binary(attrs: dict[str, Any], content_type: str | None, body: bytes) -> CloudEvent:

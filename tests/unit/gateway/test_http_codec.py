@@ -79,7 +79,7 @@ def test_plain_non_json_body_keeps_its_bytes_and_type() -> None:
         ({"ce-specversion": "1.0", "ce-id": "1", "ce-source": "/s", "ce-type": "t", "ce-time": "yesterday"}, b"", "header ce-time is 'yesterday'"),
         ({"ce-specversion": "1.0", "ce-id": "1", "ce-source": "/s", "ce-type": "t", "content-type": "application/json"}, b"{nope", "body is not valid JSON"),
         ({"content-type": "application/cloudevents+json"}, b'{"specversion": "1.0", "id": "1", "source": "/s"}', "attribute 'type' is missing"),
-        ({"content-type": "application/cloudevents-batch+json"}, b'{"a": 1}', "send a JSON array of events"),
+        ({"content-type": "application/cloudevents-batch+json"}, b'{"a": 1}', "the batch format is a JSON array of events"),
         ({"content-type": "application/cloudevents-batch+json"}, b'[{"specversion": "1.0", "id": "1", "source": "/s", "type": "t"}, {"id": 2}]', "batch[1]: "),
         ({"content-type": "application/json"}, b"not json", "body is not valid JSON"),
         ({"content-type": "application/cloudevents+xml"}, b"<e/>", "reads the JSON formats only"),
