@@ -131,10 +131,15 @@ class RedisDeduper:
     def _key(self, k: str) -> str:
         return self._prefix + hashlib.blake2b(k.encode(), digest_size=12).hexdigest()
 
-    async def seen(self, keys: Sequence[str | None]) -> list[bool]:
+    def digests(self, keys: Sequence[str | None]) -> list[str | None]:
+        """The Redis keys of ``keys`` (hashed once, before the sink is awaited, so that the
+        mark right after its acknowledgement costs one round trip and nothing more)."""
+        return [None if k is None else self._key(k) for k in keys]
+
+    async def seen(self, keys: Sequence[str | None], *, hashed: bool = False) -> list[bool]:
         """Which keys were delivered within the window. When Redis does not answer, none
         (fail open: a duplicate is better than a stalled or lost event)."""
-        wanted = [self._key(k) for k in keys if k is not None]
+        wanted = [k if hashed else self._key(k) for k in keys if k is not None]
         if not wanted:
             return [False] * len(keys)
         try:
@@ -146,9 +151,9 @@ class RedisDeduper:
         it = iter(found)
         return [False if k is None else next(it) is not None for k in keys]
 
-    async def mark(self, keys: Sequence[str | None]) -> None:
+    async def mark(self, keys: Sequence[str | None], *, hashed: bool = False) -> None:
         """Remember keys as delivered (after the sink acknowledged them)."""
-        wanted = [self._key(k) for k in keys if k is not None]
+        wanted = [k if hashed else self._key(k) for k in keys if k is not None]
         if not wanted:
             return
         try:

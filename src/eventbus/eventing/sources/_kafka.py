@@ -564,20 +564,23 @@ class KafkaSource(Source):
         keys: list[str | None] = []
         dedupe = self._dedupe
         if dedupe is not None and outputs:
-            keys = [dedupe_key(o) for o, _ in outputs]
-            seen = await dedupe.seen(keys)
+            keys = dedupe.digests([dedupe_key(o) for o, _ in outputs])
+            seen = await dedupe.seen(keys, hashed=True)
             if any(seen):
                 self._stats["duplicates"] += sum(seen)
                 keep = [j for j, s in enumerate(seen) if not s]
                 outputs = [outputs[j] for j in keep]
                 origins = [origins[j] for j in keep]
                 keys = [keys[j] for j in keep]
-        dead_unencodable, unencodable = await asyncio.gather(
-            self._send_with_retry(self._dead_letter, dead, "dead_letter", batch.seq),
-            self._send_with_retry(self._sink, outputs, "sink", batch.seq),
-        )
-        if dedupe is not None and keys:
-            await dedupe.mark([k for j, k in enumerate(keys) if j not in unencodable])
+        dead_task = asyncio.ensure_future(self._send_with_retry(self._dead_letter, dead, "dead_letter", batch.seq))
+        try:
+            unencodable = await self._send_with_retry(self._sink, outputs, "sink", batch.seq)
+            if dedupe is not None and keys:
+                # At once after the sink's acknowledgement: a process killed between the two
+                # is the one way a duplicate gets through (see _delivery).
+                await dedupe.mark([k for j, k in enumerate(keys) if j not in unencodable], hashed=True)
+        finally:
+            dead_unencodable = await dead_task
         dead_lettered = len(dead) - len(dead_unencodable) if self._dead_letter is not None else 0
         if unencodable:
             # Outputs the sink cannot encode will never go through: dead-letter their inputs.
