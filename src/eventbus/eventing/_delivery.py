@@ -4,16 +4,20 @@
   other failures of its batch, never with its batch-mates) after an exponential backoff with
   jitter, up to the step's retry count and the policy's maximum age; then it is dead-lettered.
 * :class:`RedisDeduper`: effectively-once at the sink: output events whose CloudEvent
-  ``source`` + ``id`` were already delivered within the window are not sent again. Marks are
-  written after the sink acknowledged (never before, so a crash cannot turn a mark into a
-  lost event); a crash between the acknowledgement and the mark can still let one duplicate
-  through when the batch is consumed again.
+  ``source`` + ``id`` were already delivered within the window are not sent again. Before a
+  send, each output is *claimed*: marked pending, with the sink's lower bounds of where its
+  records will land. After the sink's acknowledgement the marks become *done*. An output found
+  pending (its sender died between the claim and the done mark) is looked up in the sink from
+  those bounds: found, it is skipped; not found, it is sent. So a process killed at any point
+  neither loses nor duplicates an output (a live process racing another on the same output id
+  still can: that needs a zombie, which the consumer group fences on its next commit).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,9 +26,27 @@ from typing import Any
 from eventbus.eventing._codecs import KafkaRecord
 from eventbus.eventing._event import CloudEvent
 
-__all__ = ["RedisDeduper", "RetryPolicy", "dedupe_key"]
+__all__ = ["RedisDeduper", "RetryPolicy", "dedupe_key", "injected_fault"]
 
 log = logging.getLogger(__name__)
+
+#: Fault injection for the tests (unset in production: then the hook costs one comparison).
+_FAULTS_DIR = os.environ.get("EVENTBUS_FAULTS_DIR")
+
+
+def injected_fault(pipeline: str, point: str) -> None:
+    """Test hook: the process dies at once (as by kill -9) when the file
+    ``$EVENTBUS_FAULTS_DIR/<pipeline>.<point>`` exists; removing it first means exactly one
+    process fires. Points: ``after-claim`` (outputs claimed, nothing sent), ``after-sink-ack``
+    (outputs in the sink, not marked done)."""
+    if _FAULTS_DIR is None:
+        return
+    try:
+        os.unlink(os.path.join(_FAULTS_DIR, f"{pipeline}.{point}"))
+    except FileNotFoundError:
+        return
+    log.error("fault injection: %s dies at %s", pipeline, point)
+    os._exit(137)
 
 #: Steps whose failures are never retried: the input itself or the output cannot be handled.
 _FINAL_STEPS = frozenset(("decode", "sink", "dispatch"))
@@ -101,6 +123,24 @@ def dedupe_key(event: CloudEvent | KafkaRecord) -> str | None:
     return f"{a['source']}\x00{a['id']}"
 
 
+#: Claim outputs before a send: new keys get the pending value (returned as ''), the others
+#: return what they hold ('1': delivered; 'P...': pending, sender unknown).
+_CLAIM = """
+local px = ARGV[1]
+local pending = ARGV[2]
+local out = {}
+for i = 3, #ARGV do
+  local cur = redis.call('GET', ARGV[i])
+  if cur then
+    out[#out + 1] = cur
+  else
+    redis.call('SET', ARGV[i], pending, 'PX', px)
+    out[#out + 1] = ''
+  end
+end
+return out
+"""
+
 _MARK = """
 local px = ARGV[1]
 for i = 2, #ARGV do
@@ -126,7 +166,11 @@ class RedisDeduper:
         self._prefix = f"eventbus:dedupe:{pipeline}:"
         self._window_ms = int(window_s * 1000)
         self._mark = self._redis.register_script(_MARK)
+        self._claim = self._redis.register_script(_CLAIM)
         self.errors = 0
+        #: Pending outputs looked up in the sink (after a crash), and how many were found there.
+        self.resolved = 0
+        self.found_in_sink = 0
 
     def _key(self, k: str) -> str:
         return self._prefix + hashlib.blake2b(k.encode(), digest_size=12).hexdigest()
@@ -136,20 +180,78 @@ class RedisDeduper:
         mark right after its acknowledgement costs one round trip and nothing more)."""
         return [None if k is None else self._key(k) for k in keys]
 
-    async def seen(self, keys: Sequence[str | None], *, hashed: bool = False) -> list[bool]:
-        """Which keys were delivered within the window. When Redis does not answer, none
-        (fail open: a duplicate is better than a stalled or lost event)."""
-        wanted = [k if hashed else self._key(k) for k in keys if k is not None]
+    async def claim(self, keys: Sequence[str | None], sink: Any) -> list[bool]:
+        """Which outputs to skip (delivered already, or a repeat within ``keys``); claim the
+        others: mark them pending with ``sink``'s positions, so that if this process dies
+        before :meth:`mark`, the next one to see them can search the sink for them.
+
+        Args:
+            keys: hashed keys (from :meth:`digests`); None for outputs without an id.
+            sink: the sink the outputs go to (its ``positions`` and ``written_keys``).
+
+        When Redis does not answer, nothing is skipped (fail open). When the sink cannot be
+        searched, pending outputs are sent again (a possible duplicate, never a loss).
+        """
+        wanted = [k for k in keys if k is not None]
         if not wanted:
             return [False] * len(keys)
+        positions = await sink.positions()
+        topic = getattr(getattr(sink, "config", None), "topic", "")
+        where = "" if positions is None else ",".join(f"{p}={o}" for p, o in positions.items())
+        own = f"P{os.urandom(6).hex()}|{topic}|{where}"
         try:
-            found = await self._redis.mget(wanted)
+            found = await self._claim(args=[self._window_ms, own, *wanted])
         except Exception as e:  # noqa: BLE001
             self.errors += 1
             log.warning("dedupe: Redis did not answer (%s); delivering without dedupe", e)
             return [False] * len(keys)
+        own_b = own.encode()
+        skip: list[bool] = []
+        pending: dict[bytes, list[int]] = {}  # pending value -> indexes into ``keys``
         it = iter(found)
-        return [False if k is None else next(it) is not None for k in keys]
+        for i, k in enumerate(keys):
+            if k is None:
+                skip.append(False)
+                continue
+            v = next(it)
+            if not v:
+                skip.append(False)
+            elif v == b"1" or v == own_b:
+                skip.append(True)
+            else:
+                skip.append(False)
+                pending.setdefault(v, []).append(i)
+        if pending:
+            await self._resolve(keys, pending, sink, topic, skip)
+        return skip
+
+    async def _resolve(self, keys: Sequence[str | None], pending: dict[bytes, list[int]], sink: Any, topic: str, skip: list[bool]) -> None:
+        """Search the sink for outputs another process claimed and did not mark done."""
+        floors: dict[int, int] = {}
+        for value in pending:
+            _, claimed_topic, where = value.decode(errors="replace").split("|", 2)
+            if claimed_topic != topic or not where:
+                continue  # another sink (the pipeline was redeployed) or one that cannot be searched
+            for part in where.split(","):
+                p, o = part.split("=")
+                floors[int(p)] = min(int(o), floors.get(int(p), int(o)))
+        indexes = [i for idx in pending.values() for i in idx]
+        self.resolved += len(indexes)
+        if not floors:
+            return
+        try:
+            written = {self._key(k) for k in await sink.written_keys(floors)}
+        except Exception as e:  # noqa: BLE001
+            log.warning("dedupe: cannot search sink %r for %d unfinished outputs (%s); sending them again", topic, len(indexes), e)
+            return
+        done = []
+        for i in indexes:
+            if keys[i] in written:
+                skip[i] = True
+                done.append(keys[i])
+        self.found_in_sink += len(done)
+        log.info("dedupe: %d outputs left unfinished by a crashed process; %d of them were in sink %r already", len(indexes), len(done), topic)
+        await self.mark(done, hashed=True)
 
     async def mark(self, keys: Sequence[str | None], *, hashed: bool = False) -> None:
         """Remember keys as delivered (after the sink acknowledged them)."""

@@ -207,14 +207,14 @@ async def replay(
                     stats.dropped += 1
             keys: list[str | None] = []
             if deduper is not None and outputs:
-                keys = [dedupe_key(o) for o, _ in outputs]
-                seen = await deduper.seen(keys)
+                keys = deduper.digests([dedupe_key(o) for o, _ in outputs])
+                seen = await deduper.claim(keys, sink)
                 stats.duplicates += sum(seen)
                 outputs = [x for x, s in zip(outputs, seen) if not s]
                 keys = [k for k, s in zip(keys, seen) if not s]
             await asyncio.gather(sink.send(outputs), dlq.send(dead) if dlq is not None and dead else asyncio.sleep(0))
             if deduper is not None:
-                await deduper.mark(keys)
+                await deduper.mark(keys, hashed=True)
             stats.replayed += len(events)
             stats.outputs += len(outputs)
             stats.dead_lettered += len(dead) if dlq is not None else 0

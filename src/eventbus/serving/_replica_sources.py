@@ -54,9 +54,13 @@ def delivery_policies(config: PipelineConfig, redis_url: str | None) -> dict[str
     return {"retry": RetryPolicy.from_config(spec), "dedupe": dedupe}
 
 
-async def sweep_forever(sweepers: list[Any], config: PipelineConfig, bootstrap: str, every_s: float = 1.0) -> None:
-    """Run join sweepers every ``every_s`` until cancelled, delivering what they return."""
+async def sweep_forever(sweepers: list[Any], config: PipelineConfig, bootstrap: str, redis_url: str | None = None, every_s: float = 1.0) -> None:
+    """Run join sweepers every ``every_s`` until cancelled, delivering what they return
+    (through the pipeline's dedupe, when it has one, like the sources' outputs)."""
+    from eventbus.eventing._delivery import dedupe_key
+
     spec = config.spec
+    dedupe = delivery_policies(config, redis_url)["dedupe"] if redis_url else None
     sink = make_sink(spec.sink, default_bootstrap=bootstrap)
     dlq = make_sink(spec.dead_letter, default_bootstrap=bootstrap) if spec.dead_letter else None
     await sink.start()
@@ -71,8 +75,15 @@ async def sweep_forever(sweepers: list[Any], config: PipelineConfig, bootstrap: 
                         await asyncio.to_thread(sw.tick)
                         continue
                     outputs, dead, keys = await asyncio.to_thread(sw.sweep)
+                    if outputs and dedupe is not None:
+                        digests = dedupe.digests([dedupe_key(e) for e in outputs])
+                        seen = await dedupe.claim(digests, sink)
+                        outputs = [e for e, s in zip(outputs, seen) if not s]
+                        digests = [d for d, s in zip(digests, seen) if not s]
                     if outputs:
                         await sink.send([(e, None) for e in outputs])
+                        if dedupe is not None:
+                            await dedupe.mark(digests, hashed=True)
                     if dead:
                         if dlq is not None:
                             await dlq.send([(e, None) for e in dead])
@@ -88,6 +99,8 @@ async def sweep_forever(sweepers: list[Any], config: PipelineConfig, bootstrap: 
         await sink.stop()
         if dlq is not None:
             await dlq.stop()
+        if dedupe is not None:
+            await dedupe.close()
 
 
 def make_sink(config: SinkConfig, *, default_bootstrap: str) -> Any:
@@ -150,6 +163,13 @@ class ReplicaSources:
         """Per source: its counters."""
         return [dict(s.stats()) for s in self._sources]
 
+    def metrics(self) -> dict[str, Any]:
+        """The observability snapshot published beside the counters: the runner's per-step
+        counters and histograms, and per source its latency histogram and consumer lag."""
+        out = self._runner.metrics()
+        out["sources"] = [s.metrics() for s in self._sources]
+        return out
+
     # -- the sources' thread -------------------------------------------------------------------
     def _main(self) -> None:
         try:
@@ -167,9 +187,32 @@ class ReplicaSources:
         self._stop_event = asyncio.Event()
         spec = self._config.spec
         run = self._runner.run
+        from eventbus.observability._tracing import TracedSink, run_traced, tracer
 
-        async def dispatch(events: list[CloudEvent]) -> list[Outcome]:
-            return run(events)
+        traced = tracer() is not None  # tracing on: spans per sampled event, else zero cost
+        if traced:
+            import functools
+
+            run = functools.partial(run_traced, self._runner)
+
+        def sink_of(cfg: SinkConfig) -> Any:
+            sink = make_sink(cfg, default_bootstrap=self._bootstrap)
+            if traced and cfg.kafka is not None:
+                return TracedSink(sink, f"eventbus.sink {cfg.kafka.topic}")
+            return sink
+
+        # Model steps wait on another deployment (a DeploymentHandle call, which may not block
+        # an event loop): run those batches on worker threads, so batches in flight overlap and
+        # the model's dynamic batching can merge them.
+        if any(getattr(s, "template", "") in ("model", "ensemble") for s in self._runner.steps):
+
+            async def dispatch(events: list[CloudEvent]) -> list[Outcome]:
+                return await asyncio.to_thread(run, events)
+
+        else:
+
+            async def dispatch(events: list[CloudEvent]) -> list[Outcome]:
+                return run(events)
 
         for src in self._config.consumed_sources:
             self._sources.append(
@@ -178,8 +221,8 @@ class ReplicaSources:
                     pipeline=self._config.name,
                     bootstrap_servers=src.bootstrap_servers or self._bootstrap,
                     dispatch=dispatch,
-                    sink=make_sink(spec.sink, default_bootstrap=self._bootstrap),
-                    dead_letter=make_sink(spec.dead_letter, default_bootstrap=self._bootstrap) if spec.dead_letter else None,
+                    sink=sink_of(spec.sink),
+                    dead_letter=sink_of(spec.dead_letter) if spec.dead_letter else None,
                     max_batch=spec.serving.batch.max_size,
                     linger_ms=spec.serving.batch.linger_ms,
                     max_in_flight=spec.serving.batch.max_in_flight,
@@ -217,7 +260,7 @@ class ReplicaSources:
         sweepers = self._runner.sweepers()
         if not sweepers:
             return
-        await sweep_forever(sweepers, self._config, self._bootstrap)
+        await sweep_forever(sweepers, self._config, self._bootstrap, self._redis_url)
 
     async def _publish_stats(self) -> None:
         while True:
@@ -235,7 +278,11 @@ class ReplicaSources:
 
             self._redis = aioredis.Redis.from_url(self._redis_url)
         key = _STATS_KEY.format(pipeline=self._config.name)
-        value = json.dumps({"at": time.time(), "final": final, "sources": self.stats()})
+        # The runner's snapshot asks stateful steps (join) for their state size in Redis,
+        # synchronously: off this loop.
+        metrics = await asyncio.to_thread(self._runner.metrics)
+        metrics["sources"] = [s.metrics() for s in self._sources]
+        value = json.dumps({"at": time.time(), "final": final, "sources": self.stats(), "metrics": metrics})
         await self._redis.hset(key, self.replica_id, value)
         if final:
             await self._redis.aclose()

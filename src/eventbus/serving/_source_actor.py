@@ -89,7 +89,7 @@ class SourceActor:
 
             sweepers = join_sweepers(self._config, self._redis_url)
             if sweepers:
-                sweeper = asyncio.get_running_loop().create_task(sweep_forever(sweepers, self._config, self._bootstrap))
+                sweeper = asyncio.get_running_loop().create_task(sweep_forever(sweepers, self._config, self._bootstrap, self._redis_url))
         try:  # the source starts and stops its sinks
             await self._source.start()
             self._started.set()

@@ -26,6 +26,18 @@ class Sink(ABC):
     async def stop(self) -> None:
         """Flush and disconnect. A no-op by default."""
 
+    async def positions(self) -> dict[int, int] | None:
+        """Lower bounds of where the next items will land, per partition, or None when the
+        destination cannot be searched (then a crash between an acknowledgement and the dedupe
+        mark can let one batch through twice). See :meth:`written_keys`."""
+        return None
+
+    async def written_keys(self, positions: dict[int, int]) -> set[str]:
+        """The dedupe keys (CloudEvent ``source`` + ``id``) of everything written at or after
+        ``positions`` (as returned by :meth:`positions` earlier). Only called when that did not
+        return None."""
+        raise NotImplementedError
+
     @abstractmethod
     async def send(self, items: Sequence[tuple[CloudEvent, bytes | None]]) -> None:
         """Deliver events and wait until every one is acknowledged.

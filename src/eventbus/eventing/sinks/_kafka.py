@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -33,6 +34,10 @@ _MAX_RECORD_BYTES = 1024 * 1024 - 32 * 1024
 # murmur2 is pure Python (microseconds per key); keys repeat, so remember recent hashes.
 _HASH_CACHE_MAX = 100_000
 _hash_cache: dict[bytes, int] = {}
+#: How often the lower bounds of the partitions' ends are refreshed from the broker.
+_FLOORS_EVERY_S = 1.0
+#: Longest a search of the topic's tail (after a crash) may take before it gives up.
+_SCAN_TIMEOUT_S = 120.0
 
 
 class KafkaSinkConfig(BaseModel):
@@ -82,6 +87,12 @@ class KafkaSink(Sink):
         self._encode = encode_kafka_binary if config.mode == "binary" else encode_kafka_structured
         self._producer: Any = None
         self._round_robin = 0
+        # Per partition, an offset at or below where the next record will land: the last
+        # acknowledged offset + 1, or the broker's answer to ListOffsets (never above the end).
+        self._floors: dict[int, int] = {}
+        self._floors_at: float | None = None
+        self._floors_task: asyncio.Task[None] | None = None
+        self._offsets_consumer: Any = None
 
     async def start(self) -> None:
         """Connect the producer (idempotent).
@@ -118,8 +129,103 @@ class KafkaSink(Sink):
     async def stop(self) -> None:
         """Flush and close the producer (idempotent)."""
         producer, self._producer = self._producer, None
+        if self._floors_task is not None:
+            self._floors_task.cancel()
+            await asyncio.gather(self._floors_task, return_exceptions=True)
+            self._floors_task = None
+        consumer, self._offsets_consumer = self._offsets_consumer, None
+        if consumer is not None:
+            await consumer.stop()
         if producer is not None:
             await producer.stop()
+
+    async def positions(self) -> dict[int, int]:
+        """Per partition, an offset at or below where the next record will land.
+
+        Refreshed from the broker at most every second, in the background (the first call
+        waits for it); between refreshes the acknowledgements move the bounds forward.
+        """
+        if self._floors_at is None:
+            await self._refresh_floors()
+        elif time.monotonic() - self._floors_at > _FLOORS_EVERY_S and (self._floors_task is None or self._floors_task.done()):
+            self._floors_at = time.monotonic()
+            self._floors_task = asyncio.create_task(self._refresh_floors())
+        return self._floors
+
+    async def _refresh_floors(self) -> None:
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        try:
+            if self._offsets_consumer is None:
+                consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers, group_id=None, enable_auto_commit=False)
+                await consumer.start()
+                self._offsets_consumer = consumer
+            topic = self.config.topic
+            parts = self._offsets_consumer.partitions_for_topic(topic)
+            if not parts:
+                await self._offsets_consumer._client.force_metadata_update()  # noqa: SLF001 - no public refresh
+                parts = self._offsets_consumer.partitions_for_topic(topic) or set()
+            # ListOffsets answers at or below the end (Tansu: the last batch's base + 1), and
+            # records sent after this call land above it: a valid lower bound.
+            ends = await self._offsets_consumer.end_offsets([TopicPartition(topic, p) for p in parts])
+            floors = dict(self._floors)
+            for tp, end in ends.items():
+                if end > floors.get(tp.partition, -1):
+                    floors[tp.partition] = end
+            self._floors = floors
+        except KafkaError as e:
+            log.warning("kafka sink %s: cannot read the partitions' ends (%s); searches after a crash start further back", self.config.topic, e)
+        finally:
+            self._floors_at = time.monotonic()
+
+    async def written_keys(self, positions: dict[int, int]) -> set[str]:
+        """The dedupe keys (``source`` + ``id``) of the records at or after ``positions``.
+
+        Reads each partition from its position to the end as it is now. Used after a crash to
+        learn which outputs of an unfinished batch the topic already holds.
+
+        Raises:
+            TimeoutError: the tail could not be read within two minutes.
+        """
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        from eventbus.eventing._delivery import dedupe_key
+
+        topic = self.config.topic
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap_servers, group_id=None, enable_auto_commit=False,
+            auto_offset_reset="earliest", fetch_max_wait_ms=20,
+        )
+        await consumer.start()
+        found: set[str] = set()
+        try:
+            tps = [TopicPartition(topic, p) for p in sorted(positions)]
+            consumer.assign(tps)
+            ends = await consumer.end_offsets(tps)
+            todo = set()
+            for tp in tps:
+                # Tansu's end is the last batch's base + 1: reading past it reads that batch
+                # whole, which is the true end.
+                if positions[tp.partition] < ends[tp]:
+                    consumer.seek(tp, positions[tp.partition])
+                    todo.add(tp)
+            deadline = time.monotonic() + _SCAN_TIMEOUT_S
+            while todo:
+                if time.monotonic() > deadline:
+                    msg = f"kafka sink {topic!r}: reading the tail of {sorted(tp.partition for tp in todo)} took over {_SCAN_TIMEOUT_S:g} s"
+                    raise TimeoutError(msg)
+                data = await consumer.getmany(*todo, timeout_ms=200, max_records=10_000)
+                for records in data.values():
+                    for r in records:
+                        k = dedupe_key(KafkaRecord(list(r.headers or ()), r.value, r.key))
+                        if k is not None:
+                            found.add(k)
+                for tp in list(todo):
+                    if await consumer.position(tp) >= ends[tp]:
+                        todo.discard(tp)
+        finally:
+            await consumer.stop()
+        return found
 
     async def send(self, items: Sequence[tuple[CloudEvent | KafkaRecord, bytes | None]]) -> None:  # type: ignore[override]
         """Write the events and wait for the broker's acknowledgement of every one.
@@ -212,12 +318,15 @@ class KafkaSink(Sink):
                     await producer.send(topic, value, key=key, partition=partition, headers=headers)
                 )
         results = await asyncio.gather(*futures, return_exceptions=True)
+        floors = self._floors
         for result in results:
             if isinstance(result, BaseException):
                 log.warning(
                     "kafka sink %s: %d events not acknowledged: %r", topic, len(items), result
                 )
                 raise result
+            if result.offset >= floors.get(result.partition, 0):
+                floors[result.partition] = result.offset + 1
 
 
 def _event_id(event: CloudEvent | KafkaRecord) -> str | None:

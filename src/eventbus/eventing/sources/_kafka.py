@@ -39,12 +39,13 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from eventbus.errors import EventDecodeError, StackError
 from eventbus.eventing._codecs import RawRecord, decode_kafka
-from eventbus.eventing._delivery import RedisDeduper, RetryPolicy, dedupe_key
+from eventbus.eventing._delivery import RedisDeduper, RetryPolicy, dedupe_key, injected_fault
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Dispatch, Failure, Outcome
 from eventbus.eventing.sinks._base import Sink, SinkEncodeError
 from eventbus.eventing.sources._base import Source
 from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
+from eventbus.observability._metrics import LATENCY_BOUNDS_S, Histogram
 
 __all__ = ["DECODE_ERROR_TYPE", "KafkaSource", "KafkaSourceConfig", "dead_letter_event"]
 
@@ -78,6 +79,7 @@ class _Batch:
     dead: list[tuple[CloudEvent, bytes | None]]  # undecodable records as dead-letter events
     offsets: dict[TopicPartition, int]  # next offset to commit, per partition
     task: asyncio.Task[list[Outcome]] | None = field(default=None)
+    oldest_ms: int = 0  # the oldest record's timestamp (end-to-end latency, per batch)
 
 
 def dead_letter_event(original: CloudEvent, pipeline: str, failure: Failure, topic: str, partition: int, offset: int) -> CloudEvent:
@@ -189,6 +191,10 @@ class KafkaSource(Source):
         self._retry_max_s = retry_max_s
         self._drain_timeout_s = drain_timeout_s
         self._stats = dict.fromkeys(_STAT_NAMES, 0)
+        #: end-to-end latency, record timestamp to sink ack: observed once per delivered batch
+        #: (its oldest record's), weighed by the batch's record count.
+        self.latency = Histogram(LATENCY_BOUNDS_S)
+        self._committed_offsets: dict[TopicPartition, int] = {}
         self._consumer: AIOKafkaConsumer | None = None
         self._queue: collections.deque[_Batch] = collections.deque()
         self._progress = asyncio.Event()  # set whenever the queue changes or stop is asked
@@ -333,6 +339,32 @@ class KafkaSource(Source):
         out["in_flight"] = len(self._queue)
         return out
 
+    def lag(self) -> dict[str, int]:
+        """Per assigned partition (``topic[partition]``): the log end the last fetch reported
+        minus the committed offset (records not yet delivered and committed).
+
+        The log end is the high watermark of the latest fetch response, so it is as fresh as
+        the last fetch; on the embedded Tansu broker ``end_offsets()`` (ListOffsets) is not
+        used because Tansu answers it with the last record batch's base offset + 1.
+        """
+        consumer = self._consumer
+        if consumer is None:
+            return {}
+        out: dict[str, int] = {}
+        for tp in consumer.assignment():
+            end = consumer.highwater(tp)
+            if end is None:
+                continue
+            done = self._committed_offsets.get(tp)
+            if done is None:
+                continue
+            out[f"{tp.topic}[{tp.partition}]"] = max(0, end - done)
+        return out
+
+    def metrics(self) -> dict[str, Any]:
+        """JSON-able observability snapshot: the latency histogram and the consumer lag."""
+        return {"latency": self.latency.snapshot(), "lag": self.lag()}
+
     # -- fetching ----------------------------------------------------------------------------
     async def _fetch(self, consumer: AIOKafkaConsumer) -> dict[TopicPartition, list[Any]]:
         """Up to ``max_batch`` records, per partition in offset order; {} when none came."""
@@ -373,9 +405,13 @@ class KafkaSource(Source):
         offsets: dict[TopicPartition, int] = {}
         default_type = self.config.type
         count = 0
+        oldest = 0
         for tp, records in data.items():
             if not records:
                 continue
+            ts = records[0].timestamp
+            if ts is not None and ts > 0 and (oldest == 0 or ts < oldest):
+                oldest = ts
             topic, partition = tp.topic, tp.partition
             default_source = self._sources.get(topic)
             if default_source is None:
@@ -402,7 +438,7 @@ class KafkaSource(Source):
             return
         self._stats["consumed"] += count
         self._seq += 1
-        batch = _Batch(self._seq, count, events, sources, dead, offsets)
+        batch = _Batch(self._seq, count, events, sources, dead, offsets, oldest_ms=oldest)
         if events:
             self._stats["batches"] += 1
             batch.task = asyncio.create_task(self._dispatch_with_retry(batch))
@@ -565,7 +601,8 @@ class KafkaSource(Source):
         dedupe = self._dedupe
         if dedupe is not None and outputs:
             keys = dedupe.digests([dedupe_key(o) for o, _ in outputs])
-            seen = await dedupe.seen(keys, hashed=True)
+            seen = await dedupe.claim(keys, self._sink)
+            injected_fault(self.pipeline, "after-claim")
             if any(seen):
                 self._stats["duplicates"] += sum(seen)
                 keep = [j for j, s in enumerate(seen) if not s]
@@ -576,8 +613,9 @@ class KafkaSource(Source):
         try:
             unencodable = await self._send_with_retry(self._sink, outputs, "sink", batch.seq)
             if dedupe is not None and keys:
-                # At once after the sink's acknowledgement: a process killed between the two
-                # is the one way a duplicate gets through (see _delivery).
+                # A process killed before this mark leaves the outputs pending: the next owner
+                # of the batch searches the sink for them (see _delivery).
+                injected_fault(self.pipeline, "after-sink-ack")
                 await dedupe.mark([k for j, k in enumerate(keys) if j not in unencodable], hashed=True)
         finally:
             dead_unencodable = await dead_task
@@ -671,6 +709,8 @@ class KafkaSource(Source):
 
     async def _commit(self, batch: _Batch) -> None:
         """Queue a delivered batch's offsets for the coalesced committer."""
+        if batch.oldest_ms:
+            self.latency.observe(max(0.0, time.time() - batch.oldest_ms / 1000), batch.count)
         self._to_commit.append(batch)
         if self._committer is None or self._committer.done():
             self._committer = asyncio.create_task(self._commit_loop())
@@ -714,6 +754,7 @@ class KafkaSource(Source):
             # A later commit covers these offsets; at worst the records are consumed again.
             log.warning("kafka source %s: commit of batches %s failed: %r", self.pipeline, seqs, e)
             return
+        self._committed_offsets.update(offsets)
         for batch in batches:
             if all(tp in offsets for tp in batch.offsets):
                 self._stats["committed"] += batch.count
