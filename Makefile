@@ -20,9 +20,11 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	EB=$(VENV)/bin/eventbus bash examples/demo.sh
 
-# Debian packages the tests use: docker-compose validates docker-compose.yml offline.
+# Debian packages the tests use: docker-compose validates docker-compose.yml offline;
+# chromium + chromium-driver run the dashboard's headless browser test.
 system-deps:
 	command -v docker-compose >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; }
+	{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
 test: setup system-deps
 	$(PY) -m pytest -q
@@ -30,7 +32,7 @@ test: setup system-deps
 test-unit: setup system-deps
 	$(PY) -m pytest -q -m "not integration"
 
-test-integration: setup
+test-integration: setup system-deps
 	$(PY) -m pytest -q -m integration
 
 bench: setup

@@ -130,8 +130,17 @@ def gateway(
     ray_address: Optional[str] = RayOpt,
     kafka_bootstrap: Optional[str] = KafkaOpt,
     redis_url: Optional[str] = RedisOpt,
+    otlp_endpoint: Optional[str] = typer.Option(None, help="Export traces over OTLP/HTTP to this URL (default: $OTEL_EXPORTER_OTLP_ENDPOINT; none: tracing off)."),
+    trace_sample_ratio: float = typer.Option(1.0, min=0.0, max=1.0, help="Share of requests traced when tracing is on."),
+    log_format: str = typer.Option("text", help="text, or json (one JSON object per line)."),
 ) -> None:
-    """Run the HTTP/gRPC gateway in the foreground (one per node; `eventbus up` starts one)."""
+    """Run the HTTP/gRPC gateway in the foreground (one per node; `eventbus up` starts one).
+
+    It also serves /metrics (Prometheus), /dashboard and /v1/pipelines/NAME/stats.
+    """
+    if log_format not in ("text", "json"):
+        _fail(f"--log-format is {log_format!r}; use text or json", 2)
+    otlp_endpoint = otlp_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
     addr = _Addresses(ray_address, kafka_bootstrap, redis_url)
     addr.fill_from_stack(("kafka", "redis"))
     os.environ.update(addr.ray_env)
@@ -145,6 +154,7 @@ def gateway(
         run_gateway(
             addr.kafka or "", addr.redis or "", ray_address=addr.ray, host=host,
             http_port=http_port, grpc_port=grpc_port or None, on_ready=ready,
+            otlp_endpoint=otlp_endpoint, trace_sample_ratio=trace_sample_ratio, log_format=log_format,
         )
     except (EventBusError, OSError) as exc:
         _fail(f"the gateway stopped: {exc}")
@@ -225,7 +235,7 @@ def status(
     ray_address: Optional[str] = RayOpt,
     kafka_bootstrap: Optional[str] = KafkaOpt,
     redis_url: Optional[str] = RedisOpt,
-    as_json: bool = typer.Option(False, "--json", help="Print the stack's parts as JSON (for scripts)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the stack's parts (or the pipeline's figures) as JSON (for scripts)."),
 ) -> None:
     """Show the stack, the deployed pipelines, or one pipeline's live counters."""
     from eventbus._internal.stack import stack_status
@@ -244,6 +254,14 @@ def status(
         info = _client(_Addresses(ray_address, kafka_bootstrap, redis_url)).status(name)
     except EventBusError as exc:
         _fail(str(exc))
+    if as_json:
+        print(json.dumps(info))
+        return
+    if info.get("figures") is not None:
+        from eventbus.observability._terminal import print_figures
+
+        print_figures(out, info["figures"])
+        return
     out.print(f"[bold]{info['name']}[/bold] version {info['version']}")
     for i, s in enumerate(info["sources"]):
         out.print(f"  source {i}: " + ", ".join(f"{k}={v}" for k, v in s.items()))
@@ -337,6 +355,48 @@ def delete(
     except EventBusError as exc:
         _fail(str(exc))
     out.print(f"deleted {name}")
+
+
+@app.command()
+def versions(
+    name: str = typer.Argument(..., help="Pipeline name."),
+    as_json: bool = typer.Option(False, "--json", help="JSON instead of a table."),
+    ray_address: Optional[str] = RayOpt,
+    kafka_bootstrap: Optional[str] = KafkaOpt,
+    redis_url: Optional[str] = RedisOpt,
+) -> None:
+    """List a pipeline's kept versions (the serving one marked)."""
+    try:
+        rows = _client(_Addresses(ray_address, kafka_bootstrap, redis_url)).versions(name)
+    except EventBusError as exc:
+        _fail(str(exc))
+    if as_json:
+        sys.stdout.write(json.dumps(rows) + "\n")
+        return
+    import time
+
+    table = Table("version", "deployed", "file", "serving", "note")
+    for r in rows:
+        note = f"rollback to {r['rollback_of']}" if r.get("rollback_of") else ""
+        deployed = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["deployed_at"]))
+        table.add_row(str(r["version"]), deployed, r["filename"], "*" if r["serving"] else "", note)
+    out.print(table)
+
+
+@app.command()
+def rollback(
+    name: str = typer.Argument(..., help="Pipeline name."),
+    to: Optional[int] = typer.Option(None, "--to", help="The version to restore (default: the one before the serving one)."),
+    ray_address: Optional[str] = RayOpt,
+    kafka_bootstrap: Optional[str] = KafkaOpt,
+    redis_url: Optional[str] = RedisOpt,
+) -> None:
+    """Deploy an earlier version of a pipeline again (as a new version)."""
+    try:
+        info = _client(_Addresses(ray_address, kafka_bootstrap, redis_url)).rollback(name, to)
+    except EventBusError as exc:
+        _fail(str(exc))
+    out.print(f"rolled back {name}: version {info['version']} serves the YAML of version {info['rollback_of']}")
 
 
 @app.command("list")
@@ -476,6 +536,10 @@ app.command("solve")(solve_command)
 from eventbus._keeper_cli import keeper_app  # noqa: E402  (several clusters; no Ray at import)
 
 app.add_typer(keeper_app, name="keeper")
+
+from eventbus.models._cli import model_app  # noqa: E402  (Ray and torch only when a command runs)
+
+app.add_typer(model_app, name="model")
 
 if __name__ == "__main__":  # pragma: no cover
     main()

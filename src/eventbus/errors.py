@@ -13,6 +13,8 @@ user input also derive from the matching stdlib type so plain ``except ValueErro
     ├── PipelineNotFoundError (LookupError)   no deployed pipeline of that name
     ├── DeployError                           a deployment could not be completed
     ├── SolverError (ValueError)              an allocation problem or solver option is invalid
+    ├── ModelError (ValueError)               a model artifact, version or input is unusable
+    │   └── ModelValidationError              a new model version failed validation (not swapped in)
     ├── IngressError                          the gateway refuses a request (HTTP status inside)
     ├── StateUnavailableError                 step state (Redis) unreachable: the batch is retried
     └── StackError (RuntimeError)             the local stack (Ray, broker, Redis) is unusable
@@ -30,6 +32,8 @@ __all__ = [
     "EventDecodeError",
     "FunctionError",
     "IngressError",
+    "ModelError",
+    "ModelValidationError",
     "PipelineConfigError",
     "PipelineNotFoundError",
     "SolverError",
@@ -123,6 +127,29 @@ class IngressError(EventBusError):
 
 class SolverError(EventBusError, ValueError):
     """An allocation problem, a dual vector or a solver option is invalid; the message names the fix."""
+
+
+class ModelError(EventBusError, ValueError):
+    """A model artifact does not load, a model or version is unknown, or an input does not fit."""
+
+
+class ModelValidationError(ModelError):
+    """A new model version failed validation; the serving version is unchanged.
+
+    Args:
+        model: the model name.
+        version: the rejected version.
+        reason: what failed (non-finite outputs, wrong shape, accuracy below the threshold).
+    """
+
+    def __init__(self, model: str, version: int, reason: str) -> None:
+        super().__init__(model, version, reason)
+        self.model = model
+        self.version = version
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"model {self.model!r} version {self.version} was rejected and not swapped in: {self.reason}"
 
 
 class StateUnavailableError(EventBusError):

@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-MODULES = ["eventbus", "eventbus.pipelines", "eventbus.functions", "eventbus.eventing", "eventbus.errors", "eventbus.cel", "eventbus.solver", "eventbus.eventing.sources"]
+MODULES = ["eventbus", "eventbus.pipelines", "eventbus.functions", "eventbus.eventing", "eventbus.errors", "eventbus.cel", "eventbus.solver", "eventbus.eventing.sources", "eventbus.models", "eventbus.observability"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -24,8 +24,10 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, StringConstraint
 from eventbus.eventing.sinks._kafka import KafkaSinkConfig
 from eventbus.eventing.sources._http_config import GrpcSourceConfig, HttpSourceConfig, ingress_topic
 from eventbus.eventing.sources._kafka import KafkaSourceConfig
+from eventbus.observability._config import ObservabilityConfig
 from eventbus.pipelines._allocate import AllocateConfig
 from eventbus.pipelines._join_config import JoinConfig, JoinOutputConfig, JoinSideConfig
+from eventbus.pipelines._model_config import EnsembleConfig, EnsembleMemberConfig, ModelServingConfig, ModelStepConfig
 
 __all__ = [
     "AllocateConfig",
@@ -33,12 +35,16 @@ __all__ = [
     "ConvertConfig",
     "DedupeConfig",
     "DeliveryConfig",
+    "EnsembleConfig",
+    "EnsembleMemberConfig",
     "FilterDialect",
     "FunctionStepConfig",
     "JoinConfig",
     "JoinOutputConfig",
     "JoinSideConfig",
     "MetadataConfig",
+    "ModelServingConfig",
+    "ModelStepConfig",
     "PipelineConfig",
     "PipelineSpecConfig",
     "ReplicasConfig",
@@ -175,6 +181,9 @@ class FunctionStepConfig(BaseModel):
     )
 
 
+_TEMPLATES = ("filter", "convert", "function", "join", "allocate", "model", "ensemble")
+
+
 class StepConfig(BaseModel):
     """One step: an ``id`` and exactly one template key."""
 
@@ -189,23 +198,25 @@ class StepConfig(BaseModel):
     )
     join: JoinConfig | None = Field(default=None, description="Correlate events of several sides by key (state in Redis).")
     allocate: AllocateConfig | None = Field(default=None, description="Pick an item per request at dual prices, within budgets.")
+    model: ModelStepConfig | None = Field(default=None, description="Run each event through a model (its own Ray Serve deployment).")
+    ensemble: EnsembleConfig | None = Field(default=None, description="Run each event through several models and combine their outputs.")
     retries: Annotated[int, Field(ge=0, le=100)] | None = Field(
         default=None, description="Retries of events failing in this step (overrides delivery.retries)."
     )
 
     @model_validator(mode="after")
     def _one_template(self) -> StepConfig:
-        keys = [k for k in ("filter", "convert", "function", "join", "allocate") if getattr(self, k) is not None]
+        keys = [k for k in _TEMPLATES if getattr(self, k) is not None]
         if len(keys) != 1:
             got = ", ".join(keys) or "none"
-            msg = f"step {self.id!r} needs exactly one of filter, convert, function, join, allocate; got {got}"
+            msg = f"step {self.id!r} needs exactly one of filter, convert, function, join, allocate, model, ensemble; got {got}"
             raise ValueError(msg)
         return self
 
     @property
     def template(self) -> str:
         """The template name of this step."""
-        return next(k for k in ("filter", "convert", "function", "join", "allocate") if getattr(self, k) is not None)
+        return next(k for k in _TEMPLATES if getattr(self, k) is not None)
 
 
 class BackoffConfig(BaseModel):
@@ -311,6 +322,7 @@ class PipelineSpecConfig(BaseModel):
     dead_letter: SinkConfig | None = Field(default=None, description="Where failed events go, with the error.")
     delivery: DeliveryConfig = Field(default_factory=DeliveryConfig, description="Retries.")
     serving: ServingConfig = Field(default_factory=ServingConfig, description="Replicas and batching.")
+    observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig, description="Traces and log format of the replicas.")
 
     @model_validator(mode="after")
     def _unique_step_ids(self) -> PipelineSpecConfig:

@@ -234,6 +234,15 @@ def _semantic_problems(data: dict[str, Any], root: yaml.Node, filename: str, *, 
             problem = _check_expression(source, ("spec", "steps", i, *rel_loc), root, filename, step_id)
             if problem is not None:
                 problems.append(problem)
+        for template in ("model", "ensemble"):  # output mappings also see `output` and `version`
+            spec_ = step.get(template)
+            mapping = spec_.get("output") if isinstance(spec_, dict) else None
+            for path, source in (mapping.items() if isinstance(mapping, dict) else ()):
+                if isinstance(source, str) and source:
+                    loc = ("spec", "steps", i, template, "output", str(path))
+                    problem = _check_expression(source, loc, root, filename, step_id, output=True)
+                    if problem is not None:
+                        problems.append(problem)
         fn = step.get("function")
         ref = fn.get("ref") if isinstance(fn, dict) else fn
         if check_functions and isinstance(ref, str):
@@ -277,6 +286,10 @@ def _raw_expressions(step: dict[str, Any]) -> list[tuple[tuple[int | str, ...], 
         for field in ("revenue", "segment"):
             if isinstance(alloc.get(field), str) and alloc[field]:
                 out.append((("allocate", field), alloc[field]))
+    for template in ("model", "ensemble"):
+        spec = step.get(template)
+        if isinstance(spec, dict) and isinstance(spec.get("input"), str) and spec["input"]:
+            out.append(((template, "input"), spec["input"]))
     join = step.get("join")
     if isinstance(join, dict) and isinstance(join.get("sides"), list):
         for k, side in enumerate(join["sides"]):
@@ -287,13 +300,18 @@ def _raw_expressions(step: dict[str, Any]) -> list[tuple[tuple[int | str, ...], 
     return out
 
 
-def _check_expression(source: str, loc: tuple[int | str, ...], root: yaml.Node, filename: str, step_id: str) -> Problem | None:
+def _check_expression(source: str, loc: tuple[int | str, ...], root: yaml.Node, filename: str, step_id: str, *, output: bool = False) -> Problem | None:
     from eventbus import cel
     from eventbus.pipelines._activation import check_identifiers
 
     try:
-        program = cel.compile(source)
-        check_identifiers(program)
+        if output:
+            from eventbus.pipelines._model import check_output_expression
+
+            check_output_expression(source)
+        else:
+            program = cel.compile(source)
+            check_identifiers(program)
     except cel.CELError as exc:
         node = _node_at(root, loc)
         col_in_expr = exc.column or 1

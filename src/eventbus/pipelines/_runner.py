@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from time import perf_counter
 from typing import Any
 
 from eventbus.errors import StateUnavailableError
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure, Outcome
+from eventbus.observability._metrics import BATCH_SIZE_BOUNDS, LATENCY_BOUNDS_S, Histogram, StepCounters
 from eventbus.pipelines._config import PipelineConfig
 from eventbus.pipelines._steps import Step, build_step
 
@@ -30,6 +32,10 @@ class PipelineRunner:
         self.config = config
         self.name = config.name
         self.steps: list[Step] = [build_step(s, pipeline=config.name, redis_url=redis_url, base_dirs=base_dirs) for s in config.spec.steps]
+        # Observability, updated once per batch (see eventbus.observability).
+        self.counters: list[StepCounters] = [StepCounters() for _ in self.steps]
+        self.batch_sizes = Histogram(BATCH_SIZE_BOUNDS)
+        self.batch_seconds = Histogram(LATENCY_BOUNDS_S)
 
     def sweepers(self) -> list[Any]:
         """Timers: a :class:`JoinSweeper` per join step (closing windows needs no incoming
@@ -56,7 +62,8 @@ class PipelineRunner:
         current: list[CloudEvent] = list(events)
         origin: list[int] = list(range(n))
         failed: dict[int, Failure] = {}
-        for step in self.steps:
+        started = t0 = perf_counter()
+        for step, counters in zip(self.steps, self.counters):
             if not current:
                 if trace is not None:
                     trace[step.id] = []
@@ -70,18 +77,31 @@ class PipelineRunner:
                 results = [f] * len(current)
             nxt: list[CloudEvent] = []
             nxt_origin: list[int] = []
+            dropped = 0
+            step_failed = 0
             for res, o in zip(results, origin, strict=True):
                 if type(res) is CloudEvent:
                     nxt.append(res)
                     nxt_origin.append(o)
                 elif res is None:
-                    continue
+                    dropped += 1
                 elif type(res) is Failure:
+                    step_failed += 1
                     failed.setdefault(o, res)
                 else:
+                    if not res:
+                        dropped += 1
                     for r in res:  # type: ignore[union-attr]
                         nxt.append(r)
                         nxt_origin.append(o)
+            t1 = perf_counter()
+            counters.events_in += len(current)
+            counters.events_out += len(nxt)
+            counters.filtered += dropped
+            counters.failed += step_failed
+            counters.batches += 1
+            counters.seconds += t1 - t0
+            t0 = t1
             current, origin = nxt, nxt_origin
             if trace is not None:
                 trace[step.id] = [e for e, o in zip(current, origin) if o not in failed]
@@ -91,7 +111,26 @@ class PipelineRunner:
                 outcomes[o].append(e)  # type: ignore[union-attr]
         for o, f in failed.items():
             outcomes[o] = f
+        if n:
+            self.batch_sizes.observe(n)
+            self.batch_seconds.observe(perf_counter() - started)
         return outcomes
+
+    def metrics(self) -> dict[str, Any]:
+        """JSON-able observability snapshot: per-step counters (with the step's own stats:
+        join state size, model version...), batch sizes and batch run times."""
+        steps: dict[str, Any] = {}
+        for step, counters in zip(self.steps, self.counters):
+            entry = counters.snapshot()
+            entry["template"] = step.template
+            entry["errors"] = step.errors
+            if hasattr(step, "stats"):
+                try:
+                    entry["stats"] = step.stats()
+                except Exception as exc:  # noqa: BLE001 - a state store down: report, do not fail
+                    entry["stats"] = {"error": f"{type(exc).__name__}: {exc}"}
+            steps[step.id] = entry
+        return {"steps": steps, "batch_size": self.batch_sizes.snapshot(), "batch_seconds": self.batch_seconds.snapshot()}
 
     def stats(self) -> dict[str, Any]:
         """Per-step error counts."""

@@ -334,6 +334,15 @@ def build_step(step: StepConfig, *, pipeline: str = "", redis_url: str | None = 
     ``pipeline`` and ``redis_url`` locate the state of ``join`` and ``allocate`` steps (None:
     in memory); ``base_dirs`` is where relative data files (an allocate catalogue) are read.
     """
+    if step.model is not None or step.ensemble is not None:
+        from eventbus.pipelines._model import EnsembleStep, ModelStep
+
+        # On a replica (redis_url given) the step calls the model's own Serve deployment; in
+        # process (eventbus test) it loads the step's artifact itself.
+        remote = redis_url is not None
+        if step.model is not None:
+            return ModelStep(step.id, step.model, remote=remote, base_dirs=base_dirs)
+        return EnsembleStep(step.id, step.ensemble, remote=remote, base_dirs=base_dirs)  # type: ignore[arg-type]
     if step.allocate is not None:
         from eventbus.pipelines._allocate import AllocateStep
 

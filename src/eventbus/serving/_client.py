@@ -69,10 +69,11 @@ class EventBusClient:
         p = Path(path).resolve()
         sys.path.insert(0, str(p.parent))
         try:
-            load_pipeline(p)
+            config = load_pipeline(p)
         finally:
             sys.path.remove(str(p.parent))
         python_path = [str(p.parent), os.getcwd()]
+        self._push_step_models(config, python_path)
         return ray.get(self._controller.deploy.remote(p.read_text(encoding="utf-8"), str(path), python_path))  # type: ignore[no-any-return]
 
     def delete(self, name: str) -> None:
@@ -90,3 +91,70 @@ class EventBusClient:
     def get(self, name: str) -> dict[str, Any]:
         """A pipeline's stored record."""
         return ray.get(self._controller.get.remote(name))  # type: ignore[no-any-return]
+
+    def versions(self, name: str) -> list[dict[str, Any]]:
+        """A pipeline's kept versions, newest first (``serving`` marks the live one)."""
+        return ray.get(self._controller.versions.remote(name))  # type: ignore[no-any-return]
+
+    def rollback(self, name: str, version: int | None = None) -> dict[str, Any]:
+        """Deploy an earlier version again, as a new version (None: the one before the live one).
+
+        Raises:
+            PipelineNotFoundError: no such pipeline or kept version.
+            DeployError: the deployment failed (the live version keeps serving).
+        """
+        return ray.get(self._controller.rollback.remote(name, version))  # type: ignore[no-any-return]
+
+    # -- models -------------------------------------------------------------------------------
+    def push_model(
+        self, name: str, path: str | Path, *, factory: str | None = None, samples: str | Path | None = None,
+        min_accuracy: float | None = None, python_path: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Push a model version: it is loaded beside the serving one, validated on recent
+        requests (and ``samples``, an .npz of labelled ``x``, ``y``, against ``min_accuracy``),
+        and swapped in; or rejected, the serving version staying.
+
+        Raises:
+            ModelError: the file does not load. ModelValidationError: the version was rejected.
+        """
+        from eventbus.errors import ModelError
+        from eventbus.models._artifact import read_artifact
+
+        blob = read_artifact(path)
+        labelled = None
+        if samples is not None:
+            import numpy as np
+
+            try:
+                z = np.load(samples, allow_pickle=False)
+                labelled = (z["x"], z["y"])
+            except (OSError, KeyError, ValueError) as exc:
+                msg = f"labelled samples {str(samples)!r} cannot be read ({exc}); give an .npz with arrays 'x' (rows) and 'y' (labels)"
+                raise ModelError(msg) from None
+        if min_accuracy is not None and labelled is None:
+            msg = "--min-accuracy needs labelled samples to score: add --samples FILE.npz"
+            raise ModelError(msg)
+        path_dirs = python_path if python_path is not None else [str(Path(path).resolve().parent), os.getcwd()]
+        options = {"factory": factory, "source": str(path), "python_path": path_dirs, "labelled": labelled, "min_accuracy": min_accuracy}
+        return ray.get(self._controller.push_model.remote(name, blob, options))  # type: ignore[no-any-return]
+
+    def list_models(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Model versions: status, traffic share, which one serves."""
+        return ray.get(self._controller.list_models.remote(name))  # type: ignore[no-any-return]
+
+    def split_model(self, name: str, version: int | None, weight: float = 0.0) -> dict[str, Any]:
+        """Send ``weight`` of a model's traffic to ``version``; ``None`` ends the split."""
+        return ray.get(self._controller.split_model.remote(name, version, weight))  # type: ignore[no-any-return]
+
+    def _push_step_models(self, config: Any, python_path: list[str]) -> None:
+        """A model step's ``path`` becomes the model's first version when it has none."""
+        from eventbus.models._artifact import read_artifact
+        from eventbus.pipelines._model_config import model_refs
+
+        for step in config.spec.steps:
+            for ref in model_refs(step):
+                if ref.path is None:
+                    continue
+                blob = read_artifact(ref.path, python_path[:1])
+                options = {"factory": ref.factory, "source": ref.path, "python_path": python_path, "only_if_missing": True}
+                ray.get(self._controller.push_model.remote(ref.name, blob, options))

@@ -27,6 +27,10 @@ log = logging.getLogger("eventbus.serving.controller")
 NAMESPACE = "eventbus"
 CONTROLLER_NAME = "eventbus-controller"
 _KEY = "eventbus:pipelines"
+#: Every deployed version of a pipeline (hash: version -> record), for ``versions``/``rollback``.
+_VERSIONS_KEY = "eventbus:pipeline-versions:{name}"
+#: Versions kept per pipeline (the oldest are forgotten).
+KEEP_VERSIONS = 20
 
 
 def source_actor_name(pipeline: str, index: int) -> str:
@@ -47,10 +51,13 @@ class Controller:
         self.redis_url = redis_url
         self._redis = redis.Redis.from_url(redis_url, decode_responses=True)
         self._serve_started = False
+        from eventbus.serving._models import ModelControl
+
+        self.models = ModelControl(redis_url)
         self.restore()
 
     # -- public operations --------------------------------------------------------------------
-    def deploy(self, text: str, filename: str, python_path: list[str]) -> dict[str, Any]:
+    def deploy(self, text: str, filename: str, python_path: list[str], *, rollback_of: int | None = None) -> dict[str, Any]:
         """Validate and deploy (or redeploy) a pipeline from its YAML text.
 
         Raises:
@@ -64,6 +71,7 @@ class Controller:
         self._stop_sources(name, _consumed(previous["document"]) if previous else 0)
         try:
             self._create_ingress_topic(config)
+            self._ensure_models(config)
             self._run_app(config, python_path)
             self._start_sources(config)
         except Exception as exc:
@@ -88,8 +96,67 @@ class Controller:
             "python_path": python_path,
             "deployed_at": time.time(),
         }
-        self._redis.hset(_KEY, name, json.dumps(record))
-        return {"name": name, "version": version, "sources": len(config.spec.sources), "steps": len(config.spec.steps)}
+        if rollback_of is not None:
+            record["rollback_of"] = rollback_of
+        versions_key = _VERSIONS_KEY.format(name=name)
+        with self._redis.pipeline() as tx:
+            tx.hset(_KEY, name, json.dumps(record))
+            tx.hset(versions_key, str(version), json.dumps(record))
+            tx.hdel(versions_key, *[str(v) for v in range(max(1, version - 2 * KEEP_VERSIONS), version - KEEP_VERSIONS + 1)] or ["0"])
+            tx.execute()
+        info: dict[str, Any] = {"name": name, "version": version, "sources": len(config.spec.sources), "steps": len(config.spec.steps)}
+        if rollback_of is not None:
+            info["rollback_of"] = rollback_of
+        return info
+
+    def versions(self, name: str) -> list[dict[str, Any]]:
+        """The kept versions of a pipeline, newest first: version, deploy time, file, whether
+        it serves now, and which version a rollback restored.
+
+        Raises:
+            PipelineNotFoundError: no pipeline of that name is deployed.
+        """
+        current = self.get(name)["version"]
+        out = []
+        for raw in self._redis.hgetall(_VERSIONS_KEY.format(name=name)).values():
+            rec = json.loads(raw)
+            out.append(
+                {
+                    "version": rec["version"],
+                    "deployed_at": rec["deployed_at"],
+                    "filename": rec["filename"],
+                    "serving": rec["version"] == current,
+                    "rollback_of": rec.get("rollback_of"),
+                }
+            )
+        return sorted(out, key=lambda r: -r["version"])
+
+    def rollback(self, name: str, version: int | None = None) -> dict[str, Any]:
+        """Deploy an earlier version's YAML again, as a new version (like ``helm rollback``).
+
+        Args:
+            version: the version to restore; None: the one before the serving version.
+
+        Raises:
+            PipelineNotFoundError: no such pipeline, or no such kept version.
+            DeployError: the deployment failed (the serving version stays).
+        """
+        current = self.get(name)["version"]
+        kept = {int(v): raw for v, raw in self._redis.hgetall(_VERSIONS_KEY.format(name=name)).items()}
+        if version is None:
+            earlier = [v for v in kept if v < current]
+            if not earlier:
+                msg = f"pipeline {name!r} has no version before {current} to roll back to; `eventbus versions {name}` lists them"
+                raise PipelineNotFoundError(msg)
+            version = max(earlier)
+        if version not in kept:
+            msg = (
+                f"pipeline {name!r} has no kept version {version} (kept: {sorted(kept)}); "
+                f"`eventbus versions {name}` lists them"
+            )
+            raise PipelineNotFoundError(msg)
+        rec = json.loads(kept[version])
+        return self.deploy(rec["yaml"], rec["filename"], rec["python_path"], rollback_of=version)
 
     def delete(self, name: str) -> None:
         """Drain the sources, delete the Serve application and forget the pipeline.
@@ -103,7 +170,12 @@ class Controller:
             raise PipelineNotFoundError(msg)
         self._stop_sources(name, _consumed(record["document"]))
         self._delete_app(name)
+        try:
+            self.models.release(name, [json.loads(r)["document"] for r in self._redis.hgetall(_KEY).values()])
+        except Exception:  # noqa: BLE001 - the pipeline is gone either way
+            log.exception("releasing the models of %r failed", name)
         self._redis.hdel(_KEY, name)
+        self._redis.delete(_VERSIONS_KEY.format(name=name))
         from eventbus.serving._replica_sources import clear_stats
 
         clear_stats(self._redis, name)
@@ -149,7 +221,11 @@ class Controller:
             from eventbus.serving._replica_sources import read_stats
 
             stats = read_stats(self._redis, name, len(config.consumed_sources))
-            return {"name": name, "version": record["version"], "sources": stats}
+            from eventbus.observability._view import pipeline_view
+
+            raw = list(self._redis.hgetall(f"eventbus:stats:{name}").values())
+            figures = pipeline_view(record, raw, [list(s.topics) for s in config.consumed_sources])
+            return {"name": name, "version": record["version"], "sources": stats, "figures": figures}
         sources = []
         for i in range(_consumed(record["document"])):
             try:
@@ -175,6 +251,30 @@ class Controller:
     def ping(self) -> str:
         """Liveness check."""
         return "ok"
+
+    # -- models (eventbus.serving._models) --------------------------------------------------------
+    def push_model(self, name: str, blob: bytes, options: dict[str, Any]) -> dict[str, Any]:
+        """Add a model version, validate it and swap it in (``ModelControl.push`` options).
+
+        Raises:
+            ModelError: the artifact does not load. ModelValidationError: it was rejected.
+        """
+        self._start_serve()
+        return self.models.push(name, blob, **options)
+
+    def list_models(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Every model version: status, traffic share."""
+        return self.models.list(name)
+
+    def split_model(self, name: str, version: int | None, weight: float) -> dict[str, Any]:
+        """Send ``weight`` of a model's traffic to ``version`` (None: end the split)."""
+        return self.models.split(name, version, weight)
+
+    def _ensure_models(self, config: PipelineConfig) -> None:
+        from ray import serve
+
+        self._start_serve()
+        self.models.ensure_apps(config, running=set(serve.status().applications))
 
     # -- internals ----------------------------------------------------------------------------
     def _load(self, name: str) -> dict[str, Any] | None:
@@ -255,6 +355,7 @@ class Controller:
 
         self._start_serve()
         apps = serve.status().applications
+        self.models.ensure_apps(config, running=set(apps))
         if app_name(config.name) not in apps:
             self._run_app(config, python_path)
         if config.spec.serving.source_placement != "actor":

@@ -18,6 +18,7 @@ from ray.serve.deployment import Application
 from eventbus._internal.gc import tune_gc
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure, Outcome
+from eventbus.observability._tracing import run_traced, tracer
 from eventbus.pipelines._config import PipelineConfig
 
 __all__ = ["APP_PREFIX", "PipelineDeployment", "app_name", "build_app"]
@@ -50,6 +51,11 @@ class PipelineDeployment:
         from eventbus.pipelines._runner import PipelineRunner
 
         config = PipelineConfig.model_validate(document)
+        import os
+
+        from eventbus.observability._tracing import configure_replica
+
+        configure_replica(config, os.environ, f"{os.getpid()}")
         self._runner = PipelineRunner(config, redis_url=(runtime or {}).get("redis_url"), base_dirs=python_path)
         self._events = 0
         sink = config.spec.sink.kafka
@@ -71,6 +77,8 @@ class PipelineDeployment:
     def process(self, events: list[CloudEvent]) -> list[Outcome]:
         """Run the steps over one batch; one outcome per input event."""
         self._events += len(events)
+        if tracer() is not None:
+            return run_traced(self._runner, events)
         return self._runner.run(events)
 
     def process_records(self, blob: bytes, source_index: int) -> bytes:

@@ -188,6 +188,9 @@ class Gateway:
         self._refreshing: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self.ready = asyncio.Event()
+        from eventbus.observability._metrics import GatewayMetrics
+
+        self.figures = GatewayMetrics()
 
     async def refresh(self) -> None:
         """Re-read the pipelines from Redis; rebuild the routes when they changed."""
@@ -238,7 +241,9 @@ class Gateway:
         self._redis = aioredis.Redis.from_url(self.redis_url, decode_responses=True)
         await self.refresh()
         self.ingress.refresh = self.refresh_on_miss
-        app = build_http_app(self.ingress)
+        from eventbus.observability._observer import Observer
+
+        app = build_http_app(self.ingress, observer=Observer(self._redis, self.figures))
         config = uvicorn.Config(
             app, host=self.host, port=self.http_port, log_level="warning", access_log=False,
             lifespan="off", http="httptools", loop="none", timeout_graceful_shutdown=10,
@@ -283,12 +288,26 @@ def run_gateway(
     http_port: int,
     grpc_port: int | None,
     on_ready: Callable[[Gateway], None] | None = None,
+    otlp_endpoint: str | None = None,
+    trace_sample_ratio: float = 1.0,
+    log_format: str = "text",
 ) -> None:
     """Run a gateway in this process until SIGTERM or SIGINT (the ``eventbus gateway`` command).
 
     Connects to Ray (for sync calls) when ``ray_address`` is given or Ray is reachable.
+    With ``otlp_endpoint``, traces each event (``traceparent``) and exports over OTLP/HTTP;
+    ``log_format="json"`` writes the ``eventbus`` logs as JSON lines.
     """
     import uvloop
+
+    if log_format == "json":
+        from eventbus.observability._logging import configure_json_logging
+
+        configure_json_logging({"component": "gateway"})
+    if otlp_endpoint:
+        from eventbus.observability._tracing import configure_tracing
+
+        configure_tracing(otlp_endpoint=otlp_endpoint, sample_ratio=trace_sample_ratio, service_name="eventbus-gateway")
 
     if ray_address is not None:
         import ray
@@ -305,4 +324,10 @@ def run_gateway(
             loop.add_signal_handler(sig, gateway.stop)
         await gateway.serve(on_ready)
 
-    uvloop.run(main())
+    try:
+        uvloop.run(main())
+    finally:
+        if otlp_endpoint:
+            from eventbus.observability._tracing import shutdown_tracing
+
+            shutdown_tracing()  # flush the spans still batched

@@ -10,6 +10,8 @@ or 504.
 
 from __future__ import annotations
 
+from pathlib import Path
+from time import perf_counter
 from typing import Any
 
 import orjson
@@ -20,6 +22,7 @@ from starlette.routing import Route as StarletteRoute
 from eventbus.errors import IngressError
 from eventbus.eventing._http_codec import encode_http_batch, encode_http_binary
 from eventbus.eventing.sources._ingress import Ingress, Route, split_outcomes
+from eventbus.observability._tracing import end_spans, start_event_spans, tracer
 
 __all__ = ["build_http_app"]
 
@@ -88,16 +91,45 @@ async def _read_body(request: Request, route: Route) -> bytes:
     return b"".join(chunks)
 
 
-def build_http_app(ingress: Ingress, *, title: str = "EventBus gateway") -> FastAPI:
+def build_http_app(ingress: Ingress, *, title: str = "EventBus gateway", observer: Any = None) -> FastAPI:
     """The gateway's FastAPI application.
 
     Args:
         ingress: request handling (routes and backend).
         title: the OpenAPI title.
+        observer: an :class:`eventbus.observability._observer.Observer`: adds ``/metrics``,
+            ``/v1/stats``, ``/v1/pipelines/{name}/stats`` and ``/dashboard``, and counts the
+            requests (None: none of these).
     """
     app = FastAPI(title=title, version="1", docs_url="/docs", redoc_url=None)
+    figures = observer.gateway if observer is not None else None
 
     async def handle(request: Request, route: Route, wait: bool | None) -> Response:
+        if figures is None and tracer() is None:
+            return await _handle(request, route, wait, None)
+        started = perf_counter()
+        seen: list[Any] = []  # the decoded events and their spans
+        status = 500
+        error: BaseException | None = None
+        try:
+            response = await _handle(request, route, wait, seen)
+            status = response.status_code
+            return response
+        except IngressError as e:
+            status, error = e.status, e
+            raise
+        except BaseException as e:
+            error = e
+            raise
+        finally:
+            if seen:
+                end_spans(seen[1], error)
+            if figures is not None:
+                sync = route.config.mode == "sync" if wait is None else wait
+                n = len(seen[0]) if seen and status < 300 else 0
+                figures.observe(route.pipeline, "sync" if sync else "async", status, perf_counter() - started, n)
+
+    async def _handle(request: Request, route: Route, wait: bool | None, seen: list[Any] | None) -> Response:
         body = await _read_body(request, route)
         # One pass over the raw headers (names arrive lowercased), not Starlette's lazy
         # per-lookup decoding.
@@ -105,6 +137,12 @@ def build_http_app(ingress: Ingress, *, title: str = "EventBus gateway") -> Fast
         ingress.authenticate(route, headers, body)
         events, mode = ingress.decode(route, headers, body)
         sync = route.config.mode == "sync" if wait is None else wait
+        if seen is not None:
+            spans = start_event_spans(
+                f"eventbus.gateway {route.pipeline}", events, request_traceparent=headers.get("traceparent"),
+                attributes={"eventbus.pipeline": route.pipeline, "eventbus.mode": "sync" if sync else "async"},
+            )
+            seen.extend((events, spans))
         if not sync:
             await ingress.publish(route, events)
             ids = [e.attributes["id"] for e in events]
@@ -125,6 +163,9 @@ def build_http_app(ingress: Ingress, *, title: str = "EventBus gateway") -> Fast
     async def healthz() -> Response:
         routes = ingress.routes
         return Response(orjson.dumps({"status": "ok", "pipelines": sorted(routes.pipelines)}), media_type="application/json")
+
+    if observer is not None:
+        _add_observability_routes(app, observer)
 
     @app.get("/v1/pipelines", summary="Pipelines this gateway serves")
     async def pipelines() -> Response:
@@ -186,6 +227,32 @@ def build_http_app(ingress: Ingress, *, title: str = "EventBus gateway") -> Fast
     app.router.routes.insert(0, StarletteRoute("/v1/pipelines/{name}/events", fast_events, methods=["POST"]))
     app.router.routes.insert(1, StarletteRoute("/{path:path}", fast_path, methods=["POST"]))
     return app
+
+
+_DASHBOARD = Path(__file__).resolve().parents[2] / "observability" / "dashboard.html"
+
+
+def _add_observability_routes(app: FastAPI, observer: Any) -> None:
+    from eventbus.observability._prometheus import CONTENT_TYPE
+
+    @app.get("/metrics", summary="Prometheus metrics of every pipeline and of this gateway")
+    async def metrics() -> Response:
+        return Response(await observer.metrics(), media_type=CONTENT_TYPE)
+
+    @app.get("/v1/stats", summary="Every pipeline's topology and live figures")
+    async def all_stats() -> Response:
+        return Response(orjson.dumps(await observer.views()), media_type="application/json")
+
+    @app.get("/v1/pipelines/{name}/stats", summary="A pipeline's topology and live figures")
+    async def pipeline_stats(name: str) -> Response:
+        view = await observer.view(name)
+        if view is None:
+            return _error(IngressError(404, f"no pipeline named {name!r} is deployed; GET /v1/stats lists them"))
+        return Response(orjson.dumps(view), media_type="application/json")
+
+    @app.get("/dashboard", summary="The web dashboard", include_in_schema=False)
+    async def dashboard() -> Response:
+        return Response(_DASHBOARD.read_bytes(), media_type="text/html; charset=utf-8")
 
 
 _TRUE = frozenset(("true", "1", "yes", "on"))

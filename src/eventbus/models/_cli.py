@@ -1,0 +1,177 @@
+"""``eventbus model``: push versions (or watch a directory for them), list them, split traffic.
+
+Registered in :mod:`eventbus.cli` as ``app.add_typer(model_app, name="model")``; Ray is
+imported only when a command runs. Exit codes: 0 ok, 1 invalid input or a rejected version,
+2 usage.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.table import Table
+
+from eventbus.errors import EventBusError
+
+__all__ = ["model_app", "new_files"]
+
+model_app = typer.Typer(
+    name="model",
+    help="Models served as pipeline stages: push versions, list them, split traffic between two.",
+    no_args_is_help=True,
+)
+
+RayOpt = typer.Option(None, "--ray-address", help="Ray cluster address (host:port).")
+KafkaOpt = typer.Option(None, "--kafka-bootstrap", help="Kafka bootstrap servers.")
+RedisOpt = typer.Option(None, "--redis-url", help="Redis URL (redis://host:port/db).")
+_SUFFIXES = (".pt", ".pt2", ".pth", ".ts", ".torchscript")
+
+
+def _client(ray_address: str | None, kafka: str | None, redis: str | None) -> Any:
+    from eventbus.cli import _Addresses, _client as client
+
+    return client(_Addresses(ray_address, kafka, redis))
+
+
+def _push(client: Any, name: str, path: Path, factory: str | None, samples: Path | None, min_accuracy: float | None) -> bool:
+    from eventbus.cli import _plain, err, out
+    from eventbus.errors import ModelValidationError
+
+    try:
+        with out.status(f"pushing {path} as a new version of {name}..."):
+            info = client.push_model(name, path, factory=factory, samples=samples, min_accuracy=min_accuracy)
+    except ModelValidationError as exc:
+        err.print("[red]rejected:[/red] ", end="")
+        _plain(err, str(exc))
+        return False
+    except EventBusError as exc:
+        err.print("[red]error:[/red] ", end="")
+        _plain(err, str(exc))
+        return False
+    out.print(f"model [bold]{name}[/bold] version {info['version']} validated and serving")
+    return True
+
+
+@model_app.command()
+def push(
+    name: str = typer.Argument(..., help="The model's name (its deployment is eventbus-model-NAME)."),
+    path: Path = typer.Argument(..., help="TorchScript file, torch.export program (.pt2), or state_dict with --factory."),
+    factory: Optional[str] = typer.Option(None, "--factory", help="module:attr building the module of a state_dict."),
+    samples: Optional[Path] = typer.Option(None, "--samples", help=".npz of labelled x, y scored on every new version."),
+    min_accuracy: Optional[float] = typer.Option(None, "--min-accuracy", min=0, max=1, help="Reject versions below this accuracy on --samples."),
+    ray_address: Optional[str] = RayOpt,
+    kafka_bootstrap: Optional[str] = KafkaOpt,
+    redis_url: Optional[str] = RedisOpt,
+) -> None:
+    """Push a new version: validated on recent requests, swapped in, or rejected (exit 1)."""
+    if not _push(_client(ray_address, kafka_bootstrap, redis_url), name, path, factory, samples, min_accuracy):
+        raise typer.Exit(1)
+
+
+def new_files(directory: Path, seen: dict[str, tuple[float, int]]) -> list[Path]:
+    """Model files in ``directory`` that are new or changed since ``seen`` (updated in place),
+    oldest first; a file whose size is still changing is left for the next look."""
+    out: list[tuple[float, Path]] = []
+    for p in directory.iterdir():
+        if not p.is_file() or p.suffix not in _SUFFIXES:
+            continue
+        st = p.stat()
+        sig = (st.st_mtime, st.st_size)
+        prev = seen.get(p.name)
+        if prev == sig:
+            continue
+        if prev is not None and prev[0] == -1.0 and prev[1] == st.st_size:
+            seen[p.name] = sig
+            out.append((st.st_mtime, p))
+        else:
+            seen[p.name] = (-1.0, st.st_size)  # first sight: push once the size holds still
+    return [p for _, p in sorted(out)]
+
+
+@model_app.command()
+def watch(
+    name: str = typer.Argument(..., help="The model's name."),
+    directory: Path = typer.Argument(..., help="Push each model file written here (online learning exports)."),
+    factory: Optional[str] = typer.Option(None, "--factory", help="module:attr for state_dict files."),
+    every_s: float = typer.Option(2.0, "--every", min=0.1, help="How often to look, in seconds."),
+    existing: bool = typer.Option(False, "--existing/--only-new", help="Also push the files already there."),
+    ray_address: Optional[str] = RayOpt,
+    kafka_bootstrap: Optional[str] = KafkaOpt,
+    redis_url: Optional[str] = RedisOpt,
+) -> None:
+    """Watch a directory and push every new model file as a version (Ctrl-C stops)."""
+    from eventbus.cli import _fail, out
+
+    if not directory.is_dir():
+        _fail(f"{directory} is not a directory; give the folder your training job exports models to", 1)
+    client = _client(ray_address, kafka_bootstrap, redis_url)
+    seen: dict[str, tuple[float, int]] = {}
+    if not existing:
+        for p in directory.iterdir():
+            if p.is_file():
+                st = p.stat()
+                seen[p.name] = (st.st_mtime, st.st_size)
+    out.print(f"watching {directory} for new versions of {name} (Ctrl-C stops)")
+    try:
+        while True:
+            for p in new_files(directory, seen):
+                _push(client, name, p, factory, None, None)
+            time.sleep(every_s)  # a polling period, not a wait for a condition
+    except KeyboardInterrupt:
+        pass
+
+
+@model_app.command("list")
+def list_(
+    name: Optional[str] = typer.Argument(None, help="One model (default: all)."),
+    ray_address: Optional[str] = RayOpt,
+    kafka_bootstrap: Optional[str] = KafkaOpt,
+    redis_url: Optional[str] = RedisOpt,
+) -> None:
+    """Show model versions, which one serves, and the traffic split."""
+    from eventbus.cli import _fail, out
+
+    try:
+        rows = _client(ray_address, kafka_bootstrap, redis_url).list_models(name)
+    except EventBusError as exc:
+        _fail(str(exc))
+    table = Table(title="Models")
+    for col in ("model", "version", "status", "traffic", "format", "size", "pushed", "error"):
+        table.add_column(col)
+    for r in rows:
+        colour = {"serving": "green", "rejected": "red"}.get(r["status"], "")
+        status = f"[{colour}]{r['status']}[/{colour}]" if colour else r["status"]
+        table.add_row(
+            r["name"], str(r["version"]), status, f"{r['traffic']:.0%}" if r["traffic"] else "", r["format"],
+            f"{r['size']:,} B", datetime.fromtimestamp(r["pushed_at"]).strftime("%Y-%m-%d %H:%M:%S"), r["error"] or "",
+        )
+    out.print(table if rows else "no models pushed; `eventbus model push NAME PATH` adds one")
+
+
+@model_app.command()
+def split(
+    name: str = typer.Argument(..., help="The model's name."),
+    version: Optional[int] = typer.Argument(None, help="The version to send a share to (omit with --off)."),
+    weight: float = typer.Option(0.1, "--weight", min=0, max=1, help="Its share of the events (by event id)."),
+    off: bool = typer.Option(False, "--off", help="End the split: the serving version takes everything."),
+    ray_address: Optional[str] = RayOpt,
+    kafka_bootstrap: Optional[str] = KafkaOpt,
+    redis_url: Optional[str] = RedisOpt,
+) -> None:
+    """A/B: send a share of a model's events to another version."""
+    from eventbus.cli import _fail, out
+
+    if (version is None) != off:
+        _fail("give a VERSION (and --weight), or --off to end the split", 2)
+    try:
+        st = _client(ray_address, kafka_bootstrap, redis_url).split_model(name, None if off else version, weight)
+    except EventBusError as exc:
+        _fail(str(exc))
+    if st["split"]:
+        out.print(f"model {name}: version {st['split']['version']} takes {st['split']['weight']:.0%}, version {st['serving']} the rest")
+    else:
+        out.print(f"model {name}: version {st['serving']} takes all events")

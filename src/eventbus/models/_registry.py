@@ -1,0 +1,231 @@
+"""The model registry in Redis: versions, their artifacts, which one serves, the A/B split.
+
+Keys (``<name>`` is the model's name)::
+
+    eventbus:models                      set of model names
+    eventbus:models:<name>               hash: next (version counter), serving, split (JSON
+                                         {"version", "weight"}), revision (bumped on every
+                                         serving change; replicas poll it), options (JSON),
+                                         min_accuracy, v:<N> (JSON record of version N)
+    eventbus:models:<name>:blob:<N>      the artifact's bytes (any node's replicas load it)
+    eventbus:models:<name>:recent        ring of recent request samples (.npy bytes, newest first)
+    eventbus:models:<name>:labelled      labelled samples (.npz bytes with x and y)
+
+A version record: ``{version, format, factory, size, sha256, pushed_at, source, status,
+error, input_shape, python_path}`` with status ``candidate`` (pushed, not validated), ``serving``,
+``retired`` (served before), or ``rejected`` (failed validation; ``error`` says why).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import time
+from typing import Any
+
+from eventbus.errors import ModelError
+
+__all__ = ["RECENT_ROWS", "ModelRegistry", "model_key"]
+
+RECENT_ROWS = 64  # rows per recorded sample
+_RECENT_SAMPLES = 16  # samples kept: up to 1,024 recent request rows
+
+
+def model_key(name: str) -> str:
+    """The Redis hash of a model."""
+    return f"eventbus:models:{name}"
+
+
+class ModelRegistry:
+    """Model versions in Redis (see the module docstring for the keys).
+
+    Args:
+        redis_url: the Redis server.
+
+    Example:
+        >>> reg = ModelRegistry("redis://127.0.0.1:6379/0")  # doctest: +SKIP
+        >>> v = reg.add_version("fraud", open("fraud.pt2", "rb").read())  # doctest: +SKIP
+    """
+
+    def __init__(self, redis_url: str) -> None:
+        import redis
+
+        self.redis_url = redis_url
+        self._r = redis.Redis.from_url(redis_url, socket_timeout=10)
+
+    # -- versions ---------------------------------------------------------------------------
+    def add_version(
+        self, name: str, blob: bytes, *, format: str, factory: str | None = None, source: str = "",
+        input_shape: tuple[int, ...] | None = None, python_path: list[str] | None = None,
+    ) -> int:
+        """Store an artifact as a new ``candidate`` version; returns its number."""
+        key = model_key(name)
+        version = int(self._r.hincrby(key, "next", 1))
+        record = {
+            "version": version, "format": format, "factory": factory, "size": len(blob),
+            "sha256": hashlib.sha256(blob).hexdigest(), "pushed_at": time.time(), "source": source,
+            "status": "candidate", "error": None, "input_shape": list(input_shape) if input_shape else None,
+            "python_path": list(python_path or []),
+        }
+        pipe = self._r.pipeline(transaction=True)
+        pipe.set(f"{key}:blob:{version}", blob)
+        pipe.hset(key, f"v:{version}", json.dumps(record))
+        pipe.sadd("eventbus:models", name)
+        pipe.execute()
+        return version
+
+    def exists(self, name: str) -> bool:
+        """Whether the model has any version."""
+        return bool(self._r.hexists(model_key(name), "next"))
+
+    def names(self) -> list[str]:
+        """Every model name, sorted."""
+        return sorted(n.decode() for n in self._r.smembers("eventbus:models"))
+
+    def record(self, name: str, version: int) -> dict[str, Any]:
+        """One version's record.
+
+        Raises:
+            ModelError: no such model or version.
+        """
+        raw = self._r.hget(model_key(name), f"v:{version}")
+        if raw is None:
+            self._unknown(name, version)
+        return json.loads(raw)  # type: ignore[no-any-return]
+
+    def versions(self, name: str) -> list[dict[str, Any]]:
+        """Every version's record, oldest first."""
+        raw = self._r.hgetall(model_key(name))
+        recs = [json.loads(v) for k, v in raw.items() if k.startswith(b"v:")]
+        return sorted(recs, key=lambda r: r["version"])
+
+    def blob(self, name: str, version: int) -> bytes:
+        """A version's artifact bytes."""
+        data = self._r.get(f"{model_key(name)}:blob:{version}")
+        if data is None:
+            self._unknown(name, version)
+        return data  # type: ignore[no-any-return]
+
+    def mark(self, name: str, version: int, status: str, error: str | None = None) -> None:
+        """Set a version's status (and error)."""
+        rec = self.record(name, version)
+        rec["status"], rec["error"] = status, error
+        self._r.hset(model_key(name), f"v:{version}", json.dumps(rec))
+
+    # -- what serves ------------------------------------------------------------------------
+    def state(self, name: str) -> dict[str, Any]:
+        """``{"serving": int | None, "split": {"version", "weight"} | None, "revision": int}``."""
+        serving, split, revision = self._r.hmget(model_key(name), "serving", "split", "revision")
+        return {
+            "serving": int(serving) if serving else None,
+            "split": json.loads(split) if split else None,
+            "revision": int(revision or 0),
+        }
+
+    def set_serving(self, name: str, version: int) -> None:
+        """Make ``version`` the serving one (the previous one becomes ``retired``); a split
+        towards ``version`` ends."""
+        previous = self.state(name)["serving"]
+        self.record(name, version)
+        pipe = self._r.pipeline(transaction=True)
+        pipe.hset(model_key(name), "serving", version)
+        st = self.state(name)
+        if st["split"] and st["split"]["version"] == version:
+            pipe.hdel(model_key(name), "split")
+        pipe.hincrby(model_key(name), "revision", 1)
+        pipe.execute()
+        self.mark(name, version, "serving")
+        if previous is not None and previous != version:
+            self.mark(name, previous, "retired")
+
+    def set_split(self, name: str, version: int | None, weight: float = 0.0) -> None:
+        """Send ``weight`` of the traffic (by event id) to ``version``, the rest to the serving
+        version; ``version=None`` ends the split.
+
+        Raises:
+            ModelError: unknown or rejected version, or a weight outside [0, 1].
+        """
+        key = model_key(name)
+        if version is None:
+            pipe = self._r.pipeline(transaction=True)
+            pipe.hdel(key, "split")
+            pipe.hincrby(key, "revision", 1)
+            pipe.execute()
+            return
+        if not 0.0 <= weight <= 1.0:
+            msg = f"split weight {weight!r} is outside [0, 1]; give the fraction of events for version {version}, e.g. 0.1"
+            raise ModelError(msg)
+        rec = self.record(name, version)
+        if rec["status"] == "rejected":
+            msg = f"model {name!r} version {version} was rejected ({rec['error']}); push a fixed version instead"
+            raise ModelError(msg)
+        pipe = self._r.pipeline(transaction=True)
+        pipe.hset(key, "split", json.dumps({"version": version, "weight": weight}))
+        pipe.hincrby(key, "revision", 1)
+        pipe.execute()
+
+    def options(self, name: str) -> dict[str, Any]:
+        """The model deployment's settings, as last deployed."""
+        raw = self._r.hget(model_key(name), "options")
+        return json.loads(raw) if raw else {}
+
+    def set_options(self, name: str, options: dict[str, Any]) -> None:
+        self._r.hset(model_key(name), "options", json.dumps(options, sort_keys=True))
+
+    # -- validation data --------------------------------------------------------------------
+    def record_inputs(self, name: str, rows: Any) -> None:
+        """Keep a sample of recent request rows (a numpy array) for validating new versions."""
+        import numpy as np
+
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(rows[:RECENT_ROWS]), allow_pickle=False)
+        key = f"{model_key(name)}:recent"
+        pipe = self._r.pipeline(transaction=False)
+        pipe.lpush(key, buf.getvalue())
+        pipe.ltrim(key, 0, _RECENT_SAMPLES - 1)
+        pipe.execute()
+
+    def recent_inputs(self, name: str, row_shape: tuple[int, ...] | None = None) -> Any | None:
+        """The recorded recent rows as one array (those of ``row_shape`` when given), or None."""
+        import numpy as np
+
+        arrays = [np.load(io.BytesIO(b), allow_pickle=False) for b in self._r.lrange(f"{model_key(name)}:recent", 0, -1)]
+        if arrays and row_shape is None:
+            row_shape = arrays[0].shape[1:]
+        arrays = [a for a in arrays if a.shape[1:] == tuple(row_shape or ())]
+        return np.concatenate(arrays) if arrays else None
+
+    def set_labelled(self, name: str, x: Any, y: Any, min_accuracy: float | None) -> None:
+        """Labelled samples (numpy arrays) every new version is scored on, and the threshold."""
+        import numpy as np
+
+        buf = io.BytesIO()
+        np.savez(buf, x=x, y=y)
+        pipe = self._r.pipeline(transaction=True)
+        pipe.set(f"{model_key(name)}:labelled", buf.getvalue())
+        if min_accuracy is None:
+            pipe.hdel(model_key(name), "min_accuracy")
+        else:
+            pipe.hset(model_key(name), "min_accuracy", repr(float(min_accuracy)))
+        pipe.execute()
+
+    def labelled(self, name: str) -> tuple[Any, Any, float | None] | None:
+        """``(x, y, min_accuracy)`` or None."""
+        import numpy as np
+
+        raw = self._r.get(f"{model_key(name)}:labelled")
+        if raw is None:
+            return None
+        z = np.load(io.BytesIO(raw), allow_pickle=False)
+        thr = self._r.hget(model_key(name), "min_accuracy")
+        return z["x"], z["y"], float(thr) if thr else None
+
+    def _unknown(self, name: str, version: int) -> None:
+        if not self.exists(name):
+            known = ", ".join(self.names()) or "none"
+            msg = f"no model named {name!r} in the registry (models: {known}); push one with `eventbus model push {name} PATH`"
+        else:
+            have = ", ".join(str(r["version"]) for r in self.versions(name))
+            msg = f"model {name!r} has no version {version} (versions: {have}); `eventbus model list {name}` shows them"
+        raise ModelError(msg)

@@ -1,0 +1,265 @@
+"""A model as its own Ray Serve application (``eventbus-model-<name>``), shared by every
+pipeline that uses it.
+
+Each replica loads the serving version from the registry (and the A/B version when traffic is
+split) onto the GPU when it has one, else the CPU with torch's threads pinned to the replica's
+CPUs. Calls are merged by ``@serve.batch`` across pipelines and callers: every call is a batch
+of rows, the merged rows run as one forward pass. A new version is loaded beside the old one,
+validated, and swapped in by replacing one reference: a call in flight finishes on the version
+it started with, so no request is dropped. Other replicas follow the registry's ``revision``
+(polled every 0.25 s) and swap the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from ray import serve
+from ray.serve.deployment import Application
+
+from eventbus.errors import ModelError, ModelValidationError
+from eventbus.models._artifact import LoadedModel, load_model, pick_device
+from eventbus.models._registry import ModelRegistry
+from eventbus.models._validate import validate_candidate
+
+__all__ = ["MODEL_APP_PREFIX", "ModelDeployment", "build_model_app", "model_app_name", "validate_version"]
+
+log = logging.getLogger("eventbus.models")
+
+MODEL_APP_PREFIX = "eventbus-model-"
+_POLL_S = 0.25
+_RECORD_EVERY_S = 1.0
+
+
+def model_app_name(name: str) -> str:
+    """The Serve application of a model."""
+    return f"{MODEL_APP_PREFIX}{name}"
+
+
+def _load_version(registry: ModelRegistry, name: str, version: int, device: str) -> LoadedModel:
+    rec = registry.record(name, version)
+    for p in reversed(rec.get("python_path") or []):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    return load_model(registry.blob(name, version), factory=rec.get("factory"), device=device, what=f"model {name!r} version {version}")
+
+
+def validate_version(registry: ModelRegistry, name: str, version: int, *, device: str = "cpu", serving: LoadedModel | None = None) -> LoadedModel:
+    """Load ``version`` beside the serving one and validate it on the recorded recent requests
+    and the labelled samples; mark it rejected and raise when it fails.
+
+    Raises:
+        ModelValidationError: it does not load, or fails validation (it is marked ``rejected``).
+    """
+    import torch
+
+    try:
+        candidate = _load_version(registry, name, version, device)
+    except ModelError as exc:
+        registry.mark(name, version, "rejected", str(exc))
+        raise ModelValidationError(name, version, str(exc)) from None
+    st = registry.state(name)
+    if serving is None and st["serving"] is not None and st["serving"] != version:
+        try:
+            serving = _load_version(registry, name, st["serving"], device)
+        except ModelError:
+            serving = None
+    shape = candidate.input_shape or (serving.input_shape if serving else None)
+    recent = registry.recent_inputs(name, shape)
+    lab = registry.labelled(name)
+    report = validate_candidate(
+        candidate,
+        torch.from_numpy(recent).float() if recent is not None else None,
+        serving=serving,
+        labelled=(torch.from_numpy(lab[0]).float(), torch.from_numpy(lab[1])) if lab else None,
+        min_accuracy=lab[2] if lab else None,
+    )
+    if not report.ok:
+        registry.mark(name, version, "rejected", report.reason)
+        raise ModelValidationError(name, version, report.reason)
+    return candidate
+
+
+class ModelDeployment:
+    """A replica serving one model (see the module docstring).
+
+    Args:
+        name: the model's registry name.
+        redis_url: the registry.
+        options: ``max_batch_size``, ``batch_wait_ms``, ``num_cpus`` (see ModelServingConfig).
+    """
+
+    def __init__(self, name: str, redis_url: str, options: dict[str, Any]) -> None:
+        import torch
+
+        self.name = name
+        self._registry = ModelRegistry(redis_url)
+        self._device = pick_device()
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self._threads = max(1, min(cpus, math.floor(float(options.get("num_cpus") or 0)) or 1))
+        torch.set_num_threads(self._threads)
+        self._models: dict[int, LoadedModel] = {}
+        self._active: tuple[int, LoadedModel, int | None, LoadedModel | None, float] | None = None
+        self._revision = -1
+        self._calls = 0
+        self._rows = 0
+        self._last_record = 0.0
+        self._update_lock = threading.Lock()
+        self._sync()
+        if self._active is None:
+            msg = f"model {name!r} has no serving version; push one with `eventbus model push {name} PATH`"
+            raise ModelError(msg)
+        self.predict.set_max_batch_size(int(options.get("max_batch_size", 16)))  # type: ignore[attr-defined]
+        self.predict.set_batch_wait_timeout_s(float(options.get("batch_wait_ms", 1.0)) / 1000)  # type: ignore[attr-defined]
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name=f"eventbus-model-{name}-watch", daemon=True)
+        self._watcher.start()
+
+    def __del__(self) -> None:
+        stop = getattr(self, "_stop", None)
+        if stop is not None:
+            stop.set()
+
+    # -- serving ----------------------------------------------------------------------------
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.001)
+    async def predict(self, calls: list[tuple[Any, Any]]) -> list[Any]:
+        """Rows of several calls in one forward pass. Each call is ``(x, u)``: rows (numpy,
+        first dimension the rows) and each row's draw in [0, 1) for the A/B split (or None).
+        Each answer is ``(outputs, versions)`` or ``("error", message)``."""
+        return await asyncio.to_thread(self._infer, calls)
+
+    def _infer(self, calls: list[tuple[Any, Any]]) -> list[Any]:
+        import numpy as np
+        import torch
+
+        active = self._active
+        assert active is not None
+        version, model, b_version, b_model, weight = active
+        out: list[Any] = [None] * len(calls)
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, (x, _) in enumerate(calls):
+            groups.setdefault(tuple(x.shape[1:]), []).append(i)
+        for shape, idx in groups.items():
+            xs = [calls[i][0] for i in idx]
+            x = torch.from_numpy(np.concatenate(xs) if len(xs) > 1 else (xs[0] if xs[0].flags.writeable else xs[0].copy()))
+            n = x.shape[0]
+            try:
+                if b_model is None or weight <= 0:
+                    y = model(x)
+                    versions = np.full(n, version, dtype=np.int64)
+                else:
+                    u = np.concatenate([c[1] if c[1] is not None else np.ones(len(c[0])) for c in (calls[i] for i in idx)])
+                    to_b = torch.from_numpy(u < weight)
+                    y = None
+                    versions = np.where(u < weight, b_version, version).astype(np.int64)
+                    parts = []
+                    for mask, m in ((~to_b, model), (to_b, b_model)):
+                        if bool(mask.any()):
+                            parts.append((mask, m(x[mask])))
+                    y = torch.empty((n, *parts[0][1].shape[1:]), dtype=parts[0][1].dtype)
+                    for mask, part in parts:
+                        y[mask] = part
+                if y.shape[0] != n:
+                    msg = f"model {self.name!r} version {version} gave {y.shape[0]} output rows for {n} input rows"
+                    raise ModelError(msg)
+                ynp = y.numpy()
+            except Exception as exc:  # noqa: BLE001 - answer each caller with the reason
+                reason = f"model {self.name!r} failed on input rows of shape {shape}: {type(exc).__name__}: {exc}"
+                for i in idx:
+                    out[i] = ("error", reason)
+                continue
+            start = 0
+            for i, xi in zip(idx, xs):
+                k = len(xi)
+                out[i] = (ynp[start : start + k], versions[start : start + k])
+                start += k
+            self._rows += n
+            now = time.monotonic()
+            if now - self._last_record >= _RECORD_EVERY_S:
+                self._last_record = now
+                try:
+                    self._registry.record_inputs(self.name, x.numpy())
+                except Exception:  # noqa: BLE001 - recording is best effort
+                    log.warning("recording recent inputs of model %r failed", self.name, exc_info=True)
+        self._calls += len(calls)
+        return out
+
+    # -- updates ----------------------------------------------------------------------------
+    def update(self, version: int) -> dict[str, Any]:
+        """Load ``version`` beside the serving one, validate it, and swap it in.
+
+        Raises:
+            ModelValidationError: it failed; it is marked rejected and the old one keeps serving.
+        """
+        with self._update_lock:
+            active = self._active
+            candidate = validate_version(self._registry, self.name, version, device=self._device, serving=active[1] if active else None)
+            self._models[version] = candidate
+            self._registry.set_serving(self.name, version)
+            self._sync()
+            return self.info()
+
+    def _sync(self) -> None:
+        """Follow the registry: load what serves now (and the split's version), then swap."""
+        st = self._registry.state(self.name)
+        if st["revision"] == self._revision or st["serving"] is None:
+            return
+        wanted = [st["serving"]] + ([st["split"]["version"]] if st["split"] else [])
+        for v in wanted:
+            if v not in self._models:
+                self._models[v] = _load_version(self._registry, self.name, v, self._device)
+        split = st["split"]
+        b = split["version"] if split else None
+        self._active = (st["serving"], self._models[st["serving"]], b, self._models[b] if b is not None else None, float(split["weight"]) if split else 0.0)
+        self._revision = st["revision"]
+        for v in list(self._models):
+            if v not in wanted:
+                del self._models[v]
+
+    def _watch(self) -> None:
+        while not self._stop.wait(_POLL_S):
+            try:
+                with self._update_lock:
+                    self._sync()
+            except Exception:  # noqa: BLE001 - keep serving the loaded version
+                log.warning("model %r: following the registry failed", self.name, exc_info=True)
+
+    def info(self) -> dict[str, Any]:
+        """What this replica serves: version, split, device, torch threads, counters."""
+        active = self._active
+        return {
+            "name": self.name,
+            "serving": active[0] if active else None,
+            "split": {"version": active[2], "weight": active[4]} if active and active[2] is not None else None,
+            "input_shape": list(active[1].input_shape) if active and active[1].input_shape else None,
+            "device": self._device,
+            "threads": self._threads,
+            "calls": self._calls,
+            "rows": self._rows,
+            "pid": os.getpid(),
+        }
+
+
+def build_model_app(name: str, redis_url: str, options: dict[str, Any]) -> Application:
+    """The Serve application of a model (``options`` as :class:`ModelServingConfig` dumps it,
+    ``num_gpus`` resolved)."""
+    actor: dict[str, Any] = {"num_cpus": float(options.get("num_cpus") or 0)}
+    if options.get("num_gpus"):
+        actor["num_gpus"] = float(options["num_gpus"])
+    deployment = serve.deployment(ModelDeployment).options(
+        name="model",
+        num_replicas=int(options.get("replicas", 1)),
+        ray_actor_options=actor,
+        max_ongoing_requests=max(64, 4 * int(options.get("max_batch_size", 16))),
+        logging_config={"enable_access_log": False, "log_level": "WARNING"},
+        health_check_period_s=2,
+        graceful_shutdown_timeout_s=10,
+    )
+    return deployment.bind(name, redis_url, options)

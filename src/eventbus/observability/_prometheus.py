@@ -1,0 +1,123 @@
+"""Prometheus exposition of the pipelines' figures (the gateway's ``GET /metrics``).
+
+A custom collector over already-merged views (:func:`~eventbus.observability._view.pipeline_view`)
+and the gateway's own :class:`GatewayMetrics`: the replicas' counters reach Prometheus through
+Redis and any gateway, so one scrape of one gateway sees every pipeline. Ray's own metrics
+export (``ray.util.metrics``) needs Ray's metrics agent, which the embedded stack does not
+start (``include_dashboard=False``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from eventbus.observability._metrics import GatewayMetrics
+
+__all__ = ["CONTENT_TYPE", "render_prometheus"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+#: source counter -> (metric name, help)
+_SOURCE_COUNTERS = {
+    "consumed": ("eventbus_events_in", "Events consumed by the pipeline's sources (records, decodable or not)."),
+    "outputs": ("eventbus_events_out", "Events delivered to the sink."),
+    "dropped": ("eventbus_events_filtered", "Input events that produced no output (filtered)."),
+    "failed": ("eventbus_events_failed", "Input events that failed (after retries)."),
+    "dead_lettered": ("eventbus_dead_letters", "Events written to the dead-letter sink."),
+    "decode_errors": ("eventbus_decode_errors", "Records that did not decode as CloudEvents."),
+    "committed": ("eventbus_events_committed", "Records whose offsets were committed."),
+    "duplicates": ("eventbus_duplicates_suppressed", "Outputs dropped by dedupe."),
+    "retries": ("eventbus_retries", "Re-dispatches of failed events by the retry policy."),
+}
+_STEP_COUNTERS = {
+    "in": ("eventbus_step_events_in", "Events that entered the step."),
+    "out": ("eventbus_step_events_out", "Events the step emitted."),
+    "filtered": ("eventbus_step_events_filtered", "Events the step dropped."),
+    "failed": ("eventbus_step_events_failed", "Events the step failed."),
+    "batches": ("eventbus_step_batches", "Batches the step ran."),
+    "seconds": ("eventbus_step_seconds", "Time spent in the step."),
+}
+
+
+def _histogram(family: Any, labels: list[str], snap: dict[str, Any]) -> None:
+    cumulative = 0
+    buckets = []
+    for bound, count in zip([*snap["bounds"], float("inf")], snap["counts"]):
+        cumulative += count
+        buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
+    family.add_metric(labels, buckets, snap["sum"])
+
+
+class _Collector:
+    def __init__(self, views: Iterable[dict[str, Any]], gateway: GatewayMetrics | None) -> None:
+        self.views = list(views)
+        self.gateway = gateway
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
+
+        sources = {k: CounterMetricFamily(n, h, labels=["pipeline", "source"]) for k, (n, h) in _SOURCE_COUNTERS.items()}
+        steps = {k: CounterMetricFamily(n, h, labels=["pipeline", "step", "template"]) for k, (n, h) in _STEP_COUNTERS.items()}
+        latency = HistogramMetricFamily("eventbus_end_to_end_latency_seconds", "From the record's timestamp (ingress) to the sink's ack, per delivered batch weighed by its events.", labels=["pipeline", "source"])
+        batch = HistogramMetricFamily("eventbus_batch_size", "Events per batch run by the replicas.", labels=["pipeline"])
+        batch_s = HistogramMetricFamily("eventbus_batch_seconds", "Time to run a batch through every step.", labels=["pipeline"])
+        lag = GaugeMetricFamily("eventbus_consumer_lag", "Log end (latest fetch's high watermark) minus committed offset.", labels=["pipeline", "topic", "partition"])
+        join = GaugeMetricFamily("eventbus_join_state_keys", "Keys waiting in a join step's state.", labels=["pipeline", "step"])
+        replicas = GaugeMetricFamily("eventbus_replicas", "Replicas publishing figures (live).", labels=["pipeline"])
+        version = GaugeMetricFamily("eventbus_pipeline_version", "The deployed version of the pipeline.", labels=["pipeline"])
+        models = InfoMetricFamily("eventbus_model", "The model version a step serves.", labels=["pipeline", "step"])
+        for v in self.views:
+            p = v["name"]
+            replicas.add_metric([p], v["replicas"])
+            if v.get("version") is not None:
+                version.add_metric([p], v["version"])
+            for i, s in enumerate(v["sources"]):
+                src = ",".join(s.get("topics") or []) or str(i)
+                for k, fam in sources.items():
+                    fam.add_metric([p, src], s["counters"].get(k, 0))
+                if s.get("latency"):
+                    _histogram(latency, [p, src], s["latency"])
+            for sid, st in v["steps"].items():
+                for k, fam in steps.items():
+                    fam.add_metric([p, sid, st.get("template", "")], st.get(k, 0))
+            if v["batch_size"]["histogram"]:
+                _histogram(batch, [p], v["batch_size"]["histogram"])
+            if v.get("batch_seconds"):
+                _histogram(batch_s, [p], v["batch_seconds"])
+            for part, n in v["lag"].items():
+                topic, _, rest = part.rpartition("[")
+                lag.add_metric([p, topic, rest.rstrip("]")], n)
+            for sid, n in v["join_state"].items():
+                join.add_metric([p, sid], n)
+            for sid, ver in v["models"].items():
+                models.add_metric([p, sid], {"version": ver})
+        yield from sources.values()
+        yield from steps.values()
+        yield from (latency, batch, batch_s, lag, join, replicas, version, models)
+        if self.gateway is not None:
+            snap = self.gateway.snapshot()
+            req = CounterMetricFamily("eventbus_gateway_requests", "Requests the gateway answered.", labels=["pipeline", "mode", "status"])
+            for r in snap["requests"]:
+                req.add_metric([r["pipeline"], r["mode"], str(r["status"])], r["count"])
+            ev = CounterMetricFamily("eventbus_gateway_events", "Events accepted (async) or run (sync) by the gateway.", labels=["pipeline", "mode"])
+            for r in snap["events"]:
+                ev.add_metric([r["pipeline"], r["mode"]], r["count"])
+            lat = HistogramMetricFamily("eventbus_gateway_request_seconds", "Gateway request latency.", labels=["pipeline", "mode"])
+            for r in snap["latency"]:
+                _histogram(lat, [r["pipeline"], r["mode"]], r["histogram"])
+            yield from (req, ev, lat)
+
+
+def render_prometheus(views: Iterable[dict[str, Any]], gateway: GatewayMetrics | None = None) -> bytes:
+    """The text exposition format of the pipelines' views and the gateway's figures.
+
+    Args:
+        views: one :func:`pipeline_view` per pipeline.
+        gateway: the gateway's own figures (None: left out).
+    """
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(views, gateway))  # type: ignore[arg-type]
+    return generate_latest(registry)

@@ -1,0 +1,176 @@
+"""One pipeline's figures, merged from what its replicas published to Redis.
+
+Replicas write ``eventbus:stats:<pipeline>`` (a hash: replica id -> JSON of ``at``, ``final``,
+``sources`` counters and the ``metrics`` snapshot) every second; the controller keeps the
+pipeline's record in ``eventbus:pipelines``. :func:`pipeline_view` turns both into the JSON
+the dashboard, ``/metrics`` and ``eventbus status`` show. Entries of replicas that stopped
+cleanly (``final``) keep counting, so totals never drop when a replica is replaced; entries of
+replicas that died (not refreshed for :data:`STALE_S`) are left out.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from eventbus.observability._metrics import merge_histograms, quantile
+
+__all__ = ["STALE_S", "pipeline_view", "topology"]
+
+#: A replica's entry older than this (and not final) is a dead replica's: ignored.
+STALE_S = 15.0
+
+#: Source counters summed into the pipeline's totals.
+_TOTALS = ("consumed", "outputs", "dropped", "failed", "dead_lettered", "committed", "decode_errors", "duplicates", "retries", "batches")
+
+
+def _label(kind_and_config: dict[str, Any]) -> dict[str, Any]:
+    kind = next(iter(kind_and_config))
+    cfg = kind_and_config[kind] or {}
+    if kind == "kafka":
+        topics = cfg.get("topics") or [cfg.get("topic")]
+        detail = ", ".join(str(t) for t in topics if t)
+    elif kind == "http":
+        detail = cfg.get("path") or ""
+    else:
+        detail = ""
+    return {"kind": kind, "detail": detail}
+
+
+def topology(document: dict[str, Any]) -> dict[str, Any]:
+    """Sources, steps (id, template, a short detail) and sinks of a pipeline document."""
+    spec = document.get("spec", {})
+    steps = []
+    for s in spec.get("steps", []):
+        template = next((k for k in s if k not in ("id", "type")), s.get("type", "?"))
+        value = s.get(template)
+        if isinstance(value, str):
+            detail = value
+        elif isinstance(value, dict):
+            detail = ", ".join(sorted(value)) if template != "model" else str(value.get("name") or value.get("model") or "")
+        else:
+            detail = ""
+        steps.append({"id": s["id"], "template": template, "detail": detail[:200]})
+    dead = spec.get("dead_letter")
+    return {
+        "sources": [_label(s) for s in spec.get("sources", [])],
+        "steps": steps,
+        "sink": _label(spec["sink"]) if spec.get("sink") else None,
+        "dead_letter": _label(dead) if dead else None,
+    }
+
+
+def _live(entries: list[dict[str, Any]], now: float) -> tuple[list[dict[str, Any]], int]:
+    kept = []
+    running = 0
+    for e in entries:
+        if e.get("final"):
+            kept.append(e)
+        elif now - e.get("at", 0) <= STALE_S:
+            kept.append(e)
+            running += 1
+    return kept, running
+
+
+def pipeline_view(record: dict[str, Any], raw_entries: list[str | bytes], consumed_topics: list[list[str]] | None = None, now: float | None = None) -> dict[str, Any]:
+    """The figures of one pipeline.
+
+    Args:
+        record: the pipeline's record in ``eventbus:pipelines`` (name, version, document...).
+        raw_entries: the values of its ``eventbus:stats:<name>`` hash.
+        consumed_topics: per consumed source (the order replicas publish them), its topics.
+        now: the current time (tests).
+
+    Returns:
+        ``name``, ``version``, ``deployed_at``, ``topology``, ``replicas`` (live ones),
+        ``totals`` (source counters summed), ``sources`` (per consumed source: counters,
+        ``p50_s``/``p99_s`` end-to-end latency, ``lag``), ``steps`` (per step: in, out,
+        filtered, failed, seconds, the step's own stats), ``latency`` (end-to-end histogram
+        over every source, ``p50_s``, ``p99_s``), ``batch_size`` (histogram, ``mean``),
+        ``lag`` (per partition) and ``lag_total``, ``join_state`` (step -> pending keys),
+        ``models`` (step -> version, for steps reporting one).
+    """
+    now = time.time() if now is None else now
+    entries = []
+    for raw in raw_entries:
+        try:
+            entries.append(json.loads(raw))
+        except ValueError:
+            continue
+    entries, running = _live(entries, now)
+    doc = record.get("document", {})
+    n_sources = len(consumed_topics) if consumed_topics is not None else max((len(e.get("sources", [])) for e in entries), default=0)
+    sources: list[dict[str, Any]] = []
+    for i in range(n_sources):
+        counters: dict[str, int] = {}
+        hists = []
+        lag: dict[str, int] = {}
+        for e in entries:
+            src = e.get("sources", [])
+            if i < len(src):
+                for k, v in src[i].items():
+                    if k == "in_flight" and e.get("final"):
+                        continue
+                    counters[k] = counters.get(k, 0) + v
+            m = (e.get("metrics") or {}).get("sources", [])
+            if i < len(m):
+                hists.append(m[i]["latency"])
+                if not e.get("final"):
+                    for part, n in m[i].get("lag", {}).items():
+                        lag[part] = max(lag.get(part, 0), n)  # one owner per partition
+        latency = merge_histograms(hists)
+        sources.append({
+            "topics": consumed_topics[i] if consumed_topics is not None else [],
+            "counters": counters,
+            "latency": latency,
+            "p50_s": quantile(latency, 0.5),
+            "p99_s": quantile(latency, 0.99),
+            "lag": lag,
+        })
+    totals = {k: sum(s["counters"].get(k, 0) for s in sources) for k in _TOTALS}
+    steps: dict[str, Any] = {}
+    batch_hists, batch_time_hists = [], []
+    for e in entries:
+        m = e.get("metrics") or {}
+        if m.get("batch_size"):
+            batch_hists.append(m["batch_size"])
+        if m.get("batch_seconds"):
+            batch_time_hists.append(m["batch_seconds"])
+        for sid, st in (m.get("steps") or {}).items():
+            acc = steps.setdefault(sid, {"template": st.get("template", ""), "in": 0, "out": 0, "filtered": 0, "failed": 0, "batches": 0, "seconds": 0.0, "errors": 0, "stats": {}})
+            for k in ("in", "out", "filtered", "failed", "batches", "seconds", "errors"):
+                acc[k] += st.get(k, 0)
+            if not e.get("final"):
+                for k, v in (st.get("stats") or {}).items():
+                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "pending_keys":
+                        acc["stats"][k] = acc["stats"].get(k, 0) + v
+                    else:  # shared state (pending_keys) and versions: one replica's word
+                        acc["stats"][k] = v
+    latency = merge_histograms(s["latency"] for s in sources if s["latency"])
+    batch = merge_histograms(batch_hists)
+    lag = {p: n for s in sources for p, n in s["lag"].items()}
+    join_state = {sid: st["stats"]["pending_keys"] for sid, st in steps.items() if "pending_keys" in st["stats"]}
+    models = {
+        sid: str(st["stats"].get("model_version", st["stats"].get("version")))
+        for sid, st in steps.items()
+        if "model_version" in st["stats"] or "version" in st["stats"]
+    }
+    return {
+        "name": record.get("name", doc.get("metadata", {}).get("name")),
+        "version": record.get("version"),
+        "deployed_at": record.get("deployed_at"),
+        "topology": topology(doc),
+        "replicas": running,
+        "totals": totals,
+        "sources": sources,
+        "steps": steps,
+        "latency": {"histogram": latency, "p50_s": quantile(latency, 0.5), "p99_s": quantile(latency, 0.99)},
+        "batch_size": {"histogram": batch, "mean": (batch["sum"] / batch["count"]) if batch and batch["count"] else None},
+        "batch_seconds": merge_histograms(batch_time_hists),
+        "lag": lag,
+        "lag_total": sum(lag.values()),
+        "join_state": join_state,
+        "models": models,
+        "at": now,
+    }

@@ -1,0 +1,181 @@
+"""The controller's side of models: push versions, deploy each model's Serve application when
+a pipeline that uses it is deployed, delete it when the last such pipeline goes.
+
+A push stores the artifact as a candidate; when the model's application runs, one of its
+replicas loads it beside the serving version, validates it and swaps it in (the others follow
+the registry); when none runs, the controller validates it here the same way. A version that
+fails is marked ``rejected`` and the serving one stays.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from eventbus.errors import DeployError, ModelError
+from eventbus.models._registry import ModelRegistry
+from eventbus.pipelines._config import PipelineConfig
+from eventbus.pipelines._model_config import ModelServingConfig, model_refs
+
+__all__ = ["ModelControl"]
+
+log = logging.getLogger("eventbus.serving.models")
+
+
+def _models_of(config: PipelineConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for step in config.spec.steps:
+        for ref in model_refs(step):
+            if ref.name not in out or ref.serving is not None:
+                out[ref.name] = ref
+    return out
+
+
+class ModelControl:
+    """Model operations of the controller (it owns one).
+
+    Args:
+        redis_url: the registry's Redis.
+    """
+
+    def __init__(self, redis_url: str) -> None:
+        self.redis_url = redis_url
+        self.registry = ModelRegistry(redis_url)
+
+    # -- versions ---------------------------------------------------------------------------
+    def push(
+        self, name: str, blob: bytes, *, factory: str | None = None, source: str = "", python_path: list[str] | None = None,
+        labelled: tuple[Any, Any] | None = None, min_accuracy: float | None = None, only_if_missing: bool = False,
+    ) -> dict[str, Any]:
+        """Add a version; validate and swap it in (see the module docstring).
+
+        Returns:
+            ``{"name", "version", "serving", "status", "pushed": bool}``.
+
+        Raises:
+            ModelError: the artifact does not load (nothing is stored).
+            ModelValidationError: it was stored, validated and rejected; the old one serves.
+        """
+        from eventbus.models._artifact import load_model
+        from eventbus.models._serve import validate_version
+
+        if only_if_missing and self.registry.exists(name) and self.registry.state(name)["serving"] is not None:
+            st = self.registry.state(name)
+            return {"name": name, "version": st["serving"], "serving": st["serving"], "status": "serving", "pushed": False}
+        for p in reversed(python_path or []):
+            if p not in sys.path:
+                sys.path.insert(0, p)
+        loaded = load_model(blob, factory=factory, what=f"model {name!r} artifact {source or ''}".strip())
+        version = self.registry.add_version(
+            name, blob, format=loaded.format, factory=factory, source=source, input_shape=loaded.input_shape, python_path=python_path
+        )
+        if labelled is not None:
+            self.registry.set_labelled(name, labelled[0], labelled[1], min_accuracy)
+        handle = self._handle(name)
+        if handle is not None:
+            handle.update.remote(version).result(timeout_s=300)
+        else:
+            validate_version(self.registry, name, version)
+            self.registry.set_serving(name, version)
+        st = self.registry.state(name)
+        return {"name": name, "version": version, "serving": st["serving"], "status": "serving", "pushed": True}
+
+    def list(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Models (or one model's versions): versions, which one serves, the split."""
+        names = [name] if name else self.registry.names()
+        rows = []
+        for n in names:
+            if not self.registry.exists(n):
+                self.registry.record(n, 0)  # raises the "no model named" error
+            st = self.registry.state(n)
+            for rec in self.registry.versions(n):
+                share = 0.0
+                if rec["version"] == st["serving"]:
+                    share = 1.0 - (st["split"]["weight"] if st["split"] else 0.0)
+                elif st["split"] and st["split"]["version"] == rec["version"]:
+                    share = st["split"]["weight"]
+                rows.append({"name": n, **{k: rec.get(k) for k in ("version", "format", "status", "error", "pushed_at", "size", "source")}, "traffic": share})
+        return rows
+
+    def split(self, name: str, version: int | None, weight: float) -> dict[str, Any]:
+        """Send ``weight`` of the model's traffic to ``version`` (None ends the split)."""
+        if not self.registry.exists(name):
+            self.registry.record(name, 0)
+        if version is not None and version == self.registry.state(name)["serving"]:
+            msg = f"version {version} of model {name!r} already serves; split towards another version"
+            raise ModelError(msg)
+        self.registry.set_split(name, version, weight)
+        return self.registry.state(name)
+
+    # -- applications -----------------------------------------------------------------------
+    def ensure_apps(self, config: PipelineConfig, *, running: set[str]) -> list[str]:
+        """Deploy (or update) the Serve application of every model the pipeline uses.
+
+        Raises:
+            DeployError: a model has no serving version.
+        """
+        from ray import serve
+
+        from eventbus.models._serve import build_model_app, model_app_name
+
+        started = []
+        for name, ref in _models_of(config).items():
+            st = self.registry.state(name) if self.registry.exists(name) else None
+            if st is None or st["serving"] is None:
+                known = ", ".join(self.registry.names()) or "none"
+                msg = (
+                    f"pipeline {config.name!r} uses model {name!r}, which has no serving version in the registry "
+                    f"(models: {known}); push one with `eventbus model push {name} PATH`, or give the step 'path:'"
+                )
+                raise DeployError(msg)
+            stored = self.registry.options(name)
+            options = (ref.serving or ModelServingConfig()).model_dump() if ref.serving is not None or not stored else dict(stored)
+            if options.get("num_gpus") is None:
+                options["num_gpus"] = 1 if _cluster_has_gpu() else 0
+            if model_app_name(name) in running and options == stored:
+                continue
+            serve.run(build_model_app(name, self.redis_url, options), name=model_app_name(name), route_prefix=None)
+            self.registry.set_options(name, options)
+            started.append(name)
+        return started
+
+    def release(self, pipeline: str, documents: list[dict[str, Any]]) -> None:
+        """Delete the applications of models no remaining pipeline (``documents``) uses."""
+        from ray import serve
+
+        from eventbus.models._serve import model_app_name
+
+        gone = PipelineConfig.model_validate(next(d for d in documents if d["metadata"]["name"] == pipeline))
+        still = set()
+        for doc in documents:
+            if doc["metadata"]["name"] != pipeline:
+                still |= set(_models_of(PipelineConfig.model_validate(doc)))
+        for name in set(_models_of(gone)) - still:
+            try:
+                serve.delete(model_app_name(name))
+            except Exception:  # noqa: BLE001
+                log.exception("deleting the Serve application of model %r failed", name)
+
+    @staticmethod
+    def _handle(name: str) -> Any:
+        from ray import serve
+
+        from eventbus.models._serve import model_app_name
+
+        try:
+            if model_app_name(name) not in serve.status().applications:
+                return None
+            return serve.get_app_handle(model_app_name(name))
+        except Exception:  # noqa: BLE001 - Serve not started: no application
+            return None
+
+
+def _cluster_has_gpu() -> bool:
+    import ray
+
+    try:
+        return float(ray.cluster_resources().get("GPU", 0)) > 0
+    except Exception:  # noqa: BLE001
+        return False
+
