@@ -133,6 +133,9 @@ def gateway(
     otlp_endpoint: Optional[str] = typer.Option(None, help="Export traces over OTLP/HTTP to this URL (default: $OTEL_EXPORTER_OTLP_ENDPOINT; none: tracing off)."),
     trace_sample_ratio: float = typer.Option(1.0, min=0.0, max=1.0, help="Share of requests traced when tracing is on."),
     log_format: str = typer.Option("text", help="text, or json (one JSON object per line)."),
+    admin_token_file: Optional[Path] = typer.Option(
+        None, help="Turn the admin API (/v1/admin) on with the bearer token in this file (or set $EVENTBUS_ADMIN_TOKEN)."
+    ),
 ) -> None:
     """Run the HTTP/gRPC gateway in the foreground (one per node; `eventbus up` starts one).
 
@@ -144,6 +147,8 @@ def gateway(
     addr = _Addresses(ray_address, kafka_bootstrap, redis_url)
     addr.fill_from_stack(("kafka", "redis"))
     os.environ.update(addr.ray_env)
+    if admin_token_file is not None:
+        os.environ["EVENTBUS_ADMIN_TOKEN_FILE"] = str(admin_token_file)
     from eventbus.serving._gateway import run_gateway
 
     def ready(gw: Any) -> None:

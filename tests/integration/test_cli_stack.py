@@ -83,10 +83,24 @@ def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
 
         st = eb(home, "status", "large-payments")
         assert st.returncode == 0, st.stderr
-        assert "consumed=6" in st.stdout and "outputs=3" in st.stdout and "dead_lettered=1" in st.stdout
+        assert "only_large (filter) → to_cny (convert) → score (function)" in st.stdout
+        totals = json.loads(eb(home, "status", "large-payments", "--json").stdout)["figures"]["totals"]
+        # the six published events and the async HTTP one (the sync call bypasses the sources)
+        assert (totals["consumed"], totals["outputs"], totals["dead_lettered"]) == (7, 4, 1), totals
 
         ls = eb(home, "list")
         assert "large-payments" in ls.stdout and "RUNNING" in ls.stdout
+
+        # The admin API on the gateway, with the token `up` wrote (CLI parity: list, versions).
+        token = (home / "admin_token").read_text().strip()
+        assert (home / "admin_token").stat().st_mode & 0o077 == 0
+        assert httpx.get(f"{gw}/v1/admin/pipelines", timeout=30).status_code == 401
+        r = httpx.get(f"{gw}/v1/admin/pipelines", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        assert r.status_code == 200 and [p["name"] for p in r.json()] == ["large-payments"], r.text
+        r = httpx.get(f"{gw}/v1/admin/pipelines/large-payments/versions", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        assert [(v["version"], v["serving"]) for v in r.json()] == [(1, True)], r.text
+        vs = eb(home, "versions", "large-payments")
+        assert vs.returncode == 0 and "payments.yaml" in vs.stdout, vs.stderr
 
         bad = eb(home, "delete", "no-such")
         assert bad.returncode == 1 and "no pipeline named 'no-such' is deployed" in bad.stderr

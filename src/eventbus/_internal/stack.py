@@ -175,7 +175,7 @@ def start_gateway(stack: Stack, logs: Path, http_port: int, grpc_port: int) -> t
         sys.executable, "-m", "eventbus.cli", "gateway", "--host", "127.0.0.1",
         "--http-port", str(http_port), "--grpc-port", str(grpc_port),
         "--ray-address", stack.ray_address, "--kafka-bootstrap", stack.kafka_bootstrap,
-        "--redis-url", stack.redis_url,
+        "--redis-url", stack.redis_url, "--admin-token-file", _make_admin_token(logs.parent),  # logs is $EVENTBUS_HOME/logs
     ]
     saved = dict(os.environ)
     os.environ.update(stack.ray_env())
@@ -198,6 +198,17 @@ def start_gateway(stack: Stack, logs: Path, http_port: int, grpc_port: int) -> t
             raise StackError(msg)
         time.sleep(0.1)
     return svc, f"http://127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}"
+
+
+def _make_admin_token(home: Path) -> str:
+    """The gateway's admin API token (kept across restarts), readable by us only."""
+    import secrets
+
+    path = home / "admin_token"
+    if not path.exists():
+        path.write_text(secrets.token_hex(32))
+        path.chmod(0o600)
+    return str(path)
 
 
 def _make_token(home: Path) -> str:

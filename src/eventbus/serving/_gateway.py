@@ -244,6 +244,9 @@ class Gateway:
         from eventbus.observability._observer import Observer
 
         app = build_http_app(self.ingress, observer=Observer(self._redis, self.figures))
+        from eventbus.serving._admin import add_admin_routes, admin_token_from
+
+        add_admin_routes(app, admin_token_from(self._environ if self._environ is not None else os.environ))
         config = uvicorn.Config(
             app, host=self.host, port=self.http_port, log_level="warning", access_log=False,
             lifespan="off", http="httptools", loop="none", timeout_graceful_shutdown=10,
