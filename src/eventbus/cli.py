@@ -327,15 +327,30 @@ def validate(files: list[Path] = typer.Argument(..., help="Pipeline YAML files."
 @app.command()
 def deploy(
     file: Path = typer.Argument(..., help="Pipeline YAML file."),
+    canary: Optional[int] = typer.Option(
+        None, "--canary", min=1, max=100,
+        help="Start the new steps on this percent of the events, then 50 and 100 percent if they do no worse; "
+        "rolled back at once on a regression, promoted after the last step.",
+    ),
+    step_seconds: float = typer.Option(30.0, "--step-seconds", min=1.0, help="Seconds per canary step."),
     ray_address: Optional[str] = RayOpt,
     kafka_bootstrap: Optional[str] = KafkaOpt,
     redis_url: Optional[str] = RedisOpt,
 ) -> None:
-    """Validate and deploy (or redeploy) a pipeline."""
+    """Validate and deploy (or redeploy) a pipeline, at once or as a canary."""
     from eventbus.errors import PipelineConfigError
 
     client = _client(_Addresses(ray_address, kafka_bootstrap, redis_url))
     try:
+        if canary is not None:
+            weights = sorted({canary, *(w for w in (50, 100) if w > canary)})
+            with out.status(f"starting a canary of {file}..."):
+                info = client.deploy(file, canary=weights, step_s=step_seconds)
+            out.print(
+                f"canary of [bold]{info['name']}[/bold] version {info['canary_version']} on {info['weight']}% of the events; "
+                f"steps {', '.join(f'{w}%' for w in info['weights'])} every {step_seconds:g} s (`eventbus canary {info['name']}`)"
+            )
+            return
         with out.status(f"deploying {file}..."):
             info = client.deploy(file)
     except PipelineConfigError as exc:
@@ -389,6 +404,46 @@ def versions(
 
 
 @app.command()
+def promote(
+    name: str = typer.Argument(..., help="Pipeline name."),
+    ray_address: Optional[str] = RayOpt,
+    kafka_bootstrap: Optional[str] = KafkaOpt,
+    redis_url: Optional[str] = RedisOpt,
+) -> None:
+    """Make a pipeline's running canary its serving version now."""
+    try:
+        info = _client(_Addresses(ray_address, kafka_bootstrap, redis_url)).promote(name)
+    except EventBusError as exc:
+        _fail(str(exc))
+    out.print(f"promoted {name}: version {info['version']} serves")
+
+
+@app.command("canary")
+def canary_(
+    name: str = typer.Argument(..., help="Pipeline name."),
+    as_json: bool = typer.Option(False, "--json", help="JSON instead of text."),
+    ray_address: Optional[str] = RayOpt,
+    kafka_bootstrap: Optional[str] = KafkaOpt,
+    redis_url: Optional[str] = RedisOpt,
+) -> None:
+    """Show a pipeline's canary: its share, steps and verdicts, or how the last one ended."""
+    try:
+        state = _client(_Addresses(ray_address, kafka_bootstrap, redis_url)).canary(name)
+    except EventBusError as exc:
+        _fail(str(exc))
+    if as_json:
+        sys.stdout.write(json.dumps(state) + "\n")
+        return
+    if state is None:
+        out.print(f"{name} has no canary; start one with `eventbus deploy FILE --canary 10`")
+        return
+    out.print(f"canary of {name} version {state['version']}: {state['status']} ({state.get('reason') or 'at ' + str(state['weight']) + '%'})")
+    for h in state["history"]:
+        c = h["figures"]["canary"]
+        out.print(f"  {h['weight']}%: {h['verdict']} ({h['reason']}); canary {int(c['events'])} events, {int(c['failed'])} failed")
+
+
+@app.command()
 def rollback(
     name: str = typer.Argument(..., help="Pipeline name."),
     to: Optional[int] = typer.Option(None, "--to", help="The version to restore (default: the one before the serving one)."),
@@ -396,11 +451,14 @@ def rollback(
     kafka_bootstrap: Optional[str] = KafkaOpt,
     redis_url: Optional[str] = RedisOpt,
 ) -> None:
-    """Deploy an earlier version of a pipeline again (as a new version)."""
+    """End a running canary, or deploy an earlier version of a pipeline again (as a new version)."""
     try:
         info = _client(_Addresses(ray_address, kafka_bootstrap, redis_url)).rollback(name, to)
     except EventBusError as exc:
         _fail(str(exc))
+    if "canary_rolled_back" in info:
+        out.print(f"rolled back the canary of {name} (version {info['canary_rolled_back']}); version {info['version']} serves")
+        return
     out.print(f"rolled back {name}: version {info['version']} serves the YAML of version {info['rollback_of']}")
 
 

@@ -7,6 +7,7 @@ import os
 import signal
 import time
 import uuid
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -132,3 +133,61 @@ async def test_versions_rollback_and_the_admin_api(deploy_pipeline: Any, topic_f
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=off), base_url="http://gw") as http:
         r = await http.get("/v1/admin/pipelines", headers=auth)
         assert r.status_code == 404 and "EVENTBUS_ADMIN_TOKEN" in r.json()["error"]
+
+
+def tagging(tag: str) -> list[dict[str, Any]]:
+    return [{"id": "tag", "convert": {"set": {"data.seen": "true", "data.version": f"'{tag}'"}}}]
+
+
+CANARY_N = 8000
+
+
+async def run_canary(deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str, eventbus_client: Any, tmp_path: Any, canary_steps: list[dict[str, Any]], until: str) -> tuple[list[Any], list[Any], dict[str, Any], str]:
+    """Version 1 tags events 'v1'; under a steady load a canary of ``canary_steps`` starts
+    (10/50/100 %, 2 s steps); waits until the canary's status is ``until``; returns the sink
+    events, the dead letters, the canary's final state and the pipeline name."""
+    import yaml
+
+    src, sink, dlq = topic_factory("k-in", partitions=4), topic_factory("k-out", partitions=4), topic_factory("k-dlq")
+    name = f"canary-{uuid.uuid4().hex[:6]}"
+    deploy_pipeline(doc(name, src, sink, dlq, steps=tagging("v1")))
+    progress = [0]
+    producer = asyncio.create_task(produce_paced(kafka_bootstrap, src, CANARY_N, 16.0, progress))
+    while progress[0] < CANARY_N * 0.15:
+        await asyncio.sleep(0.05)
+    path = tmp_path / f"{name}-canary.yaml"
+    path.write_text(yaml.safe_dump(doc(name, src, sink, dlq, steps=canary_steps), sort_keys=False))
+    info = await asyncio.to_thread(eventbus_client.deploy, path, canary=[10, 50, 100], step_s=2.0, min_events=20)
+    assert info["weight"] == 10 and info["canary_version"] == 2
+    state = await asyncio.to_thread(
+        wait_for, lambda: (s := eventbus_client.canary(name)) and s["status"] != "running" and s, 120, f"the canary to be {until}"
+    )
+    assert state["status"] == until, state
+    await producer
+    dead = await collect(kafka_bootstrap, dlq, 1, timeout_s=60) if until != "promoted" else []
+    out = await collect(kafka_bootstrap, sink, CANARY_N - len(dead), timeout_s=180)
+    return out, dead, state, name
+
+
+async def test_canary_promoted_under_load_loses_nothing(deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str, eventbus_client: Any, tmp_path: Any) -> None:
+    out, _, state, name = await run_canary(deploy_pipeline, topic_factory, kafka_bootstrap, eventbus_client, tmp_path, tagging("v2"), "promoted")
+    check_exactly_once_in_key_order(out, {f"f{i}" for i in range(CANARY_N)})
+    versions = Counter(e.data["version"] for e in out)
+    assert versions["v1"] > 0 and versions["v2"] > 0, versions
+    assert [h["weight"] for h in state["history"]] == [10, 50, 100] and all(h["verdict"] == "advance" for h in state["history"])
+    assert [p["version"] for p in eventbus_client.list() if p["name"] == name] == [2]
+    # events after the promotion are all the new version's
+    last = [e for e in out if e.data["n"] >= CANARY_N - 200]
+    assert {e.data["version"] for e in last} == {"v2"}
+
+
+async def test_canary_with_a_regression_is_rolled_back_under_load(deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str, eventbus_client: Any, tmp_path: Any) -> None:
+    broken = [{"id": "tag", "convert": {"set": {"data.seen": "true", "data.version": "'v2'", "data.ratio": "data.n / (data.n - data.n)"}}}]
+    out, dead, state, name = await run_canary(deploy_pipeline, topic_factory, kafka_bootstrap, eventbus_client, tmp_path, broken, "rolled_back")
+    assert "error rate" in state["reason"] and state["reason"].startswith("at 10%"), state
+    assert [p["version"] for p in eventbus_client.list() if p["name"] == name] == [1]
+    # Nothing lost: every event is in the sink (v1) or, failed by the canary, dead-lettered.
+    ids = Counter(e.id for e in out) + Counter(e.id for e in dead)
+    assert set(ids) == {f"f{i}" for i in range(CANARY_N)} and max(ids.values()) == 1
+    assert {e.data["version"] for e in out} == {"v1"}
+    assert all(e["ebstep"] == "tag" for e in dead)

@@ -13,6 +13,9 @@ Every call goes to the controller actor, as the CLI's do.
 ``GET    /v1/admin/pipelines/{name}/versions``  ``eventbus versions``
 ``POST   /v1/admin/pipelines/{name}/rollback?to=N``  ``eventbus rollback``
 ``GET    /v1/admin/pipelines/{name}/status``    ``eventbus status NAME``
+``POST   /v1/admin/pipelines/{name}/canary``    ``eventbus deploy --canary`` (body: YAML)
+``GET    /v1/admin/pipelines/{name}/canary``    ``eventbus canary NAME``
+``POST   /v1/admin/pipelines/{name}/promote``   ``eventbus promote NAME``
 =========================================  ===========================================
 """
 
@@ -133,6 +136,35 @@ def add_admin_routes(app: FastAPI, token: str | None, controller: Callable[[], A
     @router.post("/pipelines/{name}/rollback", dependencies=guarded, summary="Deploy an earlier version again")
     async def rollback(name: str, to: int | None = None) -> Response:
         return JSONResponse(await call("rollback", name, to))
+
+    @router.post("/pipelines/{name}/canary", dependencies=guarded, status_code=201, summary="Start a canary of new steps (body: the YAML)")
+    async def canary(name: str, request: Request, weights: str = "10,50,100", step_s: float = 30.0, filename: str = "admin-api.yaml") -> Response:
+        try:
+            ws = [int(w) for w in weights.split(",")]
+        except ValueError:
+            return _problem(400, f"weights {weights!r} are not integers; give percents like 10,50,100")
+        body = (await request.body())[: MAX_YAML_BYTES + 1]
+        if len(body) > MAX_YAML_BYTES:
+            return _problem(413, f"pipeline YAML over {MAX_YAML_BYTES} bytes")
+        text = body.decode("utf-8", errors="replace")
+        import yaml
+
+        try:
+            named = ((yaml.safe_load(text) or {}).get("metadata") or {}).get("name")
+        except (yaml.YAMLError, AttributeError):
+            named = None  # the controller reports the YAML's problems
+        if named is not None and named != name:
+            return _problem(400, f"the YAML is of pipeline {named!r}, not {name!r}; post it to /v1/admin/pipelines/{named}/canary")
+        info = await call("deploy_canary", text, filename, [], weights=ws, step_s=step_s)
+        return JSONResponse(info, status_code=201)
+
+    @router.get("/pipelines/{name}/canary", dependencies=guarded, summary="A pipeline's canary")
+    async def canary_state(name: str) -> Response:
+        return JSONResponse(await call("canary_status", name))
+
+    @router.post("/pipelines/{name}/promote", dependencies=guarded, summary="Make the running canary the serving version")
+    async def promote(name: str) -> Response:
+        return JSONResponse(await call("promote", name))
 
     @router.get("/pipelines/{name}/status", dependencies=guarded, summary="A pipeline's version and live counters")
     async def status(name: str) -> Response:

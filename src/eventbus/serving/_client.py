@@ -57,8 +57,15 @@ class EventBusClient:
             .remote(kafka_bootstrap, redis_url)
         )
 
-    def deploy(self, path: str | Path) -> dict[str, Any]:
+    def deploy(self, path: str | Path, *, canary: list[int] | None = None, step_s: float = 30.0, min_events: int = 20) -> dict[str, Any]:
         """Validate a pipeline file here (functions included), then deploy it.
+
+        Args:
+            canary: canary weights in percent (e.g. ``[10, 50, 100]``): the new steps take a
+                growing share of the events and are promoted or rolled back automatically
+                (see :mod:`eventbus.serving._canary`). None: deploy at once.
+            step_s: seconds per canary step.
+            min_events: canary events a step needs before it is judged.
 
         Raises:
             PipelineConfigError: the file has problems (nothing deployed).
@@ -74,7 +81,18 @@ class EventBusClient:
             sys.path.remove(str(p.parent))
         python_path = [str(p.parent), os.getcwd()]
         self._push_step_models(config, python_path)
-        return ray.get(self._controller.deploy.remote(p.read_text(encoding="utf-8"), str(path), python_path))  # type: ignore[no-any-return]
+        text = p.read_text(encoding="utf-8")
+        if canary is not None:
+            return ray.get(self._controller.deploy_canary.remote(text, str(path), python_path, weights=canary, step_s=step_s, min_events=min_events))  # type: ignore[no-any-return]
+        return ray.get(self._controller.deploy.remote(text, str(path), python_path))  # type: ignore[no-any-return]
+
+    def promote(self, name: str) -> dict[str, Any]:
+        """Make the running canary of a pipeline its serving version now."""
+        return ray.get(self._controller.promote.remote(name))  # type: ignore[no-any-return]
+
+    def canary(self, name: str) -> dict[str, Any] | None:
+        """The pipeline's canary: running (weight, step, history) or how the last one ended."""
+        return ray.get(self._controller.canary_status.remote(name))  # type: ignore[no-any-return]
 
     def delete(self, name: str) -> None:
         """Drain and delete a pipeline."""

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
+import uuid
 from typing import Any
 
 import ray
@@ -54,10 +56,25 @@ class Controller:
         from eventbus.serving._models import ModelControl
 
         self.models = ModelControl(redis_url)
+        # Deploys come from callers and from the canary loop's promotions: one at a time.
+        self._lock = threading.RLock()
         self.restore()
+        threading.Thread(target=self._canary_loop, name="eventbus-canary", daemon=True).start()
 
     # -- public operations --------------------------------------------------------------------
     def deploy(self, text: str, filename: str, python_path: list[str], *, rollback_of: int | None = None) -> dict[str, Any]:
+        """Validate and deploy (or redeploy) a pipeline; a canary of it that is running ends.
+
+        Raises:
+            PipelineConfigError: the YAML has problems (nothing is deployed).
+            DeployError: the Serve application or a source could not start.
+        """
+        with self._lock:
+            info = self._deploy(text, filename, python_path, rollback_of=rollback_of)
+            self._end_canary(info["name"], "superseded", f"version {info['version']} was deployed")
+            return info
+
+    def _deploy(self, text: str, filename: str, python_path: list[str], *, rollback_of: int | None = None) -> dict[str, Any]:
         """Validate and deploy (or redeploy) a pipeline from its YAML text.
 
         Raises:
@@ -131,8 +148,156 @@ class Controller:
             )
         return sorted(out, key=lambda r: -r["version"])
 
+    # -- canary upgrades (eventbus.serving._canary) ------------------------------------------------
+    def deploy_canary(
+        self, text: str, filename: str, python_path: list[str], *, weights: list[int] | None = None, step_s: float = 30.0,
+        min_events: int = 20,
+    ) -> dict[str, Any]:
+        """Start a canary: the new version's steps take ``weights[0]`` % of the events, then
+        each next weight after ``step_s`` without a regression; after the last (100) it is
+        promoted (an ordinary deploy). A regression rolls it back at once.
+
+        Raises:
+            PipelineConfigError: the YAML has problems.
+            PipelineNotFoundError: the pipeline is not deployed (deploy it first).
+            DeployError: more than the steps differ, nothing differs, or a canary is running.
+        """
+        from eventbus.serving._canary import CANARY_KEY
+
+        weights = list(weights or [10, 50, 100])
+        if not weights or any(not 0 < w <= 100 for w in weights) or weights != sorted(weights) or weights[-1] != 100:
+            msg = f"canary weights must rise from above 0 to 100 (percent), e.g. 10,50,100; got {weights}"
+            raise DeployError(msg)
+        config = load_pipeline_text(text, filename, check_functions=False)
+        name = config.name
+        with self._lock:
+            current = self.get(name)
+            old = PipelineConfig.model_validate(current["document"])
+            differ = [k for k in old.spec.model_fields if k != "steps" and getattr(old.spec, k) != getattr(config.spec, k)]
+            if differ:
+                msg = f"a canary of {name!r} may change its steps only, and {', '.join(differ)} differ; deploy it without --canary"
+                raise DeployError(msg)
+            if old.spec.steps == config.spec.steps:
+                msg = f"the canary's steps are those of {name!r} version {current['version']}; there is nothing to compare"
+                raise DeployError(msg)
+            running = self.canary_status(name)
+            if running is not None and running["status"] == "running":
+                msg = f"a canary of {name!r} is running (at {running['weight']}%); `eventbus promote {name}` or `eventbus rollback {name}` first"
+                raise DeployError(msg)
+            state = {
+                "id": uuid.uuid4().hex[:12], "name": name, "version": current["version"] + 1, "yaml": text, "filename": filename,
+                "python_path": python_path, "document": config.to_document(), "weights": weights, "step": 0,
+                "weight": weights[0], "step_s": step_s, "min_events": min_events, "status": "running",
+                "started_at": time.time(), "step_started_at": time.time(), "baseline": None, "history": [], "reason": "",
+            }
+            self._redis.set(CANARY_KEY.format(pipeline=name), json.dumps(state))
+        return {"name": name, "canary_version": state["version"], "weight": weights[0], "weights": weights}
+
+    def canary_status(self, name: str) -> dict[str, Any] | None:
+        """The pipeline's canary (running or how the last one ended), or None."""
+        from eventbus.serving._canary import CANARY_KEY
+
+        raw = self._redis.get(CANARY_KEY.format(pipeline=name))
+        if not raw:
+            return None
+        state = json.loads(raw)
+        return {k: v for k, v in state.items() if k not in ("yaml", "document", "python_path", "baseline")}
+
+    def promote(self, name: str) -> dict[str, Any]:
+        """Deploy the running canary as the serving version now.
+
+        Raises:
+            PipelineNotFoundError: no canary of that pipeline is running.
+        """
+        with self._lock:
+            state = self._running_canary(name)
+            return self._promote(state, "promoted by request")
+
+    def _running_canary(self, name: str) -> dict[str, Any]:
+        from eventbus.serving._canary import CANARY_KEY
+
+        raw = self._redis.get(CANARY_KEY.format(pipeline=name))
+        state = json.loads(raw) if raw else None
+        if state is None or state["status"] != "running":
+            msg = f"no canary of {name!r} is running; start one with `eventbus deploy FILE --canary 10`"
+            raise PipelineNotFoundError(msg)
+        return state
+
+    def _promote(self, state: dict[str, Any], reason: str) -> dict[str, Any]:
+        info = self._deploy(state["yaml"], state["filename"], state["python_path"])
+        self._end_canary(state["name"], "promoted", reason, version=info["version"])
+        return {**info, "promoted": True}
+
+    def _end_canary(self, name: str, status: str, reason: str, **extra: Any) -> None:
+        from eventbus.serving._canary import CANARY_KEY, FIGURES_KEY
+
+        key = CANARY_KEY.format(pipeline=name)
+        raw = self._redis.get(key)
+        if not raw:
+            return
+        state = json.loads(raw)
+        if state["status"] != "running":
+            return
+        state.update(status=status, reason=reason, ended_at=time.time(), weight=0, **extra)
+        log.info("canary of %r %s: %s", name, status, reason)
+        with self._redis.pipeline() as tx:
+            tx.set(key, json.dumps(state), ex=7 * 86400)
+            tx.delete(FIGURES_KEY.format(pipeline=name))
+            tx.execute()
+
+    def _canary_loop(self) -> None:
+        """Judge every running canary about once a second (the controller's own timer)."""
+        while True:
+            time.sleep(1.0)
+            try:
+                names = [k.split(":", 2)[2] for k in self._redis.scan_iter("eventbus:canary:*")]
+            except Exception:  # noqa: BLE001 - Redis away: try again next tick
+                log.warning("canary loop: Redis did not answer")
+                continue
+            for name in names:
+                try:
+                    with self._lock:
+                        self._canary_tick(name)
+                except Exception:  # noqa: BLE001 - one canary's trouble must not stop the others
+                    log.exception("canary of %r: tick failed", name)
+
+    def _canary_tick(self, name: str) -> None:
+        from eventbus.serving._canary import CANARY_KEY, FIGURES_KEY, judge, sum_figures
+
+        key = CANARY_KEY.format(pipeline=name)
+        raw = self._redis.get(key)
+        state = json.loads(raw) if raw else None
+        if state is None or state["status"] != "running":
+            return
+        figures = sum_figures(self._redis.hgetall(FIGURES_KEY.format(pipeline=name)), state["id"])
+        if state["baseline"] is None:
+            state["baseline"] = figures
+            self._redis.set(key, json.dumps(state))
+            return
+        base = state["baseline"]
+        delta = {v: {k: figures[v][k] - base[v][k] for k in figures[v]} for v in figures}
+        verdict = judge(delta, elapsed_s=time.time() - state["step_started_at"], step_s=state["step_s"], min_events=state["min_events"])
+        if verdict.action == "wait":
+            return
+        state["history"].append({"weight": state["weight"], "figures": delta, "verdict": verdict.action, "reason": verdict.reason})
+        if verdict.action == "rollback":
+            self._redis.set(key, json.dumps(state))
+            self._end_canary(name, "rolled_back", f"at {state['weight']}%: {verdict.reason}")
+            return
+        if state["step"] + 1 >= len(state["weights"]):
+            self._redis.set(key, json.dumps(state))
+            self._promote(state, f"passed every step ({', '.join(f'{w}%' for w in state['weights'])})")
+            return
+        state["step"] += 1
+        state["weight"] = state["weights"][state["step"]]
+        state["step_started_at"] = time.time()
+        state["baseline"] = figures
+        self._redis.set(key, json.dumps(state))
+        log.info("canary of %r: %s%% of the events (%s)", name, state["weight"], verdict.reason)
+
     def rollback(self, name: str, version: int | None = None) -> dict[str, Any]:
-        """Deploy an earlier version's YAML again, as a new version (like ``helm rollback``).
+        """End the running canary, if any (nothing else changes); otherwise deploy an earlier
+        version's YAML again, as a new version (like ``helm rollback``).
 
         Args:
             version: the version to restore; None: the one before the serving version.
@@ -141,6 +306,11 @@ class Controller:
             PipelineNotFoundError: no such pipeline, or no such kept version.
             DeployError: the deployment failed (the serving version stays).
         """
+        with self._lock:
+            canary = self.canary_status(name)
+            if canary is not None and canary["status"] == "running" and version is None:
+                self._end_canary(name, "rolled_back", "by request")
+                return {"name": name, "version": self.get(name)["version"], "canary_rolled_back": canary["version"]}
         current = self.get(name)["version"]
         kept = {int(v): raw for v, raw in self._redis.hgetall(_VERSIONS_KEY.format(name=name)).items()}
         if version is None:
@@ -175,7 +345,9 @@ class Controller:
         except Exception:  # noqa: BLE001 - the pipeline is gone either way
             log.exception("releasing the models of %r failed", name)
         self._redis.hdel(_KEY, name)
-        self._redis.delete(_VERSIONS_KEY.format(name=name))
+        from eventbus.serving._canary import CANARY_KEY, FIGURES_KEY
+
+        self._redis.delete(_VERSIONS_KEY.format(name=name), CANARY_KEY.format(pipeline=name), FIGURES_KEY.format(pipeline=name))
         from eventbus.serving._replica_sources import clear_stats
 
         clear_stats(self._redis, name)
@@ -233,7 +405,11 @@ class Controller:
                 sources.append(ray.get(actor.stats.remote(), timeout=10))
             except Exception as exc:  # noqa: BLE001
                 sources.append({"error": f"{type(exc).__name__}: {exc}"})
-        return {"name": name, "version": record["version"], "sources": sources}
+        from eventbus.observability._view import pipeline_view
+
+        raw = list(self._redis.hgetall(f"eventbus:stats:{name}").values())
+        figures = pipeline_view(record, raw, [list(s.topics) for s in config.consumed_sources])
+        return {"name": name, "version": record["version"], "sources": sources, "figures": figures}
 
     def restore(self) -> list[str]:
         """Reconcile Ray to the stored state: recreate missing apps and source actors."""
