@@ -48,6 +48,16 @@ def _plain(console: Console, text: str) -> None:
     console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
+def _working(description: str) -> Any:
+    """A spinner with the elapsed time on stderr (transient) for one long blocking call
+    (deploys, rollbacks: the controller does the phases in one Ray call)."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True)
+    progress.add_task(description, total=None)
+    return progress
+
+
 def _home() -> Path:
     return Path(os.environ.get("EVENTBUS_HOME") or Path.home() / ".eventbus")
 
@@ -120,6 +130,25 @@ def up(
         except EventBusError as exc:
             _fail(str(exc))
     _print_stack(stack_status(_home()))
+    _restore_pipelines(_Addresses(ray_address, kafka_bootstrap, redis_url))
+
+
+def _restore_pipelines(addr: _Addresses) -> None:
+    """After a full restart: the pipelines Redis still holds are deployed again (the
+    controller restores them when it starts), before `up` returns."""
+    import redis
+
+    addr.fill_from_stack(("ray", "kafka", "redis"))
+    try:
+        stored = redis.Redis.from_url(addr.redis or "").hlen("eventbus:pipelines")
+    except redis.RedisError as exc:
+        _fail(f"cannot read the pipelines in Redis at {addr.redis}: {exc}")
+    if not stored:
+        return
+    with out.status(f"restoring {stored} pipeline(s) from Redis..."):
+        rows = _client(addr).list()
+    running = [r["name"] for r in rows if r["status"] == "RUNNING"]
+    out.print(f"restored {len(running)} of {len(rows)} pipeline(s): {', '.join(running) or '-'}")
 
 
 @app.command()
@@ -344,14 +373,14 @@ def deploy(
     try:
         if canary is not None:
             weights = sorted({canary, *(w for w in (50, 100) if w > canary)})
-            with out.status(f"starting a canary of {file}..."):
+            with _working(f"starting a canary of {file}: validate, push models, start the canary steps on the replicas..."):
                 info = client.deploy(file, canary=weights, step_s=step_seconds)
             out.print(
                 f"canary of [bold]{info['name']}[/bold] version {info['canary_version']} on {info['weight']}% of the events; "
                 f"steps {', '.join(f'{w}%' for w in info['weights'])} every {step_seconds:g} s (`eventbus canary {info['name']}`)"
             )
             return
-        with out.status(f"deploying {file}..."):
+        with _working(f"deploying {file}: validate, push models, start the Serve application and sources..."):
             info = client.deploy(file)
     except PipelineConfigError as exc:
         for p in exc.problems:
@@ -371,7 +400,8 @@ def delete(
 ) -> None:
     """Drain and delete a deployed pipeline."""
     try:
-        _client(_Addresses(ray_address, kafka_bootstrap, redis_url)).delete(name)
+        with _working(f"deleting {name}: drain the sources, stop the Serve application..."):
+            _client(_Addresses(ray_address, kafka_bootstrap, redis_url)).delete(name)
     except EventBusError as exc:
         _fail(str(exc))
     out.print(f"deleted {name}")
@@ -453,7 +483,8 @@ def rollback(
 ) -> None:
     """End a running canary, or deploy an earlier version of a pipeline again (as a new version)."""
     try:
-        info = _client(_Addresses(ray_address, kafka_bootstrap, redis_url)).rollback(name, to)
+        with _working(f"rolling back {name}: end the canary, or deploy the earlier version again..."):
+            info = _client(_Addresses(ray_address, kafka_bootstrap, redis_url)).rollback(name, to)
     except EventBusError as exc:
         _fail(str(exc))
     if "canary_rolled_back" in info:

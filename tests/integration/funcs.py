@@ -28,3 +28,24 @@ def fails_one_percent(events: list[CloudEvent]) -> list[CloudEvent]:
             raise RuntimeError(msg)
         out.append(e.replace(data={**e.data, "ok": True}))
     return out
+
+
+@eventbus.function
+def package_version(event: CloudEvent) -> CloudEvent:
+    """Tags the event with the replica's ``tabulate`` version and ``EB_TAG`` (isolation test:
+    each pipeline installs its own version through its runtime_env)."""
+    import os
+
+    import tabulate  # not in the project's environment: only where a runtime_env installs it
+
+    return event.replace(data={**event.data, "tabulate": tabulate.__version__, "tag": os.environ.get("EB_TAG")})
+
+
+@eventbus.function(batch=True)
+def io_wait(events: list[CloudEvent]) -> list[CloudEvent]:
+    """Waits 2 ms per event (``data.wait_ms`` overrides), modelling an I/O-bound call: its
+    cost is time, not CPU, so more replicas add capacity even on two cores."""
+    import time
+
+    time.sleep(sum(float((e.data or {}).get("wait_ms", 2.0)) for e in events) / 1000)
+    return events

@@ -85,8 +85,8 @@ def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
         assert st.returncode == 0, st.stderr
         assert "only_large (filter) → to_cny (convert) → score (function)" in st.stdout
         totals = json.loads(eb(home, "status", "large-payments", "--json").stdout)["figures"]["totals"]
-        # the six published events and the async HTTP one (the sync call bypasses the sources)
-        assert (totals["consumed"], totals["outputs"], totals["dead_lettered"]) == (7, 4, 1), totals
+        # the six published events, the async HTTP one and the sync one
+        assert (totals["consumed"], totals["outputs"], totals["dead_lettered"]) == (8, 5, 1), totals
 
         ls = eb(home, "list")
         assert "large-payments" in ls.stdout and "RUNNING" in ls.stdout
@@ -101,6 +101,19 @@ def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
         assert [(v["version"], v["serving"]) for v in r.json()] == [(1, True)], r.text
         vs = eb(home, "versions", "large-payments")
         assert vs.returncode == 0 and "payments.yaml" in vs.stdout, vs.stderr
+
+        # A full restart: the whole stack goes down; `up` redeploys every pipeline from Redis
+        # (the embedded broker lost its topics: they are created again).
+        assert eb(home, "down").returncode == 0
+        up = eb(home, "up", "--num-cpus", "1")
+        assert up.returncode == 0, up.stderr
+        assert "restored 1 of 1 pipeline(s): large-payments" in up.stdout, up.stdout
+        ls = eb(home, "list")
+        assert "large-payments" in ls.stdout and "RUNNING" in ls.stdout
+        pub = eb(home, "publish", "payments", "--file", "examples/payments/events.jsonl")
+        assert pub.returncode == 0, pub.stderr
+        tail = eb(home, "tail", "payments-large", "--from-beginning", "--max", "3", "--timeout", "60", "--json")
+        assert sorted(json.loads(line)["id"] for line in tail.stdout.splitlines()) == ["demo-1", "demo-3", "demo-5"]
 
         bad = eb(home, "delete", "no-such")
         assert bad.returncode == 1 and "no pipeline named 'no-such' is deployed" in bad.stderr

@@ -191,3 +191,34 @@ async def test_canary_with_a_regression_is_rolled_back_under_load(deploy_pipelin
     assert set(ids) == {f"f{i}" for i in range(CANARY_N)} and max(ids.values()) == 1
     assert {e.data["version"] for e in out} == {"v1"}
     assert all(e["ebstep"] == "tag" for e in dead)
+
+
+async def test_two_pipelines_with_conflicting_package_versions_run_side_by_side(deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str) -> None:
+    """Each pipeline's runtime_env installs its own version of a package the project does
+    not have; both serve at once, each with its own version and environment variables."""
+    from eventbus import CloudEvent
+    from tests.integration.kafka_helpers import produce
+
+    outputs = {}
+    names = {}
+    for version in ("0.9.0", "0.8.10"):
+        src, sink = topic_factory("iso-in"), topic_factory("iso-out")
+        name = f"iso-{version.replace('.', '')}-{uuid.uuid4().hex[:4]}"
+        deploy_pipeline({
+            "apiVersion": "eventbus/v1",
+            "kind": "Pipeline",
+            "metadata": {"name": name},
+            "spec": {
+                "sources": [{"kafka": {"topic": src}}],
+                "steps": [{"id": "tag", "function": "tests.integration.funcs:package_version"}],
+                "sink": {"kafka": {"topic": sink}},
+                "serving": {"memory_mb": 256, "runtime_env": {"pip": [f"tabulate=={version}"], "env_vars": {"EB_TAG": name}}},
+            },
+        })
+        names[version] = name
+        outputs[version] = (src, sink)
+    for version, (src, sink) in outputs.items():
+        await produce(kafka_bootstrap, src, [CloudEvent.create(type="t", source="/iso", id=f"i{i}", data={"n": i}) for i in range(5)])
+    for version, (src, sink) in outputs.items():
+        out = await collect(kafka_bootstrap, sink, 5, timeout_s=120)
+        assert {(e.data["tabulate"], e.data["tag"]) for e in out} == {(version, names[version])}

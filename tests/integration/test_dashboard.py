@@ -144,7 +144,8 @@ def gateway(ray_cluster: None, eventbus_client: Any, kafka_bootstrap: str, redis
 @pytest.fixture(scope="module")
 def deployed(gateway: Gateway, eventbus_client: Any, kafka_bootstrap: str, otlp: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """One pipeline for the module: Kafka + HTTP sources, filter + convert, sink, dead letters;
-    60 Kafka events and 20 async HTTP events sent, all delivered."""
+    60 Kafka events and 20 async HTTP events sent, all delivered; 3 sync calls (one output,
+    one filtered, one failed)."""
     import yaml
 
     from tests.fixtures.services import _run_in_thread
@@ -182,6 +183,10 @@ def deployed(gateway: Gateway, eventbus_client: Any, kafka_bootstrap: str, otlp:
             headers = {"traceparent": traceparent} if i == 0 else {}
             r = c.post(f"/dash/{tag}", json={"amount": 1000 + i}, headers=headers)
             assert r.status_code == 202, r.text
+        # sync calls run on the replica, not through the sources: the gateway counts them
+        for amount, status in ((200, 200), (50, 204), (300.5, 422)):
+            r = c.post(f"/dash/{tag}?wait=true", json={"amount": amount})
+            assert r.status_code == status, r.text
     expected_out = 44 + 20  # amounts 110..540 from Kafka, every HTTP one
     outputs = asyncio.run(collect(kafka_bootstrap, sink, expected_out, timeout_s=60))
     yield {"name": name, "tag": tag, "sink": sink, "outputs": outputs, "traceparent": traceparent, "expected_out": expected_out}
@@ -193,21 +198,24 @@ def test_stats_api_reports_topology_counters_latency_and_lag(gateway: Gateway, d
 
     def settled() -> dict[str, Any] | None:
         v = httpx.get(f"{gateway.url}/v1/pipelines/{name}/stats", timeout=5).json()
-        return v if v["totals"]["outputs"] >= deployed["expected_out"] and v["totals"]["committed"] >= 80 and v["lag_total"] == 0 and v["lag"] else None
+        return v if v["totals"]["outputs"] >= deployed["expected_out"] + 1 and v["totals"]["consumed"] >= 83 and v["totals"]["committed"] >= 80 and v["lag_total"] == 0 and v["lag"] and v["steps"]["large"]["in"] >= 83 else None
 
     v = wait_for(settled, 30, lambda: httpx.get(f"{gateway.url}/v1/pipelines/{name}/stats").text)
     t = v["totals"]
-    assert (t["consumed"], t["outputs"], t["dropped"], t["failed"], t["dead_lettered"]) == (80, 64, 11, 5, 5)
+    # 80 through the sources + 3 sync calls (1 out, 1 filtered, 1 failed: answered 422, not dead-lettered)
+    assert (t["consumed"], t["outputs"], t["dropped"], t["failed"], t["dead_lettered"]) == (83, 65, 12, 6, 5)
+    assert v["sync"] == {"consumed": 3, "outputs": 1, "dropped": 1, "failed": 1}
     assert v["version"] == 1 and v["replicas"] == 1
     assert [s["kind"] for s in v["topology"]["sources"]] == ["kafka", "http"]
     assert [s["id"] for s in v["topology"]["steps"]] == ["large", "cny"]
     large, cny = v["steps"]["large"], v["steps"]["cny"]
-    assert (large["in"], large["out"], large["filtered"]) == (80, 69, 11)
-    assert (cny["in"], cny["out"], cny["failed"]) == (69, 64, 5)
+    assert (large["in"], large["out"], large["filtered"]) == (83, 71, 12)
+    assert (cny["in"], cny["out"], cny["failed"]) == (71, 65, 6)
     assert v["latency"]["histogram"]["count"] == 80 and 0 < v["latency"]["p50_s"] <= v["latency"]["p99_s"] < 60
-    assert v["batch_size"]["histogram"]["sum"] == 80
+    assert v["batch_size"]["histogram"]["sum"] == 83
     assert f"dash-in-{deployed['tag']}[0]" in v["lag"] and v["lag_total"] == 0
     assert v["gateway"]["async"]["requests"] == {"202": 20} and v["gateway"]["async"]["events"] == 20
+    assert v["gateway"]["sync"]["requests"] == {"200": 1, "204": 1, "422": 1}
     assert httpx.get(f"{gateway.url}/v1/pipelines/nope-{name}/stats").status_code == 404
 
 
@@ -223,11 +231,12 @@ def test_metrics_endpoint_exposes_the_same_figures(gateway: Gateway, deployed: d
     def total(metric: str) -> float:
         return sum(v for (n, _), v in values.items() if n == metric)
 
-    assert total("eventbus_events_in_total") == 80
-    assert total("eventbus_events_out_total") == 64
-    assert total("eventbus_events_filtered_total") == 11
+    assert total("eventbus_events_in_total") == 83  # source "sync": the gateways' sync calls
+    assert values[("eventbus_events_in_total", frozenset({"pipeline": name, "source": "sync"}.items()))] == 3
+    assert total("eventbus_events_out_total") == 65
+    assert total("eventbus_events_filtered_total") == 12
     assert total("eventbus_dead_letters_total") == 5
-    assert total("eventbus_step_events_failed_total") == 5
+    assert total("eventbus_step_events_failed_total") == 6
     assert total("eventbus_end_to_end_latency_seconds_count") == 80
     assert total("eventbus_pipeline_version") == 1
     assert total("eventbus_gateway_requests_total") >= 20
@@ -295,15 +304,15 @@ def test_dashboard_shows_the_pipeline_and_sends_a_test_event(gateway: Gateway, d
         c = card()
         return c["figures"][key] if c else ""
 
-    wait.until(lambda d: figure("in") == "80")
+    wait.until(lambda d: figure("in") == "83")
     c = card()
     assert c is not None
     f = c["figures"]
-    assert (f["out"], f["dead_letters"], f["failed"], f["filtered"], f["version"], f["replicas"], f["lag"]) == ("64", "5", "5", "11", "1", "1", "0")
+    assert (f["out"], f["dead_letters"], f["failed"], f["filtered"], f["version"], f["replicas"], f["lag"]) == ("65", "5", "6", "12", "1", "1", "0")
     assert f["p50"].endswith("ms") and f["p99"].endswith("ms")
     for part in ("kafka", "http", "large (filter)", "cny (convert)", f"dash-out-{deployed['tag']}", f"dash-dlq-{deployed['tag']}"):
         assert part in c["topology"]
-    assert c["rows"]["large"][:6] == ["large", "filter", "80", "69", "11", "0"]
+    assert c["rows"]["large"][:6] == ["large", "filter", "83", "71", "12", "0"]
 
     Select(browser.find_element(By.ID, "test-pipeline")).select_by_value(name)
     body = browser.find_element(By.ID, "test-body")
@@ -320,8 +329,9 @@ def test_dashboard_shows_the_pipeline_and_sends_a_test_event(gateway: Gateway, d
     body.send_keys('{"amount": 1}')
     browser.find_element(By.ID, "test-send").click()
     wait.until(lambda d: d.find_element(By.ID, "test-status").text.startswith("204"))
-    # the sync requests show up in the gateway's figures
+    # the sync requests show up in the gateway's figures and in the totals
     wait.until(lambda d: "/" in figure("sync_latency"))
+    wait.until(lambda d: (figure("in"), figure("out"), figure("filtered")) == ("85", "66", "13"))
     ARTIFACTS.mkdir(exist_ok=True)
     assert browser.save_screenshot(str(ARTIFACTS / "dashboard.png"))
     assert (ARTIFACTS / "dashboard.png").stat().st_size > 10_000
@@ -337,13 +347,78 @@ def test_eventbus_status_shows_the_same_figures(deployed: dict[str, Any], kafka_
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert any(f"dash-in-{deployed['tag']}" in ln and "large (filter) → cny (convert)" in ln for ln in lines), r.stdout
-    figures = next(ln for ln in lines if ln.strip().startswith("│") and "80" in ln).replace("│", " ").split()
-    assert figures[:5] == ["80", "64", "11", "5", "5"], r.stdout
+    figures = next(ln for ln in lines if ln.strip().startswith("│") and " 5 " in ln).replace("│", " ").split()
     row = next(ln for ln in lines if "large" in ln and "filter" in ln and "│" in ln).replace("│", " ").split()
     r = subprocess.run([*argv, "--json"], capture_output=True, text=True, timeout=90, env=env)
     assert r.returncode == 0, r.stderr
     info = orjson.loads(r.stdout)
-    assert info["figures"]["totals"]["dead_lettered"] == 5 and info["figures"]["steps"]["cny"]["failed"] == 5
-    # the steps also counted the dashboard test's sync events, if it ran first
+    t = info["figures"]["totals"]
+    # 83 in, or 85 with the dashboard test's two sync events when it ran first
+    assert (t["consumed"], t["outputs"], t["dropped"], t["failed"], t["dead_lettered"]) in ((83, 65, 12, 6, 5), (85, 66, 13, 6, 5))
+    assert figures[:5] == [str(t[k]) for k in ("consumed", "outputs", "dropped", "failed", "dead_lettered")], r.stdout
+    assert info["figures"]["steps"]["cny"]["failed"] == 6
     large = info["figures"]["steps"]["large"]
-    assert large["in"] >= 80 and row[:6] == ["large", "filter", *(str(large[k]) for k in ("in", "out", "filtered", "failed"))], r.stdout
+    assert large["in"] == t["consumed"] and row[:6] == ["large", "filter", *(str(large[k]) for k in ("in", "out", "filtered", "failed"))], r.stdout
+
+
+def test_actor_placement_publishes_the_same_figures(gateway: Gateway, eventbus_client: Any, kafka_bootstrap: str, tmp_path: Path) -> None:
+    """source_placement: actor: the source actors publish their counters, latency and lag,
+    the replicas (which run the steps for them) the steps' figures, the gateway its sync calls."""
+    import yaml
+
+    from tests.fixtures.services import _run_in_thread
+    from eventbus._internal.services import create_topics
+
+    tag = uuid.uuid4().hex[:6]
+    name = f"dact-{tag}"
+    src, sink, dlq = f"dact-in-{tag}", f"dact-out-{tag}", f"dact-dlq-{tag}"
+    _run_in_thread(lambda: create_topics(kafka_bootstrap, [src, sink, dlq], partitions=1))
+    doc = {
+        "apiVersion": "eventbus/v1", "kind": "Pipeline", "metadata": {"name": name},
+        "spec": {
+            "sources": [{"kafka": {"topic": src}}, {"http": {"path": f"/dact/{tag}", "type": "t"}}],
+            "steps": [
+                {"id": "large", "filter": "data.amount > 100"},
+                {"id": "cny", "convert": {"set": {"data.cny": "data.amount * 7"}}},
+            ],
+            "sink": {"kafka": {"topic": sink}},
+            "dead_letter": {"kafka": {"topic": dlq}},
+            "serving": {"replicas": 1, "source_placement": "actor", "batch": {"max_size": 500, "linger_ms": 2}},
+        },
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    eventbus_client.deploy(path)
+    try:
+        # Kafka: amounts 0..290 (11 <= 100: filtered, 19 out) and 2 that fail in `cny`.
+        events = [CloudEvent.create(type="t", source="/it", id=f"k{i}", data={"amount": i * 10}) for i in range(30)]
+        events += [CloudEvent.create(type="t", source="/it", id=f"f{i}", data={"amount": 500.5}) for i in range(2)]
+        asyncio.run(produce(kafka_bootstrap, src, events))
+        with httpx.Client(base_url=gateway.url, timeout=30) as c:
+            wait_for(lambda: c.post(f"/dact/{tag}", json={"amount": 1000}).status_code == 202, 30)  # the route is read from Redis
+            for i in range(4):
+                assert c.post(f"/dact/{tag}", json={"amount": 1001 + i}).status_code == 202
+            assert c.post(f"/dact/{tag}?wait=true", json={"amount": 200}).status_code == 200
+            assert c.post(f"/dact/{tag}?wait=true", json={"amount": 50}).status_code == 204
+        asyncio.run(collect(kafka_bootstrap, sink, 19 + 5, timeout_s=60))
+        want = {"consumed": 39, "outputs": 25, "dropped": 12, "failed": 2, "dead_lettered": 2}
+
+        def settled() -> dict[str, Any] | None:
+            v = httpx.get(f"{gateway.url}/v1/pipelines/{name}/stats", timeout=5).json()
+            t = v["totals"]
+            done = {k: t[k] for k in want} == want and t["committed"] == 37 and v["lag"] and v["lag_total"] == 0
+            return v if done and v["steps"]["cny"]["in"] == 27 else None
+
+        v = wait_for(settled, 30, lambda: httpx.get(f"{gateway.url}/v1/pipelines/{name}/stats").text)
+        assert v["replicas"] == 1  # the source actors publish too, but are not replicas
+        assert v["sync"] == {"consumed": 2, "outputs": 1, "dropped": 1, "failed": 0}
+        assert [s["counters"]["consumed"] for s in v["sources"]] == [32, 5]
+        large, cny = v["steps"]["large"], v["steps"]["cny"]
+        assert (large["in"], large["out"], large["filtered"]) == (39, 27, 12)
+        assert (cny["in"], cny["out"], cny["failed"]) == (27, 25, 2)
+        assert v["latency"]["histogram"]["count"] == 37 and 0 < v["latency"]["p50_s"] <= v["latency"]["p99_s"] < 60
+        assert f"{src}[0]" in v["lag"]
+        status = eventbus_client.status(name)
+        assert {k: status["figures"]["totals"][k] for k in want} == want
+    finally:
+        eventbus_client.delete(name)

@@ -143,8 +143,10 @@ def list_(
     for col in ("model", "version", "status", "traffic", "format", "size", "pushed", "error"):
         table.add_column(col)
     for r in rows:
-        colour = {"serving": "green", "rejected": "red"}.get(r["status"], "")
-        status = f"[{colour}]{r['status']}[/{colour}]" if colour else r["status"]
+        # a retired version that `model split` sends a share to is live again: say so
+        shown = "split" if r["traffic"] and r["status"] != "serving" else r["status"]
+        colour = {"serving": "green", "split": "yellow", "rejected": "red"}.get(shown, "")
+        status = f"[{colour}]{shown}[/{colour}]" if colour else shown
         table.add_row(
             r["name"], str(r["version"]), status, f"{r['traffic']:.0%}" if r["traffic"] else "", r["format"],
             f"{r['size']:,} B", datetime.fromtimestamp(r["pushed_at"]).strftime("%Y-%m-%d %H:%M:%S"), r["error"] or "",

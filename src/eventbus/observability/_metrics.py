@@ -15,6 +15,8 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from eventbus.eventing._outcome import Failure
+
 __all__ = [
     "BATCH_SIZE_BOUNDS",
     "LATENCY_BOUNDS_S",
@@ -154,6 +156,35 @@ class GatewayMetrics:
         self.requests: dict[tuple[str, str, int], int] = {}
         self.events: dict[tuple[str, str], int] = {}
         self.latency: dict[tuple[str, str], Histogram] = {}
+        #: per pipeline: events run synchronously and their outcomes (see :meth:`ran`)
+        self.sync: dict[str, dict[str, int]] = {}
+
+    def ran(self, pipeline: str, outcomes: Sequence[Any]) -> None:
+        """Count one batch run through a pipeline's replicas (sync calls): its events and
+        their outcomes (``consumed``, ``outputs``, ``dropped``, ``failed``). The gateway
+        publishes these to Redis, and the pipeline's totals include them."""
+        failed = dropped = outputs = 0
+        for o in outcomes:
+            if type(o) is Failure:
+                failed += 1
+            elif o:
+                outputs += len(o)
+            else:
+                dropped += 1
+        c = self.sync.get(pipeline)
+        if c is None:
+            c = self.sync[pipeline] = {"consumed": 0, "outputs": 0, "dropped": 0, "failed": 0}
+        c["consumed"] += len(outcomes)
+        c["outputs"] += outputs
+        c["dropped"] += dropped
+        c["failed"] += failed
+
+    def forget(self, pipelines: set[str]) -> None:
+        """Drop the sync counters of pipelines not in ``pipelines`` (deleted: a pipeline
+        deployed again under the name starts from zero)."""
+        for name in list(self.sync):
+            if name not in pipelines:
+                del self.sync[name]
 
     def observe(self, pipeline: str, mode: str, status: int, seconds: float, events: int = 0) -> None:
         """Count one answered request."""

@@ -78,6 +78,10 @@ class _Collector:
                     fam.add_metric([p, src], s["counters"].get(k, 0))
                 if s.get("latency"):
                     _histogram(latency, [p, src], s["latency"])
+            sync = v.get("sync") or {}
+            if any(sync.values()):  # sync calls through the gateways: source "sync"
+                for k, n in sync.items():
+                    sources[k].add_metric([p, "sync"], n)
             for sid, st in v["steps"].items():
                 for k, fam in steps.items():
                     fam.add_metric([p, sid, st.get("template", "")], st.get(k, 0))

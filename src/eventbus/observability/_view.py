@@ -6,6 +6,12 @@ pipeline's record in ``eventbus:pipelines``. :func:`pipeline_view` turns both in
 the dashboard, ``/metrics`` and ``eventbus status`` show. Entries of replicas that stopped
 cleanly (``final``) keep counting, so totals never drop when a replica is replaced; entries of
 replicas that died (not refreshed for :data:`STALE_S`) are left out.
+
+Entries have a ``role``: ``replica`` (the default) publishes step metrics and the counters of
+the sources it runs (one per consumed source, in order); ``source`` (a source actor, with
+``serving.source_placement: actor``) publishes the counters of consumed source
+``source_index`` only; ``gateway`` publishes ``sync``, the events it ran through the pipeline
+synchronously (``?wait=true``) and their outcomes, which the totals include.
 """
 
 from __future__ import annotations
@@ -61,15 +67,19 @@ def topology(document: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: Gateway ``sync`` counters added to the totals.
+_SYNC = ("consumed", "outputs", "dropped", "failed")
+
+
 def _live(entries: list[dict[str, Any]], now: float) -> tuple[list[dict[str, Any]], int]:
     kept = []
-    running = 0
+    running = 0  # live replicas (source actors and gateways publish too: not counted)
     for e in entries:
         if e.get("final"):
             kept.append(e)
         elif now - e.get("at", 0) <= STALE_S:
             kept.append(e)
-            running += 1
+            running += e.get("role", "replica") == "replica"
     return kept, running
 
 
@@ -84,7 +94,9 @@ def pipeline_view(record: dict[str, Any], raw_entries: list[str | bytes], consum
 
     Returns:
         ``name``, ``version``, ``deployed_at``, ``topology``, ``replicas`` (live ones),
-        ``totals`` (source counters summed), ``sources`` (per consumed source: counters,
+        ``totals`` (source counters summed, plus the gateways' ``sync`` calls), ``sync``
+        (events run synchronously through the gateways: consumed, outputs, dropped, failed),
+        ``sources`` (per consumed source: counters,
         ``p50_s``/``p99_s`` end-to-end latency, ``lag``), ``steps`` (per step: in, out,
         filtered, failed, seconds, the step's own stats), ``latency`` (end-to-end histogram
         over every source, ``p50_s``, ``p99_s``), ``batch_size`` (histogram, ``mean``),
@@ -107,17 +119,20 @@ def pipeline_view(record: dict[str, Any], raw_entries: list[str | bytes], consum
         hists = []
         lag: dict[str, int] = {}
         for e in entries:
+            j = i - e.get("source_index", 0)  # a source actor's entry holds its one source
+            if j < 0:
+                continue
             src = e.get("sources", [])
-            if i < len(src):
-                for k, v in src[i].items():
+            if j < len(src):
+                for k, v in src[j].items():
                     if k == "in_flight" and e.get("final"):
                         continue
                     counters[k] = counters.get(k, 0) + v
             m = (e.get("metrics") or {}).get("sources", [])
-            if i < len(m):
-                hists.append(m[i]["latency"])
+            if j < len(m):
+                hists.append(m[j]["latency"])
                 if not e.get("final"):
-                    for part, n in m[i].get("lag", {}).items():
+                    for part, n in m[j].get("lag", {}).items():
                         lag[part] = max(lag.get(part, 0), n)  # one owner per partition
         latency = merge_histograms(hists)
         sources.append({
@@ -129,6 +144,13 @@ def pipeline_view(record: dict[str, Any], raw_entries: list[str | bytes], consum
             "lag": lag,
         })
     totals = {k: sum(s["counters"].get(k, 0) for s in sources) for k in _TOTALS}
+    sync = {k: 0 for k in _SYNC}
+    for e in entries:
+        for k, v in (e.get("sync") or {}).items():
+            if k in sync:
+                sync[k] += v
+    for k, v in sync.items():
+        totals[k] += v
     steps: dict[str, Any] = {}
     batch_hists, batch_time_hists = [], []
     for e in entries:
@@ -163,6 +185,7 @@ def pipeline_view(record: dict[str, Any], raw_entries: list[str | bytes], consum
         "topology": topology(doc),
         "replicas": running,
         "totals": totals,
+        "sync": sync,
         "sources": sources,
         "steps": steps,
         "latency": {"histogram": latency, "p50_s": quantile(latency, 0.5), "p99_s": quantile(latency, 0.99)},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from eventbus.pipelines._config import (
+    AutoscalingConfig,
     BatchConfig,
     ConvertConfig,
     DeliveryConfig,
@@ -22,6 +23,7 @@ from eventbus.pipelines._runner import PipelineRunner
 from eventbus.pipelines._steps import ConvertStep, FilterStep, FunctionStep, Step, build_step
 
 __all__ = [
+    "AutoscalingConfig",
     "BatchConfig",
     "ConvertConfig",
     "ConvertStep",

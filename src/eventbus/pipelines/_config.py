@@ -19,18 +19,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, StringConstraints, field_validator, model_validator
 
 from eventbus.eventing.sinks._kafka import KafkaSinkConfig
 from eventbus.eventing.sources._http_config import GrpcSourceConfig, HttpSourceConfig, ingress_topic
 from eventbus.eventing.sources._kafka import KafkaSourceConfig
 from eventbus.observability._config import ObservabilityConfig
 from eventbus.pipelines._allocate import AllocateConfig
+from eventbus.pipelines._autoscaling_config import AutoscalingConfig
 from eventbus.pipelines._join_config import JoinConfig, JoinOutputConfig, JoinSideConfig
 from eventbus.pipelines._model_config import EnsembleConfig, EnsembleMemberConfig, ModelServingConfig, ModelStepConfig
 
 __all__ = [
     "AllocateConfig",
+    "AutoscalingConfig",
     "BatchConfig",
     "ConvertConfig",
     "DedupeConfig",
@@ -69,9 +71,25 @@ class MetadataConfig(BaseModel):
     model_config = _MODEL
     name: PipelineName = Field(
         description="Pipeline name: lowercase letters, digits and '-', starting with a letter; "
-        "at most 48 characters. It names the Ray Serve application and the consumer group."
+        "at most 48 characters; not starting with 'model-' (model applications are named "
+        "eventbus-model-NAME). It names the Ray Serve application and the consumer group."
     )
     description: str | None = Field(default=None, description="Free text for humans.")
+
+    @field_validator("name")
+    @classmethod
+    def _not_a_model_app_name(cls, name: str) -> str:
+        # Pipelines run as Serve app `eventbus-<name>`, models as `eventbus-model-<model>`:
+        # pipeline `model-x` would take (or replace) the application of model `x`.
+        if name.startswith("model-"):
+            rest = name.removeprefix("model-").strip("-")
+            suggest = f"{rest}-pipeline" if rest[:1].isalpha() and len(rest) <= 39 else "scoring"
+            msg = (
+                f"must not start with 'model-' (its Serve application eventbus-{name} would clash with "
+                f"the one of model {rest!r}); got {name!r}; rename the pipeline, e.g. {suggest!r}"
+            )
+            raise ValueError(msg)
+        return name
 
 
 class SourceConfig(BaseModel):
@@ -287,6 +305,37 @@ class BatchConfig(BaseModel):
     max_in_flight: Annotated[int, Field(ge=1, le=64)] = Field(default=4, description="Batches in flight per source.")
 
 
+class RuntimeEnvConfig(BaseModel):
+    """The pipeline's own Python environment on Ray (a Ray ``runtime_env``): its packages
+    and variables do not touch other pipelines'."""
+
+    model_config = _MODEL
+    pip: list[Annotated[str, StringConstraints(min_length=1)]] = Field(
+        default_factory=list,
+        description="Pip requirements installed for this pipeline's replicas only (e.g. 'six==1.16.0'); "
+        "installed on first deploy, cached by Ray afterwards.",
+    )
+    env_vars: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(
+        default_factory=dict, description="Environment variables of the replicas."
+    )
+    working_dir: str | None = Field(
+        default=None, description="A local directory (relative to the pipeline file) shipped to the replicas as their working directory."
+    )
+
+    def to_ray(self, base_dir: str | None = None) -> dict[str, Any]:
+        """The Ray ``runtime_env`` dict."""
+        import os
+
+        env: dict[str, Any] = {}
+        if self.pip:
+            env["pip"] = list(self.pip)
+        if self.env_vars:
+            env["env_vars"] = dict(self.env_vars)
+        if self.working_dir:
+            env["working_dir"] = self.working_dir if base_dir is None else os.path.join(base_dir, self.working_dir)
+        return env
+
+
 class ServingConfig(BaseModel):
     """How the pipeline runs on Ray Serve."""
 
@@ -303,6 +352,29 @@ class ServingConfig(BaseModel):
         "the partition count). 'actor': one source actor per source calls the deployment once "
         "per batch (compute scales past the partition count, for heavy steps).",
     )
+    memory_mb: Annotated[int, Field(ge=16, le=1 << 20)] | None = Field(
+        default=None, description="Memory reserved per replica in MiB (Ray schedules by it; None: no reservation)."
+    )
+    runtime_env: RuntimeEnvConfig | None = Field(
+        default=None, description="This pipeline's own packages, environment variables and working directory (Ray runtime_env)."
+    )
+    autoscaling: AutoscalingConfig | None = Field(
+        default=None,
+        description="How replicas scale between replicas.min and replicas.max (on consumer lag, "
+        "in-flight batches and event rate; optionally ahead of a forecast daily cycle). Default "
+        "when the bounds differ: the reactive policy with its defaults.",
+    )
+
+    @model_validator(mode="after")
+    def _autoscaling_needs_bounds(self) -> ServingConfig:
+        bounds = self.replica_bounds
+        if self.autoscaling is not None and bounds.min == bounds.max:
+            msg = (
+                f"serving.autoscaling is set but replicas are pinned at {bounds.min}; give "
+                "replicas: {min: ..., max: ...} with min < max, or drop autoscaling"
+            )
+            raise ValueError(msg)
+        return self
 
     @property
     def replica_bounds(self) -> ReplicasConfig:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from time import perf_counter
 from typing import Any
 
@@ -13,6 +14,10 @@ from eventbus.pipelines._config import PipelineConfig
 from eventbus.pipelines._steps import Step, build_step
 
 __all__ = ["PipelineRunner"]
+
+log = logging.getLogger("eventbus.pipelines.runner")
+#: Failed events logged one by one per batch and step (the rest: one summary line).
+_LOG_FAILURES_PER_BATCH = 5
 
 
 class PipelineRunner:
@@ -79,6 +84,7 @@ class PipelineRunner:
             nxt_origin: list[int] = []
             dropped = 0
             step_failed = 0
+            newly_failed: list[int] = []
             for res, o in zip(results, origin, strict=True):
                 if type(res) is CloudEvent:
                     nxt.append(res)
@@ -87,13 +93,17 @@ class PipelineRunner:
                     dropped += 1
                 elif type(res) is Failure:
                     step_failed += 1
-                    failed.setdefault(o, res)
+                    if o not in failed:
+                        failed[o] = res
+                        newly_failed.append(o)
                 else:
                     if not res:
                         dropped += 1
                     for r in res:  # type: ignore[union-attr]
                         nxt.append(r)
                         nxt_origin.append(o)
+            if newly_failed:  # rare: one log line per failed event, none per good one
+                self._log_failures(step.id, events, newly_failed, failed)
             t1 = perf_counter()
             counters.events_in += len(current)
             counters.events_out += len(nxt)
@@ -115,6 +125,25 @@ class PipelineRunner:
             self.batch_sizes.observe(n)
             self.batch_seconds.observe(perf_counter() - started)
         return outcomes
+
+    def _log_failures(self, step_id: str, events: list[CloudEvent], origins: list[int], failed: dict[int, Failure]) -> None:
+        # A step that fails every event must not turn each batch into thousands of log lines:
+        # the first few events of a batch are logged one by one, the rest in one summary line.
+        if len(origins) > _LOG_FAILURES_PER_BATCH:
+            rest = len(origins) - _LOG_FAILURES_PER_BATCH
+            f = failed[origins[-1]]
+            log.warning(
+                "pipeline %r: %d more events of this batch failed in step %r (last: %s: %s)", self.name, rest, step_id, f.error_type, f.message,
+                extra={"pipeline": self.name, "step": step_id},
+            )
+            origins = origins[:_LOG_FAILURES_PER_BATCH]
+        for o in origins:
+            f = failed[o]
+            event_id = events[o].attributes.get("id")
+            log.warning(
+                "pipeline %r: event %r failed in step %r: %s: %s", self.name, event_id, step_id, f.error_type, f.message,
+                extra={"pipeline": self.name, "step": step_id, "event_id": event_id},
+            )
 
     def metrics(self) -> dict[str, Any]:
         """JSON-able observability snapshot: per-step counters (with the step's own stats:

@@ -9,10 +9,25 @@ from typing import Any
 
 import ray
 
+from eventbus.errors import EventBusError
 from eventbus.serving._controller import CONTROLLER_NAME, NAMESPACE, Controller
 from eventbus._internal.stack import RAY_ENV
 
 __all__ = ["EventBusClient"]
+
+
+def _unwrapped(ref: Any) -> Any:
+    """``ray.get``, raising an EventBus error from the controller (or a model replica behind
+    it) as itself: a ``RayTaskError`` prints the remote traceback as its message."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        cause: BaseException | None = exc
+        while isinstance(cause, ray.exceptions.RayTaskError):
+            cause = cause.cause
+        if isinstance(cause, EventBusError):
+            raise cause from None
+        raise
 
 
 class EventBusClient:
@@ -154,15 +169,15 @@ class EventBusClient:
             raise ModelError(msg)
         path_dirs = python_path if python_path is not None else [str(Path(path).resolve().parent), os.getcwd()]
         options = {"factory": factory, "source": str(path), "python_path": path_dirs, "labelled": labelled, "min_accuracy": min_accuracy}
-        return ray.get(self._controller.push_model.remote(name, blob, options))  # type: ignore[no-any-return]
+        return _unwrapped(self._controller.push_model.remote(name, blob, options))  # type: ignore[no-any-return]
 
     def list_models(self, name: str | None = None) -> list[dict[str, Any]]:
         """Model versions: status, traffic share, which one serves."""
-        return ray.get(self._controller.list_models.remote(name))  # type: ignore[no-any-return]
+        return _unwrapped(self._controller.list_models.remote(name))  # type: ignore[no-any-return]
 
     def split_model(self, name: str, version: int | None, weight: float = 0.0) -> dict[str, Any]:
         """Send ``weight`` of a model's traffic to ``version``; ``None`` ends the split."""
-        return ray.get(self._controller.split_model.remote(name, version, weight))  # type: ignore[no-any-return]
+        return _unwrapped(self._controller.split_model.remote(name, version, weight))  # type: ignore[no-any-return]
 
     def _push_step_models(self, config: Any, python_path: list[str]) -> None:
         """A model step's ``path`` becomes the model's first version when it has none."""

@@ -418,6 +418,7 @@ class Controller:
             rec = json.loads(raw)
             config = PipelineConfig.model_validate(rec["document"])
             try:
+                self._create_missing_topics(config)
                 self._ensure(config, rec["python_path"])
                 restored.append(config.name)
             except Exception:  # noqa: BLE001 - keep restoring the others
@@ -463,6 +464,26 @@ class Controller:
 
             serve.start(proxy_location="Disabled", logging_config={"log_level": "WARNING", "enable_access_log": False})
             self._serve_started = True
+
+    def _create_missing_topics(self, config: PipelineConfig) -> None:
+        """Before a restore: a broker that restarted without storage (the embedded one keeps
+        topics in memory) lost the pipeline's topics; create the missing ones."""
+        import asyncio
+
+        from eventbus._internal.services import create_topics
+
+        spec = config.spec
+        partitions = max(2, spec.serving.replica_bounds.max)
+        wanted: dict[str, list[str]] = {}
+        for src in spec.sources:
+            if src.kafka is not None:
+                wanted.setdefault(src.kafka.bootstrap_servers or self.kafka_bootstrap, []).extend(src.kafka.topics)
+        for sink in (spec.sink, spec.dead_letter):
+            if sink is not None and sink.kafka is not None:
+                wanted.setdefault(sink.kafka.bootstrap_servers or self.kafka_bootstrap, []).append(sink.kafka.topic)
+        for bootstrap, topics in wanted.items():
+            asyncio.run(create_topics(bootstrap, topics, partitions))
+        self._create_ingress_topic(config)
 
     def _create_ingress_topic(self, config: PipelineConfig) -> None:
         """Create the topic the gateway writes the pipeline's HTTP/gRPC events to, with one

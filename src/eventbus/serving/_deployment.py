@@ -21,7 +21,7 @@ from eventbus.eventing._outcome import Failure, Outcome
 from eventbus.observability._tracing import run_traced, tracer
 from eventbus.pipelines._config import PipelineConfig
 
-__all__ = ["APP_PREFIX", "PipelineDeployment", "app_name", "build_app"]
+__all__ = ["APP_PREFIX", "PipelineDeployment", "app_name", "autoscaling_options", "build_app"]
 
 APP_PREFIX = "eventbus-"
 
@@ -56,8 +56,15 @@ class PipelineDeployment:
         from eventbus.observability._tracing import configure_replica
 
         configure_replica(config, os.environ, f"{os.getpid()}")
-        self._runner = PipelineRunner(config, redis_url=(runtime or {}).get("redis_url"), base_dirs=python_path)
+        redis_url = (runtime or {}).get("redis_url")
+        self._runner = PipelineRunner(config, redis_url=redis_url, base_dirs=python_path)
+        if redis_url:  # canary upgrades route a share of each batch to the new version's steps
+            from eventbus.serving._canary import CanaryRouter
+
+            self._runner = CanaryRouter(self._runner, redis_url, python_path)
         self._events = 0
+        self._in_flight = 0  # process/process_records calls running (actor placement)
+        self._load_prev: tuple[float, int] | None = None
         sink = config.spec.sink.kafka
         self._encode = encode_kafka_structured if sink is not None and sink.mode == "structured" else encode_kafka_binary
         self._sources: Any = None
@@ -66,6 +73,17 @@ class PipelineDeployment:
 
             self._sources = ReplicaSources(self._runner, config, runtime["kafka_bootstrap"], runtime.get("redis_url"))
             self._sources.start()
+        self._figures: Any = None
+        if runtime and not runtime.get("run_sources") and runtime.get("redis_url"):
+            # Source actors consume (source_placement: actor) and publish the sources' figures;
+            # the steps run here, so the steps' figures are published from here.
+            from eventbus.serving._figures import ThreadPublisher, entry_id
+
+            runner = self._runner
+            self._figures = ThreadPublisher(
+                runtime["redis_url"], config.name, entry_id("replica"), lambda: {"sources": [], "metrics": {**runner.metrics(), "sources": []}}
+            )
+            self._figures.start()
 
     def __del__(self) -> None:
         # Serve calls this on graceful shutdown (redeploy, delete, scale-down): drain and
@@ -73,13 +91,20 @@ class PipelineDeployment:
         sources = getattr(self, "_sources", None)
         if sources is not None:
             sources.stop()
+        figures = getattr(self, "_figures", None)
+        if figures is not None:
+            figures.stop()
 
     def process(self, events: list[CloudEvent]) -> list[Outcome]:
         """Run the steps over one batch; one outcome per input event."""
         self._events += len(events)
-        if tracer() is not None:
-            return run_traced(self._runner, events)
-        return self._runner.run(events)
+        self._in_flight += 1
+        try:
+            if tracer() is not None:
+                return run_traced(self._runner, events)
+            return self._runner.run(events)
+        finally:
+            self._in_flight -= 1
 
     def process_records(self, blob: bytes, source_index: int) -> bytes:
         """Decode raw Kafka records of source ``source_index``, run the steps, and encode the
@@ -88,6 +113,13 @@ class PipelineDeployment:
         A record that does not decode gets ``Failure(step="decode")``; an output the sink
         cannot encode fails its input with ``Failure(step="sink")``.
         """
+        self._in_flight += 1
+        try:
+            return self._process_records(blob, source_index)
+        finally:
+            self._in_flight -= 1
+
+    def _process_records(self, blob: bytes, source_index: int) -> bytes:
         from eventbus.errors import EventDecodeError
         from eventbus.eventing._codecs import KafkaRecord, decode_kafka
         from eventbus.serving._wire import pack_encoded_outcomes, unpack_records
@@ -127,6 +159,18 @@ class PipelineDeployment:
                 outcomes[i] = Failure("sink", type(exc).__name__, str(exc))
         return pack_encoded_outcomes(outcomes)
 
+    async def record_autoscaling_stats(self) -> dict[str, float]:
+        """This replica's load, for the pipeline's autoscaling policy (``_autoscale``); Serve
+        calls it every few seconds when the deployment autoscales."""
+        import time
+
+        if self._sources is not None:
+            return await self._sources.load()  # type: ignore[no-any-return]
+        now = time.monotonic()
+        prev, self._load_prev = self._load_prev, (now, self._events)
+        rate = (self._events - prev[1]) / (now - prev[0]) if prev is not None and now > prev[0] else 0.0
+        return {"eventbus_in_flight": float(self._in_flight), "eventbus_events_per_s": rate}
+
     def stats(self) -> dict[str, Any]:
         """Events processed by this replica, per-step error counts, and its process id."""
         import os
@@ -150,7 +194,7 @@ def build_app(config: PipelineConfig, python_path: list[str], runtime: dict[str,
     bounds = serving.replica_bounds
     options: dict[str, Any] = {
         "name": "pipeline",
-        "ray_actor_options": {"num_cpus": serving.num_cpus},
+        "ray_actor_options": _actor_options(serving, python_path),
         "max_ongoing_requests": max(8, serving.batch.max_in_flight * 2 * max(1, len(config.consumed_sources))),
         "logging_config": {"enable_access_log": False, "log_level": "WARNING"},
         "health_check_period_s": 2,
@@ -159,10 +203,42 @@ def build_app(config: PipelineConfig, python_path: list[str], runtime: dict[str,
     if bounds.min == bounds.max:
         options["num_replicas"] = bounds.min
     else:
-        options["autoscaling_config"] = {
-            "min_replicas": bounds.min,
-            "max_replicas": bounds.max,
-            "target_ongoing_requests": max(1, serving.batch.max_in_flight),
-        }
-    deployment = serve.deployment(PipelineDeployment).options(**options)
+        options["autoscaling_config"] = autoscaling_options(config)
+    # Upgrades replace at most a quarter of the replicas at a time (at least one), starting
+    # each replacement before its old replica stops (surge), so capacity never drops.
+    options["max_surge_percent"] = 25
+    deployment = serve.deployment(PipelineDeployment, rolling_update_percentage=0.25).options(**options)
     return deployment.bind(config.to_document(), python_path, runtime)
+
+
+def _actor_options(serving: Any, python_path: list[str]) -> dict[str, Any]:
+    """A replica's Ray resources and runtime environment (per pipeline: isolation)."""
+    options: dict[str, Any] = {"num_cpus": serving.num_cpus}
+    if serving.memory_mb is not None:
+        options["memory"] = serving.memory_mb * 1024 * 1024
+    if serving.runtime_env is not None:
+        options["runtime_env"] = serving.runtime_env.to_ray(python_path[0] if python_path else None)
+    return options
+
+
+def autoscaling_options(config: PipelineConfig) -> dict[str, Any]:
+    """The Serve ``autoscaling_config`` of a pipeline whose replica bounds differ: the
+    ``serving.autoscaling`` policy (``_autoscale.LoadPolicy``) on the replicas' load reports."""
+    from eventbus.pipelines._autoscaling_config import AutoscalingConfig
+
+    serving = config.spec.serving
+    bounds = serving.replica_bounds
+    auto = serving.autoscaling or AutoscalingConfig()
+    return {
+        "min_replicas": bounds.min,
+        "max_replicas": bounds.max,
+        "target_ongoing_requests": max(1, serving.batch.max_in_flight),
+        "metrics_interval_s": auto.metrics_interval_s,
+        "look_back_period_s": auto.look_back_s,
+        "upscale_delay_s": auto.upscale_delay_s,
+        "downscale_delay_s": auto.downscale_delay_s,
+        "policy": {
+            "policy_function": "eventbus.serving._autoscale:LoadPolicy",
+            "policy_kwargs": {"config": auto.model_dump(mode="json"), "placement": serving.source_placement},
+        },
+    }

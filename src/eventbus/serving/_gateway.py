@@ -60,6 +60,8 @@ class GatewayBackend:
         self._sinks: dict[str, list[Any]] = {}
         self._invokers: dict[str, MicroBatcher[CloudEvent, Outcome]] = {}
         self._lock = asyncio.Lock()
+        #: counts each batch run synchronously (:class:`GatewayMetrics`); set by the Gateway
+        self.figures: Any = None
 
     async def publish(self, pipeline: str, events: list[CloudEvent]) -> None:
         """Write the events to the pipeline's ingress topic; returns once acked."""
@@ -105,7 +107,10 @@ class GatewayBackend:
                 async def flush(events: list[CloudEvent]) -> list[Outcome]:
                     for attempt in range(3):
                         try:
-                            return await handle.process.remote(events)  # type: ignore[no-any-return]
+                            outcomes: list[Outcome] = await handle.process.remote(events)
+                            if self.figures is not None:
+                                self.figures.ran(pipeline, outcomes)
+                            return outcomes
                         except Exception as e:  # noqa: BLE001 - a replica died: Serve routes to another
                             if attempt == 2:
                                 raise
@@ -191,6 +196,8 @@ class Gateway:
         from eventbus.observability._metrics import GatewayMetrics
 
         self.figures = GatewayMetrics()
+        if isinstance(self.backend, GatewayBackend):
+            self.backend.figures = self.figures
 
     async def refresh(self) -> None:
         """Re-read the pipelines from Redis; rebuild the routes when they changed."""
@@ -204,6 +211,7 @@ class Gateway:
         self.ingress.routes = table
         if isinstance(self.backend, GatewayBackend):
             self.backend.forget(set(table.pipelines))
+        self.figures.forget(set(table.pipelines))
 
     async def _watch(self) -> None:
         while True:
@@ -225,6 +233,27 @@ class Gateway:
         except Exception as e:  # noqa: BLE001 - answer from the routes we have
             log.warning("reading pipelines from Redis failed: %s", e)
         return True
+
+    async def _publish_figures(self, field: str, final: bool = False) -> None:
+        """Write this gateway's sync counts per pipeline to ``eventbus:stats:<pipeline>``
+        (role ``gateway``): every gateway's, so any gateway or ``eventbus status`` shows
+        totals that include the sync calls."""
+        from eventbus.serving._figures import write_entry
+
+        live = self.ingress.routes.pipelines
+        for pipeline, counts in list(self.figures.sync.items()):
+            if pipeline in live:  # a deleted pipeline's hash is gone: do not write it again
+                await write_entry(self._redis, pipeline, field, {"role": "gateway", "sync": dict(counts)}, final)
+
+    async def _publish_forever(self, field: str) -> None:
+        from eventbus.serving._figures import PUBLISH_EVERY_S
+
+        while True:
+            await asyncio.sleep(PUBLISH_EVERY_S)
+            try:
+                await self._publish_figures(field)
+            except Exception as e:  # noqa: BLE001 - figures are best effort
+                log.debug("publishing the gateway's figures failed: %s", e)
 
     def stop(self) -> None:
         """Ask the servers to stop (they finish the requests in flight)."""
@@ -267,6 +296,10 @@ class Gateway:
         if self.http_port == 0:
             self.http_port = server.servers[0].sockets[0].getsockname()[1]
         watcher = asyncio.create_task(self._watch())
+        from eventbus.serving._figures import entry_id
+
+        figures_field = entry_id("gateway")
+        publisher = asyncio.create_task(self._publish_forever(figures_field))
         self.ready.set()
         if on_ready is not None:
             on_ready(self)
@@ -279,6 +312,11 @@ class Gateway:
                 await grpc_server.stop(5)
             watcher.cancel()
             await self.backend.close()
+            publisher.cancel()
+            try:
+                await self._publish_figures(figures_field, final=True)
+            except Exception as e:  # noqa: BLE001 - figures are best effort
+                log.warning("writing the gateway's final figures failed: %s", e)
             await self._redis.aclose()
 
 

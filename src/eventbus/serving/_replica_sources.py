@@ -163,6 +163,50 @@ class ReplicaSources:
         """Per source: its counters."""
         return [dict(s.stats()) for s in self._sources]
 
+    async def load(self) -> dict[str, float]:
+        """This replica's load for the autoscaler (``_autoscale``): consumer lag of its
+        partitions, batches in flight, events processed and records arriving per second (since
+        the previous call), and its partition count. Read on the sources' own loop (await it
+        from another loop)."""
+        loop = self._loop
+        if loop is None or loop.is_closed() or self._thread is None or not self._thread.is_alive():
+            return {}
+        return await asyncio.wait_for(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._load(), loop)), 5.0)
+
+    async def _load(self) -> dict[str, float]:
+        now = time.monotonic()
+        lag = in_flight = consumed = partitions = 0
+        ends: dict[str, int] = {}
+        for s in self._sources:
+            stats = s.stats()
+            in_flight += stats.get("in_flight", 0)
+            consumed += stats.get("consumed", 0)
+            lags = s.lag()
+            lag += sum(lags.values())
+            consumer = getattr(s, "_consumer", None)
+            if consumer is not None:
+                assignment = consumer.assignment()
+                partitions += len(assignment)
+                for tp in assignment:
+                    end = consumer.highwater(tp)
+                    if end is not None:
+                        ends[f"{tp.topic}[{tp.partition}]"] = end
+        prev = getattr(self, "_load_prev", None)
+        self._load_prev = (now, consumed, ends)
+        rate = arrival = 0.0
+        if prev is not None and now > prev[0]:
+            dt = now - prev[0]
+            rate = max(0, consumed - prev[1]) / dt
+            # only partitions held across both readings: a rebalance moves log ends between replicas
+            arrival = sum(max(0, e - prev[2][k]) for k, e in ends.items() if k in prev[2]) / dt
+        return {
+            "eventbus_lag": float(lag),
+            "eventbus_in_flight": float(in_flight),
+            "eventbus_events_per_s": rate,
+            "eventbus_arrival_per_s": arrival,
+            "eventbus_partitions": float(partitions),
+        }
+
     def metrics(self) -> dict[str, Any]:
         """The observability snapshot published beside the counters: the runner's per-step
         counters and histograms, and per source its latency histogram and consumer lag."""
@@ -314,6 +358,8 @@ def read_stats(redis_client: Any, pipeline: str, num_sources: int) -> list[dict[
     for raw in redis_client.hgetall(key).values():
         entry = json.loads(raw)
         if not entry.get("final") and now - entry["at"] > _STATS_STALE_S:
+            continue
+        if entry.get("role", "replica") != "replica":  # a gateway's sync counts
             continue
         for i, counters in enumerate(entry["sources"][:num_sources]):
             for k, v in counters.items():

@@ -31,18 +31,25 @@ class SourceActor:
         index: which entry of ``spec.sources`` this actor runs.
         app: the Serve application name to dispatch to.
         bootstrap_servers: the default Kafka bootstrap address.
-        redis_url: Redis for dedupe (``delivery.dedupe``).
+        redis_url: Redis for dedupe (``delivery.dedupe``) and the source's figures
+            (``eventbus:stats:<pipeline>``, role ``source``; see ``eventbus.observability``).
     """
 
     def __init__(self, document: dict[str, Any], index: int, app: str, bootstrap_servers: str, redis_url: str | None = None) -> None:
         tune_gc()
         logging.basicConfig(level=logging.INFO)
         self._config = PipelineConfig.model_validate(document)
+        if self._config.spec.observability.logs == "json":
+            from eventbus.observability._logging import configure_json_logging
+
+            configure_json_logging({"pipeline": self._config.name, "source": f"source-{index}"})
         self._index = index
         self._app = app
         self._bootstrap = bootstrap_servers
         self._redis_url = redis_url
         self._source: Any = None
+        self._redis: Any = None  # redis.asyncio client for the figures, made on first use
+        self._field = ""
         self._error: str | None = None
         self._started = asyncio.Event()
         # An async actor's __init__ runs on its event loop. Ray restarts a dead actor by
@@ -90,9 +97,12 @@ class SourceActor:
             sweepers = join_sweepers(self._config, self._redis_url)
             if sweepers:
                 sweeper = asyncio.get_running_loop().create_task(sweep_forever(sweepers, self._config, self._bootstrap, self._redis_url))
+        publisher = None
         try:  # the source starts and stops its sinks
             await self._source.start()
             self._started.set()
+            if self._redis_url:
+                publisher = asyncio.get_running_loop().create_task(self._publish_figures())
             await self._source.run()
         except Exception as exc:  # noqa: BLE001 - surfaced through ready()/stats()
             self._error = f"{type(exc).__name__}: {exc}"
@@ -101,6 +111,37 @@ class SourceActor:
         finally:
             if sweeper is not None:
                 sweeper.cancel()
+            if publisher is not None:
+                publisher.cancel()
+                await asyncio.gather(publisher, return_exceptions=True)
+                await self._write_figures(final=True)
+
+    async def _publish_figures(self) -> None:
+        from eventbus.serving._figures import PUBLISH_EVERY_S
+
+        while True:
+            await asyncio.sleep(PUBLISH_EVERY_S)
+            try:
+                await self._write_figures()
+            except Exception:  # noqa: BLE001 - figures are best effort
+                log.debug("publishing figures failed", exc_info=True)
+
+    async def _write_figures(self, final: bool = False) -> None:
+        """The source's counters, latency histogram and lag, as the replicas publish theirs
+        (the steps' figures come from the replicas, which run them)."""
+        import redis.asyncio as aioredis
+
+        from eventbus.serving._figures import entry_id, write_entry
+
+        if self._redis is None:
+            self._redis = aioredis.Redis.from_url(self._redis_url)
+            self._field = entry_id(f"source{self._index}")
+        src = self._source
+        body = {"role": "source", "source_index": self._index, "sources": [src.stats()], "metrics": {"sources": [src.metrics()]}}
+        await write_entry(self._redis, self._config.name, self._field, body, final)
+        if final:
+            await self._redis.aclose()
+            self._redis = None
 
     async def ready(self, timeout_s: float = 60.0) -> bool:
         """Wait until the consumer has started; raise if the source failed."""

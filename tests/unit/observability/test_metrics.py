@@ -138,3 +138,37 @@ def test_gateway_metrics_per_pipeline() -> None:
     assert 0.0025 < out["sync"]["p50_s"] <= 0.005 and out["sync"]["p99_s"] <= 0.005
     assert out["async"]["events"] == 10
     assert g.for_pipeline("other") == {}
+
+
+def test_view_places_source_actor_entries_and_adds_gateway_sync_calls() -> None:
+    """source_placement: actor: each source actor publishes its one source (source_index),
+    replicas publish the steps; gateways publish their sync calls, counted in the totals."""
+    record = {"name": "obs", "version": 1, "document": load_pipeline_text(YAML, "obs.yaml").to_document()}
+    h = Histogram(LATENCY_BOUNDS_S)
+    h.observe(0.004, 30)
+    actor = {"at": 99.0, "final": False, "role": "source", "source_index": 1,
+             "sources": [{"consumed": 30, "outputs": 20, "dropped": 10, "in_flight": 2}], "metrics": {"sources": [{"latency": h.snapshot(), "lag": {"ingress[0]": 4}}]}}
+    replica = json.loads(_entry(99.5, step_in=32))
+    replica["sources"], replica["metrics"]["sources"] = [], []
+    gw = {"at": 99.0, "final": False, "role": "gateway", "sync": {"consumed": 2, "outputs": 1, "dropped": 1, "failed": 0}}
+    gw_old = {"at": 10.0, "final": True, "role": "gateway", "sync": {"consumed": 3, "outputs": 0, "dropped": 0, "failed": 3}}
+    v = pipeline_view(record, [json.dumps(e) for e in (actor, replica, gw, gw_old)], [["in"], ["ingress"]], now=100.0)
+    assert v["replicas"] == 1  # source actors and gateways are not replicas
+    assert v["sources"][0]["counters"] == {} and v["sources"][1]["counters"] == {"consumed": 30, "outputs": 20, "dropped": 10, "in_flight": 2}
+    assert v["sources"][1]["latency"]["count"] == 30 and v["lag"] == {"ingress[0]": 4}
+    assert v["sync"] == {"consumed": 5, "outputs": 1, "dropped": 1, "failed": 3}
+    t = v["totals"]
+    assert (t["consumed"], t["outputs"], t["dropped"], t["failed"]) == (35, 21, 11, 3)
+    assert v["steps"]["large"]["in"] == 32
+
+
+def test_gateway_counts_the_outcomes_of_sync_batches() -> None:
+    from eventbus.eventing._outcome import Failure
+
+    g = GatewayMetrics()
+    g.ran("p", [[ev(0, 1), ev(1, 2)], [], Failure("s", "E", "m")])
+    g.ran("p", [[ev(2, 3)]])
+    g.ran("q", [[]])
+    assert g.sync["p"] == {"consumed": 4, "outputs": 3, "dropped": 1, "failed": 1}
+    g.forget({"p"})
+    assert set(g.sync) == {"p"}

@@ -66,3 +66,14 @@ def test_metrics_cover_pipelines_steps_histograms_lag_and_gateway() -> None:
 
 def test_no_pipelines_gives_a_valid_empty_exposition() -> None:
     assert samples(render_prometheus([]).decode()) == {}
+
+
+def test_gateway_sync_calls_are_a_source_sync_series() -> None:
+    record = {"name": "orders", "version": 4, "document": {"spec": {"sources": [{"kafka": {"topic": "orders"}}], "steps": [], "sink": {"kafka": {"topic": "o"}}}}}
+    gw = {"at": 100.0, "final": False, "role": "gateway", "sync": {"consumed": 3, "outputs": 2, "dropped": 0, "failed": 1}}
+    v = pipeline_view(record, [json.dumps(gw)], [["orders"]], now=101.0)
+    s = samples(render_prometheus([v]).decode())
+    assert s[("eventbus_events_in_total", (("pipeline", "orders"), ("source", "sync")))] == 3
+    assert s[("eventbus_events_failed_total", (("pipeline", "orders"), ("source", "sync")))] == 1
+    assert s[("eventbus_events_in_total", (("pipeline", "orders"), ("source", "orders")))] == 0
+    assert s[("eventbus_replicas", (("pipeline", "orders"),))] == 0

@@ -106,3 +106,26 @@ def test_json_log_lines_carry_pipeline_step_and_event_id() -> None:
 
         r2 = logging.LogRecord("eventbus.x", logging.ERROR, __file__, 1, "x", None, sys.exc_info())
     assert "ValueError: boom" in orjson.loads(f.format(r2))["exc"]
+
+
+def test_a_failed_event_logs_one_json_line_with_pipeline_step_and_event_id() -> None:
+    import io
+
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    handler.setFormatter(JsonFormatter({"replica": "r1"}))
+    logger = logging.getLogger("eventbus.pipelines.runner")
+    logger.addHandler(handler)
+    try:
+        r = PipelineRunner(load_pipeline_text(YAML, "tr.yaml"))
+        ok = CloudEvent.create(type="t", source="/s", id="good", data={"amount": 500})
+        bad = CloudEvent.create(type="t", source="/s", id="bad", data={"amount": 200.5})  # double * int
+        outcomes = r.run([ok, bad, ok])
+    finally:
+        logger.removeHandler(handler)
+    assert [type(o).__name__ for o in outcomes] == ["list", "Failure", "list"]
+    lines = [orjson.loads(ln) for ln in buf.getvalue().splitlines()]
+    assert len(lines) == 1, lines  # none for the events that went through
+    (line,) = lines
+    assert (line["pipeline"], line["step"], line["event_id"], line["replica"], line["level"]) == ("tr", "cny", "bad", "r1", "warning")
+    assert "failed in step 'cny'" in line["message"]

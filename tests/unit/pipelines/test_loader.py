@@ -125,6 +125,16 @@ def test_load_raises_with_all_problems() -> None:
     assert str(info.value) == info.value.problems[0]
 
 
+def test_name_may_not_take_a_model_application_name() -> None:
+    # Serve apps: pipeline NAME -> eventbus-NAME, model X -> eventbus-model-X.
+    found = problems(GOOD.replace("orders}", "model-fraud}"))
+    assert found == [
+        "p.yaml:3:18: metadata.name: must not start with 'model-' (its Serve application eventbus-model-fraud would "
+        "clash with the one of model 'fraud'); got 'model-fraud'; rename the pipeline, e.g. 'fraud-pipeline'"
+    ]
+    assert load_pipeline_text(GOOD.replace("orders}", "fraud-model}"), "p.yaml").name == "fraud-model"
+
+
 def test_replicas_bounds_checked() -> None:
     found = problems(GOOD + "  serving: {replicas: {min: 3, max: 2}}\n")
     assert any("replicas.min (3) is larger than replicas.max (2)" in p for p in found)

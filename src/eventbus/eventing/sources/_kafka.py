@@ -429,7 +429,7 @@ class KafkaSource(Source):
                     event = self._decode(r, default_type, default_source)
                 except EventDecodeError as e:
                     self._stats["decode_errors"] += 1
-                    log.warning("kafka source %s: undecodable record: %s", self.pipeline, e)
+                    log.warning("kafka source %s: undecodable record %s[%d]@%d: %s", self.pipeline, r.topic, r.partition, r.offset, e, extra={"pipeline": self.pipeline, "step": "decode"})
                     dead.append((self._decode_dead_letter(r, e, default_source), r.key))
                     continue
                 events.append(event)
@@ -581,7 +581,7 @@ class KafkaSource(Source):
                 if outcome.step == "decode" and type(batch.events[i]) is RawRecord:
                     self._stats["decode_errors"] += 1
                     r = batch.records[i]
-                    log.warning("kafka source %s: undecodable record: %s", self.pipeline, outcome.message)
+                    log.warning("kafka source %s: undecodable record %s[%d]@%d: %s", self.pipeline, r.topic, r.partition, r.offset, outcome.message, extra={"pipeline": self.pipeline, "step": "decode"})
                     default_source = self.config.source or f"kafka://{r.topic}"
                     error = EventDecodeError(outcome.message)
                     dead.append((self._decode_dead_letter(r, error, default_source), r.key))
@@ -646,20 +646,28 @@ class KafkaSource(Source):
         original = batch.events[i]
         if type(original) is RawRecord:  # decoded on the replica: decode this one again here
             original = self._decode(record, self.config.type, self.config.source or f"kafka://{topic}")
+        event_id = original.attributes.get("id")
+        extra = {"pipeline": self.pipeline, "step": failure.step, "event_id": event_id}
         if self._dead_letter is None:
             log.error(
                 "kafka source %s: event %s from %s[%d]@%d failed in step %r: %s: %s "
                 "(no dead_letter sink configured; the event is dropped)",
                 self.pipeline,
-                original.attributes.get("id"),
+                event_id,
                 topic,
                 partition,
                 offset,
                 failure.step,
                 failure.error_type,
                 failure.message,
+                extra=extra,
             )
             return
+        # Failures are rare: one line per dead-lettered event (none per delivered one).
+        log.warning(
+            "kafka source %s: event %s from %s[%d]@%d failed in step %r (%s: %s): dead-lettered",
+            self.pipeline, event_id, topic, partition, offset, failure.step, failure.error_type, failure.message, extra=extra,
+        )
         dead.append((dead_letter_event(original, self.pipeline, failure, topic, partition, offset), record.key))
 
     async def _send_with_retry(

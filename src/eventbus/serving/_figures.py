@@ -1,0 +1,88 @@
+"""Publishing observability entries to ``eventbus:stats:<pipeline>`` (see
+:mod:`eventbus.observability._view` for the entry shapes and how they are merged).
+
+Replicas that run their sources publish from the sources' loop (``_replica_sources``); the
+source actors and the gateway from their own loops with :func:`write_entry`; replicas without
+sources (``source_placement: actor``) from a daemon thread (:class:`ThreadPublisher`). Each
+writes once a second, never per batch or event, and a last time with ``final`` when it stops,
+so that totals do not drop when it goes away.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["PUBLISH_EVERY_S", "STATS_KEY", "ThreadPublisher", "entry_id", "write_entry"]
+
+log = logging.getLogger("eventbus.serving.figures")
+
+STATS_KEY = "eventbus:stats:{pipeline}"
+PUBLISH_EVERY_S = 1.0
+
+
+def entry_id(role: str) -> str:
+    """A field name unique to this process and publisher: ``<role>-<pid>-<random>``."""
+    return f"{role}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+async def write_entry(redis: Any, pipeline: str, field: str, body: dict[str, Any], final: bool = False) -> None:
+    """Write one entry (``redis.asyncio`` client): ``body`` plus ``at`` and ``final``."""
+    value = json.dumps({**body, "at": time.time(), "final": final})
+    await redis.hset(STATS_KEY.format(pipeline=pipeline), field, value)
+
+
+class ThreadPublisher:
+    """Writes ``snapshot()`` under ``field`` every :data:`PUBLISH_EVERY_S` from a daemon thread.
+
+    Args:
+        redis_url: the Redis to write to.
+        pipeline: whose hash.
+        field: the entry's field (:func:`entry_id`).
+        snapshot: the entry's body (called on the thread; must be safe to call concurrently
+            with the process's work: the runner's counters are).
+    """
+
+    def __init__(self, redis_url: str, pipeline: str, field: str, snapshot: Callable[[], dict[str, Any]]) -> None:
+        import redis
+
+        self._redis = redis.Redis.from_url(redis_url)
+        self._key = STATS_KEY.format(pipeline=pipeline)
+        self.field = field
+        self._snapshot = snapshot
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="eventbus-figures", daemon=True)
+
+    def start(self) -> None:
+        """Start publishing."""
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop, then write the final entry."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        try:
+            self._write(final=True)
+        except Exception:  # noqa: BLE001 - figures are best effort
+            log.debug("writing the final figures failed", exc_info=True)
+        self._redis.close()
+
+    def _write(self, final: bool = False) -> None:
+        value = json.dumps({**self._snapshot(), "at": time.time(), "final": final})
+        self._redis.hset(self._key, self.field, value)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(PUBLISH_EVERY_S):
+            try:
+                self._write()
+            except Exception:  # noqa: BLE001 - figures are best effort
+                log.debug("publishing figures failed", exc_info=True)
