@@ -75,7 +75,7 @@ async def test_scales_up_on_lag_and_back_down(deploy_pipeline: Any, topic_factor
     assert replica_count(name) == 1
     # 6,000 events at 5 ms each: 30 s of work for one replica, a lag of thousands
     await produce(kafka_bootstrap, src, N)
-    up_s = await wait_for(lambda: replica_count(name) >= 2, 40, "a scale-up on lag")
+    up_s = await wait_for(lambda: replica_count(name) >= 2, 60, "a scale-up on lag")
     out = await collect(kafka_bootstrap, sink, N, timeout_s=60)
     assert {e.id for e in out} == {f"a{i}" for i in range(N)}
     down_s = await wait_for(lambda: replica_count(name) == 1, 40, "the scale-down once the backlog is gone")
