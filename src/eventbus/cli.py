@@ -408,6 +408,25 @@ def delete(
 
 
 @app.command()
+def get(
+    name: str = typer.Argument(..., help="Pipeline name."),
+    as_json: bool = typer.Option(False, "--json", help="The stored record as JSON instead of the YAML."),
+    ray_address: Optional[str] = RayOpt,
+    kafka_bootstrap: Optional[str] = KafkaOpt,
+    redis_url: Optional[str] = RedisOpt,
+) -> None:
+    """Print a deployed pipeline's YAML (as deployed), or its stored record."""
+    try:
+        record = _client(_Addresses(ray_address, kafka_bootstrap, redis_url)).get(name)
+    except EventBusError as exc:
+        _fail(str(exc))
+    if as_json:
+        sys.stdout.write(json.dumps({k: v for k, v in record.items() if k != "python_path"}) + "\n")
+        return
+    sys.stdout.write(record["yaml"] if record["yaml"].endswith("\n") else record["yaml"] + "\n")
+
+
+@app.command()
 def versions(
     name: str = typer.Argument(..., help="Pipeline name."),
     as_json: bool = typer.Option(False, "--json", help="JSON instead of a table."),

@@ -101,6 +101,8 @@ def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
         assert [(v["version"], v["serving"]) for v in r.json()] == [(1, True)], r.text
         vs = eb(home, "versions", "large-payments")
         assert vs.returncode == 0 and "payments.yaml" in vs.stdout, vs.stderr
+        got = eb(home, "get", "large-payments")
+        assert got.returncode == 0 and got.stdout == (ROOT / "examples/payments/payments.yaml").read_text(), got.stderr
 
         # A full restart: the whole stack goes down; `up` redeploys every pipeline from Redis
         # (the embedded broker lost its topics: they are created again).

@@ -393,8 +393,16 @@ class KafkaSource(Source):
                         data[tp] = recs
                     count += len(recs)
         if generation != self._generation:
-            # A rebalance happened meanwhile: positions were reset to the committed offsets,
-            # so these records come again (from us or the partitions' new owner).
+            # A rebalance happened meanwhile: these records are dropped and come again, from
+            # us or the partitions' new owner. The rebalance reset our positions to the
+            # committed offsets, but records fetched after it moved them on again: put every
+            # partition we still own back to its committed offset (everything before it was
+            # delivered), or else those records would be skipped.
+            assigned = consumer.assignment()
+            for tp, recs in data.items():
+                if tp in assigned and recs:
+                    committed = await consumer.committed(tp)
+                    consumer.seek(tp, committed if committed is not None else min(r.offset for r in recs))
             return {}
         return data
 
