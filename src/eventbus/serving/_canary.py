@@ -88,6 +88,7 @@ class CanaryRouter:
         import redis
 
         self._stable = runner
+        self._redis_url = redis_url
         self._redis = redis.Redis.from_url(redis_url, decode_responses=True)
         self._base_dirs = base_dirs
         self._key = CANARY_KEY.format(pipeline=runner.name)
@@ -148,7 +149,7 @@ class CanaryRouter:
                 from eventbus.pipelines._runner import PipelineRunner
 
                 config = PipelineConfig.model_validate(state["document"])
-                self._canary = PipelineRunner(config, redis_url=self._redis_url(), base_dirs=self._base_dirs)
+                self._canary = PipelineRunner(config, redis_url=self._redis_url, base_dirs=self._base_dirs)
                 self._canary_id = state["id"]
                 self._figures = {"stable": _Figures(), "canary": _Figures()}
                 log.info("pipeline %r: canary version %s loaded", self._stable.name, state["version"])
@@ -158,9 +159,6 @@ class CanaryRouter:
         except Exception as exc:  # noqa: BLE001 - Redis away: keep the routing as it was
             log.warning("pipeline %r: canary state not refreshed: %s", self._stable.name, exc)
 
-    def _redis_url(self) -> str:
-        kw = self._redis.connection_pool.connection_kwargs
-        return f"redis://{kw.get('host', '127.0.0.1')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
 
 
 def sum_figures(raw: dict[str, str], canary_id: str, now: float | None = None) -> dict[str, dict[str, float]]:
