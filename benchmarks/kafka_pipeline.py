@@ -10,7 +10,9 @@ Both run the same pipeline (keep ``payment.created`` with amount > 100 in CNY/US
   sink), CEL expressions compiled to Python.
 
 Throughput: events consumed per second between the first and last output record (broker
-timestamps of the sink records), median of rounds. Latency: events produced at half of
+timestamps of the sink records), median of rounds; the sink is read once each side is done
+(EventBus: its committed count, published by the replica), so no reader runs beside either.
+Latency: events produced at half of
 EventBus's measured maximum rate, produce time → arrival at a tail consumer, p50/p99.
 
 Last line: one JSON object with the figures and ``ratio`` (EventBus / baseline events/s).
@@ -36,6 +38,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import orjson  # noqa: E402
+import redis as redis_lib  # noqa: E402
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # noqa: E402
 
 from eventbus._internal.services import create_topics, start_redis, start_tansu  # noqa: E402
@@ -216,6 +219,19 @@ async def latency_run(bootstrap: str, src: str, sink: str, rate: float, seconds:
     return lat
 
 
+def wait_committed(redis_client: Any, pipeline: str, n: int, timeout_s: float = 300) -> None:
+    """Poll the pipeline's published counters until ``n`` records are committed."""
+    from eventbus.serving._replica_sources import read_stats
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if sum(s.get("committed", 0) for s in read_stats(redis_client, pipeline, 1)) >= n:
+            return
+        time.sleep(0.25)  # a poll of the condition, four times a second: costs the replicas nothing
+    msg = f"pipeline {pipeline!r} did not commit {n} records within {timeout_s} s"
+    raise RuntimeError(msg)
+
+
 def pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
@@ -264,6 +280,7 @@ def main() -> None:
 
     ray.init(num_cpus=2, include_dashboard=False, namespace="eventbus", logging_level="ERROR", log_to_driver=False)
     client = EventBusClient(None, bootstrap, redis.address)
+    stats_redis = redis_lib.Redis.from_url(redis.address)
     base_rates, eb_rates = [], []
     try:
         for rnd in range(-args.warmup, args.rounds):
@@ -279,6 +296,10 @@ def main() -> None:
             path = work / f"bench-{rnd % 1000}.yaml"
             path.write_text(PIPELINE.format(name=f"bench{rnd % 1000}", src=src, sink=sink, replicas=args.replicas))
             client.deploy(path)
+            # Wait for the pipeline's committed count (its replica publishes it to Redis every
+            # second) before reading the sink: the baseline's outputs are read after it ends,
+            # so a tail consumer running beside EventBus would take CPU from one side only.
+            wait_committed(stats_redis, f"bench{rnd % 1000}", n)
             count, span = asyncio.run(sink_span(bootstrap, sink, expect))
             client.delete(f"bench{rnd % 1000}")
             if rnd < 0:

@@ -89,6 +89,8 @@ _DUMPS = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
 _HEADER_ATTRS: dict[str, str] = {"content-type": "", "Content-Type": ""}
 _HEADER_ATTRS.update({"ce_" + name: name for name in _SPEC if name != "datacontenttype"})
 _HEADER_ATTRS["ce_partitionkey"] = "partitionkey"
+# JSON content types of the decoding fast path (others are checked by is_json_content_type).
+_JSON_TYPES = frozenset(("application/json", "application/json; charset=utf-8", "text/json"))
 # Attribute name -> binary-mode header name.
 _HEADER_NAMES: dict[str, str] = {"datacontenttype": "content-type"}
 
@@ -391,6 +393,33 @@ def decode_kafka(
         >>> e.id, e.data, e["partitionkey"]
         ('t-0-7', {'a': 1}, 'k')
     """
+    # Fast path: a binary-mode event whose headers are all usual spellings of spec attributes,
+    # with a JSON content type and no time to parse. Anything else (or any doubt) takes the
+    # general path below, which names the problem.
+    try:
+        attrs = {_HEADER_ATTRS[name]: raw.decode() for name, raw in headers}
+    except (KeyError, UnicodeDecodeError, AttributeError):
+        pass
+    else:
+        ct = attrs.pop("", None)
+        if (
+            attrs.get("specversion") == "1.0"
+            and attrs.get("id")
+            and attrs.get("source")
+            and attrs.get("type")
+            and "time" not in attrs
+            and value
+            and (ct is None or ct in _JSON_TYPES)
+            and len(attrs) + (ct is not None) == len(headers)  # no header given twice
+        ):
+            if ct is not None:
+                attrs["datacontenttype"] = ct
+            if key is not None and "partitionkey" not in attrs:
+                attrs["partitionkey"] = _header_text(key, "key", (topic, partition, offset))
+            try:
+                return CloudEvent(attrs, orjson.loads(value))
+            except orjson.JSONDecodeError:
+                pass  # the general path reports it (or, without a content type, keeps bytes)
     where: Where = (topic, partition, offset)
     content_type: str | None = None
     ce: dict[str, Any] | None = None

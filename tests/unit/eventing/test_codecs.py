@@ -583,3 +583,48 @@ def test_batch_errors_name_the_index() -> None:
         events_from_json_batch(orjson.dumps(good))
     with pytest.raises(EventDecodeError, match=re.escape("CloudEvent batch: not valid JSON (")):
         events_from_json_batch(b"[")
+
+
+# The decoder has a fast path for the usual binary-mode record (spec headers only, JSON
+# content): an extra extension header sends the same record down the general path, so the
+# two can be compared on every shape the fast path may take or must refuse.
+FAST_PATH_CASES: dict[str, tuple[bytes | None, list[tuple[str, bytes]], bytes | None]] = {
+    "json": (b'{"a": 1}', [*binary_headers(), ("content-type", b"application/json")], b"k1"),
+    "json-no-key": (b'{"a": 1}', [*binary_headers(), ("content-type", b"application/json")], None),
+    "no-content-type-json": (b"[1, 2]", binary_headers(), None),
+    "no-content-type-not-json": (b"\x00\x01", binary_headers(), None),
+    "text-json": (b'"s"', [*binary_headers(), ("content-type", b"text/json")], None),
+    "not-json-content": (b"abc", [*binary_headers(), ("content-type", b"text/plain")], None),
+    "partitionkey-header-wins": (b"{}", binary_headers(partitionkey="pk"), b"k2"),
+    "subject-and-dataschema": (b"{}", binary_headers(subject="s", dataschema="https://x/y"), None),
+    "with-time": (b"{}", binary_headers(time=TIME), None),
+    "duplicate-id-header": (b"{}", [*binary_headers(), ("ce_id", b"e2")], None),
+    "empty-value": (b"", [*binary_headers(), ("content-type", b"application/json")], None),
+    "tombstone": (None, binary_headers(), None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAST_PATH_CASES))
+def test_fast_path_decodes_like_the_general_path(name: str) -> None:
+    value, headers, key = FAST_PATH_CASES[name]
+    fast = decode(value, headers, key)
+    general = decode(value, [*headers, ("ce_probe", b"1")], key)
+    general.attributes.pop("probe")
+    assert fast.attributes == general.attributes
+    assert list(fast.attributes) == list(general.attributes)  # header order kept
+    assert fast.data == general.data
+
+
+@pytest.mark.parametrize(
+    ("value", "headers", "key", "message"),
+    [
+        (b"{nope", [*binary_headers(), ("content-type", b"application/json")], None, "value is not valid JSON"),
+        (b"{}", binary_headers(id=""), None, "ce_id is ''"),
+        (b"{}", binary_headers(specversion="0.3"), None, "ce_specversion is '0.3'"),
+        (b"{}", binary_headers(), b"\xff\xfe", "header key is not UTF-8"),
+        (b"{}", [*binary_headers(), ("ce_type", b"\xff")], None, "not UTF-8"),
+    ],
+)
+def test_fast_path_leaves_errors_to_the_general_path(value: bytes, headers: list[tuple[str, bytes]], key: bytes | None, message: str) -> None:
+    with pytest.raises(EventDecodeError, match=re.escape(message)):
+        decode(value, headers, key)
