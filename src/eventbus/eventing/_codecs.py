@@ -38,6 +38,7 @@ __all__ = [
     "KafkaRecord",
     "RawRecord",
     "decode_kafka",
+    "decode_kafka_fast",
     "encode_kafka_binary",
     "encode_kafka_structured",
     "event_from_json",
@@ -357,6 +358,45 @@ def _header_text(raw: bytes | None, name: str, where: Where) -> str:
         ) from None
 
 
+def decode_kafka_fast(value: bytes | None, headers: Sequence[tuple[str, bytes]], key: bytes | None) -> CloudEvent | None:
+    """The usual binary-mode record, decoded; None for anything else (then call :func:`decode_kafka`).
+
+    The usual record: every header a usual spelling of a spec attribute or ``content-type``,
+    ``ce_specversion: 1.0``, non-empty id, source and type, no ``time`` to parse, and a JSON
+    value with a JSON content type (or none). It takes about half the time of the general
+    path, which a source calls for the rest and which names any problem.
+    """
+    try:
+        attrs = {_HEADER_ATTRS[name]: raw.decode() for name, raw in headers}
+    except (KeyError, UnicodeDecodeError, AttributeError):
+        return None
+    ct = attrs.pop("", None)
+    if not (
+        attrs.get("specversion") == "1.0"
+        and attrs.get("id")
+        and attrs.get("source")
+        and attrs.get("type")
+        and "time" not in attrs
+        and value
+        and (ct is None or ct in _JSON_TYPES)
+        and len(attrs) + (ct is not None) == len(headers)  # no header given twice
+    ):
+        return None
+    if ct is not None:
+        attrs["datacontenttype"] = ct
+    if key is not None and "partitionkey" not in attrs:
+        if key.__class__ is not bytes:
+            return None
+        try:
+            attrs["partitionkey"] = key.decode()
+        except UnicodeDecodeError:
+            return None
+    try:
+        return CloudEvent(attrs, orjson.loads(value))
+    except orjson.JSONDecodeError:
+        return None  # the general path reports it (or, without a content type, keeps bytes)
+
+
 def decode_kafka(
     value: bytes | None,
     headers: Sequence[tuple[str, bytes]],
@@ -393,33 +433,9 @@ def decode_kafka(
         >>> e.id, e.data, e["partitionkey"]
         ('t-0-7', {'a': 1}, 'k')
     """
-    # Fast path: a binary-mode event whose headers are all usual spellings of spec attributes,
-    # with a JSON content type and no time to parse. Anything else (or any doubt) takes the
-    # general path below, which names the problem.
-    try:
-        attrs = {_HEADER_ATTRS[name]: raw.decode() for name, raw in headers}
-    except (KeyError, UnicodeDecodeError, AttributeError):
-        pass
-    else:
-        ct = attrs.pop("", None)
-        if (
-            attrs.get("specversion") == "1.0"
-            and attrs.get("id")
-            and attrs.get("source")
-            and attrs.get("type")
-            and "time" not in attrs
-            and value
-            and (ct is None or ct in _JSON_TYPES)
-            and len(attrs) + (ct is not None) == len(headers)  # no header given twice
-        ):
-            if ct is not None:
-                attrs["datacontenttype"] = ct
-            if key is not None and "partitionkey" not in attrs:
-                attrs["partitionkey"] = _header_text(key, "key", (topic, partition, offset))
-            try:
-                return CloudEvent(attrs, orjson.loads(value))
-            except orjson.JSONDecodeError:
-                pass  # the general path reports it (or, without a content type, keeps bytes)
+    event = decode_kafka_fast(value, headers, key)
+    if event is not None:
+        return event
     where: Where = (topic, partition, offset)
     content_type: str | None = None
     ce: dict[str, Any] | None = None

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +39,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from eventbus.errors import EventDecodeError, StackError
-from eventbus.eventing._codecs import RawRecord, decode_kafka
+from eventbus.eventing._codecs import RawRecord, decode_kafka, decode_kafka_fast
 from eventbus.eventing._delivery import RedisDeduper, RetryPolicy, dedupe_key, injected_fault
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Dispatch, Failure, Outcome
@@ -412,6 +413,7 @@ class KafkaSource(Source):
         dead: list[tuple[CloudEvent, bytes | None]] = []
         offsets: dict[TopicPartition, int] = {}
         default_type = self.config.type
+        decode_fast = decode_kafka_fast
         count = 0
         oldest = 0
         for tp, records in data.items():
@@ -433,6 +435,11 @@ class KafkaSource(Source):
                 sources.extend(records)
                 continue
             for r in records:
+                event = decode_fast(r.value, r.headers, r.key)
+                if event is not None:
+                    events.append(event)
+                    sources.append(r)
+                    continue
                 try:
                     event = self._decode(r, default_type, default_source)
                 except EventDecodeError as e:
@@ -555,8 +562,12 @@ class KafkaSource(Source):
         pending: list[int] = []
         if retry is not None and retry.enabled:
             pending = [i for i, o in enumerate(outcomes) if type(o) is Failure and retry.may_retry(o.step, 1, 0.0)]
-        skip = set(pending)
-        await self._send_outcomes(batch, [(i, o, 1) for i, o in enumerate(outcomes) if i not in skip], list(batch.dead))
+        if pending:
+            skip = set(pending)
+            first: Any = [(i, o, 1) for i, o in enumerate(outcomes) if i not in skip]
+        else:  # the usual case: no tuple list per batch (zip reuses its tuple)
+            first = zip(range(len(outcomes)), outcomes, itertools.repeat(1))
+        await self._send_outcomes(batch, first, list(batch.dead))
         attempt = 1
         first_failure = time.monotonic()
         while pending:
@@ -579,7 +590,7 @@ class KafkaSource(Source):
             pending = still
         await self._commit(batch)
 
-    async def _send_outcomes(self, batch: _Batch, items: list[tuple[int, Outcome, int]], dead: list[tuple[CloudEvent, bytes | None]]) -> None:
+    async def _send_outcomes(self, batch: _Batch, items: Iterable[tuple[int, Outcome, int]], dead: list[tuple[CloudEvent, bytes | None]]) -> None:
         """Send the outputs and dead letters of some events of a batch; wait for the acks."""
         outputs: list[tuple[CloudEvent, bytes | None]] = []
         origins: list[int] = []  # per output: the index of its input event
