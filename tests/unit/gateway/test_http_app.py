@@ -160,3 +160,22 @@ async def test_openapi_and_health(client) -> None:
     assert {"202", "400", "401", "403", "404", "413", "422"} <= set(post["responses"])
     health = (await client.get("/healthz")).json()
     assert health["status"] == "ok" and "orders" in health["pipelines"]
+
+
+async def test_event_routes_answer_in_front_of_the_app_like_the_app(client) -> None:
+    # The event routes are answered straight from the ASGI scope; the answers must be the
+    # ones the FastAPI routes give: status, headers, the wait parameter, source paths.
+    r = await client.post("/v1/pipelines/open/events?wait=maybe", headers=CE, content=b"{}")
+    assert r.status_code == 400 and "query parameter wait is 'maybe'" in r.json()["error"]
+    r = await client.post("/v1/pipelines/open/events?x=1&wait=1", headers=CE, content=b'{"amount": 500}')
+    assert r.status_code == 200 and r.headers["ce-id"] == "e1" and r.headers["content-length"] == str(len(r.content))
+    r = await client.post("/hooks/open/", headers=CE, content=b'{"amount": 500}')
+    assert r.status_code == 202 and r.headers["content-type"] == "application/json"
+    r = await client.post("/v1/pipelines/open/events?wait=true", headers={**CE, "ce-id": "small"}, content=b'{"amount": 5}')
+    assert r.status_code == 204 and r.content == b"" and "content-length" not in r.headers
+    r = await client.post("/v1/pipelines/nope/events", headers=CE, content=b"{}")
+    assert r.status_code == 404 and "no pipeline named 'nope'" in r.json()["error"]
+    r = await client.post("/v1/pipelines/a/b/events", headers=CE, content=b"{}")  # not a pipeline name: the app's catch-all
+    assert r.status_code == 404 and "no pipeline serves path '/v1/pipelines/a/b/events'" in r.json()["error"]
+    r = await client.get("/v1/pipelines/open/events")
+    assert r.status_code == 405

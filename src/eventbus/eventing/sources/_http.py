@@ -10,9 +10,12 @@ or 504.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from time import perf_counter
 from typing import Any
+from urllib.parse import parse_qsl
 
 import orjson
 from fastapi import FastAPI, Request
@@ -25,6 +28,8 @@ from eventbus.eventing.sources._ingress import Ingress, Route, split_outcomes
 from eventbus.observability._tracing import end_spans, start_event_spans, tracer
 
 __all__ = ["build_http_app"]
+
+log = logging.getLogger("eventbus.gateway")
 
 _CE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -68,27 +73,79 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _error(exc: IngressError) -> Response:
-    return Response(orjson.dumps({"error": exc.message, "status": exc.status}), status_code=exc.status, media_type="application/json")
+def _check_declared_length(declared: str | None, route: Route) -> None:
+    if declared is None:
+        return
+    if not declared.isdigit():
+        raise IngressError(400, f"header content-length is {declared!r}; it must be a byte count")
+    limit = route.config.max_body_bytes
+    if int(declared) > limit:
+        raise IngressError(413, f"the body is {int(declared)} bytes; pipeline {route.pipeline!r} takes at most {limit} (max_body_bytes of its http source): split it into smaller requests")
+
+
+def _over_limit(limit: int, route: Route) -> str:
+    return f"the body is over {limit} bytes, the most pipeline {route.pipeline!r} takes (max_body_bytes of its http source): split it into smaller requests"
 
 
 async def _read_body(request: Request, route: Route) -> bytes:
-    limit = route.config.max_body_bytes
     declared = request.headers.get("content-length")
+    _check_declared_length(declared, route)
     if declared is not None:
-        if not declared.isdigit():
-            raise IngressError(400, f"header content-length is {declared!r}; it must be a byte count")
-        if int(declared) > limit:
-            raise IngressError(413, f"the body is {int(declared)} bytes; pipeline {route.pipeline!r} takes at most {limit} (max_body_bytes of its http source): split it into smaller requests")
         return await request.body()
+    limit = route.config.max_body_bytes
     chunks = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise IngressError(413, f"the body is over {limit} bytes, the most pipeline {route.pipeline!r} takes (max_body_bytes of its http source): split it into smaller requests")
+            raise IngressError(413, _over_limit(limit, route))
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+Reply = tuple[int, list[tuple[str, str]], bytes]
+_JSON_HEADERS = [("content-type", "application/json")]
+
+
+def _error_reply(exc: IngressError) -> Reply:
+    return exc.status, _JSON_HEADERS, orjson.dumps({"error": exc.message, "status": exc.status})
+
+
+def _to_response(reply: Reply) -> Response:
+    status, headers, body = reply
+    response = Response(body, status_code=status)
+    for k, v in headers:
+        response.headers[k] = v
+    return response
+
+
+class _GatewayApp(FastAPI):
+    """The FastAPI app, with the event routes answered in front of its middleware stack.
+
+    ``POST /v1/pipelines/{name}/events`` and the ``path:`` of every ``http`` source are what
+    the gateway serves per event: they are answered straight from the ASGI scope, without
+    FastAPI's and Starlette's layers (routing, middleware, request objects; about half of a
+    request's CPU here). Everything else (and an unknown path, so that its 404 is the usual
+    one) goes through the app as usual; the same routes stay declared there for the OpenAPI
+    document and answer identically.
+    """
+
+    events_handler: Callable[[str, str, Any, Any, Any], Awaitable[None]] | None = None
+    source_paths: Callable[[], Any] | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        handler = self.events_handler
+        if handler is not None and scope["type"] == "http" and scope["method"] == "POST":
+            path: str = scope["path"]
+            if path.startswith("/v1/pipelines/") and path.endswith("/events"):
+                name = path[14:-7]
+                if name and "/" not in name:
+                    await handler("http", name, scope, receive, send)
+                    return
+            elif self.source_paths is not None and (path.rstrip("/") or "/") in self.source_paths():
+                await handler("path", path, scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
 
 
 def build_http_app(ingress: Ingress, *, title: str = "EventBus gateway", observer: Any = None) -> FastAPI:
@@ -101,20 +158,20 @@ def build_http_app(ingress: Ingress, *, title: str = "EventBus gateway", observe
             ``/v1/stats``, ``/v1/pipelines/{name}/stats`` and ``/dashboard``, and counts the
             requests (None: none of these).
     """
-    app = FastAPI(title=title, version="1", docs_url="/docs", redoc_url=None)
+    app = _GatewayApp(title=title, version="1", docs_url="/docs", redoc_url=None)
     figures = observer.gateway if observer is not None else None
 
-    async def handle(request: Request, route: Route, wait: bool | None) -> Response:
+    async def handle(route: Route, headers: dict[str, str], read_body: Callable[[Route], Awaitable[bytes]], wait: bool | None) -> Reply:
         if figures is None and tracer() is None:
-            return await _handle(request, route, wait, None)
+            return await _handle(route, headers, read_body, wait, None)
         started = perf_counter()
         seen: list[Any] = []  # the decoded events and their spans
         status = 500
         error: BaseException | None = None
         try:
-            response = await _handle(request, route, wait, seen)
-            status = response.status_code
-            return response
+            reply = await _handle(route, headers, read_body, wait, seen)
+            status = reply[0]
+            return reply
         except IngressError as e:
             status, error = e.status, e
             raise
@@ -129,11 +186,8 @@ def build_http_app(ingress: Ingress, *, title: str = "EventBus gateway", observe
                 n = len(seen[0]) if seen and status < 300 else 0
                 figures.observe(route.pipeline, "sync" if sync else "async", status, perf_counter() - started, n)
 
-    async def _handle(request: Request, route: Route, wait: bool | None, seen: list[Any] | None) -> Response:
-        body = await _read_body(request, route)
-        # One pass over the raw headers (names arrive lowercased), not Starlette's lazy
-        # per-lookup decoding.
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.scope["headers"]}
+    async def _handle(route: Route, headers: dict[str, str], read_body: Callable[[Route], Awaitable[bytes]], wait: bool | None, seen: list[Any] | None) -> Reply:
+        body = await read_body(route)
         ingress.authenticate(route, headers, body)
         events, mode = ingress.decode(route, headers, body)
         sync = route.config.mode == "sync" if wait is None else wait
@@ -146,18 +200,48 @@ def build_http_app(ingress: Ingress, *, title: str = "EventBus gateway", observe
         if not sync:
             await ingress.publish(route, events)
             ids = [e.attributes["id"] for e in events]
-            return Response(orjson.dumps({"accepted": len(ids), "ids": ids}), status_code=202, media_type="application/json")
+            return 202, _JSON_HEADERS, orjson.dumps({"accepted": len(ids), "ids": ids})
         outputs = split_outcomes(route.pipeline, events, await ingress.invoke(route, events))
         if not outputs:
-            return Response(status_code=204)
+            return 204, [], b""
         if len(outputs) == 1 and mode != "batch":
             hdrs, body_out = encode_http_binary(outputs[0])
         else:
             hdrs, body_out = encode_http_batch(outputs)
-        response = Response(body_out, status_code=200)
-        for k, v in hdrs:
-            response.headers[k] = v
-        return response
+        return 200, list(hdrs), body_out
+
+    async def starlette_reply(request: Request, kind: str, key: str, wait: bool | None | str = "query") -> Response:
+        try:
+            route = await ingress.route(kind, key)
+            if wait == "query":
+                wait = _wait(request.scope)
+            reply = await handle(route, _headers(request.scope), lambda r: _read_body(request, r), wait)  # type: ignore[arg-type]
+        except IngressError as e:
+            reply = _error_reply(e)
+        return _to_response(reply)
+
+    async def asgi_events(kind: str, key: str, scope: Any, receive: Any, send: Any) -> None:
+        # The event routes, answered from the ASGI scope (see _GatewayApp).
+        try:
+            route = await ingress.route(kind, key)
+            headers = _headers(scope)
+            reply = await handle(route, headers, lambda r: _read_asgi_body(headers, receive, r), _wait(scope))
+        except IngressError as e:
+            reply = _error_reply(e)
+        except _Disconnected:
+            return
+        except Exception:  # noqa: BLE001 - as Starlette's ServerErrorMiddleware would: 500, logged
+            log.exception("gateway: request %s %s failed", scope["method"], scope["path"])
+            reply = 500, _JSON_HEADERS, orjson.dumps({"error": "internal error in the gateway (logged); retry", "status": 500})
+        status, headers_out, body = reply
+        raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers_out]
+        if status != 204:
+            raw.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": raw})
+        await send({"type": "http.response.body", "body": body})
+
+    app.events_handler = asgi_events
+    app.source_paths = lambda: ingress.routes.paths
 
     @app.get("/healthz", summary="Liveness", responses={200: {"description": "The gateway runs."}})
     async def healthz() -> Response:
@@ -189,10 +273,7 @@ def build_http_app(ingress: Ingress, *, title: str = "EventBus gateway", observe
         status_code=202,
     )
     async def pipeline_events(name: str, request: Request, wait: bool | None = None) -> Response:
-        try:
-            return await handle(request, await ingress.route("http", name), wait)
-        except IngressError as e:
-            return _error(e)
+        return await starlette_reply(request, "http", name, wait)
 
     @app.post(
         "/{path:path}",
@@ -202,31 +283,48 @@ def build_http_app(ingress: Ingress, *, title: str = "EventBus gateway", observe
         status_code=202,
     )
     async def source_path(path: str, request: Request, wait: bool | None = None) -> Response:
-        try:
-            return await handle(request, await ingress.route("path", "/" + path), wait)
-        except IngressError as e:
-            return _error(e)
+        return await starlette_reply(request, "path", "/" + path, wait)
 
-    # The hot paths as plain Starlette routes ahead of FastAPI's: the same handlers without
-    # FastAPI's per-request parameter solving (a third of the gateway's CPU per request). The
-    # FastAPI routes above stay for the OpenAPI document and answer identically.
+    # Plain Starlette routes ahead of FastAPI's for what reaches the app itself (an unknown
+    # path, a pipeline deployed since the last refresh): no per-request parameter solving.
     async def fast_events(request: Request) -> Response:
-        try:
-            route = await ingress.route("http", request.path_params["name"])
-            return await handle(request, route, _wait(request))
-        except IngressError as e:
-            return _error(e)
+        return await starlette_reply(request, "http", request.path_params["name"])
 
     async def fast_path(request: Request) -> Response:
-        try:
-            route = await ingress.route("path", request.url.path)
-            return await handle(request, route, _wait(request))
-        except IngressError as e:
-            return _error(e)
+        return await starlette_reply(request, "path", request.url.path)
 
     app.router.routes.insert(0, StarletteRoute("/v1/pipelines/{name}/events", fast_events, methods=["POST"]))
     app.router.routes.insert(1, StarletteRoute("/{path:path}", fast_path, methods=["POST"]))
     return app
+
+
+class _Disconnected(Exception):
+    """The client went away before its body arrived: nothing to answer."""
+
+
+def _headers(scope: Any) -> dict[str, str]:
+    # One pass over the raw headers (names arrive lowercased), not Starlette's lazy
+    # per-lookup decoding.
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+async def _read_asgi_body(headers: dict[str, str], receive: Any, route: Route) -> bytes:
+    """The body from ASGI messages, held to the route's ``max_body_bytes`` (as _read_body)."""
+    limit = route.config.max_body_bytes
+    _check_declared_length(headers.get("content-length"), route)
+    chunks = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Disconnected
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise IngressError(413, _over_limit(limit, route))
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 _DASHBOARD = Path(__file__).resolve().parents[2] / "observability" / "dashboard.html"
@@ -247,7 +345,7 @@ def _add_observability_routes(app: FastAPI, observer: Any) -> None:
     async def pipeline_stats(name: str) -> Response:
         view = await observer.view(name)
         if view is None:
-            return _error(IngressError(404, f"no pipeline named {name!r} is deployed; GET /v1/stats lists them"))
+            return _to_response(_error_reply(IngressError(404, f"no pipeline named {name!r} is deployed; GET /v1/stats lists them")))
         return Response(orjson.dumps(view), media_type="application/json")
 
     @app.get("/dashboard", summary="The web dashboard", include_in_schema=False)
@@ -259,8 +357,14 @@ _TRUE = frozenset(("true", "1", "yes", "on"))
 _FALSE = frozenset(("false", "0", "no", "off"))
 
 
-def _wait(request: Request) -> bool | None:
-    raw = request.query_params.get("wait")
+def _wait(scope: Any) -> bool | None:
+    query: bytes = scope.get("query_string", b"")
+    if b"wait" not in query:
+        return None
+    raw = None
+    for k, v in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+        if k == "wait":
+            raw = v  # the last one, as Starlette's query_params.get
     if raw is None:
         return None
     low = raw.lower()
