@@ -19,9 +19,18 @@ from eventbus.solver._problem import AllocationProblem, FactorisedConsumption
 
 __all__ = ["Partition", "slice_users"]
 
+# Exponents are clamped here: exp(-80) ~ 1.8e-35 is a normal float32 (and far below either
+# dtype's epsilon next to the leading term exp(0) = 1), while exponents below float32's
+# underflow threshold (~ -87.3) send the vectorised exp to a path about 10x slower. At low
+# temperatures most exponents are far below it.
+EXP_FLOOR = -80.0
+# The Hessian leaves out users whose smoothed choice is this close to one-hot (at low
+# temperatures most users): their covariance is below the float32 rounding of the others'.
+HESSIAN_SPREAD = 1e-6
+
 # Rows of Partition.evaluate: [sum_i tau*lse_i, sum_i max(0, max_j r_ij), users in the Hessian
-# sample, usage_0 .. usage_K-1, Hessian (K*K, when asked for)].
-HEAD = 3
+# sample, of which users the Hessian summed, usage_0 .. usage_K-1, Hessian (K*K, when asked for)].
+HEAD = 4
 
 
 def slice_users(problem: AllocationProblem, start: int, stop: int) -> AllocationProblem:
@@ -92,11 +101,14 @@ class Partition:
         return torch.stack(rows).cpu() if rows else torch.zeros(0, 1, dtype=torch.float64)
 
     def evaluate(self, lam: torch.Tensor, tau: float, stride: int = 0) -> torch.Tensor:
-        """Rows ``[sum tau*lse, sum max(0, max r), sampled users, usage (K), hessian (K*K)?]``.
+        """Rows ``[sum tau*lse, sum max(0, max r), sampled users, users summed, usage (K), hessian (K*K)?]``.
 
         One row per block, float64 on the CPU. The Hessian of the smoothed dual in ``lam`` is
         ``sum_i Cov_{p_i}(m_i) / tau`` (the null option consumes nothing); with ``stride > 0`` it
         is summed over every ``stride``-th chunk only (a subsampled Newton metric), else omitted.
+        In the factorised form it leaves out users whose likeliest option has probability above
+        ``1 - HESSIAN_SPREAD`` (their covariance is below float32 rounding; at low temperatures
+        that is most users, and the metric costs a fraction of a full one).
         """
         hessian = stride > 0
         lam = lam.to(self.device, torch.float64)
@@ -116,7 +128,7 @@ class Partition:
                 t2 = torch.zeros(k_num, k_num, dtype=torch.float64, device=self.device) if hessian else None
                 for a in range(b0, min(b0 + self.block, self.n), self.chunk):
                     b = min(a + self.chunk, self.n)
-                    p, lse, best = self._soft_factorised(a, b, pi, tau)
+                    p, lse, best, total = self._soft_factorised(a, b, pi, tau)
                     onehot = torch.nn.functional.one_hot(self.seg[a:b], g_num).T.to(self.dtype)
                     wp = p if self.weight is None else p * self.weight[a:b]
                     q_blk += (onehot @ wp).double()
@@ -125,9 +137,17 @@ class Partition:
                     head[1] += best.double().sum()
                     if q2_blk is not None and t2 is not None and self._sampled(a, stride):
                         head[2] += b - a
-                        q2_blk += (onehot @ (wp if self.weight is None else wp * self.weight[a:b])).double()
-                        mu = (wp @ w_c.T).mul_(st_c.index_select(0, self.seg[a:b]))  # (users, K)
-                        t2 += (mu.T @ mu).double()
+                        # users whose likeliest option has probability > 1 - HESSIAN_SPREAD
+                        # add a covariance below the rounding of the others': skip them
+                        keep = (total > 1.0 + HESSIAN_SPREAD).nonzero().squeeze(1)
+                        head[3] += keep.numel()
+                        if keep.numel():
+                            seg_k = self.seg[a:b].index_select(0, keep)
+                            wp_k = wp.index_select(0, keep)
+                            w2 = wp_k if self.weight is None else wp_k * self.weight[a:b].index_select(0, keep)
+                            q2_blk += (torch.nn.functional.one_hot(seg_k, g_num).T.to(self.dtype) @ w2).double()
+                            mu = (wp_k @ w_c.T).mul_(st_c.index_select(0, seg_k))  # (users kept, K)
+                            t2 += (mu.T @ mu).double()
                 self._q += q_blk
                 usage = ((self.w64 @ q_blk.T) * self.s64).sum(1)
                 parts = [head, usage]
@@ -152,6 +172,7 @@ class Partition:
                     row[HEAD : HEAD + k_num].index_add_(0, self.kk[e0:e1], pv.double())
                     if hessian and self._sampled(a, stride):
                         row[2] += b - a
+                        row[3] += b - a
                         row[HEAD + k_num :] += self._sparse_hessian(a, b, p, pv, flat, e0, e1, tau)
                 rows.append(row)
         if not rows:
@@ -203,7 +224,7 @@ class Partition:
 
     def _soft_factorised(
         self, a: int, b: int, pi: torch.Tensor, tau: float
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         r = pi.index_select(0, self.seg[a:b])
         if self.weight is not None:
             r.mul_(self.weight[a:b])
@@ -217,7 +238,7 @@ class Partition:
         flat = self.flat[e0:e1] - a * self.m
         r = self.problem.revenue[a:b].clone()
         r.view(-1).index_add_(0, flat, self.vals[e0:e1] * lam_c[self.kk[e0:e1]], alpha=-1)
-        p, lse, best = _softmax_with_null(r, tau)
+        p, lse, best, _ = _softmax_with_null(r, tau)
         return p, lse, best, flat, e0, e1
 
     def _sparse_hessian(
@@ -269,21 +290,31 @@ class Partition:
             yield a, b, p * sigma.view_as(p), flat, e0, e1
 
     def _sigma_factorised(self, inv: torch.Tensor) -> torch.Tensor:
-        sigma = torch.ones(self.s64.shape[1], self.m, dtype=torch.float64, device=self.device)
-        for k in (inv < 1).nonzero().flatten().tolist():
-            hit = (self.s64[k] > 0)[:, None] & (self.w64[k] > 0)[None, :]
-            sigma = torch.where(hit, sigma.clamp_max(inv[k]), sigma)
+        # the least inv[k] over the resources each (segment, item) consumes, 1 if none;
+        # resources in groups of about 1M (segment, item) entries
+        g_num = self.s64.shape[1]
+        sigma = torch.ones(g_num, self.m, dtype=torch.float64, device=self.device)
+        over = (inv < 1).nonzero().flatten()
+        step = max(1, (1 << 20) // max(1, g_num * self.m))
+        for a in range(0, over.numel(), step):
+            ks = over[a : a + step]
+            hit = (self.s64[ks] > 0)[:, :, None] & (self.w64[ks] > 0)[:, None, :]
+            cap = torch.where(hit, inv[ks][:, None, None], torch.ones((), dtype=torch.float64, device=self.device))
+            sigma = torch.minimum(sigma, cap.amin(0))
         return sigma
 
 
-def _softmax_with_null(r: torch.Tensor, tau: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``softmax([0, r] / tau)`` without the null column, ``tau * logsumexp`` and ``max(0, max r)``.
+def _softmax_with_null(r: torch.Tensor, tau: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``softmax([0, r] / tau)`` without the null column, ``tau * logsumexp``, ``max(0, max r)``
+    and the softmax's denominator ``total`` (``>= 1``; the likeliest option has probability
+    ``1 / total``).
 
-    ``r`` is overwritten with the probabilities.
+    ``r`` is overwritten with the probabilities. Exponents are clamped at ``EXP_FLOOR`` (a
+    term of ``exp(-80)`` instead of a smaller one: immaterial next to the leading ``exp(0)``).
     """
     best = r.amax(1).clamp_min_(0) if r.shape[1] else torch.zeros(r.shape[0], dtype=r.dtype, device=r.device)
-    r.sub_(best[:, None]).mul_(1.0 / tau).exp_()
-    total = r.sum(1).add_(torch.exp(best * (-1.0 / tau)))
+    r.sub_(best[:, None]).mul_(1.0 / tau).clamp_min_(EXP_FLOOR).exp_()
+    total = r.sum(1).add_(torch.exp((best * (-1.0 / tau)).clamp_min_(EXP_FLOOR)))
     r.div_(total[:, None])
-    lse = total.log_().mul_(tau).add_(best)
-    return r, lse, best
+    lse = total.log().mul_(tau).add_(best)
+    return r, lse, best, total

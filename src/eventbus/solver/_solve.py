@@ -1,4 +1,4 @@
-"""The dual solver: entropy-smoothed Lagrangian dual, temperature continuation, projected L-BFGS.
+"""The dual solver: entropy-smoothed Lagrangian dual, temperature continuation, projected Newton.
 
 The solver minimises, over duals ``lam >= 0``, the smoothed dual
 ``D_tau(lam) = sum_i tau * log(1 + sum_j exp(r_ij / tau)) + lam . b`` (``r = c - lam . m``), which
@@ -32,13 +32,13 @@ __all__ = ["SolveProgress", "SolveResult", "solve"]
 
 TARGET_CHUNK_ELEMENTS = 1 << 17
 BLOCK_CHUNKS = 16
-TAU_START = 0.05  # first temperature, relative to the mean best revenue C / n
+TAU_START = 0.02  # first temperature, relative to the mean best revenue C / n
 TAU_FACTOR = 0.1  # continuation: each stage divides the temperature by 10
 TAU_FLOOR = 1e-7
 STAGE_ITERATIONS = 30
 STALL = 4  # iterations without a 2 % better gap end a temperature stage
 SMALL_PROBLEM = 1 << 20  # entries below which the default is one torch thread
-HESSIAN_SAMPLE = 1 << 22  # entries in the Hessian's user sample (subsampled Newton)
+HESSIAN_SAMPLE = 1 << 22  # entries (of users the metric sums) in the Hessian sample (subsampled Newton)
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class SolveResult:
         dual_value: the least LP dual bound ``D(lam)`` found (an upper bound on the optimum).
         gap: certified relative gap ``(dual_value - primal_value) / |dual_value|``.
         converged: whether ``gap`` reached the requested target.
-        iterations: accepted L-BFGS steps.
+        iterations: accepted Newton steps.
         evaluations: passes over the data.
         temperature: the last smoothing temperature.
         seconds: wall time of the solve.
@@ -165,7 +165,7 @@ def solve(
         warm_start: a previous :class:`SolveResult` (its duals and temperature) or a ``(K,)`` dual
             tensor; a good warm start needs fewer iterations.
         device: ``"auto"`` (CUDA when present), ``"cpu"`` or ``"cuda[:N]"``.
-        max_iterations: cap on accepted L-BFGS steps.
+        max_iterations: cap on accepted Newton steps.
         keep_allocation: also return the repaired primal ``x (n, m)``.
         chunk_users: users per chunk (memory bound); default about 131k entries per chunk.
         num_threads: torch threads (default: the CPUs this process may use; 1 below ~1M entries).
@@ -264,12 +264,17 @@ def run_dual(
     k_num = b.shape[0]
     hess_scale = torch.outer(to_lam, to_lam) / c_total
     chunks = -(-num_users // max(1, chunk_users))
-    stride = max(1, round(chunks * chunk_users * num_items / HESSIAN_SAMPLE))
+    entries = chunks * chunk_users * num_items
+    state["stride"] = max(1, round(entries / HESSIAN_SAMPLE))
 
     def fun(yv: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:
         lam = yv * to_lam
-        tot = _fsum_rows(ev.evaluate(lam, tau, stride))
+        tot = _fsum_rows(ev.evaluate(lam, tau, int(state["stride"])))  # type: ignore[call-overload]
         state["evals"] = int(state["evals"]) + 1  # type: ignore[call-overload]
+        # the next sample: about HESSIAN_SAMPLE entries of users the metric sums (at low
+        # temperatures most users' choices are one-hot and left out, so the sample widens)
+        summed = float(tot[3]) / max(float(tot[2]), 1.0)
+        state["stride"] = max(1, round(entries * summed / HESSIAN_SAMPLE))
         usage = tot[HEAD : HEAD + k_num]
         state["dual"] = float(tot[1]) + float(lam @ b)
         state["usage"] = usage
