@@ -249,7 +249,10 @@ def _driver(cluster: TwoNodeCluster, *args: str, timeout_s: float = 120) -> dict
         env=cluster.env, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, check=False,
     )
     assert proc.returncode == 0, f"driver {args[0]} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    # Its last JSON line: Ray may print a warning of its own after it (lagging heartbeats...).
+    lines = [ln for ln in proc.stdout.strip().splitlines() if ln.startswith("{")]
+    assert lines, f"driver {args[0]} printed no JSON line:\n{proc.stdout[-2000:]}"
+    return json.loads(lines[-1])  # type: ignore[no-any-return]
 
 
 @pytest.fixture
