@@ -629,3 +629,61 @@ async def test_dedupe_suppresses_outputs_already_delivered(kafka_bootstrap, redi
             assert stats["outputs"] == 0 and stats["duplicates"] == n_events
     got = await read_all(kafka_bootstrap, out, n_events)
     assert len(got) == n_events
+
+
+async def test_sink_lanes_keep_keyless_records_to_their_partitions(kafka_bootstrap, topic_factory):
+    # Two producers writing one topic concurrently, as the gateway's do: each keyless record
+    # lands in its own lane's partitions, and every lane's partitions take turns.
+    topic = topic_factory("lanes", partitions=4)
+    sinks = [KafkaSink(KafkaSinkConfig(topic=topic), bootstrap_servers=kafka_bootstrap, lane=(i, 2)) for i in range(2)]
+    for sink in sinks:
+        await sink.start()
+    try:
+        sends = []
+        for lane, sink in enumerate(sinks):
+            for call in range(4):
+                batch = [(CloudEvent.create(type="t", source="/s", id=f"l{lane}-c{call}-{i}", data={"lane": lane}), None) for i in range(10)]
+                sends.append(sink.send(batch))
+        await asyncio.gather(*sends)
+    finally:
+        for sink in sinks:
+            await sink.stop()
+    got = await read_all(kafka_bootstrap, topic, 80)
+    assert len(got) == 80
+    partitions_of = defaultdict(set)
+    for r in got:
+        partitions_of[decode_record(r).data["lane"]].add(r.partition)
+    assert partitions_of == {0: {0, 2}, 1: {1, 3}}
+
+
+async def test_linger_paces_fetches_while_records_keep_coming(kafka_bootstrap, topic_factory):
+    # 30 records arriving one every 20 ms: with linger_ms 250 the source fetches (and
+    # dispatches) at most every 250 ms, so they come in a few batches, none lost.
+    src, out = topic_factory("pace-in"), topic_factory("pace-out")
+    calls: list[int] = []
+
+    async def count(events: list[CloudEvent]) -> list[Outcome]:
+        calls.append(len(events))
+        return [[e.replace(id=e.id + "-out")] for e in events]
+
+    source = make_source(kafka_bootstrap, src, count, out, None, pipeline=f"p-{src}", linger_ms=250)
+    await source.start()
+    runner = asyncio.create_task(source.run())
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", linger_ms=0)
+    await producer.start()
+    try:
+        started = time.monotonic()
+        for i in range(30):
+            await producer.send_and_wait(src, orjson.dumps({"n": i}))
+            await asyncio.sleep(0.02)
+        produced_s = time.monotonic() - started
+        await wait_for(lambda: source.stats()["committed"] >= 30, 30, lambda: str(source.stats()))
+    finally:
+        await producer.stop()
+        await source.stop()
+        await runner
+    assert sum(calls) == 30
+    # one dispatch per record (30) without pacing; one per 250 ms (and the first) with it
+    assert len(calls) <= produced_s / 0.25 + 3, (calls, produced_s)
+    got = await read_all(kafka_bootstrap, out, 30)
+    assert sorted(decode_record(r).data["n"] for r in got) == list(range(30))

@@ -300,7 +300,7 @@ class BatchConfig(BaseModel):
     model_config = _MODEL
     max_size: Annotated[int, Field(ge=1, le=100_000)] = Field(default=2000, description="Most events per batch.")
     linger_ms: Annotated[int, Field(ge=0, le=10_000)] = Field(
-        default=2, description="Wait after the first event for more (latency against batch size)."
+        default=2, description="Least time between two fetches while events keep coming (latency against batch size and broker load)."
     )
     max_in_flight: Annotated[int, Field(ge=1, le=64)] = Field(default=4, description="Batches in flight per source.")
 

@@ -487,7 +487,8 @@ class Controller:
 
     def _create_ingress_topic(self, config: PipelineConfig) -> None:
         """Create the topic the gateway writes the pipeline's HTTP/gRPC events to, with one
-        partition per replica it may have (so every replica consumes)."""
+        partition per replica it may have (so every replica consumes), and at least one per
+        gateway producer (each writes its own partitions)."""
         import asyncio
 
         from eventbus._internal.services import create_topics
@@ -495,7 +496,7 @@ class Controller:
 
         if all(s.kafka is not None for s in config.spec.sources):
             return
-        partitions = max(2, config.spec.serving.replica_bounds.max)
+        partitions = max(4, config.spec.serving.replica_bounds.max)
         asyncio.run(create_topics(self.kafka_bootstrap, [ingress_topic(config.name)], partitions))
 
     def _run_app(self, config: PipelineConfig, python_path: list[str]) -> None:

@@ -68,14 +68,20 @@ class KafkaSink(Sink):
     Args:
         config: the sink configuration.
         bootstrap_servers: the runtime's default broker, used when the config names none.
+        lane: ``(i, k)``: keyless records go only to the partitions ``i, i + k, ...`` (of
+            those that exist), so that ``k`` producers writing one topic concurrently never
+            write the same partition with them.
 
     Example:
         >>> sink = KafkaSink(KafkaSinkConfig(topic="out"), bootstrap_servers="127.0.0.1:9092")
         >>> # await sink.start(); await sink.send([(event, b"key")]); await sink.stop()
     """
 
-    def __init__(self, config: KafkaSinkConfig, *, bootstrap_servers: str | None = None) -> None:
+    def __init__(
+        self, config: KafkaSinkConfig, *, bootstrap_servers: str | None = None, lane: tuple[int, int] | None = None
+    ) -> None:
         self.config = config
+        self._lane = lane
         servers = config.bootstrap_servers or bootstrap_servers
         if not servers:
             msg = (
@@ -253,7 +259,10 @@ class KafkaSink(Sink):
         # Keyless records of one send() share a partition (Kafka's sticky partitioner): one
         # produce request per call instead of one per partition, so the acknowledgement waits
         # for a single round trip; successive calls rotate through the partitions.
-        sticky = partitions[self._round_robin % n]
+        lane = partitions
+        if self._lane is not None:
+            lane = partitions[self._lane[0] % n :: self._lane[1]] or partitions
+        sticky = lane[self._round_robin % len(lane)]
         failures: dict[int, tuple[str, str]] = {}
         # Records go straight into one open batch per partition; full batches (and records
         # too big for any batch) queue up in order and are handed over only once every item

@@ -122,7 +122,10 @@ class KafkaSource(Source):
         sink: where output events go.
         dead_letter: where failed and undecodable events go; None logs and counts them.
         max_batch: most records per batch.
-        linger_ms: how long to wait for more records after the first of a batch.
+        linger_ms: the least time between two fetches while records keep coming (a fetch
+            that fills a batch is followed at once): what arrives meanwhile makes one batch
+            and one fetch. Fewer fetches matter on Tansu's memory storage, where a fetch
+            lists every record batch of the partition.
         max_in_flight: most batches dispatched concurrently (outputs and commits stay in order).
         session_timeout_ms: the consumer-group session timeout. Tansu holds a group join for
             half of it, so it is also roughly the delay before the first record.
@@ -186,6 +189,7 @@ class KafkaSource(Source):
         self._dead_letter = dead_letter
         self._max_batch = max_batch
         self._linger_s = linger_ms / 1000
+        self._next_fetch_at = 0.0
         self._max_in_flight = max_in_flight
         self._session_timeout_ms = session_timeout_ms
         self._retry_initial_s = retry_initial_s
@@ -369,6 +373,10 @@ class KafkaSource(Source):
     # -- fetching ----------------------------------------------------------------------------
     async def _fetch(self, consumer: AIOKafkaConsumer) -> dict[TopicPartition, list[Any]]:
         """Up to ``max_batch`` records, per partition in offset order; {} when none came."""
+        loop = asyncio.get_running_loop()
+        wait = self._next_fetch_at - loop.time()
+        if wait > 0:  # records keep coming: let more gather at the broker (see linger_ms)
+            await asyncio.sleep(wait)
         generation = self._generation
         data: dict[TopicPartition, list[Any]] = await consumer.getmany(
             timeout_ms=100, max_records=self._max_batch
@@ -376,23 +384,8 @@ class KafkaSource(Source):
         if not data:
             return {}
         count = sum(len(recs) for recs in data.values())
-        if count < self._max_batch and self._linger_s > 0:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + self._linger_s
-            while count < self._max_batch and not self._stopping:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                more = await consumer.getmany(
-                    timeout_ms=max(1, int(remaining * 1000)),
-                    max_records=self._max_batch - count,
-                )
-                for tp, recs in more.items():
-                    if tp in data:
-                        data[tp] = data[tp] + recs
-                    else:
-                        data[tp] = recs
-                    count += len(recs)
+        if count < self._max_batch:
+            self._next_fetch_at = loop.time() + self._linger_s
         if generation != self._generation:
             # A rebalance happened meanwhile: these records are dropped and come again, from
             # us or the partitions' new owner. The rebalance reset our positions to the
