@@ -17,6 +17,7 @@ from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure, Outcome
 from eventbus.eventing.sinks import KafkaSink, KafkaSinkConfig
 from eventbus.eventing.sources import DECODE_ERROR_TYPE, KafkaSource, KafkaSourceConfig
+from tests.integration.kafka_helpers import reader_gaps
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
@@ -62,11 +63,12 @@ async def read_all(bootstrap: str, topic: str, expected: int, timeout_s: float =
             partitions = sorted(await _partitions(consumer, topic))
         consumer.assign([TopicPartition(topic, p) for p in partitions])
         await consumer.seek_to_beginning()
+        gaps = reader_gaps()
         out: list[Any] = []
         deadline = time.monotonic() + timeout_s
         quiet_until = None
         while time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=100)
+            batch, _ = gaps.take(consumer, await consumer.getmany(timeout_ms=100), time.monotonic())
             for recs in batch.values():
                 out.extend(recs)
             if len(out) >= expected:
@@ -687,3 +689,37 @@ async def test_linger_paces_fetches_while_records_keep_coming(kafka_bootstrap, t
     assert len(calls) <= produced_s / 0.25 + 3, (calls, produced_s)
     got = await read_all(kafka_bootstrap, out, 30)
     assert sorted(decode_record(r).data["n"] for r in got) == list(range(30))
+
+
+async def test_concurrent_producers_on_one_partition_lose_nothing(kafka_bootstrap, topic_factory):
+    # Tansu reserves a batch's offsets before it stores it: while three producers write one
+    # partition, a fetch can find a later batch before an earlier one (a consumer that took
+    # it as it came skipped ~1 record in 1,500 here). The source waits for such gaps.
+    src, out = topic_factory("race-in"), topic_factory("race-out")
+    n_per, n_producers = 1500, 3
+
+    async def write(i: int) -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", linger_ms=0)
+        await producer.start()
+        try:
+            for k in range(n_per):
+                await producer.send_and_wait(src, orjson.dumps({"n": i * n_per + k}), partition=0)
+        finally:
+            await producer.stop()
+
+    async def identity(events: list[CloudEvent]) -> list[Outcome]:
+        return [[e.replace(id=e.id + "-out")] for e in events]
+
+    source = make_source(kafka_bootstrap, src, identity, out, None, pipeline=f"p-{src}", linger_ms=0)
+    await source.start()
+    runner = asyncio.create_task(source.run())
+    total = n_per * n_producers
+    try:
+        await asyncio.gather(*(write(i) for i in range(n_producers)))
+        await wait_for(lambda: source.stats()["committed"] >= total, 60, lambda: str(source.stats()))
+    finally:
+        await source.stop()
+        await runner
+    assert source.stats()["consumed"] == total
+    got = await read_all(kafka_bootstrap, out, total)
+    assert sorted(decode_record(r).data["n"] for r in got) == list(range(total))

@@ -39,6 +39,7 @@ from eventbus._internal.services import free_port, wait_for_port
 from eventbus._internal.stack import RAY_ENV
 from eventbus.eventing._codecs import decode_kafka
 from eventbus.eventing._publish import publish_events
+from tests.integration.kafka_helpers import reader_gaps
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.ray, pytest.mark.redis, pytest.mark.slow]
 
@@ -281,6 +282,7 @@ class _Sink:
         self.consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
                                          enable_auto_commit=False)
         self.events: list[CloudEvent] = []
+        self.gaps = reader_gaps()
 
     async def until(self, ids: set[str], timeout_s: float) -> set[str]:
         """Read until every id in ``ids`` arrived or the deadline passed; the missing ids."""
@@ -289,7 +291,7 @@ class _Sink:
             missing = ids - {e.id for e in self.events}
             if not missing or time.monotonic() > deadline:
                 return missing
-            batch = await self.consumer.getmany(timeout_ms=200, max_records=5000)
+            batch, _ = self.gaps.take(self.consumer, await self.consumer.getmany(timeout_ms=200, max_records=5000), time.monotonic())
             for tp, records in batch.items():
                 for r in records:
                     self.events.append(decode_kafka(r.value, list(r.headers or ()), key=r.key, topic=tp.topic,

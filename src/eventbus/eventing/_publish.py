@@ -135,11 +135,14 @@ async def tail_events(
         enable_auto_commit=False,
     )
     await consumer.start()
+    from eventbus.eventing.sources._kafka import OffsetGaps
+
+    gaps = OffsetGaps(1.0, f"tail of {topic}")  # Tansu may store concurrent batches out of order
     seen = 0
     last = time.monotonic()
     try:
         while max_events is None or seen < max_events:
-            batch = await consumer.getmany(timeout_ms=200)
+            batch, _ = gaps.take(consumer, await consumer.getmany(timeout_ms=200), time.monotonic())
             if not batch:
                 if idle_timeout_s is not None and time.monotonic() - last > idle_timeout_s:
                     break

@@ -2,7 +2,10 @@
 
 Delivery, per the architecture's contract (at-least-once, per-partition order):
 
-1. fetch up to ``max_batch`` records, or what arrived within ``linger_ms`` of the first;
+1. fetch up to ``max_batch`` records, at most once per ``linger_ms`` while records keep coming;
+   a partition's records are taken only up to a gap in its offsets, which is fetched again
+   until it fills (Tansu stores concurrent producers' batches out of order; see
+   ``offset_gap_wait_ms``);
 2. decode each record into a CloudEvent; an undecodable record is logged, counted and sent to
    the dead-letter sink (raw value as bytes data, the error in extension attributes); it never
    blocks its batch-mates;
@@ -69,6 +72,73 @@ _STAT_NAMES = (
     "retries",
     "duplicates",
 )
+
+
+_GAP_REFETCH_S = 0.005  # between fetches while a partition has a gap
+
+
+class OffsetGaps:
+    """Takes each partition's fetched records only up to the first gap in their offsets, and
+    seeks back to the gap so that it is fetched again.
+
+    On Tansu a batch's offsets are reserved before the batch is stored, so while two
+    producers write one partition a fetch can return a later batch before an earlier one
+    exists: a consumer that took it would skip the earlier batch for good. A gap still there
+    after ``wait_s`` is taken as real (compaction, transaction markers on a real Kafka) and
+    passed, with a warning.
+
+    Args:
+        wait_s: how long a gap is waited for (0: gaps are passed at once).
+        name: who consumes, for the warning.
+    """
+
+    def __init__(self, wait_s: float, name: str) -> None:
+        self.wait_s = wait_s
+        self.name = name
+        self._expected: dict[TopicPartition, int] = {}  # next offset, per partition
+        self._since: dict[TopicPartition, tuple[int, float]] = {}  # missing offset, first seen
+
+    def reset(self) -> None:
+        """Forget the partitions' positions (after a rebalance or a seek elsewhere)."""
+        self._expected.clear()
+        self._since.clear()
+
+    def take(
+        self, consumer: Any, data: dict[TopicPartition, list[Any]], now: float
+    ) -> tuple[dict[TopicPartition, list[Any]], bool]:
+        """The records to take now, and whether some partition is held at a gap."""
+        out: dict[TopicPartition, list[Any]] = {}
+        held = False
+        for tp, recs in data.items():
+            expected = self._expected.get(tp)
+            cut = None
+            for i, r in enumerate(recs):
+                if expected is not None and r.offset > expected:
+                    cut = i
+                    break
+                expected = r.offset + 1
+            if cut is None:
+                self._since.pop(tp, None)
+            else:
+                assert expected is not None
+                since = self._since.get(tp)
+                if since is None or since[0] != expected:
+                    since = self._since[tp] = (expected, now)
+                if now - since[1] < self.wait_s:
+                    recs = recs[:cut]
+                    consumer.seek(tp, expected)
+                    held = True
+                else:
+                    log.warning(
+                        "%s: %s[%d] has no records at offsets %d-%d after %.1f s; passing them "
+                        "(a compacted or transactional topic? set offset_gap_wait_ms: 0 for it)",
+                        self.name, tp.topic, tp.partition, expected, recs[cut].offset - 1, now - since[1],
+                    )
+                    del self._since[tp]
+            if recs:
+                out[tp] = recs
+                self._expected[tp] = recs[-1].offset + 1
+        return out, held
 
 
 @dataclass(slots=True)
@@ -190,6 +260,7 @@ class KafkaSource(Source):
         self._max_batch = max_batch
         self._linger_s = linger_ms / 1000
         self._next_fetch_at = 0.0
+        self._gaps = OffsetGaps(config.offset_gap_wait_ms / 1000, f"kafka source {pipeline}")
         self._max_in_flight = max_in_flight
         self._session_timeout_ms = session_timeout_ms
         self._retry_initial_s = retry_initial_s
@@ -386,6 +457,11 @@ class KafkaSource(Source):
         count = sum(len(recs) for recs in data.values())
         if count < self._max_batch:
             self._next_fetch_at = loop.time() + self._linger_s
+        if generation == self._generation and self._gaps.wait_s > 0:
+            now = loop.time()
+            data, held = self._gaps.take(consumer, data, now)
+            if held:  # fetch again from the gap soon, not at once
+                self._next_fetch_at = max(self._next_fetch_at, now + _GAP_REFETCH_S)
         if generation != self._generation:
             # A rebalance happened meanwhile: these records are dropped and come again, from
             # us or the partitions' new owner. The rebalance reset our positions to the
@@ -790,6 +866,7 @@ class KafkaSource(Source):
 
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
         self._generation += 1
+        self._gaps.reset()  # positions go back to the committed offsets
         self._revoking = True
         try:
             if self._queue and self._fatal is None:

@@ -49,6 +49,16 @@ class KafkaSourceConfig(BaseModel):
         "(a broker that does not wake waiting fetches early, like Tansu, otherwise adds up to "
         "this much); each idle partition costs one fetch per interval.",
     )
+    offset_gap_wait_ms: int = Field(
+        default=1000,
+        ge=0,
+        le=60_000,
+        description="How long a gap in a partition's offsets is waited for before it is passed. "
+        "Tansu reserves a batch's offsets before it stores the batch, so while two producers write "
+        "one partition a later batch can be fetched before an earlier one exists; the source "
+        "fetches again from the gap until it fills. 0: no waiting (for compacted or transactional "
+        "topics on a real Kafka, whose gaps are real).",
+    )
 
     @field_validator("topic")
     @classmethod
