@@ -294,14 +294,28 @@ class ReplicasConfig(BaseModel):
         return self
 
 
+KAFKA_LINGER_MS = 2
+INGRESS_LINGER_MS = 25
+
+
 class BatchConfig(BaseModel):
     """Micro-batching at the source: one Ray call per batch."""
 
     model_config = _MODEL
     max_size: Annotated[int, Field(ge=1, le=100_000)] = Field(default=2000, description="Most events per batch.")
-    linger_ms: Annotated[int, Field(ge=0, le=10_000)] = Field(
-        default=2, description="Least time between two fetches while events keep coming (latency against batch size and broker load)."
+    linger_ms: Annotated[int, Field(ge=0, le=10_000)] | None = Field(
+        default=None,
+        description="Least time between two fetches while events keep coming (latency against batch size and "
+        "broker load). Default: 2 ms for kafka sources, 25 ms for the ingress topic of http/grpc sources, whose "
+        "events were acknowledged to their clients already (on Tansu a fetch costs more the more batches the "
+        "topic holds, and the gateway writes many small ones).",
     )
+
+    def linger_ms_of(self, ingress: bool) -> int:
+        """The linger of a kafka source (``ingress`` False) or of the ingress topic."""
+        if self.linger_ms is not None:
+            return self.linger_ms
+        return INGRESS_LINGER_MS if ingress else KAFKA_LINGER_MS
     max_in_flight: Annotated[int, Field(ge=1, le=64)] = Field(default=4, description="Batches in flight per source.")
 
 
@@ -431,6 +445,10 @@ class PipelineConfig(BaseModel):
     def name(self) -> str:
         """The pipeline name."""
         return self.metadata.name
+
+    def linger_ms_of(self, source: KafkaSourceConfig) -> int:
+        """How long one of :attr:`consumed_sources` lingers between fetches."""
+        return self.spec.serving.batch.linger_ms_of(ingress=source.topic == ingress_topic(self.name))
 
     @property
     def consumed_sources(self) -> list[KafkaSourceConfig]:

@@ -268,7 +268,7 @@ class ReplicaSources:
                     sink=sink_of(spec.sink),
                     dead_letter=sink_of(spec.dead_letter) if spec.dead_letter else None,
                     max_batch=spec.serving.batch.max_size,
-                    linger_ms=spec.serving.batch.linger_ms,
+                    linger_ms=self._config.linger_ms_of(src),
                     max_in_flight=spec.serving.batch.max_in_flight,
                     **delivery_policies(self._config, self._redis_url),
                 )

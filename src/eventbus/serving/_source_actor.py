@@ -84,7 +84,7 @@ class SourceActor:
             sink=make_sink(spec.sink, default_bootstrap=self._bootstrap),
             dead_letter=make_sink(spec.dead_letter, default_bootstrap=self._bootstrap) if spec.dead_letter else None,
             max_batch=batch.max_size,
-            linger_ms=batch.linger_ms,
+            linger_ms=self._config.linger_ms_of(src),
             max_in_flight=batch.max_in_flight,
             decode_in_dispatch=True,
             **delivery_policies(self._config, self._redis_url),

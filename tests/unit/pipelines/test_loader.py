@@ -138,3 +138,16 @@ def test_name_may_not_take_a_model_application_name() -> None:
 def test_replicas_bounds_checked() -> None:
     found = problems(GOOD + "  serving: {replicas: {min: 3, max: 2}}\n")
     assert any("replicas.min (3) is larger than replicas.max (2)" in p for p in found)
+
+
+def test_linger_defaults_per_kind_of_source_and_an_explicit_value_applies_to_all() -> None:
+    text = GOOD.replace("- kafka: {topic: orders}", "- kafka: {topic: orders}\n    - http: {}")
+    config = load_pipeline_text(text, "p.yaml")
+    kafka, ingress = config.consumed_sources
+    assert ingress.topic != kafka.topic
+    assert (config.linger_ms_of(kafka), config.linger_ms_of(ingress)) == (2, 25)
+    config = load_pipeline_text(text + "  serving: {batch: {linger_ms: 7}}\n", "p.yaml")
+    assert [config.linger_ms_of(s) for s in config.consumed_sources] == [7, 7]
+    # the default survives the round trip through the stored document
+    again = type(config).model_validate(load_pipeline_text(text, "p.yaml").to_document())
+    assert again.linger_ms_of(again.consumed_sources[1]) == 25
