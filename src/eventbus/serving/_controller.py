@@ -493,10 +493,11 @@ class Controller:
 
         from eventbus._internal.services import create_topics
         from eventbus.eventing.sources._http_config import ingress_topic
+        from eventbus.serving._gateway import GATEWAY_PRODUCERS
 
         if all(s.kafka is not None for s in config.spec.sources):
             return
-        partitions = max(4, config.spec.serving.replica_bounds.max)
+        partitions = max(GATEWAY_PRODUCERS, config.spec.serving.replica_bounds.max)
         asyncio.run(create_topics(self.kafka_bootstrap, [ingress_topic(config.name)], partitions))
 
     def _run_app(self, config: PipelineConfig, python_path: list[str]) -> None:

@@ -34,6 +34,9 @@ log = logging.getLogger("eventbus.gateway")
 _PIPELINES_KEY = "eventbus:pipelines"
 _REFRESH_S = 0.5
 _MAX_RECORD = 1024 * 1024 - 32 * 1024
+#: Kafka producers per pipeline; ingress topics have at least as many partitions, so that each
+#: producer writes partitions of its own (measured: 4 -> 8 gave ~+5-15% async req/s at -c16)
+GATEWAY_PRODUCERS = 8
 
 
 def _to_record(e: CloudEvent) -> KafkaRecord:
@@ -58,7 +61,7 @@ class GatewayBackend:
     """
 
     def __init__(
-        self, kafka_bootstrap: str, *, max_batch: int = 2000, linger_ms: float = 0.0, producers: int = 4, invoke_in_flight: int = 4
+        self, kafka_bootstrap: str, *, max_batch: int = 2000, linger_ms: float = 0.0, producers: int = GATEWAY_PRODUCERS, invoke_in_flight: int = 4
     ) -> None:
         if producers < 1 or invoke_in_flight < 1:
             msg = f"producers={producers}, invoke_in_flight={invoke_in_flight}: both must be >= 1"
