@@ -20,6 +20,9 @@ log = logging.getLogger("eventbus.pipelines.runner")
 _LOG_FAILURES_PER_BATCH = 5
 
 
+_PURE_TEMPLATES = frozenset({"filter", "convert"})
+
+
 class PipelineRunner:
     """Runs a pipeline's steps over batches, in process (the Serve replica wraps one).
 
@@ -36,6 +39,9 @@ class PipelineRunner:
     def __init__(self, config: PipelineConfig, *, redis_url: str | None = None, base_dirs: list[str] | None = None) -> None:
         self.config = config
         self.name = config.name
+        #: every step is a filter or convert template: in-memory work of a few µs per event,
+        #: no I/O, nothing that blocks (a caller may run small batches on its event loop)
+        self.pure = all(step.template in _PURE_TEMPLATES for step in config.spec.steps)
         self.steps: list[Step] = [build_step(s, pipeline=config.name, redis_url=redis_url, base_dirs=base_dirs) for s in config.spec.steps]
         # Observability, updated once per batch (see eventbus.observability).
         self.counters: list[StepCounters] = [StepCounters() for _ in self.steps]

@@ -108,6 +108,12 @@ class CanaryRouter:
         """The canary's share of the events in percent (0: no canary)."""
         return self._weight if self._canary is not None else 0
 
+    @property
+    def pure(self) -> bool:
+        """The next :meth:`run` neither blocks nor does I/O: no canary, the serving version
+        pure (see ``PipelineRunner.pure``), and no refresh of the canary state due."""
+        return self._canary is None and self._stable.pure and time.monotonic() - self._checked <= _REFRESH_S
+
     def run(self, events: list[CloudEvent], **kwargs: Any) -> list[Outcome]:
         """Run a batch: the canary's share through the canary, the rest through the serving
         version; outcomes in input order."""

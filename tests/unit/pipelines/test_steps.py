@@ -177,3 +177,10 @@ def test_batch_sizes(n: int) -> None:
     r = pipeline('- id: f\n  filter: "data.n % 2 == 0"\n')
     out = r.run([ev(i, n=i) for i in range(n)])
     assert sum(len(o) for o in out) == (n + 1) // 2  # type: ignore[arg-type]
+
+
+def test_only_filter_and_convert_pipelines_are_pure() -> None:
+    # pure pipelines may run small batches on the replica's event loop; anything that may
+    # block (user functions, models, joins, the solver) runs on a worker thread
+    assert pipeline('- {id: f, filter: "data.n > 1"}\n- {id: c, convert: {set: {data.m: "data.n + 1"}}}').pure
+    assert not pipeline("- id: f\n  function: tests.unit.pipelines.funcs:tag_batch\n").pure
