@@ -110,13 +110,19 @@ class OffsetGaps:
         out: dict[TopicPartition, list[Any]] = {}
         held = False
         for tp, recs in data.items():
+            if not recs:
+                continue
             expected = self._expected.get(tp)
             cut = None
-            for i, r in enumerate(recs):
-                if expected is not None and r.offset > expected:
-                    cut = i
-                    break
-                expected = r.offset + 1
+            first, last = recs[0].offset, recs[-1].offset
+            if (expected is None or first <= expected) and last - first == len(recs) - 1:
+                expected = last + 1  # the usual case: no gap (offsets only increase)
+            else:
+                for i, r in enumerate(recs):
+                    if expected is not None and r.offset > expected:
+                        cut = i
+                        break
+                    expected = r.offset + 1
             if cut is None:
                 self._since.pop(tp, None)
             else:
