@@ -35,7 +35,9 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-os.environ.setdefault("RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD", "0")  # as `eventbus up` runs Ray
+os.environ.setdefault(
+    "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD", "0"
+)  # as `eventbus up` runs Ray
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -137,13 +139,21 @@ class ReplicaMeter:
         return max((n for t, n in self.samples if start <= t <= end), default=0)
 
 
-async def drive(bootstrap: str, src: str, sink: str, args: argparse.Namespace, measure: tuple[float, float]) -> list[float]:
+async def drive(
+    bootstrap: str, src: str, sink: str, args: argparse.Namespace, measure: tuple[float, float]
+) -> list[float]:
     """Produce the cyclic load; return the latencies (ms) of the events produced in ``measure``
     (offsets from the start of the run)."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-    consumer = AIOKafkaConsumer(sink, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="latest",
-                                enable_auto_commit=False, fetch_max_wait_ms=20)
+    consumer = AIOKafkaConsumer(
+        sink,
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="latest",
+        enable_auto_commit=False,
+        fetch_max_wait_ms=20,
+    )
     await consumer.start()
     await consumer.seek_to_end()
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=2)
@@ -163,7 +173,9 @@ async def drive(bootstrap: str, src: str, sink: str, args: argparse.Namespace, m
                 for r in records:
                     t0 = orjson.loads(r.value)["t0"]
                     event_id = dict(r.headers or ()).get("ce_id")
-                    if lo_t <= t0 < hi_t and event_id not in seen:  # a redelivered duplicate counts once
+                    if (
+                        lo_t <= t0 < hi_t and event_id not in seen
+                    ):  # a redelivered duplicate counts once
                         seen.add(event_id)
                         lat.append((now - t0) * 1000)
 
@@ -177,9 +189,16 @@ async def drive(bootstrap: str, src: str, sink: str, args: argparse.Namespace, m
         while i < int(sent):
             now = time.time()
             data = {"wait_ms": args.wait_ms, "t0": now}
-            headers = [("ce_specversion", b"1.0"), ("ce_id", f"e{i}".encode()), ("ce_source", b"/bench"),
-                       ("ce_type", b"load"), ("content-type", b"application/json")]
-            fut = await producer.send(src, orjson.dumps(data), partition=i % PARTITIONS, headers=headers)
+            headers = [
+                ("ce_specversion", b"1.0"),
+                ("ce_id", f"e{i}".encode()),
+                ("ce_source", b"/bench"),
+                ("ce_type", b"load"),
+                ("content-type", b"application/json"),
+            ]
+            fut = await producer.send(
+                src, orjson.dumps(data), partition=i % PARTITIONS, headers=headers
+            )
             if lo_t <= now < hi_t:
                 expected[0] += 1
                 measured_sends.append(fut)
@@ -187,9 +206,16 @@ async def drive(bootstrap: str, src: str, sink: str, args: argparse.Namespace, m
         await asyncio.sleep(max(0.0, start + t + tick - time.time()))  # pacing the load generator
     await producer.flush()
     # Only events the broker acknowledged are expected at the sink.
-    failed = sum(1 for r in await asyncio.gather(*measured_sends, return_exceptions=True) if isinstance(r, BaseException))
+    failed = sum(
+        1
+        for r in await asyncio.gather(*measured_sends, return_exceptions=True)
+        if isinstance(r, BaseException)
+    )
     if failed:
-        print(f"  {failed} measured events were not acknowledged by the broker (not counted)", flush=True)
+        print(
+            f"  {failed} measured events were not acknowledged by the broker (not counted)",
+            flush=True,
+        )
         expected[0] -= failed
     done.set()
     try:
@@ -207,14 +233,23 @@ def pct(values: list[float], q: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--season-s", type=float, default=60, help="one compressed day")
-    parser.add_argument("--warm-seasons", type=float, default=2.2, help="before measuring (>= 2: the forecast needs two)")
+    parser.add_argument(
+        "--warm-seasons",
+        type=float,
+        default=2.2,
+        help="before measuring (>= 2: the forecast needs two)",
+    )
     parser.add_argument("--measure-seasons", type=float, default=1)
     parser.add_argument("--lo", type=float, default=100, help="night rate, events/s")
     parser.add_argument("--hi", type=float, default=1400, help="peak rate, events/s")
     parser.add_argument("--wait-ms", type=float, default=2.0, help="I/O wait per event in the step")
-    parser.add_argument("--lead-s", type=float, default=15.0, help="predictive: provision this far ahead")
+    parser.add_argument(
+        "--lead-s", type=float, default=15.0, help="predictive: provision this far ahead"
+    )
     parser.add_argument("--max-replicas", type=int, default=5)
     parser.add_argument("--policies", default="reactive,predictive")
     args = parser.parse_args()
@@ -229,11 +264,20 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="eventbus-autoscale-"))
     tansu = start_tansu(log_dir=tmp)
     redis = start_redis(data_dir=tmp)
-    ray.init(num_cpus=2, include_dashboard=False, namespace="eventbus", logging_level="ERROR", log_to_driver=False)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        namespace="eventbus",
+        logging_level="ERROR",
+        log_to_driver=False,
+    )
     results: dict[str, Any] = {}
     try:
         client = EventBusClient(None, tansu.address, redis.address)
-        measure = (args.warm_seasons * args.season_s, (args.warm_seasons + args.measure_seasons) * args.season_s)
+        measure = (
+            args.warm_seasons * args.season_s,
+            (args.warm_seasons + args.measure_seasons) * args.season_s,
+        )
         for policy in args.policies.split(","):
             tag = uuid.uuid4().hex[:6]
             src, sink = f"as-in-{tag}", f"as-out-{tag}"
@@ -244,7 +288,10 @@ def main() -> None:
             client.deploy(path)
             meter = ReplicaMeter(f"eventbus-{name}")
             meter.start()
-            print(f"{policy}: {measure[1]:.0f} s of cyclic load, measuring from {measure[0]:.0f} s", flush=True)
+            print(
+                f"{policy}: {measure[1]:.0f} s of cyclic load, measuring from {measure[0]:.0f} s",
+                flush=True,
+            )
             t_start = time.time()
             lat = asyncio.run(drive(tansu.address, src, sink, args, measure))
             meter.stop()
@@ -274,8 +321,12 @@ def main() -> None:
     }
     if "reactive" in results and "predictive" in results:
         r, p = results["reactive"], results["predictive"]
-        out["p99_ratio_predictive_vs_reactive"] = round(p["p99_ms"] / r["p99_ms"], 3) if r["p99_ms"] else None
-        out["replica_seconds_ratio_predictive_vs_reactive"] = round(p["replica_seconds"] / r["replica_seconds"], 3) if r["replica_seconds"] else None
+        out["p99_ratio_predictive_vs_reactive"] = (
+            round(p["p99_ms"] / r["p99_ms"], 3) if r["p99_ms"] else None
+        )
+        out["replica_seconds_ratio_predictive_vs_reactive"] = (
+            round(p["replica_seconds"] / r["replica_seconds"], 3) if r["replica_seconds"] else None
+        )
     print(json.dumps(out))
 
 

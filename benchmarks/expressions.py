@@ -32,9 +32,11 @@ CASES: list[tuple[str, str, Callable[[dict[str, Any]], Any]]] = [
     (
         "filter",
         "type == 'payment.created' && data.amount > 100 && data.currency in ['CNY', 'USD']",
-        lambda v: v["type"] == "payment.created"
-        and v["data"]["amount"] > 100
-        and v["data"]["currency"] in ("CNY", "USD"),
+        lambda v: (
+            v["type"] == "payment.created"
+            and v["data"]["amount"] > 100
+            and v["data"]["currency"] in ("CNY", "USD")
+        ),
     ),
     ("convert_mul", "data.amount * 7.1", lambda v: v["data"]["amount"] * 7.1),
     (
@@ -86,7 +88,7 @@ def _reference() -> Callable[[str], Callable[[], Any]] | None:
     # cel-expr-python cannot declare a variable named `type` (a builtin there):
     # it gets the CloudEvent type as `ce_type`, and the expression is renamed.
     ref_event = {("ce_type" if k == "type" else k): v for k, v in EVENT.items()}
-    env = ref.NewEnv(variables={name: ref.Type.DYN for name in ref_event})
+    env = ref.NewEnv(variables=dict.fromkeys(ref_event, ref.Type.DYN))
 
     def make(source: str) -> Callable[[], Any]:
         expr = env.compile(re.sub(r"\btype\b(?!\s*\()", "ce_type", source))
@@ -117,7 +119,9 @@ def main() -> None:
             "lambda_eval_per_s": round(lambda_rate),
             "cel_expr_python_eval_per_s": None if ref_rate is None else round(ref_rate),
             "ratio_vs_lambda": round(ours_rate / lambda_rate, 3),
-            "ratio_vs_cel_expr_python": None if ref_rate is None else round(ours_rate / ref_rate, 2),
+            "ratio_vs_cel_expr_python": None
+            if ref_rate is None
+            else round(ours_rate / ref_rate, 2),
         }
     header = f"{'expression':<16}{'eventbus.cel':>14}{'lambda':>14}{'cel-expr-py':>14}{'vs lambda':>11}{'vs C++':>9}"
     print(header)

@@ -34,13 +34,15 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-os.environ.setdefault("RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD", "0")  # as `eventbus up` runs Ray
+os.environ.setdefault(
+    "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD", "0"
+)  # as `eventbus up` runs Ray
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-import httpx  # noqa: E402
+import httpx
 
-from eventbus._internal.services import free_port, start_redis, start_tansu  # noqa: E402
+from eventbus._internal.services import free_port, start_redis, start_tansu
 
 BODY = '{"amount": 500, "currency": "USD", "order": 1}'
 CE_HEADERS = {
@@ -85,7 +87,10 @@ def wrk(url: str, connections: int, seconds: int, work: Path) -> dict[str, float
     script.write_text("\n".join(lines) + "\n")
     proc = subprocess.run(
         ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url],
-        capture_output=True, text=True, timeout=seconds + 60, check=True,
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+        check=True,
     )
     out = proc.stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
@@ -132,17 +137,29 @@ def start_serve_baseline() -> str:
     from starlette.responses import Response
 
     port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port}, logging_config={"log_level": "WARNING", "enable_access_log": False})
+    serve.start(
+        http_options={"host": "127.0.0.1", "port": port},
+        logging_config={"log_level": "WARNING", "enable_access_log": False},
+    )
 
-    @serve.deployment(ray_actor_options={"num_cpus": 0}, logging_config={"log_level": "WARNING", "enable_access_log": False})
+    @serve.deployment(
+        ray_actor_options={"num_cpus": 0},
+        logging_config={"log_level": "WARNING", "enable_access_log": False},
+    )
     class FilterConvert:
         async def __call__(self, request: Request) -> Response:
             import orjson
 
             data = orjson.loads(await request.body())
-            if request.headers.get("ce-type") == "payment.created" and data["amount"] > 100 and data["currency"] in ("CNY", "USD"):
+            if (
+                request.headers.get("ce-type") == "payment.created"
+                and data["amount"] > 100
+                and data["currency"] in ("CNY", "USD")
+            ):
                 data["amount_cny"] = float(data["amount"]) * 7.1
-                return Response(orjson.dumps(data), status_code=200, headers={"ce-type": "payment.large"})
+                return Response(
+                    orjson.dumps(data), status_code=200, headers={"ce-type": "payment.large"}
+                )
             return Response(status_code=204)
 
     serve.run(FilterConvert.bind(), name="serve-baseline", route_prefix="/rs")
@@ -163,7 +180,13 @@ def main() -> None:
     procs: list[subprocess.Popen[bytes]] = []
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, namespace="eventbus", logging_level="ERROR", log_to_driver=False)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        namespace="eventbus",
+        logging_level="ERROR",
+        log_to_driver=False,
+    )
     results: dict[str, dict[int, list[dict[str, float]]]] = {}
     try:
         # Ray Serve's own proxy first: the EventBus controller runs Serve without a proxy.
@@ -173,17 +196,39 @@ def main() -> None:
         check(rs_url, 200)
         for _ in range(args.rounds):
             for c in args.connections:
-                results.setdefault("serve_proxy", {}).setdefault(c, []).append(wrk(rs_url, c, args.seconds, work))
-        print("serve_proxy:", {c: [round(r["rps"]) for r in v] for c, v in results["serve_proxy"].items()}, flush=True)
+                results.setdefault("serve_proxy", {}).setdefault(c, []).append(
+                    wrk(rs_url, c, args.seconds, work)
+                )
+        print(
+            "serve_proxy:",
+            {c: [round(r["rps"]) for r in v] for c, v in results["serve_proxy"].items()},
+            flush=True,
+        )
         serve.shutdown()
 
         (work / "bare_app.py").write_text(BARE_APP)
         bare_port = free_port()
         with open(work / "bare.log", "ab") as log:
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "bare_app:app", "--host", "127.0.0.1", "--port", str(bare_port), "--log-level", "warning", "--no-access-log"],
-                cwd=work, stdout=log, stderr=subprocess.STDOUT,
-            ))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "uvicorn",
+                        "bare_app:app",
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(bare_port),
+                        "--log-level",
+                        "warning",
+                        "--no-access-log",
+                    ],
+                    cwd=work,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
         bare_url = f"http://127.0.0.1:{bare_port}/noop"
         wait_http(f"http://127.0.0.1:{bare_port}/docs")
 
@@ -195,11 +240,30 @@ def main() -> None:
         client.deploy(path)
         gw_port = free_port()
         with open(work / "gateway.log", "ab") as log:
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "eventbus.cli", "gateway", "--host", "127.0.0.1", "--http-port", str(gw_port), "--grpc-port", "0",
-                 "--ray-address", ray.get_runtime_context().gcs_address, "--kafka-bootstrap", tansu.address, "--redis-url", redis.address],
-                stdout=log, stderr=subprocess.STDOUT,
-            ))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "eventbus.cli",
+                        "gateway",
+                        "--host",
+                        "127.0.0.1",
+                        "--http-port",
+                        str(gw_port),
+                        "--grpc-port",
+                        "0",
+                        "--ray-address",
+                        ray.get_runtime_context().gcs_address,
+                        "--kafka-bootstrap",
+                        tansu.address,
+                        "--redis-url",
+                        redis.address,
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
         wait_http(f"http://127.0.0.1:{gw_port}/healthz")
         async_url = f"http://127.0.0.1:{gw_port}/v1/pipelines/httpbench/events"
         sync_url = async_url + "?wait=true"
@@ -209,8 +273,18 @@ def main() -> None:
         for rnd in range(args.rounds):
             for name, url in (("bare", bare_url), ("async", async_url), ("sync", sync_url)):
                 for c in args.connections:
-                    results.setdefault(name, {}).setdefault(c, []).append(wrk(url, c, args.seconds, work))
-            print(f"round {rnd}:", {n: {c: round(v[c][-1]["rps"]) for c in v} for n, v in results.items() if n != "serve_proxy"}, flush=True)
+                    results.setdefault(name, {}).setdefault(c, []).append(
+                        wrk(url, c, args.seconds, work)
+                    )
+            print(
+                f"round {rnd}:",
+                {
+                    n: {c: round(v[c][-1]["rps"]) for c in v}
+                    for n, v in results.items()
+                    if n != "serve_proxy"
+                },
+                flush=True,
+            )
     finally:
         for p in procs:
             p.terminate()
@@ -233,8 +307,20 @@ def main() -> None:
         bare = summary[f"bare_c{c}"]["rps"]
         ratios[f"async_vs_bare_c{c}"] = round(summary[f"async_c{c}"]["rps"] / bare, 3)
         ratios[f"sync_vs_bare_c{c}"] = round(summary[f"sync_c{c}"]["rps"] / bare, 3)
-        ratios[f"sync_vs_serve_proxy_c{c}"] = round(summary[f"sync_c{c}"]["rps"] / summary[f"serve_proxy_c{c}"]["rps"], 1)
-    print(json.dumps({"benchmark": "http_ingress", "seconds": args.seconds, "rounds": args.rounds, **summary, "ratios": ratios}))
+        ratios[f"sync_vs_serve_proxy_c{c}"] = round(
+            summary[f"sync_c{c}"]["rps"] / summary[f"serve_proxy_c{c}"]["rps"], 1
+        )
+    print(
+        json.dumps(
+            {
+                "benchmark": "http_ingress",
+                "seconds": args.seconds,
+                "rounds": args.rounds,
+                **summary,
+                "ratios": ratios,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

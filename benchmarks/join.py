@@ -31,22 +31,26 @@ import uuid
 from pathlib import Path
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-os.environ.setdefault("RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD", "0")  # as `eventbus up` runs Ray
+os.environ.setdefault(
+    "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD", "0"
+)  # as `eventbus up` runs Ray
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import orjson  # noqa: E402
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # noqa: E402
-from kafka_pipeline import sink_span  # noqa: E402
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from kafka_pipeline import sink_span
 
-from eventbus._internal.services import create_topics, start_redis, start_tansu  # noqa: E402
+from eventbus._internal.services import create_topics, start_redis, start_tansu
 
 PARTITIONS = 3
 
 
 async def produce_pairs(bootstrap: str, orders: str, payments: str, n: int, seed: int) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_batch_size=512 * 1024)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_batch_size=512 * 1024
+    )
     await producer.start()
     rnd = random.Random(seed)
     try:
@@ -57,10 +61,20 @@ async def produce_pairs(bootstrap: str, orders: str, payments: str, n: int, seed
             futs = []
             for j, i in enumerate(idx):
                 p = j % PARTITIONS
-                headers = [("ce_specversion", b"1.0"), ("ce_id", f"{kind[0]}{i}".encode()), ("ce_source", f"/{kind}".encode()),
-                           ("ce_type", f"{kind}.created".encode()), ("content-type", b"application/json")]
-                value = orjson.dumps({"order_id": f"ord-{i}", "amount" if kind == "payment" else "item": i})
-                if batches[p].append(key=None, value=value, timestamp=None, headers=headers) is None:
+                headers = [
+                    ("ce_specversion", b"1.0"),
+                    ("ce_id", f"{kind[0]}{i}".encode()),
+                    ("ce_source", f"/{kind}".encode()),
+                    ("ce_type", f"{kind}.created".encode()),
+                    ("content-type", b"application/json"),
+                ]
+                value = orjson.dumps(
+                    {"order_id": f"ord-{i}", "amount" if kind == "payment" else "item": i}
+                )
+                if (
+                    batches[p].append(key=None, value=value, timestamp=None, headers=headers)
+                    is None
+                ):
                     futs.append(await producer.send_batch(batches[p], topic, partition=p))
                     batches[p] = producer.create_batch()
                     batches[p].append(key=None, value=value, timestamp=None, headers=headers)
@@ -71,15 +85,27 @@ async def produce_pairs(bootstrap: str, orders: str, payments: str, n: int, seed
         await producer.stop()
 
 
-async def baseline(bootstrap: str, redis_url: str, orders: str, payments: str, sink: str, n: int) -> None:
+async def baseline(
+    bootstrap: str, redis_url: str, orders: str, payments: str, sink: str, n: int
+) -> None:
     import redis.asyncio as aioredis
 
     r = aioredis.Redis.from_url(redis_url)
     prefix = f"bench:join:{uuid.uuid4().hex[:6]}:"
-    consumer = AIOKafkaConsumer(orders, payments, bootstrap_servers=bootstrap, group_id=f"baseline-{uuid.uuid4().hex[:6]}",
-                                auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=2000,
-                                max_partition_fetch_bytes=4 * 1024 * 1024, fetch_max_wait_ms=10)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0, max_batch_size=512 * 1024)
+    consumer = AIOKafkaConsumer(
+        orders,
+        payments,
+        bootstrap_servers=bootstrap,
+        group_id=f"baseline-{uuid.uuid4().hex[:6]}",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        session_timeout_ms=2000,
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+        fetch_max_wait_ms=10,
+    )
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=0, max_batch_size=512 * 1024
+    )
     await consumer.start()
     await producer.start()
     joined = 0
@@ -106,9 +132,22 @@ async def baseline(bootstrap: str, redis_url: str, orders: str, payments: str, s
             for k, state in zip(keys, results[2::3]):
                 if len(state) == 2:
                     joined += 1
-                    value = orjson.dumps({"order": orjson.loads(state[b"order"]), "payment": orjson.loads(state[b"payment"])})
-                    hdrs = [("ce_specversion", b"1.0"), ("ce_id", f"j-{k}".encode()), ("ce_source", b"/join"), ("ce_type", b"order.paid")]
-                    if out.append(key=k.encode(), value=value, timestamp=None, headers=hdrs) is None:
+                    value = orjson.dumps(
+                        {
+                            "order": orjson.loads(state[b"order"]),
+                            "payment": orjson.loads(state[b"payment"]),
+                        }
+                    )
+                    hdrs = [
+                        ("ce_specversion", b"1.0"),
+                        ("ce_id", f"j-{k}".encode()),
+                        ("ce_source", b"/join"),
+                        ("ce_type", b"order.paid"),
+                    ]
+                    if (
+                        out.append(key=k.encode(), value=value, timestamp=None, headers=hdrs)
+                        is None
+                    ):
                         futs.append(await producer.send_batch(out, sink, partition=0))
                         out = producer.create_batch()
                         out.append(key=k.encode(), value=value, timestamp=None, headers=hdrs)
@@ -162,7 +201,13 @@ def main() -> None:
 
     from eventbus.serving import EventBusClient
 
-    ray.init(num_cpus=2, include_dashboard=False, namespace="eventbus", logging_level="ERROR", log_to_driver=False)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        namespace="eventbus",
+        logging_level="ERROR",
+        log_to_driver=False,
+    )
     client = EventBusClient(None, bootstrap, redis.address)
     rates: dict[str, list[float]] = {"baseline": [], "eventbus": [], "eventbus_dedupe": []}
     try:
@@ -173,35 +218,48 @@ def main() -> None:
             _, span = asyncio.run(sink_span(bootstrap, s, n))
             if rnd >= 0:
                 rates["baseline"].append(n / span)
-            for label, delivery in (("eventbus", ""), ("eventbus_dedupe", "  delivery: {dedupe: {window_s: 600}}\n")):
+            for label, delivery in (
+                ("eventbus", ""),
+                ("eventbus_dedupe", "  delivery: {dedupe: {window_s: 600}}\n"),
+            ):
                 o, p, s = asyncio.run(topics())
                 asyncio.run(produce_pairs(bootstrap, o, p, n, rnd))
                 name = f"joinbench{next(counter)}"
                 path = work / f"{name}.yaml"
-                path.write_text(PIPELINE.format(name=name, orders=o, payments=p, sink=s, delivery=delivery))
+                path.write_text(
+                    PIPELINE.format(name=name, orders=o, payments=p, sink=s, delivery=delivery)
+                )
                 client.deploy(path)
                 _, span = asyncio.run(sink_span(bootstrap, s, n))
                 client.delete(name)
                 if rnd >= 0:
                     rates[label].append(n / span)
             if rnd >= 0:
-                print(f"round {rnd}: " + ", ".join(f"{k} {v[-1]:,.0f} pairs/s" for k, v in rates.items()), flush=True)
+                print(
+                    f"round {rnd}: "
+                    + ", ".join(f"{k} {v[-1]:,.0f} pairs/s" for k, v in rates.items()),
+                    flush=True,
+                )
     finally:
         ray.shutdown()
         tansu.stop()
         redis.stop()
     med = {k: statistics.median(v) for k, v in rates.items()}
-    print(json.dumps({
-        "benchmark": "join",
-        "pairs": n,
-        "rounds": args.rounds,
-        "baseline_pairs_per_s": round(med["baseline"]),
-        "eventbus_pairs_per_s": round(med["eventbus"]),
-        "eventbus_dedupe_pairs_per_s": round(med["eventbus_dedupe"]),
-        "ratio": round(med["eventbus"] / med["baseline"], 3),
-        "ratio_with_dedupe": round(med["eventbus_dedupe"] / med["baseline"], 3),
-        "all_rates": {k: [round(x) for x in v] for k, v in rates.items()},
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "join",
+                "pairs": n,
+                "rounds": args.rounds,
+                "baseline_pairs_per_s": round(med["baseline"]),
+                "eventbus_pairs_per_s": round(med["eventbus"]),
+                "eventbus_dedupe_pairs_per_s": round(med["eventbus_dedupe"]),
+                "ratio": round(med["eventbus"] / med["baseline"], 3),
+                "ratio_with_dedupe": round(med["eventbus_dedupe"] / med["baseline"], 3),
+                "all_rates": {k: [round(x) for x in v] for k, v in rates.items()},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -35,15 +35,17 @@ import uuid
 from pathlib import Path
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-os.environ.setdefault("RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD", "0")  # as `eventbus up` runs Ray
+os.environ.setdefault(
+    "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD", "0"
+)  # as `eventbus up` runs Ray
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-import orjson  # noqa: E402
-import redis as redis_lib  # noqa: E402
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # noqa: E402
+import orjson
+import redis as redis_lib
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from eventbus._internal.services import create_topics, start_redis, start_tansu  # noqa: E402
+from eventbus._internal.services import create_topics, start_redis, start_tansu
 
 PARTITIONS = 3
 CURRENCIES = ["CNY", "USD", "EUR", "CNY", "USD"]
@@ -66,7 +68,9 @@ def make_values(n: int) -> list[tuple[list[tuple[str, bytes]], bytes, bytes]]:
 
 
 async def produce_all(bootstrap: str, topic: str, n: int) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_batch_size=512 * 1024)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_batch_size=512 * 1024
+    )
     await producer.start()
     try:
         values = make_values(n)
@@ -85,12 +89,24 @@ async def produce_all(bootstrap: str, topic: str, n: int) -> None:
 
 
 def expected_outputs(n: int) -> int:
-    return sum(1 for i in range(n) if i % 10 and (i * 37) % 400 > 100 and CURRENCIES[i % 5] in ("CNY", "USD"))
+    return sum(
+        1
+        for i in range(n)
+        if i % 10 and (i * 37) % 400 > 100 and CURRENCIES[i % 5] in ("CNY", "USD")
+    )
 
 
-async def sink_span(bootstrap: str, topic: str, expect: int, timeout_s: float = 300) -> tuple[int, float]:
+async def sink_span(
+    bootstrap: str, topic: str, expect: int, timeout_s: float = 300
+) -> tuple[int, float]:
     """Wait for ``expect`` records on ``topic``; return (count, last-first broker timestamp in s)."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     await consumer.start()
     count, first, last = 0, None, None
     deadline = time.monotonic() + timeout_s
@@ -113,11 +129,22 @@ async def sink_span(bootstrap: str, topic: str, expect: int, timeout_s: float = 
 # -- the baseline: one process, aiokafka, per-batch commits -------------------------------------
 
 
-async def baseline(bootstrap: str, src: str, sink: str, n: int, stop: asyncio.Event | None = None) -> None:
-    consumer = AIOKafkaConsumer(src, bootstrap_servers=bootstrap, group_id=f"baseline-{uuid.uuid4().hex[:6]}",
-                                auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=2000,
-                                max_partition_fetch_bytes=4 * 1024 * 1024, fetch_max_wait_ms=10)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0, max_batch_size=512 * 1024)
+async def baseline(
+    bootstrap: str, src: str, sink: str, n: int, stop: asyncio.Event | None = None
+) -> None:
+    consumer = AIOKafkaConsumer(
+        src,
+        bootstrap_servers=bootstrap,
+        group_id=f"baseline-{uuid.uuid4().hex[:6]}",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        session_timeout_ms=2000,
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+        fetch_max_wait_ms=10,
+    )
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=0, max_batch_size=512 * 1024
+    )
     await consumer.start()
     await producer.start()
     consumed = 0
@@ -131,13 +158,19 @@ async def baseline(bootstrap: str, src: str, sink: str, n: int, stop: asyncio.Ev
                     consumed += 1
                     h = dict(r.headers)
                     data = orjson.loads(r.value)
-                    if h.get("ce_type") == b"payment.created" and data["amount"] > 100 and data["currency"] in ("CNY", "USD"):
+                    if (
+                        h.get("ce_type") == b"payment.created"
+                        and data["amount"] > 100
+                        and data["currency"] in ("CNY", "USD")
+                    ):
                         data["amount_cny"] = data["amount"] * 7.1
                         h["ce_type"] = b"payment.large"
                         hdrs = list(h.items())
                         val = orjson.dumps(data)
                         if out.append(key=r.key, value=val, timestamp=None, headers=hdrs) is None:
-                            futs.append(await producer.send_batch(out, sink, partition=tp.partition))
+                            futs.append(
+                                await producer.send_batch(out, sink, partition=tp.partition)
+                            )
                             out = producer.create_batch()
                             out.append(key=r.key, value=val, timestamp=None, headers=hdrs)
                 if out.record_count():
@@ -168,10 +201,18 @@ spec:
 """
 
 
-async def latency_run(bootstrap: str, src: str, sink: str, rate: float, seconds: float) -> list[float]:
+async def latency_run(
+    bootstrap: str, src: str, sink: str, rate: float, seconds: float
+) -> list[float]:
     """Produce at ``rate`` events/s (each carrying its send time); latencies in ms at a tail."""
-    consumer = AIOKafkaConsumer(sink, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="latest",
-                                enable_auto_commit=False, fetch_max_wait_ms=5)
+    consumer = AIOKafkaConsumer(
+        sink,
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="latest",
+        enable_auto_commit=False,
+        fetch_max_wait_ms=5,
+    )
     await consumer.start()
     await consumer.seek_to_end()
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=0)
@@ -193,11 +234,19 @@ async def latency_run(bootstrap: str, src: str, sink: str, rate: float, seconds:
     # values are made before the clock starts (the send time goes into a value template),
     # and events go out in 5 ms ticks, one record batch per partition, stamped when sent.
     headers = [
-        [("ce_specversion", b"1.0"), ("ce_id", f"l{i}".encode()), ("ce_source", b"/lat"),
-         ("ce_type", b"payment.created"), ("content-type", b"application/json")]
+        [
+            ("ce_specversion", b"1.0"),
+            ("ce_id", f"l{i}".encode()),
+            ("ce_source", b"/lat"),
+            ("ce_type", b"payment.created"),
+            ("content-type", b"application/json"),
+        ]
         for i in range(total)
     ]
-    templates = (b'{"amount":500,"currency":"USD","t0":%b}', b'{"amount":5,"currency":"USD","t0":%b}')
+    templates = (
+        b'{"amount":500,"currency":"USD","t0":%b}',
+        b'{"amount":5,"currency":"USD","t0":%b}',
+    )
     gc.collect()
     gc.freeze()  # the prepared headers stay out of every collection while the clock runs
     task = asyncio.create_task(consume())
@@ -248,7 +297,9 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
 
 
-async def run_baseline_latency(bootstrap: str, rate: float, seconds: float, topics: Any) -> list[float]:
+async def run_baseline_latency(
+    bootstrap: str, rate: float, seconds: float, topics: Any
+) -> list[float]:
     src, sink = await topics()
     stop = asyncio.Event()
     task = asyncio.create_task(baseline(bootstrap, src, sink, 0, stop))
@@ -266,10 +317,20 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (Ray's agents settle after start)")
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="unmeasured rounds first (Ray's agents settle after start)",
+    )
     ap.add_argument("--latency-seconds", type=float, default=10.0)
     ap.add_argument("--replicas", type=int, default=1)
-    ap.add_argument("--latency-rate", type=float, default=None, help="events/s (default: half the measured maximum)")
+    ap.add_argument(
+        "--latency-rate",
+        type=float,
+        default=None,
+        help="events/s (default: half the measured maximum)",
+    )
     args = ap.parse_args()
     n = args.events
     expect = expected_outputs(n)
@@ -289,7 +350,13 @@ def main() -> None:
 
     from eventbus.serving import EventBusClient
 
-    ray.init(num_cpus=2, include_dashboard=False, namespace="eventbus", logging_level="ERROR", log_to_driver=False)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        namespace="eventbus",
+        logging_level="ERROR",
+        log_to_driver=False,
+    )
     client = EventBusClient(None, bootstrap, redis.address)
     stats_redis = redis_lib.Redis.from_url(redis.address)
     base_rates, eb_rates = [], []
@@ -305,7 +372,11 @@ def main() -> None:
             src, sink = asyncio.run(topics())
             asyncio.run(produce_all(bootstrap, src, n))
             path = work / f"bench-{rnd % 1000}.yaml"
-            path.write_text(PIPELINE.format(name=f"bench{rnd % 1000}", src=src, sink=sink, replicas=args.replicas))
+            path.write_text(
+                PIPELINE.format(
+                    name=f"bench{rnd % 1000}", src=src, sink=sink, replicas=args.replicas
+                )
+            )
             client.deploy(path)
             # Wait for the pipeline's committed count (its replica publishes it to Redis every
             # second) before reading the sink: the baseline's outputs are read after it ends,
@@ -317,13 +388,18 @@ def main() -> None:
                 print("warm-up round done", flush=True)
                 continue
             eb_rates.append(n / span)
-            print(f"round {rnd}: baseline {base_rates[-1]:,.0f} ev/s, eventbus {eb_rates[-1]:,.0f} ev/s", flush=True)
+            print(
+                f"round {rnd}: baseline {base_rates[-1]:,.0f} ev/s, eventbus {eb_rates[-1]:,.0f} ev/s",
+                flush=True,
+            )
 
         eb_max = statistics.median(eb_rates)
         rate = args.latency_rate or eb_max / 2
         src, sink = asyncio.run(topics())
         path = work / "bench-lat.yaml"
-        path.write_text(PIPELINE.format(name="benchlat", src=src, sink=sink, replicas=args.replicas))
+        path.write_text(
+            PIPELINE.format(name="benchlat", src=src, sink=sink, replicas=args.replicas)
+        )
         client.deploy(path)
         eb_lat = asyncio.run(latency_run(bootstrap, src, sink, rate, args.latency_seconds))
         client.delete("benchlat")
@@ -348,7 +424,10 @@ def main() -> None:
         "baseline_p50_ms": round(pct(base_lat, 0.5), 1),
         "baseline_p99_ms": round(pct(base_lat, 0.99), 1),
         "latency_samples": len(eb_lat),
-        "all_rates": {"baseline": [round(r) for r in base_rates], "eventbus": [round(r) for r in eb_rates]},
+        "all_rates": {
+            "baseline": [round(r) for r in base_rates],
+            "eventbus": [round(r) for r in eb_rates],
+        },
     }
     print(json.dumps(result))
 

@@ -33,7 +33,9 @@ import uuid
 from pathlib import Path
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-os.environ.setdefault("RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD", "0")  # as `eventbus up` runs Ray
+os.environ.setdefault(
+    "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD", "0"
+)  # as `eventbus up` runs Ray
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -51,17 +53,32 @@ MODEL = ROOT / "examples/fraud_model/fraud.pt2"
 
 async def produce_all(bootstrap: str, topic: str, n: int, seed: int) -> None:
     rnd = random.Random(seed)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_batch_size=512 * 1024)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_batch_size=512 * 1024
+    )
     await producer.start()
     try:
         futs = []
         batches = {p: producer.create_batch() for p in range(PARTITIONS)}
         for i in range(n):
             p = i % PARTITIONS
-            headers = [("ce_specversion", b"1.0"), ("ce_id", f"t{i}".encode()), ("ce_source", b"/cards"),
-                       ("ce_type", b"transaction.created"), ("content-type", b"application/json")]
-            feats = [round(rnd.uniform(1, 4), 3), round(rnd.random(), 3), round(rnd.uniform(0, 3.5), 3), rnd.randint(0, 6) / 10,
-                     float(rnd.random() < 0.15), float(rnd.random() < 0.6), round(rnd.lognormvariate(0, 0.8), 3), float(rnd.random() < 0.1)]
+            headers = [
+                ("ce_specversion", b"1.0"),
+                ("ce_id", f"t{i}".encode()),
+                ("ce_source", b"/cards"),
+                ("ce_type", b"transaction.created"),
+                ("content-type", b"application/json"),
+            ]
+            feats = [
+                round(rnd.uniform(1, 4), 3),
+                round(rnd.random(), 3),
+                round(rnd.uniform(0, 3.5), 3),
+                rnd.randint(0, 6) / 10,
+                float(rnd.random() < 0.15),
+                float(rnd.random() < 0.6),
+                round(rnd.lognormvariate(0, 0.8), 3),
+                float(rnd.random() < 0.1),
+            ]
             value = orjson.dumps({"card": f"c{i % 997}", "features": feats})
             if batches[p].append(key=None, value=value, timestamp=None, headers=headers) is None:
                 futs.append(await producer.send_batch(batches[p], topic, partition=p))
@@ -87,10 +104,19 @@ def load_direct() -> tuple[object, str]:
 async def baseline(bootstrap: str, src: str, sink: str, n: int, model: object) -> None:
     import torch
 
-    consumer = AIOKafkaConsumer(src, bootstrap_servers=bootstrap, group_id=f"baseline-{uuid.uuid4().hex[:6]}",
-                                auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=2000,
-                                max_partition_fetch_bytes=4 * 1024 * 1024, fetch_max_wait_ms=10)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0, max_batch_size=512 * 1024)
+    consumer = AIOKafkaConsumer(
+        src,
+        bootstrap_servers=bootstrap,
+        group_id=f"baseline-{uuid.uuid4().hex[:6]}",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        session_timeout_ms=2000,
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+        fetch_max_wait_ms=10,
+    )
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=0, max_batch_size=512 * 1024
+    )
     await consumer.start()
     await producer.start()
     consumed = 0
@@ -101,7 +127,11 @@ async def baseline(bootstrap: str, src: str, sink: str, n: int, model: object) -
                 continue
             recs = [(tp, r) for tp, records in batch.items() for r in records]
             datas = [orjson.loads(r.value) for _, r in recs]
-            scores = model(torch.tensor([d["features"] for d in datas], dtype=torch.float32)).reshape(-1).tolist()  # type: ignore[operator]
+            scores = (
+                model(torch.tensor([d["features"] for d in datas], dtype=torch.float32))
+                .reshape(-1)
+                .tolist()
+            )  # type: ignore[operator]
             futs = []
             outs = {tp: producer.create_batch() for tp in batch}
             for (tp, r), d, s in zip(recs, datas, scores):
@@ -176,7 +206,13 @@ def main() -> None:
 
     from eventbus.serving import EventBusClient
 
-    ray.init(num_cpus=2, include_dashboard=False, namespace="eventbus", logging_level="ERROR", log_to_driver=False)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        namespace="eventbus",
+        logging_level="ERROR",
+        log_to_driver=False,
+    )
     client = EventBusClient(None, bootstrap, redis.address)
     rates: dict[str, list[float]] = {"baseline": [], "eventbus": []}
     try:
@@ -191,29 +227,39 @@ def main() -> None:
             asyncio.run(produce_all(bootstrap, s, n, rnd))
             name = f"modelbench{next(counter)}"
             path = work / f"{name}.yaml"
-            path.write_text(PIPELINE.format(name=name, src=s, sink=o, model="fraud-bench", path=MODEL))
+            path.write_text(
+                PIPELINE.format(name=name, src=s, sink=o, model="fraud-bench", path=MODEL)
+            )
             client.deploy(path)
             _, span = asyncio.run(sink_span(bootstrap, o, n))
             client.delete(name)
             if rnd >= 0:
                 rates["eventbus"].append(n / span)
-                print(f"round {rnd}: " + ", ".join(f"{k} {v[-1]:,.0f} events/s" for k, v in rates.items()), flush=True)
+                print(
+                    f"round {rnd}: "
+                    + ", ".join(f"{k} {v[-1]:,.0f} events/s" for k, v in rates.items()),
+                    flush=True,
+                )
     finally:
         ray.shutdown()
         tansu.stop()
         redis.stop()
     med = {k: statistics.median(v) for k, v in rates.items()}
-    print(json.dumps({
-        "benchmark": "model_stage",
-        "device": device,
-        "events": n,
-        "rounds": args.rounds,
-        "model_alone_rows_per_s": round(alone),
-        "baseline_events_per_s": round(med["baseline"]),
-        "eventbus_events_per_s": round(med["eventbus"]),
-        "ratio": round(med["eventbus"] / med["baseline"], 3),
-        "all_rates": {k: [round(x) for x in v] for k, v in rates.items()},
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "model_stage",
+                "device": device,
+                "events": n,
+                "rounds": args.rounds,
+                "model_alone_rows_per_s": round(alone),
+                "baseline_events_per_s": round(med["baseline"]),
+                "eventbus_events_per_s": round(med["eventbus"]),
+                "ratio": round(med["eventbus"] / med["baseline"], 3),
+                "all_rates": {k: [round(x) for x in v] for k, v in rates.items()},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -96,8 +96,12 @@ def _line(row: dict[str, Any]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--huge", action="store_true", help="also 1e8 variables (K=100), in a fresh process")
-    ap.add_argument("--skip-highs-above", type=float, default=1e6, help="no HiGHS above this many variables")
+    ap.add_argument(
+        "--huge", action="store_true", help="also 1e8 variables (K=100), in a fresh process"
+    )
+    ap.add_argument(
+        "--skip-highs-above", type=float, default=1e6, help="no HiGHS above this many variables"
+    )
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
@@ -114,7 +118,9 @@ def main() -> None:
         if n * ITEMS <= args.skip_highs_above:
             _highs(n, k, row)
         else:
-            row["highs_skipped"] = f"above {args.skip_highs_above:.0e} variables (HiGHS ipm needs ~84 s at 1e6, K=100; 1e7 would exceed minutes)"
+            row["highs_skipped"] = (
+                f"above {args.skip_highs_above:.0e} variables (HiGHS ipm needs ~84 s at 1e6, K=100; 1e7 would exceed minutes)"
+            )
         rows.append(row)
         print(_line(row), flush=True)
     at = {(r["variables"], r["resources"]): r for r in rows}

@@ -21,5 +21,8 @@ def build() -> Any:
     import torch
 
     return torch.nn.Sequential(
-        torch.nn.Linear(len(FEATURES), 16), torch.nn.ReLU(), torch.nn.Linear(16, 1), torch.nn.Sigmoid()
+        torch.nn.Linear(len(FEATURES), 16),
+        torch.nn.ReLU(),
+        torch.nn.Linear(16, 1),
+        torch.nn.Sigmoid(),
     )

@@ -37,10 +37,22 @@ def make_data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     card_present = (u() < 0.6).float()
     velocity = torch.exp(torch.randn(n, generator=g) * 0.8)
     risky = (u() < 0.1).float()
-    x = torch.stack([log_amount, hour, account_age, tx_24h, foreign, card_present, velocity, risky], dim=1)
+    x = torch.stack(
+        [log_amount, hour, account_age, tx_24h, foreign, card_present, velocity, risky], dim=1
+    )
     night = ((hour < 0.25) | (hour > 0.9)).float()
-    logit = (-4.0 + 1.1 * (log_amount - 2.5) - 0.9 * account_age + 2.0 * tx_24h + 1.8 * foreign - 1.5 * card_present
-             + 0.9 * (velocity - 1) + 1.6 * risky + 0.8 * night + 2.5)
+    logit = (
+        -4.0
+        + 1.1 * (log_amount - 2.5)
+        - 0.9 * account_age
+        + 2.0 * tx_24h
+        + 1.8 * foreign
+        - 1.5 * card_present
+        + 0.9 * (velocity - 1)
+        + 1.6 * risky
+        + 0.8 * night
+        + 2.5
+    )
     y = (u() < torch.sigmoid(logit)).float()
     return x, y
 
@@ -67,13 +79,17 @@ def main() -> None:
     with torch.no_grad():
         acc = float(((model(xte).squeeze(1) > 0.5).float() == yte).float().mean())
     args.out.mkdir(parents=True, exist_ok=True)
-    ep = torch.export.export(model, (xte[:4].clone(),), dynamic_shapes=({0: torch.export.Dim("batch")},))
+    ep = torch.export.export(
+        model, (xte[:4].clone(),), dynamic_shapes=({0: torch.export.Dim("batch")},)
+    )
     torch.export.save(ep, args.out / "fraud.pt2")
     torch.save(model.state_dict(), args.out / "fraud_state.pt")
     import numpy as np
 
     np.savez(args.out / "holdout.npz", x=xte.numpy(), y=yte.numpy())
-    print(f"trained: loss {float(loss.detach()):.4f}, holdout accuracy {acc:.4f} (base rate {float(yte.mean()):.3f}); wrote {args.out}/fraud.pt2")
+    print(
+        f"trained: loss {float(loss.detach()):.4f}, holdout accuracy {acc:.4f} (base rate {float(yte.mean()):.3f}); wrote {args.out}/fraud.pt2"
+    )
 
 
 if __name__ == "__main__":

@@ -28,8 +28,17 @@ from eventbus.errors import ConfigError, IngressError
 from eventbus.eventing._event import CloudEvent
 
 __all__ = [
-    "KEEPER_KEY", "Accepted", "AsyncClient", "Client", "ClientStats", "ClusterInfo", "ClusterStats",
-    "Unavailable", "dump_registry", "parse_registry", "read_registry",
+    "KEEPER_KEY",
+    "Accepted",
+    "AsyncClient",
+    "Client",
+    "ClientStats",
+    "ClusterInfo",
+    "ClusterStats",
+    "Unavailable",
+    "dump_registry",
+    "parse_registry",
+    "read_registry",
 ]
 
 log = logging.getLogger("eventbus.client")
@@ -104,10 +113,14 @@ def parse_registry(raw: str | bytes) -> list[ClusterInfo]:
 
 def dump_registry(clusters: Iterable[ClusterInfo]) -> str:
     """The registry document of ``clusters``."""
-    return json.dumps({"version": 1, "updated": time.time(), "clusters": [asdict(c) for c in clusters]}, indent=2)
+    return json.dumps(
+        {"version": 1, "updated": time.time(), "clusters": [asdict(c) for c in clusters]}, indent=2
+    )
 
 
-def read_registry(*, keeper_redis: str | None = None, keeper_file: str | Path | None = None) -> list[ClusterInfo]:
+def read_registry(
+    *, keeper_redis: str | None = None, keeper_file: str | Path | None = None
+) -> list[ClusterInfo]:
     """Read the keeper's registry from Redis (key :data:`KEEPER_KEY`) or from a file.
 
     Returns an empty list when nothing was registered yet.
@@ -162,7 +175,7 @@ class ClientStats:
         return self.failover_s[-1] if self.failover_s else None
 
 
-class Unavailable(Exception):  # noqa: N818 - internal signal, never reaches the caller
+class Unavailable(Exception):
     """A cluster did not take a request; try the next. ``mark_down``: it is unhealthy (not a 404)."""
 
     def __init__(self, reason: str, *, mark_down: bool = True, status: int = 503) -> None:
@@ -179,8 +192,14 @@ class _Router:
     """Which clusters to try, in order; thread-safe (one lock around tiny critical sections)."""
 
     def __init__(
-        self, *, prefer_local: bool, local_cluster: str | None, seed: int | None, backoff_s: float,
-        max_backoff_s: float, clock: Callable[[], float],
+        self,
+        *,
+        prefer_local: bool,
+        local_cluster: str | None,
+        seed: int | None,
+        backoff_s: float,
+        max_backoff_s: float,
+        clock: Callable[[], float],
     ) -> None:
         self.prefer_local = prefer_local
         self.local_cluster = local_cluster
@@ -224,11 +243,19 @@ class _Router:
         with self._lock:
             st = self.stats.clusters
             up = [c for c in self.clusters if st[c.name].down_until <= now]
-            down = sorted((c for c in self.clusters if st[c.name].down_until > now), key=lambda c: st[c.name].down_until)
+            down = sorted(
+                (c for c in self.clusters if st[c.name].down_until > now),
+                key=lambda c: st[c.name].down_until,
+            )
             weighted = [c for c in up if c.weight > 0]
             local = [c for c in weighted if self.prefer_local and self._is_local(c)]
             rest = [c for c in weighted if c not in local]
-            return [*self._weighted_order(local), *self._weighted_order(rest), *(c for c in up if c.weight == 0), *down]
+            return [
+                *self._weighted_order(local),
+                *self._weighted_order(rest),
+                *(c for c in up if c.weight == 0),
+                *down,
+            ]
 
     def failed(self, cluster: ClusterInfo, started: float, exc: Unavailable) -> None:
         with self._lock:
@@ -242,13 +269,17 @@ class _Router:
             # neither lengthen the backoff nor restart it.
             if started < self._marked_at.get(cluster.name, float("-inf")):
                 return
-            backoff = min(self.max_backoff_s, self._backoff.get(cluster.name, self.backoff_s / 2) * 2)
+            backoff = min(
+                self.max_backoff_s, self._backoff.get(cluster.name, self.backoff_s / 2) * 2
+            )
             self._backoff[cluster.name] = backoff
             self._marked_at[cluster.name] = now
             st.down_until = now + backoff
             if self._pending is None:
                 self._pending = (cluster.name, started, now)
-        log.warning("cluster %s did not answer (%s); marked down for %.1f s", cluster.name, exc, backoff)
+        log.warning(
+            "cluster %s did not answer (%s); marked down for %.1f s", cluster.name, exc, backoff
+        )
 
     def succeeded(self, cluster: ClusterInfo, started: float, events: int) -> None:
         now = self.clock()
@@ -288,24 +319,36 @@ class Accepted(list[str]):
 class SyncTransport(Protocol):
     """How :class:`Client` talks to one cluster; raise :class:`Unavailable` to fail over."""
 
-    def publish(self, cluster: ClusterInfo, pipeline: str, events: list[CloudEvent]) -> list[str]: ...
-    def invoke(self, cluster: ClusterInfo, pipeline: str, event: CloudEvent) -> list[CloudEvent]: ...
+    def publish(
+        self, cluster: ClusterInfo, pipeline: str, events: list[CloudEvent]
+    ) -> list[str]: ...
+    def invoke(
+        self, cluster: ClusterInfo, pipeline: str, event: CloudEvent
+    ) -> list[CloudEvent]: ...
     def close(self) -> None: ...
 
 
 class AsyncTransport(Protocol):
     """How :class:`AsyncClient` talks to one cluster; raise :class:`Unavailable` to fail over."""
 
-    async def publish(self, cluster: ClusterInfo, pipeline: str, events: list[CloudEvent]) -> list[str]: ...
-    async def invoke(self, cluster: ClusterInfo, pipeline: str, event: CloudEvent) -> list[CloudEvent]: ...
+    async def publish(
+        self, cluster: ClusterInfo, pipeline: str, events: list[CloudEvent]
+    ) -> list[str]: ...
+    async def invoke(
+        self, cluster: ClusterInfo, pipeline: str, event: CloudEvent
+    ) -> list[CloudEvent]: ...
     async def close(self) -> None: ...
 
 
 def _refused(cluster: ClusterInfo, pipeline: str, status: int, message: str) -> IngressError:
-    return IngressError(status, f"pipeline {pipeline!r} on cluster {cluster.name!r}: {status}: {message}")
+    return IngressError(
+        status, f"pipeline {pipeline!r} on cluster {cluster.name!r}: {status}: {message}"
+    )
 
 
-def _answer(cluster: ClusterInfo, pipeline: str, status: int, headers: Mapping[str, str], body: bytes) -> Any:
+def _answer(
+    cluster: ClusterInfo, pipeline: str, status: int, headers: Mapping[str, str], body: bytes
+) -> Any:
     """Decode a gateway answer; raise Unavailable (fail over) or IngressError (the caller's)."""
     if status in (200, 202, 204):
         if status == 202:
@@ -314,7 +357,12 @@ def _answer(cluster: ClusterInfo, pipeline: str, status: int, headers: Mapping[s
             return []
         from eventbus.eventing._http_codec import decode_http
 
-        events, _ = decode_http({k.lower(): v for k, v in headers.items()}, body, default_type="eventbus.output", default_source="/eventbus")
+        events, _ = decode_http(
+            {k.lower(): v for k, v in headers.items()},
+            body,
+            default_type="eventbus.output",
+            default_source="/eventbus",
+        )
         return events
     try:
         message = str(json.loads(body)["error"])
@@ -328,7 +376,9 @@ def _answer(cluster: ClusterInfo, pipeline: str, status: int, headers: Mapping[s
     raise _refused(cluster, pipeline, status, message)
 
 
-def _http_request(cluster: ClusterInfo, pipeline: str, events: list[CloudEvent], wait: bool) -> tuple[str, list[tuple[str, str]], bytes]:
+def _http_request(
+    cluster: ClusterInfo, pipeline: str, events: list[CloudEvent], wait: bool
+) -> tuple[str, list[tuple[str, str]], bytes]:
     from eventbus.eventing._http_codec import encode_http_batch, encode_http_binary
 
     if cluster.gateway is None:
@@ -348,7 +398,9 @@ class HttpTransport:
         self._httpx = httpx
         self._http = httpx.Client(timeout=timeout_s, headers=dict(headers or {}))
 
-    def _post(self, cluster: ClusterInfo, pipeline: str, events: list[CloudEvent], wait: bool) -> Any:
+    def _post(
+        self, cluster: ClusterInfo, pipeline: str, events: list[CloudEvent], wait: bool
+    ) -> Any:
         url, headers, body = _http_request(cluster, pipeline, events, wait)
         try:
             r = self._http.post(url, content=body, headers=headers)
@@ -370,14 +422,22 @@ class HttpTransport:
 class AsyncHttpTransport:
     """HTTP to the gateways with one pooled ``httpx.AsyncClient``."""
 
-    def __init__(self, timeout_s: float, headers: Mapping[str, str] | None = None, max_connections: int = 100) -> None:
+    def __init__(
+        self, timeout_s: float, headers: Mapping[str, str] | None = None, max_connections: int = 100
+    ) -> None:
         import httpx
 
         self._httpx = httpx
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self._http = httpx.AsyncClient(timeout=timeout_s, headers=dict(headers or {}), limits=limits)
+        limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        )
+        self._http = httpx.AsyncClient(
+            timeout=timeout_s, headers=dict(headers or {}), limits=limits
+        )
 
-    async def _post(self, cluster: ClusterInfo, pipeline: str, events: list[CloudEvent], wait: bool) -> Any:
+    async def _post(
+        self, cluster: ClusterInfo, pipeline: str, events: list[CloudEvent], wait: bool
+    ) -> Any:
         url, headers, body = _http_request(cluster, pipeline, events, wait)
         try:
             r = await self._http.post(url, content=body, headers=headers)
@@ -386,10 +446,14 @@ class AsyncHttpTransport:
             raise Unavailable(reason) from None
         return _answer(cluster, pipeline, r.status_code, r.headers, r.content)
 
-    async def publish(self, cluster: ClusterInfo, pipeline: str, events: list[CloudEvent]) -> list[str]:
+    async def publish(
+        self, cluster: ClusterInfo, pipeline: str, events: list[CloudEvent]
+    ) -> list[str]:
         return await self._post(cluster, pipeline, events, False)  # type: ignore[no-any-return]
 
-    async def invoke(self, cluster: ClusterInfo, pipeline: str, event: CloudEvent) -> list[CloudEvent]:
+    async def invoke(
+        self, cluster: ClusterInfo, pipeline: str, event: CloudEvent
+    ) -> list[CloudEvent]:
         return await self._post(cluster, pipeline, [event], True)  # type: ignore[no-any-return]
 
     async def close(self) -> None:
@@ -398,13 +462,21 @@ class AsyncHttpTransport:
 
 # gRPC codes -> (HTTP status, fail over?). Mirrors eventbus.eventing.sources._grpc.
 _GRPC_STATUS = {
-    "INVALID_ARGUMENT": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403, "NOT_FOUND": 404,
-    "RESOURCE_EXHAUSTED": 413, "FAILED_PRECONDITION": 422, "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504,
+    "INVALID_ARGUMENT": 400,
+    "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
+    "NOT_FOUND": 404,
+    "RESOURCE_EXHAUSTED": 413,
+    "FAILED_PRECONDITION": 422,
+    "UNAVAILABLE": 503,
+    "DEADLINE_EXCEEDED": 504,
 }
 _GRPC_OPTIONS = [
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024), ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
     # A stopped gateway must be retried within seconds once back, not after gRPC's 2-minute cap.
-    ("grpc.initial_reconnect_backoff_ms", 250), ("grpc.max_reconnect_backoff_ms", 2000),
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 
 
@@ -466,7 +538,9 @@ class GrpcTransport(_GrpcBase):
         from eventbus.eventing._protobuf import events_to_proto_batch
 
         try:
-            self._stub(cluster).Publish(events_to_proto_batch(events), metadata=self._meta(pipeline), timeout=self.timeout_s)
+            self._stub(cluster).Publish(
+                events_to_proto_batch(events), metadata=self._meta(pipeline), timeout=self.timeout_s
+            )
         except self._grpc.RpcError as exc:
             raise _grpc_error(cluster, pipeline, exc) from None
         return [e.attributes["id"] for e in events]
@@ -475,7 +549,9 @@ class GrpcTransport(_GrpcBase):
         from eventbus.eventing._protobuf import event_to_proto, events_from_proto_batch
 
         try:
-            reply = self._stub(cluster).Invoke(event_to_proto(event), metadata=self._meta(pipeline), timeout=self.timeout_s)
+            reply = self._stub(cluster).Invoke(
+                event_to_proto(event), metadata=self._meta(pipeline), timeout=self.timeout_s
+            )
         except self._grpc.RpcError as exc:
             raise _grpc_error(cluster, pipeline, exc) from None
         return events_from_proto_batch(reply)
@@ -491,20 +567,28 @@ class AsyncGrpcTransport(_GrpcBase):
     def __init__(self, timeout_s: float, metadata: Mapping[str, str] | None = None) -> None:
         super().__init__(timeout_s, metadata, aio=True)
 
-    async def publish(self, cluster: ClusterInfo, pipeline: str, events: list[CloudEvent]) -> list[str]:
+    async def publish(
+        self, cluster: ClusterInfo, pipeline: str, events: list[CloudEvent]
+    ) -> list[str]:
         from eventbus.eventing._protobuf import events_to_proto_batch
 
         try:
-            await self._stub(cluster).Publish(events_to_proto_batch(events), metadata=self._meta(pipeline), timeout=self.timeout_s)
+            await self._stub(cluster).Publish(
+                events_to_proto_batch(events), metadata=self._meta(pipeline), timeout=self.timeout_s
+            )
         except self._grpc.RpcError as exc:
             raise _grpc_error(cluster, pipeline, exc) from None
         return [e.attributes["id"] for e in events]
 
-    async def invoke(self, cluster: ClusterInfo, pipeline: str, event: CloudEvent) -> list[CloudEvent]:
+    async def invoke(
+        self, cluster: ClusterInfo, pipeline: str, event: CloudEvent
+    ) -> list[CloudEvent]:
         from eventbus.eventing._protobuf import event_to_proto, events_from_proto_batch
 
         try:
-            reply = await self._stub(cluster).Invoke(event_to_proto(event), metadata=self._meta(pipeline), timeout=self.timeout_s)
+            reply = await self._stub(cluster).Invoke(
+                event_to_proto(event), metadata=self._meta(pipeline), timeout=self.timeout_s
+            )
         except self._grpc.RpcError as exc:
             raise _grpc_error(cluster, pipeline, exc) from None
         return events_from_proto_batch(reply)
@@ -520,9 +604,15 @@ class AsyncGrpcTransport(_GrpcBase):
 def _as_events(events: Any, type_: str, source: str) -> list[CloudEvent]:
     if isinstance(events, CloudEvent):
         return [events]
-    if isinstance(events, (list, tuple)) and events and all(isinstance(e, CloudEvent) for e in events):
+    if (
+        isinstance(events, (list, tuple))
+        and events
+        and all(isinstance(e, CloudEvent) for e in events)
+    ):
         return list(events)
-    if isinstance(events, (list, tuple)) and (not events or any(isinstance(e, CloudEvent) for e in events)):
+    if isinstance(events, (list, tuple)) and (
+        not events or any(isinstance(e, CloudEvent) for e in events)
+    ):
         msg = f"give a CloudEvent, a non-empty list of CloudEvents, or the data of one event; got {type(events).__name__} of {len(events)} items that are not all CloudEvents"
         raise ConfigError(msg)
     return [CloudEvent.create(type=type_, source=source, data=events)]
@@ -535,7 +625,9 @@ def _one_event(event: Any, type_: str, source: str) -> CloudEvent:
     return _as_events(event, type_, source)[0]
 
 
-def _static_clusters(gateways: Sequence[str | ClusterInfo | Mapping[str, Any]]) -> list[ClusterInfo]:
+def _static_clusters(
+    gateways: Sequence[str | ClusterInfo | Mapping[str, Any]],
+) -> list[ClusterInfo]:
     out = []
     for i, g in enumerate(gateways):
         if isinstance(g, ClusterInfo):
@@ -551,10 +643,19 @@ def _static_clusters(gateways: Sequence[str | ClusterInfo | Mapping[str, Any]]) 
 
 class _BaseClient:
     def __init__(
-        self, keeper_redis: str | None, keeper_file: str | Path | None,
-        gateways: Sequence[str | ClusterInfo | Mapping[str, Any]] | None, prefer_local: bool,
-        local_cluster: str | None, transport: Any, timeout_s: float, refresh_s: float, backoff_s: float,
-        max_backoff_s: float, seed: int | None, clock: Callable[[], float],
+        self,
+        keeper_redis: str | None,
+        keeper_file: str | Path | None,
+        gateways: Sequence[str | ClusterInfo | Mapping[str, Any]] | None,
+        prefer_local: bool,
+        local_cluster: str | None,
+        transport: Any,
+        timeout_s: float,
+        refresh_s: float,
+        backoff_s: float,
+        max_backoff_s: float,
+        seed: int | None,
+        clock: Callable[[], float],
     ) -> None:
         if sum(x is not None for x in (keeper_redis, keeper_file, gateways)) != 1:
             msg = "give exactly one of keeper_redis= (the keeper's Redis URL), keeper_file= or gateways= (a list of gateway URLs)"
@@ -565,7 +666,14 @@ class _BaseClient:
         self.keeper_redis, self.keeper_file = keeper_redis, keeper_file
         self.timeout_s, self.refresh_s = timeout_s, refresh_s
         self._clock = clock
-        self._router = _Router(prefer_local=prefer_local, local_cluster=local_cluster, seed=seed, backoff_s=backoff_s, max_backoff_s=max_backoff_s, clock=clock)
+        self._router = _Router(
+            prefer_local=prefer_local,
+            local_cluster=local_cluster,
+            seed=seed,
+            backoff_s=backoff_s,
+            max_backoff_s=max_backoff_s,
+            clock=clock,
+        )
         self._refreshed_at: float | None = None
         if gateways is not None:
             self._router.update(_static_clusters(gateways))
@@ -590,7 +698,9 @@ class _BaseClient:
                 where = self.keeper_redis or self.keeper_file
                 msg = f"cannot read the keeper registry at {where}: {clusters}; is it reachable?"
                 raise IngressError(503, msg) from clusters
-            log.warning("keeping the last known clusters: cannot read the keeper registry: %s", clusters)
+            log.warning(
+                "keeping the last known clusters: cannot read the keeper registry: %s", clusters
+            )
             return
         self._router.update(clusters)
 
@@ -612,7 +722,10 @@ class _BaseClient:
         tried = "; ".join(dict.fromkeys(f"{name}: {e}" for name, e in errors))
         if all(e.status == 404 for _, e in errors):
             return IngressError(404, f"pipeline {pipeline!r}: not found on any cluster ({tried})")
-        return IngressError(503, f"pipeline {pipeline!r}: no cluster took the request ({tried}); retry: events keep their ids")
+        return IngressError(
+            503,
+            f"pipeline {pipeline!r}: no cluster took the request ({tried}); retry: events keep their ids",
+        )
 
 
 class Client(_BaseClient):
@@ -644,14 +757,38 @@ class Client(_BaseClient):
     """
 
     def __init__(
-        self, keeper_redis: str | None = None, *, keeper_file: str | Path | None = None,
-        gateways: Sequence[str | ClusterInfo | Mapping[str, Any]] | None = None, prefer_local: bool = True,
-        local_cluster: str | None = None, transport: Literal["http", "grpc"] | SyncTransport = "http",
-        timeout_s: float = 10.0, refresh_s: float = 5.0, backoff_s: float = 1.0, max_backoff_s: float = 30.0,
-        retries: int = 1, retry_delay_s: float = 0.2, seed: int | None = None,
-        headers: Mapping[str, str] | None = None, clock: Callable[[], float] = time.monotonic,
+        self,
+        keeper_redis: str | None = None,
+        *,
+        keeper_file: str | Path | None = None,
+        gateways: Sequence[str | ClusterInfo | Mapping[str, Any]] | None = None,
+        prefer_local: bool = True,
+        local_cluster: str | None = None,
+        transport: Literal["http", "grpc"] | SyncTransport = "http",
+        timeout_s: float = 10.0,
+        refresh_s: float = 5.0,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+        retries: int = 1,
+        retry_delay_s: float = 0.2,
+        seed: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(keeper_redis, keeper_file, gateways, prefer_local, local_cluster, transport, timeout_s, refresh_s, backoff_s, max_backoff_s, seed, clock)
+        super().__init__(
+            keeper_redis,
+            keeper_file,
+            gateways,
+            prefer_local,
+            local_cluster,
+            transport,
+            timeout_s,
+            refresh_s,
+            backoff_s,
+            max_backoff_s,
+            seed,
+            clock,
+        )
         self.retries, self.retry_delay_s = retries, retry_delay_s
         if transport == "http":
             self._transport: SyncTransport = HttpTransport(timeout_s, headers)
@@ -666,7 +803,9 @@ class Client(_BaseClient):
             self._apply(self._read())
         return self.clusters
 
-    def _attempt(self, pipeline: str, n_events: int, call: Callable[[ClusterInfo], Any]) -> tuple[Any, ClusterInfo]:
+    def _attempt(
+        self, pipeline: str, n_events: int, call: Callable[[ClusterInfo], Any]
+    ) -> tuple[Any, ClusterInfo]:
         if self._due():
             self.refresh()
         errors: list[tuple[str, Unavailable]] = []
@@ -687,7 +826,14 @@ class Client(_BaseClient):
                 return result, cluster
         raise self._exhausted(pipeline, errors)
 
-    def publish(self, pipeline: str, events: Any, *, type: str = "eventbus.client", source: str = "/eventbus/client") -> Accepted:  # noqa: A002
+    def publish(
+        self,
+        pipeline: str,
+        events: Any,
+        *,
+        type: str = "eventbus.client",
+        source: str = "/eventbus/client",
+    ) -> Accepted:
         """Send events to a pipeline; returns once one cluster's broker accepted them all.
 
         Args:
@@ -705,10 +851,19 @@ class Client(_BaseClient):
                 cluster answered (503; nothing is known to be accepted: retry with the same events).
         """
         evs = _as_events(events, type, source)
-        ids, cluster = self._attempt(pipeline, len(evs), lambda c: self._transport.publish(c, pipeline, evs))
+        ids, cluster = self._attempt(
+            pipeline, len(evs), lambda c: self._transport.publish(c, pipeline, evs)
+        )
         return Accepted(ids, cluster.name)
 
-    def invoke(self, pipeline: str, event: Any, *, type: str = "eventbus.client", source: str = "/eventbus/client") -> list[CloudEvent]:  # noqa: A002
+    def invoke(
+        self,
+        pipeline: str,
+        event: Any,
+        *,
+        type: str = "eventbus.client",
+        source: str = "/eventbus/client",
+    ) -> list[CloudEvent]:
         """Run one event through a pipeline and return its outputs (none when filtered out).
 
         Raises:
@@ -738,14 +893,38 @@ class AsyncClient(_BaseClient):
     """
 
     def __init__(
-        self, keeper_redis: str | None = None, *, keeper_file: str | Path | None = None,
-        gateways: Sequence[str | ClusterInfo | Mapping[str, Any]] | None = None, prefer_local: bool = True,
-        local_cluster: str | None = None, transport: Literal["http", "grpc"] | AsyncTransport = "http",
-        timeout_s: float = 10.0, refresh_s: float = 5.0, backoff_s: float = 1.0, max_backoff_s: float = 30.0,
-        retries: int = 1, retry_delay_s: float = 0.2, seed: int | None = None,
-        headers: Mapping[str, str] | None = None, clock: Callable[[], float] = time.monotonic,
+        self,
+        keeper_redis: str | None = None,
+        *,
+        keeper_file: str | Path | None = None,
+        gateways: Sequence[str | ClusterInfo | Mapping[str, Any]] | None = None,
+        prefer_local: bool = True,
+        local_cluster: str | None = None,
+        transport: Literal["http", "grpc"] | AsyncTransport = "http",
+        timeout_s: float = 10.0,
+        refresh_s: float = 5.0,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+        retries: int = 1,
+        retry_delay_s: float = 0.2,
+        seed: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(keeper_redis, keeper_file, gateways, prefer_local, local_cluster, transport, timeout_s, refresh_s, backoff_s, max_backoff_s, seed, clock)
+        super().__init__(
+            keeper_redis,
+            keeper_file,
+            gateways,
+            prefer_local,
+            local_cluster,
+            transport,
+            timeout_s,
+            refresh_s,
+            backoff_s,
+            max_backoff_s,
+            seed,
+            clock,
+        )
         self.retries, self.retry_delay_s = retries, retry_delay_s
         if transport == "http":
             self._transport: AsyncTransport = AsyncHttpTransport(timeout_s, headers)
@@ -761,7 +940,9 @@ class AsyncClient(_BaseClient):
             self._apply(await asyncio.to_thread(self._read))
         return self.clusters
 
-    async def _attempt(self, pipeline: str, n_events: int, call: Callable[[ClusterInfo], Any]) -> tuple[Any, ClusterInfo]:
+    async def _attempt(
+        self, pipeline: str, n_events: int, call: Callable[[ClusterInfo], Any]
+    ) -> tuple[Any, ClusterInfo]:
         if self._due():
             # Concurrent requests share one read of the registry.
             if self._refreshing is None or self._refreshing.done():
@@ -785,16 +966,34 @@ class AsyncClient(_BaseClient):
                 return result, cluster
         raise self._exhausted(pipeline, errors)
 
-    async def publish(self, pipeline: str, events: Any, *, type: str = "eventbus.client", source: str = "/eventbus/client") -> Accepted:  # noqa: A002
+    async def publish(
+        self,
+        pipeline: str,
+        events: Any,
+        *,
+        type: str = "eventbus.client",
+        source: str = "/eventbus/client",
+    ) -> Accepted:
         """See :meth:`Client.publish`."""
         evs = _as_events(events, type, source)
-        ids, cluster = await self._attempt(pipeline, len(evs), lambda c: self._transport.publish(c, pipeline, evs))
+        ids, cluster = await self._attempt(
+            pipeline, len(evs), lambda c: self._transport.publish(c, pipeline, evs)
+        )
         return Accepted(ids, cluster.name)
 
-    async def invoke(self, pipeline: str, event: Any, *, type: str = "eventbus.client", source: str = "/eventbus/client") -> list[CloudEvent]:  # noqa: A002
+    async def invoke(
+        self,
+        pipeline: str,
+        event: Any,
+        *,
+        type: str = "eventbus.client",
+        source: str = "/eventbus/client",
+    ) -> list[CloudEvent]:
         """See :meth:`Client.invoke`."""
         ev = _one_event(event, type, source)
-        outputs, _ = await self._attempt(pipeline, 1, lambda c: self._transport.invoke(c, pipeline, ev))
+        outputs, _ = await self._attempt(
+            pipeline, 1, lambda c: self._transport.invoke(c, pipeline, ev)
+        )
         return outputs  # type: ignore[no-any-return]
 
     async def close(self) -> None:

@@ -11,7 +11,7 @@ Exit codes: 0 ok, 1 invalid input or a failed deploy, 2 usage.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -30,7 +30,9 @@ _out = Console()
 _err = Console(stderr=True)
 
 KeeperOpt = typer.Option(
-    None, "--keeper-redis", envvar="EVENTBUS_KEEPER_REDIS",
+    None,
+    "--keeper-redis",
+    envvar="EVENTBUS_KEEPER_REDIS",
     help="Where the registry lives: redis://host:port/db (key eventbus:keeper:clusters) or a JSON file path.",
 )
 
@@ -43,7 +45,10 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 
 def _keeper(location: str | None) -> Any:
     if not location:
-        _fail("no keeper registry: pass --keeper-redis redis://host:port/db (or a file path), or set EVENTBUS_KEEPER_REDIS", 2)
+        _fail(
+            "no keeper registry: pass --keeper-redis redis://host:port/db (or a file path), or set EVENTBUS_KEEPER_REDIS",
+            2,
+        )
     from eventbus.serving._keeper import Keeper
 
     return Keeper(location)
@@ -52,16 +57,37 @@ def _keeper(location: str | None) -> Any:
 @keeper_app.command("add")
 def add(
     name: str = typer.Argument(..., help="The cluster's name (letters, digits, '-', '_')."),
-    gateway: Optional[str] = typer.Option(None, "--gateway", help="HTTP base URL of its gateway (default: from --home)."),
-    grpc: Optional[str] = typer.Option(None, "--grpc", help="host:port of its gateway's gRPC service (default: from --home)."),
-    home: Optional[Path] = typer.Option(None, "--home", help="An EVENTBUS_HOME whose stack.json describes the cluster (`eventbus up`)."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Its Ray address (for deploys)."),
-    kafka_bootstrap: Optional[str] = typer.Option(None, "--kafka-bootstrap", help="Its Kafka bootstrap servers (for deploys)."),
-    redis_url: Optional[str] = typer.Option(None, "--redis-url", help="Its Redis URL (for deploys)."),
-    ray_token_file: Optional[str] = typer.Option(None, "--ray-token-file", help="Its Ray auth token file (for deploys)."),
-    weight: int = typer.Option(100, "--weight", min=0, help="Relative share of the traffic (0: none while the others answer)."),
-    local: bool = typer.Option(False, "--local/--no-local", help="Clients prefer this cluster while its weight is above 0."),
-    keeper_redis: Optional[str] = KeeperOpt,
+    gateway: str | None = typer.Option(
+        None, "--gateway", help="HTTP base URL of its gateway (default: from --home)."
+    ),
+    grpc: str | None = typer.Option(
+        None, "--grpc", help="host:port of its gateway's gRPC service (default: from --home)."
+    ),
+    home: Path | None = typer.Option(
+        None,
+        "--home",
+        help="An EVENTBUS_HOME whose stack.json describes the cluster (`eventbus up`).",
+    ),
+    ray_address: str | None = typer.Option(
+        None, "--ray-address", help="Its Ray address (for deploys)."
+    ),
+    kafka_bootstrap: str | None = typer.Option(
+        None, "--kafka-bootstrap", help="Its Kafka bootstrap servers (for deploys)."
+    ),
+    redis_url: str | None = typer.Option(None, "--redis-url", help="Its Redis URL (for deploys)."),
+    ray_token_file: str | None = typer.Option(
+        None, "--ray-token-file", help="Its Ray auth token file (for deploys)."
+    ),
+    weight: int = typer.Option(
+        100,
+        "--weight",
+        min=0,
+        help="Relative share of the traffic (0: none while the others answer).",
+    ),
+    local: bool = typer.Option(
+        False, "--local/--no-local", help="Clients prefer this cluster while its weight is above 0."
+    ),
+    keeper_redis: str | None = KeeperOpt,
 ) -> None:
     """Register a cluster (or replace the one of the same name)."""
     keeper = _keeper(keeper_redis)
@@ -69,8 +95,14 @@ def add(
     from eventbus.serving._keeper import cluster_from_home
 
     given: dict[str, Any] = {
-        "gateway": gateway, "grpc": grpc, "ray_address": ray_address, "kafka": kafka_bootstrap,
-        "redis": redis_url, "ray_token_file": ray_token_file, "weight": weight, "local": local,
+        "gateway": gateway,
+        "grpc": grpc,
+        "ray_address": ray_address,
+        "kafka": kafka_bootstrap,
+        "redis": redis_url,
+        "ray_token_file": ray_token_file,
+        "weight": weight,
+        "local": local,
     }
     try:
         if home is not None:
@@ -80,12 +112,15 @@ def add(
         new = keeper.add(cluster)
     except EventBusError as exc:
         _fail(str(exc))
-    _out.print(f"{'added' if new else 'updated'} cluster {name}: gateway {cluster.gateway or '-'}, gRPC {cluster.grpc or '-'}, weight {cluster.weight}", highlight=False)
+    _out.print(
+        f"{'added' if new else 'updated'} cluster {name}: gateway {cluster.gateway or '-'}, gRPC {cluster.grpc or '-'}, weight {cluster.weight}",
+        highlight=False,
+    )
 
 
 @keeper_app.command("list")
 def list_(
-    keeper_redis: Optional[str] = KeeperOpt,
+    keeper_redis: str | None = KeeperOpt,
     as_json: bool = typer.Option(False, "--json", help="Print the registry as JSON."),
 ) -> None:
     """Show the registered clusters and their weights."""
@@ -107,15 +142,25 @@ def list_(
     for col in ("name", "gateway", "gRPC", "weight", "share", "local", "Ray"):
         table.add_column(col)
     for c in clusters:
-        table.add_row(c.name, c.gateway or "-", c.grpc or "-", str(c.weight), f"{100 * c.weight / total:.0f}%", "yes" if c.local else "", c.ray_address or "-")
+        table.add_row(
+            c.name,
+            c.gateway or "-",
+            c.grpc or "-",
+            str(c.weight),
+            f"{100 * c.weight / total:.0f}%",
+            "yes" if c.local else "",
+            c.ray_address or "-",
+        )
     _out.print(table)
 
 
 @keeper_app.command("weight")
 def weight(
     name: str = typer.Argument(..., help="The cluster."),
-    value: int = typer.Argument(..., min=0, help="Its new weight (blue-green: 100 and 0; canary: e.g. 90 and 10)."),
-    keeper_redis: Optional[str] = KeeperOpt,
+    value: int = typer.Argument(
+        ..., min=0, help="Its new weight (blue-green: 100 and 0; canary: e.g. 90 and 10)."
+    ),
+    keeper_redis: str | None = KeeperOpt,
 ) -> None:
     """Set a cluster's traffic weight (clients pick it up within their refresh period)."""
     keeper = _keeper(keeper_redis)
@@ -124,14 +169,20 @@ def weight(
     except EventBusError as exc:
         _fail(str(exc))
     total = sum(c.weight for c in clusters) or 1
-    _out.print("weights: " + ", ".join(f"{c.name} {c.weight} ({100 * c.weight / total:.0f}%)" for c in clusters), highlight=False)
+    _out.print(
+        "weights: "
+        + ", ".join(f"{c.name} {c.weight} ({100 * c.weight / total:.0f}%)" for c in clusters),
+        highlight=False,
+    )
 
 
 @keeper_app.command("deploy")
 def deploy(
     file: Path = typer.Argument(..., help="Pipeline YAML file."),
-    cluster: Optional[list[str]] = typer.Option(None, "--cluster", help="Only this cluster (repeatable; default: all)."),
-    keeper_redis: Optional[str] = KeeperOpt,
+    cluster: list[str] | None = typer.Option(
+        None, "--cluster", help="Only this cluster (repeatable; default: all)."
+    ),
+    keeper_redis: str | None = KeeperOpt,
 ) -> None:
     """Deploy (or redeploy) a pipeline to every registered cluster, one after the other."""
     keeper = _keeper(keeper_redis)
@@ -154,7 +205,7 @@ def deploy(
 @keeper_app.command("remove")
 def remove(
     name: str = typer.Argument(..., help="The cluster."),
-    keeper_redis: Optional[str] = KeeperOpt,
+    keeper_redis: str | None = KeeperOpt,
 ) -> None:
     """Unregister a cluster (its pipelines keep running; clients stop sending to it)."""
     keeper = _keeper(keeper_redis)

@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -53,7 +53,13 @@ def _working(description: str) -> Any:
     (deploys, rollbacks: the controller does the phases in one Ray call)."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True)
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    )
     progress.add_task(description, total=None)
     return progress
 
@@ -101,7 +107,9 @@ def _client(addr: _Addresses) -> Any:
     try:
         return EventBusClient(addr.ray, addr.kafka or "", addr.redis or "", ray_env=addr.ray_env)
     except ConnectionError as exc:
-        _fail(f"cannot reach the Ray cluster at {addr.ray}: {exc}; is the stack up (`eventbus status`)?")
+        _fail(
+            f"cannot reach the Ray cluster at {addr.ray}: {exc}; is the stack up (`eventbus status`)?"
+        )
 
 
 # -- stack ------------------------------------------------------------------------------------
@@ -109,11 +117,13 @@ def _client(addr: _Addresses) -> Any:
 
 @app.command()
 def up(
-    ray_address: Optional[str] = RayOpt,
-    kafka_bootstrap: Optional[str] = KafkaOpt,
-    redis_url: Optional[str] = RedisOpt,
-    num_cpus: Optional[int] = typer.Option(None, help="CPUs of the local Ray head (default: all)."),
-    gateway: bool = typer.Option(True, "--gateway/--no-gateway", help="Start the HTTP/gRPC gateway."),
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
+    num_cpus: int | None = typer.Option(None, help="CPUs of the local Ray head (default: all)."),
+    gateway: bool = typer.Option(
+        True, "--gateway/--no-gateway", help="Start the HTTP/gRPC gateway."
+    ),
     http_port: int = typer.Option(8080, help="The gateway's HTTP port (a free one if taken)."),
     grpc_port: int = typer.Option(50051, help="The gateway's gRPC port (a free one if taken)."),
 ) -> None:
@@ -124,8 +134,14 @@ def up(
     with out.status("starting the EventBus stack..."):
         try:
             stack_up(
-                _home(), ray_address=addr.ray, kafka_bootstrap=addr.kafka, redis_url=addr.redis,
-                num_cpus=num_cpus, gateway=gateway, http_port=http_port, grpc_port=grpc_port,
+                _home(),
+                ray_address=addr.ray,
+                kafka_bootstrap=addr.kafka,
+                redis_url=addr.redis,
+                num_cpus=num_cpus,
+                gateway=gateway,
+                http_port=http_port,
+                grpc_port=grpc_port,
             )
         except EventBusError as exc:
             _fail(str(exc))
@@ -156,14 +172,20 @@ def gateway(
     host: str = typer.Option("127.0.0.1", help="Interface to listen on (0.0.0.0 in a container)."),
     http_port: int = typer.Option(8080, help="HTTP port."),
     grpc_port: int = typer.Option(50051, help="gRPC port (0: none)."),
-    ray_address: Optional[str] = RayOpt,
-    kafka_bootstrap: Optional[str] = KafkaOpt,
-    redis_url: Optional[str] = RedisOpt,
-    otlp_endpoint: Optional[str] = typer.Option(None, help="Export traces over OTLP/HTTP to this URL (default: $OTEL_EXPORTER_OTLP_ENDPOINT; none: tracing off)."),
-    trace_sample_ratio: float = typer.Option(1.0, min=0.0, max=1.0, help="Share of requests traced when tracing is on."),
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
+    otlp_endpoint: str | None = typer.Option(
+        None,
+        help="Export traces over OTLP/HTTP to this URL (default: $OTEL_EXPORTER_OTLP_ENDPOINT; none: tracing off).",
+    ),
+    trace_sample_ratio: float = typer.Option(
+        1.0, min=0.0, max=1.0, help="Share of requests traced when tracing is on."
+    ),
     log_format: str = typer.Option("text", help="text, or json (one JSON object per line)."),
-    admin_token_file: Optional[Path] = typer.Option(
-        None, help="Turn the admin API (/v1/admin) on with the bearer token in this file (or set $EVENTBUS_ADMIN_TOKEN)."
+    admin_token_file: Path | None = typer.Option(
+        None,
+        help="Turn the admin API (/v1/admin) on with the bearer token in this file (or set $EVENTBUS_ADMIN_TOKEN).",
     ),
 ) -> None:
     """Run the HTTP/gRPC gateway in the foreground (one per node; `eventbus up` starts one).
@@ -189,9 +211,16 @@ def gateway(
 
     try:
         run_gateway(
-            addr.kafka or "", addr.redis or "", ray_address=addr.ray, host=host,
-            http_port=http_port, grpc_port=grpc_port or None, on_ready=ready,
-            otlp_endpoint=otlp_endpoint, trace_sample_ratio=trace_sample_ratio, log_format=log_format,
+            addr.kafka or "",
+            addr.redis or "",
+            ray_address=addr.ray,
+            host=host,
+            http_port=http_port,
+            grpc_port=grpc_port or None,
+            on_ready=ready,
+            otlp_endpoint=otlp_endpoint,
+            trace_sample_ratio=trace_sample_ratio,
+            log_format=log_format,
         )
     except (EventBusError, OSError) as exc:
         _fail(f"the gateway stopped: {exc}")
@@ -201,25 +230,37 @@ def gateway(
 def replay(
     pipeline: str = typer.Argument(..., help="The deployed pipeline to run the events through."),
     topic: str = typer.Option(..., "--topic", help="The topic to read the range from."),
-    from_offset: Optional[int] = typer.Option(None, "--from-offset", help="First offset (each partition)."),
-    from_time: Optional[str] = typer.Option(None, "--from-time", help="First record time: RFC 3339 or epoch ms."),
-    to_offset: Optional[int] = typer.Option(None, "--to-offset", help="Stop before this offset (default: the end)."),
-    to_time: Optional[str] = typer.Option(None, "--to-time", help="Stop before this record time."),
-    partition: Optional[list[int]] = typer.Option(None, "--partition", help="Only these partitions (repeatable)."),
-    dedupe: bool = typer.Option(True, "--dedupe/--no-dedupe", help="Skip outputs the sink already received."),
-    ray_address: Optional[str] = RayOpt,
-    kafka_bootstrap: Optional[str] = KafkaOpt,
-    redis_url: Optional[str] = RedisOpt,
+    from_offset: int | None = typer.Option(
+        None, "--from-offset", help="First offset (each partition)."
+    ),
+    from_time: str | None = typer.Option(
+        None, "--from-time", help="First record time: RFC 3339 or epoch ms."
+    ),
+    to_offset: int | None = typer.Option(
+        None, "--to-offset", help="Stop before this offset (default: the end)."
+    ),
+    to_time: str | None = typer.Option(None, "--to-time", help="Stop before this record time."),
+    partition: list[int] | None = typer.Option(
+        None, "--partition", help="Only these partitions (repeatable)."
+    ),
+    dedupe: bool = typer.Option(
+        True, "--dedupe/--no-dedupe", help="Skip outputs the sink already received."
+    ),
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
 ) -> None:
     """Re-run a range of a topic through a deployed pipeline (e.g. after a fix)."""
     from eventbus.pipelines._config import PipelineConfig
-    from eventbus.serving._replay import ReplayRange, parse_time_arg, replay as run_replay
+    from eventbus.serving._replay import ReplayRange, parse_time_arg
+    from eventbus.serving._replay import replay as run_replay
 
     addr = _Addresses(ray_address, kafka_bootstrap, redis_url)
     client = _client(addr)
     try:
         rng = ReplayRange(
-            from_offset=from_offset, to_offset=to_offset,
+            from_offset=from_offset,
+            to_offset=to_offset,
             from_time_ms=parse_time_arg(from_time) if from_time else None,
             to_time_ms=parse_time_arg(to_time) if to_time else None,
             partitions=list(partition) if partition else None,
@@ -239,16 +280,30 @@ def replay(
 
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=err, transient=True) as bar:
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), console=err, transient=True
+    ) as bar:
         task = bar.add_task("replaying...", total=None)
 
         def show(st: Any) -> None:
-            bar.update(task, description=f"replayed {st.replayed:,} events: {st.outputs:,} outputs, {st.dead_lettered:,} dead letters, {st.duplicates:,} duplicates skipped")
+            bar.update(
+                task,
+                description=f"replayed {st.replayed:,} events: {st.outputs:,} outputs, {st.dead_lettered:,} dead letters, {st.duplicates:,} duplicates skipped",
+            )
 
         try:
-            stats = asyncio.run(run_replay(
-                config, topic, rng, bootstrap=addr.kafka or "", redis_url=addr.redis, dispatch=dispatch, dedupe=dedupe, progress=show,
-            ))
+            stats = asyncio.run(
+                run_replay(
+                    config,
+                    topic,
+                    rng,
+                    bootstrap=addr.kafka or "",
+                    redis_url=addr.redis,
+                    dispatch=dispatch,
+                    dedupe=dedupe,
+                    progress=show,
+                )
+            )
         except EventBusError as exc:
             _fail(str(exc))
     out.print(
@@ -268,11 +323,15 @@ def down() -> None:
 
 @app.command()
 def status(
-    name: Optional[str] = typer.Argument(None, help="A pipeline to show in detail."),
-    ray_address: Optional[str] = RayOpt,
-    kafka_bootstrap: Optional[str] = KafkaOpt,
-    redis_url: Optional[str] = RedisOpt,
-    as_json: bool = typer.Option(False, "--json", help="Print the stack's parts (or the pipeline's figures) as JSON (for scripts)."),
+    name: str | None = typer.Argument(None, help="A pipeline to show in detail."),
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help="Print the stack's parts (or the pipeline's figures) as JSON (for scripts).",
+    ),
 ) -> None:
     """Show the stack, the deployed pipelines, or one pipeline's live counters."""
     from eventbus._internal.stack import stack_status
@@ -309,7 +368,12 @@ def _print_stack(st: dict[str, Any]) -> None:
     for col in ("part", "address", "state", "started by eventbus"):
         table.add_column(col)
     for part, info in st["parts"].items():
-        table.add_row(part, info["address"], "[green]up[/green]" if info["up"] else "[red]down[/red]", "yes" if info["owned"] else "no")
+        table.add_row(
+            part,
+            info["address"],
+            "[green]up[/green]" if info["up"] else "[red]down[/red]",
+            "yes" if info["owned"] else "no",
+        )
     if not st["parts"]:
         out.print("no stack recorded; start one with `eventbus up`")
     else:
@@ -359,15 +423,20 @@ def validate(files: list[Path] = typer.Argument(..., help="Pipeline YAML files."
 @app.command()
 def deploy(
     file: Path = typer.Argument(..., help="Pipeline YAML file."),
-    canary: Optional[int] = typer.Option(
-        None, "--canary", min=1, max=100,
+    canary: int | None = typer.Option(
+        None,
+        "--canary",
+        min=1,
+        max=100,
         help="Start the new steps on this percent of the events, then 50 and 100 percent if they do no worse; "
         "rolled back at once on a regression, promoted after the last step.",
     ),
-    step_seconds: float = typer.Option(30.0, "--step-seconds", min=1.0, help="Seconds per canary step."),
-    ray_address: Optional[str] = RayOpt,
-    kafka_bootstrap: Optional[str] = KafkaOpt,
-    redis_url: Optional[str] = RedisOpt,
+    step_seconds: float = typer.Option(
+        30.0, "--step-seconds", min=1.0, help="Seconds per canary step."
+    ),
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
 ) -> None:
     """Validate and deploy (or redeploy) a pipeline, at once or as a canary."""
     from eventbus.errors import PipelineConfigError
@@ -376,14 +445,18 @@ def deploy(
     try:
         if canary is not None:
             weights = sorted({canary, *(w for w in (50, 100) if w > canary)})
-            with _working(f"starting a canary of {file}: validate, push models, start the canary steps on the replicas..."):
+            with _working(
+                f"starting a canary of {file}: validate, push models, start the canary steps on the replicas..."
+            ):
                 info = client.deploy(file, canary=weights, step_s=step_seconds)
             out.print(
                 f"canary of [bold]{info['name']}[/bold] version {info['canary_version']} on {info['weight']}% of the events; "
                 f"steps {', '.join(f'{w}%' for w in info['weights'])} every {step_seconds:g} s (`eventbus canary {info['name']}`)"
             )
             return
-        with _working(f"deploying {file}: validate, push models, start the Serve application and sources..."):
+        with _working(
+            f"deploying {file}: validate, push models, start the Serve application and sources..."
+        ):
             info = client.deploy(file)
     except PipelineConfigError as exc:
         for p in exc.problems:
@@ -391,15 +464,17 @@ def deploy(
         raise typer.Exit(1) from None
     except EventBusError as exc:
         _fail(str(exc).splitlines()[-1] if str(exc) else type(exc).__name__)
-    out.print(f"deployed [bold]{info['name']}[/bold] version {info['version']} ({info['sources']} source(s), {info['steps']} step(s))")
+    out.print(
+        f"deployed [bold]{info['name']}[/bold] version {info['version']} ({info['sources']} source(s), {info['steps']} step(s))"
+    )
 
 
 @app.command()
 def delete(
     name: str = typer.Argument(..., help="Pipeline name."),
-    ray_address: Optional[str] = RayOpt,
-    kafka_bootstrap: Optional[str] = KafkaOpt,
-    redis_url: Optional[str] = RedisOpt,
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
 ) -> None:
     """Drain and delete a deployed pipeline."""
     try:
@@ -413,10 +488,12 @@ def delete(
 @app.command()
 def get(
     name: str = typer.Argument(..., help="Pipeline name."),
-    as_json: bool = typer.Option(False, "--json", help="The stored record as JSON instead of the YAML."),
-    ray_address: Optional[str] = RayOpt,
-    kafka_bootstrap: Optional[str] = KafkaOpt,
-    redis_url: Optional[str] = RedisOpt,
+    as_json: bool = typer.Option(
+        False, "--json", help="The stored record as JSON instead of the YAML."
+    ),
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
 ) -> None:
     """Print a deployed pipeline's YAML (as deployed), or its stored record."""
     try:
@@ -433,9 +510,9 @@ def get(
 def versions(
     name: str = typer.Argument(..., help="Pipeline name."),
     as_json: bool = typer.Option(False, "--json", help="JSON instead of a table."),
-    ray_address: Optional[str] = RayOpt,
-    kafka_bootstrap: Optional[str] = KafkaOpt,
-    redis_url: Optional[str] = RedisOpt,
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
 ) -> None:
     """List a pipeline's kept versions (the serving one marked)."""
     try:
@@ -458,9 +535,9 @@ def versions(
 @app.command()
 def promote(
     name: str = typer.Argument(..., help="Pipeline name."),
-    ray_address: Optional[str] = RayOpt,
-    kafka_bootstrap: Optional[str] = KafkaOpt,
-    redis_url: Optional[str] = RedisOpt,
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
 ) -> None:
     """Make a pipeline's running canary its serving version now."""
     try:
@@ -474,9 +551,9 @@ def promote(
 def canary_(
     name: str = typer.Argument(..., help="Pipeline name."),
     as_json: bool = typer.Option(False, "--json", help="JSON instead of text."),
-    ray_address: Optional[str] = RayOpt,
-    kafka_bootstrap: Optional[str] = KafkaOpt,
-    redis_url: Optional[str] = RedisOpt,
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
 ) -> None:
     """Show a pipeline's canary: its share, steps and verdicts, or how the last one ended."""
     try:
@@ -489,44 +566,58 @@ def canary_(
     if state is None:
         out.print(f"{name} has no canary; start one with `eventbus deploy FILE --canary 10`")
         return
-    out.print(f"canary of {name} version {state['version']}: {state['status']} ({state.get('reason') or 'at ' + str(state['weight']) + '%'})")
+    out.print(
+        f"canary of {name} version {state['version']}: {state['status']} ({state.get('reason') or 'at ' + str(state['weight']) + '%'})"
+    )
     for h in state["history"]:
         c = h["figures"]["canary"]
-        out.print(f"  {h['weight']}%: {h['verdict']} ({h['reason']}); canary {int(c['events'])} events, {int(c['failed'])} failed")
+        out.print(
+            f"  {h['weight']}%: {h['verdict']} ({h['reason']}); canary {int(c['events'])} events, {int(c['failed'])} failed"
+        )
 
 
 @app.command()
 def rollback(
     name: str = typer.Argument(..., help="Pipeline name."),
-    to: Optional[int] = typer.Option(None, "--to", help="The version to restore (default: the one before the serving one)."),
-    ray_address: Optional[str] = RayOpt,
-    kafka_bootstrap: Optional[str] = KafkaOpt,
-    redis_url: Optional[str] = RedisOpt,
+    to: int | None = typer.Option(
+        None, "--to", help="The version to restore (default: the one before the serving one)."
+    ),
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
 ) -> None:
     """End a running canary, or deploy an earlier version of a pipeline again (as a new version)."""
     try:
-        with _working(f"rolling back {name}: end the canary, or deploy the earlier version again..."):
+        with _working(
+            f"rolling back {name}: end the canary, or deploy the earlier version again..."
+        ):
             info = _client(_Addresses(ray_address, kafka_bootstrap, redis_url)).rollback(name, to)
     except EventBusError as exc:
         _fail(str(exc))
     if "canary_rolled_back" in info:
-        out.print(f"rolled back the canary of {name} (version {info['canary_rolled_back']}); version {info['version']} serves")
+        out.print(
+            f"rolled back the canary of {name} (version {info['canary_rolled_back']}); version {info['version']} serves"
+        )
         return
-    out.print(f"rolled back {name}: version {info['version']} serves the YAML of version {info['rollback_of']}")
+    out.print(
+        f"rolled back {name}: version {info['version']} serves the YAML of version {info['rollback_of']}"
+    )
 
 
 @app.command("list")
 def list_(
-    ray_address: Optional[str] = RayOpt,
-    kafka_bootstrap: Optional[str] = KafkaOpt,
-    redis_url: Optional[str] = RedisOpt,
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
 ) -> None:
     """List the deployed pipelines."""
     _print_pipelines(_client(_Addresses(ray_address, kafka_bootstrap, redis_url)).list())
 
 
 @app.command()
-def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file.")) -> None:
+def schema(
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write to this file."),
+) -> None:
     """Print the JSON Schema of pipeline YAML."""
     from eventbus.pipelines._schema import pipeline_schema_json
 
@@ -538,7 +629,11 @@ def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="W
 
 
 @app.command("test")
-def test_(paths: list[str] = typer.Argument(..., help="Pipeline files, *_test.yaml files or directories.")) -> None:
+def test_(
+    paths: list[str] = typer.Argument(
+        ..., help="Pipeline files, *_test.yaml files or directories."
+    ),
+) -> None:
     """Run pipeline unit tests in process (no stack needed)."""
     from eventbus.errors import ConfigError, PipelineConfigError
     from eventbus.pipelines._testing import find_test_files, run_test_file
@@ -582,14 +677,18 @@ def test_(paths: list[str] = typer.Argument(..., help="Pipeline files, *_test.ya
 @app.command()
 def publish(
     topic: str = typer.Argument(..., help="Kafka topic."),
-    type_: Optional[str] = typer.Option(None, "--type", help="CloudEvent type."),
+    type_: str | None = typer.Option(None, "--type", help="CloudEvent type."),
     source: str = typer.Option("eventbus-cli", "--source", help="CloudEvent source."),
-    data: Optional[str] = typer.Option(None, "--data", help="JSON data."),
-    file: Optional[Path] = typer.Option(None, "--file", help="JSON lines: one event (attributes + data) or data object per line."),
+    data: str | None = typer.Option(None, "--data", help="JSON data."),
+    file: Path | None = typer.Option(
+        None, "--file", help="JSON lines: one event (attributes + data) or data object per line."
+    ),
     mode: str = typer.Option("binary", "--mode", help="binary or structured."),
-    key: Optional[str] = typer.Option(None, "--key", help="Kafka record key (partition key)."),
-    count: int = typer.Option(1, "--count", min=1, help="Send the --data event this many times (fresh ids)."),
-    kafka_bootstrap: Optional[str] = KafkaOpt,
+    key: str | None = typer.Option(None, "--key", help="Kafka record key (partition key)."),
+    count: int = typer.Option(
+        1, "--count", min=1, help="Send the --data event this many times (fresh ids)."
+    ),
+    kafka_bootstrap: str | None = KafkaOpt,
 ) -> None:
     """Publish CloudEvents to a topic over the Kafka protocol binding."""
     from eventbus.eventing._publish import build_events, publish_events
@@ -609,11 +708,15 @@ def publish(
 @app.command()
 def tail(
     topic: str = typer.Argument(..., help="Kafka topic."),
-    from_beginning: bool = typer.Option(False, "--from-beginning", help="Start at the earliest offset."),
-    max_events: Optional[int] = typer.Option(None, "--max", help="Stop after this many events."),
-    timeout_s: Optional[float] = typer.Option(None, "--timeout", help="Stop after this many seconds without events."),
+    from_beginning: bool = typer.Option(
+        False, "--from-beginning", help="Start at the earliest offset."
+    ),
+    max_events: int | None = typer.Option(None, "--max", help="Stop after this many events."),
+    timeout_s: float | None = typer.Option(
+        None, "--timeout", help="Stop after this many seconds without events."
+    ),
     as_json: bool = typer.Option(False, "--json", help="One structured-mode JSON object per line."),
-    kafka_bootstrap: Optional[str] = KafkaOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
 ) -> None:
     """Print CloudEvents as they arrive on a topic."""
     from eventbus.eventing._publish import tail_events
@@ -636,7 +739,16 @@ def tail(
                 out.print_json(data=obj["data"])
 
     try:
-        asyncio.run(tail_events(addr.kafka or "", topic, show, from_beginning=from_beginning, max_events=max_events, idle_timeout_s=timeout_s))
+        asyncio.run(
+            tail_events(
+                addr.kafka or "",
+                topic,
+                show,
+                from_beginning=from_beginning,
+                max_events=max_events,
+                idle_timeout_s=timeout_s,
+            )
+        )
     except KeyboardInterrupt:
         pass
 

@@ -38,7 +38,9 @@ def package_version(event: CloudEvent) -> CloudEvent:
 
     import tabulate  # not in the project's environment: only where a runtime_env installs it
 
-    return event.replace(data={**event.data, "tabulate": tabulate.__version__, "tag": os.environ.get("EB_TAG")})
+    return event.replace(
+        data={**event.data, "tabulate": tabulate.__version__, "tag": os.environ.get("EB_TAG")}
+    )
 
 
 @eventbus.function(batch=True)

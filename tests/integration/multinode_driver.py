@@ -44,8 +44,15 @@ def _connect(address: str) -> Any:
 
 
 def _nodes(ray: Any) -> list[dict[str, Any]]:
-    return [{"node_id": n["NodeID"], "alive": n["Alive"], "head": "node:__internal_head__" in n["Resources"] or
-             "node:__internal_head__" in n.get("Labels", {})} for n in ray.nodes()]
+    return [
+        {
+            "node_id": n["NodeID"],
+            "alive": n["Alive"],
+            "head": "node:__internal_head__" in n["Resources"]
+            or "node:__internal_head__" in n.get("Labels", {}),
+        }
+        for n in ray.nodes()
+    ]
 
 
 def _replicas(app: str) -> list[dict[str, Any]]:
@@ -54,8 +61,13 @@ def _replicas(app: str) -> list[dict[str, Any]]:
 
     out = []
     for info in state.actors().values():
-        if info["ActorClassName"].startswith("ServeReplica:") and f":{app}:" in info["ActorClassName"] + ":":
-            out.append({"state": info["State"], "node_id": info["Address"]["NodeID"], "pid": info["Pid"]})
+        if (
+            info["ActorClassName"].startswith("ServeReplica:")
+            and f":{app}:" in info["ActorClassName"] + ":"
+        ):
+            out.append(
+                {"state": info["State"], "node_id": info["Address"]["NodeID"], "pid": info["Pid"]}
+            )
     return out
 
 
@@ -93,8 +105,13 @@ def main(argv: list[str]) -> int:
         result = {
             "pipelines": client.list(),
             "app_status": str(app.status) if app else None,
-            "deployments": {k: {"status": str(d.status), "replicas": {str(s): n for s, n in d.replica_states.items()}}
-                            for k, d in (app.deployments.items() if app else [])},
+            "deployments": {
+                k: {
+                    "status": str(d.status),
+                    "replicas": {str(s): n for s, n in d.replica_states.items()},
+                }
+                for k, d in (app.deployments.items() if app else [])
+            },
         }
     else:
         print(f"unknown verb {verb!r}", file=sys.stderr)

@@ -15,7 +15,9 @@ from tests.integration.kafka_helpers import collect, produce
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.ray, pytest.mark.redis]
 
 
-async def test_allocate_keeps_every_budget(deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> None:
+async def test_allocate_keeps_every_budget(
+    deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str, redis_url: str, tmp_path: Path
+) -> None:
     import torch
 
     from eventbus.pipelines._allocate import publish_duals
@@ -28,21 +30,38 @@ async def test_allocate_keeps_every_budget(deploy_pipeline: Any, topic_factory: 
     result = solve(problem, gap=1e-3)
     src, sink = topic_factory("alloc-in", partitions=2), topic_factory("alloc-out")
     name = f"alloc-{uuid.uuid4().hex[:6]}"
-    deploy_pipeline({
-        "apiVersion": "eventbus/v1",
-        "kind": "Pipeline",
-        "metadata": {"name": name},
-        "spec": {
-            "sources": [{"kafka": {"topic": src}}],
-            "steps": [{"id": "coupon", "allocate": {"catalogue": str(catalogue), "revenue": "data.revenue", "segment": "data.segment", "refresh_s": 0.2}}],
-            "sink": {"kafka": {"topic": sink}},
-            "serving": {"replicas": 2},
-        },
-    })
+    deploy_pipeline(
+        {
+            "apiVersion": "eventbus/v1",
+            "kind": "Pipeline",
+            "metadata": {"name": name},
+            "spec": {
+                "sources": [{"kafka": {"topic": src}}],
+                "steps": [
+                    {
+                        "id": "coupon",
+                        "allocate": {
+                            "catalogue": str(catalogue),
+                            "revenue": "data.revenue",
+                            "segment": "data.segment",
+                            "refresh_s": 0.2,
+                        },
+                    }
+                ],
+                "sink": {"kafka": {"topic": sink}},
+                "serving": {"replicas": 2},
+            },
+        }
+    )
     publish_duals(redis_url, name, "coupon", result.duals)
     cons = problem.consumption
     events = [
-        CloudEvent.create(type="request", source="/app", id=f"q{i}", data={"revenue": problem.revenue[i].tolist(), "segment": int(cons.segment[i])})
+        CloudEvent.create(
+            type="request",
+            source="/app",
+            id=f"q{i}",
+            data={"revenue": problem.revenue[i].tolist(), "segment": int(cons.segment[i])},
+        )
         for i in range(n)
     ]
     await produce(kafka_bootstrap, src, events)
@@ -54,14 +73,20 @@ async def test_allocate_keeps_every_budget(deploy_pipeline: Any, topic_factory: 
         j = e.data["item"]
         if j is not None:
             i = int(e.id[1:])
-            used += cons.item_cost[:, j].double() * cons.segment_mask[:, int(cons.segment[i])].double()
+            used += (
+                cons.item_cost[:, j].double() * cons.segment_mask[:, int(cons.segment[i])].double()
+            )
             allocated += 1
     budget = problem.budget.double()
-    assert bool((used <= budget + 1e-6).all()), f"used {used.tolist()} over budget {budget.tolist()}"
+    assert bool((used <= budget + 1e-6).all()), (
+        f"used {used.tolist()} over budget {budget.tolist()}"
+    )
     assert allocated > n // 10  # the duals price, they do not starve
 
 
-async def test_plan_republishes_duals_without_a_redeploy(deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> None:
+async def test_plan_republishes_duals_without_a_redeploy(
+    deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str, redis_url: str, tmp_path: Path
+) -> None:
     import asyncio
     import json
     import time
@@ -77,26 +102,45 @@ async def test_plan_republishes_duals_without_a_redeploy(deploy_pipeline: Any, t
     save_problem(problem, catalogue)
     src, sink = topic_factory("plan-in"), topic_factory("plan-out")
     name = f"plan-{uuid.uuid4().hex[:6]}"
-    deploy_pipeline({
-        "apiVersion": "eventbus/v1",
-        "kind": "Pipeline",
-        "metadata": {"name": name},
-        "spec": {
-            "sources": [{"kafka": {"topic": src}}],
-            "steps": [{"id": "coupon", "allocate": {
-                "catalogue": str(catalogue), "revenue": "data.revenue", "segment": "data.segment", "refresh_s": 0.2,
-                "plan": {"every_s": 1, "window": 500, "expected_requests": 4000},
-            }}],
-            "sink": {"kafka": {"topic": sink}},
-        },
-    })
+    deploy_pipeline(
+        {
+            "apiVersion": "eventbus/v1",
+            "kind": "Pipeline",
+            "metadata": {"name": name},
+            "spec": {
+                "sources": [{"kafka": {"topic": src}}],
+                "steps": [
+                    {
+                        "id": "coupon",
+                        "allocate": {
+                            "catalogue": str(catalogue),
+                            "revenue": "data.revenue",
+                            "segment": "data.segment",
+                            "refresh_s": 0.2,
+                            "plan": {"every_s": 1, "window": 500, "expected_requests": 4000},
+                        },
+                    }
+                ],
+                "sink": {"kafka": {"topic": sink}},
+            },
+        }
+    )
     r = redis.Redis.from_url(redis_url)
     assert r.get(duals_key(name, "coupon")) is None
     cons = problem.consumption
-    await produce(kafka_bootstrap, src, [
-        CloudEvent.create(type="request", source="/app", id=f"q{i}", data={"revenue": problem.revenue[i].tolist(), "segment": int(cons.segment[i])})
-        for i in range(n)
-    ])
+    await produce(
+        kafka_bootstrap,
+        src,
+        [
+            CloudEvent.create(
+                type="request",
+                source="/app",
+                id=f"q{i}",
+                data={"revenue": problem.revenue[i].tolist(), "segment": int(cons.segment[i])},
+            )
+            for i in range(n)
+        ],
+    )
     await collect(kafka_bootstrap, sink, n, timeout_s=120)
     deadline = time.monotonic() + 30
     while r.get(duals_key(name, "coupon")) is None:

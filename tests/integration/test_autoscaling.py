@@ -15,7 +15,13 @@ from eventbus import CloudEvent
 from eventbus.eventing._codecs import encode_kafka_binary
 from tests.integration.kafka_helpers import collect
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.ray, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.kafka,
+    pytest.mark.ray,
+    pytest.mark.redis,
+    pytest.mark.slow,
+]
 
 N = 6000
 
@@ -26,7 +32,11 @@ def replica_count(name: str) -> int:
     app = serve.status().applications.get(f"eventbus-{name}")
     if app is None or "pipeline" not in app.deployments:
         return 0
-    return sum(n for state, n in app.deployments["pipeline"].replica_states.items() if str(state).endswith("RUNNING"))
+    return sum(
+        n
+        for state, n in app.deployments["pipeline"].replica_states.items()
+        if str(state).endswith("RUNNING")
+    )
 
 
 async def wait_for(cond: Any, timeout_s: float, what: str) -> float:
@@ -44,39 +54,54 @@ async def produce(bootstrap: str, topic: str, n: int) -> None:
     try:
         futs = []
         for i in range(n):
-            headers, value = encode_kafka_binary(CloudEvent.create(type="a.test", source="/autoscale", id=f"a{i}", data={"n": i, "wait_ms": 5}))
-            futs.append(await producer.send(topic, value, key=str(i % 16).encode(), headers=headers))
+            headers, value = encode_kafka_binary(
+                CloudEvent.create(
+                    type="a.test", source="/autoscale", id=f"a{i}", data={"n": i, "wait_ms": 5}
+                )
+            )
+            futs.append(
+                await producer.send(topic, value, key=str(i % 16).encode(), headers=headers)
+            )
         await asyncio.gather(*futs)
     finally:
         await producer.stop()
 
 
-async def test_scales_up_on_lag_and_back_down(deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str) -> None:
+async def test_scales_up_on_lag_and_back_down(
+    deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str
+) -> None:
     src, sink = topic_factory("as-in", partitions=4), topic_factory("as-out", partitions=2)
     name = f"autoscale-{uuid.uuid4().hex[:6]}"
-    deploy_pipeline({
-        "apiVersion": "eventbus/v1",
-        "kind": "Pipeline",
-        "metadata": {"name": name},
-        "spec": {
-            "sources": [{"kafka": {"topic": src}}],
-            "steps": [{"id": "wait", "function": "tests.integration.funcs:io_wait"}],
-            "sink": {"kafka": {"topic": sink}},
-            "serving": {
-                "replicas": {"min": 1, "max": 3},
-                "batch": {"max_size": 200, "linger_ms": 5, "max_in_flight": 2},
-                "autoscaling": {
-                    "target_lag": 1000, "look_back_s": 2, "upscale_delay_s": 0, "downscale_delay_s": 3,
-                    "capacity_events_per_s": 1e6,  # this test scales on lag alone
+    deploy_pipeline(
+        {
+            "apiVersion": "eventbus/v1",
+            "kind": "Pipeline",
+            "metadata": {"name": name},
+            "spec": {
+                "sources": [{"kafka": {"topic": src}}],
+                "steps": [{"id": "wait", "function": "tests.integration.funcs:io_wait"}],
+                "sink": {"kafka": {"topic": sink}},
+                "serving": {
+                    "replicas": {"min": 1, "max": 3},
+                    "batch": {"max_size": 200, "linger_ms": 5, "max_in_flight": 2},
+                    "autoscaling": {
+                        "target_lag": 1000,
+                        "look_back_s": 2,
+                        "upscale_delay_s": 0,
+                        "downscale_delay_s": 3,
+                        "capacity_events_per_s": 1e6,  # this test scales on lag alone
+                    },
                 },
             },
-        },
-    })
+        }
+    )
     assert replica_count(name) == 1
     # 6,000 events at 5 ms each: 30 s of work for one replica, a lag of thousands
     await produce(kafka_bootstrap, src, N)
     up_s = await wait_for(lambda: replica_count(name) >= 2, 60, "a scale-up on lag")
     out = await collect(kafka_bootstrap, sink, N, timeout_s=60)
     assert {e.id for e in out} == {f"a{i}" for i in range(N)}
-    down_s = await wait_for(lambda: replica_count(name) == 1, 40, "the scale-down once the backlog is gone")
+    down_s = await wait_for(
+        lambda: replica_count(name) == 1, 40, "the scale-down once the backlog is gone"
+    )
     print(f"scaled up after {up_s:.1f} s, back down {down_s:.1f} s after the backlog was delivered")

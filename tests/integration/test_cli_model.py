@@ -17,7 +17,13 @@ import torch
 
 from tests.integration.test_cli_stack import ROOT, eb
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.ray, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.kafka,
+    pytest.mark.ray,
+    pytest.mark.redis,
+    pytest.mark.slow,
+]
 
 EXAMPLE = ROOT / "examples" / "fraud_model"
 ROWS = [
@@ -34,21 +40,38 @@ def _direct(path: Path) -> list[float]:
 
 
 def _publish(home: Path, tmp: Path, prefix: str) -> None:
-    lines = [json.dumps({"type": "transaction.created", "id": f"{prefix}{i}", "data": {"features": r}}) for i, r in enumerate(ROWS)]
+    lines = [
+        json.dumps({"type": "transaction.created", "id": f"{prefix}{i}", "data": {"features": r}})
+        for i, r in enumerate(ROWS)
+    ]
     (tmp / f"{prefix}.jsonl").write_text("\n".join(lines) + "\n")
     pub = eb(home, "publish", "transactions", "--file", str(tmp / f"{prefix}.jsonl"))
     assert pub.returncode == 0, pub.stderr
 
 
 def _scored(home: Path, n: int) -> dict[str, dict[str, object]]:
-    tail = eb(home, "tail", "transactions-scored", "--from-beginning", "--max", str(n), "--timeout", "60", "--json")
+    tail = eb(
+        home,
+        "tail",
+        "transactions-scored",
+        "--from-beginning",
+        "--max",
+        str(n),
+        "--timeout",
+        "60",
+        "--json",
+    )
     assert tail.returncode == 0, tail.stderr
     return {e["id"]: e for e in map(json.loads, tail.stdout.splitlines())}
 
 
 def _rows(listing: str) -> dict[int, str]:
     """``eventbus model list`` table rows by version: the row's text."""
-    return {int(m.group(1)): line for line in listing.splitlines() if (m := re.match(r"\W*fraud\W+(\d+)\s", line))}
+    return {
+        int(m.group(1)): line
+        for line in listing.splitlines()
+        if (m := re.match(r"\W*fraud\W+(\d+)\s", line))
+    }
 
 
 def test_model_cli_on_the_embedded_stack(tmp_path: Path) -> None:
@@ -73,8 +96,20 @@ def test_model_cli_on_the_embedded_stack(tmp_path: Path) -> None:
 
         # A second version, trained by the example's own code (deterministic: seed 1).
         train = subprocess.run(
-            [sys.executable, str(EXAMPLE / "train.py"), "--out", str(tmp_path / "v2"), "--seed", "1", "--epochs", "60"],
-            capture_output=True, text=True, timeout=120, check=False,
+            [
+                sys.executable,
+                str(EXAMPLE / "train.py"),
+                "--out",
+                str(tmp_path / "v2"),
+                "--seed",
+                "1",
+                "--epochs",
+                "60",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
         assert train.returncode == 0, train.stderr
         push = eb(home, "model", "push", "fraud", str(tmp_path / "v2" / "fraud.pt2"))
@@ -86,7 +121,9 @@ def test_model_cli_on_the_embedded_stack(tmp_path: Path) -> None:
         out = _scored(home, 6)
         for i, score in enumerate(v2):
             e = out[f"b{i}"]
-            assert e["data"]["model_version"] == 2 and abs(e["data"]["fraud_score"] - score) < 1e-5, (e, score)  # type: ignore[index]
+            assert (
+                e["data"]["model_version"] == 2 and abs(e["data"]["fraud_score"] - score) < 1e-5
+            ), (e, score)  # type: ignore[index]
 
         # A/B: a quarter of the events to version 1; then the split ends.
         split = eb(home, "model", "split", "fraud", "1", "--weight", "0.25")
@@ -96,11 +133,15 @@ def test_model_cli_on_the_embedded_stack(tmp_path: Path) -> None:
         assert ls.returncode == 0, ls.stderr
         rows = _rows(ls.stdout)
         assert list(rows) == [1, 2] and all("export" in r for r in rows.values()), ls.stdout
-        assert "split" in rows[1] and "25%" in rows[1] and "serving" in rows[2] and "75%" in rows[2], ls.stdout
+        assert (
+            "split" in rows[1] and "25%" in rows[1] and "serving" in rows[2] and "75%" in rows[2]
+        ), ls.stdout
         usage = eb(home, "model", "split", "fraud")
         assert usage.returncode == 2 and "give a VERSION" in usage.stderr
         off = eb(home, "model", "split", "fraud", "--off")
-        assert off.returncode == 0 and "model fraud: version 2 takes all events" in off.stdout, off.stderr
+        assert off.returncode == 0 and "model fraud: version 2 takes all events" in off.stdout, (
+            off.stderr
+        )
 
         # Broken files are refused: one that is no torch artifact (nothing stored), one whose
         # outputs are not finite on the recorded requests (stored as rejected); v2 serves on.
@@ -114,7 +155,9 @@ def test_model_cli_on_the_embedded_stack(tmp_path: Path) -> None:
             def forward(self, x: torch.Tensor) -> torch.Tensor:
                 return x[:, :1] * float("nan")
 
-        ep = torch.export.export(NaN(), (torch.tensor(ROWS),), dynamic_shapes=({0: torch.export.Dim("batch")},))
+        ep = torch.export.export(
+            NaN(), (torch.tensor(ROWS),), dynamic_shapes=({0: torch.export.Dim("batch")},)
+        )
         torch.export.save(ep, tmp_path / "nan.pt2")
         nan = eb(home, "model", "push", "fraud", str(tmp_path / "nan.pt2"))
         assert nan.returncode == 1, nan.stdout

@@ -7,8 +7,8 @@ EVENTBUS_HOME, exactly as a newcomer's `eventbus up` does.
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,16 +16,30 @@ from pathlib import Path
 import httpx
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.ray, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.kafka,
+    pytest.mark.ray,
+    pytest.mark.redis,
+    pytest.mark.slow,
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def eb(home: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "EVENTBUS_"))}
-    env.update({"EVENTBUS_HOME": str(home), "COLUMNS": "200", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
+    env.update(
+        {"EVENTBUS_HOME": str(home), "COLUMNS": "200", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    )
     return subprocess.run(
-        [sys.executable, "-m", "eventbus.cli", *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT, check=False
+        [sys.executable, "-m", "eventbus.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=ROOT,
+        check=False,
     )
 
 
@@ -56,13 +70,35 @@ def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
 
         pub = eb(home, "publish", "payments", "--file", "examples/payments/events.jsonl")
         assert pub.returncode == 0, pub.stderr
-        tail = eb(home, "tail", "payments-large", "--from-beginning", "--max", "3", "--timeout", "60", "--json")
+        tail = eb(
+            home,
+            "tail",
+            "payments-large",
+            "--from-beginning",
+            "--max",
+            "3",
+            "--timeout",
+            "60",
+            "--json",
+        )
         assert tail.returncode == 0, tail.stderr
         events = [json.loads(line) for line in tail.stdout.splitlines()]
         assert sorted(e["id"] for e in events) == ["demo-1", "demo-3", "demo-5"]
-        assert all(e["type"] == "payment.large" and 0 <= e["data"]["fraud_score"] <= 1 for e in events)
+        assert all(
+            e["type"] == "payment.large" and 0 <= e["data"]["fraud_score"] <= 1 for e in events
+        )
 
-        dlq = eb(home, "tail", "payments-dlq", "--from-beginning", "--max", "1", "--timeout", "60", "--json")
+        dlq = eb(
+            home,
+            "tail",
+            "payments-dlq",
+            "--from-beginning",
+            "--max",
+            "1",
+            "--timeout",
+            "60",
+            "--json",
+        )
         [dead] = [json.loads(line) for line in dlq.stdout.splitlines()]
         assert dead["id"] == "demo-6" and dead["ebstep"] == "score"
         assert "account_age_days must be an integer" in dead["eberror"]
@@ -71,20 +107,38 @@ def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
         st_json = json.loads(eb(home, "status", "--json").stdout)
         gw = st_json["parts"]["gateway"]["url"]
         assert gw == stack["gateway_http"] and st_json["parts"]["gateway"]["up"]
-        r = httpx.post(f"{gw}/payments?wait=true", json={"amount": 900, "currency": "EUR"}, timeout=60)
+        r = httpx.post(
+            f"{gw}/payments?wait=true", json={"amount": 900, "currency": "EUR"}, timeout=60
+        )
         assert r.status_code == 200, r.text
         assert r.headers["ce-type"] == "payment.large" and r.headers["ce-source"] == "/shop/web"
         assert r.json()["amount_cny"] == 900 * 7.7 and 0 <= r.json()["fraud_score"] <= 1
-        r = httpx.post(f"{gw}/v1/pipelines/large-payments/events", json={"amount": 450, "currency": "USD"}, timeout=60)
+        r = httpx.post(
+            f"{gw}/v1/pipelines/large-payments/events",
+            json={"amount": 450, "currency": "USD"},
+            timeout=60,
+        )
         assert r.status_code == 202, r.text
         http_id = r.json()["ids"][0]
-        tail = eb(home, "tail", "payments-large", "--from-beginning", "--max", "4", "--timeout", "60", "--json")
+        tail = eb(
+            home,
+            "tail",
+            "payments-large",
+            "--from-beginning",
+            "--max",
+            "4",
+            "--timeout",
+            "60",
+            "--json",
+        )
         assert http_id in [json.loads(line)["id"] for line in tail.stdout.splitlines()]
 
         st = eb(home, "status", "large-payments")
         assert st.returncode == 0, st.stderr
         assert "only_large (filter) → to_cny (convert) → score (function)" in st.stdout
-        totals = json.loads(eb(home, "status", "large-payments", "--json").stdout)["figures"]["totals"]
+        totals = json.loads(eb(home, "status", "large-payments", "--json").stdout)["figures"][
+            "totals"
+        ]
         # the six published events, the async HTTP one and the sync one
         assert (totals["consumed"], totals["outputs"], totals["dead_lettered"]) == (8, 5, 1), totals
 
@@ -95,14 +149,23 @@ def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
         token = (home / "admin_token").read_text().strip()
         assert (home / "admin_token").stat().st_mode & 0o077 == 0
         assert httpx.get(f"{gw}/v1/admin/pipelines", timeout=30).status_code == 401
-        r = httpx.get(f"{gw}/v1/admin/pipelines", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        r = httpx.get(
+            f"{gw}/v1/admin/pipelines", headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
         assert r.status_code == 200 and [p["name"] for p in r.json()] == ["large-payments"], r.text
-        r = httpx.get(f"{gw}/v1/admin/pipelines/large-payments/versions", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        r = httpx.get(
+            f"{gw}/v1/admin/pipelines/large-payments/versions",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
         assert [(v["version"], v["serving"]) for v in r.json()] == [(1, True)], r.text
         vs = eb(home, "versions", "large-payments")
         assert vs.returncode == 0 and "payments.yaml" in vs.stdout, vs.stderr
         got = eb(home, "get", "large-payments")
-        assert got.returncode == 0 and got.stdout == (ROOT / "examples/payments/payments.yaml").read_text(), got.stderr
+        assert (
+            got.returncode == 0
+            and got.stdout == (ROOT / "examples/payments/payments.yaml").read_text()
+        ), got.stderr
 
         # A full restart: the whole stack goes down; `up` redeploys every pipeline from Redis
         # (the embedded broker lost its topics: they are created again).
@@ -114,8 +177,22 @@ def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
         assert "large-payments" in ls.stdout and "RUNNING" in ls.stdout
         pub = eb(home, "publish", "payments", "--file", "examples/payments/events.jsonl")
         assert pub.returncode == 0, pub.stderr
-        tail = eb(home, "tail", "payments-large", "--from-beginning", "--max", "3", "--timeout", "60", "--json")
-        assert sorted(json.loads(line)["id"] for line in tail.stdout.splitlines()) == ["demo-1", "demo-3", "demo-5"]
+        tail = eb(
+            home,
+            "tail",
+            "payments-large",
+            "--from-beginning",
+            "--max",
+            "3",
+            "--timeout",
+            "60",
+            "--json",
+        )
+        assert sorted(json.loads(line)["id"] for line in tail.stdout.splitlines()) == [
+            "demo-1",
+            "demo-3",
+            "demo-5",
+        ]
 
         bad = eb(home, "delete", "no-such")
         assert bad.returncode == 1 and "no pipeline named 'no-such' is deployed" in bad.stderr
@@ -128,12 +205,24 @@ def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
     assert not re.search(rf":{ray_port}\s", listening_ports())
 
 
-def test_up_adopts_given_addresses_and_starts_nothing(tmp_path: Path, kafka_bootstrap: str, redis_url: str) -> None:
+def test_up_adopts_given_addresses_and_starts_nothing(
+    tmp_path: Path, kafka_bootstrap: str, redis_url: str
+) -> None:
     home = tmp_path / "eb"
     import ray
 
     ray_address = ray.get_runtime_context().gcs_address if ray.is_initialized() else "127.0.0.1:1"
-    res = eb(home, "up", "--kafka-bootstrap", kafka_bootstrap, "--redis-url", redis_url, "--ray-address", ray_address, "--no-gateway")
+    res = eb(
+        home,
+        "up",
+        "--kafka-bootstrap",
+        kafka_bootstrap,
+        "--redis-url",
+        redis_url,
+        "--ray-address",
+        ray_address,
+        "--no-gateway",
+    )
     stack = json.loads((home / "stack.json").read_text())
     assert stack["owned"] == {}
     assert stack["kafka_bootstrap"] == kafka_bootstrap and stack["redis_url"] == redis_url

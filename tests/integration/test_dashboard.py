@@ -42,14 +42,16 @@ class OtlpReceiver:
     """A real OTLP/HTTP trace receiver on loopback: decodes ExportTraceServiceRequest bodies."""
 
     def __init__(self) -> None:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+        )
 
         self.spans: list[dict[str, Any]] = []
         lock = self.lock = threading.Lock()
         spans = self.spans
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 if self.headers.get("content-encoding") == "gzip":
                     body = gzip.decompress(body)
@@ -57,14 +59,29 @@ class OtlpReceiver:
                 req.ParseFromString(body)
                 with lock:
                     for rs in req.resource_spans:
-                        service = next((a.value.string_value for a in rs.resource.attributes if a.key == "service.name"), "")
+                        service = next(
+                            (
+                                a.value.string_value
+                                for a in rs.resource.attributes
+                                if a.key == "service.name"
+                            ),
+                            "",
+                        )
                         for ss in rs.scope_spans:
                             for s in ss.spans:
-                                spans.append({
-                                    "service": service, "name": s.name, "trace_id": s.trace_id.hex(), "span_id": s.span_id.hex(),
-                                    "parent": s.parent_span_id.hex(),
-                                    "attributes": {a.key: a.value.string_value or a.value.int_value for a in s.attributes},
-                                })
+                                spans.append(
+                                    {
+                                        "service": service,
+                                        "name": s.name,
+                                        "trace_id": s.trace_id.hex(),
+                                        "span_id": s.span_id.hex(),
+                                        "parent": s.parent_span_id.hex(),
+                                        "attributes": {
+                                            a.key: a.value.string_value or a.value.int_value
+                                            for a in s.attributes
+                                        },
+                                    }
+                                )
                 self.send_response(200)
                 self.send_header("content-type", "application/x-protobuf")
                 self.end_headers()
@@ -90,14 +107,37 @@ class Gateway:
         self.http_port = free_port()
         self.url = f"http://127.0.0.1:{self.http_port}"
         argv = [
-            sys.executable, "-m", "eventbus.cli", "gateway", "--host", "127.0.0.1", "--http-port", str(self.http_port), "--grpc-port", "0",
-            "--ray-address", ray.get_runtime_context().gcs_address, "--kafka-bootstrap", kafka, "--redis-url", redis,
-            "--otlp-endpoint", otlp, "--log-format", "json",
+            sys.executable,
+            "-m",
+            "eventbus.cli",
+            "gateway",
+            "--host",
+            "127.0.0.1",
+            "--http-port",
+            str(self.http_port),
+            "--grpc-port",
+            "0",
+            "--ray-address",
+            ray.get_runtime_context().gcs_address,
+            "--kafka-bootstrap",
+            kafka,
+            "--redis-url",
+            redis,
+            "--otlp-endpoint",
+            otlp,
+            "--log-format",
+            "json",
         ]
         self.log = log
         with open(log, "ab") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        wait_for(lambda: _ok(self.url + "/healthz") or self.proc.poll() is not None, 60, lambda: log.read_text()[-2000:])
+            self.proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        wait_for(
+            lambda: _ok(self.url + "/healthz") or self.proc.poll() is not None,
+            60,
+            lambda: log.read_text()[-2000:],
+        )
         assert self.proc.poll() is None, log.read_text()[-2000:]
 
     def stop(self) -> None:
@@ -117,7 +157,9 @@ def _ok(url: str) -> bool:
         return False
 
 
-def wait_for(cond: Callable[[], Any], timeout_s: float, describe: Callable[[], Any] = lambda: "") -> Any:
+def wait_for(
+    cond: Callable[[], Any], timeout_s: float, describe: Callable[[], Any] = lambda: ""
+) -> Any:
     deadline = time.monotonic() + timeout_s
     while True:
         value = cond()
@@ -135,33 +177,56 @@ def otlp() -> Iterator[OtlpReceiver]:
 
 
 @pytest.fixture(scope="module")
-def gateway(ray_cluster: None, eventbus_client: Any, kafka_bootstrap: str, redis_url: str, otlp: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    gw = Gateway(kafka_bootstrap, redis_url, otlp.url, tmp_path_factory.mktemp("gateway") / "gateway.log")
+def gateway(
+    ray_cluster: None,
+    eventbus_client: Any,
+    kafka_bootstrap: str,
+    redis_url: str,
+    otlp: OtlpReceiver,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Gateway]:
+    gw = Gateway(
+        kafka_bootstrap, redis_url, otlp.url, tmp_path_factory.mktemp("gateway") / "gateway.log"
+    )
     yield gw
     gw.stop()
 
 
 @pytest.fixture(scope="module")
-def deployed(gateway: Gateway, eventbus_client: Any, kafka_bootstrap: str, otlp: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def deployed(
+    gateway: Gateway,
+    eventbus_client: Any,
+    kafka_bootstrap: str,
+    otlp: OtlpReceiver,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, Any]]:
     """One pipeline for the module: Kafka + HTTP sources, filter + convert, sink, dead letters;
     60 Kafka events and 20 async HTTP events sent, all delivered; 3 sync calls (one output,
     one filtered, one failed)."""
     import yaml
 
-    from tests.fixtures.services import _run_in_thread
     from eventbus._internal.services import create_topics
+    from tests.fixtures.services import _run_in_thread
 
     tag = uuid.uuid4().hex[:6]
     name = f"dash-{tag}"
     src, sink, dlq = f"dash-in-{tag}", f"dash-out-{tag}", f"dash-dlq-{tag}"
     _run_in_thread(lambda: create_topics(kafka_bootstrap, [src, sink, dlq], partitions=1))
     doc = {
-        "apiVersion": "eventbus/v1", "kind": "Pipeline", "metadata": {"name": name},
+        "apiVersion": "eventbus/v1",
+        "kind": "Pipeline",
+        "metadata": {"name": name},
         "spec": {
-            "sources": [{"kafka": {"topic": src}}, {"http": {"path": f"/dash/{tag}", "type": "payment.created"}}],
+            "sources": [
+                {"kafka": {"topic": src}},
+                {"http": {"path": f"/dash/{tag}", "type": "payment.created"}},
+            ],
             "steps": [
                 {"id": "large", "filter": "data.amount > 100"},
-                {"id": "cny", "convert": {"set": {"data.cny": "data.amount * 7", "type": "'payment.large'"}}},
+                {
+                    "id": "cny",
+                    "convert": {"set": {"data.cny": "data.amount * 7", "type": "'payment.large'"}},
+                },
             ],
             "sink": {"kafka": {"topic": sink}},
             "dead_letter": {"kafka": {"topic": dlq}},
@@ -174,8 +239,14 @@ def deployed(gateway: Gateway, eventbus_client: Any, kafka_bootstrap: str, otlp:
     eventbus_client.deploy(path)
     # Kafka: 55 events of amounts 0..540 (11 of them <= 100: filtered) and 5 whose double
     # amount fails in `cny` (double * int is a CEL error): dead letters.
-    events = [CloudEvent.create(type="payment.created", source="/it", id=f"k{i}", data={"amount": i * 10}) for i in range(55)]
-    events += [CloudEvent.create(type="payment.created", source="/it", id=f"f{i}", data={"amount": 500.5}) for i in range(5)]
+    events = [
+        CloudEvent.create(type="payment.created", source="/it", id=f"k{i}", data={"amount": i * 10})
+        for i in range(55)
+    ]
+    events += [
+        CloudEvent.create(type="payment.created", source="/it", id=f"f{i}", data={"amount": 500.5})
+        for i in range(5)
+    ]
     asyncio.run(produce(kafka_bootstrap, src, events))
     traceparent = f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"
     with httpx.Client(base_url=gateway.url, timeout=30) as c:
@@ -189,21 +260,45 @@ def deployed(gateway: Gateway, eventbus_client: Any, kafka_bootstrap: str, otlp:
             assert r.status_code == status, r.text
     expected_out = 44 + 20  # amounts 110..540 from Kafka, every HTTP one
     outputs = asyncio.run(collect(kafka_bootstrap, sink, expected_out, timeout_s=60))
-    yield {"name": name, "tag": tag, "sink": sink, "outputs": outputs, "traceparent": traceparent, "expected_out": expected_out}
+    yield {
+        "name": name,
+        "tag": tag,
+        "sink": sink,
+        "outputs": outputs,
+        "traceparent": traceparent,
+        "expected_out": expected_out,
+    }
     eventbus_client.delete(name)
 
 
-def test_stats_api_reports_topology_counters_latency_and_lag(gateway: Gateway, deployed: dict[str, Any]) -> None:
+def test_stats_api_reports_topology_counters_latency_and_lag(
+    gateway: Gateway, deployed: dict[str, Any]
+) -> None:
     name = deployed["name"]
 
     def settled() -> dict[str, Any] | None:
         v = httpx.get(f"{gateway.url}/v1/pipelines/{name}/stats", timeout=5).json()
-        return v if v["totals"]["outputs"] >= deployed["expected_out"] + 1 and v["totals"]["consumed"] >= 83 and v["totals"]["committed"] >= 80 and v["lag_total"] == 0 and v["lag"] and v["steps"]["large"]["in"] >= 83 else None
+        return (
+            v
+            if v["totals"]["outputs"] >= deployed["expected_out"] + 1
+            and v["totals"]["consumed"] >= 83
+            and v["totals"]["committed"] >= 80
+            and v["lag_total"] == 0
+            and v["lag"]
+            and v["steps"]["large"]["in"] >= 83
+            else None
+        )
 
     v = wait_for(settled, 30, lambda: httpx.get(f"{gateway.url}/v1/pipelines/{name}/stats").text)
     t = v["totals"]
     # 80 through the sources + 3 sync calls (1 out, 1 filtered, 1 failed: answered 422, not dead-lettered)
-    assert (t["consumed"], t["outputs"], t["dropped"], t["failed"], t["dead_lettered"]) == (83, 65, 12, 6, 5)
+    assert (t["consumed"], t["outputs"], t["dropped"], t["failed"], t["dead_lettered"]) == (
+        83,
+        65,
+        12,
+        6,
+        5,
+    )
     assert v["sync"] == {"consumed": 3, "outputs": 1, "dropped": 1, "failed": 1}
     assert v["version"] == 1 and v["replicas"] == 1
     assert [s["kind"] for s in v["topology"]["sources"]] == ["kafka", "http"]
@@ -211,15 +306,22 @@ def test_stats_api_reports_topology_counters_latency_and_lag(gateway: Gateway, d
     large, cny = v["steps"]["large"], v["steps"]["cny"]
     assert (large["in"], large["out"], large["filtered"]) == (83, 71, 12)
     assert (cny["in"], cny["out"], cny["failed"]) == (71, 65, 6)
-    assert v["latency"]["histogram"]["count"] == 80 and 0 < v["latency"]["p50_s"] <= v["latency"]["p99_s"] < 60
+    assert (
+        v["latency"]["histogram"]["count"] == 80
+        and 0 < v["latency"]["p50_s"] <= v["latency"]["p99_s"] < 60
+    )
     assert v["batch_size"]["histogram"]["sum"] == 83
     assert f"dash-in-{deployed['tag']}[0]" in v["lag"] and v["lag_total"] == 0
-    assert v["gateway"]["async"]["requests"] == {"202": 20} and v["gateway"]["async"]["events"] == 20
+    assert (
+        v["gateway"]["async"]["requests"] == {"202": 20} and v["gateway"]["async"]["events"] == 20
+    )
     assert v["gateway"]["sync"]["requests"] == {"200": 1, "204": 1, "422": 1}
     assert httpx.get(f"{gateway.url}/v1/pipelines/nope-{name}/stats").status_code == 404
 
 
-def test_metrics_endpoint_exposes_the_same_figures(gateway: Gateway, deployed: dict[str, Any]) -> None:
+def test_metrics_endpoint_exposes_the_same_figures(
+    gateway: Gateway, deployed: dict[str, Any]
+) -> None:
     name = deployed["name"]
     text = httpx.get(f"{gateway.url}/metrics", timeout=5).text
     values: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
@@ -232,7 +334,12 @@ def test_metrics_endpoint_exposes_the_same_figures(gateway: Gateway, deployed: d
         return sum(v for (n, _), v in values.items() if n == metric)
 
     assert total("eventbus_events_in_total") == 83  # source "sync": the gateways' sync calls
-    assert values[("eventbus_events_in_total", frozenset({"pipeline": name, "source": "sync"}.items()))] == 3
+    assert (
+        values[
+            ("eventbus_events_in_total", frozenset({"pipeline": name, "source": "sync"}.items()))
+        ]
+        == 3
+    )
     assert total("eventbus_events_out_total") == 65
     assert total("eventbus_events_filtered_total") == 12
     assert total("eventbus_dead_letters_total") == 5
@@ -243,10 +350,16 @@ def test_metrics_endpoint_exposes_the_same_figures(gateway: Gateway, deployed: d
     assert any(n == "eventbus_consumer_lag" for n, _ in values)
 
 
-def test_trace_goes_from_gateway_through_replica_to_sink(deployed: dict[str, Any], otlp: OtlpReceiver) -> None:
+def test_trace_goes_from_gateway_through_replica_to_sink(
+    deployed: dict[str, Any], otlp: OtlpReceiver
+) -> None:
     trace_id = deployed["traceparent"].split("-")[1]
     names = lambda: {s["name"] for s in otlp.of_trace(trace_id)}  # noqa: E731
-    want = {f"eventbus.gateway {deployed['name']}", f"eventbus.process {deployed['name']}", f"eventbus.sink dash-out-{deployed['tag']}"}
+    want = {
+        f"eventbus.gateway {deployed['name']}",
+        f"eventbus.process {deployed['name']}",
+        f"eventbus.sink dash-out-{deployed['tag']}",
+    }
     wait_for(lambda: want <= names(), 20, names)
     spans = {s["name"]: s for s in otlp.of_trace(trace_id)}
     gw = spans[f"eventbus.gateway {deployed['name']}"]
@@ -256,7 +369,11 @@ def test_trace_goes_from_gateway_through_replica_to_sink(deployed: dict[str, Any
     assert proc["parent"] == gw["span_id"] and send["parent"] == proc["span_id"]
     assert gw["service"] == "eventbus-gateway" and proc["service"] == f"eventbus-{deployed['name']}"
     # the output on the sink topic carries the sink span's context
-    (out,) = [e for e in deployed["outputs"] if e.attributes.get("traceparent", "").split("-")[1:2] == [trace_id]]
+    (out,) = [
+        e
+        for e in deployed["outputs"]
+        if e.attributes.get("traceparent", "").split("-")[1:2] == [trace_id]
+    ]
     assert out.attributes["traceparent"].split("-")[2] == send["span_id"]
 
 
@@ -267,17 +384,27 @@ def browser() -> Iterator[Any]:
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver_path = shutil.which("chromedriver")
-    assert chromium and driver_path, "the browser test needs Debian's chromium and chromium-driver (make system-deps)"
+    assert chromium and driver_path, (
+        "the browser test needs Debian's chromium and chromium-driver (make system-deps)"
+    )
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1400,1200"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1400,1200",
+    ):
         opts.add_argument(arg)
     driver = webdriver.Chrome(service=Service(driver_path), options=opts)
     yield driver
     driver.quit()
 
 
-def test_dashboard_shows_the_pipeline_and_sends_a_test_event(gateway: Gateway, deployed: dict[str, Any], browser: Any) -> None:
+def test_dashboard_shows_the_pipeline_and_sends_a_test_event(
+    gateway: Gateway, deployed: dict[str, Any], browser: Any
+) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -308,9 +435,24 @@ def test_dashboard_shows_the_pipeline_and_sends_a_test_event(gateway: Gateway, d
     c = card()
     assert c is not None
     f = c["figures"]
-    assert (f["out"], f["dead_letters"], f["failed"], f["filtered"], f["version"], f["replicas"], f["lag"]) == ("65", "5", "6", "12", "1", "1", "0")
+    assert (
+        f["out"],
+        f["dead_letters"],
+        f["failed"],
+        f["filtered"],
+        f["version"],
+        f["replicas"],
+        f["lag"],
+    ) == ("65", "5", "6", "12", "1", "1", "0")
     assert f["p50"].endswith("ms") and f["p99"].endswith("ms")
-    for part in ("kafka", "http", "large (filter)", "cny (convert)", f"dash-out-{deployed['tag']}", f"dash-dlq-{deployed['tag']}"):
+    for part in (
+        "kafka",
+        "http",
+        "large (filter)",
+        "cny (convert)",
+        f"dash-out-{deployed['tag']}",
+        f"dash-dlq-{deployed['tag']}",
+    ):
         assert part in c["topology"]
     assert c["rows"]["large"][:6] == ["large", "filter", "83", "71", "12", "0"]
 
@@ -321,7 +463,9 @@ def test_dashboard_shows_the_pipeline_and_sends_a_test_event(gateway: Gateway, d
     browser.find_element(By.ID, "test-send").click()
     wait.until(lambda d: d.find_element(By.ID, "test-status").text.startswith("200"))
     result = browser.find_element(By.ID, "test-result").text
-    out = orjson.loads(result[result.index("\n{") + 1:]) if "\n{" in result else orjson.loads(result)
+    out = (
+        orjson.loads(result[result.index("\n{") + 1 :]) if "\n{" in result else orjson.loads(result)
+    )
     assert out == {"amount": 321, "cny": 2247}
     assert '"type": "payment.large"' in result
     # a filtered test event
@@ -337,44 +481,79 @@ def test_dashboard_shows_the_pipeline_and_sends_a_test_event(gateway: Gateway, d
     assert (ARTIFACTS / "dashboard.png").stat().st_size > 10_000
 
 
-def test_eventbus_status_shows_the_same_figures(deployed: dict[str, Any], kafka_bootstrap: str, redis_url: str) -> None:
+def test_eventbus_status_shows_the_same_figures(
+    deployed: dict[str, Any], kafka_bootstrap: str, redis_url: str
+) -> None:
     argv = [
-        sys.executable, "-m", "eventbus.cli", "status", deployed["name"], "--ray-address", ray.get_runtime_context().gcs_address,
-        "--kafka-bootstrap", kafka_bootstrap, "--redis-url", redis_url,
+        sys.executable,
+        "-m",
+        "eventbus.cli",
+        "status",
+        deployed["name"],
+        "--ray-address",
+        ray.get_runtime_context().gcs_address,
+        "--kafka-bootstrap",
+        kafka_bootstrap,
+        "--redis-url",
+        redis_url,
     ]
     env = {**os.environ, "COLUMNS": "200"}
     r = subprocess.run(argv, capture_output=True, text=True, timeout=90, env=env)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert any(f"dash-in-{deployed['tag']}" in ln and "large (filter) → cny (convert)" in ln for ln in lines), r.stdout
-    figures = next(ln for ln in lines if ln.strip().startswith("│") and " 5 " in ln).replace("│", " ").split()
-    row = next(ln for ln in lines if "large" in ln and "filter" in ln and "│" in ln).replace("│", " ").split()
+    assert any(
+        f"dash-in-{deployed['tag']}" in ln and "large (filter) → cny (convert)" in ln
+        for ln in lines
+    ), r.stdout
+    figures = (
+        next(ln for ln in lines if ln.strip().startswith("│") and " 5 " in ln)
+        .replace("│", " ")
+        .split()
+    )
+    row = (
+        next(ln for ln in lines if "large" in ln and "filter" in ln and "│" in ln)
+        .replace("│", " ")
+        .split()
+    )
     r = subprocess.run([*argv, "--json"], capture_output=True, text=True, timeout=90, env=env)
     assert r.returncode == 0, r.stderr
     info = orjson.loads(r.stdout)
     t = info["figures"]["totals"]
     # 83 in, or 85 with the dashboard test's two sync events when it ran first
-    assert (t["consumed"], t["outputs"], t["dropped"], t["failed"], t["dead_lettered"]) in ((83, 65, 12, 6, 5), (85, 66, 13, 6, 5))
-    assert figures[:5] == [str(t[k]) for k in ("consumed", "outputs", "dropped", "failed", "dead_lettered")], r.stdout
+    assert (t["consumed"], t["outputs"], t["dropped"], t["failed"], t["dead_lettered"]) in (
+        (83, 65, 12, 6, 5),
+        (85, 66, 13, 6, 5),
+    )
+    assert figures[:5] == [
+        str(t[k]) for k in ("consumed", "outputs", "dropped", "failed", "dead_lettered")
+    ], r.stdout
     assert info["figures"]["steps"]["cny"]["failed"] == 6
     large = info["figures"]["steps"]["large"]
-    assert large["in"] == t["consumed"] and row[:6] == ["large", "filter", *(str(large[k]) for k in ("in", "out", "filtered", "failed"))], r.stdout
+    assert large["in"] == t["consumed"] and row[:6] == [
+        "large",
+        "filter",
+        *(str(large[k]) for k in ("in", "out", "filtered", "failed")),
+    ], r.stdout
 
 
-def test_actor_placement_publishes_the_same_figures(gateway: Gateway, eventbus_client: Any, kafka_bootstrap: str, tmp_path: Path) -> None:
+def test_actor_placement_publishes_the_same_figures(
+    gateway: Gateway, eventbus_client: Any, kafka_bootstrap: str, tmp_path: Path
+) -> None:
     """source_placement: actor: the source actors publish their counters, latency and lag,
     the replicas (which run the steps for them) the steps' figures, the gateway its sync calls."""
     import yaml
 
-    from tests.fixtures.services import _run_in_thread
     from eventbus._internal.services import create_topics
+    from tests.fixtures.services import _run_in_thread
 
     tag = uuid.uuid4().hex[:6]
     name = f"dact-{tag}"
     src, sink, dlq = f"dact-in-{tag}", f"dact-out-{tag}", f"dact-dlq-{tag}"
     _run_in_thread(lambda: create_topics(kafka_bootstrap, [src, sink, dlq], partitions=1))
     doc = {
-        "apiVersion": "eventbus/v1", "kind": "Pipeline", "metadata": {"name": name},
+        "apiVersion": "eventbus/v1",
+        "kind": "Pipeline",
+        "metadata": {"name": name},
         "spec": {
             "sources": [{"kafka": {"topic": src}}, {"http": {"path": f"/dact/{tag}", "type": "t"}}],
             "steps": [
@@ -383,7 +562,11 @@ def test_actor_placement_publishes_the_same_figures(gateway: Gateway, eventbus_c
             ],
             "sink": {"kafka": {"topic": sink}},
             "dead_letter": {"kafka": {"topic": dlq}},
-            "serving": {"replicas": 1, "source_placement": "actor", "batch": {"max_size": 500, "linger_ms": 2}},
+            "serving": {
+                "replicas": 1,
+                "source_placement": "actor",
+                "batch": {"max_size": 500, "linger_ms": 2},
+            },
         },
     }
     path = tmp_path / f"{name}.yaml"
@@ -391,11 +574,19 @@ def test_actor_placement_publishes_the_same_figures(gateway: Gateway, eventbus_c
     eventbus_client.deploy(path)
     try:
         # Kafka: amounts 0..290 (11 <= 100: filtered, 19 out) and 2 that fail in `cny`.
-        events = [CloudEvent.create(type="t", source="/it", id=f"k{i}", data={"amount": i * 10}) for i in range(30)]
-        events += [CloudEvent.create(type="t", source="/it", id=f"f{i}", data={"amount": 500.5}) for i in range(2)]
+        events = [
+            CloudEvent.create(type="t", source="/it", id=f"k{i}", data={"amount": i * 10})
+            for i in range(30)
+        ]
+        events += [
+            CloudEvent.create(type="t", source="/it", id=f"f{i}", data={"amount": 500.5})
+            for i in range(2)
+        ]
         asyncio.run(produce(kafka_bootstrap, src, events))
         with httpx.Client(base_url=gateway.url, timeout=30) as c:
-            wait_for(lambda: c.post(f"/dact/{tag}", json={"amount": 1000}).status_code == 202, 30)  # the route is read from Redis
+            wait_for(
+                lambda: c.post(f"/dact/{tag}", json={"amount": 1000}).status_code == 202, 30
+            )  # the route is read from Redis
             for i in range(4):
                 assert c.post(f"/dact/{tag}", json={"amount": 1001 + i}).status_code == 202
             assert c.post(f"/dact/{tag}?wait=true", json={"amount": 200}).status_code == 200
@@ -406,18 +597,32 @@ def test_actor_placement_publishes_the_same_figures(gateway: Gateway, eventbus_c
         def settled() -> dict[str, Any] | None:
             v = httpx.get(f"{gateway.url}/v1/pipelines/{name}/stats", timeout=5).json()
             t = v["totals"]
-            done = {k: t[k] for k in want} == want and t["committed"] == 37 and v["lag"] and v["lag_total"] == 0
+            done = (
+                {k: t[k] for k in want} == want
+                and t["committed"] == 37
+                and v["lag"]
+                and v["lag_total"] == 0
+            )
             # the steps' counters are published apart from the sources' (each once a second)
-            return v if done and v["steps"]["cny"]["in"] == 27 and v["steps"]["large"]["in"] == 39 else None
+            return (
+                v
+                if done and v["steps"]["cny"]["in"] == 27 and v["steps"]["large"]["in"] == 39
+                else None
+            )
 
-        v = wait_for(settled, 30, lambda: httpx.get(f"{gateway.url}/v1/pipelines/{name}/stats").text)
+        v = wait_for(
+            settled, 30, lambda: httpx.get(f"{gateway.url}/v1/pipelines/{name}/stats").text
+        )
         assert v["replicas"] == 1  # the source actors publish too, but are not replicas
         assert v["sync"] == {"consumed": 2, "outputs": 1, "dropped": 1, "failed": 0}
         assert [s["counters"]["consumed"] for s in v["sources"]] == [32, 5]
         large, cny = v["steps"]["large"], v["steps"]["cny"]
         assert (large["in"], large["out"], large["filtered"]) == (39, 27, 12)
         assert (cny["in"], cny["out"], cny["failed"]) == (27, 25, 2)
-        assert v["latency"]["histogram"]["count"] == 37 and 0 < v["latency"]["p50_s"] <= v["latency"]["p99_s"] < 60
+        assert (
+            v["latency"]["histogram"]["count"] == 37
+            and 0 < v["latency"]["p50_s"] <= v["latency"]["p99_s"] < 60
+        )
         assert f"{src}[0]" in v["lag"]
         status = eventbus_client.status(name)
         assert {k: status["figures"]["totals"][k] for k in want} == want

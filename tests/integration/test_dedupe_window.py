@@ -21,7 +21,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.redis]
 
 
 def events(prefix: str, n: int) -> list[tuple[CloudEvent, bytes | None]]:
-    return [(CloudEvent.create(type="t", source="/dw", id=f"{prefix}{i}", data={"i": i}), f"k{i % 7}".encode()) for i in range(n)]
+    return [
+        (
+            CloudEvent.create(type="t", source="/dw", id=f"{prefix}{i}", data={"i": i}),
+            f"k{i % 7}".encode(),
+        )
+        for i in range(n)
+    ]
 
 
 class Process:
@@ -39,7 +45,13 @@ class Process:
         await self.sink.stop()
         await self.dedupe.close()
 
-    async def deliver(self, items: list[tuple[CloudEvent, bytes | None]], *, die: str | None = None, send: slice | None = None) -> int:
+    async def deliver(
+        self,
+        items: list[tuple[CloudEvent, bytes | None]],
+        *,
+        die: str | None = None,
+        send: slice | None = None,
+    ) -> int:
         """The source's sequence: claim, send, mark done. ``die`` stops it after ``claim`` or
         ``send`` (as a kill -9 would: nothing after that point runs). Returns the outputs sent."""
         keys = self.dedupe.digests([dedupe_key(e) for e, _ in items])
@@ -60,7 +72,9 @@ def pipeline() -> str:
     return f"dw-{uuid.uuid4().hex[:8]}"
 
 
-async def test_crash_after_the_sink_ack_sends_nothing_twice(kafka_bootstrap: str, redis_url: str, topic_factory, pipeline: str) -> None:  # type: ignore[no-untyped-def]
+async def test_crash_after_the_sink_ack_sends_nothing_twice(
+    kafka_bootstrap: str, redis_url: str, topic_factory, pipeline: str
+) -> None:  # type: ignore[no-untyped-def]
     topic = topic_factory("dw", partitions=3)
     batch = events("a", 600)
     async with Process(kafka_bootstrap, redis_url, topic, pipeline) as p:
@@ -80,7 +94,9 @@ async def test_crash_after_the_sink_ack_sends_nothing_twice(kafka_bootstrap: str
     assert len(counts) == 950 and max(counts.values()) == 1
 
 
-async def test_crash_before_the_send_loses_nothing(kafka_bootstrap: str, redis_url: str, topic_factory, pipeline: str) -> None:  # type: ignore[no-untyped-def]
+async def test_crash_before_the_send_loses_nothing(
+    kafka_bootstrap: str, redis_url: str, topic_factory, pipeline: str
+) -> None:  # type: ignore[no-untyped-def]
     topic = topic_factory("dw", partitions=2)
     batch = events("c", 400)
     async with Process(kafka_bootstrap, redis_url, topic, pipeline) as p:
@@ -92,7 +108,9 @@ async def test_crash_before_the_send_loses_nothing(kafka_bootstrap: str, redis_u
     assert sorted(e.id for e in out) == sorted(e.id for e, _ in batch)
 
 
-async def test_crash_mid_send_sends_only_what_is_missing(kafka_bootstrap: str, redis_url: str, topic_factory, pipeline: str) -> None:  # type: ignore[no-untyped-def]
+async def test_crash_mid_send_sends_only_what_is_missing(
+    kafka_bootstrap: str, redis_url: str, topic_factory, pipeline: str
+) -> None:  # type: ignore[no-untyped-def]
     topic = topic_factory("dw", partitions=2)
     batch = events("d", 300)
     async with Process(kafka_bootstrap, redis_url, topic, pipeline) as p:
@@ -105,7 +123,9 @@ async def test_crash_mid_send_sends_only_what_is_missing(kafka_bootstrap: str, r
     assert len(counts) == 300 and max(counts.values()) == 1
 
 
-async def test_repeats_within_a_batch_and_delivered_ids_are_skipped(kafka_bootstrap: str, redis_url: str, topic_factory, pipeline: str) -> None:  # type: ignore[no-untyped-def]
+async def test_repeats_within_a_batch_and_delivered_ids_are_skipped(
+    kafka_bootstrap: str, redis_url: str, topic_factory, pipeline: str
+) -> None:  # type: ignore[no-untyped-def]
     topic = topic_factory("dw")
     batch = events("e", 10)
     async with Process(kafka_bootstrap, redis_url, topic, pipeline) as p:

@@ -42,15 +42,29 @@ class GatewayProcess:
         self.http_port, self.grpc_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.http_port}"
         argv = [
-            sys.executable, "-m", "eventbus.cli", "gateway", "--host", "127.0.0.1",
-            "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
-            "--ray-address", ray.get_runtime_context().gcs_address,
-            "--kafka-bootstrap", kafka, "--redis-url", redis,
+            sys.executable,
+            "-m",
+            "eventbus.cli",
+            "gateway",
+            "--host",
+            "127.0.0.1",
+            "--http-port",
+            str(self.http_port),
+            "--grpc-port",
+            str(self.grpc_port),
+            "--ray-address",
+            ray.get_runtime_context().gcs_address,
+            "--kafka-bootstrap",
+            kafka,
+            "--redis-url",
+            redis,
         ]
         env = {**os.environ, "IT_SECRET": SECRET, "IT_TOKEN": TOKEN}
         self.log = log
         with open(log, "ab") as out:
-            self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -77,8 +91,16 @@ class GatewayProcess:
 
 
 @pytest.fixture(scope="module")
-def gateway(ray_cluster: None, eventbus_client: Any, kafka_bootstrap: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    gw = GatewayProcess(kafka_bootstrap, redis_url, tmp_path_factory.mktemp("gateway") / "gateway.log")
+def gateway(
+    ray_cluster: None,
+    eventbus_client: Any,
+    kafka_bootstrap: str,
+    redis_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[GatewayProcess]:
+    gw = GatewayProcess(
+        kafka_bootstrap, redis_url, tmp_path_factory.mktemp("gateway") / "gateway.log"
+    )
     yield gw
     gw.stop()
 
@@ -92,7 +114,15 @@ def doc(name: str, sink: str, sources: list[dict[str, Any]], **spec: Any) -> dic
             "sources": sources,
             "steps": [
                 {"id": "large", "filter": "data.amount > 100"},
-                {"id": "cny", "convert": {"set": {"data.amount_cny": "double(data.amount) * 7.0", "type": "'payment.large'"}}},
+                {
+                    "id": "cny",
+                    "convert": {
+                        "set": {
+                            "data.amount_cny": "double(data.amount) * 7.0",
+                            "type": "'payment.large'",
+                        }
+                    },
+                },
             ],
             "sink": {"kafka": {"topic": sink}},
             "serving": {"replicas": 1, "batch": {"max_size": 1000, "linger_ms": 2}},
@@ -102,10 +132,18 @@ def doc(name: str, sink: str, sources: list[dict[str, Any]], **spec: Any) -> dic
 
 
 def binary(i: int, amount: int) -> tuple[dict[str, str], bytes]:
-    return {"ce-specversion": "1.0", "ce-id": f"h{i}", "ce-source": "/it", "ce-type": "payment.created", "content-type": "application/json"}, orjson.dumps({"amount": amount, "i": i})
+    return {
+        "ce-specversion": "1.0",
+        "ce-id": f"h{i}",
+        "ce-source": "/it",
+        "ce-type": "payment.created",
+        "content-type": "application/json",
+    }, orjson.dumps({"amount": amount, "i": i})
 
 
-async def test_async_http_events_reach_the_sink_in_every_mode(gateway: GatewayProcess, deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str) -> None:
+async def test_async_http_events_reach_the_sink_in_every_mode(
+    gateway: GatewayProcess, deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str
+) -> None:
     sink = topic_factory("gw-sink")
     name = f"gw-async-{uuid.uuid4().hex[:6]}"
     deploy_pipeline(doc(name, sink, [{"http": {"path": f"/hooks/{name}"}}]))
@@ -120,11 +158,31 @@ async def test_async_http_events_reach_the_sink_in_every_mode(gateway: GatewayPr
                     h, body = binary(i, amount)
                     r = await c.post(f"/v1/pipelines/{name}/events", headers=h, content=body)
                 elif i % 3 == 1:
-                    ev = {"specversion": "1.0", "id": f"h{i}", "source": "/it", "type": "payment.created", "data": {"amount": amount, "i": i}}
-                    r = await c.post(f"/hooks/{name}", content=orjson.dumps(ev), headers={"content-type": "application/cloudevents+json"})
+                    ev = {
+                        "specversion": "1.0",
+                        "id": f"h{i}",
+                        "source": "/it",
+                        "type": "payment.created",
+                        "data": {"amount": amount, "i": i},
+                    }
+                    r = await c.post(
+                        f"/hooks/{name}",
+                        content=orjson.dumps(ev),
+                        headers={"content-type": "application/cloudevents+json"},
+                    )
                 else:
-                    ev = {"specversion": "1.0", "id": f"h{i}", "source": "/it", "type": "payment.created", "data": {"amount": amount, "i": i}}
-                    r = await c.post(f"/hooks/{name}", content=orjson.dumps([ev]), headers={"content-type": "application/cloudevents-batch+json"})
+                    ev = {
+                        "specversion": "1.0",
+                        "id": f"h{i}",
+                        "source": "/it",
+                        "type": "payment.created",
+                        "data": {"amount": amount, "i": i},
+                    }
+                    r = await c.post(
+                        f"/hooks/{name}",
+                        content=orjson.dumps([ev]),
+                        headers={"content-type": "application/cloudevents-batch+json"},
+                    )
                 return r.status_code
 
         codes = await asyncio.gather(*(send(i) for i in range(n)))
@@ -135,24 +193,53 @@ async def test_async_http_events_reach_the_sink_in_every_mode(gateway: GatewayPr
     assert set(got) == set(expected)
     for eid, amount in expected.items():
         e = got[eid]
-        assert (e.type, e.source, e.data["amount"], e.data["amount_cny"]) == ("payment.large", "/it", amount, amount * 7.0)
+        assert (e.type, e.source, e.data["amount"], e.data["amount_cny"]) == (
+            "payment.large",
+            "/it",
+            amount,
+            amount * 7.0,
+        )
 
 
-async def test_sync_invoke_over_http_and_grpc(gateway: GatewayProcess, deploy_pipeline: Any, topic_factory: Any) -> None:
+async def test_sync_invoke_over_http_and_grpc(
+    gateway: GatewayProcess, deploy_pipeline: Any, topic_factory: Any
+) -> None:
     sink = topic_factory("gw-sync")
     name = f"gw-sync-{uuid.uuid4().hex[:6]}"
-    deploy_pipeline(doc(name, sink, [{"http": {"auth": {"bearer": {"token_env": "IT_TOKEN"}}}}, {"grpc": {"auth": {"bearer": {"token_env": "IT_TOKEN"}}}}]))
+    deploy_pipeline(
+        doc(
+            name,
+            sink,
+            [
+                {"http": {"auth": {"bearer": {"token_env": "IT_TOKEN"}}}},
+                {"grpc": {"auth": {"bearer": {"token_env": "IT_TOKEN"}}}},
+            ],
+        )
+    )
     auth = {"authorization": f"Bearer {TOKEN}"}
     async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as c:
         h, body = binary(1, 300)
-        r = await c.post(f"/v1/pipelines/{name}/events?wait=true", headers={**h, **auth}, content=body)
+        r = await c.post(
+            f"/v1/pipelines/{name}/events?wait=true", headers={**h, **auth}, content=body
+        )
         assert r.status_code == 200, r.text
         assert r.headers["ce-type"] == "payment.large" and r.json()["amount_cny"] == 2100.0
         h, body = binary(2, 5)
-        r = await c.post(f"/v1/pipelines/{name}/events?wait=true", headers={**h, **auth}, content=body)
+        r = await c.post(
+            f"/v1/pipelines/{name}/events?wait=true", headers={**h, **auth}, content=body
+        )
         assert r.status_code == 204
         # concurrent sync calls are batched and each gets its own answer
-        rs = await asyncio.gather(*(c.post(f"/v1/pipelines/{name}/events?wait=true", headers={**binary(i, 1000 + i)[0], **auth}, content=binary(i, 1000 + i)[1]) for i in range(200)))
+        rs = await asyncio.gather(
+            *(
+                c.post(
+                    f"/v1/pipelines/{name}/events?wait=true",
+                    headers={**binary(i, 1000 + i)[0], **auth},
+                    content=binary(i, 1000 + i)[1],
+                )
+                for i in range(200)
+            )
+        )
         assert [r.json()["amount"] for r in rs] == [1000 + i for i in range(200)]
         assert [r.headers["ce-id"] for r in rs] == [f"h{i}" for i in range(200)]
         r = await c.post(f"/v1/pipelines/{name}/events", headers=h, content=body)
@@ -160,48 +247,120 @@ async def test_sync_invoke_over_http_and_grpc(gateway: GatewayProcess, deploy_pi
     async with grpc.aio.insecure_channel(f"127.0.0.1:{gateway.grpc_port}") as channel:
         stub = eventbus_pb2_grpc.EventBusStub(channel)
         md = [("x-eventbus-pipeline", name), ("authorization", f"Bearer {TOKEN}")]
-        event = CloudEvent.create(type="payment.created", source="/grpc", id="g1", data={"amount": 150})
+        event = CloudEvent.create(
+            type="payment.created", source="/grpc", id="g1", data={"amount": 150}
+        )
         out = await stub.Invoke(event_to_proto(event), metadata=md, timeout=30)
         (e,) = [event_from_proto(m) for m in out.events]
         assert (e.id, e.type, e.data["amount_cny"]) == ("g1", "payment.large", 1050.0)
-        reply = await stub.Publish(events_to_proto_batch([event.replace(id=f"gp{i}") for i in range(10)]), metadata=md, timeout=30)
+        reply = await stub.Publish(
+            events_to_proto_batch([event.replace(id=f"gp{i}") for i in range(10)]),
+            metadata=md,
+            timeout=30,
+        )
         assert reply.accepted == 10
         with pytest.raises(grpc.aio.AioRpcError) as info:
-            await stub.Invoke(event_to_proto(event), metadata=[("x-eventbus-pipeline", name)], timeout=30)
+            await stub.Invoke(
+                event_to_proto(event), metadata=[("x-eventbus-pipeline", name)], timeout=30
+            )
         assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
-async def test_curl_and_errors_on_the_live_gateway(gateway: GatewayProcess, deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str) -> None:
+async def test_curl_and_errors_on_the_live_gateway(
+    gateway: GatewayProcess, deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str
+) -> None:
     sink = topic_factory("gw-curl")
     name = f"gw-curl-{uuid.uuid4().hex[:6]}"
-    schema = {"type": "object", "required": ["amount"], "properties": {"amount": {"type": "integer"}}}
-    deploy_pipeline(doc(name, sink, [{"http": {"auth": {"hmac_sha256": {"secret_env": "IT_SECRET"}}, "data_schema": schema, "max_body_bytes": 4096}}]))
+    schema = {
+        "type": "object",
+        "required": ["amount"],
+        "properties": {"amount": {"type": "integer"}},
+    }
+    deploy_pipeline(
+        doc(
+            name,
+            sink,
+            [
+                {
+                    "http": {
+                        "auth": {"hmac_sha256": {"secret_env": "IT_SECRET"}},
+                        "data_schema": schema,
+                        "max_body_bytes": 4096,
+                    }
+                }
+            ],
+        )
+    )
     body = b'{"amount": 777}'
     url = f"{gateway.url}/v1/pipelines/{name}/events"
 
     def curl(*args: str) -> tuple[int, str]:
-        proc = subprocess.run(["curl", "-s", "-o", "/dev/stderr", "-w", "%{http_code}", *args], capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(
+            ["curl", "-s", "-o", "/dev/stderr", "-w", "%{http_code}", *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         return int(proc.stdout), proc.stderr
 
-    code, _ = curl("-X", "POST", url, "-H", "content-type: application/json", "-H", f"x-eventbus-signature: {sign(SECRET, body)}",
-                   "-H", "ce-specversion: 1.0", "-H", "ce-id: curl-1", "-H", "ce-source: /curl", "-H", "ce-type: payment.created", "--data-binary", body.decode())
+    code, _ = curl(
+        "-X",
+        "POST",
+        url,
+        "-H",
+        "content-type: application/json",
+        "-H",
+        f"x-eventbus-signature: {sign(SECRET, body)}",
+        "-H",
+        "ce-specversion: 1.0",
+        "-H",
+        "ce-id: curl-1",
+        "-H",
+        "ce-source: /curl",
+        "-H",
+        "ce-type: payment.created",
+        "--data-binary",
+        body.decode(),
+    )
     assert code == 202
-    code, text = curl("-X", "POST", url, "-H", "content-type: application/json", "--data-binary", body.decode())
+    code, text = curl(
+        "-X", "POST", url, "-H", "content-type: application/json", "--data-binary", body.decode()
+    )
     assert code == 401 and "x-eventbus-signature" in text
     bad = b'{"amount": "x"}'
-    code, text = curl("-X", "POST", url, "-H", "content-type: application/json", "-H", f"x-eventbus-signature: {sign(SECRET, bad)}", "--data-binary", bad.decode())
+    code, text = curl(
+        "-X",
+        "POST",
+        url,
+        "-H",
+        "content-type: application/json",
+        "-H",
+        f"x-eventbus-signature: {sign(SECRET, bad)}",
+        "--data-binary",
+        bad.decode(),
+    )
     assert code == 422 and "/amount" in text
     big = orjson.dumps({"amount": 1, "pad": "x" * 5000})
-    code, _ = curl("-X", "POST", url, "-H", "content-type: application/json", "--data-binary", big.decode())
+    code, _ = curl(
+        "-X", "POST", url, "-H", "content-type: application/json", "--data-binary", big.decode()
+    )
     assert code == 413
-    code, text = curl("-X", "POST", f"{gateway.url}/v1/pipelines/no-such-{name}/events", "--data-binary", "{}")
+    code, text = curl(
+        "-X", "POST", f"{gateway.url}/v1/pipelines/no-such-{name}/events", "--data-binary", "{}"
+    )
     assert code == 404 and "no-such" in text
     (e,) = await collect(kafka_bootstrap, sink, 1)
     assert (e.id, e.source, e.data) == ("curl-1", "/curl", {"amount": 777, "amount_cny": 5439.0})
 
 
 async def test_gateway_killed_mid_burst_loses_no_accepted_event(
-    ray_cluster: None, eventbus_client: Any, deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str, redis_url: str, tmp_path: Path
+    ray_cluster: None,
+    eventbus_client: Any,
+    deploy_pipeline: Any,
+    topic_factory: Any,
+    kafka_bootstrap: str,
+    redis_url: str,
+    tmp_path: Path,
 ) -> None:
     sink = topic_factory("gw-kill")
     name = f"gw-kill-{uuid.uuid4().hex[:6]}"
@@ -220,10 +379,25 @@ async def test_gateway_killed_mid_burst_loses_no_accepted_event(
                 while True:
                     eid = f"k{k}-{i}"
                     i += 1
-                    body = orjson.dumps([{"specversion": "1.0", "id": f"{eid}-{j}", "source": "/kill", "type": "t", "data": {"j": j}} for j in range(5)])
+                    body = orjson.dumps(
+                        [
+                            {
+                                "specversion": "1.0",
+                                "id": f"{eid}-{j}",
+                                "source": "/kill",
+                                "type": "t",
+                                "data": {"j": j},
+                            }
+                            for j in range(5)
+                        ]
+                    )
                     sent += 5
                     try:
-                        r = await c.post(f"/v1/pipelines/{name}/events", content=body, headers={"content-type": "application/cloudevents-batch+json"})
+                        r = await c.post(
+                            f"/v1/pipelines/{name}/events",
+                            content=body,
+                            headers={"content-type": "application/cloudevents-batch+json"},
+                        )
                     except httpx.HTTPError:
                         return  # the gateway is gone
                     if r.status_code != 202:

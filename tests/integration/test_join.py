@@ -23,7 +23,13 @@ from eventbus import CloudEvent
 from eventbus.eventing._codecs import encode_kafka_binary
 from tests.integration.kafka_helpers import collect
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.ray, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.kafka,
+    pytest.mark.ray,
+    pytest.mark.redis,
+    pytest.mark.slow,
+]
 
 PAIRS = 50_000
 
@@ -40,8 +46,16 @@ def doc(name: str, orders: str, payments: str, sink: str, dlq: str, **join: Any)
                     "id": "paid",
                     "join": {
                         "sides": [
-                            {"name": "order", "when": "type == 'order.created'", "key": "data.order_id"},
-                            {"name": "payment", "when": "type == 'payment.created'", "key": "data.order_id"},
+                            {
+                                "name": "order",
+                                "when": "type == 'order.created'",
+                                "key": "data.order_id",
+                            },
+                            {
+                                "name": "payment",
+                                "when": "type == 'payment.created'",
+                                "key": "data.order_id",
+                            },
                         ],
                         "output": {"type": "order.paid"},
                         **join,
@@ -57,23 +71,45 @@ def doc(name: str, orders: str, payments: str, sink: str, dlq: str, **join: Any)
 
 
 def events(n: int, seed: int) -> tuple[list[CloudEvent], list[CloudEvent]]:
-    orders = [CloudEvent.create(type="order.created", source="/shop", id=f"o{i}", data={"order_id": f"ord-{i}", "item": i % 97}) for i in range(n)]
-    payments = [CloudEvent.create(type="payment.created", source="/pay", id=f"p{i}", data={"order_id": f"ord-{i}", "amount": i * 3}) for i in range(n)]
+    orders = [
+        CloudEvent.create(
+            type="order.created",
+            source="/shop",
+            id=f"o{i}",
+            data={"order_id": f"ord-{i}", "item": i % 97},
+        )
+        for i in range(n)
+    ]
+    payments = [
+        CloudEvent.create(
+            type="payment.created",
+            source="/pay",
+            id=f"p{i}",
+            data={"order_id": f"ord-{i}", "amount": i * 3},
+        )
+        for i in range(n)
+    ]
     rnd = random.Random(seed)
     rnd.shuffle(orders)
     rnd.shuffle(payments)
     return orders, payments
 
 
-async def produce(bootstrap: str, topic: str, evs: list[CloudEvent], progress: list[int] | None = None) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_batch_size=256 * 1024)
+async def produce(
+    bootstrap: str, topic: str, evs: list[CloudEvent], progress: list[int] | None = None
+) -> None:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_batch_size=256 * 1024
+    )
     await producer.start()
     try:
         for base in range(0, len(evs), 2000):
             futs = []
             for e in evs[base : base + 2000]:
                 headers, value = encode_kafka_binary(e)
-                futs.append(await producer.send(topic, value, headers=headers))  # keyless: spread over partitions
+                futs.append(
+                    await producer.send(topic, value, headers=headers)
+                )  # keyless: spread over partitions
             await asyncio.gather(*futs)
             if progress is not None:
                 progress[0] += len(futs)
@@ -89,7 +125,10 @@ def check_pairs(out: list[CloudEvent], n: int) -> None:
     for e in out:
         i = int(e.data["order"]["order_id"].split("-")[1])
         assert e.type == "order.paid" and e["partitionkey"] == f"ord-{i}"
-        assert e.data == {"order": {"order_id": f"ord-{i}", "item": i % 97}, "payment": {"order_id": f"ord-{i}", "amount": i * 3}}
+        assert e.data == {
+            "order": {"order_id": f"ord-{i}", "item": i % 97},
+            "payment": {"order_id": f"ord-{i}", "amount": i * 3},
+        }
 
 
 def replica_pid(name: str) -> int:
@@ -99,26 +138,46 @@ def replica_pid(name: str) -> int:
 
 
 @pytest.mark.parametrize("fault", ["none", "kill-replica", "die-after-sink-ack", "restart-redis"])
-async def test_fifty_thousand_pairs_exactly_once(fault: str, deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str, redis_server: Any, faults_dir: Path) -> None:
-    orders_t, payments_t = topic_factory("orders", partitions=4), topic_factory("payments", partitions=4)
+async def test_fifty_thousand_pairs_exactly_once(
+    fault: str,
+    deploy_pipeline: Any,
+    topic_factory: Any,
+    kafka_bootstrap: str,
+    redis_server: Any,
+    faults_dir: Path,
+) -> None:
+    orders_t, payments_t = (
+        topic_factory("orders", partitions=4),
+        topic_factory("payments", partitions=4),
+    )
     sink, dlq = topic_factory("paid", partitions=4), topic_factory("join-dlq")
     name = f"join-{fault}-{uuid.uuid4().hex[:6]}"
     deploy_pipeline(doc(name, orders_t, payments_t, sink, dlq))
     orders, payments = events(PAIRS, seed=len(fault))
     progress = [0]
-    victim = await asyncio.to_thread(replica_pid, name) if fault in ("kill-replica", "die-after-sink-ack") else None
+    victim = (
+        await asyncio.to_thread(replica_pid, name)
+        if fault in ("kill-replica", "die-after-sink-ack")
+        else None
+    )
 
     async def inject() -> None:
         while progress[0] < PAIRS * 0.8:  # 40% of all events produced
             await asyncio.sleep(0.05)
         if fault == "kill-replica":
             os.kill(victim, signal.SIGKILL)  # type: ignore[arg-type]
-        elif fault == "die-after-sink-ack":  # the replica dies between the sink's ack and the dedupe mark
+        elif (
+            fault == "die-after-sink-ack"
+        ):  # the replica dies between the sink's ack and the dedupe mark
             (faults_dir / f"{name}.after-sink-ack").touch()
         elif fault == "restart-redis":
             await asyncio.to_thread(redis_server.restart)
 
-    await asyncio.gather(produce(kafka_bootstrap, orders_t, orders, progress), produce(kafka_bootstrap, payments_t, payments, progress), inject())
+    await asyncio.gather(
+        produce(kafka_bootstrap, orders_t, orders, progress),
+        produce(kafka_bootstrap, payments_t, payments, progress),
+        inject(),
+    )
     out = await collect(kafka_bootstrap, sink, PAIRS, timeout_s=240)
     check_pairs(out, PAIRS)
     if victim is not None:
@@ -126,17 +185,41 @@ async def test_fifty_thousand_pairs_exactly_once(fault: str, deploy_pipeline: An
         assert await asyncio.to_thread(replica_pid, name) != victim
 
 
-async def test_outer_join_emits_partials_at_timeout_and_late_events_are_dead_lettered(deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str) -> None:
+async def test_outer_join_emits_partials_at_timeout_and_late_events_are_dead_lettered(
+    deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str
+) -> None:
     orders_t, payments_t = topic_factory("orders"), topic_factory("payments")
     sink, dlq = topic_factory("paid"), topic_factory("join-dlq")
     name = f"join-outer-{uuid.uuid4().hex[:6]}"
-    deploy_pipeline(doc(name, orders_t, payments_t, sink, dlq, mode="outer", window_s=2, time="event", allowed_lateness_s=1))
+    deploy_pipeline(
+        doc(
+            name,
+            orders_t,
+            payments_t,
+            sink,
+            dlq,
+            mode="outer",
+            window_s=2,
+            time="event",
+            allowed_lateness_s=1,
+        )
+    )
     orders, payments = events(10, seed=1)
-    late = CloudEvent.create(type="order.created", source="/shop", id="late-1", data={"order_id": "ord-late"}, time="2020-01-01T00:00:00Z")
+    late = CloudEvent.create(
+        type="order.created",
+        source="/shop",
+        id="late-1",
+        data={"order_id": "ord-late"},
+        time="2020-01-01T00:00:00Z",
+    )
     paid_ids = {e.data["order_id"] for e in payments[:6]}
     await produce(kafka_bootstrap, orders_t, [*orders, late])
-    await produce(kafka_bootstrap, payments_t, [p for p in payments if p.data["order_id"] in paid_ids])
-    out = await collect(kafka_bootstrap, sink, 10, timeout_s=60)  # 6 complete at once, 4 partial after ~2 s
+    await produce(
+        kafka_bootstrap, payments_t, [p for p in payments if p.data["order_id"] in paid_ids]
+    )
+    out = await collect(
+        kafka_bootstrap, sink, 10, timeout_s=60
+    )  # 6 complete at once, 4 partial after ~2 s
     by_order = {e.data["order"]["order_id"]: e for e in out}
     assert len(out) == 10 and set(by_order) == {e.data["order_id"] for e in orders}
     for oid, e in by_order.items():
@@ -145,4 +228,6 @@ async def test_outer_join_emits_partials_at_timeout_and_late_events_are_dead_let
         else:
             assert e.data["_missing"] == ["payment"] and "payment" not in e.data
     [dead] = await collect(kafka_bootstrap, dlq, 1, timeout_s=30)
-    assert dead.id == "late-1" and dead["eberrortype"] == "LateEventError" and dead["ebstep"] == "paid"
+    assert (
+        dead.id == "late-1" and dead["eberrortype"] == "LateEventError" and dead["ebstep"] == "paid"
+    )

@@ -454,7 +454,7 @@ async def test_rebalance_commits_in_flight_batches(kafka_bootstrap, topic_factor
     duplicates = len(ns) - n_events
     assert duplicates <= 4 * 50 * 4  # at most the batches in flight of the revoked partitions
     committed = await committed_offsets(kafka_bootstrap, group, src, partitions)
-    assert committed == {p: n_events // partitions for p in range(partitions)}
+    assert committed == dict.fromkeys(range(partitions), n_events // partitions)
 
 
 async def test_stop_drains_in_flight_batches_and_the_group_resumes(kafka_bootstrap, topic_factory):
@@ -542,18 +542,24 @@ async def test_kafka_sink_modes_and_keys(kafka_bootstrap, topic_factory):
         assert decoded == expected
     # Keyless records of one send() share a partition (sticky); the next send() takes the next.
     keyless_first = {r.partition for r in got if r.key is None and decode_record(r).data["i"] < 30}
-    keyless_second = {r.partition for r in got if r.key is None and decode_record(r).data["i"] >= 30}
+    keyless_second = {
+        r.partition for r in got if r.key is None and decode_record(r).data["i"] >= 30
+    }
     assert len(keyless_first) == 1 and len(keyless_second) == 1
 
 
-async def test_failed_events_are_retried_alone_and_batch_mates_go_at_once(kafka_bootstrap, topic_factory):
+async def test_failed_events_are_retried_alone_and_batch_mates_go_at_once(
+    kafka_bootstrap, topic_factory
+):
     from eventbus.eventing._delivery import RetryPolicy
 
     n_events = 300
     src = topic_factory("in", partitions=1)
     out = topic_factory("out", partitions=1)
     dlq = topic_factory("dlq", partitions=1)
-    await produce(kafka_bootstrap, src, [(0, None, orjson.dumps({"n": i}), []) for i in range(n_events)])
+    await produce(
+        kafka_bootstrap, src, [(0, None, orjson.dumps({"n": i}), []) for i in range(n_events)]
+    )
     tries: dict[int, int] = {}
     redispatched: list[list[int]] = []
 
@@ -578,14 +584,19 @@ async def test_failed_events_are_retried_alone_and_batch_mates_go_at_once(kafka_
     stats = source.stats()
     assert stats["outputs"] == n_events - n_events // 20
     assert stats["dead_lettered"] == n_events // 20
-    assert redispatched and all(all(n % 10 == 0 for n in ns) for ns in redispatched)  # only the failures again
+    assert redispatched and all(
+        all(n % 10 == 0 for n in ns) for ns in redispatched
+    )  # only the failures again
     assert all(tries[n] == 4 for n in range(0, n_events, 20))  # 1 try + 3 retries
     assert all(tries[n] == 3 for n in range(10, n_events, 20))
     assert all(tries[n] == 1 for n in range(n_events) if n % 10)
     dead = [decode_record(r) for r in await read_all(kafka_bootstrap, dlq, n_events // 20)]
     assert sorted(e.data["n"] for e in dead) == list(range(0, n_events, 20))
     assert {e["ebattempts"] for e in dead} == {4} and {e["ebstep"] for e in dead} == {"score"}
-    got = [decode_record(r).data["n"] for r in await read_all(kafka_bootstrap, out, n_events - n_events // 20)]
+    got = [
+        decode_record(r).data["n"]
+        for r in await read_all(kafka_bootstrap, out, n_events - n_events // 20)
+    ]
     assert sorted(got) == [n for n in range(n_events) if n % 20]
 
 
@@ -601,28 +612,42 @@ async def test_max_age_stops_retries(kafka_bootstrap, topic_factory):
         return [Failure("score", "ValueError", "no") for _ in events]
 
     policy = RetryPolicy(retries=100, initial_s=0.05, max_s=0.05, jitter=0, max_age_s=0.3)
-    source = make_source(kafka_bootstrap, src, always_fails, out, dlq, pipeline=f"p-{src}", retry=policy)
+    source = make_source(
+        kafka_bootstrap, src, always_fails, out, dlq, pipeline=f"p-{src}", retry=policy
+    )
     await run_until_committed(source, 1)
     [dead] = [decode_record(r) for r in await read_all(kafka_bootstrap, dlq, 1)]
     assert "gave up: max_age_s 0.3 reached" in dead["eberror"]
     assert 3 <= dead["ebattempts"] <= 10
 
 
-async def test_dedupe_suppresses_outputs_already_delivered(kafka_bootstrap, redis_url, topic_factory):
+async def test_dedupe_suppresses_outputs_already_delivered(
+    kafka_bootstrap, redis_url, topic_factory
+):
     from eventbus.eventing._delivery import RedisDeduper
 
     n_events = 500
     src = topic_factory("in", partitions=2)
     out = topic_factory("out", partitions=1)
-    await produce(kafka_bootstrap, src, [(i % 2, None, orjson.dumps({"n": i}), []) for i in range(n_events)])
+    await produce(
+        kafka_bootstrap, src, [(i % 2, None, orjson.dumps({"n": i}), []) for i in range(n_events)]
+    )
 
     async def identity(events: list[CloudEvent]) -> list[Outcome]:
         return [[e] for e in events]
 
     pipeline = f"p-{src}"
     for group in ("first", "second"):  # the second group reads everything again: a redelivery
-        source = make_source(kafka_bootstrap, src, identity, out, None, pipeline=pipeline, group=f"{group}-{src}",
-                             dedupe=RedisDeduper(redis_url, pipeline, 60))
+        source = make_source(
+            kafka_bootstrap,
+            src,
+            identity,
+            out,
+            None,
+            pipeline=pipeline,
+            group=f"{group}-{src}",
+            dedupe=RedisDeduper(redis_url, pipeline, 60),
+        )
         await run_until_committed(source, n_events)
         stats = source.stats()
         if group == "first":
@@ -637,14 +662,25 @@ async def test_sink_lanes_keep_keyless_records_to_their_partitions(kafka_bootstr
     # Two producers writing one topic concurrently, as the gateway's do: each keyless record
     # lands in its own lane's partitions, and every lane's partitions take turns.
     topic = topic_factory("lanes", partitions=4)
-    sinks = [KafkaSink(KafkaSinkConfig(topic=topic), bootstrap_servers=kafka_bootstrap, lane=(i, 2)) for i in range(2)]
+    sinks = [
+        KafkaSink(KafkaSinkConfig(topic=topic), bootstrap_servers=kafka_bootstrap, lane=(i, 2))
+        for i in range(2)
+    ]
     for sink in sinks:
         await sink.start()
     try:
         sends = []
         for lane, sink in enumerate(sinks):
             for call in range(4):
-                batch = [(CloudEvent.create(type="t", source="/s", id=f"l{lane}-c{call}-{i}", data={"lane": lane}), None) for i in range(10)]
+                batch = [
+                    (
+                        CloudEvent.create(
+                            type="t", source="/s", id=f"l{lane}-c{call}-{i}", data={"lane": lane}
+                        ),
+                        None,
+                    )
+                    for i in range(10)
+                ]
                 sends.append(sink.send(batch))
         await asyncio.gather(*sends)
     finally:
@@ -710,13 +746,17 @@ async def test_concurrent_producers_on_one_partition_lose_nothing(kafka_bootstra
     async def identity(events: list[CloudEvent]) -> list[Outcome]:
         return [[e.replace(id=e.id + "-out")] for e in events]
 
-    source = make_source(kafka_bootstrap, src, identity, out, None, pipeline=f"p-{src}", linger_ms=0)
+    source = make_source(
+        kafka_bootstrap, src, identity, out, None, pipeline=f"p-{src}", linger_ms=0
+    )
     await source.start()
     runner = asyncio.create_task(source.run())
     total = n_per * n_producers
     try:
         await asyncio.gather(*(write(i) for i in range(n_producers)))
-        await wait_for(lambda: source.stats()["committed"] >= total, 60, lambda: str(source.stats()))
+        await wait_for(
+            lambda: source.stats()["committed"] >= total, 60, lambda: str(source.stats())
+        )
     finally:
         await source.stop()
         await runner

@@ -33,7 +33,9 @@ class _Broken(torch.nn.Module):
 
 
 def _export(module: torch.nn.Module, path: Path) -> Path:
-    ep = torch.export.export(module, (torch.randn(2, 4),), dynamic_shapes=({0: torch.export.Dim("batch")},))
+    ep = torch.export.export(
+        module, (torch.randn(2, 4),), dynamic_shapes=({0: torch.export.Dim("batch")},)
+    )
     torch.export.save(ep, path)
     return path
 
@@ -52,11 +54,18 @@ def _pipeline(name: str, model: str, path: Path, src: str, sink: str, dlq: str) 
         "metadata": {"name": name},
         "spec": {
             "sources": [{"kafka": {"topic": src}}],
-            "steps": [{"id": "score", "model": {
-                "name": model, "path": str(path), "input": "data.x",
-                "output": {"data.y": "output", "data.v": "version"},
-                "serving": {"max_batch_size": 8, "batch_wait_ms": 1},
-            }}],
+            "steps": [
+                {
+                    "id": "score",
+                    "model": {
+                        "name": model,
+                        "path": str(path),
+                        "input": "data.x",
+                        "output": {"data.y": "output", "data.v": "version"},
+                        "serving": {"max_batch_size": 8, "batch_wait_ms": 1},
+                    },
+                }
+            ],
             "sink": {"kafka": {"topic": sink}},
             "dead_letter": {"kafka": {"topic": dlq}},
             "serving": {"batch": {"max_size": 200, "linger_ms": 2}},
@@ -65,7 +74,10 @@ def _pipeline(name: str, model: str, path: Path, src: str, sink: str, dlq: str) 
 
 
 def _events(prefix: str, rows: torch.Tensor) -> list[CloudEvent]:
-    return [CloudEvent.create(type="req", source="/t", id=f"{prefix}{i}", data={"x": r}) for i, r in enumerate(rows.tolist())]
+    return [
+        CloudEvent.create(type="req", source="/t", id=f"{prefix}{i}", data={"x": r})
+        for i, r in enumerate(rows.tolist())
+    ]
 
 
 def _direct(module: torch.nn.Module, rows: torch.Tensor) -> list[float]:
@@ -73,13 +85,23 @@ def _direct(module: torch.nn.Module, rows: torch.Tensor) -> list[float]:
         return module(rows).reshape(-1).tolist()  # type: ignore[no-any-return]
 
 
-async def test_outputs_equal_direct_torch_and_bad_input_is_dead_lettered(deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> None:
+async def test_outputs_equal_direct_torch_and_bad_input_is_dead_lettered(
+    deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str, redis_url: str, tmp_path: Path
+) -> None:
     from eventbus.models import ModelRegistry
 
     model = f"m-{uuid.uuid4().hex[:6]}"
-    src, sink, dlq = topic_factory("model-in", partitions=2), topic_factory("model-out"), topic_factory("model-dlq")
+    src, sink, dlq = (
+        topic_factory("model-in", partitions=2),
+        topic_factory("model-out"),
+        topic_factory("model-dlq"),
+    )
     m1 = _module(1)
-    deploy_pipeline(_pipeline(f"mp-{uuid.uuid4().hex[:6]}", model, _export(m1, tmp_path / "m1.pt2"), src, sink, dlq))
+    deploy_pipeline(
+        _pipeline(
+            f"mp-{uuid.uuid4().hex[:6]}", model, _export(m1, tmp_path / "m1.pt2"), src, sink, dlq
+        )
+    )
     reg = ModelRegistry(redis_url)
     assert reg.state(model)["serving"] == 1 and reg.record(model, 1)["format"] == "export"
     rows = torch.randn(600, 4)
@@ -97,14 +119,26 @@ async def test_outputs_equal_direct_torch_and_bad_input_is_dead_lettered(deploy_
 
 
 async def test_hot_swap_under_load_rejects_broken_version_and_splits(
-    deploy_pipeline: Any, eventbus_client: Any, topic_factory: Any, kafka_bootstrap: str, tmp_path: Path
+    deploy_pipeline: Any,
+    eventbus_client: Any,
+    topic_factory: Any,
+    kafka_bootstrap: str,
+    tmp_path: Path,
 ) -> None:
     from eventbus.errors import ModelError, ModelValidationError
 
     model = f"m-{uuid.uuid4().hex[:6]}"
-    src, sink, dlq = topic_factory("swap-in", partitions=2), topic_factory("swap-out"), topic_factory("swap-dlq")
+    src, sink, dlq = (
+        topic_factory("swap-in", partitions=2),
+        topic_factory("swap-out"),
+        topic_factory("swap-dlq"),
+    )
     m1, m2 = _module(1), _module(2)
-    deploy_pipeline(_pipeline(f"sw-{uuid.uuid4().hex[:6]}", model, _export(m1, tmp_path / "m1.pt2"), src, sink, dlq))
+    deploy_pipeline(
+        _pipeline(
+            f"sw-{uuid.uuid4().hex[:6]}", model, _export(m1, tmp_path / "m1.pt2"), src, sink, dlq
+        )
+    )
     rows = torch.randn(20_000, 4)
     events = _events("e", rows)
     pushed = asyncio.Event()
@@ -121,14 +155,18 @@ async def test_hot_swap_under_load_rejects_broken_version_and_splits(
 
     producer = asyncio.create_task(load())
     await collect(kafka_bootstrap, sink, 300, timeout_s=60)  # traffic flows (and is recorded) on v1
-    info = await asyncio.to_thread(eventbus_client.push_model, model, _script(m2, tmp_path / "m2.pt"))
+    info = await asyncio.to_thread(
+        eventbus_client.push_model, model, _script(m2, tmp_path / "m2.pt")
+    )
     pushed.set()
     assert info["version"] == 2 and info["serving"] == 2
     await producer
     assert sent < len(events), "the load ended before the push did"
     events = events[:sent]
     out = await collect(kafka_bootstrap, sink, len(events), timeout_s=90)
-    assert len({e.id for e in out}) == len(events) == len(out), "an event was lost or duplicated across the swap"
+    assert len({e.id for e in out}) == len(events) == len(out), (
+        "an event was lost or duplicated across the swap"
+    )
     direct = {1: _direct(m1, rows), 2: _direct(m2, rows)}
     versions = [0, 0, 0]
     for e in out:
@@ -139,7 +177,9 @@ async def test_hot_swap_under_load_rejects_broken_version_and_splits(
 
     # A broken version is rejected on the recorded requests; version 2 keeps serving.
     with pytest.raises(ModelValidationError, match="give non-finite outputs"):
-        await asyncio.to_thread(eventbus_client.push_model, model, _export(_Broken(), tmp_path / "broken.pt2"))
+        await asyncio.to_thread(
+            eventbus_client.push_model, model, _export(_Broken(), tmp_path / "broken.pt2")
+        )
     (tmp_path / "junk.pt").write_bytes(b"junk")
     with pytest.raises(ModelError, match="is not a torch artifact"):
         await asyncio.to_thread(eventbus_client.push_model, model, tmp_path / "junk.pt")
@@ -153,7 +193,9 @@ async def test_hot_swap_under_load_rejects_broken_version_and_splits(
     rows2 = torch.randn(400, 4)
     name2 = f"ab-{uuid.uuid4().hex[:6]}"
     src2 = topic_factory("swap-in2")
-    deploy_pipeline(_pipeline(name2, model, tmp_path / "m1.pt2", src2, sink2, dlq))  # another pipeline, the same model app
+    deploy_pipeline(
+        _pipeline(name2, model, tmp_path / "m1.pt2", src2, sink2, dlq)
+    )  # another pipeline, the same model app
     await produce(kafka_bootstrap, src2, _events("a", rows2))
     out2 = await collect(kafka_bootstrap, sink2, 400, timeout_s=60)
     direct2 = {1: _direct(m1, rows2), 2: _direct(m2, rows2)}

@@ -27,7 +27,13 @@ from eventbus._client import ClientStats
 from eventbus.errors import IngressError
 from tests.integration.kafka_helpers import collect
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.ray, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.kafka,
+    pytest.mark.ray,
+    pytest.mark.redis,
+    pytest.mark.slow,
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 N_EVENTS = 3000
@@ -49,10 +55,22 @@ spec:
 
 
 def eb(home: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "RAY_AUTH", "EVENTBUS_"))}
-    env.update({"EVENTBUS_HOME": str(home), "COLUMNS": "200", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RAY_ADDRESS", "RAY_AUTH", "EVENTBUS_"))
+    }
+    env.update(
+        {"EVENTBUS_HOME": str(home), "COLUMNS": "200", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    )
     return subprocess.run(
-        [sys.executable, "-m", "eventbus.cli", *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT, check=False
+        [sys.executable, "-m", "eventbus.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=ROOT,
+        check=False,
     )
 
 
@@ -68,7 +86,9 @@ def wait_serving(gateway: str, pipeline: str, timeout_s: float = 60) -> None:
         time.sleep(0.2)
 
 
-async def publish_and_kill(keeper_redis: str, gateway_pid: int) -> tuple[dict[str, str], ClientStats, float]:
+async def publish_and_kill(
+    keeper_redis: str, gateway_pid: int
+) -> tuple[dict[str, str], ClientStats, float]:
     """Publish N_EVENTS in batches; SIGKILL the gateway after KILL_AFTER were accepted.
 
     Returns accepted id -> cluster, the client's stats and the kill's time.
@@ -79,10 +99,17 @@ async def publish_and_kill(keeper_redis: str, gateway_pid: int) -> tuple[dict[st
     kill_now = asyncio.Event()
     queue: asyncio.Queue[list[eventbus.CloudEvent]] = asyncio.Queue()
     for start in range(0, N_EVENTS, BATCH):
-        queue.put_nowait([
-            eventbus.CloudEvent.create(type="order.created", source="/it", id=f"mc-{i}", data={"i": i}) for i in range(start, start + BATCH)
-        ])
-    client = eventbus.AsyncClient(keeper_redis, prefer_local=False, seed=11, timeout_s=10, backoff_s=1.0)
+        queue.put_nowait(
+            [
+                eventbus.CloudEvent.create(
+                    type="order.created", source="/it", id=f"mc-{i}", data={"i": i}
+                )
+                for i in range(start, start + BATCH)
+            ]
+        )
+    client = eventbus.AsyncClient(
+        keeper_redis, prefer_local=False, seed=11, timeout_s=10, backoff_s=1.0
+    )
 
     async def worker() -> None:
         while not queue.empty():
@@ -125,7 +152,18 @@ def test_two_clusters_fail_over_without_losing_an_accepted_event(tmp_path: Path)
         assert stacks["a"]["ray_address"] != stacks["b"]["ray_address"]
         keeper = stacks["a"]["redis_url"]
         for name, home in homes.items():
-            add = eb(home, "keeper", "add", name, "--home", str(home), "--weight", "50", "--keeper-redis", keeper)
+            add = eb(
+                home,
+                "keeper",
+                "add",
+                name,
+                "--home",
+                str(home),
+                "--weight",
+                "50",
+                "--keeper-redis",
+                keeper,
+            )
             assert add.returncode == 0 and f"added cluster {name}" in add.stdout, add.stderr
         listing = eb(homes["a"], "keeper", "list", "--json", "--keeper-redis", keeper)
         registry = json.loads(listing.stdout)
@@ -134,45 +172,72 @@ def test_two_clusters_fail_over_without_losing_an_accepted_event(tmp_path: Path)
         ]
         pipeline = tmp_path / "mc-orders.yaml"
         pipeline.write_text(PIPELINE)
-        dep = eb(homes["a"], "keeper", "deploy", str(pipeline), "--keeper-redis", keeper, timeout=400)
+        dep = eb(
+            homes["a"], "keeper", "deploy", str(pipeline), "--keeper-redis", keeper, timeout=400
+        )
         assert dep.returncode == 0, dep.stdout + dep.stderr
         assert dep.stdout.count("deployed mc-orders version 1") == 2, dep.stdout
         for st in stacks.values():
             wait_serving(st["gateway_http"], "mc-orders")
         t_ready = time.monotonic()
 
-        accepted, stats, killed_at = asyncio.run(publish_and_kill(keeper, stacks["b"]["owned"]["gateway"]["pid"]))
+        accepted, stats, killed_at = asyncio.run(
+            publish_and_kill(keeper, stacks["b"]["owned"]["gateway"]["pid"])
+        )
         t_published = time.monotonic()
         assert len(accepted) == N_EVENTS
         by_cluster = {n: {i for i, c in accepted.items() if c == n} for n in homes}
         # Both took traffic at 50/50 before the kill; B took none after it.
-        assert len(by_cluster["b"]) >= 200 and len(by_cluster["a"]) > len(by_cluster["b"]), {n: len(v) for n, v in by_cluster.items()}
+        assert len(by_cluster["b"]) >= 200 and len(by_cluster["a"]) > len(by_cluster["b"]), {
+            n: len(v) for n, v in by_cluster.items()
+        }
         assert stats.failovers >= 1 and stats.clusters["b"].failures >= 1, stats
         failover_s = stats.failover_s[0]
 
         # gRPC too: B's gRPC died with its gateway; the client goes to A.
-        with eventbus.Client(keeper, transport="grpc", prefer_local=False, seed=5, timeout_s=10) as grpc_client:
-            grpc_ids = [grpc_client.publish("mc-orders", {"n": i}, type="order.created", source="/it/grpc") for i in range(20)]
+        with eventbus.Client(
+            keeper, transport="grpc", prefer_local=False, seed=5, timeout_s=10
+        ) as grpc_client:
+            grpc_ids = [
+                grpc_client.publish("mc-orders", {"n": i}, type="order.created", source="/it/grpc")
+                for i in range(20)
+            ]
             assert {g.cluster for g in grpc_ids} == {"a"}
-            [out] = grpc_client.invoke("mc-orders", eventbus.CloudEvent.create(type="order.created", source="/it", id="sync-1", data={"n": 1}))
+            [out] = grpc_client.invoke(
+                "mc-orders",
+                eventbus.CloudEvent.create(
+                    type="order.created", source="/it", id="sync-1", data={"n": 1}
+                ),
+            )
             assert (out.id, out.data) == ("sync-1", {"n": 1})
             grpc_failures_a = grpc_client.stats().clusters["a"].failures
         by_cluster["a"] |= {i for g in grpc_ids for i in g}
 
         # Blue-green: all traffic to A by weight, with B still registered.
-        assert eb(homes["a"], "keeper", "weight", "b", "0", "--keeper-redis", keeper).returncode == 0
+        assert (
+            eb(homes["a"], "keeper", "weight", "b", "0", "--keeper-redis", keeper).returncode == 0
+        )
         with eventbus.Client(keeper, prefer_local=False) as http_client:
             assert {http_client.publish("mc-orders", {"n": i}).cluster for i in range(20)} == {"a"}
 
         # Every accepted id is at the sink of the cluster that accepted it.
         sinks: dict[str, set[str]] = {}
         for name, st in stacks.items():
-            events = asyncio.run(collect(st["kafka_bootstrap"], "mc-orders-out", len(by_cluster[name]) + (20 if name == "a" else 0), timeout_s=90))
+            events = asyncio.run(
+                collect(
+                    st["kafka_bootstrap"],
+                    "mc-orders-out",
+                    len(by_cluster[name]) + (20 if name == "a" else 0),
+                    timeout_s=90,
+                )
+            )
             sinks[name] = {e.id for e in events}
         t_checked = time.monotonic()
         for name in homes:
             missing = by_cluster[name] - sinks[name]
-            assert not missing, f"{len(missing)} ids accepted by {name} are not at its sink, e.g. {sorted(missing)[:5]}"
+            assert not missing, (
+                f"{len(missing)} ids accepted by {name} are not at its sink, e.g. {sorted(missing)[:5]}"
+            )
         duplicates = len(sinks["a"] & sinks["b"])
         print(
             f"\nmulticluster: {N_EVENTS} events in {N_EVENTS // BATCH} requests; accepted by a={len(by_cluster['a'] - {i for g in grpc_ids for i in g})} "

@@ -41,7 +41,13 @@ from eventbus.eventing._codecs import decode_kafka
 from eventbus.eventing._publish import publish_events
 from tests.integration.kafka_helpers import reader_gaps
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.ray, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.kafka,
+    pytest.mark.ray,
+    pytest.mark.redis,
+    pytest.mark.slow,
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,7 +112,12 @@ class TwoNodeCluster:
         system temp dir. On failure everything started so far is stopped again.
         """
         root = Path(tempfile.mkdtemp(prefix="ebmn-", dir=tempfile.gettempdir()))
-        cluster = cls(root=root, head_dir=str(root / "head"), worker_dir=str(root / "node2"), log=root / "start.log")
+        cluster = cls(
+            root=root,
+            head_dir=str(root / "head"),
+            worker_dir=str(root / "node2"),
+            log=root / "start.log",
+        )
         token = root / "token"
         token.write_text(secrets.token_hex(32))
         token.chmod(0o600)
@@ -114,20 +125,36 @@ class TwoNodeCluster:
         env.update(RAY_ENV)
         env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)})
         # The head's metrics exporters have fixed default ports another head may hold.
-        env.update({"AUTOSCALER_METRIC_PORT": str(free_port()), "DASHBOARD_METRIC_PORT": str(free_port())})
+        env.update(
+            {"AUTOSCALER_METRIC_PORT": str(free_port()), "DASHBOARD_METRIC_PORT": str(free_port())}
+        )
         cluster.env = env
         port = free_port()
         cluster.client_port = free_port()
         cluster.address = f"127.0.0.1:{port}"
-        common = ["--node-ip-address=127.0.0.1", f"--num-cpus={num_cpus_per_node}", "--disable-usage-stats"]
+        common = [
+            "--node-ip-address=127.0.0.1",
+            f"--num-cpus={num_cpus_per_node}",
+            "--disable-usage-stats",
+        ]
         try:
             cluster._ray_start(
-                cluster.head_dir, "--head", f"--port={port}", f"--ray-client-server-port={cluster.client_port}",
-                "--include-dashboard=false", f"--temp-dir={cluster.head_dir}", *common, *_ports(_NODE_PORTS),
+                cluster.head_dir,
+                "--head",
+                f"--port={port}",
+                f"--ray-client-server-port={cluster.client_port}",
+                "--include-dashboard=false",
+                f"--temp-dir={cluster.head_dir}",
+                *common,
+                *_ports(_NODE_PORTS),
             )
             wait_for_port("127.0.0.1", port, 30)
             cluster._ray_start(
-                cluster.worker_dir, f"--address={cluster.address}", f"--temp-dir={cluster.worker_dir}", *common, *_ports(_NODE_PORTS),
+                cluster.worker_dir,
+                f"--address={cluster.address}",
+                f"--temp-dir={cluster.worker_dir}",
+                *common,
+                *_ports(_NODE_PORTS),
                 join=True,
             )
             cluster.wait_for_nodes(2, timeout_s=60)
@@ -138,7 +165,14 @@ class TwoNodeCluster:
 
     def _ray_start(self, temp_dir: str, *args: str, join: bool = False) -> None:
         argv = [sys.executable, "-c", _JOIN_SHIM, "start", *args] if join else [RAY, "start", *args]
-        proc = subprocess.run(argv, env={**self.env, _MARKER: temp_dir}, capture_output=True, text=True, timeout=120, check=False)
+        proc = subprocess.run(
+            argv,
+            env={**self.env, _MARKER: temp_dir},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert self.log is not None
         with self.log.open("a") as f:
             f.write(f"$ ray start {' '.join(args)}\n{proc.stdout}\n{proc.stderr}\n")
@@ -149,18 +183,27 @@ class TwoNodeCluster:
     def alive_nodes(self) -> int:
         """How many nodes the GCS reports active (`ray status`: no dashboard, no driver)."""
         proc = subprocess.run(
-            [RAY, "status", f"--address={self.address}"], env=self.env, capture_output=True, text=True, timeout=60, check=False
+            [RAY, "status", f"--address={self.address}"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
         if proc.returncode != 0 or "Active:" not in proc.stdout:
             return -1
         active = proc.stdout.split("Active:", 1)[1].split("Pending:", 1)[0]
-        return sum(1 for line in active.splitlines() if line.strip().split(" ")[-1].startswith("node_"))
+        return sum(
+            1 for line in active.splitlines() if line.strip().split(" ")[-1].startswith("node_")
+        )
 
     def wait_for_nodes(self, count: int, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while (n := self.alive_nodes()) != count:
             if time.monotonic() > deadline:
-                msg = f"expected {count} alive Ray nodes within {timeout_s:g} s; the GCS reports {n}"
+                msg = (
+                    f"expected {count} alive Ray nodes within {timeout_s:g} s; the GCS reports {n}"
+                )
                 raise TimeoutError(msg)
             time.sleep(0.5)
 
@@ -190,7 +233,12 @@ class TwoNodeCluster:
         names = []
         for pid in pids:
             with contextlib.suppress(OSError):
-                names.append(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace"))
+                names.append(
+                    Path(f"/proc/{pid}/cmdline")
+                    .read_bytes()
+                    .split(b"\0")[0]
+                    .decode(errors="replace")
+                )
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -242,14 +290,27 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-
 def _driver(cluster: TwoNodeCluster, *args: str, timeout_s: float = 120) -> dict[str, Any]:
     """Run one step of ``multinode_driver.py`` against the cluster; its last line's JSON."""
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.integration.multinode_driver", args[0], cluster.address, *args[1:]],
-        env=cluster.env, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, check=False,
+        [
+            sys.executable,
+            "-m",
+            "tests.integration.multinode_driver",
+            args[0],
+            cluster.address,
+            *args[1:],
+        ],
+        env=cluster.env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
     )
-    assert proc.returncode == 0, f"driver {args[0]} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, (
+        f"driver {args[0]} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    )
     # Its last JSON line: Ray may print a warning of its own after it (lagging heartbeats...).
     lines = [ln for ln in proc.stdout.strip().splitlines() if ln.startswith("{")]
     assert lines, f"driver {args[0]} printed no JSON line:\n{proc.stdout[-2000:]}"
@@ -270,7 +331,9 @@ def two_nodes() -> Iterator[TwoNodeCluster]:
 
 def _events(start: int, n: int) -> list[CloudEvent]:
     return [
-        CloudEvent.create(type="mn.created", source="/multinode", id=f"mn{i}", data={"n": i}, partitionkey=str(i))
+        CloudEvent.create(
+            type="mn.created", source="/multinode", id=f"mn{i}", data={"n": i}, partitionkey=str(i)
+        )
         for i in range(start, start + n)
     ]
 
@@ -279,8 +342,13 @@ class _Sink:
     """Reads the sink topic from the beginning, keeping every event (duplicates too)."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        self.consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
-                                         enable_auto_commit=False)
+        self.consumer = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=bootstrap,
+            group_id=None,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
         self.events: list[CloudEvent] = []
         self.gaps = reader_gaps()
 
@@ -291,15 +359,33 @@ class _Sink:
             missing = ids - {e.id for e in self.events}
             if not missing or time.monotonic() > deadline:
                 return missing
-            batch, _ = self.gaps.take(self.consumer, await self.consumer.getmany(timeout_ms=200, max_records=5000), time.monotonic())
+            batch, _ = self.gaps.take(
+                self.consumer,
+                await self.consumer.getmany(timeout_ms=200, max_records=5000),
+                time.monotonic(),
+            )
             for tp, records in batch.items():
                 for r in records:
-                    self.events.append(decode_kafka(r.value, list(r.headers or ()), key=r.key, topic=tp.topic,
-                                                    partition=tp.partition, offset=r.offset, default_type="x", default_source="x"))
+                    self.events.append(
+                        decode_kafka(
+                            r.value,
+                            list(r.headers or ()),
+                            key=r.key,
+                            topic=tp.topic,
+                            partition=tp.partition,
+                            offset=r.offset,
+                            default_type="x",
+                            default_source="x",
+                        )
+                    )
 
 
 async def test_a_node_dies_mid_run_and_every_event_arrives(
-    two_nodes: TwoNodeCluster, kafka_bootstrap: str, redis_url: str, topic_factory: Any, tmp_path: Path
+    two_nodes: TwoNodeCluster,
+    kafka_bootstrap: str,
+    redis_url: str,
+    topic_factory: Any,
+    tmp_path: Path,
 ) -> None:
     cluster = two_nodes
     for addr in cluster.listening():  # failure tests may only touch loopback
@@ -349,13 +435,17 @@ async def test_a_node_dies_mid_run_and_every_event_arrives(
         await asyncio.sleep(0.3)
         killed = cluster.kill_node(cluster.worker_dir)
         killed_at = time.monotonic()
-        assert any(name.startswith("ray::ServeReplica:eventbus-multinode") for name in killed), killed
+        assert any(name.startswith("ray::ServeReplica:eventbus-multinode") for name in killed), (
+            killed
+        )
         assert any(name.endswith("/raylet") for name in killed), killed
         await stream
 
         # Every event arrives (at least once): the dead replica's partitions go to the head's.
         missing = await sink.until({f"mn{i}" for i in range(6000)}, timeout_s=90)
-        assert not missing, f"{len(missing)} events never arrived after the node died, e.g. {sorted(missing)[:5]}"
+        assert not missing, (
+            f"{len(missing)} events never arrived after the node died, e.g. {sorted(missing)[:5]}"
+        )
         recovered_s = time.monotonic() - killed_at
 
         # And it keeps serving: events published now arrive too, all run on the head.
@@ -367,8 +457,14 @@ async def test_a_node_dies_mid_run_and_every_event_arrives(
         if os.environ.get("EVENTBUS_TEST_VERBOSE"):
             from collections import Counter
 
-            print(f"\nall events in {recovered_s:.1f} s after the kill; killed:", killed, "\nevents per node:", Counter(e.data["node"][:8] for e in sink.events),
-                  "\nduplicates:", len(sink.events) - len({e.id for e in sink.events}))
+            print(
+                f"\nall events in {recovered_s:.1f} s after the kill; killed:",
+                killed,
+                "\nevents per node:",
+                Counter(e.data["node"][:8] for e in sink.events),
+                "\nduplicates:",
+                len(sink.events) - len({e.id for e in sink.events}),
+            )
     finally:
         await sink.consumer.stop()
 

@@ -23,7 +23,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.ray, pytes
 N = 10_000
 
 
-def doc(name: str, src: str, sink: str, dlq: str, factor: str = "2", placement: str = "replica") -> dict[str, Any]:
+def doc(
+    name: str, src: str, sink: str, dlq: str, factor: str = "2", placement: str = "replica"
+) -> dict[str, Any]:
     return {
         "apiVersion": "eventbus/v1",
         "kind": "Pipeline",
@@ -32,18 +34,28 @@ def doc(name: str, src: str, sink: str, dlq: str, factor: str = "2", placement: 
             "sources": [{"kafka": {"topic": src}}],
             "steps": [
                 {"id": "keep_even_ish", "filter": "type == 'n.created' && data.n % 3 != 0"},
-                {"id": "scale", "convert": {"set": {"data.m": f"data.n * {factor}", "type": "'n.scaled'"}}},
+                {
+                    "id": "scale",
+                    "convert": {"set": {"data.m": f"data.n * {factor}", "type": "'n.scaled'"}},
+                },
                 {"id": "score", "function": "tests.integration.funcs:score"},
             ],
             "sink": {"kafka": {"topic": sink}},
             "dead_letter": {"kafka": {"topic": dlq}},
-            "serving": {"replicas": 1, "batch": {"max_size": 1000, "linger_ms": 5}, "source_placement": placement},
+            "serving": {
+                "replicas": 1,
+                "batch": {"max_size": 1000, "linger_ms": 5},
+                "source_placement": placement,
+            },
         },
     }
 
 
 def events(start: int, n: int) -> list[CloudEvent]:
-    return [CloudEvent.create(type="n.created", source="/test", id=f"n{i}", data={"n": i}) for i in range(start, start + n)]
+    return [
+        CloudEvent.create(type="n.created", source="/test", id=f"n{i}", data={"n": i})
+        for i in range(start, start + n)
+    ]
 
 
 def expected_ids(start: int, n: int) -> tuple[set[str], set[str]]:
@@ -55,15 +67,25 @@ def wait_for_stats(client: Any, name: str, consumed: int, timeout_s: float = 30)
     deadline = time.monotonic() + timeout_s
     while True:
         stats: dict[str, int] = client.status(name)["sources"][0]
-        if stats.get("consumed") == consumed and stats.get("in_flight", 0) == 0 or time.monotonic() > deadline:
+        if (
+            stats.get("consumed") == consumed and stats.get("in_flight", 0) == 0
+        ) or time.monotonic() > deadline:
             return stats
 
 
 @pytest.mark.parametrize("placement", ["replica", "actor"])
 async def test_ten_thousand_events_deploy_redeploy_delete(
-    placement: str, deploy_pipeline: Any, eventbus_client: Any, kafka_bootstrap: str, topic_factory: Any
+    placement: str,
+    deploy_pipeline: Any,
+    eventbus_client: Any,
+    kafka_bootstrap: str,
+    topic_factory: Any,
 ) -> None:
-    src, sink, dlq = topic_factory("in", partitions=3), topic_factory("out", partitions=3), topic_factory("dlq")
+    src, sink, dlq = (
+        topic_factory("in", partitions=3),
+        topic_factory("out", partitions=3),
+        topic_factory("dlq"),
+    )
     info = deploy_pipeline(doc("spine", src, sink, dlq, placement=placement))
     assert info == {"name": "spine", "version": 1, "sources": 1, "steps": 3}
 
@@ -71,7 +93,9 @@ async def test_ten_thousand_events_deploy_redeploy_delete(
     ok_ids, bad_ids = expected_ids(0, N)
     outs = await collect(kafka_bootstrap, sink, len(ok_ids))
     ids = Counter(e.id for e in outs)
-    assert set(ids) == ok_ids, f"missing {len(ok_ids - set(ids))}, unexpected {len(set(ids) - ok_ids)}"
+    assert set(ids) == ok_ids, (
+        f"missing {len(ok_ids - set(ids))}, unexpected {len(set(ids) - ok_ids)}"
+    )
     assert max(ids.values()) == 1
     for e in outs:
         n = e.data["n"]
@@ -88,7 +112,11 @@ async def test_ten_thousand_events_deploy_redeploy_delete(
 
     await wait_committed(kafka_bootstrap, "eventbus-spine", src)
     stats = wait_for_stats(eventbus_client, "spine", N)
-    assert stats["consumed"] == N and stats["outputs"] == len(ok_ids) and stats["failed"] == len(bad_ids)
+    assert (
+        stats["consumed"] == N
+        and stats["outputs"] == len(ok_ids)
+        and stats["failed"] == len(bad_ids)
+    )
 
     # Redeploy a new version: new events take the new convert; nothing is processed twice.
     info = deploy_pipeline(doc("spine", src, sink, dlq, factor="10", placement=placement))

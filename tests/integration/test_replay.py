@@ -20,7 +20,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.ray, pytes
 N = 1000
 
 
-async def test_replay_with_and_without_dedupe(deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str, redis_url: str) -> None:
+async def test_replay_with_and_without_dedupe(
+    deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str, redis_url: str
+) -> None:
     from ray import serve
 
     src, sink = topic_factory("rp-in", partitions=2), topic_factory("rp-out")
@@ -38,7 +40,16 @@ async def test_replay_with_and_without_dedupe(deploy_pipeline: Any, topic_factor
     }
     deploy_pipeline(doc)
     t0 = int(time.time() * 1000)
-    await produce(kafka_bootstrap, src, [CloudEvent.create(type="t", source="/rp", id=f"r{i}", data={"n": i}, partitionkey=f"k{i % 2}") for i in range(N)])
+    await produce(
+        kafka_bootstrap,
+        src,
+        [
+            CloudEvent.create(
+                type="t", source="/rp", id=f"r{i}", data={"n": i}, partitionkey=f"k{i % 2}"
+            )
+            for i in range(N)
+        ],
+    )
     first = await collect(kafka_bootstrap, sink, N // 2)
     assert len(first) == N // 2
     config = PipelineConfig.model_validate(doc)
@@ -48,13 +59,30 @@ async def test_replay_with_and_without_dedupe(deploy_pipeline: Any, topic_factor
         return await handle.process.remote(events)
 
     # Everything again, with dedupe: the sink already has every output.
-    stats = await replay(config, src, ReplayRange(from_offset=0), bootstrap=kafka_bootstrap, redis_url=redis_url, dispatch=dispatch)
-    assert (stats.replayed, stats.outputs, stats.duplicates, stats.dropped) == (N, 0, N // 2, N // 2)
+    stats = await replay(
+        config,
+        src,
+        ReplayRange(from_offset=0),
+        bootstrap=kafka_bootstrap,
+        redis_url=redis_url,
+        dispatch=dispatch,
+    )
+    assert (stats.replayed, stats.outputs, stats.duplicates, stats.dropped) == (
+        N,
+        0,
+        N // 2,
+        N // 2,
+    )
     busiest = max(stats.per_partition, key=stats.per_partition.__getitem__)
     # A time range on one partition, without dedupe: those outputs again.
     stats = await replay(
-        config, src, ReplayRange(from_time_ms=t0, partitions=[busiest], to_offset=100), bootstrap=kafka_bootstrap,
-        redis_url=redis_url, dispatch=dispatch, dedupe=False,
+        config,
+        src,
+        ReplayRange(from_time_ms=t0, partitions=[busiest], to_offset=100),
+        bootstrap=kafka_bootstrap,
+        redis_url=redis_url,
+        dispatch=dispatch,
+        dedupe=False,
     )
     assert stats.replayed == 100 and stats.per_partition == {busiest: 100}
     assert stats.outputs + stats.dropped == 100 and stats.outputs > 0

@@ -47,7 +47,9 @@ def test_test_command_shows_a_diff_on_failure(tmp_path: Path) -> None:
     )
     res = runner.invoke(app, ["test", str(tmp_path)])
     assert res.exit_code == 1
-    assert "FAIL" in res.output and "-  type: payment.small" in res.output.replace("- type", "-  type")
+    assert "FAIL" in res.output and "-  type: payment.small" in res.output.replace(
+        "- type", "-  type"
+    )
     assert "+" in res.output and "payment.large" in res.output
     assert "0 passed, 1 failed" in res.output
 
@@ -66,9 +68,19 @@ def test_usage_error_exits_2() -> None:
 
 
 def test_deploy_without_a_stack_says_how_to_start_one(tmp_path: Path) -> None:
-    env = {**os.environ, "EVENTBUS_HOME": str(tmp_path), "RAY_ADDRESS": "", "EVENTBUS_KAFKA_BOOTSTRAP": "", "EVENTBUS_REDIS_URL": ""}
+    env = {
+        **os.environ,
+        "EVENTBUS_HOME": str(tmp_path),
+        "RAY_ADDRESS": "",
+        "EVENTBUS_KAFKA_BOOTSTRAP": "",
+        "EVENTBUS_REDIS_URL": "",
+    }
     res = subprocess.run(
-        [sys.executable, "-m", "eventbus.cli", "list"], capture_output=True, text=True, env=env, check=False
+        [sys.executable, "-m", "eventbus.cli", "list"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
     assert res.returncode == 1
     assert "start one with `eventbus up`" in res.stderr
@@ -77,8 +89,21 @@ def test_deploy_without_a_stack_says_how_to_start_one(tmp_path: Path) -> None:
 def test_publish_needs_type_with_data(tmp_path: Path) -> None:
     env = {**os.environ, "EVENTBUS_HOME": str(tmp_path)}
     res = subprocess.run(
-        [sys.executable, "-m", "eventbus.cli", "publish", "t", "--data", "{}", "--kafka-bootstrap", "127.0.0.1:1"],
-        capture_output=True, text=True, env=env, check=False,
+        [
+            sys.executable,
+            "-m",
+            "eventbus.cli",
+            "publish",
+            "t",
+            "--data",
+            "{}",
+            "--kafka-bootstrap",
+            "127.0.0.1:1",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
     assert res.returncode == 1
     assert "--type is required with --data" in res.stderr

@@ -81,11 +81,15 @@ class FakeClusters:
 
 
 class AsyncFakeClusters(FakeClusters):
-    async def publish(self, cluster: ClusterInfo, pipeline: str, events: list[CloudEvent]) -> list[str]:  # type: ignore[override]
+    async def publish(
+        self, cluster: ClusterInfo, pipeline: str, events: list[CloudEvent]
+    ) -> list[str]:  # type: ignore[override]
         await asyncio.sleep(0)
         return super().publish(cluster, pipeline, events)
 
-    async def invoke(self, cluster: ClusterInfo, pipeline: str, event: CloudEvent) -> list[CloudEvent]:  # type: ignore[override]
+    async def invoke(
+        self, cluster: ClusterInfo, pipeline: str, event: CloudEvent
+    ) -> list[CloudEvent]:  # type: ignore[override]
         return super().invoke(cluster, pipeline, event)
 
     async def close(self) -> None:  # type: ignore[override]
@@ -126,7 +130,10 @@ def test_traffic_is_spread_by_weight_and_reproducible_with_a_seed(make_client) -
         again.publish("p", ev(i))
     assert fake2.calls == fake.calls
     st = client.stats()
-    assert st.clusters["a"].events_accepted + st.clusters["b"].events_accepted == 4000 and st.failovers == 0
+    assert (
+        st.clusters["a"].events_accepted + st.clusters["b"].events_accepted == 4000
+        and st.failovers == 0
+    )
 
 
 def test_blue_green_weights_send_everything_to_one_cluster(make_client) -> None:
@@ -137,11 +144,17 @@ def test_blue_green_weights_send_everything_to_one_cluster(make_client) -> None:
 
 
 def test_the_local_cluster_is_preferred_while_its_weight_is_above_zero(make_client) -> None:
-    cl = [ClusterInfo(name="near", gateway="http://n:1", weight=10, local=True), ClusterInfo(name="far", gateway="http://f:1", weight=90)]
+    cl = [
+        ClusterInfo(name="near", gateway="http://n:1", weight=10, local=True),
+        ClusterInfo(name="far", gateway="http://f:1", weight=90),
+    ]
     client, fake, _ = make_client(cl)
     assert {client.publish("p", ev(i)).cluster for i in range(100)} == {"near"}
     # Weight 0 takes the local cluster out: the rest by weight.
-    cl0 = [ClusterInfo(name="near", gateway="http://n:1", weight=0, local=True), ClusterInfo(name="far", gateway="http://f:1", weight=90)]
+    cl0 = [
+        ClusterInfo(name="near", gateway="http://n:1", weight=0, local=True),
+        ClusterInfo(name="far", gateway="http://f:1", weight=90),
+    ]
     client, fake, _ = make_client(cl0)
     assert {client.publish("p", ev(i)).cluster for i in range(50)} == {"far"}
     # prefer_local=False spreads by weight even with a local cluster.
@@ -156,8 +169,12 @@ def test_the_local_cluster_is_preferred_while_its_weight_is_above_zero(make_clie
 
 
 def test_failover_keeps_the_ids_and_marks_the_cluster_down_for_the_backoff(make_client) -> None:
-    client, fake, clock = make_client(clusters(a=100), local_cluster="a", backoff_s=1.0, max_backoff_s=4.0)
-    client._router.update([*clusters(a=100), ClusterInfo(name="b", gateway="http://b:1", weight=100)])
+    client, fake, clock = make_client(
+        clusters(a=100), local_cluster="a", backoff_s=1.0, max_backoff_s=4.0
+    )
+    client._router.update(
+        [*clusters(a=100), ClusterInfo(name="b", gateway="http://b:1", weight=100)]
+    )
     fake.state["a"] = "down"
     got = client.publish("p", [ev(1), ev(2)])
     assert got == ["e1", "e2"] and got.cluster == "b"
@@ -188,17 +205,25 @@ def test_failover_keeps_the_ids_and_marks_the_cluster_down_for_the_backoff(make_
     assert client.stats().clusters["a"].down_until == 0.0
 
 
-def test_failover_time_runs_from_the_first_failed_request_to_the_first_success_elsewhere(make_client) -> None:
+def test_failover_time_runs_from_the_first_failed_request_to_the_first_success_elsewhere(
+    make_client,
+) -> None:
     client, fake, clock = make_client(clusters(a=100, b=100), local_cluster="a")
     fake.slow_s = 2.5
     fake.state["a"] = "slow"  # times out after 2.5 s
     assert client.publish("p", ev(1)).cluster == "b"
     st = client.stats()
-    assert st.failovers == 1 and st.failover_s == [pytest.approx(2.51)] and st.last_failover_s == pytest.approx(2.51)
+    assert (
+        st.failovers == 1
+        and st.failover_s == [pytest.approx(2.51)]
+        and st.last_failover_s == pytest.approx(2.51)
+    )
     assert st.clusters["a"].failures == 1 and st.clusters["b"].events_accepted == 1
 
 
-def test_requests_in_flight_when_a_cluster_went_down_do_not_stretch_its_backoff(make_client) -> None:
+def test_requests_in_flight_when_a_cluster_went_down_do_not_stretch_its_backoff(
+    make_client,
+) -> None:
     client, fake, clock = make_client(clusters(a=100, b=100), backoff_s=1.0)
     router = client._router
     a = router.clusters[0]
@@ -243,15 +268,23 @@ def test_a_404_tries_the_other_clusters_first(make_client) -> None:
     assert client.publish("p", ev(1)).cluster == "b"
     assert client.stats().clusters["a"].down_until == 0.0 and client.stats().failovers == 0
     fake.state["b"] = 404
-    with pytest.raises(IngressError, match=r"pipeline 'p': not found on any cluster \(a: HTTP 404: bad thing; b: HTTP 404: bad thing\)") as info:
+    with pytest.raises(
+        IngressError,
+        match=r"pipeline 'p': not found on any cluster \(a: HTTP 404: bad thing; b: HTTP 404: bad thing\)",
+    ) as info:
         client.publish("p", ev(2))
     assert info.value.status == 404
 
 
-def test_when_every_cluster_is_down_the_error_names_each_and_nothing_counts_as_accepted(make_client) -> None:
+def test_when_every_cluster_is_down_the_error_names_each_and_nothing_counts_as_accepted(
+    make_client,
+) -> None:
     client, fake, clock = make_client(clusters(a=50, b=50))
     fake.state.update(a="down", b=503)
-    with pytest.raises(IngressError, match=r"pipeline 'p': no cluster took the request \(.*a: ConnectError.*b: HTTP 503: bad thing") as info:
+    with pytest.raises(
+        IngressError,
+        match=r"pipeline 'p': no cluster took the request \(.*a: ConnectError.*b: HTTP 503: bad thing",
+    ) as info:
         client.publish("p", ev(1))
     assert info.value.status == 503 and fake.accepted == {}
     assert sorted(fake.calls) == ["a", "a", "b", "b"]  # one extra round (retries=1)
@@ -279,7 +312,9 @@ def test_a_last_round_retries_every_cluster_when_all_failed(make_client) -> None
     assert sorted(fake.calls) == ["a", "b"]
 
 
-def test_a_zero_weight_cluster_takes_traffic_only_when_every_weighted_one_is_down(make_client) -> None:
+def test_a_zero_weight_cluster_takes_traffic_only_when_every_weighted_one_is_down(
+    make_client,
+) -> None:
     client, fake, _ = make_client(clusters(blue=100, green=0))
     fake.state["blue"] = "down"
     assert client.publish("p", ev(1)).cluster == "green"
@@ -306,7 +341,9 @@ def test_events_and_data(make_client) -> None:
 
 def test_no_clusters_and_bad_arguments() -> None:
     client = eventbus.Client(gateways=[], transport=FakeClusters(Clock()))
-    with pytest.raises(IngressError, match="no clusters are registered; add one with `eventbus keeper add`"):
+    with pytest.raises(
+        IngressError, match="no clusters are registered; add one with `eventbus keeper add`"
+    ):
         client.publish("p", ev(1))
     with pytest.raises(ConfigError, match="give exactly one of keeper_redis="):
         eventbus.Client()
@@ -355,8 +392,14 @@ def test_keeper_file_registry(tmp_path: Path) -> None:
     assert keeper.add(ClusterInfo(name="green", gateway="http://g:1", weight=0)) is True
     assert keeper.add(ClusterInfo(name="green", gateway="http://g:2", weight=0)) is False
     keeper.set_weights({"blue": 0, "green": 100})
-    assert [(c.name, c.gateway, c.weight) for c in keeper.clusters()] == [("blue", "http://b:1", 0), ("green", "http://g:2", 100)]
-    with pytest.raises(ConfigError, match=re.escape("no cluster named 'red' is registered (registered: blue, green)")):
+    assert [(c.name, c.gateway, c.weight) for c in keeper.clusters()] == [
+        ("blue", "http://b:1", 0),
+        ("green", "http://g:2", 100),
+    ]
+    with pytest.raises(
+        ConfigError,
+        match=re.escape("no cluster named 'red' is registered (registered: blue, green)"),
+    ):
         keeper.set_weights({"red": 1})
     with pytest.raises(ConfigError, match="needs a gateway"):
         keeper.add(ClusterInfo(name="red"))
@@ -372,14 +415,16 @@ def test_keeper_file_registry(tmp_path: Path) -> None:
 async def test_async_client_fails_over_under_concurrency() -> None:
     clock = Clock()
     fake = AsyncFakeClusters(clock)
-    client = eventbus.AsyncClient(gateways=clusters(a=50, b=50), transport=fake, clock=clock, seed=3)
+    client = eventbus.AsyncClient(
+        gateways=clusters(a=50, b=50), transport=fake, clock=clock, seed=3
+    )
     accepted: dict[str, str] = {}
 
     async def send(i: int) -> None:
         if i == 100:
             fake.state["b"] = "down"
         got = await client.publish("p", ev(i))
-        accepted.update({x: got.cluster for x in got})
+        accepted.update(dict.fromkeys(got, got.cluster))
 
     await asyncio.gather(*(send(i) for i in range(300)))
     assert len(accepted) == 300
@@ -402,10 +447,13 @@ def _gateway_app(fail: Exception | None = None) -> Any:
     from eventbus.pipelines._runner import PipelineRunner
 
     doc = {
-        "apiVersion": "eventbus/v1", "kind": "Pipeline", "metadata": {"name": "orders"},
+        "apiVersion": "eventbus/v1",
+        "kind": "Pipeline",
+        "metadata": {"name": "orders"},
         "spec": {
             "sources": [{"http": {"data_schema": {"type": "object", "required": ["amount"]}}}],
-            "steps": [{"id": "big", "filter": "data.amount > 100"}], "sink": {"kafka": {"topic": "out"}},
+            "steps": [{"id": "big", "filter": "data.amount > 100"}],
+            "sink": {"kafka": {"topic": "out"}},
         },
     }
 
@@ -437,15 +485,30 @@ async def test_http_transport_against_the_gateway_app() -> None:
 
     await transport._http.aclose()
     transport._http = httpx.AsyncClient(transport=httpx.MockTransport(route))
-    cl = [ClusterInfo(name="down", gateway="http://down", local=True), ClusterInfo(name="up", gateway="http://up")]
+    cl = [
+        ClusterInfo(name="down", gateway="http://down", local=True),
+        ClusterInfo(name="up", gateway="http://up"),
+    ]
     client = eventbus.AsyncClient(gateways=cl, transport=transport)
-    got = await client.publish("orders", [CloudEvent.create(type="t", source="/s", id=f"o{i}", data={"amount": 200 + i}) for i in range(3)])
+    got = await client.publish(
+        "orders",
+        [
+            CloudEvent.create(type="t", source="/s", id=f"o{i}", data={"amount": 200 + i})
+            for i in range(3)
+        ],
+    )
     assert got == ["o0", "o1", "o2"] and got.cluster == "up"
-    assert [e.id for e in backend.published] == ["o0", "o1", "o2"] and backend.published[1].data == {"amount": 201}
-    [out] = await client.invoke("orders", CloudEvent.create(type="t", source="/s", id="i1", data={"amount": 500}))
+    assert [e.id for e in backend.published] == ["o0", "o1", "o2"] and backend.published[
+        1
+    ].data == {"amount": 201}
+    [out] = await client.invoke(
+        "orders", CloudEvent.create(type="t", source="/s", id="i1", data={"amount": 500})
+    )
     assert (out.id, out.data) == ("i1", {"amount": 500})
     assert await client.invoke("orders", {"amount": 5}) == []
-    with pytest.raises(IngressError, match=r"pipeline 'orders' on cluster 'up': 422: .*amount") as info:
+    with pytest.raises(
+        IngressError, match=r"pipeline 'orders' on cluster 'up': 422: .*amount"
+    ) as info:
         await client.publish("orders", {"no_amount": 1})
     assert info.value.status == 422
     with pytest.raises(IngressError, match="not found on any cluster"):
@@ -472,7 +535,11 @@ def test_grpc_codes_map_to_failover_or_the_callers_error() -> None:
     nf = _grpc_error(c, "p", Err(grpc.StatusCode.NOT_FOUND))
     assert isinstance(nf, Unavailable) and not nf.mark_down
     bad = _grpc_error(c, "p", Err(grpc.StatusCode.INVALID_ARGUMENT))
-    assert isinstance(bad, IngressError) and bad.status == 400 and str(bad) == "pipeline 'p' on cluster 'a': 400: INVALID_ARGUMENT: details"
+    assert (
+        isinstance(bad, IngressError)
+        and bad.status == 400
+        and str(bad) == "pipeline 'p' on cluster 'a': 400: INVALID_ARGUMENT: details"
+    )
 
 
 def test_import_eventbus_client_imports_neither_ray_nor_grpc() -> None:
@@ -493,23 +560,65 @@ def test_keeper_cli_on_a_file_registry(tmp_path: Path) -> None:
     env = {"EVENTBUS_KEEPER_REDIS": str(tmp_path / "k.json"), "COLUMNS": "200"}
     home = tmp_path / "home"
     home.mkdir()
-    (home / "stack.json").write_text(json.dumps({
-        "ray_address": "127.0.0.1:1", "kafka_bootstrap": "127.0.0.1:2", "redis_url": "redis://127.0.0.1:3/0",
-        "gateway_http": "http://127.0.0.1:4", "gateway_grpc": "127.0.0.1:5", "ray_auth_token_path": "/tok",
-    }))
+    (home / "stack.json").write_text(
+        json.dumps(
+            {
+                "ray_address": "127.0.0.1:1",
+                "kafka_bootstrap": "127.0.0.1:2",
+                "redis_url": "redis://127.0.0.1:3/0",
+                "gateway_http": "http://127.0.0.1:4",
+                "gateway_grpc": "127.0.0.1:5",
+                "ray_auth_token_path": "/tok",
+            }
+        )
+    )
     res = runner.invoke(app, ["keeper", "add", "blue", "--home", str(home), "--local"], env=env)
-    assert res.exit_code == 0 and "added cluster blue: gateway http://127.0.0.1:4, gRPC 127.0.0.1:5, weight 100" in res.output, res.output
-    res = runner.invoke(app, ["keeper", "add", "green", "--gateway", "http://g:8080", "--grpc", "g:50051", "--weight", "0"], env=env)
+    assert (
+        res.exit_code == 0
+        and "added cluster blue: gateway http://127.0.0.1:4, gRPC 127.0.0.1:5, weight 100"
+        in res.output
+    ), res.output
+    res = runner.invoke(
+        app,
+        [
+            "keeper",
+            "add",
+            "green",
+            "--gateway",
+            "http://g:8080",
+            "--grpc",
+            "g:50051",
+            "--weight",
+            "0",
+        ],
+        env=env,
+    )
     assert res.exit_code == 0, res.output
-    assert runner.invoke(app, ["keeper", "weight", "green", "10"], env=env).output.strip() == "weights: blue 100 (91%), green 10 (9%)"
+    assert (
+        runner.invoke(app, ["keeper", "weight", "green", "10"], env=env).output.strip()
+        == "weights: blue 100 (91%), green 10 (9%)"
+    )
     reg = json.loads(runner.invoke(app, ["keeper", "list", "--json"], env=env).output)
     blue = reg["clusters"][0]
-    assert (blue["ray_address"], blue["kafka"], blue["ray_token_file"], blue["local"]) == ("127.0.0.1:1", "127.0.0.1:2", "/tok", True)
+    assert (blue["ray_address"], blue["kafka"], blue["ray_token_file"], blue["local"]) == (
+        "127.0.0.1:1",
+        "127.0.0.1:2",
+        "/tok",
+        True,
+    )
     assert "green" in runner.invoke(app, ["keeper", "list"], env=env).output
     bad = runner.invoke(app, ["keeper", "weight", "red", "1"], env=env)
-    assert bad.exit_code == 1 and "no cluster named 'red' is registered (registered: blue, green)" in bad.output
+    assert (
+        bad.exit_code == 1
+        and "no cluster named 'red' is registered (registered: blue, green)" in bad.output
+    )
     assert runner.invoke(app, ["keeper", "weight", "blue", "-1"], env=env).exit_code == 2
     assert runner.invoke(app, ["keeper", "remove", "blue"], env=env).exit_code == 0
-    assert [c["name"] for c in json.loads(runner.invoke(app, ["keeper", "list", "--json"], env=env).output)["clusters"]] == ["green"]
+    assert [
+        c["name"]
+        for c in json.loads(runner.invoke(app, ["keeper", "list", "--json"], env=env).output)[
+            "clusters"
+        ]
+    ] == ["green"]
     res = runner.invoke(app, ["keeper", "list"], env={"EVENTBUS_KEEPER_REDIS": ""})
     assert res.exit_code == 2 and "no keeper registry" in res.output

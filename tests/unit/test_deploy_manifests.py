@@ -47,16 +47,26 @@ COMPOSE_ENV = {"RAY_AUTH_TOKEN": "unit-test-token"}
 def _docker_compose() -> str:
     exe = shutil.which("docker-compose")
     if exe is None:
-        pytest.fail("docker-compose is not installed: `apt-get install -y docker-compose` (Debian's package; .ci/run installs it)")
+        pytest.fail(
+            "docker-compose is not installed: `apt-get install -y docker-compose` (Debian's package; .ci/run installs it)"
+        )
     return exe
 
 
-def _compose_config(path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "DOCKER_", "RAY_"))}
+def _compose_config(
+    path: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    clean = {
+        k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "DOCKER_", "RAY_"))
+    }
     return subprocess.run(
         [_docker_compose(), "--ansi", "never", "-f", str(path), "config"],
         env={**clean, **(env if env is not None else COMPOSE_ENV)},
-        cwd=path.parent, capture_output=True, text=True, timeout=60, check=False,
+        cwd=path.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
@@ -96,7 +106,11 @@ def _containers(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
 def _dockerfile() -> tuple[str, list[str]]:
     """The base image and the RUN instructions (continuation lines joined)."""
     text = DOCKERFILE.read_text().replace("\\\n", " ")
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    lines = [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
     [base] = [line.split()[1] for line in lines if line.upper().startswith("FROM ")]
     runs = [line[4:].strip() for line in lines if line.upper().startswith("RUN ")]
     return base, runs
@@ -121,7 +135,9 @@ def _entry_points() -> dict[str, dict[str, set[str]] | None]:
 
             group = typer.main.get_command(app)
             programs[script] = {name: _options(cmd) for name, cmd in group.commands.items()}  # type: ignore[attr-defined]
-        if any(re.match(r"ray(\[[^\]]*\])?\s*(==|>=|~=|$)", dep) for dep in project["dependencies"]):
+        if any(
+            re.match(r"ray(\[[^\]]*\])?\s*(==|>=|~=|$)", dep) for dep in project["dependencies"]
+        ):
             from ray.scripts.scripts import cli as ray_cli
 
             programs["ray"] = {name: _options(cmd) for name, cmd in ray_cli.commands.items()}
@@ -131,7 +147,12 @@ def _entry_points() -> dict[str, dict[str, set[str]] | None]:
 
 
 def _options(command: Any) -> set[str]:
-    return {opt for param in command.params for opt in (*param.opts, *param.secondary_opts) if opt.startswith("-")}
+    return {
+        opt
+        for param in command.params
+        for opt in (*param.opts, *param.secondary_opts)
+        if opt.startswith("-")
+    }
 
 
 def _check_command(argv: list[str], where: str) -> None:
@@ -139,11 +160,15 @@ def _check_command(argv: list[str], where: str) -> None:
     programs = _entry_points()
     assert argv, f"{where}: empty command"
     program = argv[0]
-    assert program in programs, f"{where}: {program!r} is not installed by deploy/Dockerfile (it installs {sorted(programs)})"
+    assert program in programs, (
+        f"{where}: {program!r} is not installed by deploy/Dockerfile (it installs {sorted(programs)})"
+    )
     subcommands = programs[program]
     if subcommands is None:
         return
-    assert len(argv) > 1 and argv[1] in subcommands, f"{where}: `{program} {argv[1:2]}` is no {program} subcommand"
+    assert len(argv) > 1 and argv[1] in subcommands, (
+        f"{where}: `{program} {argv[1:2]}` is no {program} subcommand"
+    )
     known = subcommands[argv[1]]
     for arg in argv[2:]:
         if arg.startswith("--"):
@@ -159,7 +184,12 @@ def _compose_commands() -> list[tuple[str, list[str]]]:
             continue
         command = svc.get("command")
         assert command, f"service {name}: no command (the image's CMD only prints help)"
-        out.append((f"service {name}: command", shlex.split(command) if isinstance(command, str) else command))
+        out.append(
+            (
+                f"service {name}: command",
+                shlex.split(command) if isinstance(command, str) else command,
+            )
+        )
         test = svc.get("healthcheck", {}).get("test")
         if test:
             assert test[0] in ("CMD", "CMD-SHELL"), test
@@ -173,37 +203,69 @@ def _compose_commands() -> list[tuple[str, list[str]]]:
 
 def test_compose_file_validates_with_docker_compose_config() -> None:
     services = _resolved_compose()["services"]
-    assert set(services) == {"kafka", "redis", "ray-head", "ray-worker", "gateway", "deploy-example"}
+    assert set(services) == {
+        "kafka",
+        "redis",
+        "ray-head",
+        "ray-worker",
+        "gateway",
+        "deploy-example",
+    }
     # Every service that waits on another waits for it to be healthy (or, for a one-shot, started).
     for name, svc in services.items():
         for dep, cond in svc.get("depends_on", {}).items():
             assert cond["condition"] == "service_healthy", f"{name} -> {dep}: {cond}"
-            assert "healthcheck" in services[dep], f"{name} waits for {dep} to be healthy, which has no healthcheck"
+            assert "healthcheck" in services[dep], (
+                f"{name} waits for {dep} to be healthy, which has no healthcheck"
+            )
     assert set(services["gateway"]["depends_on"]) == {"kafka", "redis", "ray-head"}
-    assert set(services["deploy-example"]["depends_on"]) == {"kafka", "redis", "ray-head", "ray-worker"}
+    assert set(services["deploy-example"]["depends_on"]) == {
+        "kafka",
+        "redis",
+        "ray-head",
+        "ray-worker",
+    }
     # Ports published to the host are published on loopback only.
     for name, svc in services.items():
         for port in svc.get("ports", []):
-            assert str(port).startswith("127.0.0.1:") or port.get("host_ip") == "127.0.0.1", f"{name}: {port}"
+            assert str(port).startswith("127.0.0.1:") or port.get("host_ip") == "127.0.0.1", (
+                f"{name}: {port}"
+            )
 
 
 def test_compose_wires_every_eventbus_process_to_the_same_services() -> None:
     services = _resolved_compose()["services"]
-    ours = {n: s for n, s in services.items() if s.get("build", {}).get("dockerfile") == "deploy/Dockerfile"}
+    ours = {
+        n: s
+        for n, s in services.items()
+        if s.get("build", {}).get("dockerfile") == "deploy/Dockerfile"
+    }
     assert set(ours) == {"ray-head", "ray-worker", "gateway", "deploy-example"}
     assert len({s["image"] for s in ours.values()}) == 1
     for name, svc in ours.items():
         env = svc["environment"]
         assert env["EVENTBUS_KAFKA_BOOTSTRAP"] == "kafka:9092", name
         assert env["EVENTBUS_REDIS_URL"] == "redis://redis:6379/0", name
-        assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN"] == COMPOSE_ENV["RAY_AUTH_TOKEN"], name
+        assert (
+            env["RAY_AUTH_MODE"] == "token"
+            and env["RAY_AUTH_TOKEN"] == COMPOSE_ENV["RAY_AUTH_TOKEN"]
+        ), name
     head = services["ray-head"]["command"]
     assert "--head" in head and "--port=6379" in head and "--ray-client-server-port=10001" in head
     assert "--address=ray-head:6379" in services["ray-worker"]["command"]
     # Processes that are not Ray nodes use Ray Client on the head (a driver needs a local raylet).
     for name in ("gateway", "deploy-example"):
         assert services[name]["environment"]["RAY_ADDRESS"] == "ray://ray-head:10001", name
-    assert services["gateway"]["command"] == ["eventbus", "gateway", "--host", "0.0.0.0", "--http-port", "8080", "--grpc-port", "50051"]
+    assert services["gateway"]["command"] == [
+        "eventbus",
+        "gateway",
+        "--host",
+        "0.0.0.0",
+        "--http-port",
+        "8080",
+        "--grpc-port",
+        "50051",
+    ]
     deployed = services["deploy-example"]["command"][-1]
     assert (ROOT / deployed).is_file(), deployed
 
@@ -216,7 +278,9 @@ def test_compose_refuses_to_start_without_a_ray_token() -> None:
 
 def test_docker_compose_config_rejects_a_broken_file(tmp_path: Path) -> None:
     """The validator really validates: a misspelt healthcheck condition fails it."""
-    broken = COMPOSE.read_text().replace("condition: service_healthy", "condition: service_healty", 1)
+    broken = COMPOSE.read_text().replace(
+        "condition: service_healthy", "condition: service_healty", 1
+    )
     assert broken != COMPOSE.read_text()
     (tmp_path / "docker-compose.yml").write_text(broken)
     res = _compose_config(tmp_path / "docker-compose.yml")
@@ -270,13 +334,19 @@ def _kuberay_validator() -> Any:
     from referencing import Registry, Resource
 
     # The same strict definitions kubernetes_validate checks the other manifests with.
-    strict = importlib.resources.files("kubernetes_validate") / "kubernetes-json-schema" / f"v{KUBERNETES_VERSION}.0-local-strict"
+    strict = (
+        importlib.resources.files("kubernetes_validate")
+        / "kubernetes-json-schema"
+        / f"v{KUBERNETES_VERSION}.0-local-strict"
+    )
     definitions = json.loads((strict / "_definitions.json").read_text())
     schema = json.loads(KUBERAY_SCHEMA.read_text())
-    registry: Registry[Any] = Registry().with_resources([
-        (definitions["$id"], Resource.from_contents(definitions)),
-        (schema["$id"], Resource.from_contents(schema)),
-    ])
+    registry: Registry[Any] = Registry().with_resources(
+        [
+            (definitions["$id"], Resource.from_contents(definitions)),
+            (schema["$id"], Resource.from_contents(schema)),
+        ]
+    )
     return jsonschema.Draft202012Validator(schema, registry=registry)
 
 
@@ -285,7 +355,9 @@ def _validate(doc: dict[str, Any]) -> None:
         assert doc["kind"] == "RayCluster", f"no KubeRay schema for {doc['kind']} here"
         errors = sorted(_kuberay_validator().iter_errors(doc), key=lambda e: list(e.absolute_path))
         if errors:
-            msg = "\n".join(f"{'.'.join(map(str, e.absolute_path))}: {e.message[:300]}" for e in errors)
+            msg = "\n".join(
+                f"{'.'.join(map(str, e.absolute_path))}: {e.message[:300]}" for e in errors
+            )
             raise AssertionError(msg)
         return
     import kubernetes_validate
@@ -314,7 +386,9 @@ def test_the_schemas_catch_mistakes() -> None:
     with pytest.raises(AssertionError, match="workerGroupSpec"):
         _validate(bad)
     bad = copy.deepcopy(cluster)
-    bad["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["envFrom"][0]["configMap"] = {"name": "x"}
+    bad["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["envFrom"][0]["configMap"] = {
+        "name": "x"
+    }
     with pytest.raises(AssertionError, match="configMap"):
         _validate(bad)
     bad = copy.deepcopy(docs["gateway.yaml:Deployment/eventbus-gateway"])

@@ -6,7 +6,18 @@ import importlib
 
 import pytest
 
-MODULES = ["eventbus", "eventbus.pipelines", "eventbus.functions", "eventbus.eventing", "eventbus.errors", "eventbus.cel", "eventbus.solver", "eventbus.eventing.sources", "eventbus.models", "eventbus.observability"]
+MODULES = [
+    "eventbus",
+    "eventbus.pipelines",
+    "eventbus.functions",
+    "eventbus.eventing",
+    "eventbus.errors",
+    "eventbus.cel",
+    "eventbus.solver",
+    "eventbus.eventing.sources",
+    "eventbus.models",
+    "eventbus.observability",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -17,10 +28,15 @@ def test_all_is_sorted_and_complete(name: str) -> None:
     for attr in exported:
         assert hasattr(mod, attr), f"{name}.{attr} is in __all__ but missing"
     public = {
-        n for n, v in vars(mod).items()
-        if not n.startswith("_") and getattr(v, "__module__", "").startswith(name) and not isinstance(v, type(importlib))
+        n
+        for n, v in vars(mod).items()
+        if not n.startswith("_")
+        and getattr(v, "__module__", "").startswith(name)
+        and not isinstance(v, type(importlib))
     }
-    assert public <= set(exported), f"{name} has public names missing from __all__: {sorted(public - set(exported))}"
+    assert public <= set(exported), (
+        f"{name} has public names missing from __all__: {sorted(public - set(exported))}"
+    )
 
 
 def test_import_eventbus_does_not_import_ray() -> None:

@@ -103,7 +103,7 @@ class MicroBatcher(Generic[T, R]):
                 if len(results) != len(flat):
                     msg = f"flush returned {len(results)} results for {len(flat)} items"
                     raise RuntimeError(msg)
-            except BaseException as exc:  # noqa: BLE001 - handed to every waiter
+            except BaseException as exc:
                 for _, fut in batch:
                     if not fut.done():
                         fut.set_exception(exc)

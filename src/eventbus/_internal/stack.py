@@ -140,7 +140,9 @@ def stack_up(
             ray_auth_token_path=token_path,
         )
         if gateway:
-            gw, stack.gateway_http, stack.gateway_grpc = start_gateway(stack, logs, http_port, grpc_port)
+            gw, stack.gateway_http, stack.gateway_grpc = start_gateway(
+                stack, logs, http_port, grpc_port
+            )
             started.append(gw)
             owned["gateway"] = {"pid": gw.pid, "log": str(gw.log_path)}
     except BaseException:
@@ -164,7 +166,9 @@ def _port_or_free(port: int) -> int:
     return port
 
 
-def start_gateway(stack: Stack, logs: Path, http_port: int, grpc_port: int) -> tuple[ServiceProcess, str, str]:
+def start_gateway(
+    stack: Stack, logs: Path, http_port: int, grpc_port: int
+) -> tuple[ServiceProcess, str, str]:
     """Start ``eventbus gateway`` as a detached process on loopback; wait until it answers.
 
     Returns:
@@ -179,15 +183,31 @@ def start_gateway(stack: Stack, logs: Path, http_port: int, grpc_port: int) -> t
 
     http_port, grpc_port = _port_or_free(http_port), _port_or_free(grpc_port)
     argv = [
-        sys.executable, "-m", "eventbus.cli", "gateway", "--host", "127.0.0.1",
-        "--http-port", str(http_port), "--grpc-port", str(grpc_port),
-        "--ray-address", stack.ray_address, "--kafka-bootstrap", stack.kafka_bootstrap,
-        "--redis-url", stack.redis_url, "--admin-token-file", _make_admin_token(logs.parent),  # logs is $EVENTBUS_HOME/logs
+        sys.executable,
+        "-m",
+        "eventbus.cli",
+        "gateway",
+        "--host",
+        "127.0.0.1",
+        "--http-port",
+        str(http_port),
+        "--grpc-port",
+        str(grpc_port),
+        "--ray-address",
+        stack.ray_address,
+        "--kafka-bootstrap",
+        stack.kafka_bootstrap,
+        "--redis-url",
+        stack.redis_url,
+        "--admin-token-file",
+        _make_admin_token(logs.parent),  # logs is $EVENTBUS_HOME/logs
     ]
     saved = dict(os.environ)
     os.environ.update(stack.ray_env())
     try:
-        svc = _launch("gateway", argv, logs / "gateway.log", f"http://127.0.0.1:{http_port}", detach=True)
+        svc = _launch(
+            "gateway", argv, logs / "gateway.log", f"http://127.0.0.1:{http_port}", detach=True
+        )
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -328,14 +348,22 @@ def stack_status(home: Path) -> dict[str, Any]:
         return {"healthy": False, "parts": {}}
     parts: dict[str, dict[str, Any]] = {}
     host, _, port = stack.ray_address.removeprefix("ray://").rpartition(":")
-    parts["ray"] = {"address": stack.ray_address, "up": _port_open(host, int(port)), "owned": "ray" in stack.owned}
+    parts["ray"] = {
+        "address": stack.ray_address,
+        "up": _port_open(host, int(port)),
+        "owned": "ray" in stack.owned,
+    }
     parts["kafka"] = {
         "address": stack.kafka_bootstrap,
         "up": kafka_metadata_ready(stack.kafka_bootstrap.split(",")[0], 2.0),
         "owned": "kafka" in stack.owned,
     }
     rhost, rport = _redis_host_port(stack.redis_url)
-    parts["redis"] = {"address": stack.redis_url, "up": _port_open(rhost, rport), "owned": "redis" in stack.owned}
+    parts["redis"] = {
+        "address": stack.redis_url,
+        "up": _port_open(rhost, rport),
+        "owned": "redis" in stack.owned,
+    }
     if stack.gateway_http:
         ghost, _, gport = stack.gateway_http.removeprefix("http://").rpartition(":")
         parts["gateway"] = {

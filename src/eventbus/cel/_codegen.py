@@ -22,8 +22,8 @@ import math
 from collections.abc import Collection
 from typing import Any, Final
 
-from eventbus.cel import _ast as ast
 from eventbus.cel import _arith, _logic, _runtime, _stdlib
+from eventbus.cel import _ast as ast
 from eventbus.cel._errors import CELError
 from eventbus.cel._functions import FUNCTIONS, function_names
 from eventbus.cel._lexer import RESERVED
@@ -136,7 +136,7 @@ class Generator:
         sub = Generator(self.source, self.declared, {}, fast=False, fold=False)
         code = sub.expression(node)
         try:
-            value = eval(code, sub.ns, {"v": {}})  # noqa: S307 - our own generated code
+            value = eval(code, sub.ns, {"v": {}})
         except Exception:  # noqa: BLE001 - not foldable: the error surfaces at run time
             return None
         if type(value) not in _FOLDABLE_TYPES:
@@ -375,9 +375,7 @@ class Generator:
         if impl is None:
             counts = sorted(n - (1 if member else 0) for n in overloads)
             want = " or ".join(str(c) for c in counts[:3])
-            raise self.error(
-                f"function '{name}' takes {want} argument(s); got {len(args)}", node
-            )
+            raise self.error(f"function '{name}' takes {want} argument(s); got {len(args)}", node)
         codes = [self.gen(a) for a in all_args]
         return self.call_code(name, impl, codes)
 
@@ -415,7 +413,7 @@ class Generator:
 
     def ns_value(self, text: str) -> object:
         try:
-            return eval(text, dict(self.ns))  # noqa: S307 - a literal we generated
+            return eval(text, dict(self.ns))
         except Exception:  # noqa: BLE001
             return None
 

@@ -370,8 +370,8 @@ _ = eq
 
 # name -> {arity: implementation}; member functions count the receiver.
 FUNCTIONS: Final[dict[tuple[str, bool], dict[int, Any]]] = {
-    ("math.greatest", False): {n: greatest for n in range(1, 33)},
-    ("math.least", False): {n: least for n in range(1, 33)},
+    ("math.greatest", False): dict.fromkeys(range(1, 33), greatest),
+    ("math.least", False): dict.fromkeys(range(1, 33), least),
     ("math.ceil", False): {1: ceil},
     ("math.floor", False): {1: floor},
     ("math.round", False): {1: round_},
@@ -400,7 +400,9 @@ FUNCTIONS: Final[dict[tuple[str, bool], dict[int, Any]]] = {
     ("isLinkLocalUnicast", True): {
         1: _ip_method(
             "isLinkLocalUnicast",
-            lambda a: a in ipaddress.ip_network("169.254.0.0/16" if a.version == 4 else "fe80::/10"),
+            lambda a: (
+                a in ipaddress.ip_network("169.254.0.0/16" if a.version == 4 else "fe80::/10")
+            ),
         )
     },
     ("isGlobalUnicast", True): {1: _ip_method("isGlobalUnicast", _global_unicast)},

@@ -224,7 +224,7 @@ def _format_one(verb: str, precision: int | None, value: Any) -> str:
                 return special
             return format(f, f".{6 if precision is None else precision}{verb}")
     elif verb in "boxX":
-        if k in ("int", "uint") and verb != "b" or k in ("int", "uint", "bool") and verb == "b":
+        if (k in ("int", "uint") and verb != "b") or (k in ("int", "uint", "bool") and verb == "b"):
             spec = {"b": "b", "o": "o", "x": "x", "X": "X"}[verb]
             return format(int(value), spec)
         if verb in "xX" and k in ("string", "bytes"):

@@ -151,7 +151,7 @@ def tokenize(source: str) -> list[Token]:
         if c.isdigit() or (c == "." and pos + 1 < n and source[pos + 1].isdigit()):
             pos = _lex_number(source, pos, tokens)
             continue
-        if c == "_" or c.isascii() and c.isalpha():
+        if c == "_" or (c.isascii() and c.isalpha()):
             m = _IDENT.match(source, pos)
             assert m is not None
             tokens.append(Token("IDENT", m.group(), pos))
@@ -216,7 +216,7 @@ def _lex_number(source: str, pos: int, tokens: list[Token]) -> int:
     assert m is not None
     end = m.end()
     if end < len(source) and (source[end] == "_" or source[end].isalnum()):
-        raise _error(f"invalid number literal {source[pos:end + 1]!r}", source, pos)
+        raise _error(f"invalid number literal {source[pos : end + 1]!r}", source, pos)
     if m.group("float") is not None:
         tokens.append(Token("FLOAT", float(m.group("float")), pos))
         return end

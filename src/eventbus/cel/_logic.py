@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from eventbus.cel._errors import EvalError
 from eventbus.cel._arith import check_bool
+from eventbus.cel._errors import EvalError
 from eventbus.cel._runtime import (
     iter_pairs,
     iter_range,
@@ -79,9 +79,7 @@ def or_(*thunks: Thunk) -> bool:
     return _logic(thunks, True, "_||_")
 
 
-def _quantifier(
-    rng: Any, pred: Callable[..., Any], two: bool, decisive: bool, op: str
-) -> bool:
+def _quantifier(rng: Any, pred: Callable[..., Any], two: bool, decisive: bool, op: str) -> bool:
     items: Iterable[Any] = iter_pairs(rng) if two else iter_range(rng)
     error: Exception | None = None
     for item in items:

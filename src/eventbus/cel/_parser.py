@@ -288,9 +288,7 @@ class _Parser:
             return node.name
         raise self.error("macro variable must be a simple identifier", node.pos)
 
-    def member_macro(
-        self, name: str, target: ast.Node, args: list[ast.Node], pos: int
-    ) -> ast.Node:
+    def member_macro(self, name: str, target: ast.Node, args: list[ast.Node], pos: int) -> ast.Node:
         if name in ("optMap", "optFlatMap"):
             return ast.Comprehension(pos, name, target, self.var_name(args[0]), None, args[1])
         two_var = name.startswith("transform") or (name != "map" and len(args) == 3)

@@ -68,7 +68,7 @@ def _build(
     except (SyntaxError, RecursionError, MemoryError) as exc:
         msg = f"expression is too complex to compile: {exc}"
         raise CELError(msg, source, 1) from None
-    exec(code, namespace)  # noqa: S102 - executes our own generated code
+    exec(code, namespace)
     return namespace["_fast"], frozenset(fast.refs | slow.refs)
 
 
@@ -138,7 +138,7 @@ def _rebuild(source: str, declared: frozenset[str] | None) -> Program:
     return Program(source, variables=declared)
 
 
-def compile(source: str, *, variables: Collection[str] | None = None) -> Program:  # noqa: A001
+def compile(source: str, *, variables: Collection[str] | None = None) -> Program:
     """Compile a CEL expression.
 
     Args:

@@ -20,31 +20,31 @@ __all__ = [
     "INT_MAX",
     "INT_MIN",
     "UINT_MAX",
+    "dur_ns",
     "eq",
     "ge",
     "gt",
     "has_field",
     "in_",
     "index",
+    "int_overflow",
     "iter_pairs",
     "iter_range",
     "kind",
     "le",
     "lt",
+    "make_dur",
     "make_list",
     "make_map",
-    "ne",
-    "dur_ns",
-    "int_overflow",
-    "make_dur",
     "make_ts",
+    "ne",
     "no_overload",
-    "ts_ns",
-    "uint_overflow",
     "opt_index",
     "opt_select",
     "select",
+    "ts_ns",
     "type_name",
+    "uint_overflow",
 ]
 
 INT_MIN: Final = -(2**63)
@@ -163,7 +163,7 @@ def check_int(v: int, op: str) -> int:
 def ts_ns(x: _dt.datetime) -> int:
     """Nanoseconds since the Unix epoch of a timestamp (naive means UTC)."""
     if x.tzinfo is None:
-        x = x.replace(tzinfo=_dt.timezone.utc)
+        x = x.replace(tzinfo=_dt.UTC)
     return ((x - EPOCH) // _US) * _NS_PER_US + getattr(x, "nanos", 0)
 
 
@@ -178,7 +178,7 @@ def make_ts(ns: int) -> _dt.datetime:
         return base
     ts = Timestamp(
         base.year, base.month, base.day, base.hour, base.minute, base.second,
-        base.microsecond, tzinfo=_dt.timezone.utc,
+        base.microsecond, tzinfo=_dt.UTC,
     )  # fmt: skip
     ts.nanos = nanos
     return ts

@@ -152,7 +152,7 @@ def format_timestamp(x: _dt.datetime) -> str:
     secs, frac = divmod(ns, 10**9)
     base = _dt.datetime(1970, 1, 1) + _dt.timedelta(seconds=secs)
     text = base.strftime("%Y-%m-%dT%H:%M:%S")
-    text = f"{base.year:04d}{text[text.index('-'):]}"
+    text = f"{base.year:04d}{text[text.index('-') :]}"
     return text + _fraction(frac) + "Z"
 
 
@@ -242,7 +242,7 @@ def parse_timestamp(text: str) -> _dt.datetime:
         raise EvalError(msg)
     year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
     try:
-        base = _dt.datetime(year, month, day, hour, minute, second, tzinfo=_dt.timezone.utc)
+        base = _dt.datetime(year, month, day, hour, minute, second, tzinfo=_dt.UTC)
     except ValueError:
         msg = f"invalid timestamp {text!r}"
         raise EvalError(msg) from None
@@ -252,9 +252,7 @@ def parse_timestamp(text: str) -> _dt.datetime:
         offset = (int(m.group(10)) * 60 + int(m.group(11))) * 60
         if m.group(9) == "-":
             offset = -offset
-    seconds = (base - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)) // _dt.timedelta(
-        seconds=1
-    )
+    seconds = (base - _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)) // _dt.timedelta(seconds=1)
     return make_ts((seconds - offset) * 10**9 + frac)
 
 
@@ -455,7 +453,7 @@ _TZ_OFFSET: Final = re.compile(r"([+-]?)(\d{1,2}):(\d{2})")
 def _zone(name: str) -> _dt.tzinfo:
     """An IANA time zone or UTC (fixed offsets are handled by ``_local``)."""
     if name == "UTC":
-        return _dt.timezone.utc
+        return _dt.UTC
     try:
         return zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
@@ -469,7 +467,7 @@ def _local(ts: Any, tz: Any, op: str) -> _dt.datetime:
             no_overload(op, ts)
         no_overload(op, ts, tz)
     secs = ts_ns(ts) // 10**9
-    base = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(seconds=secs)
+    base = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC) + _dt.timedelta(seconds=secs)
     if tz is None:
         return base
     m = _TZ_OFFSET.fullmatch(tz)

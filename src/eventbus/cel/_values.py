@@ -17,7 +17,7 @@ __all__ = [
 
 _UINT_LIMIT: Final = 2**64
 
-EPOCH: Final = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+EPOCH: Final = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 
 
 class UInt(int):
@@ -62,7 +62,7 @@ def _make_timestamp(iso: str, nanos: int) -> Timestamp:
     base = _dt.datetime.fromisoformat(iso)
     ts = Timestamp(
         base.year, base.month, base.day, base.hour, base.minute, base.second,
-        base.microsecond, tzinfo=_dt.timezone.utc,
+        base.microsecond, tzinfo=_dt.UTC,
     )  # fmt: skip
     ts.nanos = nanos
     return ts

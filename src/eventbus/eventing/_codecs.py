@@ -46,6 +46,7 @@ __all__ = [
     "events_from_json_batch",
 ]
 
+
 class KafkaRecord(NamedTuple):
     """An event already encoded for a Kafka topic (by a pipeline replica): a sink sends it as
     it is. ``key`` is the event's ``partitionkey`` or None (then the input record's key)."""
@@ -358,7 +359,9 @@ def _header_text(raw: bytes | None, name: str, where: Where) -> str:
         ) from None
 
 
-def decode_kafka_fast(value: bytes | None, headers: Sequence[tuple[str, bytes]], key: bytes | None) -> CloudEvent | None:
+def decode_kafka_fast(
+    value: bytes | None, headers: Sequence[tuple[str, bytes]], key: bytes | None
+) -> CloudEvent | None:
     """The usual binary-mode record, decoded; None for anything else (then call :func:`decode_kafka`).
 
     The usual record: every header a usual spelling of a spec attribute or ``content-type``,

@@ -48,6 +48,7 @@ def injected_fault(pipeline: str, point: str) -> None:
     log.error("fault injection: %s dies at %s", pipeline, point)
     os._exit(137)
 
+
 #: Steps whose failures are never retried: the input itself or the output cannot be handled.
 _FINAL_STEPS = frozenset(("decode", "sink", "dispatch"))
 
@@ -79,7 +80,14 @@ class RetryPolicy:
         """The policy of a pipeline spec (``delivery:`` and the steps' ``retries:``)."""
         d = spec.delivery
         per_step = {s.id: s.retries for s in spec.steps if getattr(s, "retries", None) is not None}
-        return cls(d.retries, d.backoff.initial_ms / 1000, d.backoff.max_ms / 1000, d.backoff.jitter, d.max_age_s, per_step)
+        return cls(
+            d.retries,
+            d.backoff.initial_ms / 1000,
+            d.backoff.max_ms / 1000,
+            d.backoff.jitter,
+            d.max_age_s,
+            per_step,
+        )
 
     @property
     def enabled(self) -> bool:
@@ -96,7 +104,7 @@ class RetryPolicy:
     def delay(self, attempt: int) -> float:
         """Seconds to wait before try number ``attempt + 1``."""
         base = min(self.initial_s * 2 ** (attempt - 1), self.max_s)
-        return base * (1 - self.jitter * random.random())  # noqa: S311 - jitter, not crypto
+        return base * (1 - self.jitter * random.random())
 
 
 def dedupe_key(event: CloudEvent | KafkaRecord) -> str | None:
@@ -225,7 +233,14 @@ class RedisDeduper:
             await self._resolve(keys, pending, sink, topic, skip)
         return skip
 
-    async def _resolve(self, keys: Sequence[str | None], pending: dict[bytes, list[int]], sink: Any, topic: str, skip: list[bool]) -> None:
+    async def _resolve(
+        self,
+        keys: Sequence[str | None],
+        pending: dict[bytes, list[int]],
+        sink: Any,
+        topic: str,
+        skip: list[bool],
+    ) -> None:
         """Search the sink for outputs another process claimed and did not mark done."""
         floors: dict[int, int] = {}
         for value in pending:
@@ -242,7 +257,12 @@ class RedisDeduper:
         try:
             written = {self._key(k) for k in await sink.written_keys(floors)}
         except Exception as e:  # noqa: BLE001
-            log.warning("dedupe: cannot search sink %r for %d unfinished outputs (%s); sending them again", topic, len(indexes), e)
+            log.warning(
+                "dedupe: cannot search sink %r for %d unfinished outputs (%s); sending them again",
+                topic,
+                len(indexes),
+                e,
+            )
             return
         done = []
         for i in indexes:
@@ -250,7 +270,12 @@ class RedisDeduper:
                 skip[i] = True
                 done.append(keys[i])
         self.found_in_sink += len(done)
-        log.info("dedupe: %d outputs left unfinished by a crashed process; %d of them were in sink %r already", len(indexes), len(done), topic)
+        log.info(
+            "dedupe: %d outputs left unfinished by a crashed process; %d of them were in sink %r already",
+            len(indexes),
+            len(done),
+            topic,
+        )
         await self.mark(done, hashed=True)
 
     async def mark(self, keys: Sequence[str | None], *, hashed: bool = False) -> None:

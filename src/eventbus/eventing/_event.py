@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 __all__ = ["REQUIRED_ATTRIBUTES", "CloudEvent", "format_time", "is_json_content_type", "parse_time"]
@@ -51,10 +51,10 @@ class CloudEvent:
     def create(
         cls,
         *,
-        type: str,  # noqa: A002 - the CloudEvents attribute name
+        type: str,
         source: str,
         data: Any = None,
-        id: str | None = None,  # noqa: A002
+        id: str | None = None,
         time: str | datetime | None = None,
         subject: str | None = None,
         datacontenttype: str | None = None,
@@ -170,7 +170,7 @@ _SPEC_ATTRIBUTES = frozenset(
 def format_time(value: datetime) -> str:
     """RFC 3339 text of a datetime (UTC ``Z`` form for UTC values)."""
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
+        value = value.replace(tzinfo=UTC)
     text = value.isoformat()
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 

@@ -133,7 +133,12 @@ def _decode_binary(attrs: dict[str, Any], content_type: str | None, body: bytes)
 
 
 def _decode_plain(content_type: str | None, body: bytes, type_: str, source: str) -> CloudEvent:
-    attrs: dict[str, Any] = {"specversion": "1.0", "id": str(uuid.uuid4()), "source": source, "type": type_}
+    attrs: dict[str, Any] = {
+        "specversion": "1.0",
+        "id": str(uuid.uuid4()),
+        "source": source,
+        "type": type_,
+    }
     data: Any = None
     if body:
         if content_type is None or is_json_content_type(content_type):
@@ -200,4 +205,6 @@ def encode_http_structured(event: CloudEvent) -> tuple[list[tuple[str, str]], by
 
 def encode_http_batch(events: Iterable[CloudEvent]) -> tuple[list[tuple[str, str]], bytes]:
     """Encode events in the HTTP batch mode (a JSON array)."""
-    return [("content-type", BATCH_CONTENT_TYPE)], orjson.dumps([_to_obj(e) for e in events], option=_DUMPS)
+    return [("content-type", BATCH_CONTENT_TYPE)], orjson.dumps(
+        [_to_obj(e) for e in events], option=_DUMPS
+    )

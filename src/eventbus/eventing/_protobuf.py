@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -26,12 +26,17 @@ def event_from_proto(msg: pb.CloudEvent, where: str = "gRPC event") -> CloudEven
     Raises:
         EventDecodeError: a required attribute is missing or invalid (named).
     """
-    attrs: dict[str, Any] = {"specversion": msg.spec_version, "id": msg.id, "source": msg.source, "type": msg.type}
+    attrs: dict[str, Any] = {
+        "specversion": msg.spec_version,
+        "id": msg.id,
+        "source": msg.source,
+        "type": msg.type,
+    }
     for name, value in msg.attributes.items():
         kind = value.WhichOneof("attr")
         if kind == "ce_timestamp":
             ts = value.ce_timestamp
-            attrs[name] = format_time(datetime.fromtimestamp(ts.seconds + ts.nanos / 1e9, tz=timezone.utc))
+            attrs[name] = format_time(datetime.fromtimestamp(ts.seconds + ts.nanos / 1e9, tz=UTC))
         elif kind == "ce_bytes":
             attrs[name] = value.ce_bytes.hex()
         elif kind is not None:
@@ -46,13 +51,19 @@ def event_from_proto(msg: pb.CloudEvent, where: str = "gRPC event") -> CloudEven
     if kind == "text_data":
         text = msg.text_data
         if content_type is None or is_json_content_type(content_type):
-            data = _loads_data(text.encode(), where, content_type or "application/json", "text_data")
+            data = _loads_data(
+                text.encode(), where, content_type or "application/json", "text_data"
+            )
             attrs.setdefault("datacontenttype", "application/json")
         else:
             data = text.encode()
     elif kind == "binary_data":
         raw = msg.binary_data
-        data = _loads_data(raw, where, content_type, "binary_data") if is_json_content_type(content_type) else bytes(raw)
+        data = (
+            _loads_data(raw, where, content_type, "binary_data")
+            if is_json_content_type(content_type)
+            else bytes(raw)
+        )
     elif kind == "proto_data":
         data = msg.proto_data.value
         attrs.setdefault("datacontenttype", "application/protobuf")
@@ -63,14 +74,16 @@ def event_from_proto(msg: pb.CloudEvent, where: str = "gRPC event") -> CloudEven
 def event_to_proto(event: CloudEvent) -> pb.CloudEvent:
     """Encode an event as a protobuf ``CloudEvent`` (JSON data as ``text_data``)."""
     a = event.attributes
-    msg = pb.CloudEvent(id=a["id"], source=a["source"], spec_version=a.get("specversion", "1.0"), type=a["type"])
+    msg = pb.CloudEvent(
+        id=a["id"], source=a["source"], spec_version=a.get("specversion", "1.0"), type=a["type"]
+    )
     for name, value in a.items():
         if name in ("id", "source", "specversion", "type") or value is None:
             continue
         attr = msg.attributes[name]
         if name == "time":
             t = parse_time(value) if isinstance(value, str) else value
-            attr.ce_timestamp.FromDatetime(t.astimezone(timezone.utc))
+            attr.ce_timestamp.FromDatetime(t.astimezone(UTC))
         elif name == "dataschema":
             attr.ce_uri = str(value)
         elif isinstance(value, bool):

@@ -12,7 +12,12 @@ from typing import Any
 import orjson
 
 from eventbus.errors import ConfigError, EventDecodeError
-from eventbus.eventing._codecs import decode_kafka, encode_kafka_binary, encode_kafka_structured, event_to_json
+from eventbus.eventing._codecs import (
+    decode_kafka,
+    encode_kafka_binary,
+    encode_kafka_structured,
+    event_to_json,
+)
 from eventbus.eventing._event import CloudEvent
 
 __all__ = ["build_events", "publish_events", "tail_events"]
@@ -71,14 +76,22 @@ def _line_event(obj: Any, type_: str | None, source: str, where: str) -> CloudEv
         except EventDecodeError as exc:
             msg = f"{where}: {exc}"
             raise ConfigError(msg) from None
-    if isinstance(obj, dict) and ("type" in obj or "data" in obj) and set(obj) - {"data"} <= _LINE_KEYS | set(obj):
+    if (
+        isinstance(obj, dict)
+        and ("type" in obj or "data" in obj)
+        and set(obj) - {"data"} <= _LINE_KEYS | set(obj)
+    ):
         attrs = {k: v for k, v in obj.items() if k != "data"}
         t = attrs.pop("type", type_)
         if not t:
             msg = f"{where}: the event has no 'type'; add one or pass --type"
             raise ConfigError(msg)
         return CloudEvent.create(
-            type=t, source=attrs.pop("source", source), id=attrs.pop("id", None), data=obj.get("data"), **attrs
+            type=t,
+            source=attrs.pop("source", source),
+            id=attrs.pop("id", None),
+            data=obj.get("data"),
+            **attrs,
         )
     if not type_:
         msg = f"{where}: a plain data line needs --type"
@@ -90,7 +103,12 @@ _LINE_KEYS = {"type", "source", "id", "subject", "time"}
 
 
 async def publish_events(
-    bootstrap: str, topic: str, events: list[CloudEvent], *, mode: str = "binary", key: str | None = None
+    bootstrap: str,
+    topic: str,
+    events: list[CloudEvent],
+    *,
+    mode: str = "binary",
+    key: str | None = None,
 ) -> int:
     """Produce events and wait for every ack; returns how many were sent."""
     from aiokafka import AIOKafkaProducer
@@ -152,11 +170,22 @@ async def tail_events(
                 for r in records:
                     try:
                         e = decode_kafka(
-                            r.value, list(r.headers or ()), key=r.key, topic=tp.topic, partition=tp.partition,
-                            offset=r.offset, default_type="eventbus.message", default_source=f"kafka://{tp.topic}",
+                            r.value,
+                            list(r.headers or ()),
+                            key=r.key,
+                            topic=tp.topic,
+                            partition=tp.partition,
+                            offset=r.offset,
+                            default_type="eventbus.message",
+                            default_source=f"kafka://{tp.topic}",
                         )
                     except EventDecodeError as exc:
-                        e = CloudEvent.create(type="eventbus.undecodable", source=f"kafka://{tp.topic}", id=str(uuid.uuid4()), ebdecodeerror=str(exc))
+                        e = CloudEvent.create(
+                            type="eventbus.undecodable",
+                            source=f"kafka://{tp.topic}",
+                            id=str(uuid.uuid4()),
+                            ebdecodeerror=str(exc),
+                        )
                     show(event_to_json(e).decode())
                     seen += 1
                     if max_events is not None and seen >= max_events:

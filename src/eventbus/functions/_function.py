@@ -76,7 +76,9 @@ def function(
 
     def decorate(f: F) -> F:
         check_signature(f, where=f"@eventbus.function on {getattr(f, '__qualname__', f)!r}")
-        setattr(f, _ATTR, FunctionSpec(name=name or getattr(f, "__qualname__", repr(f)), batch=batch))
+        setattr(
+            f, _ATTR, FunctionSpec(name=name or getattr(f, "__qualname__", repr(f)), batch=batch)
+        )
         return f
 
     if fn is not None:
@@ -91,7 +93,9 @@ def check_signature(fn: Any, *, where: str) -> None:
         FunctionError: naming ``where``, the signature and the fix.
     """
     if not callable(fn):
-        msg = f"{where}: {fn!r} is not callable; point it at a function taking one event (or a list)"
+        msg = (
+            f"{where}: {fn!r} is not callable; point it at a function taking one event (or a list)"
+        )
         raise FunctionError(msg)
     if asyncio.iscoroutinefunction(fn):
         msg = f"{where}: {fn!r} is a coroutine function; EventBus runs functions synchronously on the replica: write it as a plain 'def'"

@@ -6,7 +6,13 @@ Importing this package imports neither torch nor Ray.
 
 from __future__ import annotations
 
-from eventbus.models._artifact import LoadedModel, detect_format, load_model, pick_device, read_artifact
+from eventbus.models._artifact import (
+    LoadedModel,
+    detect_format,
+    load_model,
+    pick_device,
+    read_artifact,
+)
 from eventbus.models._combine import combiner, register_combiner
 from eventbus.models._registry import ModelRegistry
 from eventbus.models._validate import ValidationReport, accuracy, validate_candidate

@@ -18,7 +18,15 @@ from typing import Any, Literal
 
 from eventbus.errors import ModelError
 
-__all__ = ["Format", "LoadedModel", "detect_format", "import_ref", "load_model", "pick_device", "read_artifact"]
+__all__ = [
+    "Format",
+    "LoadedModel",
+    "detect_format",
+    "import_ref",
+    "load_model",
+    "pick_device",
+    "read_artifact",
+]
 
 Format = Literal["torchscript", "export", "state_dict"]
 
@@ -38,12 +46,18 @@ def read_artifact(path: str | Path, base_dirs: list[str] | None = None) -> bytes
     try:
         return p.read_bytes()
     except OSError as exc:
-        where = f" (looked in {', '.join(base_dirs)})" if base_dirs and not Path(path).is_absolute() else ""
+        where = (
+            f" (looked in {', '.join(base_dirs)})"
+            if base_dirs and not Path(path).is_absolute()
+            else ""
+        )
         msg = f"model file {str(path)!r} cannot be read: {exc.strerror or exc}{where}; give the path of a TorchScript, torch.export (.pt2) or state_dict file"
         raise ModelError(msg) from None
 
 
-def detect_format(blob: bytes, factory: str | None = None, *, what: str = "the model file") -> Format:
+def detect_format(
+    blob: bytes, factory: str | None = None, *, what: str = "the model file"
+) -> Format:
     """The artifact's format, read from its zip entries.
 
     Raises:
@@ -124,7 +138,9 @@ def _resolve_factory(ref: str) -> Callable[[], Any]:
     return import_ref(ref, what="model factory")  # type: ignore[no-any-return]
 
 
-def load_model(blob: bytes, *, factory: str | None = None, device: str = "cpu", what: str = "the model file") -> LoadedModel:
+def load_model(
+    blob: bytes, *, factory: str | None = None, device: str = "cpu", what: str = "the model file"
+) -> LoadedModel:
     """Load an artifact's bytes onto ``device``.
 
     Raises:
@@ -138,7 +154,12 @@ def load_model(blob: bytes, *, factory: str | None = None, device: str = "cpu", 
         if fmt == "export":
             ep = torch.export.load(io.BytesIO(blob))
             example = getattr(ep, "example_inputs", None)
-            if example and example[0] and isinstance(example[0][0], torch.Tensor) and example[0][0].dim() >= 1:
+            if (
+                example
+                and example[0]
+                and isinstance(example[0][0], torch.Tensor)
+                and example[0][0].dim() >= 1
+            ):
                 shape = tuple(int(d) for d in example[0][0].shape[1:])
             module = ep.module()
             if device != "cpu":

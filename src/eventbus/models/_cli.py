@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -32,18 +32,28 @@ _SUFFIXES = (".pt", ".pt2", ".pth", ".ts", ".torchscript")
 
 
 def _client(ray_address: str | None, kafka: str | None, redis: str | None) -> Any:
-    from eventbus.cli import _Addresses, _client as client
+    from eventbus.cli import _Addresses
+    from eventbus.cli import _client as client
 
     return client(_Addresses(ray_address, kafka, redis))
 
 
-def _push(client: Any, name: str, path: Path, factory: str | None, samples: Path | None, min_accuracy: float | None) -> bool:
+def _push(
+    client: Any,
+    name: str,
+    path: Path,
+    factory: str | None,
+    samples: Path | None,
+    min_accuracy: float | None,
+) -> bool:
     from eventbus.cli import _plain, err, out
     from eventbus.errors import ModelValidationError
 
     try:
         with out.status(f"pushing {path} as a new version of {name}..."):
-            info = client.push_model(name, path, factory=factory, samples=samples, min_accuracy=min_accuracy)
+            info = client.push_model(
+                name, path, factory=factory, samples=samples, min_accuracy=min_accuracy
+            )
     except ModelValidationError as exc:
         err.print("[red]rejected:[/red] ", end="")
         _plain(err, str(exc))
@@ -58,17 +68,33 @@ def _push(client: Any, name: str, path: Path, factory: str | None, samples: Path
 
 @model_app.command()
 def push(
-    name: str = typer.Argument(..., help="The model's name (its deployment is eventbus-model-NAME)."),
-    path: Path = typer.Argument(..., help="TorchScript file, torch.export program (.pt2), or state_dict with --factory."),
-    factory: Optional[str] = typer.Option(None, "--factory", help="module:attr building the module of a state_dict."),
-    samples: Optional[Path] = typer.Option(None, "--samples", help=".npz of labelled x, y scored on every new version."),
-    min_accuracy: Optional[float] = typer.Option(None, "--min-accuracy", min=0, max=1, help="Reject versions below this accuracy on --samples."),
-    ray_address: Optional[str] = RayOpt,
-    kafka_bootstrap: Optional[str] = KafkaOpt,
-    redis_url: Optional[str] = RedisOpt,
+    name: str = typer.Argument(
+        ..., help="The model's name (its deployment is eventbus-model-NAME)."
+    ),
+    path: Path = typer.Argument(
+        ..., help="TorchScript file, torch.export program (.pt2), or state_dict with --factory."
+    ),
+    factory: str | None = typer.Option(
+        None, "--factory", help="module:attr building the module of a state_dict."
+    ),
+    samples: Path | None = typer.Option(
+        None, "--samples", help=".npz of labelled x, y scored on every new version."
+    ),
+    min_accuracy: float | None = typer.Option(
+        None,
+        "--min-accuracy",
+        min=0,
+        max=1,
+        help="Reject versions below this accuracy on --samples.",
+    ),
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
 ) -> None:
     """Push a new version: validated on recent requests, swapped in, or rejected (exit 1)."""
-    if not _push(_client(ray_address, kafka_bootstrap, redis_url), name, path, factory, samples, min_accuracy):
+    if not _push(
+        _client(ray_address, kafka_bootstrap, redis_url), name, path, factory, samples, min_accuracy
+    ):
         raise typer.Exit(1)
 
 
@@ -95,19 +121,26 @@ def new_files(directory: Path, seen: dict[str, tuple[float, int]]) -> list[Path]
 @model_app.command()
 def watch(
     name: str = typer.Argument(..., help="The model's name."),
-    directory: Path = typer.Argument(..., help="Push each model file written here (online learning exports)."),
-    factory: Optional[str] = typer.Option(None, "--factory", help="module:attr for state_dict files."),
+    directory: Path = typer.Argument(
+        ..., help="Push each model file written here (online learning exports)."
+    ),
+    factory: str | None = typer.Option(None, "--factory", help="module:attr for state_dict files."),
     every_s: float = typer.Option(2.0, "--every", min=0.1, help="How often to look, in seconds."),
-    existing: bool = typer.Option(False, "--existing/--only-new", help="Also push the files already there."),
-    ray_address: Optional[str] = RayOpt,
-    kafka_bootstrap: Optional[str] = KafkaOpt,
-    redis_url: Optional[str] = RedisOpt,
+    existing: bool = typer.Option(
+        False, "--existing/--only-new", help="Also push the files already there."
+    ),
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
 ) -> None:
     """Watch a directory and push every new model file as a version (Ctrl-C stops)."""
     from eventbus.cli import _fail, out
 
     if not directory.is_dir():
-        _fail(f"{directory} is not a directory; give the folder your training job exports models to", 1)
+        _fail(
+            f"{directory} is not a directory; give the folder your training job exports models to",
+            1,
+        )
     client = _client(ray_address, kafka_bootstrap, redis_url)
     seen: dict[str, tuple[float, int]] = {}
     if not existing:
@@ -127,10 +160,10 @@ def watch(
 
 @model_app.command("list")
 def list_(
-    name: Optional[str] = typer.Argument(None, help="One model (default: all)."),
-    ray_address: Optional[str] = RayOpt,
-    kafka_bootstrap: Optional[str] = KafkaOpt,
-    redis_url: Optional[str] = RedisOpt,
+    name: str | None = typer.Argument(None, help="One model (default: all)."),
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
 ) -> None:
     """Show model versions, which one serves, and the traffic split."""
     from eventbus.cli import _fail, out
@@ -148,8 +181,14 @@ def list_(
         colour = {"serving": "green", "split": "yellow", "rejected": "red"}.get(shown, "")
         status = f"[{colour}]{shown}[/{colour}]" if colour else shown
         table.add_row(
-            r["name"], str(r["version"]), status, f"{r['traffic']:.0%}" if r["traffic"] else "", r["format"],
-            f"{r['size']:,} B", datetime.fromtimestamp(r["pushed_at"]).strftime("%Y-%m-%d %H:%M:%S"), r["error"] or "",
+            r["name"],
+            str(r["version"]),
+            status,
+            f"{r['traffic']:.0%}" if r["traffic"] else "",
+            r["format"],
+            f"{r['size']:,} B",
+            datetime.fromtimestamp(r["pushed_at"]).strftime("%Y-%m-%d %H:%M:%S"),
+            r["error"] or "",
         )
     out.print(table if rows else "no models pushed; `eventbus model push NAME PATH` adds one")
 
@@ -157,12 +196,18 @@ def list_(
 @model_app.command()
 def split(
     name: str = typer.Argument(..., help="The model's name."),
-    version: Optional[int] = typer.Argument(None, help="The version to send a share to (omit with --off)."),
-    weight: float = typer.Option(0.1, "--weight", min=0, max=1, help="Its share of the events (by event id)."),
-    off: bool = typer.Option(False, "--off", help="End the split: the serving version takes everything."),
-    ray_address: Optional[str] = RayOpt,
-    kafka_bootstrap: Optional[str] = KafkaOpt,
-    redis_url: Optional[str] = RedisOpt,
+    version: int | None = typer.Argument(
+        None, help="The version to send a share to (omit with --off)."
+    ),
+    weight: float = typer.Option(
+        0.1, "--weight", min=0, max=1, help="Its share of the events (by event id)."
+    ),
+    off: bool = typer.Option(
+        False, "--off", help="End the split: the serving version takes everything."
+    ),
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
 ) -> None:
     """A/B: send a share of a model's events to another version."""
     from eventbus.cli import _fail, out
@@ -170,10 +215,14 @@ def split(
     if (version is None) != off:
         _fail("give a VERSION (and --weight), or --off to end the split", 2)
     try:
-        st = _client(ray_address, kafka_bootstrap, redis_url).split_model(name, None if off else version, weight)
+        st = _client(ray_address, kafka_bootstrap, redis_url).split_model(
+            name, None if off else version, weight
+        )
     except EventBusError as exc:
         _fail(str(exc))
     if st["split"]:
-        out.print(f"model {name}: version {st['split']['version']} takes {st['split']['weight']:.0%}, version {st['serving']} the rest")
+        out.print(
+            f"model {name}: version {st['split']['version']} takes {st['split']['weight']:.0%}, version {st['serving']} the rest"
+        )
     else:
         out.print(f"model {name}: version {st['serving']} takes all events")

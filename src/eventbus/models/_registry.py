@@ -56,16 +56,30 @@ class ModelRegistry:
 
     # -- versions ---------------------------------------------------------------------------
     def add_version(
-        self, name: str, blob: bytes, *, format: str, factory: str | None = None, source: str = "",
-        input_shape: tuple[int, ...] | None = None, python_path: list[str] | None = None,
+        self,
+        name: str,
+        blob: bytes,
+        *,
+        format: str,
+        factory: str | None = None,
+        source: str = "",
+        input_shape: tuple[int, ...] | None = None,
+        python_path: list[str] | None = None,
     ) -> int:
         """Store an artifact as a new ``candidate`` version; returns its number."""
         key = model_key(name)
         version = int(self._r.hincrby(key, "next", 1))
         record = {
-            "version": version, "format": format, "factory": factory, "size": len(blob),
-            "sha256": hashlib.sha256(blob).hexdigest(), "pushed_at": time.time(), "source": source,
-            "status": "candidate", "error": None, "input_shape": list(input_shape) if input_shape else None,
+            "version": version,
+            "format": format,
+            "factory": factory,
+            "size": len(blob),
+            "sha256": hashlib.sha256(blob).hexdigest(),
+            "pushed_at": time.time(),
+            "source": source,
+            "status": "candidate",
+            "error": None,
+            "input_shape": list(input_shape) if input_shape else None,
             "python_path": list(python_path or []),
         }
         pipe = self._r.pipeline(transaction=True)
@@ -190,7 +204,10 @@ class ModelRegistry:
         """The recorded recent rows as one array (those of ``row_shape`` when given), or None."""
         import numpy as np
 
-        arrays = [np.load(io.BytesIO(b), allow_pickle=False) for b in self._r.lrange(f"{model_key(name)}:recent", 0, -1)]
+        arrays = [
+            np.load(io.BytesIO(b), allow_pickle=False)
+            for b in self._r.lrange(f"{model_key(name)}:recent", 0, -1)
+        ]
         if arrays and row_shape is None:
             row_shape = arrays[0].shape[1:]
         arrays = [a for a in arrays if a.shape[1:] == tuple(row_shape or ())]

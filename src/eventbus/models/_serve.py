@@ -29,7 +29,13 @@ from eventbus.models._artifact import LoadedModel, load_model, pick_device
 from eventbus.models._registry import ModelRegistry
 from eventbus.models._validate import validate_candidate
 
-__all__ = ["MODEL_APP_PREFIX", "ModelDeployment", "build_model_app", "model_app_name", "validate_version"]
+__all__ = [
+    "MODEL_APP_PREFIX",
+    "ModelDeployment",
+    "build_model_app",
+    "model_app_name",
+    "validate_version",
+]
 
 log = logging.getLogger("eventbus.models")
 
@@ -48,10 +54,22 @@ def _load_version(registry: ModelRegistry, name: str, version: int, device: str)
     for p in reversed(rec.get("python_path") or []):
         if p not in sys.path:
             sys.path.insert(0, p)
-    return load_model(registry.blob(name, version), factory=rec.get("factory"), device=device, what=f"model {name!r} version {version}")
+    return load_model(
+        registry.blob(name, version),
+        factory=rec.get("factory"),
+        device=device,
+        what=f"model {name!r} version {version}",
+    )
 
 
-def validate_version(registry: ModelRegistry, name: str, version: int, *, device: str = "cpu", serving: LoadedModel | None = None) -> LoadedModel:
+def validate_version(
+    registry: ModelRegistry,
+    name: str,
+    version: int,
+    *,
+    device: str = "cpu",
+    serving: LoadedModel | None = None,
+) -> LoadedModel:
     """Load ``version`` beside the serving one and validate it on the recorded recent requests
     and the labelled samples; mark it rejected and raise when it fails.
 
@@ -102,7 +120,11 @@ class ModelDeployment:
         self.name = name
         self._registry = ModelRegistry(redis_url)
         self._device = pick_device()
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cpus = (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else (os.cpu_count() or 1)
+        )
         self._threads = max(1, min(cpus, math.floor(float(options.get("num_cpus") or 0)) or 1))
         torch.set_num_threads(self._threads)
         self._models: dict[int, LoadedModel] = {}
@@ -119,7 +141,9 @@ class ModelDeployment:
         self.predict.set_max_batch_size(int(options.get("max_batch_size", 16)))  # type: ignore[attr-defined]
         self.predict.set_batch_wait_timeout_s(float(options.get("batch_wait_ms", 1.0)) / 1000)  # type: ignore[attr-defined]
         self._stop = threading.Event()
-        self._watcher = threading.Thread(target=self._watch, name=f"eventbus-model-{name}-watch", daemon=True)
+        self._watcher = threading.Thread(
+            target=self._watch, name=f"eventbus-model-{name}-watch", daemon=True
+        )
         self._watcher.start()
 
     def __del__(self) -> None:
@@ -148,14 +172,23 @@ class ModelDeployment:
             groups.setdefault(tuple(x.shape[1:]), []).append(i)
         for shape, idx in groups.items():
             xs = [calls[i][0] for i in idx]
-            x = torch.from_numpy(np.concatenate(xs) if len(xs) > 1 else (xs[0] if xs[0].flags.writeable else xs[0].copy()))
+            x = torch.from_numpy(
+                np.concatenate(xs)
+                if len(xs) > 1
+                else (xs[0] if xs[0].flags.writeable else xs[0].copy())
+            )
             n = x.shape[0]
             try:
                 if b_model is None or weight <= 0:
                     y = model(x)
                     versions = np.full(n, version, dtype=np.int64)
                 else:
-                    u = np.concatenate([c[1] if c[1] is not None else np.ones(len(c[0])) for c in (calls[i] for i in idx)])
+                    u = np.concatenate(
+                        [
+                            c[1] if c[1] is not None else np.ones(len(c[0]))
+                            for c in (calls[i] for i in idx)
+                        ]
+                    )
                     to_b = torch.from_numpy(u < weight)
                     y = None
                     versions = np.where(u < weight, b_version, version).astype(np.int64)
@@ -186,8 +219,10 @@ class ModelDeployment:
                 self._last_record = now
                 try:
                     self._registry.record_inputs(self.name, x.numpy())
-                except Exception:  # noqa: BLE001 - recording is best effort
-                    log.warning("recording recent inputs of model %r failed", self.name, exc_info=True)
+                except Exception:
+                    log.warning(
+                        "recording recent inputs of model %r failed", self.name, exc_info=True
+                    )
         self._calls += len(calls)
         return out
 
@@ -200,7 +235,13 @@ class ModelDeployment:
         """
         with self._update_lock:
             active = self._active
-            candidate = validate_version(self._registry, self.name, version, device=self._device, serving=active[1] if active else None)
+            candidate = validate_version(
+                self._registry,
+                self.name,
+                version,
+                device=self._device,
+                serving=active[1] if active else None,
+            )
             self._models[version] = candidate
             self._registry.set_serving(self.name, version)
             self._sync()
@@ -217,7 +258,13 @@ class ModelDeployment:
                 self._models[v] = _load_version(self._registry, self.name, v, self._device)
         split = st["split"]
         b = split["version"] if split else None
-        self._active = (st["serving"], self._models[st["serving"]], b, self._models[b] if b is not None else None, float(split["weight"]) if split else 0.0)
+        self._active = (
+            st["serving"],
+            self._models[st["serving"]],
+            b,
+            self._models[b] if b is not None else None,
+            float(split["weight"]) if split else 0.0,
+        )
         self._revision = st["revision"]
         for v in list(self._models):
             if v not in wanted:
@@ -228,7 +275,7 @@ class ModelDeployment:
             try:
                 with self._update_lock:
                     self._sync()
-            except Exception:  # noqa: BLE001 - keep serving the loaded version
+            except Exception:
                 log.warning("model %r: following the registry failed", self.name, exc_info=True)
 
     def info(self) -> dict[str, Any]:
@@ -237,8 +284,12 @@ class ModelDeployment:
         return {
             "name": self.name,
             "serving": active[0] if active else None,
-            "split": {"version": active[2], "weight": active[4]} if active and active[2] is not None else None,
-            "input_shape": list(active[1].input_shape) if active and active[1].input_shape else None,
+            "split": {"version": active[2], "weight": active[4]}
+            if active and active[2] is not None
+            else None,
+            "input_shape": list(active[1].input_shape)
+            if active and active[1].input_shape
+            else None,
             "device": self._device,
             "threads": self._threads,
             "calls": self._calls,

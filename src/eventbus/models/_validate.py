@@ -25,7 +25,6 @@ class ValidationReport:
 
 def accuracy(outputs: Any, labels: Any) -> float:
     """Fraction of rows predicted right: argmax for several outputs per row, ``> 0.5`` for one."""
-    import torch
 
     out = outputs.reshape(outputs.shape[0], -1)
     pred = out.argmax(dim=1) if out.shape[1] > 1 else (out[:, 0] > 0.5).long()
@@ -52,19 +51,28 @@ def validate_candidate(
     import torch
 
     rows = 0
-    for label, x in (("recorded requests", recent), ("labelled samples", labelled[0] if labelled else None)):
+    for label, x in (
+        ("recorded requests", recent),
+        ("labelled samples", labelled[0] if labelled else None),
+    ):
         if x is None or len(x) == 0:
             continue
         try:
             out = candidate(x)
         except Exception as exc:  # noqa: BLE001 - any failure refuses the candidate
-            return ValidationReport(False, f"it fails on {len(x)} {label}: {type(exc).__name__}: {exc}")
+            return ValidationReport(
+                False, f"it fails on {len(x)} {label}: {type(exc).__name__}: {exc}"
+            )
         rows += len(x)
         if out.shape[0] != len(x):
-            return ValidationReport(False, f"it gives {out.shape[0]} output rows for {len(x)} {label}")
+            return ValidationReport(
+                False, f"it gives {out.shape[0]} output rows for {len(x)} {label}"
+            )
         if not bool(torch.isfinite(out.float()).all()):
             bad = int((~torch.isfinite(out.float())).reshape(len(x), -1).any(dim=1).sum())
-            return ValidationReport(False, f"{bad} of {len(x)} {label} give non-finite outputs (NaN or inf)")
+            return ValidationReport(
+                False, f"{bad} of {len(x)} {label} give non-finite outputs (NaN or inf)"
+            )
         if serving is not None:
             try:
                 ref = serving(x)
@@ -72,12 +80,18 @@ def validate_candidate(
                 ref = None
             if ref is not None and tuple(ref.shape[1:]) != tuple(out.shape[1:]):
                 return ValidationReport(
-                    False, f"its output per row has shape {tuple(out.shape[1:])}; the serving version's has {tuple(ref.shape[1:])}"
+                    False,
+                    f"its output per row has shape {tuple(out.shape[1:])}; the serving version's has {tuple(ref.shape[1:])}",
                 )
     acc = None
     if labelled is not None and min_accuracy is not None:
         x, y = labelled
         acc = accuracy(candidate(x), y)
         if acc < min_accuracy:
-            return ValidationReport(False, f"accuracy {acc:.4f} on {len(x)} labelled samples is below the threshold {min_accuracy:g}", rows, acc)
+            return ValidationReport(
+                False,
+                f"accuracy {acc:.4f} on {len(x)} labelled samples is below the threshold {min_accuracy:g}",
+                rows,
+                acc,
+            )
     return ValidationReport(True, "", rows, acc)

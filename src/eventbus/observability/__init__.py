@@ -11,7 +11,13 @@ OpenTelemetry.
 from __future__ import annotations
 
 from eventbus.observability._logging import JsonFormatter, configure_json_logging
-from eventbus.observability._metrics import GatewayMetrics, Histogram, StepCounters, merge_histograms, quantile
+from eventbus.observability._metrics import (
+    GatewayMetrics,
+    Histogram,
+    StepCounters,
+    merge_histograms,
+    quantile,
+)
 from eventbus.observability._prometheus import render_prometheus
 from eventbus.observability._tracing import TracedSink, configure_tracing, shutdown_tracing, tracer
 from eventbus.observability._view import pipeline_view, topology

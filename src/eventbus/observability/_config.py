@@ -21,7 +21,8 @@ class TracingConfig(BaseModel):
         "replica's OTEL_EXPORTER_OTLP_ENDPOINT. Tracing stays off when neither is set.",
     )
     sample_ratio: Annotated[float, Field(ge=0, le=1)] = Field(
-        default=1.0, description="Share of root traces kept (events arriving with a sampled traceparent are always continued)."
+        default=1.0,
+        description="Share of root traces kept (events arriving with a sampled traceparent are always continued).",
     )
 
 
@@ -29,7 +30,10 @@ class ObservabilityConfig(BaseModel):
     """Traces and logs of the pipeline's replicas (metrics are always on)."""
 
     model_config = _MODEL
-    tracing: TracingConfig | None = Field(default=None, description="Export traces (off when absent).")
+    tracing: TracingConfig | None = Field(
+        default=None, description="Export traces (off when absent)."
+    )
     logs: Literal["text", "json"] = Field(
-        default="text", description="Replica log format: json writes one JSON object per line with pipeline, step and event id."
+        default="text",
+        description="Replica log format: json writes one JSON object per line with pipeline, step and event id.",
     )

@@ -10,7 +10,7 @@ where known, and ``exc`` with the traceback of an exception.
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -41,7 +41,9 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "ts": datetime.fromtimestamp(record.created, tz=UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
@@ -57,7 +59,9 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out, default=str).decode()
 
 
-def configure_json_logging(defaults: dict[str, Any] | None = None, *, logger: str = "eventbus", level: int = logging.INFO) -> logging.Handler:
+def configure_json_logging(
+    defaults: dict[str, Any] | None = None, *, logger: str = "eventbus", level: int = logging.INFO
+) -> logging.Handler:
     """Send ``logger``'s records to stderr as JSON lines (replacing a previous JSON handler).
 
     Returns:

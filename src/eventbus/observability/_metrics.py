@@ -29,7 +29,21 @@ __all__ = [
 
 #: Upper bounds (seconds) of the latency histograms' buckets; the last bucket is +Inf.
 LATENCY_BOUNDS_S: tuple[float, ...] = (
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
 )
 #: Upper bounds of the batch size histograms' buckets.
 BATCH_SIZE_BOUNDS: tuple[float, ...] = (1, 5, 10, 50, 100, 250, 500, 1000, 2000, 5000, 10000)
@@ -65,7 +79,12 @@ class Histogram:
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-able: ``bounds``, per-bucket (non-cumulative) ``counts``, ``count``, ``sum``."""
-        return {"bounds": list(self.bounds), "counts": list(self.counts), "count": self.count, "sum": self.sum}
+        return {
+            "bounds": list(self.bounds),
+            "counts": list(self.counts),
+            "count": self.count,
+            "sum": self.sum,
+        }
 
 
 def merge_histograms(snapshots: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
@@ -76,7 +95,12 @@ def merge_histograms(snapshots: Iterable[dict[str, Any]]) -> dict[str, Any] | No
     out: dict[str, Any] | None = None
     for s in snapshots:
         if out is None:
-            out = {"bounds": list(s["bounds"]), "counts": list(s["counts"]), "count": s["count"], "sum": s["sum"]}
+            out = {
+                "bounds": list(s["bounds"]),
+                "counts": list(s["counts"]),
+                "count": s["count"],
+                "sum": s["sum"],
+            }
             continue
         if list(s["bounds"]) != out["bounds"]:
             continue
@@ -186,7 +210,9 @@ class GatewayMetrics:
             if name not in pipelines:
                 del self.sync[name]
 
-    def observe(self, pipeline: str, mode: str, status: int, seconds: float, events: int = 0) -> None:
+    def observe(
+        self, pipeline: str, mode: str, status: int, seconds: float, events: int = 0
+    ) -> None:
         """Count one answered request."""
         key = (pipeline, mode, status)
         self.requests[key] = self.requests.get(key, 0) + 1
@@ -201,9 +227,17 @@ class GatewayMetrics:
     def snapshot(self) -> dict[str, Any]:
         """JSON-able figures."""
         return {
-            "requests": [{"pipeline": p, "mode": m, "status": s, "count": n} for (p, m, s), n in sorted(self.requests.items())],
-            "events": [{"pipeline": p, "mode": m, "count": n} for (p, m), n in sorted(self.events.items())],
-            "latency": [{"pipeline": p, "mode": m, "histogram": h.snapshot()} for (p, m), h in sorted(self.latency.items())],
+            "requests": [
+                {"pipeline": p, "mode": m, "status": s, "count": n}
+                for (p, m, s), n in sorted(self.requests.items())
+            ],
+            "events": [
+                {"pipeline": p, "mode": m, "count": n} for (p, m), n in sorted(self.events.items())
+            ],
+            "latency": [
+                {"pipeline": p, "mode": m, "histogram": h.snapshot()}
+                for (p, m), h in sorted(self.latency.items())
+            ],
         }
 
     def for_pipeline(self, pipeline: str) -> dict[str, Any]:

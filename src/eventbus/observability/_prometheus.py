@@ -20,7 +20,10 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 #: source counter -> (metric name, help)
 _SOURCE_COUNTERS = {
-    "consumed": ("eventbus_events_in", "Events consumed by the pipeline's sources (records, decodable or not)."),
+    "consumed": (
+        "eventbus_events_in",
+        "Events consumed by the pipeline's sources (records, decodable or not).",
+    ),
     "outputs": ("eventbus_events_out", "Events delivered to the sink."),
     "dropped": ("eventbus_events_filtered", "Input events that produced no output (filtered)."),
     "failed": ("eventbus_events_failed", "Input events that failed (after retries)."),
@@ -55,18 +58,53 @@ class _Collector:
         self.gateway = gateway
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+            InfoMetricFamily,
+        )
 
-        sources = {k: CounterMetricFamily(n, h, labels=["pipeline", "source"]) for k, (n, h) in _SOURCE_COUNTERS.items()}
-        steps = {k: CounterMetricFamily(n, h, labels=["pipeline", "step", "template"]) for k, (n, h) in _STEP_COUNTERS.items()}
-        latency = HistogramMetricFamily("eventbus_end_to_end_latency_seconds", "From the record's timestamp (ingress) to the sink's ack, per delivered batch weighed by its events.", labels=["pipeline", "source"])
-        batch = HistogramMetricFamily("eventbus_batch_size", "Events per batch run by the replicas.", labels=["pipeline"])
-        batch_s = HistogramMetricFamily("eventbus_batch_seconds", "Time to run a batch through every step.", labels=["pipeline"])
-        lag = GaugeMetricFamily("eventbus_consumer_lag", "Log end (latest fetch's high watermark) minus committed offset.", labels=["pipeline", "topic", "partition"])
-        join = GaugeMetricFamily("eventbus_join_state_keys", "Keys waiting in a join step's state.", labels=["pipeline", "step"])
-        replicas = GaugeMetricFamily("eventbus_replicas", "Replicas publishing figures (live).", labels=["pipeline"])
-        version = GaugeMetricFamily("eventbus_pipeline_version", "The deployed version of the pipeline.", labels=["pipeline"])
-        models = InfoMetricFamily("eventbus_model", "The model version a step serves.", labels=["pipeline", "step"])
+        sources = {
+            k: CounterMetricFamily(n, h, labels=["pipeline", "source"])
+            for k, (n, h) in _SOURCE_COUNTERS.items()
+        }
+        steps = {
+            k: CounterMetricFamily(n, h, labels=["pipeline", "step", "template"])
+            for k, (n, h) in _STEP_COUNTERS.items()
+        }
+        latency = HistogramMetricFamily(
+            "eventbus_end_to_end_latency_seconds",
+            "From the record's timestamp (ingress) to the sink's ack, per delivered batch weighed by its events.",
+            labels=["pipeline", "source"],
+        )
+        batch = HistogramMetricFamily(
+            "eventbus_batch_size", "Events per batch run by the replicas.", labels=["pipeline"]
+        )
+        batch_s = HistogramMetricFamily(
+            "eventbus_batch_seconds", "Time to run a batch through every step.", labels=["pipeline"]
+        )
+        lag = GaugeMetricFamily(
+            "eventbus_consumer_lag",
+            "Log end (latest fetch's high watermark) minus committed offset.",
+            labels=["pipeline", "topic", "partition"],
+        )
+        join = GaugeMetricFamily(
+            "eventbus_join_state_keys",
+            "Keys waiting in a join step's state.",
+            labels=["pipeline", "step"],
+        )
+        replicas = GaugeMetricFamily(
+            "eventbus_replicas", "Replicas publishing figures (live).", labels=["pipeline"]
+        )
+        version = GaugeMetricFamily(
+            "eventbus_pipeline_version",
+            "The deployed version of the pipeline.",
+            labels=["pipeline"],
+        )
+        models = InfoMetricFamily(
+            "eventbus_model", "The model version a step serves.", labels=["pipeline", "step"]
+        )
         for v in self.views:
             p = v["name"]
             replicas.add_metric([p], v["replicas"])
@@ -101,19 +139,33 @@ class _Collector:
         yield from (latency, batch, batch_s, lag, join, replicas, version, models)
         if self.gateway is not None:
             snap = self.gateway.snapshot()
-            req = CounterMetricFamily("eventbus_gateway_requests", "Requests the gateway answered.", labels=["pipeline", "mode", "status"])
+            req = CounterMetricFamily(
+                "eventbus_gateway_requests",
+                "Requests the gateway answered.",
+                labels=["pipeline", "mode", "status"],
+            )
             for r in snap["requests"]:
                 req.add_metric([r["pipeline"], r["mode"], str(r["status"])], r["count"])
-            ev = CounterMetricFamily("eventbus_gateway_events", "Events accepted (async) or run (sync) by the gateway.", labels=["pipeline", "mode"])
+            ev = CounterMetricFamily(
+                "eventbus_gateway_events",
+                "Events accepted (async) or run (sync) by the gateway.",
+                labels=["pipeline", "mode"],
+            )
             for r in snap["events"]:
                 ev.add_metric([r["pipeline"], r["mode"]], r["count"])
-            lat = HistogramMetricFamily("eventbus_gateway_request_seconds", "Gateway request latency.", labels=["pipeline", "mode"])
+            lat = HistogramMetricFamily(
+                "eventbus_gateway_request_seconds",
+                "Gateway request latency.",
+                labels=["pipeline", "mode"],
+            )
             for r in snap["latency"]:
                 _histogram(lat, [r["pipeline"], r["mode"]], r["histogram"])
             yield from (req, ev, lat)
 
 
-def render_prometheus(views: Iterable[dict[str, Any]], gateway: GatewayMetrics | None = None) -> bytes:
+def render_prometheus(
+    views: Iterable[dict[str, Any]], gateway: GatewayMetrics | None = None
+) -> bytes:
     """The text exposition format of the pipelines' views and the gateway's figures.
 
     Args:

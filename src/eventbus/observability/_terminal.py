@@ -25,12 +25,29 @@ def print_figures(console: Any, v: dict[str, Any]) -> None:
     console.print(line, markup=False, highlight=False)
     t = v["totals"]
     figures = Table(title=f"{v['name']}: version {v['version']}, {v['replicas']} live replicas")
-    for col in ("in", "out", "filtered", "failed", "dead letters", "p50", "p99", "lag", "mean batch"):
+    for col in (
+        "in",
+        "out",
+        "filtered",
+        "failed",
+        "dead letters",
+        "p50",
+        "p99",
+        "lag",
+        "mean batch",
+    ):
         figures.add_column(col, justify="right")
     mean = v["batch_size"]["mean"]
     figures.add_row(
-        str(t["consumed"]), str(t["outputs"]), str(t["dropped"]), str(t["failed"]), str(t["dead_lettered"]),
-        _ms(v["latency"]["p50_s"]), _ms(v["latency"]["p99_s"]), str(v["lag_total"]), "–" if mean is None else f"{mean:.1f}",
+        str(t["consumed"]),
+        str(t["outputs"]),
+        str(t["dropped"]),
+        str(t["failed"]),
+        str(t["dead_lettered"]),
+        _ms(v["latency"]["p50_s"]),
+        _ms(v["latency"]["p99_s"]),
+        str(v["lag_total"]),
+        "–" if mean is None else f"{mean:.1f}",
     )
     console.print(figures)
     table = Table(title="steps")
@@ -39,7 +56,12 @@ def print_figures(console: Any, v: dict[str, Any]) -> None:
     for s in topo["steps"]:
         st = v["steps"].get(s["id"], {})
         per = f"{st['seconds'] * 1000 / st['batches']:.3f}" if st.get("batches") else "–"
-        table.add_row(s["id"], s["template"], *(str(st.get(k, 0)) for k in ("in", "out", "filtered", "failed")), per)
+        table.add_row(
+            s["id"],
+            s["template"],
+            *(str(st.get(k, 0)) for k in ("in", "out", "filtered", "failed")),
+            per,
+        )
     console.print(table)
     extra = []
     if v["lag"]:

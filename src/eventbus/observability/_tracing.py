@@ -80,7 +80,10 @@ def configure_tracing(
         msg = "configure_tracing needs otlp_endpoint (e.g. http://127.0.0.1:4318) or an exporter"
         raise ValueError(msg)
     shutdown_tracing()
-    provider = TracerProvider(resource=Resource.create({"service.name": service_name}), sampler=ParentBased(TraceIdRatioBased(sample_ratio)))
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": service_name}),
+        sampler=ParentBased(TraceIdRatioBased(sample_ratio)),
+    )
     if exporter is not None:
         provider.add_span_processor(SimpleSpanProcessor(exporter))
     else:
@@ -89,7 +92,11 @@ def configure_tracing(
         endpoint = otlp_endpoint.rstrip("/")  # type: ignore[union-attr]
         if not endpoint.endswith("/v1/traces"):
             endpoint += "/v1/traces"
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint), schedule_delay_millis=schedule_delay_ms))
+        provider.add_span_processor(
+            BatchSpanProcessor(
+                OTLPSpanExporter(endpoint=endpoint), schedule_delay_millis=schedule_delay_ms
+            )
+        )
     _provider = provider
     _tracer = provider.get_tracer("eventbus")
     return _tracer
@@ -118,7 +125,13 @@ def _traceparent(span: Any) -> str | None:
     return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
 
 
-def start_event_spans(name: str, events: Sequence[CloudEvent], *, request_traceparent: str | None = None, attributes: dict[str, Any] | None = None) -> list[Any]:
+def start_event_spans(
+    name: str,
+    events: Sequence[CloudEvent],
+    *,
+    request_traceparent: str | None = None,
+    attributes: dict[str, Any] | None = None,
+) -> list[Any]:
     """Start one span per event (gateway), child of the event's ``traceparent`` or else the
     request's, and stamp the span's context into the event. [] when tracing is off."""
     tr = _tracer
@@ -130,7 +143,16 @@ def start_event_spans(name: str, events: Sequence[CloudEvent], *, request_tracep
     for e in events:
         attrs = e.attributes
         ctx = _context(attrs.get("traceparent") or request_traceparent)
-        span = tr.start_span(name, context=ctx, kind=SpanKind.SERVER, attributes={**(attributes or {}), "cloudevents.event_id": str(attrs.get("id")), "cloudevents.event_type": str(attrs.get("type"))})
+        span = tr.start_span(
+            name,
+            context=ctx,
+            kind=SpanKind.SERVER,
+            attributes={
+                **(attributes or {}),
+                "cloudevents.event_id": str(attrs.get("id")),
+                "cloudevents.event_type": str(attrs.get("type")),
+            },
+        )
         tp = _traceparent(span)
         if tp is not None and span.is_recording():
             attrs["traceparent"] = tp
@@ -150,7 +172,9 @@ def end_spans(spans: list[Any], error: BaseException | None = None) -> None:
         span.end()
 
 
-def trace_batch(pipeline: str, events: Sequence[CloudEvent], outcomes: Sequence[Any], start_ns: int, end_ns: int) -> None:
+def trace_batch(
+    pipeline: str, events: Sequence[CloudEvent], outcomes: Sequence[Any], start_ns: int, end_ns: int
+) -> None:
     """Record one ``process`` span per sampled input event of a batch run (replica) and stamp
     its context into the event's outputs."""
     tr = _tracer
@@ -165,9 +189,20 @@ def trace_batch(pipeline: str, events: Sequence[CloudEvent], outcomes: Sequence[
         tp = e.attributes.get("traceparent") if type(e) is CloudEvent else None
         if not tp or not tp.endswith("-01"):
             continue
-        span = tr.start_span(name, context=_context(tp), kind=SpanKind.CONSUMER, start_time=start_ns, attributes={"eventbus.pipeline": pipeline, "cloudevents.event_id": str(e.attributes.get("id"))})
+        span = tr.start_span(
+            name,
+            context=_context(tp),
+            kind=SpanKind.CONSUMER,
+            start_time=start_ns,
+            attributes={
+                "eventbus.pipeline": pipeline,
+                "cloudevents.event_id": str(e.attributes.get("id")),
+            },
+        )
         if type(outcome) is Failure:
-            span.set_status(Status(StatusCode.ERROR, f"{outcome.step}: {outcome.error_type}: {outcome.message}"))
+            span.set_status(
+                Status(StatusCode.ERROR, f"{outcome.step}: {outcome.error_type}: {outcome.message}")
+            )
             span.set_attribute("eventbus.step", outcome.step)
             span.set_attribute("eventbus.outcome", "failed")
         elif not outcome:
@@ -208,7 +243,12 @@ class TracedSink:
         for e, _ in items:
             tp = e.attributes.get("traceparent") if type(e) is CloudEvent else None
             if tp and tp.endswith("-01"):
-                span = tr.start_span(self._name, context=_context(tp), kind=SpanKind.PRODUCER, attributes={"cloudevents.event_id": str(e.attributes.get("id"))})
+                span = tr.start_span(
+                    self._name,
+                    context=_context(tp),
+                    kind=SpanKind.PRODUCER,
+                    attributes={"cloudevents.event_id": str(e.attributes.get("id"))},
+                )
                 new_tp = _traceparent(span)
                 if new_tp is not None:
                     e.attributes["traceparent"] = new_tp
@@ -245,4 +285,9 @@ def configure_replica(config: Any, environ: Any, replica: str) -> None:
     if obs.tracing is not None:
         endpoint = obs.tracing.otlp_endpoint or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
         if endpoint:
-            configure_tracing(otlp_endpoint=endpoint, sample_ratio=obs.tracing.sample_ratio, service_name=f"eventbus-{config.name}", schedule_delay_ms=500)
+            configure_tracing(
+                otlp_endpoint=endpoint,
+                sample_ratio=obs.tracing.sample_ratio,
+                service_name=f"eventbus-{config.name}",
+                schedule_delay_ms=500,
+            )

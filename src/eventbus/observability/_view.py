@@ -28,7 +28,18 @@ __all__ = ["STALE_S", "pipeline_view", "topology"]
 STALE_S = 15.0
 
 #: Source counters summed into the pipeline's totals.
-_TOTALS = ("consumed", "outputs", "dropped", "failed", "dead_lettered", "committed", "decode_errors", "duplicates", "retries", "batches")
+_TOTALS = (
+    "consumed",
+    "outputs",
+    "dropped",
+    "failed",
+    "dead_lettered",
+    "committed",
+    "decode_errors",
+    "duplicates",
+    "retries",
+    "batches",
+)
 
 
 def _label(kind_and_config: dict[str, Any]) -> dict[str, Any]:
@@ -54,7 +65,11 @@ def topology(document: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, str):
             detail = value
         elif isinstance(value, dict):
-            detail = ", ".join(sorted(value)) if template != "model" else str(value.get("name") or value.get("model") or "")
+            detail = (
+                ", ".join(sorted(value))
+                if template != "model"
+                else str(value.get("name") or value.get("model") or "")
+            )
         else:
             detail = ""
         steps.append({"id": s["id"], "template": template, "detail": detail[:200]})
@@ -83,7 +98,12 @@ def _live(entries: list[dict[str, Any]], now: float) -> tuple[list[dict[str, Any
     return kept, running
 
 
-def pipeline_view(record: dict[str, Any], raw_entries: list[str | bytes], consumed_topics: list[list[str]] | None = None, now: float | None = None) -> dict[str, Any]:
+def pipeline_view(
+    record: dict[str, Any],
+    raw_entries: list[str | bytes],
+    consumed_topics: list[list[str]] | None = None,
+    now: float | None = None,
+) -> dict[str, Any]:
     """The figures of one pipeline.
 
     Args:
@@ -112,7 +132,11 @@ def pipeline_view(record: dict[str, Any], raw_entries: list[str | bytes], consum
             continue
     entries, running = _live(entries, now)
     doc = record.get("document", {})
-    n_sources = len(consumed_topics) if consumed_topics is not None else max((len(e.get("sources", [])) for e in entries), default=0)
+    n_sources = (
+        len(consumed_topics)
+        if consumed_topics is not None
+        else max((len(e.get("sources", [])) for e in entries), default=0)
+    )
     sources: list[dict[str, Any]] = []
     for i in range(n_sources):
         counters: dict[str, int] = {}
@@ -135,16 +159,18 @@ def pipeline_view(record: dict[str, Any], raw_entries: list[str | bytes], consum
                     for part, n in m[j].get("lag", {}).items():
                         lag[part] = max(lag.get(part, 0), n)  # one owner per partition
         latency = merge_histograms(hists)
-        sources.append({
-            "topics": consumed_topics[i] if consumed_topics is not None else [],
-            "counters": counters,
-            "latency": latency,
-            "p50_s": quantile(latency, 0.5),
-            "p99_s": quantile(latency, 0.99),
-            "lag": lag,
-        })
+        sources.append(
+            {
+                "topics": consumed_topics[i] if consumed_topics is not None else [],
+                "counters": counters,
+                "latency": latency,
+                "p50_s": quantile(latency, 0.5),
+                "p99_s": quantile(latency, 0.99),
+                "lag": lag,
+            }
+        )
     totals = {k: sum(s["counters"].get(k, 0) for s in sources) for k in _TOTALS}
-    sync = {k: 0 for k in _SYNC}
+    sync = dict.fromkeys(_SYNC, 0)
     for e in entries:
         for k, v in (e.get("sync") or {}).items():
             if k in sync:
@@ -160,19 +186,40 @@ def pipeline_view(record: dict[str, Any], raw_entries: list[str | bytes], consum
         if m.get("batch_seconds"):
             batch_time_hists.append(m["batch_seconds"])
         for sid, st in (m.get("steps") or {}).items():
-            acc = steps.setdefault(sid, {"template": st.get("template", ""), "in": 0, "out": 0, "filtered": 0, "failed": 0, "batches": 0, "seconds": 0.0, "errors": 0, "stats": {}})
+            acc = steps.setdefault(
+                sid,
+                {
+                    "template": st.get("template", ""),
+                    "in": 0,
+                    "out": 0,
+                    "filtered": 0,
+                    "failed": 0,
+                    "batches": 0,
+                    "seconds": 0.0,
+                    "errors": 0,
+                    "stats": {},
+                },
+            )
             for k in ("in", "out", "filtered", "failed", "batches", "seconds", "errors"):
                 acc[k] += st.get(k, 0)
             if not e.get("final"):
                 for k, v in (st.get("stats") or {}).items():
-                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "pending_keys":
+                    if (
+                        isinstance(v, (int, float))
+                        and not isinstance(v, bool)
+                        and k != "pending_keys"
+                    ):
                         acc["stats"][k] = acc["stats"].get(k, 0) + v
                     else:  # shared state (pending_keys) and versions: one replica's word
                         acc["stats"][k] = v
     latency = merge_histograms(s["latency"] for s in sources if s["latency"])
     batch = merge_histograms(batch_hists)
     lag = {p: n for s in sources for p, n in s["lag"].items()}
-    join_state = {sid: st["stats"]["pending_keys"] for sid, st in steps.items() if "pending_keys" in st["stats"]}
+    join_state = {
+        sid: st["stats"]["pending_keys"]
+        for sid, st in steps.items()
+        if "pending_keys" in st["stats"]
+    }
     models = {
         sid: str(st["stats"].get("model_version", st["stats"].get("version")))
         for sid, st in steps.items()
@@ -188,8 +235,15 @@ def pipeline_view(record: dict[str, Any], raw_entries: list[str | bytes], consum
         "sync": sync,
         "sources": sources,
         "steps": steps,
-        "latency": {"histogram": latency, "p50_s": quantile(latency, 0.5), "p99_s": quantile(latency, 0.99)},
-        "batch_size": {"histogram": batch, "mean": (batch["sum"] / batch["count"]) if batch and batch["count"] else None},
+        "latency": {
+            "histogram": latency,
+            "p50_s": quantile(latency, 0.5),
+            "p99_s": quantile(latency, 0.99),
+        },
+        "batch_size": {
+            "histogram": batch,
+            "mean": (batch["sum"] / batch["count"]) if batch and batch["count"] else None,
+        },
         "batch_seconds": merge_histograms(batch_time_hists),
         "lag": lag,
         "lag_total": sum(lag.values()),

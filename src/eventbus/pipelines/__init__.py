@@ -18,7 +18,12 @@ from eventbus.pipelines._config import (
     SourceConfig,
     StepConfig,
 )
-from eventbus.pipelines._loader import Problem, load_pipeline, load_pipeline_text, validate_pipeline_text
+from eventbus.pipelines._loader import (
+    Problem,
+    load_pipeline,
+    load_pipeline_text,
+    validate_pipeline_text,
+)
 from eventbus.pipelines._runner import PipelineRunner
 from eventbus.pipelines._steps import ConvertStep, FilterStep, FunctionStep, Step, build_step
 

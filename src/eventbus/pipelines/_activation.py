@@ -22,7 +22,18 @@ from eventbus.eventing._event import CloudEvent, parse_time
 __all__ = ["KNOWN_VARIABLES", "activation_builder", "check_identifiers"]
 
 KNOWN_VARIABLES = frozenset(
-    {"specversion", "id", "source", "type", "subject", "time", "datacontenttype", "dataschema", "data", "event"}
+    {
+        "specversion",
+        "id",
+        "source",
+        "type",
+        "subject",
+        "time",
+        "datacontenttype",
+        "dataschema",
+        "data",
+        "event",
+    }
 )
 _EXTENSION = re.compile(r"^[a-z0-9]{1,20}$")
 

@@ -26,21 +26,37 @@ from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure
 from eventbus.pipelines._activation import activation_builder, check_identifiers
 
-__all__ = ["AllocateConfig", "AllocatePlanner", "AllocateStep", "PlanConfig", "duals_key", "publish_duals"]
+__all__ = [
+    "AllocateConfig",
+    "AllocatePlanner",
+    "AllocateStep",
+    "PlanConfig",
+    "duals_key",
+    "publish_duals",
+]
 
 
 class PlanConfig(BaseModel):
     """Nearline re-planning: re-solve the duals from a window of recent requests."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    every_s: float = Field(default=30, gt=0, le=86400, description="Re-solve at most this often (one replica solves; a Redis lock).")
-    window: int = Field(default=10_000, ge=10, le=10_000_000, description="Most recent requests the re-solve uses.")
+    every_s: float = Field(
+        default=30,
+        gt=0,
+        le=86400,
+        description="Re-solve at most this often (one replica solves; a Redis lock).",
+    )
+    window: int = Field(
+        default=10_000, ge=10, le=10_000_000, description="Most recent requests the re-solve uses."
+    )
     expected_requests: int = Field(
         ge=1,
         description="Requests expected over the whole budget period: the window gets the remaining budget "
         "times window / (expected_requests - requests seen so far).",
     )
-    gap: float = Field(default=1e-3, gt=0, lt=1, description="Certified relative gap of each re-solve.")
+    gap: float = Field(
+        default=1e-3, gt=0, lt=1, description="Certified relative gap of each re-solve."
+    )
 
 
 class AllocateConfig(BaseModel):
@@ -52,11 +68,24 @@ class AllocateConfig(BaseModel):
         description="A problem file of eventbus.solver (.npz/.pt) giving item_cost (K, m), segment_mask "
         "(K, G) and budget (K,); relative paths are read beside the pipeline file.",
     )
-    revenue: str = Field(min_length=1, description="CEL: the request's revenue for each of the m items (a list).")
-    segment: str = Field(default="0", min_length=1, description="CEL: the request's segment, an integer in [0, G).")
-    output: str = Field(default="item", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="data field set to the chosen item index, or null.")
-    refresh_s: float = Field(default=1.0, gt=0, le=3600, description="How often the duals are re-read from Redis.")
-    plan: PlanConfig | None = Field(default=None, description="Re-solve the duals nearline from recent requests (without a redeploy).")
+    revenue: str = Field(
+        min_length=1, description="CEL: the request's revenue for each of the m items (a list)."
+    )
+    segment: str = Field(
+        default="0", min_length=1, description="CEL: the request's segment, an integer in [0, G)."
+    )
+    output: str = Field(
+        default="item",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="data field set to the chosen item index, or null.",
+    )
+    refresh_s: float = Field(
+        default=1.0, gt=0, le=3600, description="How often the duals are re-read from Redis."
+    )
+    plan: PlanConfig | None = Field(
+        default=None,
+        description="Re-solve the duals nearline from recent requests (without a redeploy).",
+    )
 
 
 def duals_key(pipeline: str, step: str) -> str:
@@ -114,7 +143,15 @@ class AllocateStep:
 
     template = "allocate"
 
-    def __init__(self, step_id: str, spec: AllocateConfig, *, pipeline: str, redis_url: str | None = None, base_dirs: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        step_id: str,
+        spec: AllocateConfig,
+        *,
+        pipeline: str,
+        redis_url: str | None = None,
+        base_dirs: list[str] | None = None,
+    ) -> None:
         import torch
 
         from eventbus.solver import load_problem
@@ -182,7 +219,9 @@ class AllocateStep:
             try:
                 text = self._redis.get(self._duals_key)
             except Exception as e:  # noqa: BLE001
-                msg = f"allocate step {self.id!r}: Redis unavailable ({e}); the batch will be retried"
+                msg = (
+                    f"allocate step {self.id!r}: Redis unavailable ({e}); the batch will be retried"
+                )
                 raise StateUnavailableError(msg) from None
             raw = json.loads(text) if text else None
         if raw is not None and len(raw) == self.num_resources:
@@ -204,10 +243,18 @@ class AllocateStep:
                 act = self._build(e)
                 rev = self._revenue.evaluate(act)
                 seg = self._segment.evaluate(act)
-                if not isinstance(rev, list) or len(rev) != self.num_items or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in rev):
+                if (
+                    not isinstance(rev, list)
+                    or len(rev) != self.num_items
+                    or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in rev)
+                ):
                     msg = f"revenue must be a list of {self.num_items} numbers (one per item); got {rev!r:.80}"
                     raise TypeError(msg)
-                if not isinstance(seg, int) or isinstance(seg, bool) or not 0 <= seg < self._mask.shape[1]:
+                if (
+                    not isinstance(seg, int)
+                    or isinstance(seg, bool)
+                    or not 0 <= seg < self._mask.shape[1]
+                ):
                     msg = f"segment must be an integer in [0, {self._mask.shape[1]}); got {seg!r}"
                     raise ValueError(msg)
                 rows.append([float(x) for x in rev])
@@ -222,10 +269,16 @@ class AllocateStep:
         segment = torch.tensor(segs, dtype=torch.long)
         if self.spec.plan is not None:
             self._record(rows, segs)
-        items = decide(self.duals, revenue, FactorisedConsumption(self._item_cost, self._mask, segment)).tolist()
+        items = decide(
+            self.duals, revenue, FactorisedConsumption(self._item_cost, self._mask, segment)
+        ).tolist()
         cons = []
         for j, s in zip(items, segs):
-            cons.append([0.0] * self.num_resources if j < 0 else (self._item_cost[:, j] * self._mask[:, s]).tolist())
+            cons.append(
+                [0.0] * self.num_resources
+                if j < 0
+                else (self._item_cost[:, j] * self._mask[:, s]).tolist()
+            )
         granted = self._reserve_budget([c for c, j in zip(cons, items) if j >= 0])
         g = iter(granted)
         for i, j in zip(idx, items):
@@ -335,12 +388,16 @@ class AllocatePlanner:
             return False
         rows, segs = zip(*(json.loads(x) for x in entries))
         w = len(rows)
-        remaining = (step.budget - torch.tensor(step.used_budget(), dtype=torch.float64)).clamp_min(1e-9)
+        remaining = (step.budget - torch.tensor(step.used_budget(), dtype=torch.float64)).clamp_min(
+            1e-9
+        )
         share = w / max(w, self.plan.expected_requests - seen)
         problem = AllocationProblem(
             torch.tensor(rows, dtype=torch.float64),
             remaining * share,
-            FactorisedConsumption(step._item_cost, step._mask, torch.tensor(segs, dtype=torch.long)),
+            FactorisedConsumption(
+                step._item_cost, step._mask, torch.tensor(segs, dtype=torch.long)
+            ),
         )
         result = solve(problem, gap=self.plan.gap, warm_start=self._previous, device="cpu")
         self._previous = result

@@ -71,10 +71,12 @@ class AutoscalingConfig(BaseModel):
         default=86_400, description="Predictive: the length of the load cycle (a day)."
     )
     samples_per_season: Annotated[int, Field(ge=4, le=1440)] = Field(
-        default=48, description="Predictive: rate samples per season (48: one per 30 minutes of a day)."
+        default=48,
+        description="Predictive: rate samples per season (48: one per 30 minutes of a day).",
     )
     history_seasons: Annotated[int, Field(ge=2, le=14)] = Field(
-        default=4, description="Predictive: seasons of rate history kept (the fit uses at most these)."
+        default=4,
+        description="Predictive: seasons of rate history kept (the fit uses at most these).",
     )
     lead_s: Annotated[float, Field(ge=0)] = Field(
         default=600,
@@ -82,12 +84,16 @@ class AutoscalingConfig(BaseModel):
         "seconds (replica start-up plus a rebalance, with margin).",
     )
     refit_every_s: PositiveFloat | None = Field(
-        default=None, description="Predictive: refit the model at most this often (default: once per sample)."
+        default=None,
+        description="Predictive: refit the model at most this often (default: once per sample).",
     )
 
     @model_validator(mode="after")
     def _sample_fits(self) -> AutoscalingConfig:
-        if self.policy == "predictive" and self.season_s / self.samples_per_season < self.metrics_interval_s:
+        if (
+            self.policy == "predictive"
+            and self.season_s / self.samples_per_season < self.metrics_interval_s
+        ):
             msg = (
                 f"autoscaling.season_s / samples_per_season ({self.season_s / self.samples_per_season:g} s) is "
                 f"shorter than metrics_interval_s ({self.metrics_interval_s:g} s); use fewer samples per season"

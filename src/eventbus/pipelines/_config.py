@@ -19,7 +19,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, StringConstraints, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from eventbus.eventing.sinks._kafka import KafkaSinkConfig
 from eventbus.eventing.sources._http_config import GrpcSourceConfig, HttpSourceConfig, ingress_topic
@@ -28,7 +36,12 @@ from eventbus.observability._config import ObservabilityConfig
 from eventbus.pipelines._allocate import AllocateConfig
 from eventbus.pipelines._autoscaling_config import AutoscalingConfig
 from eventbus.pipelines._join_config import JoinConfig, JoinOutputConfig, JoinSideConfig
-from eventbus.pipelines._model_config import EnsembleConfig, EnsembleMemberConfig, ModelServingConfig, ModelStepConfig
+from eventbus.pipelines._model_config import (
+    EnsembleConfig,
+    EnsembleMemberConfig,
+    ModelServingConfig,
+    ModelStepConfig,
+)
 
 __all__ = [
     "AllocateConfig",
@@ -97,8 +110,12 @@ class SourceConfig(BaseModel):
 
     model_config = _MODEL
     kafka: KafkaSourceConfig | None = Field(default=None, description="Consume a Kafka topic.")
-    http: HttpSourceConfig | None = Field(default=None, description="Accept events over HTTP at the gateway.")
-    grpc: GrpcSourceConfig | None = Field(default=None, description="Accept events over gRPC at the gateway.")
+    http: HttpSourceConfig | None = Field(
+        default=None, description="Accept events over HTTP at the gateway."
+    )
+    grpc: GrpcSourceConfig | None = Field(
+        default=None, description="Accept events over gRPC at the gateway."
+    )
 
     @model_validator(mode="after")
     def _one_transport(self) -> SourceConfig:
@@ -135,17 +152,33 @@ class FilterDialect(BaseModel):
     """
 
     model_config = _MODEL
-    exact: dict[str, str] | None = Field(default=None, description="Every attribute equals the value.")
-    prefix: dict[str, str] | None = Field(default=None, description="Every attribute starts with the value.")
-    suffix: dict[str, str] | None = Field(default=None, description="Every attribute ends with the value.")
-    all: list[FilterDialect | CelSource] | None = Field(default=None, description="Every filter matches.")
-    any: list[FilterDialect | CelSource] | None = Field(default=None, description="At least one filter matches.")
-    not_: FilterDialect | CelSource | None = Field(default=None, alias="not", description="The filter does not match.")
+    exact: dict[str, str] | None = Field(
+        default=None, description="Every attribute equals the value."
+    )
+    prefix: dict[str, str] | None = Field(
+        default=None, description="Every attribute starts with the value."
+    )
+    suffix: dict[str, str] | None = Field(
+        default=None, description="Every attribute ends with the value."
+    )
+    all: list[FilterDialect | CelSource] | None = Field(
+        default=None, description="Every filter matches."
+    )
+    any: list[FilterDialect | CelSource] | None = Field(
+        default=None, description="At least one filter matches."
+    )
+    not_: FilterDialect | CelSource | None = Field(
+        default=None, alias="not", description="The filter does not match."
+    )
     cel: CelSource | None = Field(default=None, description="A CEL boolean expression.")
 
     @model_validator(mode="after")
     def _one_dialect(self) -> FilterDialect:
-        keys = [k for k in ("exact", "prefix", "suffix", "all", "any", "not_", "cel") if getattr(self, k) is not None]
+        keys = [
+            k
+            for k in ("exact", "prefix", "suffix", "all", "any", "not_", "cel")
+            if getattr(self, k) is not None
+        ]
         if len(keys) != 1:
             got = ", ".join(k.rstrip("_") for k in keys) or "none"
             msg = f"a filter dialect takes exactly one of exact, prefix, suffix, all, any, not, cel; got {got}"
@@ -166,7 +199,9 @@ class ConvertConfig(BaseModel):
         "extension) or 'data.a.b'.",
     )
     remove: list[TargetPath] = Field(default_factory=list, description="Paths to remove.")
-    data: CelSource | None = Field(default=None, description="One CEL expression producing the new data.")
+    data: CelSource | None = Field(
+        default=None, description="One CEL expression producing the new data."
+    )
 
     @model_validator(mode="after")
     def _something(self) -> ConvertConfig:
@@ -211,15 +246,26 @@ class StepConfig(BaseModel):
         default=None, description="Keep events for which this CEL expression (or dialect) is true."
     )
     convert: ConvertConfig | None = Field(default=None, description="Rewrite events.")
-    function: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")] | FunctionStepConfig | None = Field(
-        default=None, description="A Python function 'package.module:function'."
+    function: (
+        Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")]
+        | FunctionStepConfig
+        | None
+    ) = Field(default=None, description="A Python function 'package.module:function'.")
+    join: JoinConfig | None = Field(
+        default=None, description="Correlate events of several sides by key (state in Redis)."
     )
-    join: JoinConfig | None = Field(default=None, description="Correlate events of several sides by key (state in Redis).")
-    allocate: AllocateConfig | None = Field(default=None, description="Pick an item per request at dual prices, within budgets.")
-    model: ModelStepConfig | None = Field(default=None, description="Run each event through a model (its own Ray Serve deployment).")
-    ensemble: EnsembleConfig | None = Field(default=None, description="Run each event through several models and combine their outputs.")
+    allocate: AllocateConfig | None = Field(
+        default=None, description="Pick an item per request at dual prices, within budgets."
+    )
+    model: ModelStepConfig | None = Field(
+        default=None, description="Run each event through a model (its own Ray Serve deployment)."
+    )
+    ensemble: EnsembleConfig | None = Field(
+        default=None, description="Run each event through several models and combine their outputs."
+    )
     retries: Annotated[int, Field(ge=0, le=100)] | None = Field(
-        default=None, description="Retries of events failing in this step (overrides delivery.retries)."
+        default=None,
+        description="Retries of events failing in this step (overrides delivery.retries).",
     )
 
     @model_validator(mode="after")
@@ -269,9 +315,12 @@ class DeliveryConfig(BaseModel):
         "it). The event is dispatched again alone, after the backoff; its batch-mates are "
         "delivered meanwhile.",
     )
-    backoff: BackoffConfig = Field(default_factory=BackoffConfig, description="Delay between retries.")
+    backoff: BackoffConfig = Field(
+        default_factory=BackoffConfig, description="Delay between retries."
+    )
     max_age_s: Annotated[float, Field(gt=0)] | None = Field(
-        default=None, description="Stop retrying an event this long after its first failure (then dead-letter it)."
+        default=None,
+        description="Stop retrying an event this long after its first failure (then dead-letter it).",
     )
     dedupe: DedupeConfig | None = Field(
         default=None,
@@ -302,7 +351,9 @@ class BatchConfig(BaseModel):
     """Micro-batching at the source: one Ray call per batch."""
 
     model_config = _MODEL
-    max_size: Annotated[int, Field(ge=1, le=100_000)] = Field(default=2000, description="Most events per batch.")
+    max_size: Annotated[int, Field(ge=1, le=100_000)] = Field(
+        default=2000, description="Most events per batch."
+    )
     linger_ms: Annotated[int, Field(ge=0, le=10_000)] | None = Field(
         default=None,
         description="Least time between two fetches while events keep coming (latency against batch size and "
@@ -316,7 +367,10 @@ class BatchConfig(BaseModel):
         if self.linger_ms is not None:
             return self.linger_ms
         return INGRESS_LINGER_MS if ingress else KAFKA_LINGER_MS
-    max_in_flight: Annotated[int, Field(ge=1, le=64)] = Field(default=4, description="Batches in flight per source.")
+
+    max_in_flight: Annotated[int, Field(ge=1, le=64)] = Field(
+        default=4, description="Batches in flight per source."
+    )
 
 
 class RuntimeEnvConfig(BaseModel):
@@ -329,11 +383,12 @@ class RuntimeEnvConfig(BaseModel):
         description="Pip requirements installed for this pipeline's replicas only (e.g. 'six==1.16.0'); "
         "installed on first deploy, cached by Ray afterwards.",
     )
-    env_vars: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(
-        default_factory=dict, description="Environment variables of the replicas."
+    env_vars: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = (
+        Field(default_factory=dict, description="Environment variables of the replicas.")
     )
     working_dir: str | None = Field(
-        default=None, description="A local directory (relative to the pipeline file) shipped to the replicas as their working directory."
+        default=None,
+        description="A local directory (relative to the pipeline file) shipped to the replicas as their working directory.",
     )
 
     def to_ray(self, base_dir: str | None = None) -> dict[str, Any]:
@@ -346,7 +401,9 @@ class RuntimeEnvConfig(BaseModel):
         if self.env_vars:
             env["env_vars"] = dict(self.env_vars)
         if self.working_dir:
-            env["working_dir"] = self.working_dir if base_dir is None else os.path.join(base_dir, self.working_dir)
+            env["working_dir"] = (
+                self.working_dir if base_dir is None else os.path.join(base_dir, self.working_dir)
+            )
         return env
 
 
@@ -354,7 +411,9 @@ class ServingConfig(BaseModel):
     """How the pipeline runs on Ray Serve."""
 
     model_config = _MODEL
-    replicas: ReplicasConfig | PositiveInt = Field(default_factory=ReplicasConfig, description="Replica count or bounds.")
+    replicas: ReplicasConfig | PositiveInt = Field(
+        default_factory=ReplicasConfig, description="Replica count or bounds."
+    )
     batch: BatchConfig = Field(default_factory=BatchConfig, description="Micro-batching.")
     num_cpus: Annotated[float, Field(ge=0, le=64)] = Field(
         default=0.0, description="CPUs reserved per replica (0 or a fraction on small machines)."
@@ -367,10 +426,12 @@ class ServingConfig(BaseModel):
         "per batch (compute scales past the partition count, for heavy steps).",
     )
     memory_mb: Annotated[int, Field(ge=16, le=1 << 20)] | None = Field(
-        default=None, description="Memory reserved per replica in MiB (Ray schedules by it; None: no reservation)."
+        default=None,
+        description="Memory reserved per replica in MiB (Ray schedules by it; None: no reservation).",
     )
     runtime_env: RuntimeEnvConfig | None = Field(
-        default=None, description="This pipeline's own packages, environment variables and working directory (Ray runtime_env)."
+        default=None,
+        description="This pipeline's own packages, environment variables and working directory (Ray runtime_env).",
     )
     autoscaling: AutoscalingConfig | None = Field(
         default=None,
@@ -402,13 +463,23 @@ class PipelineSpecConfig(BaseModel):
     """What the pipeline does."""
 
     model_config = _MODEL
-    sources: Annotated[list[SourceConfig], Field(min_length=1)] = Field(description="Where events come from.")
-    steps: list[StepConfig] = Field(default_factory=list, description="Steps, run in order over each batch.")
+    sources: Annotated[list[SourceConfig], Field(min_length=1)] = Field(
+        description="Where events come from."
+    )
+    steps: list[StepConfig] = Field(
+        default_factory=list, description="Steps, run in order over each batch."
+    )
     sink: SinkConfig = Field(description="Where output events go.")
-    dead_letter: SinkConfig | None = Field(default=None, description="Where failed events go, with the error.")
+    dead_letter: SinkConfig | None = Field(
+        default=None, description="Where failed events go, with the error."
+    )
     delivery: DeliveryConfig = Field(default_factory=DeliveryConfig, description="Retries.")
-    serving: ServingConfig = Field(default_factory=ServingConfig, description="Replicas and batching.")
-    observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig, description="Traces and log format of the replicas.")
+    serving: ServingConfig = Field(
+        default_factory=ServingConfig, description="Replicas and batching."
+    )
+    observability: ObservabilityConfig = Field(
+        default_factory=ObservabilityConfig, description="Traces and log format of the replicas."
+    )
 
     @model_validator(mode="after")
     def _unique_step_ids(self) -> PipelineSpecConfig:
@@ -436,7 +507,9 @@ class PipelineConfig(BaseModel):
     """A pipeline document (``apiVersion: eventbus/v1``, ``kind: Pipeline``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-    api_version: Literal["eventbus/v1"] = Field(alias="apiVersion", description="Always 'eventbus/v1'.")
+    api_version: Literal["eventbus/v1"] = Field(
+        alias="apiVersion", description="Always 'eventbus/v1'."
+    )
     kind: Literal["Pipeline"] = Field(description="Always 'Pipeline'.")
     metadata: MetadataConfig = Field(description="Name and description.")
     spec: PipelineSpecConfig = Field(description="Sources, steps, sink, delivery, serving.")
@@ -448,7 +521,9 @@ class PipelineConfig(BaseModel):
 
     def linger_ms_of(self, source: KafkaSourceConfig) -> int:
         """How long one of :attr:`consumed_sources` lingers between fetches."""
-        return self.spec.serving.batch.linger_ms_of(ingress=source.topic == ingress_topic(self.name))
+        return self.spec.serving.batch.linger_ms_of(
+            ingress=source.topic == ingress_topic(self.name)
+        )
 
     @property
     def consumed_sources(self) -> list[KafkaSourceConfig]:

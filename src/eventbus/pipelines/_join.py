@@ -14,6 +14,7 @@ key completed is part of the next window only once the completed one expires.
 from __future__ import annotations
 
 import hashlib
+from datetime import UTC
 from typing import Any
 
 from eventbus import cel
@@ -25,7 +26,6 @@ from eventbus.pipelines._join_config import JoinConfig
 from eventbus.pipelines._join_state import JoinState, MemoryJoinState, RedisJoinState, now_ms
 
 __all__ = ["JoinStep", "JoinSweeper", "LateEventError", "join_sweepers"]
-
 
 
 class LateEventError(ValueError):
@@ -44,13 +44,17 @@ class JoinStep:
 
     template = "join"
 
-    def __init__(self, step_id: str, spec: JoinConfig, *, pipeline: str, redis_url: str | None = None) -> None:
+    def __init__(
+        self, step_id: str, spec: JoinConfig, *, pipeline: str, redis_url: str | None = None
+    ) -> None:
         self.id = step_id
         self.errors = 0
         self.spec = spec
         self.pipeline = pipeline
         prefix = f"eventbus:join:{pipeline}:{step_id}:"
-        self.state: JoinState = RedisJoinState(redis_url, prefix) if redis_url else MemoryJoinState()
+        self.state: JoinState = (
+            RedisJoinState(redis_url, prefix) if redis_url else MemoryJoinState()
+        )
         self._sides = []
         used: frozenset[str] = frozenset()
         for side in spec.sides:
@@ -71,7 +75,14 @@ class JoinStep:
         self.source = spec.output.source or f"/eventbus/{pipeline}/{step_id}"
         self._window_ms = int(spec.window_s * 1000)
         self._late_ms = int((spec.window_s + spec.allowed_lateness_s) * 1000)
-        self.counters = {"joined": 0, "pending_events": 0, "late": 0, "expired": 0, "timed_out": 0, "evicted": 0}
+        self.counters = {
+            "joined": 0,
+            "pending_events": 0,
+            "late": 0,
+            "expired": 0,
+            "timed_out": 0,
+            "evicted": 0,
+        }
 
     @staticmethod
     def _compile(source: str) -> cel.Program:
@@ -124,7 +135,9 @@ class JoinStep:
         if self.spec.mode == "latest":
             self._latest(events, results, items, where)
             return results
-        states = self.state.join(now, self._window_ms, len(self._sides), self.spec.max_pending, items)
+        states = self.state.join(
+            now, self._window_ms, len(self._sides), self.spec.max_pending, items
+        )
         for i, (key, _, _, _), h in zip(where, items, states):
             if h is None:
                 self.counters["pending_events"] += 1
@@ -134,7 +147,13 @@ class JoinStep:
                 results[i] = [self.output(key, h, now)]
         return results
 
-    def _latest(self, events: list[CloudEvent], results: list[Any], items: list[tuple[str, str, bytes, str]], where: list[int]) -> None:
+    def _latest(
+        self,
+        events: list[CloudEvent],
+        results: list[Any],
+        items: list[tuple[str, str, bytes, str]],
+        where: list[int],
+    ) -> None:
         table = self.spec.table
         assert table is not None
         found = self.state.latest(self._window_ms, table, [(k, s, p) for k, s, p, _ in items])
@@ -149,12 +168,17 @@ class JoinStep:
             out = self.output(key, h, now, id_of=events[i].attributes["id"])
             results[i] = [out]
 
-    def output(self, key: str, h: dict[str, bytes], now: int, *, id_of: str | None = None) -> CloudEvent:
+    def output(
+        self, key: str, h: dict[str, bytes], now: int, *, id_of: str | None = None
+    ) -> CloudEvent:
         """The joined event of a key's sides (missing sides named in ``_missing``)."""
         present = {n: event_from_json(h[n]) for n in self._names if n in h}
         missing = [n for n in self._names if n not in present]
         if self._data is not None:
-            act = {n: ({**present[n].attributes, "data": present[n].data} if n in present else None) for n in self._names}
+            act = {
+                n: ({**present[n].attributes, "data": present[n].data} if n in present else None)
+                for n in self._names
+            }
             from eventbus.pipelines._steps import _json_value
 
             data = _json_value(self._data(act))
@@ -180,9 +204,9 @@ class JoinStep:
 
 
 def format_time_ms(ms: int) -> str:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return format_time(datetime.fromtimestamp(ms / 1000, tz=timezone.utc))
+    return format_time(datetime.fromtimestamp(ms / 1000, tz=UTC))
 
 
 class JoinSweeper:
@@ -219,7 +243,9 @@ class JoinSweeper:
                     if n in h:
                         dead.append(
                             event_from_json(h[n]).replace(
-                                ebpipeline=step.pipeline, ebstep=step.id, eberrortype="JoinEvictedError",
+                                ebpipeline=step.pipeline,
+                                ebstep=step.id,
+                                eberrortype="JoinEvictedError",
                                 eberror=f"join key {key!r} evicted: more than max_pending ({step.spec.max_pending}) keys were waiting",
                                 ebattempts=1,
                             )
@@ -236,8 +262,6 @@ class JoinSweeper:
     def ack(self, keys: list[str]) -> None:
         """Forget delivered keys."""
         self.step.state.ack(keys)
-
-
 
 
 def join_sweepers(config: Any, redis_url: str | None) -> list[JoinSweeper]:

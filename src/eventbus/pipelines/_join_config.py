@@ -16,17 +16,31 @@ class JoinSideConfig(BaseModel):
     """One side of a join: which events belong to it and their join key."""
 
     model_config = _MODEL
-    name: SideName = Field(description="The side's name: the key of its data in the joined event, and its CEL variable in output.data.")
-    when: str = Field(min_length=1, description="CEL: true for the events of this side, e.g. \"type == 'order.created'\".")
-    key: str = Field(min_length=1, description="CEL: the join key of an event of this side, e.g. 'data.order_id'.")
+    name: SideName = Field(
+        description="The side's name: the key of its data in the joined event, and its CEL variable in output.data."
+    )
+    when: str = Field(
+        min_length=1,
+        description="CEL: true for the events of this side, e.g. \"type == 'order.created'\".",
+    )
+    key: str = Field(
+        min_length=1,
+        description="CEL: the join key of an event of this side, e.g. 'data.order_id'.",
+    )
 
 
 class JoinOutputConfig(BaseModel):
     """The joined event."""
 
     model_config = _MODEL
-    type: str | None = Field(default=None, min_length=1, description="Its type; default '<step id>.joined'.")
-    source: str | None = Field(default=None, min_length=1, description="Its source; default '/eventbus/<pipeline>/<step id>'.")
+    type: str | None = Field(
+        default=None, min_length=1, description="Its type; default '<step id>.joined'."
+    )
+    source: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Its source; default '/eventbus/<pipeline>/<step id>'.",
+    )
     data: str | None = Field(
         default=None,
         min_length=1,
@@ -46,21 +60,31 @@ class JoinConfig(BaseModel):
         "the window closes, marking the missing sides; latest: enrich each event of the other sides "
         "with the latest event of the 'table' side.",
     )
-    sides: Annotated[list[JoinSideConfig], Field(min_length=2, max_length=16)] = Field(description="The sides, at least two.")
+    sides: Annotated[list[JoinSideConfig], Field(min_length=2, max_length=16)] = Field(
+        description="The sides, at least two."
+    )
     window_s: Annotated[float, Field(gt=0, le=7 * 86400)] = Field(
-        default=600, description="How long a key waits for its other sides, from its first event (latest: how long a table entry lives)."
+        default=600,
+        description="How long a key waits for its other sides, from its first event (latest: how long a table entry lives).",
     )
     time: Literal["processing", "event"] = Field(
         default="processing",
         description="event: an event whose CloudEvent time is older than window_s + allowed_lateness_s "
         "is late and goes to the dead-letter sink; processing: no event is late.",
     )
-    allowed_lateness_s: Annotated[float, Field(ge=0)] = Field(default=0, description="Extra lateness tolerated in event-time mode.")
-    max_pending: Annotated[int, Field(ge=1, le=100_000_000)] = Field(
-        default=1_000_000, description="Most keys waiting at once; the oldest beyond it go to the dead-letter sink."
+    allowed_lateness_s: Annotated[float, Field(ge=0)] = Field(
+        default=0, description="Extra lateness tolerated in event-time mode."
     )
-    table: SideName | None = Field(default=None, description="latest mode: the side kept as the lookup table.")
-    output: JoinOutputConfig = Field(default_factory=JoinOutputConfig, description="The joined event.")
+    max_pending: Annotated[int, Field(ge=1, le=100_000_000)] = Field(
+        default=1_000_000,
+        description="Most keys waiting at once; the oldest beyond it go to the dead-letter sink.",
+    )
+    table: SideName | None = Field(
+        default=None, description="latest mode: the side kept as the lookup table."
+    )
+    output: JoinOutputConfig = Field(
+        default_factory=JoinOutputConfig, description="The joined event."
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> JoinConfig:

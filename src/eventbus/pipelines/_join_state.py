@@ -123,14 +123,25 @@ return #ARGV - 1
 class JoinState(Protocol):
     """Where a join step keeps its waiting events."""
 
-    def join(self, now_ms: int, window_ms: int, nsides: int, max_pending: int, items: Sequence[tuple[str, str, bytes, str]]) -> list[dict[str, bytes] | None]:
+    def join(
+        self,
+        now_ms: int,
+        window_ms: int,
+        nsides: int,
+        max_pending: int,
+        items: Sequence[tuple[str, str, bytes, str]],
+    ) -> list[dict[str, bytes] | None]:
         """Add (key, side, event JSON, event id) items; per item the key's hash when this item
         completes the key (or is the completing event consumed again), else None."""
 
-    def latest(self, window_ms: int, table: str, items: Sequence[tuple[str, str, bytes]]) -> list[bytes | None]:
+    def latest(
+        self, window_ms: int, table: str, items: Sequence[tuple[str, str, bytes]]
+    ) -> list[bytes | None]:
         """Store table-side items; per other item the table's latest event for its key."""
 
-    def claim_due(self, now_ms: int, lease_ms: int, limit: int) -> list[tuple[str, dict[str, bytes]]]:
+    def claim_due(
+        self, now_ms: int, lease_ms: int, limit: int
+    ) -> list[tuple[str, dict[str, bytes]]]:
         """Take the keys whose window closed (or were evicted); (key, hash) each."""
 
     def ack(self, keys: Sequence[str]) -> None:
@@ -141,7 +152,10 @@ class JoinState(Protocol):
 
 
 def _pairs(flat: list[Any]) -> dict[str, bytes]:
-    return {flat[i].decode() if isinstance(flat[i], bytes) else flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
+    return {
+        flat[i].decode() if isinstance(flat[i], bytes) else flat[i]: flat[i + 1]
+        for i in range(0, len(flat), 2)
+    }
 
 
 class RedisJoinState:
@@ -170,19 +184,30 @@ class RedisJoinState:
             msg = f"join state in Redis is unavailable ({type(e).__name__}: {e}); the batch will be retried"
             raise StateUnavailableError(msg) from None
 
-    def join(self, now_ms: int, window_ms: int, nsides: int, max_pending: int, items: Sequence[tuple[str, str, bytes, str]]) -> list[dict[str, bytes] | None]:
+    def join(
+        self,
+        now_ms: int,
+        window_ms: int,
+        nsides: int,
+        max_pending: int,
+        items: Sequence[tuple[str, str, bytes, str]],
+    ) -> list[dict[str, bytes] | None]:
         args: list[Any] = [self.prefix, now_ms, window_ms, nsides, max_pending]
         for k, side, payload, eid in items:
             args += [k, side, payload, eid]
         return [None if r is None else _pairs(r) for r in self._call(self._join, args)]
 
-    def latest(self, window_ms: int, table: str, items: Sequence[tuple[str, str, bytes]]) -> list[bytes | None]:
+    def latest(
+        self, window_ms: int, table: str, items: Sequence[tuple[str, str, bytes]]
+    ) -> list[bytes | None]:
         args: list[Any] = [self.prefix, window_ms, table]
         for k, side, payload in items:
             args += [k, side, payload]
         return list(self._call(self._latest, args))
 
-    def claim_due(self, now_ms: int, lease_ms: int, limit: int) -> list[tuple[str, dict[str, bytes]]]:
+    def claim_due(
+        self, now_ms: int, lease_ms: int, limit: int
+    ) -> list[tuple[str, dict[str, bytes]]]:
         flat = self._call(self._claim, [self.prefix, now_ms, lease_ms, limit])
         return [(flat[i].decode(), _pairs(flat[i + 1])) for i in range(0, len(flat), 2)]
 
@@ -205,7 +230,14 @@ class MemoryJoinState:
         self.due: dict[str, int] = {}
         self.claimed: dict[str, int] = {}
 
-    def join(self, now_ms: int, window_ms: int, nsides: int, max_pending: int, items: Sequence[tuple[str, str, bytes, str]]) -> list[dict[str, bytes] | None]:
+    def join(
+        self,
+        now_ms: int,
+        window_ms: int,
+        nsides: int,
+        max_pending: int,
+        items: Sequence[tuple[str, str, bytes, str]],
+    ) -> list[dict[str, bytes] | None]:
         out: list[dict[str, bytes] | None] = []
         for k, side, payload, eid in items:
             by = f"{side}/{eid}".encode()
@@ -231,7 +263,9 @@ class MemoryJoinState:
                 self.due[k] = 0
         return out
 
-    def latest(self, window_ms: int, table: str, items: Sequence[tuple[str, str, bytes]]) -> list[bytes | None]:
+    def latest(
+        self, window_ms: int, table: str, items: Sequence[tuple[str, str, bytes]]
+    ) -> list[bytes | None]:
         out: list[bytes | None] = []
         for k, side, payload in items:
             if side == table:
@@ -241,8 +275,12 @@ class MemoryJoinState:
                 out.append(self.hashes.get(k, {}).get(table))
         return out
 
-    def claim_due(self, now_ms: int, lease_ms: int, limit: int) -> list[tuple[str, dict[str, bytes]]]:
-        keys = [k for k, t in self.claimed.items() if t <= now_ms] + [k for k, t in self.due.items() if t <= now_ms]
+    def claim_due(
+        self, now_ms: int, lease_ms: int, limit: int
+    ) -> list[tuple[str, dict[str, bytes]]]:
+        keys = [k for k, t in self.claimed.items() if t <= now_ms] + [
+            k for k, t in self.due.items() if t <= now_ms
+        ]
         out = []
         for k in keys[:limit]:
             self.due.pop(k, None)

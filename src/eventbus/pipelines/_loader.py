@@ -57,7 +57,9 @@ def load_pipeline(path: str | Path, *, check_functions: bool = True) -> Pipeline
     return load_pipeline_text(text, str(p), check_functions=check_functions)
 
 
-def load_pipeline_text(text: str, filename: str = "<pipeline>", *, check_functions: bool = True) -> PipelineConfig:
+def load_pipeline_text(
+    text: str, filename: str = "<pipeline>", *, check_functions: bool = True
+) -> PipelineConfig:
     """Parse and validate pipeline YAML text; see :func:`load_pipeline`."""
     config, problems = validate_pipeline_text(text, filename, check_functions=check_functions)
     if problems or config is None:
@@ -81,7 +83,13 @@ def validate_pipeline_text(
     if not isinstance(data, dict) or root is None:
         got = type(data).__name__ if data is not None else "an empty document"
         return None, [
-            Problem(filename, 1, 1, "document", f"a pipeline is a YAML mapping with apiVersion, kind, metadata, spec; got {got}")
+            Problem(
+                filename,
+                1,
+                1,
+                "document",
+                f"a pipeline is a YAML mapping with apiVersion, kind, metadata, spec; got {got}",
+            )
         ]
     problems = _semantic_problems(data, root, filename, check_functions=check_functions)
     try:
@@ -96,7 +104,9 @@ def validate_pipeline_text(
 # -- pydantic errors -> positioned problems ------------------------------------------------
 
 
-def _validation_problems(exc: ValidationError, data: Any, root: yaml.Node, filename: str) -> list[Problem]:
+def _validation_problems(
+    exc: ValidationError, data: Any, root: yaml.Node, filename: str
+) -> list[Problem]:
     out: list[Problem] = []
     seen: set[tuple[str, str]] = set()
     for err in exc.errors(include_url=False):
@@ -112,7 +122,15 @@ def _validation_problems(exc: ValidationError, data: Any, root: yaml.Node, filen
         out.append(Problem(filename, mark.line + 1, mark.column + 1, path or "document", message))
     if not out:  # every error was a union branch; report them unfiltered rather than nothing
         for err in exc.errors(include_url=False):
-            out.append(Problem(filename, root.start_mark.line + 1, root.start_mark.column + 1, "document", err["msg"]))
+            out.append(
+                Problem(
+                    filename,
+                    root.start_mark.line + 1,
+                    root.start_mark.column + 1,
+                    "document",
+                    err["msg"],
+                )
+            )
     out.sort(key=lambda p: (p.line, p.col))
     return out
 
@@ -159,7 +177,11 @@ def _child(node: yaml.Node, seg: int | str) -> yaml.Node | None:
         for key_node, value_node in node.value:
             if getattr(key_node, "value", None) == seg:
                 # Point at the key for extra fields, at the value otherwise (see _message).
-                return value_node if not isinstance(value_node, yaml.ScalarNode) or value_node.value != "" else key_node
+                return (
+                    value_node
+                    if not isinstance(value_node, yaml.ScalarNode) or value_node.value != ""
+                    else key_node
+                )
     if isinstance(node, yaml.SequenceNode) and isinstance(seg, int) and seg < len(node.value):
         return node.value[seg]  # type: ignore[no-any-return]
     return None
@@ -218,7 +240,9 @@ def _message(err: Any, value: Any, present: bool) -> str:
 # -- semantic checks: CEL expressions and function references -------------------------------
 
 
-def _semantic_problems(data: dict[str, Any], root: yaml.Node, filename: str, *, check_functions: bool) -> list[Problem]:
+def _semantic_problems(
+    data: dict[str, Any], root: yaml.Node, filename: str, *, check_functions: bool
+) -> list[Problem]:
     """Compile every CEL expression and import every function, on the raw data, so that these
     problems are reported together with the schema problems."""
     spec = data.get("spec")
@@ -231,13 +255,15 @@ def _semantic_problems(data: dict[str, Any], root: yaml.Node, filename: str, *, 
             continue
         step_id = str(step.get("id", i))
         for rel_loc, source in _raw_expressions(step):
-            problem = _check_expression(source, ("spec", "steps", i, *rel_loc), root, filename, step_id)
+            problem = _check_expression(
+                source, ("spec", "steps", i, *rel_loc), root, filename, step_id
+            )
             if problem is not None:
                 problems.append(problem)
         for template in ("model", "ensemble"):  # output mappings also see `output` and `version`
             spec_ = step.get(template)
             mapping = spec_.get("output") if isinstance(spec_, dict) else None
-            for path, source in (mapping.items() if isinstance(mapping, dict) else ()):
+            for path, source in mapping.items() if isinstance(mapping, dict) else ():
                 if isinstance(source, str) and source:
                     loc = ("spec", "steps", i, template, "output", str(path))
                     problem = _check_expression(source, loc, root, filename, step_id, output=True)
@@ -251,7 +277,11 @@ def _semantic_problems(data: dict[str, Any], root: yaml.Node, filename: str, *, 
             try:
                 resolve_function(ref)
             except FunctionError as exc:
-                problems.append(_problem_at(root, filename, ("spec", "steps", i, "function"), f"step {step_id!r}: {exc}"))
+                problems.append(
+                    _problem_at(
+                        root, filename, ("spec", "steps", i, "function"), f"step {step_id!r}: {exc}"
+                    )
+                )
     return problems
 
 
@@ -300,7 +330,15 @@ def _raw_expressions(step: dict[str, Any]) -> list[tuple[tuple[int | str, ...], 
     return out
 
 
-def _check_expression(source: str, loc: tuple[int | str, ...], root: yaml.Node, filename: str, step_id: str, *, output: bool = False) -> Problem | None:
+def _check_expression(
+    source: str,
+    loc: tuple[int | str, ...],
+    root: yaml.Node,
+    filename: str,
+    step_id: str,
+    *,
+    output: bool = False,
+) -> Problem | None:
     from eventbus import cel
     from eventbus.pipelines._activation import check_identifiers
 
@@ -320,13 +358,23 @@ def _check_expression(source: str, loc: tuple[int | str, ...], root: yaml.Node, 
         if isinstance(node, yaml.ScalarNode) and style in (None, "'", '"') and "\n" not in source:
             col += col_in_expr - 1 + (1 if style in ("'", '"') else 0)
         message = exc.message if hasattr(exc, "message") else str(exc)
-        return Problem(filename, line, col, _path(loc), f"step {step_id!r}: {message} (column {col_in_expr} of the expression)")
+        return Problem(
+            filename,
+            line,
+            col,
+            _path(loc),
+            f"step {step_id!r}: {message} (column {col_in_expr} of the expression)",
+        )
     return None
 
 
-def _problem_at(root: yaml.Node, filename: str, loc: tuple[int | str, ...], message: str) -> Problem:
+def _problem_at(
+    root: yaml.Node, filename: str, loc: tuple[int | str, ...], message: str
+) -> Problem:
     node = _node_at(root, loc)
-    return Problem(filename, node.start_mark.line + 1, node.start_mark.column + 1, _path(loc), message)
+    return Problem(
+        filename, node.start_mark.line + 1, node.start_mark.column + 1, _path(loc), message
+    )
 
 
 def _node_at(root: yaml.Node, loc: tuple[int | str, ...]) -> yaml.Node:

@@ -60,7 +60,12 @@ class _Local:
             )
             raise ConfigError(msg)
         self.name = ref.name
-        self.model = load_model(read_artifact(ref.path, base_dirs), factory=ref.factory, device=pick_device(), what=f"model {ref.name!r} ({ref.path})")
+        self.model = load_model(
+            read_artifact(ref.path, base_dirs),
+            factory=ref.factory,
+            device=pick_device(),
+            what=f"model {ref.name!r} ({ref.path})",
+        )
 
     @property
     def input_shape(self) -> tuple[int, ...] | None:
@@ -122,22 +127,38 @@ class _Remote:
 class _ModelStepBase(Step):
     """Input rows, per-event failures and output writing, shared by ``model`` and ``ensemble``."""
 
-    def __init__(self, step_id: str, refs: list[_ModelRef], input_src: str, output: Any, timeout_s: float, *, remote: bool, base_dirs: list[str] | None) -> None:
+    def __init__(
+        self,
+        step_id: str,
+        refs: list[_ModelRef],
+        input_src: str,
+        output: Any,
+        timeout_s: float,
+        *,
+        remote: bool,
+        base_dirs: list[str] | None,
+    ) -> None:
         super().__init__(step_id)
         program = cel.compile(input_src)
         check_identifiers(program)
         self._input = program.evaluate
         self._build = activation_builder(program.variables)
         self._timeout_s = timeout_s
-        self.backends: list[Any] = [_Remote(r) if remote else _Local(r, step_id, base_dirs) for r in refs]
+        self.backends: list[Any] = [
+            _Remote(r) if remote else _Local(r, step_id, base_dirs) for r in refs
+        ]
         self._path: list[str] | None = None
         self._mapping: list[tuple[list[str], Any]] = []
         if isinstance(output, str):
             self._path = output.split(".")
             used: frozenset[str] = frozenset()
         else:
-            self._mapping = [(p.split("."), check_output_expression(src)) for p, src in output.items()]
-            used = frozenset().union(*(prog.variables for _, prog in self._mapping)) - OUTPUT_VARIABLES
+            self._mapping = [
+                (p.split("."), check_output_expression(src)) for p, src in output.items()
+            ]
+            used = (
+                frozenset().union(*(prog.variables for _, prog in self._mapping)) - OUTPUT_VARIABLES
+            )
         self._out_build = activation_builder(used) if used else None
         self.counters = {"rows": 0, "calls": 0}
 
@@ -157,7 +178,10 @@ class _ModelStepBase(Step):
                 rows.append(row)
                 idx.append(i)
             except (cel.CELError, ValueError, TypeError) as exc:
-                results[i] = self._fail(f"input of event {e.attributes.get('id')!r} is not a list of numbers ({type(exc).__name__}: {exc})", "ModelInputError")
+                results[i] = self._fail(
+                    f"input of event {e.attributes.get('id')!r} is not a list of numbers ({type(exc).__name__}: {exc})",
+                    "ModelInputError",
+                )
         if not rows:
             return results
         expected = self._expected_shape(rows)
@@ -174,12 +198,28 @@ class _ModelStepBase(Step):
                 keep.append(i)
         if not keep:
             return results
-        x = np.stack([rows[idx.index(i)] for i in keep]) if len(keep) != len(idx) else np.stack(rows)
-        u = np.array([zlib.crc32(f"{events[i].attributes.get('source')}\x00{events[i].attributes.get('id')}".encode()) / 2**32 for i in keep])
+        x = (
+            np.stack([rows[idx.index(i)] for i in keep])
+            if len(keep) != len(idx)
+            else np.stack(rows)
+        )
+        u = np.array(
+            [
+                zlib.crc32(
+                    f"{events[i].attributes.get('source')}\x00{events[i].attributes.get('id')}".encode()
+                )
+                / 2**32
+                for i in keep
+            ]
+        )
         try:
             y, versions = self._predict(x, u)
         except Exception as exc:  # noqa: BLE001 - the model failed: fail these events, not the replica
-            reason = str(exc) if isinstance(exc, ModelError) else f"model call failed: {type(exc).__name__}: {exc}"
+            reason = (
+                str(exc)
+                if isinstance(exc, ModelError)
+                else f"model call failed: {type(exc).__name__}: {exc}"
+            )
             for i in keep:
                 results[i] = self._fail(reason, type(exc).__name__)
             return results
@@ -226,7 +266,11 @@ class _ModelStepBase(Step):
             targets = [(keys, prog.evaluate(act)) for keys, prog in self._mapping]
         for keys, v in targets:
             if keys[0] == "data":
-                data = _json_value(v) if len(keys) == 1 else _set_path(data, keys[1:], _json_value(v), copied, e)
+                data = (
+                    _json_value(v)
+                    if len(keys) == 1
+                    else _set_path(data, keys[1:], _json_value(v), copied, e)
+                )
             else:
                 attrs[keys[0]] = _attribute_value(keys[0], v)
         if data is not None and "datacontenttype" not in attrs:
@@ -249,8 +293,23 @@ class ModelStep(_ModelStepBase):
 
     template = "model"
 
-    def __init__(self, step_id: str, spec: ModelStepConfig, *, remote: bool, base_dirs: list[str] | None = None) -> None:
-        super().__init__(step_id, [spec], spec.input, spec.output, spec.timeout_s, remote=remote, base_dirs=base_dirs)
+    def __init__(
+        self,
+        step_id: str,
+        spec: ModelStepConfig,
+        *,
+        remote: bool,
+        base_dirs: list[str] | None = None,
+    ) -> None:
+        super().__init__(
+            step_id,
+            [spec],
+            spec.input,
+            spec.output,
+            spec.timeout_s,
+            remote=remote,
+            base_dirs=base_dirs,
+        )
         self.spec = spec
 
     def _predict(self, x: Any, u: Any) -> tuple[Any, Any]:
@@ -265,11 +324,26 @@ class EnsembleStep(_ModelStepBase):
 
     template = "ensemble"
 
-    def __init__(self, step_id: str, spec: EnsembleConfig, *, remote: bool, base_dirs: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        step_id: str,
+        spec: EnsembleConfig,
+        *,
+        remote: bool,
+        base_dirs: list[str] | None = None,
+    ) -> None:
         from eventbus.models._combine import combiner
 
         self._combine = combiner(spec.combine)  # before loading models: a bad name fails fast
-        super().__init__(step_id, list(spec.models), spec.input, spec.output, spec.timeout_s, remote=remote, base_dirs=base_dirs)
+        super().__init__(
+            step_id,
+            list(spec.models),
+            spec.input,
+            spec.output,
+            spec.timeout_s,
+            remote=remote,
+            base_dirs=base_dirs,
+        )
         self.spec = spec
         self._weights = [m.weight for m in spec.models]
 
@@ -282,7 +356,9 @@ class EnsembleStep(_ModelStepBase):
         outs = [torch.from_numpy(np.asarray(y)) for y, _ in answers]
         shapes = {tuple(o.shape) for o in outs}
         if len(shapes) != 1:
-            names = ", ".join(f"{b.name}: {tuple(o.shape[1:])}" for b, o in zip(self.backends, outs))
+            names = ", ".join(
+                f"{b.name}: {tuple(o.shape[1:])}" for b, o in zip(self.backends, outs)
+            )
             msg = f"ensemble models give outputs of different shapes ({names}); combine models whose outputs match"
             raise ModelError(msg)
         y = self._combine(outs, self._weights)

@@ -22,7 +22,13 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-__all__ = ["EnsembleConfig", "EnsembleMemberConfig", "ModelServingConfig", "ModelStepConfig", "model_refs"]
+__all__ = [
+    "EnsembleConfig",
+    "EnsembleMemberConfig",
+    "ModelServingConfig",
+    "ModelStepConfig",
+    "model_refs",
+]
 
 _MODEL = ConfigDict(extra="forbid", frozen=True)
 ModelName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,47}$")]
@@ -35,15 +41,20 @@ class ModelServingConfig(BaseModel):
     the pipeline deployed last sets it)."""
 
     model_config = _MODEL
-    replicas: Annotated[int, Field(ge=1, le=1024)] = Field(default=1, description="Replicas of the model deployment.")
+    replicas: Annotated[int, Field(ge=1, le=1024)] = Field(
+        default=1, description="Replicas of the model deployment."
+    )
     num_cpus: Annotated[float, Field(ge=0, le=256)] = Field(
-        default=0.0, description="CPUs reserved per replica; torch uses max(1, floor(num_cpus)) threads."
+        default=0.0,
+        description="CPUs reserved per replica; torch uses max(1, floor(num_cpus)) threads.",
     )
     num_gpus: Annotated[float, Field(ge=0, le=16)] | None = Field(
-        default=None, description="GPUs per replica; default: 1 when the Ray cluster has a GPU, else 0 (CPU)."
+        default=None,
+        description="GPUs per replica; default: 1 when the Ray cluster has a GPU, else 0 (CPU).",
     )
     max_batch_size: Annotated[int, Field(ge=1, le=4096)] = Field(
-        default=16, description="Most concurrent calls (each a batch of events) merged into one forward pass."
+        default=16,
+        description="Most concurrent calls (each a batch of events) merged into one forward pass.",
     )
     batch_wait_ms: Annotated[float, Field(ge=0, le=10_000)] = Field(
         default=1.0, description="How long a forward pass waits for more calls to merge."
@@ -52,7 +63,9 @@ class ModelServingConfig(BaseModel):
 
 class _ModelRef(BaseModel):
     model_config = _MODEL
-    name: ModelName = Field(description="The model's registry name: its deployment is eventbus-model-<name>.")
+    name: ModelName = Field(
+        description="The model's registry name: its deployment is eventbus-model-<name>."
+    )
     path: str | None = Field(
         default=None,
         min_length=1,
@@ -61,9 +74,12 @@ class _ModelRef(BaseModel):
         "registry has no version of the model; `eventbus test` runs it in process.",
     )
     factory: ImportRef | None = Field(
-        default=None, description="'module:attr' building the nn.Module whose state_dict 'path' holds."
+        default=None,
+        description="'module:attr' building the nn.Module whose state_dict 'path' holds.",
     )
-    serving: ModelServingConfig | None = Field(default=None, description="The model deployment's settings.")
+    serving: ModelServingConfig | None = Field(
+        default=None, description="The model deployment's settings."
+    )
 
     @model_validator(mode="after")
     def _factory_needs_path(self) -> _ModelRef:
@@ -76,26 +92,35 @@ class _ModelRef(BaseModel):
 class ModelStepConfig(_ModelRef):
     """Run each event's input through a model (``steps: [{id: ..., model: {...}}]``)."""
 
-    input: str = Field(min_length=1, description="CEL: the event's input row, a (nested) list of numbers, e.g. data.features.")
+    input: str = Field(
+        min_length=1,
+        description="CEL: the event's input row, a (nested) list of numbers, e.g. data.features.",
+    )
     output: TargetPath | dict[TargetPath, str] = Field(
         description="A path set to the model's output (a number for one output, else a list), or "
         "a mapping of paths to CEL expressions over 'output', 'version' (the model version that "
         "answered) and the event."
     )
-    timeout_s: Annotated[float, Field(gt=0, le=600)] = Field(default=30, description="Deadline of one call to the model deployment.")
+    timeout_s: Annotated[float, Field(gt=0, le=600)] = Field(
+        default=30, description="Deadline of one call to the model deployment."
+    )
 
 
 class EnsembleMemberConfig(_ModelRef):
     """One model of an ensemble."""
 
-    weight: Annotated[float, Field(ge=0)] = Field(default=1.0, description="Its weight (combine: weighted).")
+    weight: Annotated[float, Field(ge=0)] = Field(
+        default=1.0, description="Its weight (combine: weighted)."
+    )
 
 
 class EnsembleConfig(BaseModel):
     """Call several models on the same input and combine their outputs."""
 
     model_config = _MODEL
-    models: Annotated[list[EnsembleMemberConfig], Field(min_length=2, max_length=32)] = Field(description="The models, two or more.")
+    models: Annotated[list[EnsembleMemberConfig], Field(min_length=2, max_length=32)] = Field(
+        description="The models, two or more."
+    )
     combine: str = Field(
         default="mean",
         min_length=1,
@@ -103,8 +128,12 @@ class EnsembleConfig(BaseModel):
         "eventbus.models.register_combiner, or 'module:attr' of fn(outputs: list[Tensor], weights: list[float]) -> Tensor.",
     )
     input: str = Field(min_length=1, description="CEL: the event's input row.")
-    output: TargetPath | dict[TargetPath, str] = Field(description="As for the model step; 'version' is a list, one per model.")
-    timeout_s: Annotated[float, Field(gt=0, le=600)] = Field(default=30, description="Deadline of the calls.")
+    output: TargetPath | dict[TargetPath, str] = Field(
+        description="As for the model step; 'version' is a list, one per model."
+    )
+    timeout_s: Annotated[float, Field(gt=0, le=600)] = Field(
+        default=30, description="Deadline of the calls."
+    )
 
     @model_validator(mode="after")
     def _weights(self) -> EnsembleConfig:

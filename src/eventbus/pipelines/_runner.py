@@ -9,7 +9,12 @@ from typing import Any
 from eventbus.errors import StateUnavailableError
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure, Outcome
-from eventbus.observability._metrics import BATCH_SIZE_BOUNDS, LATENCY_BOUNDS_S, Histogram, StepCounters
+from eventbus.observability._metrics import (
+    BATCH_SIZE_BOUNDS,
+    LATENCY_BOUNDS_S,
+    Histogram,
+    StepCounters,
+)
 from eventbus.pipelines._config import PipelineConfig
 from eventbus.pipelines._steps import Step, build_step
 
@@ -36,13 +41,22 @@ class PipelineRunner:
         >>> outcomes = runner.run([event1, event2])      # doctest: +SKIP
     """
 
-    def __init__(self, config: PipelineConfig, *, redis_url: str | None = None, base_dirs: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        config: PipelineConfig,
+        *,
+        redis_url: str | None = None,
+        base_dirs: list[str] | None = None,
+    ) -> None:
         self.config = config
         self.name = config.name
         #: every step is a filter or convert template: in-memory work of a few µs per event,
         #: no I/O, nothing that blocks (a caller may run small batches on its event loop)
         self.pure = all(step.template in _PURE_TEMPLATES for step in config.spec.steps)
-        self.steps: list[Step] = [build_step(s, pipeline=config.name, redis_url=redis_url, base_dirs=base_dirs) for s in config.spec.steps]
+        self.steps: list[Step] = [
+            build_step(s, pipeline=config.name, redis_url=redis_url, base_dirs=base_dirs)
+            for s in config.spec.steps
+        ]
         # Observability, updated once per batch (see eventbus.observability).
         self.counters: list[StepCounters] = [StepCounters() for _ in self.steps]
         self.batch_sizes = Histogram(BATCH_SIZE_BOUNDS)
@@ -51,14 +65,19 @@ class PipelineRunner:
     def sweepers(self) -> list[Any]:
         """Timers: a :class:`JoinSweeper` per join step (closing windows needs no incoming
         event) and an :class:`AllocatePlanner` per allocate step with ``plan:``."""
-        from eventbus.pipelines._join import JoinSweeper, JoinStep
-
         from eventbus.pipelines._allocate import AllocatePlanner, AllocateStep
+        from eventbus.pipelines._join import JoinStep, JoinSweeper
 
         out: list[Any] = [JoinSweeper(s) for s in self.steps if isinstance(s, JoinStep)]
-        return out + [AllocatePlanner(s) for s in self.steps if isinstance(s, AllocateStep) and s.spec.plan is not None]
+        return out + [
+            AllocatePlanner(s)
+            for s in self.steps
+            if isinstance(s, AllocateStep) and s.spec.plan is not None
+        ]
 
-    def run(self, events: list[CloudEvent], *, trace: dict[str, list[CloudEvent]] | None = None) -> list[Outcome]:
+    def run(
+        self, events: list[CloudEvent], *, trace: dict[str, list[CloudEvent]] | None = None
+    ) -> list[Outcome]:
         """Run the steps over a batch.
 
         Args:
@@ -132,14 +151,21 @@ class PipelineRunner:
             self.batch_seconds.observe(perf_counter() - started)
         return outcomes
 
-    def _log_failures(self, step_id: str, events: list[CloudEvent], origins: list[int], failed: dict[int, Failure]) -> None:
+    def _log_failures(
+        self, step_id: str, events: list[CloudEvent], origins: list[int], failed: dict[int, Failure]
+    ) -> None:
         # A step that fails every event must not turn each batch into thousands of log lines:
         # the first few events of a batch are logged one by one, the rest in one summary line.
         if len(origins) > _LOG_FAILURES_PER_BATCH:
             rest = len(origins) - _LOG_FAILURES_PER_BATCH
             f = failed[origins[-1]]
             log.warning(
-                "pipeline %r: %d more events of this batch failed in step %r (last: %s: %s)", self.name, rest, step_id, f.error_type, f.message,
+                "pipeline %r: %d more events of this batch failed in step %r (last: %s: %s)",
+                self.name,
+                rest,
+                step_id,
+                f.error_type,
+                f.message,
                 extra={"pipeline": self.name, "step": step_id},
             )
             origins = origins[:_LOG_FAILURES_PER_BATCH]
@@ -147,7 +173,12 @@ class PipelineRunner:
             f = failed[o]
             event_id = events[o].attributes.get("id")
             log.warning(
-                "pipeline %r: event %r failed in step %r: %s: %s", self.name, event_id, step_id, f.error_type, f.message,
+                "pipeline %r: event %r failed in step %r: %s: %s",
+                self.name,
+                event_id,
+                step_id,
+                f.error_type,
+                f.message,
                 extra={"pipeline": self.name, "step": step_id, "event_id": event_id},
             )
 
@@ -165,7 +196,11 @@ class PipelineRunner:
                 except Exception as exc:  # noqa: BLE001 - a state store down: report, do not fail
                     entry["stats"] = {"error": f"{type(exc).__name__}: {exc}"}
             steps[step.id] = entry
-        return {"steps": steps, "batch_size": self.batch_sizes.snapshot(), "batch_seconds": self.batch_seconds.snapshot()}
+        return {
+            "steps": steps,
+            "batch_size": self.batch_sizes.snapshot(),
+            "batch_seconds": self.batch_seconds.snapshot(),
+        }
 
     def stats(self) -> dict[str, Any]:
         """Per-step error counts."""

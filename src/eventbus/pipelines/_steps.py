@@ -50,7 +50,9 @@ class Step(ABC):
     def _failure(self, exc: BaseException, attempts: int = 1) -> Failure:
         self.errors += 1
         message = getattr(exc, "message", None) or str(exc) or repr(exc)
-        return Failure(step=self.id, error_type=type(exc).__name__, message=message, attempts=attempts)
+        return Failure(
+            step=self.id, error_type=type(exc).__name__, message=message, attempts=attempts
+        )
 
 
 # -- filter -------------------------------------------------------------------------------
@@ -91,10 +93,14 @@ def _dialect_predicate(spec: FilterDialect | str) -> Predicate:
         return lambda e: all(e.attributes.get(k) == v for k, v in items)
     if spec.prefix is not None:
         items = tuple(spec.prefix.items())
-        return lambda e: all(isinstance(a := e.attributes.get(k), str) and a.startswith(v) for k, v in items)
+        return lambda e: all(
+            isinstance(a := e.attributes.get(k), str) and a.startswith(v) for k, v in items
+        )
     if spec.suffix is not None:
         items = tuple(spec.suffix.items())
-        return lambda e: all(isinstance(a := e.attributes.get(k), str) and a.endswith(v) for k, v in items)
+        return lambda e: all(
+            isinstance(a := e.attributes.get(k), str) and a.endswith(v) for k, v in items
+        )
     if spec.all is not None:
         preds = tuple(_dialect_predicate(s) for s in spec.all)
         return lambda e: all(p(e) for p in preds)
@@ -291,7 +297,11 @@ class FunctionStep(Step):
             try:
                 results = self._fn(events)
                 if not isinstance(results, list) or len(results) != len(events):
-                    got = f"{type(results).__name__} of {len(results)}" if isinstance(results, list) else type(results).__name__
+                    got = (
+                        f"{type(results).__name__} of {len(results)}"
+                        if isinstance(results, list)
+                        else type(results).__name__
+                    )
                     msg = (
                         f"batch function {self.ref!r} returned {got} results for {len(events)} events; "
                         "a batch function returns a list with one result per input event"
@@ -328,7 +338,13 @@ class FunctionStep(Step):
 # -- building -----------------------------------------------------------------------------
 
 
-def build_step(step: StepConfig, *, pipeline: str = "", redis_url: str | None = None, base_dirs: list[str] | None = None) -> Step:
+def build_step(
+    step: StepConfig,
+    *,
+    pipeline: str = "",
+    redis_url: str | None = None,
+    base_dirs: list[str] | None = None,
+) -> Step:
     """Build the runtime step for a step config (compiling expressions, importing functions).
 
     ``pipeline`` and ``redis_url`` locate the state of ``join`` and ``allocate`` steps (None:
@@ -346,7 +362,9 @@ def build_step(step: StepConfig, *, pipeline: str = "", redis_url: str | None = 
     if step.allocate is not None:
         from eventbus.pipelines._allocate import AllocateStep
 
-        return AllocateStep(step.id, step.allocate, pipeline=pipeline, redis_url=redis_url, base_dirs=base_dirs)  # type: ignore[return-value]
+        return AllocateStep(
+            step.id, step.allocate, pipeline=pipeline, redis_url=redis_url, base_dirs=base_dirs
+        )  # type: ignore[return-value]
     if step.join is not None:
         from eventbus.pipelines._join import JoinStep
 

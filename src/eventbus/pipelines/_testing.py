@@ -113,9 +113,15 @@ def _compare(label: str, expected: list[Any], actual: list[CloudEvent]) -> str |
         return None
     shown = []
     for i, a in enumerate(actual):
-        keys = set(expected[i]) if i < len(expected) and isinstance(expected[i], dict) else set(a.attributes) | {"data"}
+        keys = (
+            set(expected[i])
+            if i < len(expected) and isinstance(expected[i], dict)
+            else set(a.attributes) | {"data"}
+        )
         shown.append({k: (a.data if k == "data" else a.attributes.get(k)) for k in sorted(keys)})
-    diff = difflib.unified_diff(_render(expected), _render(shown), f"{label} (expected)", f"{label} (actual)", lineterm="")
+    diff = difflib.unified_diff(
+        _render(expected), _render(shown), f"{label} (expected)", f"{label} (actual)", lineterm=""
+    )
     return "\n".join(diff)
 
 
@@ -135,7 +141,9 @@ def run_test_file(path: Path) -> list[CaseResult]:
     if not isinstance(doc, dict) or not isinstance(doc.get("tests"), list):
         msg = f"{where}: a test file is a mapping with a 'tests' list"
         raise ConfigError(msg)
-    target = doc.get("pipeline") or path.name.replace("_test.yaml", ".yaml").replace("_test.yml", ".yml")
+    target = doc.get("pipeline") or path.name.replace("_test.yaml", ".yaml").replace(
+        "_test.yml", ".yml"
+    )
     pipeline_path = (path.parent / target).resolve()
     sys.path.insert(0, str(pipeline_path.parent))
     try:
@@ -170,7 +178,9 @@ def _run_case(runner: PipelineRunner, case: Any, where: str, index: int) -> Case
             diffs.append(d)
     failures = [(i, o) for i, o in enumerate(outcomes) if isinstance(o, Failure)]
     expected_failed = case.get("failed") or []
-    got_failed = [{"index": i, "step": f.step, "error": f"{f.error_type}: {f.message}"} for i, f in failures]
+    got_failed = [
+        {"index": i, "step": f.step, "error": f"{f.error_type}: {f.message}"} for i, f in failures
+    ]
     ok = len(expected_failed) == len(got_failed) and all(
         e.get("index", g["index"]) == g["index"]
         and e.get("step", g["step"]) == g["step"]
@@ -178,6 +188,12 @@ def _run_case(runner: PipelineRunner, case: Any, where: str, index: int) -> Case
         for e, g in zip(expected_failed, got_failed)
     )
     if not ok:
-        diff = difflib.unified_diff(_render(expected_failed), _render(got_failed), "failed (expected)", "failed (actual)", lineterm="")
+        diff = difflib.unified_diff(
+            _render(expected_failed),
+            _render(got_failed),
+            "failed (expected)",
+            "failed (actual)",
+            lineterm="",
+        )
         diffs.append("\n".join(diff))
     return CaseResult(file=where, name=name, passed=not diffs, diffs=diffs)

@@ -5,10 +5,10 @@ Importing this package imports Ray; ``import eventbus`` alone does not.
 
 from __future__ import annotations
 
+from eventbus._internal.stack import Stack, load_stack, stack_down, stack_status, stack_up
 from eventbus.serving._client import EventBusClient
 from eventbus.serving._controller import Controller
 from eventbus.serving._deployment import PipelineDeployment, app_name, build_app
-from eventbus._internal.stack import Stack, load_stack, stack_down, stack_status, stack_up
 
 __all__ = [
     "Controller",

@@ -74,7 +74,9 @@ def _problem(status: int, message: str, **extra: Any) -> JSONResponse:
     return JSONResponse({"error": message, **extra}, status_code=status)
 
 
-def add_admin_routes(app: FastAPI, token: str | None, controller: Callable[[], Any] = controller_handle) -> None:
+def add_admin_routes(
+    app: FastAPI, token: str | None, controller: Callable[[], Any] = controller_handle
+) -> None:
     """Mount the admin API on ``app`` (ahead of the catch-all event routes).
 
     Args:
@@ -87,11 +89,16 @@ def add_admin_routes(app: FastAPI, token: str | None, controller: Callable[[], A
 
     async def authorise(request: Request) -> None:
         if token is None:
-            raise _Refused(404, "the admin API is off; start the gateway with EVENTBUS_ADMIN_TOKEN set or --admin-token-file FILE")
+            raise _Refused(
+                404,
+                "the admin API is off; start the gateway with EVENTBUS_ADMIN_TOKEN set or --admin-token-file FILE",
+            )
         header = request.headers.get("authorization", "")
         scheme, _, given = header.partition(" ")
         if scheme.lower() != "bearer" or not given:
-            raise _Refused(401, "admin calls need 'Authorization: Bearer <token>' (the gateway's admin token)")
+            raise _Refused(
+                401, "admin calls need 'Authorization: Bearer <token>' (the gateway's admin token)"
+            )
         if not hmac.compare_digest(given.strip().encode(), token.encode()):
             raise _Refused(401, "the admin token is not valid")
 
@@ -105,17 +112,27 @@ def add_admin_routes(app: FastAPI, token: str | None, controller: Callable[[], A
     async def list_pipelines() -> Response:
         return JSONResponse(await call("list"))
 
-    @router.post("/pipelines", dependencies=guarded, status_code=201, summary="Deploy (or redeploy) a pipeline from its YAML")
+    @router.post(
+        "/pipelines",
+        dependencies=guarded,
+        status_code=201,
+        summary="Deploy (or redeploy) a pipeline from its YAML",
+    )
     async def deploy(request: Request, filename: str = "admin-api.yaml") -> Response:
         body = bytearray()
         async for chunk in request.stream():
             body += chunk
             if len(body) > MAX_YAML_BYTES:
-                return _problem(413, f"pipeline YAML over {MAX_YAML_BYTES} bytes; a pipeline document is a few KB, check the body")
+                return _problem(
+                    413,
+                    f"pipeline YAML over {MAX_YAML_BYTES} bytes; a pipeline document is a few KB, check the body",
+                )
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError as e:
-            return _problem(400, f"the body is not UTF-8 text ({e}); send the pipeline YAML as it is")
+            return _problem(
+                400, f"the body is not UTF-8 text ({e}); send the pipeline YAML as it is"
+            )
         info = await call("deploy", text, filename, [])
         return JSONResponse(info, status_code=201)
 
@@ -124,25 +141,49 @@ def add_admin_routes(app: FastAPI, token: str | None, controller: Callable[[], A
         rec = await call("get", name)
         return JSONResponse({k: v for k, v in rec.items() if k != "python_path"})
 
-    @router.delete("/pipelines/{name}", dependencies=guarded, status_code=204, summary="Drain and delete a pipeline")
+    @router.delete(
+        "/pipelines/{name}",
+        dependencies=guarded,
+        status_code=204,
+        summary="Drain and delete a pipeline",
+    )
     async def delete(name: str) -> Response:
         await call("delete", name)
         return Response(status_code=204)
 
-    @router.get("/pipelines/{name}/versions", dependencies=guarded, summary="A pipeline's kept versions")
+    @router.get(
+        "/pipelines/{name}/versions", dependencies=guarded, summary="A pipeline's kept versions"
+    )
     async def versions(name: str) -> Response:
         return JSONResponse(await call("versions", name))
 
-    @router.post("/pipelines/{name}/rollback", dependencies=guarded, summary="Deploy an earlier version again")
+    @router.post(
+        "/pipelines/{name}/rollback",
+        dependencies=guarded,
+        summary="Deploy an earlier version again",
+    )
     async def rollback(name: str, to: int | None = None) -> Response:
         return JSONResponse(await call("rollback", name, to))
 
-    @router.post("/pipelines/{name}/canary", dependencies=guarded, status_code=201, summary="Start a canary of new steps (body: the YAML)")
-    async def canary(name: str, request: Request, weights: str = "10,50,100", step_s: float = 30.0, filename: str = "admin-api.yaml") -> Response:
+    @router.post(
+        "/pipelines/{name}/canary",
+        dependencies=guarded,
+        status_code=201,
+        summary="Start a canary of new steps (body: the YAML)",
+    )
+    async def canary(
+        name: str,
+        request: Request,
+        weights: str = "10,50,100",
+        step_s: float = 30.0,
+        filename: str = "admin-api.yaml",
+    ) -> Response:
         try:
             ws = [int(w) for w in weights.split(",")]
         except ValueError:
-            return _problem(400, f"weights {weights!r} are not integers; give percents like 10,50,100")
+            return _problem(
+                400, f"weights {weights!r} are not integers; give percents like 10,50,100"
+            )
         body = (await request.body())[: MAX_YAML_BYTES + 1]
         if len(body) > MAX_YAML_BYTES:
             return _problem(413, f"pipeline YAML over {MAX_YAML_BYTES} bytes")
@@ -154,7 +195,10 @@ def add_admin_routes(app: FastAPI, token: str | None, controller: Callable[[], A
         except (yaml.YAMLError, AttributeError):
             named = None  # the controller reports the YAML's problems
         if named is not None and named != name:
-            return _problem(400, f"the YAML is of pipeline {named!r}, not {name!r}; post it to /v1/admin/pipelines/{named}/canary")
+            return _problem(
+                400,
+                f"the YAML is of pipeline {named!r}, not {name!r}; post it to /v1/admin/pipelines/{named}/canary",
+            )
         info = await call("deploy_canary", text, filename, [], weights=ws, step_s=step_s)
         return JSONResponse(info, status_code=201)
 
@@ -162,11 +206,19 @@ def add_admin_routes(app: FastAPI, token: str | None, controller: Callable[[], A
     async def canary_state(name: str) -> Response:
         return JSONResponse(await call("canary_status", name))
 
-    @router.post("/pipelines/{name}/promote", dependencies=guarded, summary="Make the running canary the serving version")
+    @router.post(
+        "/pipelines/{name}/promote",
+        dependencies=guarded,
+        summary="Make the running canary the serving version",
+    )
     async def promote(name: str) -> Response:
         return JSONResponse(await call("promote", name))
 
-    @router.get("/pipelines/{name}/status", dependencies=guarded, summary="A pipeline's version and live counters")
+    @router.get(
+        "/pipelines/{name}/status",
+        dependencies=guarded,
+        summary="A pipeline's version and live counters",
+    )
     async def status(name: str) -> Response:
         return JSONResponse(await call("status", name))
 
@@ -176,7 +228,11 @@ def add_admin_routes(app: FastAPI, token: str | None, controller: Callable[[], A
     rest = [r for r in app.router.routes if r not in mine]
     app.router.routes[:] = [*mine, *rest]
     app.add_exception_handler(_Refused, _refused)  # type: ignore[arg-type]
-    for exc_type, status_code in ((PipelineNotFoundError, 404), (PipelineConfigError, 422), (DeployError, 409)):
+    for exc_type, status_code in (
+        (PipelineNotFoundError, 404),
+        (PipelineConfigError, 422),
+        (DeployError, 409),
+    ):
         app.add_exception_handler(exc_type, _mapped(status_code))
 
 
@@ -197,7 +253,13 @@ def _mapped(status: int) -> Callable[[Request, Exception], Awaitable[Response]]:
         orig = getattr(exc, "cause", None) or exc  # a Ray task error carries the controller's
         problems = getattr(orig, "problems", None)
         if problems:
-            return JSONResponse({"error": f"{len(problems)} problems in the pipeline YAML", "problems": [str(p) for p in problems]}, status_code=status)
+            return JSONResponse(
+                {
+                    "error": f"{len(problems)} problems in the pipeline YAML",
+                    "problems": [str(p) for p in problems],
+                },
+                status_code=status,
+            )
         return JSONResponse({"error": str(orig)}, status_code=status)
 
     return handler

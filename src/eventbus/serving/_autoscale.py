@@ -94,7 +94,11 @@ def forecast_rates(history: list[float], season: int, steps: int) -> list[float]
         warnings.simplefilter("ignore")  # convergence chatter of the optimiser
         try:
             fit = ExponentialSmoothing(
-                y, trend="add", damped_trend=True, seasonal="add", seasonal_periods=season,
+                y,
+                trend="add",
+                damped_trend=True,
+                seasonal="add",
+                seasonal_periods=season,
                 initialization_method="estimated",
             ).fit()
             out = fit.forecast(steps)
@@ -102,7 +106,11 @@ def forecast_rates(history: list[float], season: int, steps: int) -> list[float]
                 raise ValueError("non-finite forecast")
         except Exception:  # noqa: BLE001 - a degenerate series (constant, zeros): plain seasonal
             fit = ExponentialSmoothing(
-                y, trend=None, seasonal="add", seasonal_periods=season, initialization_method="heuristic"
+                y,
+                trend=None,
+                seasonal="add",
+                seasonal_periods=season,
+                initialization_method="heuristic",
             ).fit()
             out = fit.forecast(steps)
     return [max(0.0, float(v)) for v in out]
@@ -118,14 +126,21 @@ class LoadPolicy:
         background_fit: fit the forecast on a thread (False: inline, for tests).
     """
 
-    def __init__(self, config: dict[str, Any] | None = None, placement: str = "replica", background_fit: bool = True) -> None:
+    def __init__(
+        self,
+        config: dict[str, Any] | None = None,
+        placement: str = "replica",
+        background_fit: bool = True,
+    ) -> None:
         from eventbus.pipelines._autoscaling_config import AutoscalingConfig
 
         self.config = AutoscalingConfig.model_validate(config or {})
         self.placement = placement
         self._background = background_fit
         self._fitting: threading.Thread | None = None
-        self._fitted: dict[str, Any] | None = None  # the background fit's result, not yet in the state
+        self._fitted: dict[str, Any] | None = (
+            None  # the background fit's result, not yet in the state
+        )
         self._lock = threading.Lock()
 
     def __call__(self, ctx: Any) -> tuple[int, dict[str, Any]]:
@@ -150,7 +165,9 @@ class LoadPolicy:
                 desired = max(desired, ahead)
         if self.placement == "replica" and load.partitions > 0:
             desired = min(desired, max(load.partitions, current))
-        desired = max(ctx.capacity_adjusted_min_replicas, min(ctx.capacity_adjusted_max_replicas, desired))
+        desired = max(
+            ctx.capacity_adjusted_min_replicas, min(ctx.capacity_adjusted_max_replicas, desired)
+        )
         mine["desired"] = desired
         state[_STATE] = mine
         return desired, state
@@ -215,12 +232,18 @@ class LoadPolicy:
         if fitted is not None:
             mine["forecast"] = fitted
         due = now - float(mine.get("fit_at", -math.inf)) >= refit
-        if len(history) >= 2 * season and due and (self._fitting is None or not self._fitting.is_alive()):
+        if (
+            len(history) >= 2 * season
+            and due
+            and (self._fitting is None or not self._fitting.is_alive())
+        ):
             mine["fit_at"] = now
             steps = math.ceil(cfg.lead_s / cfg.sample_s) + 2
             job = (list(history), int(mine["history_end"]), steps)
             if self._background:
-                self._fitting = threading.Thread(target=self._fit, args=job, name="eventbus-forecast", daemon=True)
+                self._fitting = threading.Thread(
+                    target=self._fit, args=job, name="eventbus-forecast", daemon=True
+                )
                 self._fitting.start()
             else:
                 self._fit(*job)
@@ -238,10 +261,12 @@ class LoadPolicy:
     def _fit(self, history: list[float], end: int, steps: int) -> None:
         try:
             values = forecast_rates(history, self.config.samples_per_season, steps)
-        except Exception:  # noqa: BLE001 - no forecast this time: the reactive part still runs
+        except Exception:
             import logging
 
-            logging.getLogger("eventbus.serving.autoscale").warning("forecast fit failed", exc_info=True)
+            logging.getLogger("eventbus.serving.autoscale").warning(
+                "forecast fit failed", exc_info=True
+            )
             return
         with self._lock:
             self._fitted = {"from": end, "values": values}

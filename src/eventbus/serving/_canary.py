@@ -112,7 +112,11 @@ class CanaryRouter:
     def pure(self) -> bool:
         """The next :meth:`run` neither blocks nor does I/O: no canary, the serving version
         pure (see ``PipelineRunner.pure``), and no refresh of the canary state due."""
-        return self._canary is None and self._stable.pure and time.monotonic() - self._checked <= _REFRESH_S
+        return (
+            self._canary is None
+            and self._stable.pure
+            and time.monotonic() - self._checked <= _REFRESH_S
+        )
 
     def run(self, events: list[CloudEvent], **kwargs: Any) -> list[Outcome]:
         """Run a batch: the canary's share through the canary, the rest through the serving
@@ -147,7 +151,10 @@ class CanaryRouter:
             state = json.loads(raw) if raw else None
             if state is None or state.get("status") != "running":
                 if self._canary is not None:
-                    log.info("pipeline %r: canary ended; all events on the serving version", self._stable.name)
+                    log.info(
+                        "pipeline %r: canary ended; all events on the serving version",
+                        self._stable.name,
+                    )
                 self._canary, self._canary_id, self._weight = None, None, 0
                 return
             if state["id"] != self._canary_id:
@@ -155,19 +162,28 @@ class CanaryRouter:
                 from eventbus.pipelines._runner import PipelineRunner
 
                 config = PipelineConfig.model_validate(state["document"])
-                self._canary = PipelineRunner(config, redis_url=self._redis_url, base_dirs=self._base_dirs)
+                self._canary = PipelineRunner(
+                    config, redis_url=self._redis_url, base_dirs=self._base_dirs
+                )
                 self._canary_id = state["id"]
                 self._figures = {"stable": _Figures(), "canary": _Figures()}
-                log.info("pipeline %r: canary version %s loaded", self._stable.name, state["version"])
+                log.info(
+                    "pipeline %r: canary version %s loaded", self._stable.name, state["version"]
+                )
             self._weight = int(state["weight"])
-            entry = {"at": time.time(), "canary_id": self._canary_id, **{k: f.to_dict() for k, f in self._figures.items()}}
+            entry = {
+                "at": time.time(),
+                "canary_id": self._canary_id,
+                **{k: f.to_dict() for k, f in self._figures.items()},
+            }
             self._redis.hset(self._figures_key, self._replica, json.dumps(entry))
         except Exception as exc:  # noqa: BLE001 - Redis away: keep the routing as it was
             log.warning("pipeline %r: canary state not refreshed: %s", self._stable.name, exc)
 
 
-
-def sum_figures(raw: dict[str, str], canary_id: str, now: float | None = None) -> dict[str, dict[str, float]]:
+def sum_figures(
+    raw: dict[str, str], canary_id: str, now: float | None = None
+) -> dict[str, dict[str, float]]:
     """Sum the replicas' figures for one canary (fresh entries only)."""
     now = time.time() if now is None else now
     total = {v: {"events": 0.0, "failed": 0.0, "seconds": 0.0} for v in ("stable", "canary")}
@@ -212,13 +228,20 @@ def judge(
         c_err = c["failed"] / c["events"]
         s_err = s["failed"] / s["events"] if s["events"] else 0.0
         if c_err > max(2 * s_err, s_err + max_error_increase):
-            return Verdict("rollback", f"error rate {c_err:.1%} against the serving version's {s_err:.1%}")
+            return Verdict(
+                "rollback", f"error rate {c_err:.1%} against the serving version's {s_err:.1%}"
+            )
         if s["events"] >= min_events:
             c_lat, s_lat = c["seconds"] / c["events"], s["seconds"] / s["events"]
             if c_lat > max_latency_ratio * s_lat + 50e-6:
-                return Verdict("rollback", f"{c_lat * 1e3:.3f} ms per event in the steps against the serving version's {s_lat * 1e3:.3f} ms")
+                return Verdict(
+                    "rollback",
+                    f"{c_lat * 1e3:.3f} ms per event in the steps against the serving version's {s_lat * 1e3:.3f} ms",
+                )
     if elapsed_s < step_s:
         return Verdict("wait", "step running")
     if c["events"] < min_events:
-        return Verdict("wait", f"the canary saw {int(c['events'])} events; it needs {min_events} to be judged")
+        return Verdict(
+            "wait", f"the canary saw {int(c['events'])} events; it needs {min_events} to be judged"
+        )
     return Verdict("advance", "no regression")

@@ -9,9 +9,9 @@ from typing import Any
 
 import ray
 
+from eventbus._internal.stack import RAY_ENV
 from eventbus.errors import EventBusError
 from eventbus.serving._controller import CONTROLLER_NAME, NAMESPACE, Controller
-from eventbus._internal.stack import RAY_ENV
 
 __all__ = ["EventBusClient"]
 
@@ -57,7 +57,12 @@ class EventBusClient:
             os.environ.setdefault(k, v)
         os.environ.update(ray_env or {})
         if not ray.is_initialized():
-            ray.init(address=ray_address, namespace=NAMESPACE, logging_level="WARNING", log_to_driver=False)
+            ray.init(
+                address=ray_address,
+                namespace=NAMESPACE,
+                logging_level="WARNING",
+                log_to_driver=False,
+            )
         self._controller = (
             ray.remote(Controller)
             .options(  # type: ignore[attr-defined]
@@ -72,7 +77,14 @@ class EventBusClient:
             .remote(kafka_bootstrap, redis_url)
         )
 
-    def deploy(self, path: str | Path, *, canary: list[int] | None = None, step_s: float = 30.0, min_events: int = 20) -> dict[str, Any]:
+    def deploy(
+        self,
+        path: str | Path,
+        *,
+        canary: list[int] | None = None,
+        step_s: float = 30.0,
+        min_events: int = 20,
+    ) -> dict[str, Any]:
         """Validate a pipeline file here (functions included), then deploy it.
 
         Args:
@@ -98,7 +110,16 @@ class EventBusClient:
         self._push_step_models(config, python_path)
         text = p.read_text(encoding="utf-8")
         if canary is not None:
-            return ray.get(self._controller.deploy_canary.remote(text, str(path), python_path, weights=canary, step_s=step_s, min_events=min_events))  # type: ignore[no-any-return]
+            return ray.get(
+                self._controller.deploy_canary.remote(
+                    text,
+                    str(path),
+                    python_path,
+                    weights=canary,
+                    step_s=step_s,
+                    min_events=min_events,
+                )
+            )  # type: ignore[no-any-return]
         return ray.get(self._controller.deploy.remote(text, str(path), python_path))  # type: ignore[no-any-return]
 
     def promote(self, name: str) -> dict[str, Any]:
@@ -140,8 +161,14 @@ class EventBusClient:
 
     # -- models -------------------------------------------------------------------------------
     def push_model(
-        self, name: str, path: str | Path, *, factory: str | None = None, samples: str | Path | None = None,
-        min_accuracy: float | None = None, python_path: list[str] | None = None,
+        self,
+        name: str,
+        path: str | Path,
+        *,
+        factory: str | None = None,
+        samples: str | Path | None = None,
+        min_accuracy: float | None = None,
+        python_path: list[str] | None = None,
     ) -> dict[str, Any]:
         """Push a model version: it is loaded beside the serving one, validated on recent
         requests (and ``samples``, an .npz of labelled ``x``, ``y``, against ``min_accuracy``),
@@ -167,8 +194,18 @@ class EventBusClient:
         if min_accuracy is not None and labelled is None:
             msg = "--min-accuracy needs labelled samples to score: add --samples FILE.npz"
             raise ModelError(msg)
-        path_dirs = python_path if python_path is not None else [str(Path(path).resolve().parent), os.getcwd()]
-        options = {"factory": factory, "source": str(path), "python_path": path_dirs, "labelled": labelled, "min_accuracy": min_accuracy}
+        path_dirs = (
+            python_path
+            if python_path is not None
+            else [str(Path(path).resolve().parent), os.getcwd()]
+        )
+        options = {
+            "factory": factory,
+            "source": str(path),
+            "python_path": path_dirs,
+            "labelled": labelled,
+            "min_accuracy": min_accuracy,
+        }
         return _unwrapped(self._controller.push_model.remote(name, blob, options))  # type: ignore[no-any-return]
 
     def list_models(self, name: str | None = None) -> list[dict[str, Any]]:
@@ -189,5 +226,10 @@ class EventBusClient:
                 if ref.path is None:
                     continue
                 blob = read_artifact(ref.path, python_path[:1])
-                options = {"factory": ref.factory, "source": ref.path, "python_path": python_path, "only_if_missing": True}
+                options = {
+                    "factory": ref.factory,
+                    "source": ref.path,
+                    "python_path": python_path,
+                    "only_if_missing": True,
+                }
                 ray.get(self._controller.push_model.remote(ref.name, blob, options))

@@ -62,7 +62,9 @@ class Controller:
         threading.Thread(target=self._canary_loop, name="eventbus-canary", daemon=True).start()
 
     # -- public operations --------------------------------------------------------------------
-    def deploy(self, text: str, filename: str, python_path: list[str], *, rollback_of: int | None = None) -> dict[str, Any]:
+    def deploy(
+        self, text: str, filename: str, python_path: list[str], *, rollback_of: int | None = None
+    ) -> dict[str, Any]:
         """Validate and deploy (or redeploy) a pipeline; a canary of it that is running ends.
 
         Raises:
@@ -74,7 +76,9 @@ class Controller:
             self._end_canary(info["name"], "superseded", f"version {info['version']} was deployed")
             return info
 
-    def _deploy(self, text: str, filename: str, python_path: list[str], *, rollback_of: int | None = None) -> dict[str, Any]:
+    def _deploy(
+        self, text: str, filename: str, python_path: list[str], *, rollback_of: int | None = None
+    ) -> dict[str, Any]:
         """Validate and deploy (or redeploy) a pipeline from its YAML text.
 
         Raises:
@@ -98,8 +102,10 @@ class Controller:
                 try:
                     self._run_app(old, previous["python_path"])
                     self._start_sources(old)
-                except Exception:  # noqa: BLE001
-                    log.exception("restoring pipeline %r version %s failed", name, previous["version"])
+                except Exception:
+                    log.exception(
+                        "restoring pipeline %r version %s failed", name, previous["version"]
+                    )
             else:
                 self._delete_app(name)
             msg = f"pipeline {name!r} could not be deployed: {_root_cause(exc)}"
@@ -119,9 +125,21 @@ class Controller:
         with self._redis.pipeline() as tx:
             tx.hset(_KEY, name, json.dumps(record))
             tx.hset(versions_key, str(version), json.dumps(record))
-            tx.hdel(versions_key, *[str(v) for v in range(max(1, version - 2 * KEEP_VERSIONS), version - KEEP_VERSIONS + 1)] or ["0"])
+            tx.hdel(
+                versions_key,
+                *[
+                    str(v)
+                    for v in range(max(1, version - 2 * KEEP_VERSIONS), version - KEEP_VERSIONS + 1)
+                ]
+                or ["0"],
+            )
             tx.execute()
-        info: dict[str, Any] = {"name": name, "version": version, "sources": len(config.spec.sources), "steps": len(config.spec.steps)}
+        info: dict[str, Any] = {
+            "name": name,
+            "version": version,
+            "sources": len(config.spec.sources),
+            "steps": len(config.spec.steps),
+        }
         if rollback_of is not None:
             info["rollback_of"] = rollback_of
         return info
@@ -150,7 +168,13 @@ class Controller:
 
     # -- canary upgrades (eventbus.serving._canary) ------------------------------------------------
     def deploy_canary(
-        self, text: str, filename: str, python_path: list[str], *, weights: list[int] | None = None, step_s: float = 30.0,
+        self,
+        text: str,
+        filename: str,
+        python_path: list[str],
+        *,
+        weights: list[int] | None = None,
+        step_s: float = 30.0,
         min_events: int = 20,
     ) -> dict[str, Any]:
         """Start a canary: the new version's steps take ``weights[0]`` % of the events, then
@@ -165,7 +189,12 @@ class Controller:
         from eventbus.serving._canary import CANARY_KEY
 
         weights = list(weights or [10, 50, 100])
-        if not weights or any(not 0 < w <= 100 for w in weights) or weights != sorted(weights) or weights[-1] != 100:
+        if (
+            not weights
+            or any(not 0 < w <= 100 for w in weights)
+            or weights != sorted(weights)
+            or weights[-1] != 100
+        ):
             msg = f"canary weights must rise from above 0 to 100 (percent), e.g. 10,50,100; got {weights}"
             raise DeployError(msg)
         config = load_pipeline_text(text, filename, check_functions=False)
@@ -173,7 +202,11 @@ class Controller:
         with self._lock:
             current = self.get(name)
             old = PipelineConfig.model_validate(current["document"])
-            differ = [k for k in old.spec.model_fields if k != "steps" and getattr(old.spec, k) != getattr(config.spec, k)]
+            differ = [
+                k
+                for k in old.spec.model_fields
+                if k != "steps" and getattr(old.spec, k) != getattr(config.spec, k)
+            ]
             if differ:
                 msg = f"a canary of {name!r} may change its steps only, and {', '.join(differ)} differ; deploy it without --canary"
                 raise DeployError(msg)
@@ -185,13 +218,32 @@ class Controller:
                 msg = f"a canary of {name!r} is running (at {running['weight']}%); `eventbus promote {name}` or `eventbus rollback {name}` first"
                 raise DeployError(msg)
             state = {
-                "id": uuid.uuid4().hex[:12], "name": name, "version": current["version"] + 1, "yaml": text, "filename": filename,
-                "python_path": python_path, "document": config.to_document(), "weights": weights, "step": 0,
-                "weight": weights[0], "step_s": step_s, "min_events": min_events, "status": "running",
-                "started_at": time.time(), "step_started_at": time.time(), "baseline": None, "history": [], "reason": "",
+                "id": uuid.uuid4().hex[:12],
+                "name": name,
+                "version": current["version"] + 1,
+                "yaml": text,
+                "filename": filename,
+                "python_path": python_path,
+                "document": config.to_document(),
+                "weights": weights,
+                "step": 0,
+                "weight": weights[0],
+                "step_s": step_s,
+                "min_events": min_events,
+                "status": "running",
+                "started_at": time.time(),
+                "step_started_at": time.time(),
+                "baseline": None,
+                "history": [],
+                "reason": "",
             }
             self._redis.set(CANARY_KEY.format(pipeline=name), json.dumps(state))
-        return {"name": name, "canary_version": state["version"], "weight": weights[0], "weights": weights}
+        return {
+            "name": name,
+            "canary_version": state["version"],
+            "weight": weights[0],
+            "weights": weights,
+        }
 
     def canary_status(self, name: str) -> dict[str, Any] | None:
         """The pipeline's canary (running or how the last one ended), or None."""
@@ -201,7 +253,11 @@ class Controller:
         if not raw:
             return None
         state = json.loads(raw)
-        return {k: v for k, v in state.items() if k not in ("yaml", "document", "python_path", "baseline")}
+        return {
+            k: v
+            for k, v in state.items()
+            if k not in ("yaml", "document", "python_path", "baseline")
+        }
 
     def promote(self, name: str) -> dict[str, Any]:
         """Deploy the running canary as the serving version now.
@@ -258,7 +314,7 @@ class Controller:
                 try:
                     with self._lock:
                         self._canary_tick(name)
-                except Exception:  # noqa: BLE001 - one canary's trouble must not stop the others
+                except Exception:
                     log.exception("canary of %r: tick failed", name)
 
     def _canary_tick(self, name: str) -> None:
@@ -276,17 +332,31 @@ class Controller:
             return
         base = state["baseline"]
         delta = {v: {k: figures[v][k] - base[v][k] for k in figures[v]} for v in figures}
-        verdict = judge(delta, elapsed_s=time.time() - state["step_started_at"], step_s=state["step_s"], min_events=state["min_events"])
+        verdict = judge(
+            delta,
+            elapsed_s=time.time() - state["step_started_at"],
+            step_s=state["step_s"],
+            min_events=state["min_events"],
+        )
         if verdict.action == "wait":
             return
-        state["history"].append({"weight": state["weight"], "figures": delta, "verdict": verdict.action, "reason": verdict.reason})
+        state["history"].append(
+            {
+                "weight": state["weight"],
+                "figures": delta,
+                "verdict": verdict.action,
+                "reason": verdict.reason,
+            }
+        )
         if verdict.action == "rollback":
             self._redis.set(key, json.dumps(state))
             self._end_canary(name, "rolled_back", f"at {state['weight']}%: {verdict.reason}")
             return
         if state["step"] + 1 >= len(state["weights"]):
             self._redis.set(key, json.dumps(state))
-            self._promote(state, f"passed every step ({', '.join(f'{w}%' for w in state['weights'])})")
+            self._promote(
+                state, f"passed every step ({', '.join(f'{w}%' for w in state['weights'])})"
+            )
             return
         state["step"] += 1
         state["weight"] = state["weights"][state["step"]]
@@ -310,9 +380,15 @@ class Controller:
             canary = self.canary_status(name)
             if canary is not None and canary["status"] == "running" and version is None:
                 self._end_canary(name, "rolled_back", "by request")
-                return {"name": name, "version": self.get(name)["version"], "canary_rolled_back": canary["version"]}
+                return {
+                    "name": name,
+                    "version": self.get(name)["version"],
+                    "canary_rolled_back": canary["version"],
+                }
         current = self.get(name)["version"]
-        kept = {int(v): raw for v, raw in self._redis.hgetall(_VERSIONS_KEY.format(name=name)).items()}
+        kept = {
+            int(v): raw for v, raw in self._redis.hgetall(_VERSIONS_KEY.format(name=name)).items()
+        }
         if version is None:
             earlier = [v for v in kept if v < current]
             if not earlier:
@@ -341,13 +417,19 @@ class Controller:
         self._stop_sources(name, _consumed(record["document"]))
         self._delete_app(name)
         try:
-            self.models.release(name, [json.loads(r)["document"] for r in self._redis.hgetall(_KEY).values()])
-        except Exception:  # noqa: BLE001 - the pipeline is gone either way
+            self.models.release(
+                name, [json.loads(r)["document"] for r in self._redis.hgetall(_KEY).values()]
+            )
+        except Exception:
             log.exception("releasing the models of %r failed", name)
         self._redis.hdel(_KEY, name)
         from eventbus.serving._canary import CANARY_KEY, FIGURES_KEY
 
-        self._redis.delete(_VERSIONS_KEY.format(name=name), CANARY_KEY.format(pipeline=name), FIGURES_KEY.format(pipeline=name))
+        self._redis.delete(
+            _VERSIONS_KEY.format(name=name),
+            CANARY_KEY.format(pipeline=name),
+            FIGURES_KEY.format(pipeline=name),
+        )
         from eventbus.serving._replica_sources import clear_stats
 
         clear_stats(self._redis, name)
@@ -397,7 +479,12 @@ class Controller:
 
             raw = list(self._redis.hgetall(f"eventbus:stats:{name}").values())
             figures = pipeline_view(record, raw, [list(s.topics) for s in config.consumed_sources])
-            return {"name": name, "version": record["version"], "sources": stats, "figures": figures}
+            return {
+                "name": name,
+                "version": record["version"],
+                "sources": stats,
+                "figures": figures,
+            }
         sources = []
         for i in range(_consumed(record["document"])):
             try:
@@ -421,7 +508,7 @@ class Controller:
                 self._create_missing_topics(config)
                 self._ensure(config, rec["python_path"])
                 restored.append(config.name)
-            except Exception:  # noqa: BLE001 - keep restoring the others
+            except Exception:
                 log.exception("could not restore pipeline %r", config.name)
         return restored
 
@@ -462,7 +549,10 @@ class Controller:
         if not self._serve_started:
             from ray import serve
 
-            serve.start(proxy_location="Disabled", logging_config={"log_level": "WARNING", "enable_access_log": False})
+            serve.start(
+                proxy_location="Disabled",
+                logging_config={"log_level": "WARNING", "enable_access_log": False},
+            )
             self._serve_started = True
 
     def _create_missing_topics(self, config: PipelineConfig) -> None:
@@ -477,10 +567,14 @@ class Controller:
         wanted: dict[str, list[str]] = {}
         for src in spec.sources:
             if src.kafka is not None:
-                wanted.setdefault(src.kafka.bootstrap_servers or self.kafka_bootstrap, []).extend(src.kafka.topics)
+                wanted.setdefault(src.kafka.bootstrap_servers or self.kafka_bootstrap, []).extend(
+                    src.kafka.topics
+                )
         for sink in (spec.sink, spec.dead_letter):
             if sink is not None and sink.kafka is not None:
-                wanted.setdefault(sink.kafka.bootstrap_servers or self.kafka_bootstrap, []).append(sink.kafka.topic)
+                wanted.setdefault(sink.kafka.bootstrap_servers or self.kafka_bootstrap, []).append(
+                    sink.kafka.topic
+                )
         for bootstrap, topics in wanted.items():
             asyncio.run(create_topics(bootstrap, topics, partitions))
         self._create_ingress_topic(config)
@@ -509,14 +603,16 @@ class Controller:
             "kafka_bootstrap": self.kafka_bootstrap,
             "redis_url": self.redis_url,
         }
-        serve.run(build_app(config, python_path, runtime), name=app_name(config.name), route_prefix=None)
+        serve.run(
+            build_app(config, python_path, runtime), name=app_name(config.name), route_prefix=None
+        )
 
     def _delete_app(self, name: str) -> None:
         from ray import serve
 
         try:
             serve.delete(app_name(name))
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("deleting the Serve application of %r failed", name)
 
     def _start_sources(self, config: PipelineConfig) -> None:
@@ -529,7 +625,9 @@ class Controller:
         for i in range(len(config.consumed_sources)):
             actor = SourceActor.options(  # type: ignore[attr-defined]
                 name=source_actor_name(config.name, i), namespace=NAMESPACE, lifetime="detached"
-            ).remote(config.to_document(), i, app_name(config.name), self.kafka_bootstrap, self.redis_url)
+            ).remote(
+                config.to_document(), i, app_name(config.name), self.kafka_bootstrap, self.redis_url
+            )
             actors.append(actor)
         for i, actor in enumerate(actors):
             if not ray.get(actor.ready.remote(60.0), timeout=90):
@@ -544,7 +642,7 @@ class Controller:
                 continue
             try:
                 ray.get(actor.stop.remote(True), timeout=60)
-            except Exception:  # noqa: BLE001 - kill it anyway; offsets are committed per batch
+            except Exception:
                 log.exception("draining source %d of %r failed", i, name)
             ray.kill(actor, no_restart=True)
             _wait_gone(source_actor_name(name, i))

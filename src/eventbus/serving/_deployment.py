@@ -44,7 +44,10 @@ class PipelineDeployment:
     """
 
     def __init__(
-        self, document: dict[str, Any], python_path: list[str], runtime: dict[str, Any] | None = None
+        self,
+        document: dict[str, Any],
+        python_path: list[str],
+        runtime: dict[str, Any] | None = None,
     ) -> None:
         tune_gc()
         for p in reversed(python_path):
@@ -69,12 +72,18 @@ class PipelineDeployment:
         self._in_flight = 0  # process/process_records calls running (actor placement)
         self._load_prev: tuple[float, int] | None = None
         sink = config.spec.sink.kafka
-        self._encode = encode_kafka_structured if sink is not None and sink.mode == "structured" else encode_kafka_binary
+        self._encode = (
+            encode_kafka_structured
+            if sink is not None and sink.mode == "structured"
+            else encode_kafka_binary
+        )
         self._sources: Any = None
         if runtime and runtime.get("run_sources"):
             from eventbus.serving._replica_sources import ReplicaSources
 
-            self._sources = ReplicaSources(self._runner, config, runtime["kafka_bootstrap"], runtime.get("redis_url"))
+            self._sources = ReplicaSources(
+                self._runner, config, runtime["kafka_bootstrap"], runtime.get("redis_url")
+            )
             self._sources.start()
         self._figures: Any = None
         if runtime and not runtime.get("run_sources") and runtime.get("redis_url"):
@@ -84,7 +93,10 @@ class PipelineDeployment:
 
             runner = self._runner
             self._figures = ThreadPublisher(
-                runtime["redis_url"], config.name, entry_id("replica"), lambda: {"sources": [], "metrics": {**runner.metrics(), "sources": []}}
+                runtime["redis_url"],
+                config.name,
+                entry_id("replica"),
+                lambda: {"sources": [], "metrics": {**runner.metrics(), "sources": []}},
             )
             self._figures.start()
 
@@ -148,8 +160,14 @@ class PipelineDeployment:
             try:
                 events.append(
                     decode_kafka(
-                        r.value, r.headers, key=r.key, topic=r.topic, partition=r.partition, offset=r.offset,
-                        default_type=default_type, default_source=own_source or f"kafka://{r.topic}",
+                        r.value,
+                        r.headers,
+                        key=r.key,
+                        topic=r.topic,
+                        partition=r.partition,
+                        offset=r.offset,
+                        default_type=default_type,
+                        default_source=own_source or f"kafka://{r.topic}",
                     )
                 )
                 index.append(i)
@@ -166,7 +184,11 @@ class PipelineDeployment:
                 for e in result:
                     headers, value = encode(e)
                     pkey = e.attributes.get("partitionkey")
-                    key = None if pkey is None else (pkey.encode() if isinstance(pkey, str) else str(pkey).encode())
+                    key = (
+                        None
+                        if pkey is None
+                        else (pkey.encode() if isinstance(pkey, str) else str(pkey).encode())
+                    )
                     encoded.append(KafkaRecord(headers, value, key))
                 outcomes[i] = encoded
             except Exception as exc:  # noqa: BLE001 - an unencodable output fails its input
@@ -182,20 +204,30 @@ class PipelineDeployment:
             return await self._sources.load()  # type: ignore[no-any-return]
         now = time.monotonic()
         prev, self._load_prev = self._load_prev, (now, self._events)
-        rate = (self._events - prev[1]) / (now - prev[0]) if prev is not None and now > prev[0] else 0.0
+        rate = (
+            (self._events - prev[1]) / (now - prev[0])
+            if prev is not None and now > prev[0]
+            else 0.0
+        )
         return {"eventbus_in_flight": float(self._in_flight), "eventbus_events_per_s": rate}
 
     def stats(self) -> dict[str, Any]:
         """Events processed by this replica, per-step error counts, and its process id."""
         import os
 
-        out: dict[str, Any] = {"events": self._events, "steps": self._runner.stats(), "pid": os.getpid()}
+        out: dict[str, Any] = {
+            "events": self._events,
+            "steps": self._runner.stats(),
+            "pid": os.getpid(),
+        }
         if self._sources is not None:
             out["sources"] = self._sources.stats()
         return out
 
 
-def build_app(config: PipelineConfig, python_path: list[str], runtime: dict[str, Any] | None = None) -> Application:
+def build_app(
+    config: PipelineConfig, python_path: list[str], runtime: dict[str, Any] | None = None
+) -> Application:
     """Build the Serve application of a pipeline.
 
     Args:
@@ -209,7 +241,9 @@ def build_app(config: PipelineConfig, python_path: list[str], runtime: dict[str,
     options: dict[str, Any] = {
         "name": "pipeline",
         "ray_actor_options": _actor_options(serving, python_path),
-        "max_ongoing_requests": max(8, serving.batch.max_in_flight * 2 * max(1, len(config.consumed_sources))),
+        "max_ongoing_requests": max(
+            8, serving.batch.max_in_flight * 2 * max(1, len(config.consumed_sources))
+        ),
         "logging_config": {"enable_access_log": False, "log_level": "WARNING"},
         "health_check_period_s": 2,
         "graceful_shutdown_timeout_s": 30,
@@ -221,7 +255,9 @@ def build_app(config: PipelineConfig, python_path: list[str], runtime: dict[str,
     # Upgrades replace at most a quarter of the replicas at a time (at least one), starting
     # each replacement before its old replica stops (surge), so capacity never drops.
     options["max_surge_percent"] = 25
-    deployment = serve.deployment(PipelineDeployment, rolling_update_percentage=0.25).options(**options)
+    deployment = serve.deployment(PipelineDeployment, rolling_update_percentage=0.25).options(
+        **options
+    )
     return deployment.bind(config.to_document(), python_path, runtime)
 
 
@@ -253,6 +289,9 @@ def autoscaling_options(config: PipelineConfig) -> dict[str, Any]:
         "downscale_delay_s": auto.downscale_delay_s,
         "policy": {
             "policy_function": "eventbus.serving._autoscale:LoadPolicy",
-            "policy_kwargs": {"config": auto.model_dump(mode="json"), "placement": serving.source_placement},
+            "policy_kwargs": {
+                "config": auto.model_dump(mode="json"),
+                "placement": serving.source_placement,
+            },
         },
     }

@@ -32,7 +32,9 @@ def entry_id(role: str) -> str:
     return f"{role}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-async def write_entry(redis: Any, pipeline: str, field: str, body: dict[str, Any], final: bool = False) -> None:
+async def write_entry(
+    redis: Any, pipeline: str, field: str, body: dict[str, Any], final: bool = False
+) -> None:
     """Write one entry (``redis.asyncio`` client): ``body`` plus ``at`` and ``final``."""
     value = json.dumps({**body, "at": time.time(), "final": final})
     await redis.hset(STATS_KEY.format(pipeline=pipeline), field, value)
@@ -49,7 +51,9 @@ class ThreadPublisher:
             with the process's work: the runner's counters are).
     """
 
-    def __init__(self, redis_url: str, pipeline: str, field: str, snapshot: Callable[[], dict[str, Any]]) -> None:
+    def __init__(
+        self, redis_url: str, pipeline: str, field: str, snapshot: Callable[[], dict[str, Any]]
+    ) -> None:
         import redis
 
         self._redis = redis.Redis.from_url(redis_url)
@@ -72,7 +76,7 @@ class ThreadPublisher:
             self._thread.join(timeout_s)
         try:
             self._write(final=True)
-        except Exception:  # noqa: BLE001 - figures are best effort
+        except Exception:
             log.debug("writing the final figures failed", exc_info=True)
         self._redis.close()
 
@@ -84,5 +88,5 @@ class ThreadPublisher:
         while not self._stop.wait(PUBLISH_EVERY_S):
             try:
                 self._write()
-            except Exception:  # noqa: BLE001 - figures are best effort
+            except Exception:
                 log.debug("publishing figures failed", exc_info=True)

@@ -42,7 +42,10 @@ GATEWAY_PRODUCERS = 8
 def _to_record(e: CloudEvent) -> KafkaRecord:
     headers, value = encode_kafka_binary(e)
     if value is not None and len(value) > _MAX_RECORD:
-        raise IngressError(413, f"event {e.attributes.get('id')!r} is {len(value)} bytes encoded; a record may have at most {_MAX_RECORD}: send large payloads by reference")
+        raise IngressError(
+            413,
+            f"event {e.attributes.get('id')!r} is {len(value)} bytes encoded; a record may have at most {_MAX_RECORD}: send large payloads by reference",
+        )
     pkey = e.attributes.get("partitionkey")
     key = None if pkey is None else (pkey.encode() if isinstance(pkey, str) else str(pkey).encode())
     return KafkaRecord(headers, value, key)
@@ -61,7 +64,13 @@ class GatewayBackend:
     """
 
     def __init__(
-        self, kafka_bootstrap: str, *, max_batch: int = 2000, linger_ms: float = 0.0, producers: int = GATEWAY_PRODUCERS, invoke_in_flight: int = 4
+        self,
+        kafka_bootstrap: str,
+        *,
+        max_batch: int = 2000,
+        linger_ms: float = 0.0,
+        producers: int = GATEWAY_PRODUCERS,
+        invoke_in_flight: int = 4,
     ) -> None:
         if producers < 1 or invoke_in_flight < 1:
             msg = f"producers={producers}, invoke_in_flight={invoke_in_flight}: both must be >= 1"
@@ -97,7 +106,11 @@ class GatewayBackend:
                 # partitions, so no two write one partition with keyless records.
                 n = self._producers
                 sinks = [
-                    KafkaSink(KafkaSinkConfig(topic=ingress_topic(pipeline)), bootstrap_servers=self.kafka_bootstrap, lane=(i, n))
+                    KafkaSink(
+                        KafkaSinkConfig(topic=ingress_topic(pipeline)),
+                        bootstrap_servers=self.kafka_bootstrap,
+                        lane=(i, n),
+                    )
                     for i in range(n)
                 ]
                 try:
@@ -118,7 +131,9 @@ class GatewayBackend:
                     return [None] * len(records)
 
                 self._sinks[pipeline] = sinks
-                self._publishers[pipeline] = MicroBatcher(flush, **dict(self._opts, max_in_flight=n))  # type: ignore[arg-type]
+                self._publishers[pipeline] = MicroBatcher(
+                    flush, **dict(self._opts, max_in_flight=n)
+                )  # type: ignore[arg-type]
         return self._publishers[pipeline]
 
     async def invoke(self, pipeline: str, events: list[CloudEvent]) -> list[Outcome]:
@@ -135,7 +150,9 @@ class GatewayBackend:
             if pipeline not in self._invokers:
                 # By value over the replica's gRPC server, not through the object store:
                 # one round trip instead of a put, a call and a get (~1.6x the req/s here).
-                handle = (await asyncio.to_thread(_app_handle, app_name(pipeline))).options(_by_reference=False)
+                handle = (await asyncio.to_thread(_app_handle, app_name(pipeline))).options(
+                    _by_reference=False
+                )
 
                 async def flush(events: list[CloudEvent]) -> list[Outcome]:
                     for attempt in range(3):
@@ -144,7 +161,7 @@ class GatewayBackend:
                             if self.figures is not None:
                                 self.figures.ran(pipeline, outcomes)
                             return outcomes
-                        except Exception as e:  # noqa: BLE001 - a replica died: Serve routes to another
+                        except Exception as e:
                             if attempt == 2:
                                 raise
                             log.warning("pipeline %r: call failed (%s); retrying", pipeline, e)
@@ -277,7 +294,9 @@ class Gateway:
         live = self.ingress.routes.pipelines
         for pipeline, counts in list(self.figures.sync.items()):
             if pipeline in live:  # a deleted pipeline's hash is gone: do not write it again
-                await write_entry(self._redis, pipeline, field, {"role": "gateway", "sync": dict(counts)}, final)
+                await write_entry(
+                    self._redis, pipeline, field, {"role": "gateway", "sync": dict(counts)}, final
+                )
 
     async def _publish_forever(self, field: str) -> None:
         from eventbus.serving._figures import PUBLISH_EVERY_S
@@ -309,16 +328,27 @@ class Gateway:
         app = build_http_app(self.ingress, observer=Observer(self._redis, self.figures))
         from eventbus.serving._admin import add_admin_routes, admin_token_from
 
-        add_admin_routes(app, admin_token_from(self._environ if self._environ is not None else os.environ))
+        add_admin_routes(
+            app, admin_token_from(self._environ if self._environ is not None else os.environ)
+        )
         config = uvicorn.Config(
-            app, host=self.host, port=self.http_port, log_level="warning", access_log=False,
-            lifespan="off", http="httptools", loop="none", timeout_graceful_shutdown=10,
+            app,
+            host=self.host,
+            port=self.http_port,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            http="httptools",
+            loop="none",
+            timeout_graceful_shutdown=10,
         )
         server = uvicorn.Server(config)
         server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
         grpc_server = None
         if self.grpc_port is not None:
-            grpc_server, self.grpc_port = build_grpc_server(self.ingress, f"{self.host}:{self.grpc_port}")
+            grpc_server, self.grpc_port = build_grpc_server(
+                self.ingress, f"{self.host}:{self.grpc_port}"
+            )
             await grpc_server.start()
         http_task = asyncio.create_task(server.serve())
         while not server.started:
@@ -382,7 +412,11 @@ def run_gateway(
     if otlp_endpoint:
         from eventbus.observability._tracing import configure_tracing
 
-        configure_tracing(otlp_endpoint=otlp_endpoint, sample_ratio=trace_sample_ratio, service_name="eventbus-gateway")
+        configure_tracing(
+            otlp_endpoint=otlp_endpoint,
+            sample_ratio=trace_sample_ratio,
+            service_name="eventbus-gateway",
+        )
 
     if ray_address is not None:
         import ray
@@ -390,10 +424,22 @@ def run_gateway(
         from eventbus.serving._controller import NAMESPACE
 
         if not ray.is_initialized():
-            ray.init(address=ray_address, namespace=NAMESPACE, logging_level="WARNING", log_to_driver=False)
+            ray.init(
+                address=ray_address,
+                namespace=NAMESPACE,
+                logging_level="WARNING",
+                log_to_driver=False,
+            )
 
     async def main() -> None:
-        gateway = Gateway(kafka_bootstrap, redis_url, host=host, http_port=http_port, grpc_port=grpc_port, environ=dict(os.environ))
+        gateway = Gateway(
+            kafka_bootstrap,
+            redis_url,
+            host=host,
+            http_port=http_port,
+            grpc_port=grpc_port,
+            environ=dict(os.environ),
+        )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, gateway.stop)

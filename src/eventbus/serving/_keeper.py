@@ -27,7 +27,13 @@ from eventbus.errors import ConfigError, DeployError
 __all__ = ["DeployResult", "Keeper", "cluster_from_home", "deploy_failed"]
 
 # Passed down to a deploy subprocess only as the cluster's own values.
-_CLUSTER_ENV = ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "EVENTBUS_")
+_CLUSTER_ENV = (
+    "RAY_ADDRESS",
+    "RAY_AUTH_MODE",
+    "RAY_AUTH_TOKEN",
+    "RAY_AUTH_TOKEN_PATH",
+    "EVENTBUS_",
+)
 
 
 @dataclass(frozen=True)
@@ -63,8 +69,12 @@ def cluster_from_home(name: str, home: str | Path, **overrides: Any) -> ClusterI
         msg = f"no stack is recorded in {home} (no stack.json); run `EVENTBUS_HOME={home} eventbus up` first, or give the addresses"
         raise ConfigError(msg)
     fields: dict[str, Any] = {
-        "gateway": stack.gateway_http, "grpc": stack.gateway_grpc, "ray_address": stack.ray_address,
-        "kafka": stack.kafka_bootstrap, "redis": stack.redis_url, "home": str(Path(home).resolve()),
+        "gateway": stack.gateway_http,
+        "grpc": stack.gateway_grpc,
+        "ray_address": stack.ray_address,
+        "kafka": stack.kafka_bootstrap,
+        "redis": stack.redis_url,
+        "home": str(Path(home).resolve()),
         "ray_token_file": stack.ray_auth_token_path,
     }
     fields.update({k: v for k, v in overrides.items() if v is not None})
@@ -92,7 +102,9 @@ class Keeper:
 
     # One read-modify-write of the document; in Redis under WATCH, so two keepers never
     # overwrite each other's change.
-    def _update(self, change: Callable[[list[ClusterInfo]], list[ClusterInfo]]) -> list[ClusterInfo]:
+    def _update(
+        self, change: Callable[[list[ClusterInfo]], list[ClusterInfo]]
+    ) -> list[ClusterInfo]:
         if not self._redis:
             path = Path(self.location)
             clusters = change(parse_registry(path.read_bytes()) if path.exists() else [])
@@ -160,7 +172,9 @@ class Keeper:
 
         def change(clusters: list[ClusterInfo]) -> list[ClusterInfo]:
             new[0] = all(c.name != cluster.name for c in clusters)
-            return [cluster if c.name == cluster.name else c for c in clusters] + ([cluster] if new[0] else [])
+            return [cluster if c.name == cluster.name else c for c in clusters] + (
+                [cluster] if new[0] else []
+            )
 
         self._update(change)
         return new[0]
@@ -191,13 +205,20 @@ class Keeper:
             for n in weights:
                 if n not in names:
                     raise _unknown(n, clusters)
-            return [replace(c, weight=weights[c.name]) if c.name in weights else c for c in clusters]
+            return [
+                replace(c, weight=weights[c.name]) if c.name in weights else c for c in clusters
+            ]
 
         return self._update(change)
 
     def deploy(
-        self, file: str | Path, clusters: Iterable[str] | None = None, *, timeout_s: float = 300.0,
-        env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
+        self,
+        file: str | Path,
+        clusters: Iterable[str] | None = None,
+        *,
+        timeout_s: float = 300.0,
+        env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None,
     ) -> list[DeployResult]:
         """Deploy a pipeline file to every registered cluster (or the named ones), one by one.
 
@@ -232,7 +253,13 @@ class Keeper:
         return [_deploy_one(c, Path(file), base, timeout_s, cwd) for c in targets]
 
 
-def _deploy_one(cluster: ClusterInfo, file: Path, base_env: dict[str, str], timeout_s: float, cwd: str | Path | None) -> DeployResult:
+def _deploy_one(
+    cluster: ClusterInfo,
+    file: Path,
+    base_env: dict[str, str],
+    timeout_s: float,
+    cwd: str | Path | None,
+) -> DeployResult:
     env = {k: v for k, v in base_env.items() if not k.startswith(_CLUSTER_ENV)}
     argv = [sys.executable, "-m", "eventbus.cli", "deploy", str(file)]
     if cluster.home is not None:
@@ -242,24 +269,38 @@ def _deploy_one(cluster: ClusterInfo, file: Path, base_env: dict[str, str], time
         env["EVENTBUS_HOME"] = str(Path(cwd or ".").resolve() / ".eventbus-keeper-none")
         for part in ("ray_address", "kafka", "redis"):
             if getattr(cluster, part) is None:
-                return DeployResult(cluster.name, False, f"cluster {cluster.name!r} has no {part} and no --home: re-add it with --home DIR or --ray-address/--kafka-bootstrap/--redis-url")
+                return DeployResult(
+                    cluster.name,
+                    False,
+                    f"cluster {cluster.name!r} has no {part} and no --home: re-add it with --home DIR or --ray-address/--kafka-bootstrap/--redis-url",
+                )
     if cluster.ray_token_file is not None:
         env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": cluster.ray_token_file})
-    for flag, value in (("--ray-address", cluster.ray_address), ("--kafka-bootstrap", cluster.kafka), ("--redis-url", cluster.redis)):
+    for flag, value in (
+        ("--ray-address", cluster.ray_address),
+        ("--kafka-bootstrap", cluster.kafka),
+        ("--redis-url", cluster.redis),
+    ):
         if value is not None:
             argv += [flag, value]
     env.setdefault("COLUMNS", "200")
     try:
-        proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False)
+        proc = subprocess.run(
+            argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
     except subprocess.TimeoutExpired:
-        return DeployResult(cluster.name, False, f"the deploy did not finish within {timeout_s:.0f} s")
+        return DeployResult(
+            cluster.name, False, f"the deploy did not finish within {timeout_s:.0f} s"
+        )
     text = (proc.stdout + proc.stderr).strip()
     return DeployResult(cluster.name, proc.returncode == 0, "\n".join(text.splitlines()[-5:]))
 
 
 def _unknown(name: str, clusters: list[ClusterInfo]) -> ConfigError:
     known = ", ".join(c.name for c in clusters) or "none"
-    return ConfigError(f"no cluster named {name!r} is registered (registered: {known}); see `eventbus keeper list`")
+    return ConfigError(
+        f"no cluster named {name!r} is registered (registered: {known}); see `eventbus keeper list`"
+    )
 
 
 def deploy_failed(results: list[DeployResult]) -> DeployError | None:
@@ -267,4 +308,8 @@ def deploy_failed(results: list[DeployResult]) -> DeployError | None:
     bad = [r for r in results if not r.ok]
     if not bad:
         return None
-    return DeployError("; ".join(f"{r.cluster}: {r.output.splitlines()[-1] if r.output else 'failed'}" for r in bad))
+    return DeployError(
+        "; ".join(
+            f"{r.cluster}: {r.output.splitlines()[-1] if r.output else 'failed'}" for r in bad
+        )
+    )

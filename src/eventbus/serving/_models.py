@@ -45,8 +45,16 @@ class ModelControl:
 
     # -- versions ---------------------------------------------------------------------------
     def push(
-        self, name: str, blob: bytes, *, factory: str | None = None, source: str = "", python_path: list[str] | None = None,
-        labelled: tuple[Any, Any] | None = None, min_accuracy: float | None = None, only_if_missing: bool = False,
+        self,
+        name: str,
+        blob: bytes,
+        *,
+        factory: str | None = None,
+        source: str = "",
+        python_path: list[str] | None = None,
+        labelled: tuple[Any, Any] | None = None,
+        min_accuracy: float | None = None,
+        only_if_missing: bool = False,
     ) -> dict[str, Any]:
         """Add a version; validate and swap it in (see the module docstring).
 
@@ -60,15 +68,33 @@ class ModelControl:
         from eventbus.models._artifact import load_model
         from eventbus.models._serve import validate_version
 
-        if only_if_missing and self.registry.exists(name) and self.registry.state(name)["serving"] is not None:
+        if (
+            only_if_missing
+            and self.registry.exists(name)
+            and self.registry.state(name)["serving"] is not None
+        ):
             st = self.registry.state(name)
-            return {"name": name, "version": st["serving"], "serving": st["serving"], "status": "serving", "pushed": False}
+            return {
+                "name": name,
+                "version": st["serving"],
+                "serving": st["serving"],
+                "status": "serving",
+                "pushed": False,
+            }
         for p in reversed(python_path or []):
             if p not in sys.path:
                 sys.path.insert(0, p)
-        loaded = load_model(blob, factory=factory, what=f"model {name!r} artifact {source or ''}".strip())
+        loaded = load_model(
+            blob, factory=factory, what=f"model {name!r} artifact {source or ''}".strip()
+        )
         version = self.registry.add_version(
-            name, blob, format=loaded.format, factory=factory, source=source, input_shape=loaded.input_shape, python_path=python_path
+            name,
+            blob,
+            format=loaded.format,
+            factory=factory,
+            source=source,
+            input_shape=loaded.input_shape,
+            python_path=python_path,
         )
         if labelled is not None:
             self.registry.set_labelled(name, labelled[0], labelled[1], min_accuracy)
@@ -79,7 +105,13 @@ class ModelControl:
             validate_version(self.registry, name, version)
             self.registry.set_serving(name, version)
         st = self.registry.state(name)
-        return {"name": name, "version": version, "serving": st["serving"], "status": "serving", "pushed": True}
+        return {
+            "name": name,
+            "version": version,
+            "serving": st["serving"],
+            "status": "serving",
+            "pushed": True,
+        }
 
     def list(self, name: str | None = None) -> list[dict[str, Any]]:
         """Models (or one model's versions): versions, which one serves, the split."""
@@ -95,7 +127,24 @@ class ModelControl:
                     share = 1.0 - (st["split"]["weight"] if st["split"] else 0.0)
                 elif st["split"] and st["split"]["version"] == rec["version"]:
                     share = st["split"]["weight"]
-                rows.append({"name": n, **{k: rec.get(k) for k in ("version", "format", "status", "error", "pushed_at", "size", "source")}, "traffic": share})
+                rows.append(
+                    {
+                        "name": n,
+                        **{
+                            k: rec.get(k)
+                            for k in (
+                                "version",
+                                "format",
+                                "status",
+                                "error",
+                                "pushed_at",
+                                "size",
+                                "source",
+                            )
+                        },
+                        "traffic": share,
+                    }
+                )
         return rows
 
     def split(self, name: str, version: int | None, weight: float) -> dict[str, Any]:
@@ -103,7 +152,9 @@ class ModelControl:
         if not self.registry.exists(name):
             self.registry.record(name, 0)
         if version is not None and version == self.registry.state(name)["serving"]:
-            msg = f"version {version} of model {name!r} already serves; split towards another version"
+            msg = (
+                f"version {version} of model {name!r} already serves; split towards another version"
+            )
             raise ModelError(msg)
         self.registry.set_split(name, version, weight)
         return self.registry.state(name)
@@ -130,12 +181,20 @@ class ModelControl:
                 )
                 raise DeployError(msg)
             stored = self.registry.options(name)
-            options = (ref.serving or ModelServingConfig()).model_dump() if ref.serving is not None or not stored else dict(stored)
+            options = (
+                (ref.serving or ModelServingConfig()).model_dump()
+                if ref.serving is not None or not stored
+                else dict(stored)
+            )
             if options.get("num_gpus") is None:
                 options["num_gpus"] = 1 if _cluster_has_gpu() else 0
             if model_app_name(name) in running and options == stored:
                 continue
-            serve.run(build_model_app(name, self.redis_url, options), name=model_app_name(name), route_prefix=None)
+            serve.run(
+                build_model_app(name, self.redis_url, options),
+                name=model_app_name(name),
+                route_prefix=None,
+            )
             self.registry.set_options(name, options)
             started.append(name)
         return started
@@ -146,7 +205,9 @@ class ModelControl:
 
         from eventbus.models._serve import model_app_name
 
-        gone = PipelineConfig.model_validate(next(d for d in documents if d["metadata"]["name"] == pipeline))
+        gone = PipelineConfig.model_validate(
+            next(d for d in documents if d["metadata"]["name"] == pipeline)
+        )
         still = set()
         for doc in documents:
             if doc["metadata"]["name"] != pipeline:
@@ -154,7 +215,7 @@ class ModelControl:
         for name in set(_models_of(gone)) - still:
             try:
                 serve.delete(model_app_name(name))
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("deleting the Serve application of model %r failed", name)
 
     @staticmethod
@@ -178,4 +239,3 @@ def _cluster_has_gpu() -> bool:
         return float(ray.cluster_resources().get("GPU", 0)) > 0
     except Exception:  # noqa: BLE001
         return False
-

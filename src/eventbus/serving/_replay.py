@@ -63,7 +63,11 @@ class ReplayRange:
         if self.from_offset is None and self.from_time_ms is None:
             msg = "give where to start: --from-offset N or --from-time 2024-05-01T12:00:00Z"
             raise ConfigError(msg)
-        if self.from_offset is not None and self.to_offset is not None and self.to_offset <= self.from_offset:
+        if (
+            self.from_offset is not None
+            and self.to_offset is not None
+            and self.to_offset <= self.from_offset
+        ):
             msg = f"--to-offset {self.to_offset} is not after --from-offset {self.from_offset}"
             raise ConfigError(msg)
 
@@ -129,7 +133,12 @@ async def replay(
 
     rng.check()
     spec = config.spec
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest")
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
     await consumer.start()
     sink = make_sink(spec.sink, default_bootstrap=bootstrap)
     dlq = make_sink(spec.dead_letter, default_bootstrap=bootstrap) if spec.dead_letter else None
@@ -185,13 +194,34 @@ async def replay(
                         continue
                     try:
                         e = decode_kafka(
-                            r.value, list(r.headers or ()), key=r.key, topic=tp.topic, partition=tp.partition,
-                            offset=r.offset, default_type=default_type, default_source=default_source,
+                            r.value,
+                            list(r.headers or ()),
+                            key=r.key,
+                            topic=tp.topic,
+                            partition=tp.partition,
+                            offset=r.offset,
+                            default_type=default_type,
+                            default_source=default_source,
                         )
                     except EventDecodeError as exc:
                         failure = Failure("decode", "EventDecodeError", str(exc))
-                        raw = CloudEvent({"specversion": "1.0", "id": f"{tp.topic}-{tp.partition}-{r.offset}", "source": f"kafka://{tp.topic}", "type": "eventbus.decode_error"}, r.value)
-                        dead.append((dead_letter_event(raw, config.name, failure, tp.topic, tp.partition, r.offset), r.key))
+                        raw = CloudEvent(
+                            {
+                                "specversion": "1.0",
+                                "id": f"{tp.topic}-{tp.partition}-{r.offset}",
+                                "source": f"kafka://{tp.topic}",
+                                "type": "eventbus.decode_error",
+                            },
+                            r.value,
+                        )
+                        dead.append(
+                            (
+                                dead_letter_event(
+                                    raw, config.name, failure, tp.topic, tp.partition, r.offset
+                                ),
+                                r.key,
+                            )
+                        )
                         continue
                     events.append(e)
                     where.append((tp.topic, tp.partition, r.offset, r.key))
@@ -212,7 +242,9 @@ async def replay(
                 stats.duplicates += sum(seen)
                 outputs = [x for x, s in zip(outputs, seen) if not s]
                 keys = [k for k, s in zip(keys, seen) if not s]
-            await asyncio.gather(sink.send(outputs), dlq.send(dead) if dlq is not None and dead else asyncio.sleep(0))
+            await asyncio.gather(
+                sink.send(outputs), dlq.send(dead) if dlq is not None and dead else asyncio.sleep(0)
+            )
             if deduper is not None:
                 await deduper.mark(keys, hashed=True)
             stats.replayed += len(events)
@@ -236,7 +268,7 @@ async def _partitions(consumer: Any, topic: str) -> set[int]:
         parts = consumer.partitions_for_topic(topic)
         if parts:
             return set(parts)
-        await consumer._client.force_metadata_update()  # noqa: SLF001 - aiokafka has no public refresh
+        await consumer._client.force_metadata_update()
         if time.monotonic() > deadline:
             msg = f"topic {topic!r} does not exist on the broker; check the name (`eventbus tail {topic}` reads it)"
             raise ConfigError(msg)

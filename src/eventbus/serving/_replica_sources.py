@@ -27,7 +27,14 @@ from eventbus.eventing._outcome import Outcome
 from eventbus.pipelines._config import PipelineConfig, SinkConfig
 from eventbus.pipelines._runner import PipelineRunner
 
-__all__ = ["ReplicaSources", "clear_stats", "delivery_policies", "make_sink", "read_stats", "sweep_forever"]
+__all__ = [
+    "ReplicaSources",
+    "clear_stats",
+    "delivery_policies",
+    "make_sink",
+    "read_stats",
+    "sweep_forever",
+]
 
 log = logging.getLogger("eventbus.serving.sources")
 
@@ -54,7 +61,13 @@ def delivery_policies(config: PipelineConfig, redis_url: str | None) -> dict[str
     return {"retry": RetryPolicy.from_config(spec), "dedupe": dedupe}
 
 
-async def sweep_forever(sweepers: list[Any], config: PipelineConfig, bootstrap: str, redis_url: str | None = None, every_s: float = 1.0) -> None:
+async def sweep_forever(
+    sweepers: list[Any],
+    config: PipelineConfig,
+    bootstrap: str,
+    redis_url: str | None = None,
+    every_s: float = 1.0,
+) -> None:
     """Run join sweepers every ``every_s`` until cancelled, delivering what they return
     (through the pipeline's dedupe, when it has one, like the sources' outputs)."""
     from eventbus.eventing._delivery import dedupe_key
@@ -71,7 +84,9 @@ async def sweep_forever(sweepers: list[Any], config: PipelineConfig, bootstrap: 
             await asyncio.sleep(every_s)
             for sw in sweepers:
                 try:
-                    if not hasattr(sw, "sweep"):  # an allocate planner: it publishes the duals itself
+                    if not hasattr(
+                        sw, "sweep"
+                    ):  # an allocate planner: it publishes the duals itself
                         await asyncio.to_thread(sw.tick)
                         continue
                     outputs, dead, keys = await asyncio.to_thread(sw.sweep)
@@ -88,7 +103,11 @@ async def sweep_forever(sweepers: list[Any], config: PipelineConfig, bootstrap: 
                         if dlq is not None:
                             await dlq.send([(e, None) for e in dead])
                         else:
-                            log.error("pipeline %r: %d join events evicted and no dead_letter sink is configured", config.name, len(dead))
+                            log.error(
+                                "pipeline %r: %d join events evicted and no dead_letter sink is configured",
+                                config.name,
+                                len(dead),
+                            )
                     if keys:
                         await asyncio.to_thread(sw.ack, keys)
                 except asyncio.CancelledError:
@@ -108,7 +127,9 @@ def make_sink(config: SinkConfig, *, default_bootstrap: str) -> Any:
     from eventbus.eventing.sinks._kafka import KafkaSink
 
     assert config.kafka is not None
-    return KafkaSink(config.kafka, bootstrap_servers=config.kafka.bootstrap_servers or default_bootstrap)
+    return KafkaSink(
+        config.kafka, bootstrap_servers=config.kafka.bootstrap_servers or default_bootstrap
+    )
 
 
 class ReplicaSources:
@@ -121,7 +142,13 @@ class ReplicaSources:
         redis_url: where live counters are published (None: not published).
     """
 
-    def __init__(self, runner: PipelineRunner, config: PipelineConfig, kafka_bootstrap: str, redis_url: str | None) -> None:
+    def __init__(
+        self,
+        runner: PipelineRunner,
+        config: PipelineConfig,
+        kafka_bootstrap: str,
+        redis_url: str | None,
+    ) -> None:
         self._runner = runner
         self._config = config
         self._bootstrap = kafka_bootstrap
@@ -171,7 +198,9 @@ class ReplicaSources:
         loop = self._loop
         if loop is None or loop.is_closed() or self._thread is None or not self._thread.is_alive():
             return {}
-        return await asyncio.wait_for(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._load(), loop)), 5.0)
+        return await asyncio.wait_for(
+            asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._load(), loop)), 5.0
+        )
 
     async def _load(self) -> dict[str, float]:
         now = time.monotonic()
@@ -218,7 +247,7 @@ class ReplicaSources:
     def _main(self) -> None:
         try:
             asyncio.run(self._run())
-        except BaseException as exc:  # noqa: BLE001 - reported through start()
+        except BaseException as exc:
             self._error = exc
             log.exception("sources of pipeline %r stopped", self._config.name)
         finally:
@@ -311,7 +340,7 @@ class ReplicaSources:
             await asyncio.sleep(_STATS_EVERY_S)
             try:
                 await self._write_stats()
-            except Exception:  # noqa: BLE001 - counters are best effort
+            except Exception:
                 log.debug("publishing counters failed", exc_info=True)
 
     async def _write_stats(self, final: bool = False) -> None:
@@ -326,7 +355,9 @@ class ReplicaSources:
         # synchronously: off this loop.
         metrics = await asyncio.to_thread(self._runner.metrics)
         metrics["sources"] = [s.metrics() for s in self._sources]
-        value = json.dumps({"at": time.time(), "final": final, "sources": self.stats(), "metrics": metrics})
+        value = json.dumps(
+            {"at": time.time(), "final": final, "sources": self.stats(), "metrics": metrics}
+        )
         await self._redis.hset(key, self.replica_id, value)
         if final:
             await self._redis.aclose()
@@ -343,7 +374,10 @@ def _normal_priority() -> None:
         if os.getpriority(os.PRIO_PROCESS, 0) > 0:
             os.setpriority(os.PRIO_PROCESS, 0, 0)
     except (PermissionError, OSError):
-        log.info("cannot raise the replica's CPU priority (no CAP_SYS_NICE); it stays at nice %d", os.getpriority(os.PRIO_PROCESS, 0))
+        log.info(
+            "cannot raise the replica's CPU priority (no CAP_SYS_NICE); it stays at nice %d",
+            os.getpriority(os.PRIO_PROCESS, 0),
+        )
 
 
 def read_stats(redis_client: Any, pipeline: str, num_sources: int) -> list[dict[str, int]]:

@@ -35,7 +35,14 @@ class SourceActor:
             (``eventbus:stats:<pipeline>``, role ``source``; see ``eventbus.observability``).
     """
 
-    def __init__(self, document: dict[str, Any], index: int, app: str, bootstrap_servers: str, redis_url: str | None = None) -> None:
+    def __init__(
+        self,
+        document: dict[str, Any],
+        index: int,
+        app: str,
+        bootstrap_servers: str,
+        redis_url: str | None = None,
+    ) -> None:
         tune_gc()
         logging.basicConfig(level=logging.INFO)
         self._config = PipelineConfig.model_validate(document)
@@ -73,7 +80,9 @@ class SourceActor:
         # Records cross undecoded and come back encoded: decoding and encoding run on the
         # replicas (which scale), this actor only moves bytes between Kafka and Serve.
         async def dispatch(records: list[Any]) -> list[Outcome]:
-            return unpack_encoded_outcomes(await handle.process_records.remote(pack_records(records), index))
+            return unpack_encoded_outcomes(
+                await handle.process_records.remote(pack_records(records), index)
+            )
 
         batch = spec.serving.batch
         self._source = KafkaSource(
@@ -82,7 +91,9 @@ class SourceActor:
             bootstrap_servers=src.bootstrap_servers or self._bootstrap,
             dispatch=dispatch,
             sink=make_sink(spec.sink, default_bootstrap=self._bootstrap),
-            dead_letter=make_sink(spec.dead_letter, default_bootstrap=self._bootstrap) if spec.dead_letter else None,
+            dead_letter=make_sink(spec.dead_letter, default_bootstrap=self._bootstrap)
+            if spec.dead_letter
+            else None,
             max_batch=batch.max_size,
             linger_ms=self._config.linger_ms_of(src),
             max_in_flight=batch.max_in_flight,
@@ -96,7 +107,9 @@ class SourceActor:
 
             sweepers = join_sweepers(self._config, self._redis_url)
             if sweepers:
-                sweeper = asyncio.get_running_loop().create_task(sweep_forever(sweepers, self._config, self._bootstrap, self._redis_url))
+                sweeper = asyncio.get_running_loop().create_task(
+                    sweep_forever(sweepers, self._config, self._bootstrap, self._redis_url)
+                )
         publisher = None
         try:  # the source starts and stops its sinks
             await self._source.start()
@@ -104,9 +117,11 @@ class SourceActor:
             if self._redis_url:
                 publisher = asyncio.get_running_loop().create_task(self._publish_figures())
             await self._source.run()
-        except Exception as exc:  # noqa: BLE001 - surfaced through ready()/stats()
+        except Exception as exc:
             self._error = f"{type(exc).__name__}: {exc}"
-            log.exception("source %s[%d] of pipeline %r failed", "kafka", self._index, self._config.name)
+            log.exception(
+                "source %s[%d] of pipeline %r failed", "kafka", self._index, self._config.name
+            )
             raise
         finally:
             if sweeper is not None:
@@ -123,7 +138,7 @@ class SourceActor:
             await asyncio.sleep(PUBLISH_EVERY_S)
             try:
                 await self._write_figures()
-            except Exception:  # noqa: BLE001 - figures are best effort
+            except Exception:
                 log.debug("publishing figures failed", exc_info=True)
 
     async def _write_figures(self, final: bool = False) -> None:
@@ -137,7 +152,12 @@ class SourceActor:
             self._redis = aioredis.Redis.from_url(self._redis_url)
             self._field = entry_id(f"source{self._index}")
         src = self._source
-        body = {"role": "source", "source_index": self._index, "sources": [src.stats()], "metrics": {"sources": [src.metrics()]}}
+        body = {
+            "role": "source",
+            "source_index": self._index,
+            "sources": [src.stats()],
+            "metrics": {"sources": [src.metrics()]},
+        }
         await write_entry(self._redis, self._config.name, self._field, body, final)
         if final:
             await self._redis.aclose()
@@ -146,7 +166,9 @@ class SourceActor:
     async def ready(self, timeout_s: float = 60.0) -> bool:
         """Wait until the consumer has started; raise if the source failed."""
         waiter = asyncio.ensure_future(self._started.wait())
-        done, _ = await asyncio.wait({waiter, self._task}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            {waiter, self._task}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
         waiter.cancel()
         if self._error is not None:
             raise RuntimeError(self._error)
@@ -158,7 +180,7 @@ class SourceActor:
             await self._source.stop(drain=drain)
         try:
             await asyncio.wait_for(self._task, timeout=30)
-        except (asyncio.TimeoutError, asyncio.CancelledError, Exception):  # noqa: BLE001
+        except (TimeoutError, asyncio.CancelledError, Exception):  # noqa: BLE001
             self._task.cancel()
 
     def stats(self) -> dict[str, Any]:

@@ -19,8 +19,6 @@ from eventbus.eventing._outcome import Failure, Outcome
 __all__ = ["pack_encoded_outcomes", "pack_records", "unpack_encoded_outcomes", "unpack_records"]
 
 
-
-
 def pack_records(records: list[RawRecord]) -> bytes:
     """Undecoded Kafka records as one blob."""
     return pickle.dumps([tuple(r) for r in records], protocol=5)
@@ -28,7 +26,7 @@ def pack_records(records: list[RawRecord]) -> bytes:
 
 def unpack_records(blob: bytes) -> list[RawRecord]:
     """The records of a blob from :func:`pack_records`."""
-    return [RawRecord(*r) for r in pickle.loads(blob)]  # noqa: S301 - from our own source actor
+    return [RawRecord(*r) for r in pickle.loads(blob)]
 
 
 def pack_encoded_outcomes(outcomes: list[list[KafkaRecord] | Failure]) -> bytes:
@@ -46,7 +44,7 @@ def pack_encoded_outcomes(outcomes: list[list[KafkaRecord] | Failure]) -> bytes:
 def unpack_encoded_outcomes(blob: bytes) -> list[Outcome]:
     """Outcomes from :func:`pack_encoded_outcomes`; outputs are :class:`KafkaRecord`."""
     out: list[Any] = []
-    for o in pickle.loads(blob):  # noqa: S301 - from our own replicas
+    for o in pickle.loads(blob):
         if type(o) is list:
             out.append([KafkaRecord(*r) for r in o])
         else:

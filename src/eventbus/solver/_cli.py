@@ -10,7 +10,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -38,27 +38,44 @@ def _parse_sizes(text: str) -> tuple[int, int, int]:
     try:
         n, m, k = (int(float(part)) for part in text.split(","))
     except ValueError:
-        raise _fail(f"--generate takes n,m,K (users, items, resources), e.g. 100000,100,10; got {text!r}", 2) from None
+        raise _fail(
+            f"--generate takes n,m,K (users, items, resources), e.g. 100000,100,10; got {text!r}", 2
+        ) from None
     if min(n, m, k) < 1:
         raise _fail(f"--generate sizes must be positive; got {text!r}", 2)
     return n, m, k
 
 
 def solve_command(
-    file: Optional[Path] = typer.Argument(None, help="Problem file (.npz or .pt; see eventbus.solver.load_problem)."),
-    generate: Optional[str] = typer.Option(None, "--generate", help="Solve a generated instance: n,m,K."),
+    file: Path | None = typer.Argument(
+        None, help="Problem file (.npz or .pt; see eventbus.solver.load_problem)."
+    ),
+    generate: str | None = typer.Option(
+        None, "--generate", help="Solve a generated instance: n,m,K."
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the generated instance."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N]."),
     gap: float = typer.Option(1e-4, "--gap", help="Target certified relative primal-dual gap."),
-    ray_partitions: Optional[int] = typer.Option(
-        None, "--ray-partitions", min=1, help="Solve over this many Ray actors (RAY_ADDRESS or a local Ray)."
+    ray_partitions: int | None = typer.Option(
+        None,
+        "--ray-partitions",
+        min=1,
+        help="Solve over this many Ray actors (RAY_ADDRESS or a local Ray).",
     ),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the duals and figures as JSON."),
-    max_iterations: int = typer.Option(1000, "--max-iterations", min=1, help="Cap on solver steps."),
-    publish: Optional[str] = typer.Option(
-        None, "--publish", help="Publish the duals to a pipeline's allocate step: PIPELINE:STEP (needs --redis-url)."
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Write the duals and figures as JSON."
     ),
-    redis_url: Optional[str] = typer.Option(None, "--redis-url", envvar="EVENTBUS_REDIS_URL", help="Redis of the stack (for --publish)."),
+    max_iterations: int = typer.Option(
+        1000, "--max-iterations", min=1, help="Cap on solver steps."
+    ),
+    publish: str | None = typer.Option(
+        None,
+        "--publish",
+        help="Publish the duals to a pipeline's allocate step: PIPELINE:STEP (needs --redis-url).",
+    ),
+    redis_url: str | None = typer.Option(
+        None, "--redis-url", envvar="EVENTBUS_REDIS_URL", help="Redis of the stack (for --publish)."
+    ),
 ) -> None:
     """Solve an allocation LP (coupons, budgets, inventories) to a certified gap; print the duals' figures."""
     if (file is None) == (generate is None):
@@ -66,7 +83,9 @@ def solve_command(
     if not 0 < gap < 1:
         raise _fail(f"--gap must lie in (0, 1); got {gap!r}", 2)
     if publish is not None and (publish.count(":") != 1 or not redis_url):
-        raise _fail("--publish takes PIPELINE:STEP and needs --redis-url (or EVENTBUS_REDIS_URL)", 2)
+        raise _fail(
+            "--publish takes PIPELINE:STEP and needs --redis-url (or EVENTBUS_REDIS_URL)", 2
+        )
     from eventbus.solver._generate import generate_problem
     from eventbus.solver._io import load_problem
 
@@ -88,7 +107,10 @@ def solve_command(
         output.write_text(json.dumps(_figures(problem, result), indent=2) + "\n", encoding="utf-8")
         _out.print(f"wrote {output}", highlight=False)
     if not result.converged:
-        raise _fail(f"gap {result.gap:.3g} did not reach {gap:g} in {result.iterations} steps; raise --max-iterations", 1)
+        raise _fail(
+            f"gap {result.gap:.3g} did not reach {gap:g} in {result.iterations} steps; raise --max-iterations",
+            1,
+        )
     if publish is not None:
         from eventbus.pipelines._allocate import publish_duals
 
@@ -98,10 +120,14 @@ def solve_command(
         _out.print(f"published the duals to {pipeline}:{step}", highlight=False)
 
 
-def _run(problem: AllocationProblem, gap: float, device: str, partitions: int | None, max_iterations: int) -> SolveResult:
+def _run(
+    problem: AllocationProblem, gap: float, device: str, partitions: int | None, max_iterations: int
+) -> SolveResult:
     from eventbus.solver._solve import solve
 
-    size = f"{problem.num_users} users x {problem.num_items} items, {problem.num_resources} resources"
+    size = (
+        f"{problem.num_users} users x {problem.num_items} items, {problem.num_resources} resources"
+    )
     if partitions is not None:
         import ray
 
@@ -109,10 +135,16 @@ def _run(problem: AllocationProblem, gap: float, device: str, partitions: int | 
 
         started = not ray.is_initialized()
         if started:
-            ray.init(address=os.environ.get("RAY_ADDRESS") or None, include_dashboard=False, logging_level="WARNING")
+            ray.init(
+                address=os.environ.get("RAY_ADDRESS") or None,
+                include_dashboard=False,
+                logging_level="WARNING",
+            )
         try:
             with _out.status(f"solving {size} over {partitions} Ray partition(s)..."):
-                return solve_distributed(problem, partitions, gap=gap, max_iterations=max_iterations)
+                return solve_distributed(
+                    problem, partitions, gap=gap, max_iterations=max_iterations
+                )
         finally:
             if started:
                 ray.shutdown()
@@ -132,11 +164,18 @@ def _run(problem: AllocationProblem, gap: float, device: str, partitions: int | 
                 start_gap.append(p.gap)
             done = 0.0
             if start_gap and p.gap > 0:
-                done = min(1.0, max(0.0, math.log(start_gap[0] / max(p.gap, gap)) / math.log(start_gap[0] / gap)))
+                done = min(
+                    1.0,
+                    max(
+                        0.0, math.log(start_gap[0] / max(p.gap, gap)) / math.log(start_gap[0] / gap)
+                    ),
+                )
             info = f"step {p.iteration}  gap {p.gap:.2e}  dual {p.dual_value:.6g}  tau {p.temperature:.1e}"
             progress.update(task, completed=done, info=info)
 
-        result = solve(problem, gap=gap, device=device, max_iterations=max_iterations, callback=show)
+        result = solve(
+            problem, gap=gap, device=device, max_iterations=max_iterations, callback=show
+        )
         progress.update(task, completed=1.0 if result.converged else progress.tasks[0].completed)
     return result
 

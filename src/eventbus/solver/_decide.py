@@ -51,11 +51,17 @@ def decide(duals: torch.Tensor, revenue: torch.Tensor, consumption: Consumption)
             raise SolverError(msg)
         _check_duals(lam, k_num)
         s64 = consumption.segment_mask.to(revenue.device, torch.float64)
-        prices = ((s64 * lam[:, None]).T @ consumption.item_cost.to(revenue.device, torch.float64)).to(revenue.dtype)
+        prices = (
+            (s64 * lam[:, None]).T @ consumption.item_cost.to(revenue.device, torch.float64)
+        ).to(revenue.dtype)
         cost = prices[consumption.segment.to(revenue.device)]
         if consumption.weight is not None:
             cost = cost * consumption.weight.to(revenue.device, revenue.dtype)
-    elif isinstance(consumption, torch.Tensor) and consumption.dim() == 3 and tuple(consumption.shape[:2]) == (bsz, m):
+    elif (
+        isinstance(consumption, torch.Tensor)
+        and consumption.dim() == 3
+        and tuple(consumption.shape[:2]) == (bsz, m)
+    ):
         _check_duals(lam, int(consumption.shape[2]))
         lam_c = lam.to(revenue.dtype)
         if consumption.layout == torch.sparse_coo:
@@ -67,7 +73,11 @@ def decide(duals: torch.Tensor, revenue: torch.Tensor, consumption: Consumption)
         else:
             cost = consumption.to(revenue.dtype) @ lam_c
     else:
-        got = tuple(consumption.shape) if isinstance(consumption, torch.Tensor) else type(consumption).__name__
+        got = (
+            tuple(consumption.shape)
+            if isinstance(consumption, torch.Tensor)
+            else type(consumption).__name__
+        )
         msg = f"consumption must be a FactorisedConsumption or a ({bsz}, {m}, K) tensor; got {got}"
         raise SolverError(msg)
     reduced = revenue - cost
@@ -78,6 +88,12 @@ def decide(duals: torch.Tensor, revenue: torch.Tensor, consumption: Consumption)
 
 
 def _check_duals(lam: torch.Tensor, k_num: int) -> None:
-    if lam.shape != (k_num,) or not bool(torch.isfinite(lam).all()) or (k_num and float(lam.min()) < 0):
-        msg = f"duals must be a finite, non-negative ({k_num},) tensor; got shape {tuple(lam.shape)}"
+    if (
+        lam.shape != (k_num,)
+        or not bool(torch.isfinite(lam).all())
+        or (k_num and float(lam.min()) < 0)
+    ):
+        msg = (
+            f"duals must be a finite, non-negative ({k_num},) tensor; got shape {tuple(lam.shape)}"
+        )
         raise SolverError(msg)

@@ -17,13 +17,22 @@ import torch
 from eventbus.errors import SolverError, StackError
 from eventbus.solver._kernel import Partition, slice_users
 from eventbus.solver._problem import AllocationProblem
-from eventbus.solver._solve import BLOCK_CHUNKS, SolveResult, check_options, chunk_users_for, configure_torch, run_dual
+from eventbus.solver._solve import (
+    BLOCK_CHUNKS,
+    SolveResult,
+    check_options,
+    chunk_users_for,
+    configure_torch,
+    run_dual,
+)
 
 __all__ = ["solve_distributed"]
 
 
 class _PartitionWorker:
-    def __init__(self, problem: AllocationProblem, chunk: int, offset: int, num_threads: int) -> None:
+    def __init__(
+        self, problem: AllocationProblem, chunk: int, offset: int, num_threads: int
+    ) -> None:
         configure_torch(num_threads)
         self.part = Partition(problem, chunk, BLOCK_CHUNKS, offset)
 
@@ -62,7 +71,13 @@ class _Merger:
         configure_torch(num_threads)
         self.ev = _RayEvaluator(workers)
 
-    def run(self, budget: torch.Tensor, shape: tuple[int, int, int], dtype: torch.dtype, options: dict[str, Any]) -> SolveResult:
+    def run(
+        self,
+        budget: torch.Tensor,
+        shape: tuple[int, int, int],
+        dtype: torch.dtype,
+        options: dict[str, Any],
+    ) -> SolveResult:
         n, m, chunk = shape
         result, _ = run_dual(self.ev, budget, n, m, chunk, dtype, **options)
         return result
@@ -129,13 +144,17 @@ def solve_distributed(
     threads = num_threads or max(1, len(os.sched_getaffinity(0)) // len(bounds))
     worker_cls = ray.remote(num_cpus=num_cpus_per_actor)(_PartitionWorker)
     merger_cls = ray.remote(num_cpus=num_cpus_per_actor)(_Merger)
-    workers = [worker_cls.remote(ray.put(slice_users(problem, a, b)), chunk, a, threads) for a, b in bounds]
+    workers = [
+        worker_cls.remote(ray.put(slice_users(problem, a, b)), chunk, a, threads) for a, b in bounds
+    ]
     merger = merger_cls.remote(workers, threads)
     tau0 = warm_start.temperature if isinstance(warm_start, SolveResult) else None
     options = {"gap": gap, "lam0": lam0, "tau0": tau0, "max_iterations": max_iterations}
     try:
         shape = (n, problem.num_items, chunk)
-        result: SolveResult = ray.get(merger.run.remote(problem.budget, shape, problem.revenue.dtype, options))
+        result: SolveResult = ray.get(
+            merger.run.remote(problem.budget, shape, problem.revenue.dtype, options)
+        )
     finally:
         for actor in [merger, *workers]:
             ray.kill(actor)

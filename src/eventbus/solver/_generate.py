@@ -49,7 +49,12 @@ def generate_problem(
         >>> (p.num_users, p.num_items, p.num_resources)
         (100, 10, 4)
     """
-    for name, v in (("num_users", num_users), ("num_items", num_items), ("num_resources", num_resources), ("num_segments", num_segments)):
+    for name, v in (
+        ("num_users", num_users),
+        ("num_items", num_items),
+        ("num_resources", num_resources),
+        ("num_segments", num_segments),
+    ):
         if not isinstance(v, int) or v < 1:
             msg = f"{name} must be a positive integer; got {v!r}"
             raise SolverError(msg)
@@ -77,7 +82,13 @@ def generate_problem(
         noise = randn(b - a, m)
         logit = affinity[segment[a:b]] + 0.8 * noise - 0.5
         weight[a:b] = torch.sigmoid(logit)
-        revenue[a:b] = spend[a:b, None] * lift[None, :] * torch.sqrt(face)[None, :] * torch.exp(0.4 * randn(b - a, m)) - 0.3 * face[None, :]
+        revenue[a:b] = (
+            spend[a:b, None]
+            * lift[None, :]
+            * torch.sqrt(face)[None, :]
+            * torch.exp(0.4 * randn(b - a, m))
+            - 0.3 * face[None, :]
+        )
     item_cost = torch.zeros(k_num, m)
     mask = torch.zeros(k_num, g_num)
     item_cost[0], mask[0] = face, 1.0  # global budget on expected spend

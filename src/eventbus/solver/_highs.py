@@ -25,7 +25,11 @@ class HighsSolution:
 
 
 def solve_with_highs(
-    problem: AllocationProblem, *, solver: str = "ipm", gap: float | None = None, threads: int | None = None
+    problem: AllocationProblem,
+    *,
+    solver: str = "ipm",
+    gap: float | None = None,
+    threads: int | None = None,
 ) -> HighsSolution:
     """Build the LP (variables ``x[i, j]``, rows: users then resources) and solve it with HiGHS.
 

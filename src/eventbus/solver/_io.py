@@ -42,7 +42,9 @@ def save_problem(problem: AllocationProblem, path: str | Path) -> None:
     arrays: dict[str, torch.Tensor] = {"revenue": problem.revenue, "budget": problem.budget}
     cons = problem.consumption
     if isinstance(cons, FactorisedConsumption):
-        arrays.update(item_cost=cons.item_cost, segment_mask=cons.segment_mask, segment=cons.segment)
+        arrays.update(
+            item_cost=cons.item_cost, segment_mask=cons.segment_mask, segment=cons.segment
+        )
         if cons.weight is not None:
             arrays["weight"] = cons.weight
     else:
@@ -92,17 +94,29 @@ def load_problem(path: str | Path) -> AllocationProblem:
         msg = f"cannot read problem file {str(path)!r}: {exc}"
         raise SolverError(msg) from exc
     if not isinstance(raw, dict):
-        msg = f"problem file {str(path)!r} must hold a dict of named arrays; got {type(raw).__name__}"
+        msg = (
+            f"problem file {str(path)!r} must hold a dict of named arrays; got {type(raw).__name__}"
+        )
         raise SolverError(msg)
     arr = {k: _as_tensor(k, v, path) for k, v in raw.items()}
     missing = [k for k in ("revenue", "budget") if k not in arr]
     if all(k in arr for k in _FACTORISED):
-        cons: Any = FactorisedConsumption(arr["item_cost"], arr["segment_mask"], arr["segment"].long(), arr.get("weight"))
+        cons: Any = FactorisedConsumption(
+            arr["item_cost"], arr["segment_mask"], arr["segment"].long(), arr.get("weight")
+        )
     elif all(k in arr for k in _SPARSE):
         idx, vals = arr["consumption_indices"].long(), arr["consumption_values"]
-        if "revenue" in arr and idx.dim() == 2 and idx.shape[0] == 3 and vals.dim() == 1 and "budget" in arr:
+        if (
+            "revenue" in arr
+            and idx.dim() == 2
+            and idx.shape[0] == 3
+            and vals.dim() == 1
+            and "budget" in arr
+        ):
             shape = (*arr["revenue"].shape, arr["budget"].shape[0])
-            if idx.numel() and (idx.min() < 0 or bool((idx.max(1).values >= torch.tensor(shape)).any())):
+            if idx.numel() and (
+                idx.min() < 0 or bool((idx.max(1).values >= torch.tensor(shape)).any())
+            ):
                 msg = f"problem file {str(path)!r}: consumption_indices out of range for shape {shape}"
                 raise SolverError(msg)
             cons = torch.sparse_coo_tensor(idx, vals, shape, check_invariants=True)
@@ -120,7 +134,9 @@ def load_problem(path: str | Path) -> AllocationProblem:
 
 def _as_tensor(name: str, value: Any, path: Path) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
-        msg = f"problem file {str(path)!r}: array {name!r} is a {type(value).__name__}, not an array"
+        msg = (
+            f"problem file {str(path)!r}: array {name!r} is a {type(value).__name__}, not an array"
+        )
         raise SolverError(msg)
     if value.is_floating_point() and value.dtype not in (torch.float32, torch.float64):
         value = value.float()

@@ -41,10 +41,18 @@ def slice_users(problem: AllocationProblem, start: int, stop: int) -> Allocation
         sub = FactorisedConsumption(cons.item_cost, cons.segment_mask, cons.segment[start:stop], w)
     else:
         idx, vals = cons._indices(), cons._values()
-        lo, hi = torch.searchsorted(idx[0].contiguous(), torch.tensor([start, stop], device=idx.device)).tolist()
+        lo, hi = torch.searchsorted(
+            idx[0].contiguous(), torch.tensor([start, stop], device=idx.device)
+        ).tolist()
         sidx = idx[:, lo:hi].clone()
         sidx[0] -= start
-        sub = torch.sparse_coo_tensor(sidx, vals[lo:hi], (stop - start, *cons.shape[1:]), is_coalesced=True, check_invariants=False)
+        sub = torch.sparse_coo_tensor(
+            sidx,
+            vals[lo:hi],
+            (stop - start, *cons.shape[1:]),
+            is_coalesced=True,
+            check_invariants=False,
+        )
     return AllocationProblem(problem.revenue[start:stop], problem.budget, sub)
 
 
@@ -59,7 +67,9 @@ class Partition:
             that the Hessian sample (every ``stride``-th global chunk) is partition-independent.
     """
 
-    def __init__(self, problem: AllocationProblem, chunk_users: int, block_chunks: int, offset: int = 0) -> None:
+    def __init__(
+        self, problem: AllocationProblem, chunk_users: int, block_chunks: int, offset: int = 0
+    ) -> None:
         self.problem = problem
         self.offset = offset
         self.chunk = max(1, int(chunk_users))
@@ -77,7 +87,9 @@ class Partition:
             self.num_k = cons.num_resources
         else:
             idx = cons._indices()
-            self.ptr = torch.searchsorted(idx[0].contiguous(), torch.arange(self.n + 1, device=self.device)).tolist()
+            self.ptr = torch.searchsorted(
+                idx[0].contiguous(), torch.arange(self.n + 1, device=self.device)
+            ).tolist()
             self.flat = idx[0] * self.m + idx[1]
             self.kk = idx[2].contiguous()
             self.vals = cons._values().to(self.dtype)
@@ -125,7 +137,11 @@ class Partition:
                 head = torch.zeros(HEAD, dtype=torch.float64, device=self.device)
                 q_blk = torch.zeros_like(self._q)
                 q2_blk = torch.zeros_like(self._q) if hessian else None
-                t2 = torch.zeros(k_num, k_num, dtype=torch.float64, device=self.device) if hessian else None
+                t2 = (
+                    torch.zeros(k_num, k_num, dtype=torch.float64, device=self.device)
+                    if hessian
+                    else None
+                )
                 for a in range(b0, min(b0 + self.block, self.n), self.chunk):
                     b = min(a + self.chunk, self.n)
                     p, lse, best, total = self._soft_factorised(a, b, pi, tau)
@@ -144,8 +160,14 @@ class Partition:
                         if keep.numel():
                             seg_k = self.seg[a:b].index_select(0, keep)
                             wp_k = wp.index_select(0, keep)
-                            w2 = wp_k if self.weight is None else wp_k * self.weight[a:b].index_select(0, keep)
-                            q2_blk += (torch.nn.functional.one_hot(seg_k, g_num).T.to(self.dtype) @ w2).double()
+                            w2 = (
+                                wp_k
+                                if self.weight is None
+                                else wp_k * self.weight[a:b].index_select(0, keep)
+                            )
+                            q2_blk += (
+                                torch.nn.functional.one_hot(seg_k, g_num).T.to(self.dtype) @ w2
+                            ).double()
                             mu = (wp_k @ w_c.T).mul_(st_c.index_select(0, seg_k))  # (users kept, K)
                             t2 += (mu.T @ mu).double()
                 self._q += q_blk
@@ -176,7 +198,9 @@ class Partition:
                         row[HEAD + k_num :] += self._sparse_hessian(a, b, p, pv, flat, e0, e1, tau)
                 rows.append(row)
         if not rows:
-            return torch.zeros(0, HEAD + k_num + (k_num * k_num if hessian else 0), dtype=torch.float64)
+            return torch.zeros(
+                0, HEAD + k_num + (k_num * k_num if hessian else 0), dtype=torch.float64
+            )
         return torch.stack(rows).cpu()
 
     def primal(self, inv_rho: torch.Tensor) -> torch.Tensor:
@@ -196,7 +220,9 @@ class Partition:
         out = torch.zeros(1 + self.num_k, dtype=torch.float64, device=self.device)
         for a, b, x, flat, e0, e1 in self._sparse_allocations(inv):
             out[0] += (x * self.problem.revenue[a:b]).double().sum()
-            out[1:].index_add_(0, self.kk[e0:e1], self.vals[e0:e1].double() * x.view(-1)[flat].double())
+            out[1:].index_add_(
+                0, self.kk[e0:e1], self.vals[e0:e1].double() * x.view(-1)[flat].double()
+            )
         return out.cpu()
 
     def allocation(self, inv_rho: torch.Tensor) -> torch.Tensor:
@@ -242,11 +268,21 @@ class Partition:
         return p, lse, best, flat, e0, e1
 
     def _sparse_hessian(
-        self, a: int, b: int, p: torch.Tensor, pv: torch.Tensor, flat: torch.Tensor, e0: int, e1: int, tau: float
+        self,
+        a: int,
+        b: int,
+        p: torch.Tensor,
+        pv: torch.Tensor,
+        flat: torch.Tensor,
+        e0: int,
+        e1: int,
+        tau: float,
     ) -> torch.Tensor:
         k_num = self.num_k
         mu = torch.zeros((b - a) * k_num, dtype=self.dtype, device=self.device)
-        mu.index_add_(0, torch.div(flat, self.m, rounding_mode="floor") * k_num + self.kk[e0:e1], pv)
+        mu.index_add_(
+            0, torch.div(flat, self.m, rounding_mode="floor") * k_num + self.kk[e0:e1], pv
+        )
         mu = mu.view(b - a, k_num)
         out = -(mu.T @ mu).double().reshape(-1)
         first, second = self._entry_pairs()
@@ -272,8 +308,16 @@ class Partition:
                 firsts.append(e[same])
                 seconds.append(e[same] + d)
                 d += 1
-            f = torch.cat(firsts) if firsts else torch.zeros(0, dtype=torch.long, device=self.device)
-            s = torch.cat(seconds) if seconds else torch.zeros(0, dtype=torch.long, device=self.device)
+            f = (
+                torch.cat(firsts)
+                if firsts
+                else torch.zeros(0, dtype=torch.long, device=self.device)
+            )
+            s = (
+                torch.cat(seconds)
+                if seconds
+                else torch.zeros(0, dtype=torch.long, device=self.device)
+            )
             order = torch.argsort(f, stable=True)
             self._pairs = (f[order], s[order])
         return self._pairs
@@ -299,12 +343,16 @@ class Partition:
         for a in range(0, over.numel(), step):
             ks = over[a : a + step]
             hit = (self.s64[ks] > 0)[:, :, None] & (self.w64[ks] > 0)[:, None, :]
-            cap = torch.where(hit, inv[ks][:, None, None], torch.ones((), dtype=torch.float64, device=self.device))
+            cap = torch.where(
+                hit, inv[ks][:, None, None], torch.ones((), dtype=torch.float64, device=self.device)
+            )
             sigma = torch.minimum(sigma, cap.amin(0))
         return sigma
 
 
-def _softmax_with_null(r: torch.Tensor, tau: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _softmax_with_null(
+    r: torch.Tensor, tau: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``softmax([0, r] / tau)`` without the null column, ``tau * logsumexp``, ``max(0, max r)``
     and the softmax's denominator ``total`` (``>= 1``; the likeliest option has probability
     ``1 / total``).
@@ -312,7 +360,11 @@ def _softmax_with_null(r: torch.Tensor, tau: float) -> tuple[torch.Tensor, torch
     ``r`` is overwritten with the probabilities. Exponents are clamped at ``EXP_FLOOR`` (a
     term of ``exp(-80)`` instead of a smaller one: immaterial next to the leading ``exp(0)``).
     """
-    best = r.amax(1).clamp_min_(0) if r.shape[1] else torch.zeros(r.shape[0], dtype=r.dtype, device=r.device)
+    best = (
+        r.amax(1).clamp_min_(0)
+        if r.shape[1]
+        else torch.zeros(r.shape[0], dtype=r.dtype, device=r.device)
+    )
     r.sub_(best[:, None]).mul_(1.0 / tau).clamp_min_(EXP_FLOOR).exp_()
     total = r.sum(1).add_(torch.exp((best * (-1.0 / tau)).clamp_min_(EXP_FLOOR)))
     r.div_(total[:, None])

@@ -29,7 +29,9 @@ def projected_gradient(y: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     return y - (y - g).clamp_min(0.0)
 
 
-def _direction(y: torch.Tensor, g: torch.Tensor, h: torch.Tensor, shift: float = 0.0) -> torch.Tensor:
+def _direction(
+    y: torch.Tensor, g: torch.Tensor, h: torch.Tensor, shift: float = 0.0
+) -> torch.Tensor:
     # active set: entries whose gradient pushes outwards and whose own (diagonal) Newton step
     # would cross the bound are sent to the bound; the Newton system is solved on the rest
     hd = h.diagonal().clamp_min(1e-300)

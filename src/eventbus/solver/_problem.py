@@ -35,11 +35,21 @@ def _bad(what: str, got: str, fix: str) -> SolverError:
 
 def _float_tensor(name: str, value: object, ndim: int) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
-        raise _bad(f"{name} must be a torch.Tensor", type(value).__name__, "convert it with torch.as_tensor(...)")
+        raise _bad(
+            f"{name} must be a torch.Tensor",
+            type(value).__name__,
+            "convert it with torch.as_tensor(...)",
+        )
     if not value.is_floating_point():
-        raise _bad(f"{name} must be a floating-point tensor", f"dtype {value.dtype}", "cast it with .float()")
+        raise _bad(
+            f"{name} must be a floating-point tensor",
+            f"dtype {value.dtype}",
+            "cast it with .float()",
+        )
     if value.dim() != ndim:
-        raise _bad(f"{name} must have {ndim} dimension(s)", f"shape {tuple(value.shape)}", "reshape it")
+        raise _bad(
+            f"{name} must have {ndim} dimension(s)", f"shape {tuple(value.shape)}", "reshape it"
+        )
     return value
 
 
@@ -47,11 +57,17 @@ def _check_finite_nonneg(name: str, value: torch.Tensor, *, positive: bool = Fal
     if value.numel() == 0:
         return
     if not bool(torch.isfinite(value).all()):
-        raise _bad(f"{name} must be finite", "NaN or infinity", "replace them (use 0 for 'no consumption')")
+        raise _bad(
+            f"{name} must be finite", "NaN or infinity", "replace them (use 0 for 'no consumption')"
+        )
     low = float(value.min())
     if low < 0 or (positive and low <= 0):
         kind = "positive" if positive else "non-negative"
-        raise _bad(f"{name} must be {kind}", f"a minimum of {low!r}", f"clip it, e.g. {name}.clamp_min(...)")
+        raise _bad(
+            f"{name} must be {kind}",
+            f"a minimum of {low!r}",
+            f"clip it, e.g. {name}.clamp_min(...)",
+        )
 
 
 @dataclass(frozen=True)
@@ -88,9 +104,17 @@ class FactorisedConsumption:
                 "give segment_mask the shape (K, num_segments)",
             )
         seg = self.segment
-        if not isinstance(seg, torch.Tensor) or seg.dtype not in (torch.int32, torch.int64) or seg.dim() != 1:
+        if (
+            not isinstance(seg, torch.Tensor)
+            or seg.dtype not in (torch.int32, torch.int64)
+            or seg.dim() != 1
+        ):
             got = f"{getattr(seg, 'dtype', type(seg).__name__)} of shape {tuple(getattr(seg, 'shape', ()))}"
-            raise _bad("segment must be a 1-D int64 tensor (one segment per user)", got, "use torch.as_tensor(..., dtype=torch.long)")
+            raise _bad(
+                "segment must be a 1-D int64 tensor (one segment per user)",
+                got,
+                "use torch.as_tensor(..., dtype=torch.long)",
+            )
         if seg.numel() and (int(seg.min()) < 0 or int(seg.max()) >= self.segment_mask.shape[1]):
             raise _bad(
                 f"segment values must lie in [0, {self.segment_mask.shape[1]}) (segment_mask's columns)",
@@ -101,7 +125,11 @@ class FactorisedConsumption:
             _float_tensor("weight", self.weight, 2)
             want = (seg.shape[0], self.item_cost.shape[1])
             if tuple(self.weight.shape) != want:
-                raise _bad("weight must have shape (num_users, num_items)", f"{tuple(self.weight.shape)}", f"give it shape {want}")
+                raise _bad(
+                    "weight must have shape (num_users, num_items)",
+                    f"{tuple(self.weight.shape)}",
+                    f"give it shape {want}",
+                )
             _check_finite_nonneg("weight", self.weight)
         _check_finite_nonneg("item_cost", self.item_cost)
         _check_finite_nonneg("segment_mask", self.segment_mask)
@@ -152,7 +180,11 @@ class AllocationProblem:
     def __post_init__(self) -> None:
         rev = _float_tensor("revenue", self.revenue, 2)
         if not bool(torch.isfinite(rev).all()):
-            raise _bad("revenue must be finite", "NaN or infinity", "use a large negative revenue for items a user may not get")
+            raise _bad(
+                "revenue must be finite",
+                "NaN or infinity",
+                "use a large negative revenue for items a user may not get",
+            )
         _float_tensor("budget", self.budget, 1)
         _check_finite_nonneg("budget", self.budget, positive=True)
         n, m = rev.shape
@@ -172,9 +204,17 @@ class AllocationProblem:
                     "build it with torch.sparse_coo_tensor(indices, values, (n, m, K))",
                 )
             if tuple(cons.shape[:2]) != (n, m):
-                raise _bad(f"consumption must have shape ({n}, {m}, K)", f"{tuple(cons.shape)}", "match revenue's shape")
+                raise _bad(
+                    f"consumption must have shape ({n}, {m}, K)",
+                    f"{tuple(cons.shape)}",
+                    "match revenue's shape",
+                )
             if not cons.is_floating_point():
-                raise _bad("consumption values must be floating point", f"dtype {cons.dtype}", "cast with .float()")
+                raise _bad(
+                    "consumption values must be floating point",
+                    f"dtype {cons.dtype}",
+                    "cast with .float()",
+                )
             if not cons.is_coalesced():
                 object.__setattr__(self, "consumption", cons.coalesce())
             _check_finite_nonneg("consumption values", self.consumption._values())  # type: ignore[union-attr]
@@ -186,7 +226,11 @@ class AllocationProblem:
             )
         k = self.consumption_rows()
         if self.budget.shape[0] != k:
-            raise _bad("budget must have one entry per resource", f"{self.budget.shape[0]} entries for {k} resources", f"give it shape ({k},)")
+            raise _bad(
+                "budget must have one entry per resource",
+                f"{self.budget.shape[0]} entries for {k} resources",
+                f"give it shape ({k},)",
+            )
 
     def consumption_rows(self) -> int:
         """``K`` as the consumption sees it (used by validation)."""
@@ -218,7 +262,9 @@ class AllocationProblem:
         cons = self.consumption
         if isinstance(cons, FactorisedConsumption):
             w = None if cons.weight is None else cons.weight.to(device)
-            cons = FactorisedConsumption(cons.item_cost.to(device), cons.segment_mask.to(device), cons.segment.to(device), w)
+            cons = FactorisedConsumption(
+                cons.item_cost.to(device), cons.segment_mask.to(device), cons.segment.to(device), w
+            )
         else:
             cons = cons.to(device)
         return AllocationProblem(self.revenue.to(device), self.budget.to(device), cons)
@@ -234,10 +280,14 @@ class AllocationProblem:
         for k in range(cons.num_resources):
             vals = weight * cons.item_cost[k][None, :] * cons.segment_mask[k][cons.segment][:, None]
             ij = (vals != 0).nonzero().T
-            parts_i.append(torch.cat([ij, torch.full((1, ij.shape[1]), k, dtype=ij.dtype, device=ij.device)]))
+            parts_i.append(
+                torch.cat([ij, torch.full((1, ij.shape[1]), k, dtype=ij.dtype, device=ij.device)])
+            )
             parts_v.append(vals[ij[0], ij[1]])
         idx = torch.cat(parts_i, dim=1)
-        sparse = torch.sparse_coo_tensor(idx, torch.cat(parts_v), (n, m, cons.num_resources), check_invariants=False).coalesce()
+        sparse = torch.sparse_coo_tensor(
+            idx, torch.cat(parts_v), (n, m, cons.num_resources), check_invariants=False
+        ).coalesce()
         return AllocationProblem(self.revenue, self.budget, sparse)
 
     def dense_consumption(self) -> torch.Tensor:
@@ -245,5 +295,9 @@ class AllocationProblem:
         cons = self.consumption
         if isinstance(cons, FactorisedConsumption):
             weight = cons.weight if cons.weight is not None else torch.ones_like(self.revenue)
-            return weight[:, :, None] * cons.item_cost.T[None, :, :] * cons.segment_mask.T[cons.segment][:, None, :]
+            return (
+                weight[:, :, None]
+                * cons.item_cost.T[None, :, :]
+                * cons.segment_mask.T[cons.segment][:, None, :]
+            )
         return cons.to_dense()

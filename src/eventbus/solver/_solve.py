@@ -38,7 +38,9 @@ TAU_FLOOR = 1e-7
 STAGE_ITERATIONS = 30
 STALL = 4  # iterations without a 2 % better gap end a temperature stage
 SMALL_PROBLEM = 1 << 20  # entries below which the default is one torch thread
-HESSIAN_SAMPLE = 1 << 22  # entries (of users the metric sums) in the Hessian sample (subsampled Newton)
+HESSIAN_SAMPLE = (
+    1 << 22
+)  # entries (of users the metric sums) in the Hessian sample (subsampled Newton)
 
 
 @dataclass(frozen=True)
@@ -118,12 +120,16 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
         msg = f"device must be 'auto', 'cpu' or 'cuda[:N]'; got {device!r}"
         raise SolverError(msg) from exc
     if dev.type == "cuda" and not torch.cuda.is_available():
-        msg = f"device {device!r} was asked for but CUDA is not available; use device='cpu' or 'auto'"
+        msg = (
+            f"device {device!r} was asked for but CUDA is not available; use device='cpu' or 'auto'"
+        )
         raise SolverError(msg)
     return dev
 
 
-def check_options(problem: AllocationProblem, gap: float, warm_start: object) -> torch.Tensor | None:
+def check_options(
+    problem: AllocationProblem, gap: float, warm_start: object
+) -> torch.Tensor | None:
     """Validate solver options; return the warm-start duals (float64, CPU) if any."""
     if not isinstance(problem, AllocationProblem):
         msg = f"problem must be an AllocationProblem; got {type(problem).__name__}"
@@ -196,8 +202,17 @@ def solve(
         part = Partition(problem, chunk, BLOCK_CHUNKS)
         tau0 = warm_start.temperature if isinstance(warm_start, SolveResult) else None
         result, best = run_dual(
-            part, problem.budget, problem.num_users, problem.num_items, chunk, problem.revenue.dtype,
-            gap=gap, lam0=lam0, tau0=tau0, max_iterations=max_iterations, callback=callback,
+            part,
+            problem.budget,
+            problem.num_users,
+            problem.num_items,
+            chunk,
+            problem.revenue.dtype,
+            gap=gap,
+            lam0=lam0,
+            tau0=tau0,
+            max_iterations=max_iterations,
+            callback=callback,
         )
         if keep_allocation and best is not None:
             part.evaluate(best[0], best[1])
@@ -228,7 +243,9 @@ class _Best:
     dual: float = math.inf
     primal: float = -math.inf
     usage: torch.Tensor | None = None
-    point: tuple[torch.Tensor, float, torch.Tensor] | None = None  # (lam, tau, inv_rho) of the primal
+    point: tuple[torch.Tensor, float, torch.Tensor] | None = (
+        None  # (lam, tau, inv_rho) of the primal
+    )
 
 
 def run_dual(
@@ -278,7 +295,11 @@ def run_dual(
         usage = tot[HEAD : HEAD + k_num]
         state["dual"] = float(tot[1]) + float(lam @ b)
         state["usage"] = usage
-        h = tot[HEAD + k_num :].reshape(k_num, k_num) * hess_scale * (num_users / max(float(tot[2]), 1.0))
+        h = (
+            tot[HEAD + k_num :].reshape(k_num, k_num)
+            * hess_scale
+            * (num_users / max(float(tot[2]), 1.0))
+        )
         return float(tot[0]) / c_total + float(yv.sum()), 1.0 - usage / b, h
 
     def certify() -> float:
@@ -305,7 +326,11 @@ def run_dual(
             # go colder once the dual residual is small next to the gap this temperature allows,
             # or once the gap stops improving here
             stalled = len(history) > STALL and history[-1] > 0.98 * history[-1 - STALL]
-            if stage_iters > 0 and (pg <= 0.1 * max(gap, cur_gap) or (stalled and pg <= max(gap, cur_gap)) or stage_iters >= STAGE_ITERATIONS):
+            if stage_iters > 0 and (
+                pg <= 0.1 * max(gap, cur_gap)
+                or (stalled and pg <= max(gap, cur_gap))
+                or stage_iters >= STAGE_ITERATIONS
+            ):
                 break
             stepped = newton.step(fun, y, f, g, h)
             if stepped is None:
@@ -318,7 +343,15 @@ def run_dual(
             history.append(cur_gap)
             if callback is not None:
                 callback(
-                    SolveProgress(iterations, int(state["evals"]), tau, best.dual, best.primal, cur_gap, time.perf_counter() - start)  # type: ignore[call-overload]
+                    SolveProgress(
+                        iterations,
+                        int(state["evals"]),
+                        tau,
+                        best.dual,
+                        best.primal,
+                        cur_gap,
+                        time.perf_counter() - start,
+                    )  # type: ignore[call-overload]
                 )
         if cur_gap <= gap or iterations >= max_iterations or tau <= TAU_FLOOR * mean_best:
             break

@@ -231,7 +231,7 @@ def test_json_like_and_python_inputs() -> None:
 
 
 def test_timestamps_and_durations() -> None:
-    t = dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    t = dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     prog = cel.compile("time > timestamp('2024-01-01T00:00:00Z') && time.getHours() == 3")
     assert prog.evaluate({"time": t}) is True
     later = cel.compile("time + duration('1h30m')").evaluate({"time": t})

@@ -33,7 +33,7 @@ VARIABLES: dict[str, Any] = {
     "m": {"a": 1, "b": "x", "c": [1, 2]},
 }
 _ENV = ref.NewEnv(
-    variables={name: ref.Type.DYN for name in VARIABLES},
+    variables=dict.fromkeys(VARIABLES, ref.Type.DYN),
     extensions=[ref_ext_strings.ExtStrings(), ref_ext_math.ExtMath()],
 )
 
@@ -48,7 +48,9 @@ _MAP_LEAF = st.sampled_from(["{}", "{'a': 1}", "m", "{1: 'x', 2u: 'y'}", "{'k': 
 _OTHER_LEAF = st.sampled_from(["z", "null", "m.missing", "l[5]", "1 / 0"])
 
 
-def _bin(a: st.SearchStrategy[str], ops: list[str], b: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+def _bin(
+    a: st.SearchStrategy[str], ops: list[str], b: st.SearchStrategy[str]
+) -> st.SearchStrategy[str]:
     return st.tuples(a, st.sampled_from(ops), b).map(lambda t: f"({t[0]} {t[1]} {t[2]})")
 
 
@@ -97,9 +99,7 @@ STRS = st.deferred(
         _call(["{}.join('-')"], LISTS),
     )
 )
-ANY = st.deferred(
-    lambda: st.one_of(INTS, UINTS, DOUBLES, STRS, BOOLS, LISTS, MAPS, _OTHER_LEAF)
-)
+ANY = st.deferred(lambda: st.one_of(INTS, UINTS, DOUBLES, STRS, BOOLS, LISTS, MAPS, _OTHER_LEAF))
 BOOLS = st.deferred(
     lambda: st.one_of(
         _BOOL_LEAF,
@@ -111,7 +111,11 @@ BOOLS = st.deferred(
         _bin(ANY, ["&&", "||"], BOOLS),
         _call(["!({})"], BOOLS),
         _call(["{} in {}"], ANY, st.one_of(LISTS, MAPS)),
-        _call(["{}.contains({})", "{}.startsWith({})", "{}.endsWith({})", "{}.matches({})"], STRS, STRS),
+        _call(
+            ["{}.contains({})", "{}.startsWith({})", "{}.endsWith({})", "{}.matches({})"],
+            STRS,
+            STRS,
+        ),
         _call(["has({}.a)", "has({}.b)"], MAPS),
         _call(["{}.all(e, {})", "{}.exists(e, {})", "{}.exists_one(e, {})"], LISTS, BOOLS),
         _call(["l.exists(e, e > {})", "l.all(e, e != {})", "ls.exists(e, e == {})"], ANY),
@@ -147,7 +151,7 @@ def _ours(source: str) -> tuple[str, Any]:
 def _reference(source: str) -> tuple[str, Any]:
     try:
         result = _ENV.compile(source, disable_check=True).eval(data=VARIABLES)
-    except Exception:  # noqa: BLE001 - the reference reports errors as exceptions too
+    except Exception:
         return "error", None
     if result.type() == ref.Type.ERROR:
         return "error", None
@@ -159,7 +163,9 @@ def _reference(source: str) -> tuple[str, Any]:
 
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, float) and isinstance(b, float):
-        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+        return (math.isnan(a) and math.isnan(b)) or (
+            a == b and math.copysign(1, a) == math.copysign(1, b)
+        )
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):

@@ -618,13 +618,20 @@ def test_fast_path_decodes_like_the_general_path(name: str) -> None:
 @pytest.mark.parametrize(
     ("value", "headers", "key", "message"),
     [
-        (b"{nope", [*binary_headers(), ("content-type", b"application/json")], None, "value is not valid JSON"),
+        (
+            b"{nope",
+            [*binary_headers(), ("content-type", b"application/json")],
+            None,
+            "value is not valid JSON",
+        ),
         (b"{}", binary_headers(id=""), None, "ce_id is ''"),
         (b"{}", binary_headers(specversion="0.3"), None, "ce_specversion is '0.3'"),
         (b"{}", binary_headers(), b"\xff\xfe", "header key is not UTF-8"),
         (b"{}", [*binary_headers(), ("ce_type", b"\xff")], None, "not UTF-8"),
     ],
 )
-def test_fast_path_leaves_errors_to_the_general_path(value: bytes, headers: list[tuple[str, bytes]], key: bytes | None, message: str) -> None:
+def test_fast_path_leaves_errors_to_the_general_path(
+    value: bytes, headers: list[tuple[str, bytes]], key: bytes | None, message: str
+) -> None:
     with pytest.raises(EventDecodeError, match=re.escape(message)):
         decode(value, headers, key)

@@ -27,7 +27,13 @@ def recs(*offsets: int) -> list[Any]:
     return [SimpleNamespace(offset=o) for o in offsets]
 
 
-def take(gaps: OffsetGaps, c: Consumer, data: dict[TopicPartition, list[Any]], now: float, tp: TopicPartition = TP) -> tuple[list[int], bool]:
+def take(
+    gaps: OffsetGaps,
+    c: Consumer,
+    data: dict[TopicPartition, list[Any]],
+    now: float,
+    tp: TopicPartition = TP,
+) -> tuple[list[int], bool]:
     out, held = gaps.take(c, data, now)
     return [r.offset for r in out.get(tp, [])], held
 
@@ -77,6 +83,13 @@ def test_zero_wait_passes_gaps_and_reset_forgets_positions():
 
 def test_the_source_waits_as_configured():
     config = KafkaSourceConfig(topic="in", offset_gap_wait_ms=250)
-    source = KafkaSource(config, pipeline="p", bootstrap_servers="127.0.0.1:1", dispatch=None, sink=None, dead_letter=None)  # type: ignore[arg-type]
+    source = KafkaSource(
+        config,
+        pipeline="p",
+        bootstrap_servers="127.0.0.1:1",
+        dispatch=None,
+        sink=None,
+        dead_letter=None,
+    )  # type: ignore[arg-type]
     assert source._gaps.wait_s == 0.25
     assert KafkaSourceConfig(topic="in").offset_gap_wait_ms == 1000

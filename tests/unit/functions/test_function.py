@@ -40,9 +40,16 @@ def test_coroutine_rejected() -> None:
 
 
 def test_resolve_errors_name_the_reference() -> None:
-    with pytest.raises(FunctionError, match=re.escape("is not of the form 'package.module:function'")):
+    with pytest.raises(
+        FunctionError, match=re.escape("is not of the form 'package.module:function'")
+    ):
         resolve_function("nocolon")
-    with pytest.raises(FunctionError, match=re.escape("module 'tests.unit.pipelines.funcs' has no attribute 'tag_bach' (did you mean 'tag_batch'?)")):
+    with pytest.raises(
+        FunctionError,
+        match=re.escape(
+            "module 'tests.unit.pipelines.funcs' has no attribute 'tag_bach' (did you mean 'tag_batch'?)"
+        ),
+    ):
         resolve_function("tests.unit.pipelines.funcs:tag_bach")
     fn = resolve_function("tests.unit.pipelines.funcs:tag_batch")
     assert function_spec(fn).batch

@@ -15,11 +15,17 @@ NOW = 1_700_000_000
 
 
 def hmac_creds(pipeline: str, secret: str, **kw: object):
-    return load_credentials(pipeline, AuthConfig.model_validate({"hmac_sha256": {"secret_env": "S", **kw}}), {"S": secret})
+    return load_credentials(
+        pipeline,
+        AuthConfig.model_validate({"hmac_sha256": {"secret_env": "S", **kw}}),
+        {"S": secret},
+    )
 
 
 def bearer_creds(pipeline: str, token: str):
-    return load_credentials(pipeline, AuthConfig.model_validate({"bearer": {"token_env": "T"}}), {"T": token})
+    return load_credentials(
+        pipeline, AuthConfig.model_validate({"bearer": {"token_env": "T"}}), {"T": token}
+    )
 
 
 def status_of(cred, headers, body=BODY, others=()) -> int:
@@ -44,7 +50,9 @@ def test_replay_window() -> None:
     old = sign("s3cret", BODY, timestamp=NOW - 61)
     with pytest.raises(IngressError, match="outside the 60 s replay window"):
         authenticate(cred, {"x-eventbus-signature": old}, BODY, (), now=NOW)
-    assert status_of(cred, {"x-eventbus-signature": sign("s3cret", BODY, timestamp=NOW - 59)}) == 200
+    assert (
+        status_of(cred, {"x-eventbus-signature": sign("s3cret", BODY, timestamp=NOW - 59)}) == 200
+    )
 
 
 def test_signature_of_another_pipeline_is_403() -> None:
@@ -73,14 +81,24 @@ def test_secrets_never_appear_in_messages_or_repr() -> None:
 
 
 def test_missing_secret_names_the_variable_not_a_value(tmp_path) -> None:
-    with pytest.raises(ConfigError, match=re.escape("auth secret environment variable PAY_SECRET is not set")):
-        load_credentials("orders", AuthConfig.model_validate({"hmac_sha256": {"secret_env": "PAY_SECRET"}}), {})
+    with pytest.raises(
+        ConfigError, match=re.escape("auth secret environment variable PAY_SECRET is not set")
+    ):
+        load_credentials(
+            "orders", AuthConfig.model_validate({"hmac_sha256": {"secret_env": "PAY_SECRET"}}), {}
+        )
     f = tmp_path / "token"
     f.write_text("  from-file\n")
-    cred = load_credentials("orders", AuthConfig.model_validate({"bearer": {"token_file": str(f)}}), {})
+    cred = load_credentials(
+        "orders", AuthConfig.model_validate({"bearer": {"token_file": str(f)}}), {}
+    )
     assert status_of(cred, {"authorization": "Bearer from-file"}) == 200
     with pytest.raises(ConfigError, match="cannot be read"):
-        load_credentials("orders", AuthConfig.model_validate({"bearer": {"token_file": str(tmp_path / "nope")}}), {})
+        load_credentials(
+            "orders",
+            AuthConfig.model_validate({"bearer": {"token_file": str(tmp_path / "nope")}}),
+            {},
+        )
 
 
 def test_auth_config_needs_exactly_one_secret_place() -> None:

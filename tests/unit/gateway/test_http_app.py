@@ -11,7 +11,13 @@ import pytest
 from eventbus.eventing.sources._auth import sign
 from eventbus.eventing.sources._http import build_http_app
 
-CE = {"ce-specversion": "1.0", "ce-id": "e1", "ce-source": "/shop", "ce-type": "payment.created", "content-type": "application/json"}
+CE = {
+    "ce-specversion": "1.0",
+    "ce-id": "e1",
+    "ce-source": "/shop",
+    "ce-type": "payment.created",
+    "content-type": "application/json",
+}
 
 
 @pytest.fixture
@@ -33,62 +39,115 @@ async def test_async_binary_event_is_published_as_sent(client) -> None:
 
 async def test_structured_batch_and_plain_modes(client) -> None:
     one = {"specversion": "1.0", "id": "s1", "source": "/s", "type": "t", "data": {"amount": 1}}
-    r = await client.post("/hooks/open", content=orjson.dumps(one), headers={"content-type": "application/cloudevents+json"})
+    r = await client.post(
+        "/hooks/open",
+        content=orjson.dumps(one),
+        headers={"content-type": "application/cloudevents+json"},
+    )
     assert r.status_code == 202
     batch = [dict(one, id=f"b{i}") for i in range(3)]
-    r = await client.post("/hooks/open", content=orjson.dumps(batch), headers={"content-type": "application/cloudevents-batch+json"})
+    r = await client.post(
+        "/hooks/open",
+        content=orjson.dumps(batch),
+        headers={"content-type": "application/cloudevents-batch+json"},
+    )
     assert r.json()["ids"] == ["b0", "b1", "b2"]
     r = await client.post("/hooks/open", json={"amount": 7})
     assert r.status_code == 202
     plain = client.backend.published["open"][-1]
-    assert (plain.type, plain.source, plain.data) == ("eventbus.http", "/eventbus/open", {"amount": 7})
+    assert (plain.type, plain.source, plain.data) == (
+        "eventbus.http",
+        "/eventbus/open",
+        {"amount": 7},
+    )
     assert [e.id for e in client.backend.published["open"][:4]] == ["s1", "b0", "b1", "b2"]
 
 
 async def test_sync_returns_binary_for_one_output_and_204_when_filtered(client) -> None:
-    r = await client.post("/v1/pipelines/open/events?wait=true", headers=CE, content=b'{"amount": 500}')
+    r = await client.post(
+        "/v1/pipelines/open/events?wait=true", headers=CE, content=b'{"amount": 500}'
+    )
     assert r.status_code == 200, r.text
     assert r.headers["ce-type"] == "payment.large" and r.headers["ce-id"] == "e1"
     assert r.json() == {"amount": 500, "amount_cny": 3500.0, "cents": 50000}
-    r = await client.post("/v1/pipelines/open/events?wait=true", headers=CE, content=b'{"amount": 5}')
+    r = await client.post(
+        "/v1/pipelines/open/events?wait=true", headers=CE, content=b'{"amount": 5}'
+    )
     assert r.status_code == 204
     assert "open" not in client.backend.published  # sync answers, it does not also publish
 
 
 async def test_sync_batch_gives_a_batch(client) -> None:
-    batch = [{"specversion": "1.0", "id": f"b{i}", "source": "/s", "type": "t", "data": {"amount": 200 + i}} for i in range(3)]
-    r = await client.post("/v1/pipelines/open/events?wait=true", content=orjson.dumps(batch), headers={"content-type": "application/cloudevents-batch+json"})
+    batch = [
+        {
+            "specversion": "1.0",
+            "id": f"b{i}",
+            "source": "/s",
+            "type": "t",
+            "data": {"amount": 200 + i},
+        }
+        for i in range(3)
+    ]
+    r = await client.post(
+        "/v1/pipelines/open/events?wait=true",
+        content=orjson.dumps(batch),
+        headers={"content-type": "application/cloudevents-batch+json"},
+    )
     assert r.status_code == 200
     assert r.headers["content-type"] == "application/cloudevents-batch+json"
     assert [e["data"]["amount_cny"] for e in r.json()] == [1400.0, 1407.0, 1414.0]
 
 
 async def test_failing_step_is_422_naming_step_and_event(client) -> None:
-    r = await client.post("/v1/pipelines/open/events?wait=true", headers=CE, content=b'{"amount": 9223372036854775807}')
+    r = await client.post(
+        "/v1/pipelines/open/events?wait=true",
+        headers=CE,
+        content=b'{"amount": 9223372036854775807}',
+    )
     assert r.status_code == 422
     assert "event 'e1' failed in step 'cny'" in r.json()["error"]
     assert "overflow" in r.json()["error"]
 
 
 async def test_source_mode_sync_is_the_default_there(client) -> None:
-    r = await client.post("/v1/pipelines/payments/events", headers={**CE, "authorization": "Bearer pay-token"}, content=b'{"amount": 500}')
+    r = await client.post(
+        "/v1/pipelines/payments/events",
+        headers={**CE, "authorization": "Bearer pay-token"},
+        content=b'{"amount": 500}',
+    )
     assert r.status_code == 200 and r.json()["amount_cny"] == 3500.0
-    r = await client.post("/v1/pipelines/payments/events?wait=false", headers={**CE, "authorization": "Bearer pay-token"}, content=b'{"amount": 500}')
+    r = await client.post(
+        "/v1/pipelines/payments/events?wait=false",
+        headers={**CE, "authorization": "Bearer pay-token"},
+        content=b'{"amount": 500}',
+    )
     assert r.status_code == 202
 
 
 async def test_hmac_auth_401_and_403(client) -> None:
     body = b'{"amount": 5}'
     good = {"content-type": "application/json", "x-eventbus-signature": sign("orders-secret", body)}
-    assert (await client.post("/v1/pipelines/orders/events", content=body, headers=good)).status_code == 202
-    r = await client.post("/v1/pipelines/orders/events", content=body, headers={"content-type": "application/json"})
+    assert (
+        await client.post("/v1/pipelines/orders/events", content=body, headers=good)
+    ).status_code == 202
+    r = await client.post(
+        "/v1/pipelines/orders/events", content=body, headers={"content-type": "application/json"}
+    )
     assert r.status_code == 401 and "x-eventbus-signature" in r.json()["error"]
     bad = {**good, "x-eventbus-signature": sign("wrong", body)}
-    assert (await client.post("/v1/pipelines/orders/events", content=body, headers=bad)).status_code == 401
+    assert (
+        await client.post("/v1/pipelines/orders/events", content=body, headers=bad)
+    ).status_code == 401
     # a valid token of another pipeline
-    r = await client.post("/v1/pipelines/payments/events", content=body, headers={"authorization": "Bearer nope"})
+    r = await client.post(
+        "/v1/pipelines/payments/events", content=body, headers={"authorization": "Bearer nope"}
+    )
     assert r.status_code == 401
-    r = await client.post("/v1/pipelines/payments/events", content=body, headers={**CE, "authorization": "Bearer pay-token"})
+    r = await client.post(
+        "/v1/pipelines/payments/events",
+        content=body,
+        headers={**CE, "authorization": "Bearer pay-token"},
+    )
     assert r.status_code == 204  # filtered out (amount 5), synchronously
 
 
@@ -100,22 +159,37 @@ async def test_bearer_token_of_another_pipeline_is_403(ingress_factory) -> None:
         pipeline_doc("b", [{"http": {"auth": {"bearer": {"token_env": "ORDERS_SECRET"}}}}]),
     ]
     ingress, _ = ingress_factory(docs)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=build_http_app(ingress)), base_url="http://gw") as c:
-        r = await c.post("/v1/pipelines/b/events", json={}, headers={"authorization": f"Bearer {ENV['PAY_TOKEN']}"})
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=build_http_app(ingress)), base_url="http://gw"
+    ) as c:
+        r = await c.post(
+            "/v1/pipelines/b/events",
+            json={},
+            headers={"authorization": f"Bearer {ENV['PAY_TOKEN']}"},
+        )
     assert r.status_code == 403
     assert ENV["PAY_TOKEN"] not in r.text
 
 
 async def test_schema_violation_is_422_with_the_json_pointer(client) -> None:
     body = orjson.dumps({"amount": 5, "tags": ["ok", 3]})
-    r = await client.post("/v1/pipelines/orders/events", content=body, headers={"content-type": "application/json", "x-eventbus-signature": sign("orders-secret", body)})
+    r = await client.post(
+        "/v1/pipelines/orders/events",
+        content=body,
+        headers={
+            "content-type": "application/json",
+            "x-eventbus-signature": sign("orders-secret", body),
+        },
+    )
     assert r.status_code == 422
     assert "at JSON pointer /tags/1: 3 is not of type 'string'" in r.json()["error"]
 
 
 async def test_body_over_the_limit_is_413(client) -> None:
     body = orjson.dumps({"amount": 1, "pad": "x" * 3000})
-    r = await client.post("/v1/pipelines/orders/events", content=body, headers={"content-type": "application/json"})
+    r = await client.post(
+        "/v1/pipelines/orders/events", content=body, headers={"content-type": "application/json"}
+    )
     assert r.status_code == 413
     assert "takes at most 2048" in r.json()["error"]
 
@@ -123,19 +197,29 @@ async def test_body_over_the_limit_is_413(client) -> None:
         for _ in range(4):
             yield b"x" * 1000
 
-    r = await client.post("/v1/pipelines/orders/events", content=chunks(), headers={"content-type": "application/json"})
+    r = await client.post(
+        "/v1/pipelines/orders/events",
+        content=chunks(),
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 413
 
 
 async def test_malformed_cloudevent_is_400_naming_the_attribute(client) -> None:
-    r = await client.post("/v1/pipelines/open/events", headers={k: v for k, v in CE.items() if k != "ce-source"}, content=b"{}")
+    r = await client.post(
+        "/v1/pipelines/open/events",
+        headers={k: v for k, v in CE.items() if k != "ce-source"},
+        content=b"{}",
+    )
     assert r.status_code == 400
     assert "header ce-source is missing" in r.json()["error"]
 
 
 async def test_unknown_pipeline_path_or_transport_is_404(client) -> None:
     r = await client.post("/v1/pipelines/nope/events", json={})
-    assert r.status_code == 404 and re.search(r"no pipeline named 'nope' accepts http events \(those that do: .*open", r.json()["error"])
+    assert r.status_code == 404 and re.search(
+        r"no pipeline named 'nope' accepts http events \(those that do: .*open", r.json()["error"]
+    )
     r = await client.post("/v1/pipelines/kafka-only/events", json={})
     assert r.status_code == 404 and "has no http source" in r.json()["error"]
     r = await client.post("/hooks/nothing", json={})
@@ -156,7 +240,11 @@ async def test_broker_failure_is_503_and_nothing_claimed_accepted(client) -> Non
 async def test_openapi_and_health(client) -> None:
     spec = (await client.get("/openapi.json")).json()
     post = spec["paths"]["/v1/pipelines/{name}/events"]["post"]
-    assert set(post["requestBody"]["content"]) == {"application/json", "application/cloudevents+json", "application/cloudevents-batch+json"}
+    assert set(post["requestBody"]["content"]) == {
+        "application/json",
+        "application/cloudevents+json",
+        "application/cloudevents-batch+json",
+    }
     assert {"202", "400", "401", "403", "404", "413", "422"} <= set(post["responses"])
     health = (await client.get("/healthz")).json()
     assert health["status"] == "ok" and "orders" in health["pipelines"]
@@ -167,15 +255,30 @@ async def test_event_routes_answer_in_front_of_the_app_like_the_app(client) -> N
     # ones the FastAPI routes give: status, headers, the wait parameter, source paths.
     r = await client.post("/v1/pipelines/open/events?wait=maybe", headers=CE, content=b"{}")
     assert r.status_code == 400 and "query parameter wait is 'maybe'" in r.json()["error"]
-    r = await client.post("/v1/pipelines/open/events?x=1&wait=1", headers=CE, content=b'{"amount": 500}')
-    assert r.status_code == 200 and r.headers["ce-id"] == "e1" and r.headers["content-length"] == str(len(r.content))
+    r = await client.post(
+        "/v1/pipelines/open/events?x=1&wait=1", headers=CE, content=b'{"amount": 500}'
+    )
+    assert (
+        r.status_code == 200
+        and r.headers["ce-id"] == "e1"
+        and r.headers["content-length"] == str(len(r.content))
+    )
     r = await client.post("/hooks/open/", headers=CE, content=b'{"amount": 500}')
     assert r.status_code == 202 and r.headers["content-type"] == "application/json"
-    r = await client.post("/v1/pipelines/open/events?wait=true", headers={**CE, "ce-id": "small"}, content=b'{"amount": 5}')
+    r = await client.post(
+        "/v1/pipelines/open/events?wait=true",
+        headers={**CE, "ce-id": "small"},
+        content=b'{"amount": 5}',
+    )
     assert r.status_code == 204 and r.content == b"" and "content-length" not in r.headers
     r = await client.post("/v1/pipelines/nope/events", headers=CE, content=b"{}")
     assert r.status_code == 404 and "no pipeline named 'nope'" in r.json()["error"]
-    r = await client.post("/v1/pipelines/a/b/events", headers=CE, content=b"{}")  # not a pipeline name: the app's catch-all
-    assert r.status_code == 404 and "no pipeline serves path '/v1/pipelines/a/b/events'" in r.json()["error"]
+    r = await client.post(
+        "/v1/pipelines/a/b/events", headers=CE, content=b"{}"
+    )  # not a pipeline name: the app's catch-all
+    assert (
+        r.status_code == 404
+        and "no pipeline serves path '/v1/pipelines/a/b/events'" in r.json()["error"]
+    )
     r = await client.get("/v1/pipelines/open/events")
     assert r.status_code == 405

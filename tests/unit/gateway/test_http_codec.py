@@ -10,19 +10,33 @@ from cloudevents.core.bindings import http as sdk_http
 from cloudevents.core.formats.json import JSONFormat
 
 from eventbus.errors import EventDecodeError
-from eventbus.eventing._http_codec import decode_http, encode_http_batch, encode_http_binary, encode_http_structured
+from eventbus.eventing._http_codec import (
+    decode_http,
+    encode_http_batch,
+    encode_http_binary,
+    encode_http_structured,
+)
 from tests.unit.eventing.test_codecs import EVENTS, SDK_SAFE, TIME, sdk_attributes, to_sdk
 
 
 def decode(headers: dict[str, str], body: bytes) -> tuple[list, str]:
-    return decode_http({k.lower(): v for k, v in headers.items()}, body, default_type="eventbus.http", default_source="/gw")
+    return decode_http(
+        {k.lower(): v for k, v in headers.items()},
+        body,
+        default_type="eventbus.http",
+        default_source="/gw",
+    )
 
 
 @pytest.mark.parametrize("name", SDK_SAFE)
 @pytest.mark.parametrize("mode", ["binary", "structured"])
 def test_we_read_the_sdks_http_messages(name: str, mode: str) -> None:
     sdk_event = to_sdk(EVENTS[name].replace(time=EVENTS[name].time or TIME))
-    message = sdk_http.to_binary(sdk_event, JSONFormat()) if mode == "binary" else sdk_http.to_structured(sdk_event, JSONFormat())
+    message = (
+        sdk_http.to_binary(sdk_event, JSONFormat())
+        if mode == "binary"
+        else sdk_http.to_structured(sdk_event, JSONFormat())
+    )
     events, got_mode = decode(dict(message.headers), message.body)
     assert got_mode == mode
     assert events[0].attributes == sdk_attributes(sdk_event)
@@ -34,8 +48,13 @@ def test_sdk_reads_our_binary_and_structured(name: str) -> None:
     event = EVENTS[name].replace(time=EVENTS[name].time or TIME)
     for encode in (encode_http_binary, encode_http_structured):
         headers, body = encode(event)
-        parsed = sdk_http.from_http(sdk_http.HTTPMessage(headers=dict(headers), body=body), JSONFormat())
-        assert sdk_attributes(parsed) == {**event.attributes, "time": sdk_attributes(to_sdk(event))["time"]}
+        parsed = sdk_http.from_http(
+            sdk_http.HTTPMessage(headers=dict(headers), body=body), JSONFormat()
+        )
+        assert sdk_attributes(parsed) == {
+            **event.attributes,
+            "time": sdk_attributes(to_sdk(event))["time"],
+        }
         assert parsed.get_data() == event.data
 
 
@@ -73,24 +92,72 @@ def test_plain_non_json_body_keeps_its_bytes_and_type() -> None:
 @pytest.mark.parametrize(
     ("headers", "body", "expect"),
     [
-        ({"ce-id": "1", "ce-source": "/s", "ce-type": "t"}, b"{}", "header ce-specversion is missing; add header ce-specversion: 1.0"),
-        ({"ce-specversion": "1.0", "ce-source": "/s", "ce-type": "t"}, b"{}", "header ce-id is missing"),
-        ({"ce-specversion": "0.3", "ce-id": "1", "ce-source": "/s", "ce-type": "t"}, b"{}", "header ce-specversion is '0.3'"),
-        ({"ce-specversion": "1.0", "ce-id": "1", "ce-source": "/s", "ce-type": "t", "ce-time": "yesterday"}, b"", "header ce-time is 'yesterday'"),
-        ({"ce-specversion": "1.0", "ce-id": "1", "ce-source": "/s", "ce-type": "t", "content-type": "application/json"}, b"{nope", "body is not valid JSON"),
-        ({"content-type": "application/cloudevents+json"}, b'{"specversion": "1.0", "id": "1", "source": "/s"}', "attribute 'type' is missing"),
-        ({"content-type": "application/cloudevents-batch+json"}, b'{"a": 1}', "the batch format is a JSON array of events"),
-        ({"content-type": "application/cloudevents-batch+json"}, b'[{"specversion": "1.0", "id": "1", "source": "/s", "type": "t"}, {"id": 2}]', "batch[1]: "),
+        (
+            {"ce-id": "1", "ce-source": "/s", "ce-type": "t"},
+            b"{}",
+            "header ce-specversion is missing; add header ce-specversion: 1.0",
+        ),
+        (
+            {"ce-specversion": "1.0", "ce-source": "/s", "ce-type": "t"},
+            b"{}",
+            "header ce-id is missing",
+        ),
+        (
+            {"ce-specversion": "0.3", "ce-id": "1", "ce-source": "/s", "ce-type": "t"},
+            b"{}",
+            "header ce-specversion is '0.3'",
+        ),
+        (
+            {
+                "ce-specversion": "1.0",
+                "ce-id": "1",
+                "ce-source": "/s",
+                "ce-type": "t",
+                "ce-time": "yesterday",
+            },
+            b"",
+            "header ce-time is 'yesterday'",
+        ),
+        (
+            {
+                "ce-specversion": "1.0",
+                "ce-id": "1",
+                "ce-source": "/s",
+                "ce-type": "t",
+                "content-type": "application/json",
+            },
+            b"{nope",
+            "body is not valid JSON",
+        ),
+        (
+            {"content-type": "application/cloudevents+json"},
+            b'{"specversion": "1.0", "id": "1", "source": "/s"}',
+            "attribute 'type' is missing",
+        ),
+        (
+            {"content-type": "application/cloudevents-batch+json"},
+            b'{"a": 1}',
+            "the batch format is a JSON array of events",
+        ),
+        (
+            {"content-type": "application/cloudevents-batch+json"},
+            b'[{"specversion": "1.0", "id": "1", "source": "/s", "type": "t"}, {"id": 2}]',
+            "batch[1]: ",
+        ),
         ({"content-type": "application/json"}, b"not json", "body is not valid JSON"),
         ({"content-type": "application/cloudevents+xml"}, b"<e/>", "reads the JSON formats only"),
     ],
 )
-def test_malformed_requests_name_the_attribute(headers: dict[str, str], body: bytes, expect: str) -> None:
+def test_malformed_requests_name_the_attribute(
+    headers: dict[str, str], body: bytes, expect: str
+) -> None:
     with pytest.raises(EventDecodeError, match=re.escape(expect)):
         decode(headers, body)
 
 
 def test_structured_body_with_json_data_stays_json() -> None:
-    body = orjson.dumps({"specversion": "1.0", "id": "1", "source": "/s", "type": "t", "data": {"x": [1, 2]}})
+    body = orjson.dumps(
+        {"specversion": "1.0", "id": "1", "source": "/s", "type": "t", "data": {"x": [1, 2]}}
+    )
     (e,), mode = decode({"content-type": "application/cloudevents+json; charset=utf-8"}, body)
     assert mode == "structured" and e.data == {"x": [1, 2]}

@@ -25,8 +25,17 @@ OPERATIONS = [result.ok() for result in SCHEMA.get_all_operations()]
 
 @pytest.mark.parametrize("operation", OPERATIONS, ids=lambda op: op.label)
 def test_no_input_gives_a_server_error(operation) -> None:
-    @given(case=operation.as_strategy(), name=st.sampled_from(["open", "orders", "payments", "kafka-only"]))
-    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
+    @given(
+        case=operation.as_strategy(),
+        name=st.sampled_from(["open", "orders", "payments", "kafka-only"]),
+    )
+    @settings(
+        max_examples=60,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=True,
+        database=None,
+    )
     def run(case, name: str) -> None:
         if case.path_parameters and "name" in case.path_parameters:
             case.path_parameters["name"] = name  # deployed pipelines, not only random names

@@ -13,11 +13,16 @@ import torch
 
 from eventbus import CloudEvent, Failure
 from eventbus.errors import ConfigError, ModelError
-from eventbus.models import accuracy, detect_format, load_model, register_combiner, validate_candidate
+from eventbus.models import (
+    accuracy,
+    detect_format,
+    load_model,
+    register_combiner,
+    validate_candidate,
+)
 from eventbus.models._cli import new_files
 from eventbus.pipelines import StepConfig, build_step
 from eventbus.pipelines._loader import validate_pipeline_text
-
 from tests.unit.models.factories import mlp
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -38,7 +43,10 @@ def _save(fmt: str, module: torch.nn.Module, path: Path) -> Path:
 
 
 def _events(rows: list[Any]) -> list[CloudEvent]:
-    return [CloudEvent.create(type="t", source="/s", id=f"e{i}", data={"x": r}) for i, r in enumerate(rows)]
+    return [
+        CloudEvent.create(type="t", source="/s", id=f"e{i}", data={"x": r})
+        for i, r in enumerate(rows)
+    ]
 
 
 @pytest.mark.parametrize("fmt", ["export", "torchscript", "state_dict"])
@@ -61,9 +69,24 @@ def test_model_step_equals_direct_torch(fmt: str, tmp_path: Path) -> None:
 
 def test_bad_inputs_fail_only_their_event(tmp_path: Path) -> None:
     path = _save("export", mlp().eval(), tmp_path / "m.pt2")
-    step = build_step(StepConfig.model_validate({"id": "score", "model": {"name": "m", "path": str(path), "input": "data.x", "output": "data.y"}}))
-    results = step.process(_events([[1, 2, 3, 4], [1, 2], "abc", [[1, 2], [3, 4]], [0.5, 0.5, 0.5, 0.5]]))
-    assert [type(r).__name__ for r in results] == ["CloudEvent", "Failure", "Failure", "Failure", "CloudEvent"]
+    step = build_step(
+        StepConfig.model_validate(
+            {
+                "id": "score",
+                "model": {"name": "m", "path": str(path), "input": "data.x", "output": "data.y"},
+            }
+        )
+    )
+    results = step.process(
+        _events([[1, 2, 3, 4], [1, 2], "abc", [[1, 2], [3, 4]], [0.5, 0.5, 0.5, 0.5]])
+    )
+    assert [type(r).__name__ for r in results] == [
+        "CloudEvent",
+        "Failure",
+        "Failure",
+        "Failure",
+        "CloudEvent",
+    ]
     f = results[1]
     assert isinstance(f, Failure) and f.step == "score"
     assert "input of event 'e1' has shape (2,); model 'm' takes rows of shape (4,)" in f.message
@@ -72,8 +95,19 @@ def test_bad_inputs_fail_only_their_event(tmp_path: Path) -> None:
 
 def test_output_mapping_sees_output_version_and_event(tmp_path: Path) -> None:
     path = _save("export", mlp().eval(), tmp_path / "m.pt2")
-    output = {"data.best": "output[0] > output[1] ? 'a' : 'b'", "data.v": "version", "subject": "id + '-scored'"}
-    step = build_step(StepConfig.model_validate({"id": "score", "model": {"name": "m", "path": str(path), "input": "data.x", "output": output}}))
+    output = {
+        "data.best": "output[0] > output[1] ? 'a' : 'b'",
+        "data.v": "version",
+        "subject": "id + '-scored'",
+    }
+    step = build_step(
+        StepConfig.model_validate(
+            {
+                "id": "score",
+                "model": {"name": "m", "path": str(path), "input": "data.x", "output": output},
+            }
+        )
+    )
     [res] = step.process(_events([[1, 2, 3, 4]]))
     assert isinstance(res, CloudEvent)
     with torch.no_grad():
@@ -103,22 +137,64 @@ def test_ensemble_combines(tmp_path: Path) -> None:
         ("first_of", ya),
         ("tests.unit.models.factories:first_output", ya),
     ):
-        cfg = {"models": [{"name": "a", "path": str(a), "weight": 3}, {"name": "b", "path": str(b)}], "combine": combine, "input": "data.x", "output": "data.y"}
+        cfg = {
+            "models": [{"name": "a", "path": str(a), "weight": 3}, {"name": "b", "path": str(b)}],
+            "combine": combine,
+            "input": "data.x",
+            "output": "data.y",
+        }
         step = build_step(StepConfig.model_validate({"id": "ens", "ensemble": cfg}))
         got = torch.tensor([r.data["y"] for r in step.process(_events(rows.tolist()))])  # type: ignore[union-attr]
         assert torch.allclose(got, expect, atol=1e-5), combine
 
 
 def test_config_errors() -> None:
-    with pytest.raises(ValueError, match=re.escape("model 'm': 'factory' builds the module for the state_dict in 'path'")):
-        StepConfig.model_validate({"id": "s", "model": {"name": "m", "factory": "a:b", "input": "data.x", "output": "data.y"}})
+    with pytest.raises(
+        ValueError,
+        match=re.escape("model 'm': 'factory' builds the module for the state_dict in 'path'"),
+    ):
+        StepConfig.model_validate(
+            {
+                "id": "s",
+                "model": {"name": "m", "factory": "a:b", "input": "data.x", "output": "data.y"},
+            }
+        )
     with pytest.raises(ValueError, match=re.escape("ensemble lists model 'a' twice")):
-        StepConfig.model_validate({"id": "s", "ensemble": {"models": [{"name": "a"}, {"name": "a"}], "input": "data.x", "output": "data.y"}})
-    cfg = StepConfig.model_validate({"id": "s", "ensemble": {"models": [{"name": "a", "path": "x"}, {"name": "b", "path": "y"}], "combine": "median", "input": "data.x", "output": "data.y"}})
-    with pytest.raises(ConfigError, match=re.escape("unknown ensemble combiner 'median'; use one of mean, weighted, max, min")):
+        StepConfig.model_validate(
+            {
+                "id": "s",
+                "ensemble": {
+                    "models": [{"name": "a"}, {"name": "a"}],
+                    "input": "data.x",
+                    "output": "data.y",
+                },
+            }
+        )
+    cfg = StepConfig.model_validate(
+        {
+            "id": "s",
+            "ensemble": {
+                "models": [{"name": "a", "path": "x"}, {"name": "b", "path": "y"}],
+                "combine": "median",
+                "input": "data.x",
+                "output": "data.y",
+            },
+        }
+    )
+    with pytest.raises(
+        ConfigError,
+        match=re.escape("unknown ensemble combiner 'median'; use one of mean, weighted, max, min"),
+    ):
         build_step(cfg)
-    no_path = StepConfig.model_validate({"id": "s", "model": {"name": "m", "input": "data.x", "output": "data.y"}})
-    with pytest.raises(ConfigError, match=re.escape("model 'm' runs in process here (eventbus test) and needs its artifact: add 'path:'")):
+    no_path = StepConfig.model_validate(
+        {"id": "s", "model": {"name": "m", "input": "data.x", "output": "data.y"}}
+    )
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            "model 'm' runs in process here (eventbus test) and needs its artifact: add 'path:'"
+        ),
+    ):
         build_step(no_path)
 
 
@@ -138,19 +214,34 @@ spec:
 """
     _, problems = validate_pipeline_text(text, "p.yaml")
     shown = [str(p) for p in problems]
-    assert any(s.startswith("p.yaml:10:") and "spec.steps[0].model.input" in s for s in shown), shown
-    assert any(s.startswith("p.yaml:11:") and "spec.steps[0].model.output.data.y: step 'score': syntax error" in s for s in shown), shown
+    assert any(s.startswith("p.yaml:10:") and "spec.steps[0].model.input" in s for s in shown), (
+        shown
+    )
+    assert any(
+        s.startswith("p.yaml:11:")
+        and "spec.steps[0].model.output.data.y: step 'score': syntax error" in s
+        for s in shown
+    ), shown
     assert len(shown) == 2
 
 
 def test_artifact_errors(tmp_path: Path) -> None:
-    with pytest.raises(ModelError, match=re.escape("the model file is not a torch artifact (not a zip archive)")):
+    with pytest.raises(
+        ModelError, match=re.escape("the model file is not a torch artifact (not a zip archive)")
+    ):
         load_model(b"not a model")
     buf = io.BytesIO()
     torch.save(mlp().state_dict(), buf)
-    with pytest.raises(ModelError, match=re.escape("holds a state_dict (torch.save); give the factory that builds its module: --factory module:attr")):
+    with pytest.raises(
+        ModelError,
+        match=re.escape(
+            "holds a state_dict (torch.save); give the factory that builds its module: --factory module:attr"
+        ),
+    ):
         load_model(buf.getvalue())
-    with pytest.raises(ModelError, match=re.escape("model factory 'nowhere.at_all:build' cannot be imported")):
+    with pytest.raises(
+        ModelError, match=re.escape("model factory 'nowhere.at_all:build' cannot be imported")
+    ):
         load_model(buf.getvalue(), factory="nowhere.at_all:build")
     wrong = io.BytesIO()
     torch.save(torch.nn.Linear(3, 1).state_dict(), wrong)
@@ -168,14 +259,22 @@ def test_validation_rejects_nan_wrong_shape_and_low_accuracy() -> None:
     x = torch.randn(20, 4)
     assert validate_candidate(lambda t: good(t).detach(), x).ok
     nan = validate_candidate(_Nan(), x)
-    assert not nan.ok and nan.reason == "20 of 20 recorded requests give non-finite outputs (NaN or inf)"
+    assert (
+        not nan.ok
+        and nan.reason == "20 of 20 recorded requests give non-finite outputs (NaN or inf)"
+    )
     wide = torch.nn.Linear(4, 3)
     shaped = validate_candidate(lambda t: wide(t).detach(), x, serving=lambda t: good(t).detach())
-    assert not shaped.ok and "its output per row has shape (3,); the serving version's has (2,)" in shaped.reason
+    assert (
+        not shaped.ok
+        and "its output per row has shape (3,); the serving version's has (2,)" in shaped.reason
+    )
     y = good(x).detach().argmax(dim=1)
     assert accuracy(good(x).detach(), y) == 1.0
     low = validate_candidate(lambda t: -good(t).detach(), None, labelled=(x, y), min_accuracy=0.9)
-    assert not low.ok and low.reason.startswith("accuracy 0.0000 on 20 labelled samples is below the threshold 0.9")
+    assert not low.ok and low.reason.startswith(
+        "accuracy 0.0000 on 20 labelled samples is below the threshold 0.9"
+    )
 
 
 def test_watch_pushes_files_once_their_size_holds(tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
 
@@ -69,7 +68,13 @@ def test_runner_counts_per_step_in_out_filtered_failed() -> None:
     r.run([ev(4, 1000)])
     m = r.metrics()
     large, cny = m["steps"]["large"], m["steps"]["cny"]
-    assert (large["in"], large["out"], large["filtered"], large["failed"], large["batches"]) == (5, 3, 2, 0, 2)
+    assert (large["in"], large["out"], large["filtered"], large["failed"], large["batches"]) == (
+        5,
+        3,
+        2,
+        0,
+        2,
+    )
     assert large["errors"] == 1 and large["template"] == "filter"
     assert (cny["in"], cny["out"], cny["filtered"], cny["failed"]) == (3, 2, 0, 1)
     assert cny["seconds"] > 0
@@ -77,20 +82,57 @@ def test_runner_counts_per_step_in_out_filtered_failed() -> None:
     assert m["batch_seconds"]["count"] == 2
 
 
-def _entry(at: float, *, final: bool = False, consumed: int = 0, outputs: int = 0, lag: dict[str, int] | None = None, latency_s: float = 0.02, step_in: int = 0) -> str:
+def _entry(
+    at: float,
+    *,
+    final: bool = False,
+    consumed: int = 0,
+    outputs: int = 0,
+    lag: dict[str, int] | None = None,
+    latency_s: float = 0.02,
+    step_in: int = 0,
+) -> str:
     h = Histogram(LATENCY_BOUNDS_S)
     h.observe(latency_s, consumed)
-    steps = {"large": {"template": "filter", "in": step_in, "out": step_in // 2, "filtered": step_in - step_in // 2, "failed": 0, "batches": 1, "seconds": 0.001, "errors": 0}}
-    return json.dumps({
-        "at": at, "final": final,
-        "sources": [{"consumed": consumed, "outputs": outputs, "dead_lettered": 1, "in_flight": 1}, {"consumed": 0}],
-        "metrics": {"steps": steps, "batch_size": Histogram((10, 100)).snapshot(), "batch_seconds": Histogram((1.0,)).snapshot(),
-                    "sources": [{"latency": h.snapshot(), "lag": lag or {}}, {"latency": Histogram(LATENCY_BOUNDS_S).snapshot(), "lag": {}}]},
-    })
+    steps = {
+        "large": {
+            "template": "filter",
+            "in": step_in,
+            "out": step_in // 2,
+            "filtered": step_in - step_in // 2,
+            "failed": 0,
+            "batches": 1,
+            "seconds": 0.001,
+            "errors": 0,
+        }
+    }
+    return json.dumps(
+        {
+            "at": at,
+            "final": final,
+            "sources": [
+                {"consumed": consumed, "outputs": outputs, "dead_lettered": 1, "in_flight": 1},
+                {"consumed": 0},
+            ],
+            "metrics": {
+                "steps": steps,
+                "batch_size": Histogram((10, 100)).snapshot(),
+                "batch_seconds": Histogram((1.0,)).snapshot(),
+                "sources": [
+                    {"latency": h.snapshot(), "lag": lag or {}},
+                    {"latency": Histogram(LATENCY_BOUNDS_S).snapshot(), "lag": {}},
+                ],
+            },
+        }
+    )
 
 
 def test_view_sums_live_and_final_replicas_and_skips_dead_ones() -> None:
-    record = {"name": "obs", "version": 3, "document": load_pipeline_text(YAML, "obs.yaml").to_document()}
+    record = {
+        "name": "obs",
+        "version": 3,
+        "document": load_pipeline_text(YAML, "obs.yaml").to_document(),
+    }
     now = 1000.0
     entries = [
         _entry(now - 1, consumed=100, outputs=40, lag={"in[0]": 7}, latency_s=0.004, step_in=100),
@@ -99,22 +141,59 @@ def test_view_sums_live_and_final_replicas_and_skips_dead_ones() -> None:
     ]
     v = pipeline_view(record, entries, [["in"], ["eventbus-ingress-obs"]], now=now)
     assert v["name"] == "obs" and v["version"] == 3 and v["replicas"] == 1
-    assert v["totals"]["consumed"] == 110 and v["totals"]["outputs"] == 44 and v["totals"]["dead_lettered"] == 2
+    assert (
+        v["totals"]["consumed"] == 110
+        and v["totals"]["outputs"] == 44
+        and v["totals"]["dead_lettered"] == 2
+    )
     assert v["sources"][0]["counters"]["in_flight"] == 1  # a final replica has nothing in flight
     assert v["lag"] == {"in[0]": 7} and v["lag_total"] == 7
     assert v["steps"]["large"]["in"] == 110
     assert 0.0025 < v["latency"]["p50_s"] <= 0.005 and v["latency"]["histogram"]["count"] == 110
     assert [s["kind"] for s in v["topology"]["sources"]] == ["kafka", "http"]
     assert [s["id"] for s in v["topology"]["steps"]] == ["large", "cny"]
-    assert v["topology"]["sink"] == {"kind": "kafka", "detail": "out"} and v["topology"]["dead_letter"]["detail"] == "dlq"
+    assert (
+        v["topology"]["sink"] == {"kind": "kafka", "detail": "out"}
+        and v["topology"]["dead_letter"]["detail"] == "dlq"
+    )
 
 
 def test_view_reports_join_state_and_model_versions_from_step_stats() -> None:
-    record = {"name": "j", "version": 1, "document": {"spec": {"sources": [{"kafka": {"topic": "a"}}], "steps": [{"id": "m", "model": {"name": "fraud"}}], "sink": {"kafka": {"topic": "o"}}}}}
+    record = {
+        "name": "j",
+        "version": 1,
+        "document": {
+            "spec": {
+                "sources": [{"kafka": {"topic": "a"}}],
+                "steps": [{"id": "m", "model": {"name": "fraud"}}],
+                "sink": {"kafka": {"topic": "o"}},
+            }
+        },
+    }
     entry = json.loads(_entry(10.0))
     entry["metrics"]["steps"] = {
-        "pair": {"template": "join", "in": 1, "out": 0, "filtered": 1, "failed": 0, "batches": 1, "seconds": 0.0, "errors": 0, "stats": {"pending_keys": 42, "joined": 3}},
-        "m": {"template": "model", "in": 1, "out": 1, "filtered": 0, "failed": 0, "batches": 1, "seconds": 0.0, "errors": 0, "stats": {"model_version": "v7"}},
+        "pair": {
+            "template": "join",
+            "in": 1,
+            "out": 0,
+            "filtered": 1,
+            "failed": 0,
+            "batches": 1,
+            "seconds": 0.0,
+            "errors": 0,
+            "stats": {"pending_keys": 42, "joined": 3},
+        },
+        "m": {
+            "template": "model",
+            "in": 1,
+            "out": 1,
+            "filtered": 0,
+            "failed": 0,
+            "batches": 1,
+            "seconds": 0.0,
+            "errors": 0,
+            "stats": {"model_version": "v7"},
+        },
     }
     v = pipeline_view(record, [json.dumps(entry)], now=11.0)
     assert v["join_state"] == {"pair": 42} and v["models"] == {"m": "v7"}
@@ -143,18 +222,48 @@ def test_gateway_metrics_per_pipeline() -> None:
 def test_view_places_source_actor_entries_and_adds_gateway_sync_calls() -> None:
     """source_placement: actor: each source actor publishes its one source (source_index),
     replicas publish the steps; gateways publish their sync calls, counted in the totals."""
-    record = {"name": "obs", "version": 1, "document": load_pipeline_text(YAML, "obs.yaml").to_document()}
+    record = {
+        "name": "obs",
+        "version": 1,
+        "document": load_pipeline_text(YAML, "obs.yaml").to_document(),
+    }
     h = Histogram(LATENCY_BOUNDS_S)
     h.observe(0.004, 30)
-    actor = {"at": 99.0, "final": False, "role": "source", "source_index": 1,
-             "sources": [{"consumed": 30, "outputs": 20, "dropped": 10, "in_flight": 2}], "metrics": {"sources": [{"latency": h.snapshot(), "lag": {"ingress[0]": 4}}]}}
+    actor = {
+        "at": 99.0,
+        "final": False,
+        "role": "source",
+        "source_index": 1,
+        "sources": [{"consumed": 30, "outputs": 20, "dropped": 10, "in_flight": 2}],
+        "metrics": {"sources": [{"latency": h.snapshot(), "lag": {"ingress[0]": 4}}]},
+    }
     replica = json.loads(_entry(99.5, step_in=32))
     replica["sources"], replica["metrics"]["sources"] = [], []
-    gw = {"at": 99.0, "final": False, "role": "gateway", "sync": {"consumed": 2, "outputs": 1, "dropped": 1, "failed": 0}}
-    gw_old = {"at": 10.0, "final": True, "role": "gateway", "sync": {"consumed": 3, "outputs": 0, "dropped": 0, "failed": 3}}
-    v = pipeline_view(record, [json.dumps(e) for e in (actor, replica, gw, gw_old)], [["in"], ["ingress"]], now=100.0)
+    gw = {
+        "at": 99.0,
+        "final": False,
+        "role": "gateway",
+        "sync": {"consumed": 2, "outputs": 1, "dropped": 1, "failed": 0},
+    }
+    gw_old = {
+        "at": 10.0,
+        "final": True,
+        "role": "gateway",
+        "sync": {"consumed": 3, "outputs": 0, "dropped": 0, "failed": 3},
+    }
+    v = pipeline_view(
+        record,
+        [json.dumps(e) for e in (actor, replica, gw, gw_old)],
+        [["in"], ["ingress"]],
+        now=100.0,
+    )
     assert v["replicas"] == 1  # source actors and gateways are not replicas
-    assert v["sources"][0]["counters"] == {} and v["sources"][1]["counters"] == {"consumed": 30, "outputs": 20, "dropped": 10, "in_flight": 2}
+    assert v["sources"][0]["counters"] == {} and v["sources"][1]["counters"] == {
+        "consumed": 30,
+        "outputs": 20,
+        "dropped": 10,
+        "in_flight": 2,
+    }
     assert v["sources"][1]["latency"]["count"] == 30 and v["lag"] == {"ingress[0]": 4}
     assert v["sync"] == {"consumed": 5, "outputs": 1, "dropped": 1, "failed": 3}
     t = v["totals"]

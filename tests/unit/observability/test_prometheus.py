@@ -15,17 +15,41 @@ def view() -> dict:
     h.observe(0.004, 30)
     h.observe(0.2, 10)
     entry = {
-        "at": 100.0, "final": False,
-        "sources": [{"consumed": 40, "outputs": 25, "dropped": 10, "failed": 5, "dead_lettered": 5}],
+        "at": 100.0,
+        "final": False,
+        "sources": [
+            {"consumed": 40, "outputs": 25, "dropped": 10, "failed": 5, "dead_lettered": 5}
+        ],
         "metrics": {
-            "steps": {"large": {"template": "filter", "in": 40, "out": 30, "filtered": 10, "failed": 0, "batches": 2, "seconds": 0.5, "errors": 0,
-                                "stats": {"pending_keys": 3, "model_version": "2"}}},
+            "steps": {
+                "large": {
+                    "template": "filter",
+                    "in": 40,
+                    "out": 30,
+                    "filtered": 10,
+                    "failed": 0,
+                    "batches": 2,
+                    "seconds": 0.5,
+                    "errors": 0,
+                    "stats": {"pending_keys": 3, "model_version": "2"},
+                }
+            },
             "batch_size": {"bounds": [10, 100], "counts": [0, 2, 0], "count": 2, "sum": 40},
             "batch_seconds": {"bounds": [1.0], "counts": [2, 0], "count": 2, "sum": 0.5},
             "sources": [{"latency": h.snapshot(), "lag": {"orders[0]": 12, "orders[1]": 3}}],
         },
     }
-    record = {"name": "orders", "version": 4, "document": {"spec": {"sources": [{"kafka": {"topic": "orders"}}], "steps": [{"id": "large", "filter": "x"}], "sink": {"kafka": {"topic": "o"}}}}}
+    record = {
+        "name": "orders",
+        "version": 4,
+        "document": {
+            "spec": {
+                "sources": [{"kafka": {"topic": "orders"}}],
+                "steps": [{"id": "large", "filter": "x"}],
+                "sink": {"kafka": {"topic": "o"}},
+            }
+        },
+    }
     return pipeline_view(record, [json.dumps(entry)], [["orders"]], now=101.0)
 
 
@@ -55,13 +79,35 @@ def test_metrics_cover_pipelines_steps_histograms_lag_and_gateway() -> None:
     assert s[("eventbus_end_to_end_latency_seconds_bucket", (("le", "0.005"), *src))] == 30
     assert s[("eventbus_end_to_end_latency_seconds_bucket", (("le", "+Inf"), *src))] == 40
     assert s[("eventbus_batch_size_sum", (("pipeline", "orders"),))] == 40
-    assert s[("eventbus_consumer_lag", (("partition", "0"), ("pipeline", "orders"), ("topic", "orders")))] == 12
+    assert (
+        s[
+            (
+                "eventbus_consumer_lag",
+                (("partition", "0"), ("pipeline", "orders"), ("topic", "orders")),
+            )
+        ]
+        == 12
+    )
     assert s[("eventbus_join_state_keys", (("pipeline", "orders"), ("step", "large")))] == 3
-    assert s[("eventbus_model_info", (("pipeline", "orders"), ("step", "large"), ("version", "2")))] == 1
+    assert (
+        s[("eventbus_model_info", (("pipeline", "orders"), ("step", "large"), ("version", "2")))]
+        == 1
+    )
     assert s[("eventbus_pipeline_version", (("pipeline", "orders"),))] == 4
     assert s[("eventbus_replicas", (("pipeline", "orders"),))] == 1
-    assert s[("eventbus_gateway_requests_total", (("mode", "sync"), ("pipeline", "orders"), ("status", "200")))] == 1
-    assert s[("eventbus_gateway_request_seconds_count", (("mode", "sync"), ("pipeline", "orders")))] == 1
+    assert (
+        s[
+            (
+                "eventbus_gateway_requests_total",
+                (("mode", "sync"), ("pipeline", "orders"), ("status", "200")),
+            )
+        ]
+        == 1
+    )
+    assert (
+        s[("eventbus_gateway_request_seconds_count", (("mode", "sync"), ("pipeline", "orders")))]
+        == 1
+    )
 
 
 def test_no_pipelines_gives_a_valid_empty_exposition() -> None:
@@ -69,8 +115,23 @@ def test_no_pipelines_gives_a_valid_empty_exposition() -> None:
 
 
 def test_gateway_sync_calls_are_a_source_sync_series() -> None:
-    record = {"name": "orders", "version": 4, "document": {"spec": {"sources": [{"kafka": {"topic": "orders"}}], "steps": [], "sink": {"kafka": {"topic": "o"}}}}}
-    gw = {"at": 100.0, "final": False, "role": "gateway", "sync": {"consumed": 3, "outputs": 2, "dropped": 0, "failed": 1}}
+    record = {
+        "name": "orders",
+        "version": 4,
+        "document": {
+            "spec": {
+                "sources": [{"kafka": {"topic": "orders"}}],
+                "steps": [],
+                "sink": {"kafka": {"topic": "o"}},
+            }
+        },
+    }
+    gw = {
+        "at": 100.0,
+        "final": False,
+        "role": "gateway",
+        "sync": {"consumed": 3, "outputs": 2, "dropped": 0, "failed": 1},
+    }
     v = pipeline_view(record, [json.dumps(gw)], [["orders"]], now=101.0)
     s = samples(render_prometheus([v]).decode())
     assert s[("eventbus_events_in_total", (("pipeline", "orders"), ("source", "sync")))] == 3

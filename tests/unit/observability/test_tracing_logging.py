@@ -11,7 +11,13 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from eventbus import CloudEvent
-from eventbus.observability import JsonFormatter, TracedSink, configure_tracing, shutdown_tracing, tracer
+from eventbus.observability import (
+    JsonFormatter,
+    TracedSink,
+    configure_tracing,
+    shutdown_tracing,
+    tracer,
+)
 from eventbus.observability._tracing import end_spans, run_traced, start_event_spans
 from eventbus.pipelines import PipelineRunner, load_pipeline_text
 
@@ -51,18 +57,34 @@ def test_off_by_default_and_costs_nothing() -> None:
     assert "traceparent" not in e.attributes
 
 
-def test_one_trace_from_gateway_through_the_steps_to_the_sink(exporter: InMemorySpanExporter) -> None:
+def test_one_trace_from_gateway_through_the_steps_to_the_sink(
+    exporter: InMemorySpanExporter,
+) -> None:
     parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-    events = [CloudEvent.create(type="t", source="/s", id=f"e{i}", data={"amount": a}) for i, a in enumerate((500, 5, "x"))]
-    spans = start_event_spans("eventbus.gateway tr", events, request_traceparent=parent, attributes={"eventbus.pipeline": "tr"})
-    assert all(e.attributes["traceparent"].startswith("00-0af7651916cd43dd8448eb211c80319c-") for e in events)
+    events = [
+        CloudEvent.create(type="t", source="/s", id=f"e{i}", data={"amount": a})
+        for i, a in enumerate((500, 5, "x"))
+    ]
+    spans = start_event_spans(
+        "eventbus.gateway tr",
+        events,
+        request_traceparent=parent,
+        attributes={"eventbus.pipeline": "tr"},
+    )
+    assert all(
+        e.attributes["traceparent"].startswith("00-0af7651916cd43dd8448eb211c80319c-")
+        for e in events
+    )
     runner = PipelineRunner(load_pipeline_text(YAML, "tr.yaml"))
     outcomes = run_traced(runner, events)
     (out,) = outcomes[0]
     sink = _Sink()
     asyncio.run(TracedSink(sink, "eventbus.sink out").send([(out, None)]))
     end_spans(spans)
-    finished = {s.name + ":" + str(s.attributes.get("cloudevents.event_id")): s for s in exporter.get_finished_spans()}
+    finished = {
+        s.name + ":" + str(s.attributes.get("cloudevents.event_id")): s
+        for s in exporter.get_finished_spans()
+    }
     gw = finished["eventbus.gateway tr:e0"]
     proc = finished["eventbus.process tr:e0"]
     send = finished["eventbus.sink out:e0"]
@@ -71,12 +93,23 @@ def test_one_trace_from_gateway_through_the_steps_to_the_sink(exporter: InMemory
     assert proc.parent.span_id == gw.context.span_id and send.parent.span_id == proc.context.span_id
     assert proc.attributes["eventbus.outcome"] == "output"
     assert finished["eventbus.process tr:e1"].attributes["eventbus.outcome"] == "filtered"
-    assert sink.sent[0][0].attributes["traceparent"] == f"00-{send.context.trace_id:032x}-{send.context.span_id:016x}-01"
+    assert (
+        sink.sent[0][0].attributes["traceparent"]
+        == f"00-{send.context.trace_id:032x}-{send.context.span_id:016x}-01"
+    )
 
 
 def test_unsampled_events_get_no_replica_spans(exporter: InMemorySpanExporter) -> None:
-    e = CloudEvent.create(type="t", source="/s", data={"amount": 500}, traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00")
-    run_traced(PipelineRunner(load_pipeline_text(YAML, "tr.yaml")), [e, CloudEvent.create(type="t", source="/s", data={"amount": 500})])
+    e = CloudEvent.create(
+        type="t",
+        source="/s",
+        data={"amount": 500},
+        traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+    )
+    run_traced(
+        PipelineRunner(load_pipeline_text(YAML, "tr.yaml")),
+        [e, CloudEvent.create(type="t", source="/s", data={"amount": 500})],
+    )
     assert exporter.get_finished_spans() == ()
 
 
@@ -93,11 +126,22 @@ def test_sample_ratio_zero_stamps_nothing() -> None:
 
 def test_json_log_lines_carry_pipeline_step_and_event_id() -> None:
     f = JsonFormatter({"pipeline": "orders", "replica": "r1"})
-    r = logging.LogRecord("eventbus.x", logging.ERROR, __file__, 1, "event %s failed", ("e1",), None)
+    r = logging.LogRecord(
+        "eventbus.x", logging.ERROR, __file__, 1, "event %s failed", ("e1",), None
+    )
     r.step, r.event_id = "score", "e1"
     line = orjson.loads(f.format(r))
-    assert line["message"] == "event e1 failed" and line["level"] == "error" and line["logger"] == "eventbus.x"
-    assert (line["pipeline"], line["step"], line["event_id"], line["replica"]) == ("orders", "score", "e1", "r1")
+    assert (
+        line["message"] == "event e1 failed"
+        and line["level"] == "error"
+        and line["logger"] == "eventbus.x"
+    )
+    assert (line["pipeline"], line["step"], line["event_id"], line["replica"]) == (
+        "orders",
+        "score",
+        "e1",
+        "r1",
+    )
     assert line["ts"].endswith("Z")
     try:
         raise ValueError("boom")
@@ -119,7 +163,9 @@ def test_a_failed_event_logs_one_json_line_with_pipeline_step_and_event_id() -> 
     try:
         r = PipelineRunner(load_pipeline_text(YAML, "tr.yaml"))
         ok = CloudEvent.create(type="t", source="/s", id="good", data={"amount": 500})
-        bad = CloudEvent.create(type="t", source="/s", id="bad", data={"amount": 200.5})  # double * int
+        bad = CloudEvent.create(
+            type="t", source="/s", id="bad", data={"amount": 200.5}
+        )  # double * int
         outcomes = r.run([ok, bad, ok])
     finally:
         logger.removeHandler(handler)
@@ -127,5 +173,11 @@ def test_a_failed_event_logs_one_json_line_with_pipeline_step_and_event_id() -> 
     lines = [orjson.loads(ln) for ln in buf.getvalue().splitlines()]
     assert len(lines) == 1, lines  # none for the events that went through
     (line,) = lines
-    assert (line["pipeline"], line["step"], line["event_id"], line["replica"], line["level"]) == ("tr", "cny", "bad", "r1", "warning")
+    assert (line["pipeline"], line["step"], line["event_id"], line["replica"], line["level"]) == (
+        "tr",
+        "cny",
+        "bad",
+        "r1",
+        "warning",
+    )
     assert "failed in step 'cny'" in line["message"]

@@ -10,7 +10,10 @@ FLAKY_CALLS: list[str] = []
 
 @eventbus.function
 def split_items(event: CloudEvent) -> list[CloudEvent]:
-    return [event.replace(id=f"{event.id}-{i}", data={"item": x}) for i, x in enumerate(event.data["items"])]
+    return [
+        event.replace(id=f"{event.id}-{i}", data={"item": x})
+        for i, x in enumerate(event.data["items"])
+    ]
 
 
 @eventbus.function(batch=True)

@@ -21,7 +21,9 @@ def catalogue(tmp_path: Path) -> Path:
     # 3 items, 2 resources: resource 0 is a money budget (costs 1, 2, 0 per item), resource 1
     # the inventory of item 2 (one unit each); segment 1 is outside resource 0.
     cons = FactorisedConsumption(
-        torch.tensor([[1.0, 2.0, 0.0], [0.0, 0.0, 1.0]]), torch.tensor([[1.0, 0.0], [1.0, 1.0]]), torch.zeros(1, dtype=torch.long)
+        torch.tensor([[1.0, 2.0, 0.0], [0.0, 0.0, 1.0]]),
+        torch.tensor([[1.0, 0.0], [1.0, 1.0]]),
+        torch.zeros(1, dtype=torch.long),
     )
     problem = AllocationProblem(torch.tensor([[1.0, 1.0, 1.0]]), torch.tensor([10.0, 3.0]), cons)
     path = tmp_path / "catalogue.npz"
@@ -36,7 +38,17 @@ def runner(catalogue: Path, **spec: Any) -> PipelineRunner:
         "metadata": {"name": "coupons"},
         "spec": {
             "sources": [{"kafka": {"topic": "in"}}],
-            "steps": [{"id": "coupon", "allocate": {"catalogue": catalogue.name, "revenue": "data.scores", "segment": "data.segment", **spec}}],
+            "steps": [
+                {
+                    "id": "coupon",
+                    "allocate": {
+                        "catalogue": catalogue.name,
+                        "revenue": "data.scores",
+                        "segment": "data.segment",
+                        **spec,
+                    },
+                }
+            ],
             "sink": {"kafka": {"topic": "out"}},
         },
     }
@@ -44,7 +56,9 @@ def runner(catalogue: Path, **spec: Any) -> PipelineRunner:
 
 
 def req(i: int, scores: list[float], segment: int = 0) -> CloudEvent:
-    return CloudEvent.create(type="request", source="/app", id=f"r{i}", data={"scores": scores, "segment": segment})
+    return CloudEvent.create(
+        type="request", source="/app", id=f"r{i}", data={"scores": scores, "segment": segment}
+    )
 
 
 def test_picks_the_best_reduced_cost_at_the_duals(catalogue: Path) -> None:
@@ -52,7 +66,9 @@ def test_picks_the_best_reduced_cost_at_the_duals(catalogue: Path) -> None:
     step = r.steps[0]
     step.memory_duals = [1.0, 0.0]
     step._read_at = -1e9  # read now
-    [[a], [b], [c]] = r.run([req(0, [3.0, 5.0, 0.5]), req(1, [0.5, 1.0, -1.0]), req(2, [3.0, 5.0, 0.5], segment=1)])
+    [[a], [b], [c]] = r.run(
+        [req(0, [3.0, 5.0, 0.5]), req(1, [0.5, 1.0, -1.0]), req(2, [3.0, 5.0, 0.5], segment=1)]
+    )
     assert a.data["item"] == 1  # 5 - 2*1 = 3 beats 3 - 1 = 2
     assert b.data["item"] is None  # every reduced cost negative: declined
     assert c.data["item"] == 1  # segment 1 does not use resource 0: no price
@@ -73,9 +89,13 @@ def test_no_budget_is_ever_exceeded(catalogue: Path) -> None:
 
 def test_bad_requests_fail_alone(catalogue: Path) -> None:
     r = runner(catalogue)
-    bad_len, bad_seg, ok = r.run([req(0, [1.0, 2.0]), req(1, [1.0, 2.0, 3.0], segment=5), req(2, [1.0, 2.0, 3.0])])
+    bad_len, bad_seg, ok = r.run(
+        [req(0, [1.0, 2.0]), req(1, [1.0, 2.0, 3.0], segment=5), req(2, [1.0, 2.0, 3.0])]
+    )
     assert isinstance(bad_len, Failure) and "a list of 3 numbers" in bad_len.message
-    assert isinstance(bad_seg, Failure) and "segment must be an integer in [0, 2)" in bad_seg.message
+    assert (
+        isinstance(bad_seg, Failure) and "segment must be an integer in [0, 2)" in bad_seg.message
+    )
     assert ok[0].data["item"] == 2
 
 

@@ -11,7 +11,6 @@ import pytest
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure
 from eventbus.pipelines._config import PipelineConfig
-from eventbus.pipelines._join import JoinSweeper
 from eventbus.pipelines._runner import PipelineRunner
 
 
@@ -36,11 +35,23 @@ SIDES = [
 
 
 def order(i: int, **kw: Any) -> CloudEvent:
-    return CloudEvent.create(type="order.created", source="/o", id=f"o{i}", data={"order_id": f"k{i}", "item": f"i{i}"}, **kw)
+    return CloudEvent.create(
+        type="order.created",
+        source="/o",
+        id=f"o{i}",
+        data={"order_id": f"k{i}", "item": f"i{i}"},
+        **kw,
+    )
 
 
 def payment(i: int, **kw: Any) -> CloudEvent:
-    return CloudEvent.create(type="payment.created", source="/p", id=f"p{i}", data={"order_id": f"k{i}", "amount": i}, **kw)
+    return CloudEvent.create(
+        type="payment.created",
+        source="/p",
+        id=f"p{i}",
+        data={"order_id": f"k{i}", "amount": i},
+        **kw,
+    )
 
 
 def test_inner_join_emits_once_every_side_arrived() -> None:
@@ -50,7 +61,10 @@ def test_inner_join_emits_once_every_side_arrived() -> None:
     out = r.run([payment(1), CloudEvent.create(type="other", source="/x", id="x", data={})])
     [[joined], [passthrough]] = out
     assert joined.type == "pair.joined" and joined.source == "/eventbus/shop/pair"
-    assert joined.data == {"orders": {"order_id": "k1", "item": "i1"}, "payments": {"order_id": "k1", "amount": 1}}
+    assert joined.data == {
+        "orders": {"order_id": "k1", "item": "i1"},
+        "payments": {"order_id": "k1", "amount": 1},
+    }
     assert joined["partitionkey"] == "k1"
     assert passthrough.id == "x"  # matches no side: passes through
 
@@ -72,14 +86,20 @@ def later(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
     monkeypatch.setattr(join_module, "now_ms", lambda: real() + int(seconds * 1000))
 
 
-def test_outer_join_emits_partial_results_when_the_window_closes(monkeypatch: pytest.MonkeyPatch) -> None:
-    r = runner({"mode": "outer", "window_s": 60, "sides": SIDES, "output": {"type": "order.settled"}})
+def test_outer_join_emits_partial_results_when_the_window_closes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    r = runner(
+        {"mode": "outer", "window_s": 60, "sides": SIDES, "output": {"type": "order.settled"}}
+    )
     r.run([order(1), order(2), payment(2)])
     [sweeper] = r.sweepers()
     assert sweeper.sweep() == ([], [], [])  # the window is still open
     later(monkeypatch, 61)
     outputs, dead, keys = sweeper.sweep()
-    assert [e.data for e in outputs] == [{"orders": {"order_id": "k1", "item": "i1"}, "_missing": ["payments"]}]
+    assert [e.data for e in outputs] == [
+        {"orders": {"order_id": "k1", "item": "i1"}, "_missing": ["payments"]}
+    ]
     assert outputs[0].type == "order.settled" and not dead and set(keys) == {"k1"}
     sweeper.ack(keys)
     assert sweeper.sweep() == ([], [], [])
@@ -108,9 +128,14 @@ def test_max_pending_evicts_the_oldest_to_the_dead_letter_sink() -> None:
 
 def test_latest_mode_enriches_with_the_latest_table_event() -> None:
     r = runner({"mode": "latest", "table": "payments", "sides": SIDES})
-    assert r.run([payment(1), payment(1).replace(id="p1b", data={"order_id": "k1", "amount": 99})]) == [[], []]
+    assert r.run(
+        [payment(1), payment(1).replace(id="p1b", data={"order_id": "k1", "amount": 99})]
+    ) == [[], []]
     [[a], [b]] = r.run([order(1), order(2)])
-    assert a.data == {"orders": {"order_id": "k1", "item": "i1"}, "payments": {"order_id": "k1", "amount": 99}}
+    assert a.data == {
+        "orders": {"order_id": "k1", "item": "i1"},
+        "payments": {"order_id": "k1", "amount": 99},
+    }
     assert b.data == {"orders": {"order_id": "k2", "item": "i2"}, "_missing": ["payments"]}
 
 
@@ -123,7 +148,14 @@ def test_late_events_fail_with_the_reason() -> None:
 
 
 def test_output_data_mapping_sees_each_side() -> None:
-    r = runner({"sides": SIDES, "output": {"data": "{'order': orders.data.item, 'paid': payments.data.amount, 'by': payments.source}"}})
+    r = runner(
+        {
+            "sides": SIDES,
+            "output": {
+                "data": "{'order': orders.data.item, 'paid': payments.data.amount, 'by': payments.source}"
+            },
+        }
+    )
     r.run([order(7)])
     [[e]] = r.run([payment(7)])
     assert e.data == {"order": "i7", "paid": 7, "by": "/p"}
@@ -133,16 +165,24 @@ def test_bad_key_fails_only_that_event() -> None:
     r = runner({"sides": SIDES})
     bad = CloudEvent.create(type="order.created", source="/o", id="bad", data={"order_id": [1]})
     [f, ok] = r.run([bad, order(1)])
-    assert isinstance(f, Failure) and "a key must be a string or an integer" in f.message and ok == []
+    assert (
+        isinstance(f, Failure) and "a key must be a string or an integer" in f.message and ok == []
+    )
 
 
 @pytest.mark.parametrize(
     ("join", "message"),
     [
         ({"sides": SIDES[:1]}, "at least 2"),
-        ({"sides": [SIDES[0], dict(SIDES[1], name="orders")]}, "join side name 'orders' is used twice"),
+        (
+            {"sides": [SIDES[0], dict(SIDES[1], name="orders")]},
+            "join side name 'orders' is used twice",
+        ),
         ({"mode": "latest", "sides": SIDES}, "join mode 'latest' needs 'table:'"),
-        ({"mode": "latest", "table": "refunds", "sides": SIDES}, "join table 'refunds' is not a side"),
+        (
+            {"mode": "latest", "table": "refunds", "sides": SIDES},
+            "join table 'refunds' is not a side",
+        ),
         ({"table": "orders", "sides": SIDES}, "'table:' is for mode 'latest'"),
     ],
 )
@@ -165,9 +205,12 @@ def test_validate_reports_join_expressions_with_positions(tmp_path) -> None:
     p = tmp_path / "j.yaml"
     p.write_text(
         "apiVersion: eventbus/v1\nkind: Pipeline\nmetadata: {name: j}\nspec:\n  sources: [{kafka: {topic: a}}]\n"
-        "  steps:\n    - id: pair\n      join:\n        sides:\n          - {name: a, when: \"type == 'a'\", key: \"dta.id\"}\n"
+        '  steps:\n    - id: pair\n      join:\n        sides:\n          - {name: a, when: "type == \'a\'", key: "dta.id"}\n'
         "          - {name: b, when: \"type == 'b'\", key: data.id}\n  sink: {kafka: {topic: out}}\n"
     )
     with pytest.raises(PipelineConfigError) as info:
         load_pipeline(p)
-    assert re.search(r"j\.yaml:10:\d+: spec\.steps\[0\]\.join\.sides\[0\]\.key: step 'pair': unknown variable 'dta' \(did you mean 'data'\?\)", str(info.value)), str(info.value)
+    assert re.search(
+        r"j\.yaml:10:\d+: spec\.steps\[0\]\.join\.sides\[0\]\.key: step 'pair': unknown variable 'dta' \(did you mean 'data'\?\)",
+        str(info.value),
+    ), str(info.value)

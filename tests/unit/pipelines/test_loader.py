@@ -59,8 +59,14 @@ def test_every_problem_reported_at_once_with_positions() -> None:
     )
     found = problems(text)
     assert "p.yaml:8:11: spec.steps[0].id: must match ^[a-z][a-z0-9_]*$; got 'Bad-Id'" in found
-    assert any(re.match(r"p\.yaml:10:\d+: spec\.steps\[0\]\.extra_field: field not recognised", p) for p in found)
-    assert any(p.startswith("p.yaml:12:") and "spec.steps[1].joinn: field not recognised" in p for p in found)
+    assert any(
+        re.match(r"p\.yaml:10:\d+: spec\.steps\[0\]\.extra_field: field not recognised", p)
+        for p in found
+    )
+    assert any(
+        p.startswith("p.yaml:12:") and "spec.steps[1].joinn: field not recognised" in p
+        for p in found
+    )
     assert len(found) >= 3
 
 
@@ -101,7 +107,9 @@ def test_yaml_syntax_error_has_position() -> None:
 
 def test_not_a_mapping() -> None:
     found = problems("- 1\n- 2\n")
-    assert found == ["p.yaml:1:1: document: a pipeline is a YAML mapping with apiVersion, kind, metadata, spec; got list"]
+    assert found == [
+        "p.yaml:1:1: document: a pipeline is a YAML mapping with apiVersion, kind, metadata, spec; got list"
+    ]
 
 
 def test_wrong_api_version() -> None:
@@ -115,13 +123,19 @@ def test_duplicate_step_ids_and_two_templates() -> None:
         '      filter: "data.amount > 10"\n    - id: big\n      filter: "true"\n      convert: {remove: [subject]}\n',
     )
     found = problems(text)
-    assert any("step 'big' needs exactly one of filter, convert, function, join, allocate, model, ensemble; got filter, convert" in p for p in found)
+    assert any(
+        "step 'big' needs exactly one of filter, convert, function, join, allocate, model, ensemble; got filter, convert"
+        in p
+        for p in found
+    )
 
 
 def test_load_raises_with_all_problems() -> None:
     with pytest.raises(PipelineConfigError) as info:
         load_pipeline_text(GOOD.replace("orders}", "Orders}"), "p.yaml")
-    assert info.value.problems == ["p.yaml:3:18: metadata.name: must match ^[a-z][a-z0-9-]{0,47}$; got 'Orders'"]
+    assert info.value.problems == [
+        "p.yaml:3:18: metadata.name: must match ^[a-z][a-z0-9-]{0,47}$; got 'Orders'"
+    ]
     assert str(info.value) == info.value.problems[0]
 
 
@@ -132,7 +146,9 @@ def test_name_may_not_take_a_model_application_name() -> None:
         "p.yaml:3:18: metadata.name: must not start with 'model-' (its Serve application eventbus-model-fraud would "
         "clash with the one of model 'fraud'); got 'model-fraud'; rename the pipeline, e.g. 'fraud-pipeline'"
     ]
-    assert load_pipeline_text(GOOD.replace("orders}", "fraud-model}"), "p.yaml").name == "fraud-model"
+    assert (
+        load_pipeline_text(GOOD.replace("orders}", "fraud-model}"), "p.yaml").name == "fraud-model"
+    )
 
 
 def test_replicas_bounds_checked() -> None:

@@ -30,7 +30,7 @@ def ev(i: int = 0, type_: str = "payment.created", **data: object) -> CloudEvent
 
 
 def test_filter_keeps_and_drops() -> None:
-    r = pipeline('- id: f\n  filter: "type == \'payment.created\' && data.amount > 100"\n')
+    r = pipeline("- id: f\n  filter: \"type == 'payment.created' && data.amount > 100\"\n")
     out = r.run([ev(0, amount=50), ev(1, amount=150), ev(2, "x", amount=500)])
     assert out[0] == [] and out[2] == []
     assert [e.id for e in out[1]] == ["e1"]
@@ -61,15 +61,21 @@ def test_subscription_dialects() -> None:
               - any: [{cel: "data.amount > 100"}, "data.vip == true"]
         """
     )
+
     def mk(i: int, source: str, subject: str, **data: object) -> CloudEvent:
-        return CloudEvent.create(type="payment.created", source=source, id=str(i), subject=subject, data=dict(data))
-    out = r.run([
-        mk(0, "/shop/1", "a", amount=200),
-        mk(1, "/other", "a", amount=200),
-        mk(2, "/shop/1", "x-test", amount=200),
-        mk(3, "/shop/1", "a", amount=1, vip=True),
-        mk(4, "/shop/1", "a", amount=1, vip=False),
-    ])
+        return CloudEvent.create(
+            type="payment.created", source=source, id=str(i), subject=subject, data=dict(data)
+        )
+
+    out = r.run(
+        [
+            mk(0, "/shop/1", "a", amount=200),
+            mk(1, "/other", "a", amount=200),
+            mk(2, "/shop/1", "x-test", amount=200),
+            mk(3, "/shop/1", "a", amount=1, vip=True),
+            mk(4, "/shop/1", "a", amount=1, vip=False),
+        ]
+    )
     assert [len(o) for o in out] == [1, 0, 0, 1, 0]  # type: ignore[arg-type]
 
 
@@ -102,7 +108,9 @@ def test_convert_data_expression_and_time() -> None:
             data: "{'year': time.getFullYear(), 'items': data.items.map(x, x * 2)}"
         """
     )
-    e = CloudEvent.create(type="t", source="/s", id="1", time="2024-05-01T10:00:00Z", data={"items": [1, 2]})
+    e = CloudEvent.create(
+        type="t", source="/s", id="1", time="2024-05-01T10:00:00Z", data={"items": [1, 2]}
+    )
     [[out]] = r.run([e])  # type: ignore[misc]
     assert out.data == {"year": 2024, "items": [2, 4]}
 
@@ -151,7 +159,10 @@ def test_bad_return_type_is_a_clear_failure() -> None:
     r = pipeline("- id: f\n  function: tests.unit.pipelines.funcs:returns_dict\n")
     [f] = r.run([ev(0)])
     assert isinstance(f, Failure)
-    assert "returned dict; return a CloudEvent, None (drop the event) or a list of CloudEvents" in f.message
+    assert (
+        "returned dict; return a CloudEvent, None (drop the event) or a list of CloudEvents"
+        in f.message
+    )
 
 
 def test_a_function_step_tries_once_retries_are_the_sources() -> None:
@@ -165,7 +176,9 @@ def test_a_function_step_tries_once_retries_are_the_sources() -> None:
 
 
 def test_trace_records_step_outputs() -> None:
-    r = pipeline('- id: f\n  filter: "data.n > 1"\n- id: c\n  convert: {set: {data.m: "data.n + 1"}}\n')
+    r = pipeline(
+        '- id: f\n  filter: "data.n > 1"\n- id: c\n  convert: {set: {data.m: "data.n + 1"}}\n'
+    )
     trace: dict[str, list[CloudEvent]] = {}
     r.run([ev(0, n=1), ev(1, n=2)], trace=trace)
     assert [e.id for e in trace["f"]] == ["e1"]
@@ -182,5 +195,7 @@ def test_batch_sizes(n: int) -> None:
 def test_only_filter_and_convert_pipelines_are_pure() -> None:
     # pure pipelines may run small batches on the replica's event loop; anything that may
     # block (user functions, models, joins, the solver) runs on a worker thread
-    assert pipeline('- {id: f, filter: "data.n > 1"}\n- {id: c, convert: {set: {data.m: "data.n + 1"}}}').pure
+    assert pipeline(
+        '- {id: f, filter: "data.n > 1"}\n- {id: c, convert: {set: {data.m: "data.n + 1"}}}'
+    ).pure
     assert not pipeline("- id: f\n  function: tests.unit.pipelines.funcs:tag_batch\n").pure

@@ -16,8 +16,14 @@ from eventbus.serving._deployment import autoscaling_options
 
 
 def ctx(
-    per_replica: list[dict[str, float]], *, state: dict[str, Any] | None = None, now: float = 0.0, current: int | None = None,
-    lo: int = 1, hi: int = 8, requests: float = 0.0,
+    per_replica: list[dict[str, float]],
+    *,
+    state: dict[str, Any] | None = None,
+    now: float = 0.0,
+    current: int | None = None,
+    lo: int = 1,
+    hi: int = 8,
+    requests: float = 0.0,
 ) -> SimpleNamespace:
     """An object with the AutoscalingContext attributes the policy reads."""
     metrics: dict[str, dict[str, float]] = {}
@@ -26,29 +32,61 @@ def ctx(
             metrics.setdefault(k, {})[f"r{i}"] = v
     n = len(per_replica) if current is None else current
     return SimpleNamespace(
-        aggregated_metrics=metrics, total_num_requests=requests, current_num_replicas=n, target_num_replicas=n,
-        capacity_adjusted_min_replicas=lo, capacity_adjusted_max_replicas=hi, policy_state=state or {}, current_time=now,
+        aggregated_metrics=metrics,
+        total_num_requests=requests,
+        current_num_replicas=n,
+        target_num_replicas=n,
+        capacity_adjusted_min_replicas=lo,
+        capacity_adjusted_max_replicas=hi,
+        policy_state=state or {},
+        current_time=now,
     )
 
 
-def replica(lag: float = 0, in_flight: float = 0, rate: float = 0, arrival: float | None = None, partitions: float = 4) -> dict[str, float]:
+def replica(
+    lag: float = 0,
+    in_flight: float = 0,
+    rate: float = 0,
+    arrival: float | None = None,
+    partitions: float = 4,
+) -> dict[str, float]:
     return {
-        "eventbus_lag": lag, "eventbus_in_flight": in_flight, "eventbus_events_per_s": rate,
-        "eventbus_arrival_per_s": rate if arrival is None else arrival, "eventbus_partitions": partitions,
+        "eventbus_lag": lag,
+        "eventbus_in_flight": in_flight,
+        "eventbus_events_per_s": rate,
+        "eventbus_arrival_per_s": rate if arrival is None else arrival,
+        "eventbus_partitions": partitions,
     }
 
 
 def test_observe_sums_replicas_and_takes_ongoing_requests() -> None:
-    load = observe(ctx([replica(lag=100, in_flight=1, rate=10, partitions=2), replica(lag=50, in_flight=2, rate=5, partitions=2)], requests=1))
+    load = observe(
+        ctx(
+            [
+                replica(lag=100, in_flight=1, rate=10, partitions=2),
+                replica(lag=50, in_flight=2, rate=5, partitions=2),
+            ],
+            requests=1,
+        )
+    )
     assert load is not None
-    assert (load.replicas, load.lag, load.in_flight, load.events_per_s, load.partitions) == (2, 150, 3, 15, 4)
+    assert (load.replicas, load.lag, load.in_flight, load.events_per_s, load.partitions) == (
+        2,
+        150,
+        3,
+        15,
+        4,
+    )
     assert observe(ctx([], current=1)) is None
     only_requests = observe(ctx([], current=1, requests=6))
     assert only_requests is not None and only_requests.in_flight == 6
 
 
 def test_reactive_follows_lag_up_and_down_with_hysteresis() -> None:
-    policy = LoadPolicy({"target_lag": 1000, "scale_down_ratio": 0.7, "capacity_events_per_s": 1e9}, placement="actor")
+    policy = LoadPolicy(
+        {"target_lag": 1000, "scale_down_ratio": 0.7, "capacity_events_per_s": 1e9},
+        placement="actor",
+    )
     n = 1
     seen = []
     for lag in [0, 500, 2500, 6000, 6000, 2000, 1300, 800, 0]:
@@ -59,16 +97,27 @@ def test_reactive_follows_lag_up_and_down_with_hysteresis() -> None:
 
 
 def test_reactive_in_flight_and_rate_signals() -> None:
-    policy = LoadPolicy({"target_in_flight": 2, "capacity_events_per_s": 100, "target_utilization": 0.5})
+    policy = LoadPolicy(
+        {"target_in_flight": 2, "capacity_events_per_s": 100, "target_utilization": 0.5}
+    )
     assert policy(ctx([replica(in_flight=4)] * 2))[0] == 4  # 8 batches in flight / 2 per replica
     assert policy(ctx([replica(rate=100)]))[0] == 2  # 100/s at 50% of 100/s per replica
-    assert policy(ctx([replica(rate=40, arrival=260, partitions=8)]))[0] == 6  # arrivals, not what is served
+    assert (
+        policy(ctx([replica(rate=40, arrival=260, partitions=8)]))[0] == 6
+    )  # arrivals, not what is served
 
 
 def test_bounds_and_partition_cap() -> None:
     policy = LoadPolicy({"target_lag": 10})
-    assert policy(ctx([replica(lag=10_000, partitions=3)], hi=8))[0] == 3  # consumers past the partitions idle
-    assert LoadPolicy({"target_lag": 10}, placement="actor")(ctx([replica(lag=10_000, partitions=3)], hi=8))[0] == 8
+    assert (
+        policy(ctx([replica(lag=10_000, partitions=3)], hi=8))[0] == 3
+    )  # consumers past the partitions idle
+    assert (
+        LoadPolicy({"target_lag": 10}, placement="actor")(
+            ctx([replica(lag=10_000, partitions=3)], hi=8)
+        )[0]
+        == 8
+    )
     assert policy(ctx([replica()], lo=2))[0] == 2
 
 
@@ -98,8 +147,14 @@ def test_forecast_rates_follows_a_seasonal_series() -> None:
 def test_predictive_leads_a_sine_load_and_reactive_lags_it() -> None:
     season_s, step_s, capacity = 240.0, 1.0, 200.0
     cfg = {
-        "season_s": season_s, "samples_per_season": 24, "lead_s": 20, "capacity_events_per_s": capacity,
-        "target_utilization": 1.0, "target_lag": 1e9, "scale_down_ratio": 1.0, "refit_every_s": 30,
+        "season_s": season_s,
+        "samples_per_season": 24,
+        "lead_s": 20,
+        "capacity_events_per_s": capacity,
+        "target_utilization": 1.0,
+        "target_lag": 1e9,
+        "scale_down_ratio": 1.0,
+        "refit_every_s": 30,
     }
     predictive = LoadPolicy({**cfg, "policy": "predictive"}, background_fit=False)
     reactive = LoadPolicy({**cfg, "policy": "reactive"})
@@ -110,7 +165,9 @@ def test_predictive_leads_a_sine_load_and_reactive_lags_it() -> None:
     while t < 4 * season_s:
         rate = sine_rate(t, season_s)
         n = 1
-        p, state = predictive(ctx([replica(rate=rate, partitions=32)], state=state, now=t, current=n, hi=20))
+        p, state = predictive(
+            ctx([replica(rate=rate, partitions=32)], state=state, now=t, current=n, hi=20)
+        )
         r, _ = reactive(ctx([replica(rate=rate, partitions=32)], now=t, current=n, hi=20))
         if state["eventbus"].get("forecast_per_s") is not None and first_forecast is None:
             first_forecast = t
@@ -120,7 +177,10 @@ def test_predictive_leads_a_sine_load_and_reactive_lags_it() -> None:
             lead_seen.append((p, r, later))
         t += step_s
     # reactive until two seasons of history are in
-    assert first_forecast is not None and 2 * season_s <= first_forecast < 2 * season_s + 2 * season_s / 24
+    assert (
+        first_forecast is not None
+        and 2 * season_s <= first_forecast < 2 * season_s + 2 * season_s / 24
+    )
     # on the rising edge the forecast provisions for the load ahead; the reactive count does not
     rising = [(p, r, later) for p, r, later in lead_seen if later > r]
     assert rising
@@ -132,7 +192,14 @@ def test_predictive_leads_a_sine_load_and_reactive_lags_it() -> None:
 
 def test_predictive_history_is_bounded_and_gaps_filled() -> None:
     policy = LoadPolicy(
-        {"policy": "predictive", "season_s": 40, "samples_per_season": 4, "history_seasons": 2, "refit_every_s": 1e6}, background_fit=False
+        {
+            "policy": "predictive",
+            "season_s": 40,
+            "samples_per_season": 4,
+            "history_seasons": 2,
+            "refit_every_s": 1e6,
+        },
+        background_fit=False,
     )
     state: dict[str, Any] = {}
     for t in range(0, 200, 5):
@@ -144,10 +211,16 @@ def test_predictive_history_is_bounded_and_gaps_filled() -> None:
 
 def test_autoscaling_options_name_the_policy() -> None:
     doc = {
-        "apiVersion": "eventbus/v1", "kind": "Pipeline", "metadata": {"name": "p"},
+        "apiVersion": "eventbus/v1",
+        "kind": "Pipeline",
+        "metadata": {"name": "p"},
         "spec": {
-            "sources": [{"kafka": {"topic": "a"}}], "sink": {"kafka": {"topic": "b"}},
-            "serving": {"replicas": {"min": 1, "max": 4}, "autoscaling": {"policy": "predictive", "season_s": 600}},
+            "sources": [{"kafka": {"topic": "a"}}],
+            "sink": {"kafka": {"topic": "b"}},
+            "serving": {
+                "replicas": {"min": 1, "max": 4},
+                "autoscaling": {"policy": "predictive", "season_s": 600},
+            },
         },
     }
     opts = autoscaling_options(PipelineConfig.model_validate(doc))

@@ -17,7 +17,10 @@ runner = CliRunner()
 
 def test_solve_generated_writes_duals(tmp_path: Path) -> None:
     out = tmp_path / "lambda.json"
-    res = runner.invoke(app, ["solve", "--generate", "300,10,5", "--seed", "2", "--device", "cpu", "--output", str(out)])
+    res = runner.invoke(
+        app,
+        ["solve", "--generate", "300,10,5", "--seed", "2", "--device", "cpu", "--output", str(out)],
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
     assert len(doc["duals"]) == 5 and doc["converged"] and doc["gap"] <= 1e-4

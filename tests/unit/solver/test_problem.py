@@ -9,15 +9,26 @@ import pytest
 import torch
 
 from eventbus.errors import SolverError
-from eventbus.solver import AllocationProblem, FactorisedConsumption, decide, generate_problem, load_problem, save_problem
+from eventbus.solver import (
+    AllocationProblem,
+    FactorisedConsumption,
+    decide,
+    generate_problem,
+    load_problem,
+    save_problem,
+)
 
 
 def _cons(n: int = 3, m: int = 2, k: int = 1, g: int = 1) -> FactorisedConsumption:
-    return FactorisedConsumption(torch.ones(k, m), torch.ones(k, g), torch.zeros(n, dtype=torch.long))
+    return FactorisedConsumption(
+        torch.ones(k, m), torch.ones(k, g), torch.zeros(n, dtype=torch.long)
+    )
 
 
 def test_negative_budget_names_value_and_fix() -> None:
-    with pytest.raises(SolverError, match=re.escape("budget must be positive; got a minimum of -1.0; clip it")):
+    with pytest.raises(
+        SolverError, match=re.escape("budget must be positive; got a minimum of -1.0; clip it")
+    ):
         AllocationProblem(torch.rand(3, 2), torch.tensor([-1.0]), _cons())
 
 
@@ -29,12 +40,32 @@ def test_solver_error_is_a_value_error() -> None:
 @pytest.mark.parametrize(
     ("build", "expect"),
     [
-        (lambda: AllocationProblem(torch.rand(4, 2), torch.tensor([1.0]), _cons()), "consumption must match revenue's shape (4 users, 2 items)"),
-        (lambda: AllocationProblem(torch.rand(3, 2), torch.tensor([1.0, 2.0]), _cons()), "budget must have one entry per resource; got 2 entries for 1 resources"),
-        (lambda: FactorisedConsumption(torch.ones(1, 2), torch.ones(1, 2), torch.tensor([0, 2])), "segment values must lie in [0, 2)"),
-        (lambda: FactorisedConsumption(-torch.ones(1, 2), torch.ones(1, 1), torch.zeros(2, dtype=torch.long)), "item_cost must be non-negative"),
-        (lambda: AllocationProblem(torch.rand(3, 2).long(), torch.tensor([1.0]), _cons()), "revenue must be a floating-point tensor; got dtype torch.int64"),
-        (lambda: AllocationProblem(torch.rand(3, 2), torch.tensor([1.0]), torch.ones(3, 2, 1)), "a tensor consumption must be a sparse COO tensor"),
+        (
+            lambda: AllocationProblem(torch.rand(4, 2), torch.tensor([1.0]), _cons()),
+            "consumption must match revenue's shape (4 users, 2 items)",
+        ),
+        (
+            lambda: AllocationProblem(torch.rand(3, 2), torch.tensor([1.0, 2.0]), _cons()),
+            "budget must have one entry per resource; got 2 entries for 1 resources",
+        ),
+        (
+            lambda: FactorisedConsumption(torch.ones(1, 2), torch.ones(1, 2), torch.tensor([0, 2])),
+            "segment values must lie in [0, 2)",
+        ),
+        (
+            lambda: FactorisedConsumption(
+                -torch.ones(1, 2), torch.ones(1, 1), torch.zeros(2, dtype=torch.long)
+            ),
+            "item_cost must be non-negative",
+        ),
+        (
+            lambda: AllocationProblem(torch.rand(3, 2).long(), torch.tensor([1.0]), _cons()),
+            "revenue must be a floating-point tensor; got dtype torch.int64",
+        ),
+        (
+            lambda: AllocationProblem(torch.rand(3, 2), torch.tensor([1.0]), torch.ones(3, 2, 1)),
+            "a tensor consumption must be a sparse COO tensor",
+        ),
     ],
 )
 def test_invalid_problems(build, expect: str) -> None:  # type: ignore[no-untyped-def]
@@ -87,11 +118,21 @@ def test_decide_factorised_sparse_and_dense_agree() -> None:
 
 
 def test_decide_none_when_every_reduced_cost_is_negative() -> None:
-    cons = FactorisedConsumption(torch.tensor([[1.0, 4.0]]), torch.ones(1, 1), torch.zeros(2, dtype=torch.long))
-    assert decide(torch.tensor([0.5]), torch.tensor([[1.0, 2.8], [0.2, 0.1]]), cons).tolist() == [1, -1]
-    assert decide(torch.tensor([10.0]), torch.tensor([[1.0, 2.8], [0.2, 0.1]]), cons).tolist() == [-1, -1]
+    cons = FactorisedConsumption(
+        torch.tensor([[1.0, 4.0]]), torch.ones(1, 1), torch.zeros(2, dtype=torch.long)
+    )
+    assert decide(torch.tensor([0.5]), torch.tensor([[1.0, 2.8], [0.2, 0.1]]), cons).tolist() == [
+        1,
+        -1,
+    ]
+    assert decide(torch.tensor([10.0]), torch.tensor([[1.0, 2.8], [0.2, 0.1]]), cons).tolist() == [
+        -1,
+        -1,
+    ]
 
 
 def test_decide_rejects_bad_duals() -> None:
-    with pytest.raises(SolverError, match=re.escape("duals must be a finite, non-negative (1,) tensor")):
+    with pytest.raises(
+        SolverError, match=re.escape("duals must be a finite, non-negative (1,) tensor")
+    ):
         decide(torch.tensor([-1.0]), torch.rand(2, 2), _cons(2, 2))

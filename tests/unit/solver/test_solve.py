@@ -19,7 +19,9 @@ def _check_feasible(problem: AllocationProblem, x: torch.Tensor) -> None:
     assert float(x.min()) >= 0
     assert float(x.sum(1).max()) <= 1 + 1e-6
     usage = torch.einsum("ij,ijk->k", x, problem.dense_consumption().double())
-    assert bool((usage <= problem.budget.double() * (1 + 1e-9)).all()), (usage / problem.budget.double()).max()
+    assert bool((usage <= problem.budget.double() * (1 + 1e-9)).all()), (
+        usage / problem.budget.double()
+    ).max()
 
 
 @pytest.mark.parametrize("sparse", [False, True], ids=["factorised", "sparse"])
@@ -53,7 +55,11 @@ def test_deterministic() -> None:
     a = solve(problem, gap=1e-4, device="cpu")
     b = solve(generate_problem(500, 20, 10, seed=9), gap=1e-4, device="cpu")
     assert torch.equal(a.duals, b.duals)
-    assert (a.primal_value, a.dual_value, a.iterations) == (b.primal_value, b.dual_value, b.iterations)
+    assert (a.primal_value, a.dual_value, a.iterations) == (
+        b.primal_value,
+        b.dual_value,
+        b.iterations,
+    )
 
 
 def test_chunking_keeps_the_answer() -> None:
@@ -97,7 +103,10 @@ def test_non_binding_budgets_give_zero_duals() -> None:
     ("kwargs", "expect"),
     [
         ({"gap": 0.0}, "gap must lie in (0, 1) (a relative gap such as 1e-4); got 0.0"),
-        ({"warm_start": torch.zeros(2)}, "warm_start must be a SolveResult or a (3,) dual tensor; got (2,)"),
+        (
+            {"warm_start": torch.zeros(2)},
+            "warm_start must be a SolveResult or a (3,) dual tensor; got (2,)",
+        ),
         ({"warm_start": -torch.ones(3)}, "warm_start duals must be finite and non-negative"),
         ({"device": "tpu"}, "device must be 'auto', 'cpu' or 'cuda[:N]'; got 'tpu'"),
     ],

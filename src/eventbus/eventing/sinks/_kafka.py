@@ -78,7 +78,11 @@ class KafkaSink(Sink):
     """
 
     def __init__(
-        self, config: KafkaSinkConfig, *, bootstrap_servers: str | None = None, lane: tuple[int, int] | None = None
+        self,
+        config: KafkaSinkConfig,
+        *,
+        bootstrap_servers: str | None = None,
+        lane: tuple[int, int] | None = None,
     ) -> None:
         self.config = config
         self._lane = lane
@@ -153,7 +157,9 @@ class KafkaSink(Sink):
         """
         if self._floors_at is None:
             await self._refresh_floors()
-        elif time.monotonic() - self._floors_at > _FLOORS_EVERY_S and (self._floors_task is None or self._floors_task.done()):
+        elif time.monotonic() - self._floors_at > _FLOORS_EVERY_S and (
+            self._floors_task is None or self._floors_task.done()
+        ):
             self._floors_at = time.monotonic()
             self._floors_task = asyncio.create_task(self._refresh_floors())
         return self._floors
@@ -163,24 +169,34 @@ class KafkaSink(Sink):
 
         try:
             if self._offsets_consumer is None:
-                consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers, group_id=None, enable_auto_commit=False)
+                consumer = AIOKafkaConsumer(
+                    bootstrap_servers=self.bootstrap_servers,
+                    group_id=None,
+                    enable_auto_commit=False,
+                )
                 await consumer.start()
                 self._offsets_consumer = consumer
             topic = self.config.topic
             parts = self._offsets_consumer.partitions_for_topic(topic)
             if not parts:
-                await self._offsets_consumer._client.force_metadata_update()  # noqa: SLF001 - no public refresh
+                await self._offsets_consumer._client.force_metadata_update()
                 parts = self._offsets_consumer.partitions_for_topic(topic) or set()
             # ListOffsets answers at or below the end (Tansu: the last batch's base + 1), and
             # records sent after this call land above it: a valid lower bound.
-            ends = await self._offsets_consumer.end_offsets([TopicPartition(topic, p) for p in parts])
+            ends = await self._offsets_consumer.end_offsets(
+                [TopicPartition(topic, p) for p in parts]
+            )
             floors = dict(self._floors)
             for tp, end in ends.items():
                 if end > floors.get(tp.partition, -1):
                     floors[tp.partition] = end
             self._floors = floors
         except KafkaError as e:
-            log.warning("kafka sink %s: cannot read the partitions' ends (%s); searches after a crash start further back", self.config.topic, e)
+            log.warning(
+                "kafka sink %s: cannot read the partitions' ends (%s); searches after a crash start further back",
+                self.config.topic,
+                e,
+            )
         finally:
             self._floors_at = time.monotonic()
 
@@ -199,8 +215,11 @@ class KafkaSink(Sink):
 
         topic = self.config.topic
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap_servers, group_id=None, enable_auto_commit=False,
-            auto_offset_reset="earliest", fetch_max_wait_ms=20,
+            bootstrap_servers=self.bootstrap_servers,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=20,
         )
         await consumer.start()
         found: set[str] = set()

@@ -15,9 +15,9 @@ from eventbus.eventing.sources._http_config import (
 from eventbus.eventing.sources._kafka import DECODE_ERROR_TYPE, KafkaSource, KafkaSourceConfig
 
 __all__ = [
+    "DECODE_ERROR_TYPE",
     "AuthConfig",
     "BearerAuthConfig",
-    "DECODE_ERROR_TYPE",
     "GrpcSourceConfig",
     "HmacAuthConfig",
     "HttpSourceConfig",

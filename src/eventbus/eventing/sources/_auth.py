@@ -37,7 +37,9 @@ class Credentials:
         return f"Credentials(pipeline={self.pipeline!r}, kind={self.kind!r}, secret=<hidden>)"
 
 
-def _read_secret(pipeline: str, env: str | None, file: str | None, environ: Mapping[str, str]) -> bytes:
+def _read_secret(
+    pipeline: str, env: str | None, file: str | None, environ: Mapping[str, str]
+) -> bytes:
     if env is not None:
         value = environ.get(env)
         if not value:
@@ -60,7 +62,9 @@ def _read_secret(pipeline: str, env: str | None, file: str | None, environ: Mapp
     return value.encode()
 
 
-def load_credentials(pipeline: str, auth: AuthConfig | None, environ: Mapping[str, str] | None = None) -> Credentials | None:
+def load_credentials(
+    pipeline: str, auth: AuthConfig | None, environ: Mapping[str, str] | None = None
+) -> Credentials | None:
     """Resolve a source's ``auth:`` into its secret.
 
     Raises:
@@ -149,16 +153,24 @@ def authenticate(
     if cred.kind == "bearer":
         token = _bearer(headers)
         if token is None:
-            raise IngressError(401, f"pipeline {cred.pipeline!r} needs a bearer token: send 'Authorization: Bearer <token>'")
+            raise IngressError(
+                401,
+                f"pipeline {cred.pipeline!r} needs a bearer token: send 'Authorization: Bearer <token>'",
+            )
         if hmac.compare_digest(token.encode(), cred.secret):
             return
         for o in others:
             if o.kind == "bearer" and hmac.compare_digest(token.encode(), o.secret):
-                raise IngressError(403, f"this token is not allowed to send to pipeline {cred.pipeline!r}")
+                raise IngressError(
+                    403, f"this token is not allowed to send to pipeline {cred.pipeline!r}"
+                )
         raise IngressError(401, f"the bearer token is not valid for pipeline {cred.pipeline!r}")
     value = headers.get(cred.header)
     if value is None:
-        raise IngressError(401, f"pipeline {cred.pipeline!r} needs signed requests: send header {cred.header}: t=<unix seconds>,v1=<hex HMAC-SHA256 of \"<t>.<body>\">")
+        raise IngressError(
+            401,
+            f'pipeline {cred.pipeline!r} needs signed requests: send header {cred.header}: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">',
+        )
     ok = _hmac_ok(cred, value, body, t)
     if ok is True:
         return
@@ -166,5 +178,10 @@ def authenticate(
         raise IngressError(401, ok)
     for o in others:
         if o.kind == "hmac" and o.header == cred.header and _hmac_ok(o, value, body, t) is True:
-            raise IngressError(403, f"this signing secret is not allowed to send to pipeline {cred.pipeline!r}")
-    raise IngressError(401, f"the signature in header {cred.header} does not match the body for pipeline {cred.pipeline!r}")
+            raise IngressError(
+                403, f"this signing secret is not allowed to send to pipeline {cred.pipeline!r}"
+            )
+    raise IngressError(
+        401,
+        f"the signature in header {cred.header} does not match the body for pipeline {cred.pipeline!r}",
+    )

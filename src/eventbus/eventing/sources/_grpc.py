@@ -17,7 +17,11 @@ import grpc
 from eventbus.errors import EventDecodeError, IngressError
 from eventbus.eventing._proto import cloudevents_pb2 as pb
 from eventbus.eventing._proto import eventbus_pb2, eventbus_pb2_grpc
-from eventbus.eventing._protobuf import event_from_proto, events_from_proto_batch, events_to_proto_batch
+from eventbus.eventing._protobuf import (
+    event_from_proto,
+    events_from_proto_batch,
+    events_to_proto_batch,
+)
 from eventbus.eventing.sources._ingress import Ingress, Route, split_outcomes
 
 __all__ = ["PIPELINE_METADATA", "build_grpc_server", "grpc_status"]
@@ -45,19 +49,30 @@ class _Servicer(eventbus_pb2_grpc.EventBusServicer):
     def __init__(self, ingress: Ingress) -> None:
         self._ingress = ingress
 
-    async def _route(self, context: grpc.aio.ServicerContext, size: int) -> tuple[Route, dict[str, str]]:
-        metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+    async def _route(
+        self, context: grpc.aio.ServicerContext, size: int
+    ) -> tuple[Route, dict[str, str]]:
+        metadata = {
+            k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)
+        }
         name = metadata.get(PIPELINE_METADATA)
         if not name:
-            raise IngressError(400, f"name the pipeline in the {PIPELINE_METADATA} metadata of the call")
+            raise IngressError(
+                400, f"name the pipeline in the {PIPELINE_METADATA} metadata of the call"
+            )
         route = await self._ingress.route("grpc", name)
         limit = route.config.max_body_bytes
         if size > limit:
-            raise IngressError(413, f"the message is {size} bytes; pipeline {name!r} takes at most {limit} (max_body_bytes of its grpc source)")
+            raise IngressError(
+                413,
+                f"the message is {size} bytes; pipeline {name!r} takes at most {limit} (max_body_bytes of its grpc source)",
+            )
         self._ingress.authenticate(route, metadata, b"")
         return route, metadata
 
-    async def Publish(self, request: pb.CloudEventBatch, context: grpc.aio.ServicerContext) -> eventbus_pb2.PublishReply:  # noqa: N802
+    async def Publish(
+        self, request: pb.CloudEventBatch, context: grpc.aio.ServicerContext
+    ) -> eventbus_pb2.PublishReply:
         try:
             route, _ = await self._route(context, request.ByteSize())
             try:
@@ -73,7 +88,9 @@ class _Servicer(eventbus_pb2_grpc.EventBusServicer):
             await context.abort(grpc_status(e.status), e.message)
             raise  # unreachable: abort raises
 
-    async def Invoke(self, request: pb.CloudEvent, context: grpc.aio.ServicerContext) -> pb.CloudEventBatch:  # noqa: N802
+    async def Invoke(
+        self, request: pb.CloudEvent, context: grpc.aio.ServicerContext
+    ) -> pb.CloudEventBatch:
         try:
             route, _ = await self._route(context, request.ByteSize())
             try:
@@ -87,7 +104,10 @@ class _Servicer(eventbus_pb2_grpc.EventBusServicer):
                 try:
                     outcomes = await asyncio.wait_for(call, max(0.0, remaining))
                 except TimeoutError:
-                    raise IngressError(504, f"pipeline {route.pipeline!r} did not answer within the call's deadline") from None
+                    raise IngressError(
+                        504,
+                        f"pipeline {route.pipeline!r} did not answer within the call's deadline",
+                    ) from None
             else:
                 outcomes = await call
             return events_to_proto_batch(split_outcomes(route.pipeline, [event], outcomes))
@@ -96,12 +116,19 @@ class _Servicer(eventbus_pb2_grpc.EventBusServicer):
             raise
 
 
-def build_grpc_server(ingress: Ingress, address: str, options: list[tuple[str, Any]] | None = None) -> tuple[grpc.aio.Server, int]:
+def build_grpc_server(
+    ingress: Ingress, address: str, options: list[tuple[str, Any]] | None = None
+) -> tuple[grpc.aio.Server, int]:
     """A grpc.aio server serving ``eventbus.v1.EventBus`` on ``address`` (``host:port``;
     port 0 picks a free one). Returns the server (not started) and the bound port."""
     server = grpc.aio.server(
         # so_reuseport 0: a port another process holds is an error here, not a silent share.
-        options=[("grpc.max_receive_message_length", _MAX_MESSAGE), ("grpc.max_send_message_length", _MAX_MESSAGE), ("grpc.so_reuseport", 0), *(options or [])]
+        options=[
+            ("grpc.max_receive_message_length", _MAX_MESSAGE),
+            ("grpc.max_send_message_length", _MAX_MESSAGE),
+            ("grpc.so_reuseport", 0),
+            *(options or []),
+        ]
     )
     eventbus_pb2_grpc.add_EventBusServicer_to_server(_Servicer(ingress), server)
     port = server.add_insecure_port(address)

@@ -53,14 +53,28 @@ _REQUEST_BODY: dict[str, Any] = {
         "content": {
             "application/json": {"schema": {}},
             "application/cloudevents+json": {"schema": _CE_SCHEMA},
-            "application/cloudevents-batch+json": {"schema": {"type": "array", "items": _CE_SCHEMA}},
+            "application/cloudevents-batch+json": {
+                "schema": {"type": "array", "items": _CE_SCHEMA}
+            },
         },
     },
 }
-_ERROR = {"content": {"application/json": {"schema": {"type": "object", "properties": {"error": {"type": "string"}, "status": {"type": "integer"}}}}}}
+_ERROR = {
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "properties": {"error": {"type": "string"}, "status": {"type": "integer"}},
+            }
+        }
+    }
+}
 _RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "Sync: the output events (binary mode for one, batch mode for several)."},
-    202: {"description": "Async: accepted durably.", "content": {"application/json": {"schema": {"type": "object"}}}},
+    202: {
+        "description": "Async: accepted durably.",
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    },
     204: {"description": "Sync: the events were filtered out."},
     400: {"description": "Malformed CloudEvent (the attribute is named).", **_ERROR},
     401: {"description": "No or bad credentials.", **_ERROR},
@@ -80,7 +94,10 @@ def _check_declared_length(declared: str | None, route: Route) -> None:
         raise IngressError(400, f"header content-length is {declared!r}; it must be a byte count")
     limit = route.config.max_body_bytes
     if int(declared) > limit:
-        raise IngressError(413, f"the body is {int(declared)} bytes; pipeline {route.pipeline!r} takes at most {limit} (max_body_bytes of its http source): split it into smaller requests")
+        raise IngressError(
+            413,
+            f"the body is {int(declared)} bytes; pipeline {route.pipeline!r} takes at most {limit} (max_body_bytes of its http source): split it into smaller requests",
+        )
 
 
 def _over_limit(limit: int, route: Route) -> str:
@@ -148,7 +165,9 @@ class _GatewayApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-def build_http_app(ingress: Ingress, *, title: str = "EventBus gateway", observer: Any = None) -> FastAPI:
+def build_http_app(
+    ingress: Ingress, *, title: str = "EventBus gateway", observer: Any = None
+) -> FastAPI:
     """The gateway's FastAPI application.
 
     Args:
@@ -161,7 +180,12 @@ def build_http_app(ingress: Ingress, *, title: str = "EventBus gateway", observe
     app = _GatewayApp(title=title, version="1", docs_url="/docs", redoc_url=None)
     figures = observer.gateway if observer is not None else None
 
-    async def handle(route: Route, headers: dict[str, str], read_body: Callable[[Route], Awaitable[bytes]], wait: bool | None) -> Reply:
+    async def handle(
+        route: Route,
+        headers: dict[str, str],
+        read_body: Callable[[Route], Awaitable[bytes]],
+        wait: bool | None,
+    ) -> Reply:
         if figures is None and tracer() is None:
             return await _handle(route, headers, read_body, wait, None)
         started = perf_counter()
@@ -184,17 +208,30 @@ def build_http_app(ingress: Ingress, *, title: str = "EventBus gateway", observe
             if figures is not None:
                 sync = route.config.mode == "sync" if wait is None else wait
                 n = len(seen[0]) if seen and status < 300 else 0
-                figures.observe(route.pipeline, "sync" if sync else "async", status, perf_counter() - started, n)
+                figures.observe(
+                    route.pipeline, "sync" if sync else "async", status, perf_counter() - started, n
+                )
 
-    async def _handle(route: Route, headers: dict[str, str], read_body: Callable[[Route], Awaitable[bytes]], wait: bool | None, seen: list[Any] | None) -> Reply:
+    async def _handle(
+        route: Route,
+        headers: dict[str, str],
+        read_body: Callable[[Route], Awaitable[bytes]],
+        wait: bool | None,
+        seen: list[Any] | None,
+    ) -> Reply:
         body = await read_body(route)
         ingress.authenticate(route, headers, body)
         events, mode = ingress.decode(route, headers, body)
         sync = route.config.mode == "sync" if wait is None else wait
         if seen is not None:
             spans = start_event_spans(
-                f"eventbus.gateway {route.pipeline}", events, request_traceparent=headers.get("traceparent"),
-                attributes={"eventbus.pipeline": route.pipeline, "eventbus.mode": "sync" if sync else "async"},
+                f"eventbus.gateway {route.pipeline}",
+                events,
+                request_traceparent=headers.get("traceparent"),
+                attributes={
+                    "eventbus.pipeline": route.pipeline,
+                    "eventbus.mode": "sync" if sync else "async",
+                },
             )
             seen.extend((events, spans))
         if not sync:
@@ -210,12 +247,16 @@ def build_http_app(ingress: Ingress, *, title: str = "EventBus gateway", observe
             hdrs, body_out = encode_http_batch(outputs)
         return 200, list(hdrs), body_out
 
-    async def starlette_reply(request: Request, kind: str, key: str, wait: bool | None | str = "query") -> Response:
+    async def starlette_reply(
+        request: Request, kind: str, key: str, wait: bool | str | None = "query"
+    ) -> Response:
         try:
             route = await ingress.route(kind, key)
             if wait == "query":
                 wait = _wait(request.scope)
-            reply = await handle(route, _headers(request.scope), lambda r: _read_body(request, r), wait)  # type: ignore[arg-type]
+            reply = await handle(
+                route, _headers(request.scope), lambda r: _read_body(request, r), wait
+            )  # type: ignore[arg-type]
         except IngressError as e:
             reply = _error_reply(e)
         return _to_response(reply)
@@ -225,14 +266,22 @@ def build_http_app(ingress: Ingress, *, title: str = "EventBus gateway", observe
         try:
             route = await ingress.route(kind, key)
             headers = _headers(scope)
-            reply = await handle(route, headers, lambda r: _read_asgi_body(headers, receive, r), _wait(scope))
+            reply = await handle(
+                route, headers, lambda r: _read_asgi_body(headers, receive, r), _wait(scope)
+            )
         except IngressError as e:
             reply = _error_reply(e)
         except _Disconnected:
             return
-        except Exception:  # noqa: BLE001 - as Starlette's ServerErrorMiddleware would: 500, logged
+        except Exception:
             log.exception("gateway: request %s %s failed", scope["method"], scope["path"])
-            reply = 500, _JSON_HEADERS, orjson.dumps({"error": "internal error in the gateway (logged); retry", "status": 500})
+            reply = (
+                500,
+                _JSON_HEADERS,
+                orjson.dumps(
+                    {"error": "internal error in the gateway (logged); retry", "status": 500}
+                ),
+            )
         status, headers_out, body = reply
         raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers_out]
         if status != 204:
@@ -246,7 +295,10 @@ def build_http_app(ingress: Ingress, *, title: str = "EventBus gateway", observe
     @app.get("/healthz", summary="Liveness", responses={200: {"description": "The gateway runs."}})
     async def healthz() -> Response:
         routes = ingress.routes
-        return Response(orjson.dumps({"status": "ok", "pipelines": sorted(routes.pipelines)}), media_type="application/json")
+        return Response(
+            orjson.dumps({"status": "ok", "pipelines": sorted(routes.pipelines)}),
+            media_type="application/json",
+        )
 
     if observer is not None:
         _add_observability_routes(app, observer)
@@ -293,7 +345,9 @@ def build_http_app(ingress: Ingress, *, title: str = "EventBus gateway", observe
     async def fast_path(request: Request) -> Response:
         return await starlette_reply(request, "path", request.url.path)
 
-    app.router.routes.insert(0, StarletteRoute("/v1/pipelines/{name}/events", fast_events, methods=["POST"]))
+    app.router.routes.insert(
+        0, StarletteRoute("/v1/pipelines/{name}/events", fast_events, methods=["POST"])
+    )
     app.router.routes.insert(1, StarletteRoute("/{path:path}", fast_path, methods=["POST"]))
     return app
 
@@ -345,7 +399,13 @@ def _add_observability_routes(app: FastAPI, observer: Any) -> None:
     async def pipeline_stats(name: str) -> Response:
         view = await observer.view(name)
         if view is None:
-            return _to_response(_error_reply(IngressError(404, f"no pipeline named {name!r} is deployed; GET /v1/stats lists them")))
+            return _to_response(
+                _error_reply(
+                    IngressError(
+                        404, f"no pipeline named {name!r} is deployed; GET /v1/stats lists them"
+                    )
+                )
+            )
         return Response(orjson.dumps(view), media_type="application/json")
 
     @app.get("/dashboard", summary="The web dashboard", include_in_schema=False)
@@ -372,4 +432,7 @@ def _wait(scope: Any) -> bool | None:
         return True
     if low in _FALSE:
         return False
-    raise IngressError(400, f"query parameter wait is {raw!r}; use wait=true (answer with the outputs) or wait=false (202 once accepted)")
+    raise IngressError(
+        400,
+        f"query parameter wait is {raw!r}; use wait=true (answer with the outputs) or wait=false (202 once accepted)",
+    )

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "AuthConfig",
@@ -59,7 +66,9 @@ class HmacAuthConfig(_SecretRef):
     secret_env: Annotated[str, StringConstraints(pattern=_ENV_NAME)] | None = Field(
         default=None, description="Environment variable (of the gateway) holding the secret."
     )
-    secret_file: str | None = Field(default=None, description="File holding the secret (surrounding whitespace ignored).")
+    secret_file: str | None = Field(
+        default=None, description="File holding the secret (surrounding whitespace ignored)."
+    )
     header: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9-]+$")] = Field(
         default="x-eventbus-signature", description="Header carrying 't=...,v1=...'."
     )
@@ -78,7 +87,9 @@ class BearerAuthConfig(_SecretRef):
     token_env: Annotated[str, StringConstraints(pattern=_ENV_NAME)] | None = Field(
         default=None, description="Environment variable (of the gateway) holding the token."
     )
-    token_file: str | None = Field(default=None, description="File holding the token (surrounding whitespace ignored).")
+    token_file: str | None = Field(
+        default=None, description="File holding the token (surrounding whitespace ignored)."
+    )
 
     def _refs(self) -> tuple[str | None, str | None]:
         return self.token_env, self.token_file
@@ -91,8 +102,12 @@ class AuthConfig(BaseModel):
     """How callers authenticate: exactly one of ``hmac_sha256`` or ``bearer``."""
 
     model_config = _MODEL
-    hmac_sha256: HmacAuthConfig | None = Field(default=None, description="Signed requests (HTTP only).")
-    bearer: BearerAuthConfig | None = Field(default=None, description="A bearer token (HTTP and gRPC).")
+    hmac_sha256: HmacAuthConfig | None = Field(
+        default=None, description="Signed requests (HTTP only)."
+    )
+    bearer: BearerAuthConfig | None = Field(
+        default=None, description="A bearer token (HTTP and gRPC)."
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> AuthConfig:
@@ -104,7 +119,11 @@ class AuthConfig(BaseModel):
 
 class _IngressSourceConfig(BaseModel):
     model_config = _MODEL
-    type: str = Field(default="eventbus.http", min_length=1, description="CloudEvents 'type' given to plain JSON bodies.")
+    type: str = Field(
+        default="eventbus.http",
+        min_length=1,
+        description="CloudEvents 'type' given to plain JSON bodies.",
+    )
     source: str | None = Field(
         default=None,
         description="CloudEvents 'source' given to plain JSON bodies; None uses '/eventbus/{pipeline}'.",
@@ -114,13 +133,22 @@ class _IngressSourceConfig(BaseModel):
         description="async: answer 202 once the event is durably accepted; sync: answer with the "
         "pipeline's outputs (callers may also ask per request with ?wait=true).",
     )
-    auth: AuthConfig | None = Field(default=None, description="Caller authentication; None accepts anyone.")
+    auth: AuthConfig | None = Field(
+        default=None, description="Caller authentication; None accepts anyone."
+    )
     data_schema: dict[str, Any] | None = Field(
         default=None,
         description="A JSON Schema (draft 2020-12) every event's data must satisfy (422 otherwise).",
     )
-    max_body_bytes: int = Field(default=1_048_576, ge=1, le=64 * 1_048_576, description="Largest accepted request body (413 above).")
-    timeout_ms: int = Field(default=10_000, ge=1, le=600_000, description="Deadline of a sync request (504 after).")
+    max_body_bytes: int = Field(
+        default=1_048_576,
+        ge=1,
+        le=64 * 1_048_576,
+        description="Largest accepted request body (413 above).",
+    )
+    timeout_ms: int = Field(
+        default=10_000, ge=1, le=600_000, description="Deadline of a sync request (504 after)."
+    )
 
     @field_validator("data_schema")
     @classmethod
@@ -169,7 +197,11 @@ class GrpcSourceConfig(_IngressSourceConfig):
     """Events from gRPC calls to the gateway's ``eventbus.v1.EventBus`` service
     (``Publish``/``Invoke``, pipeline named in the ``x-eventbus-pipeline`` metadata)."""
 
-    type: str = Field(default="eventbus.grpc", min_length=1, description="Unused by gRPC (events arrive as CloudEvents).")
+    type: str = Field(
+        default="eventbus.grpc",
+        min_length=1,
+        description="Unused by gRPC (events arrive as CloudEvents).",
+    )
 
     @model_validator(mode="after")
     def _no_hmac(self) -> GrpcSourceConfig:

@@ -66,7 +66,9 @@ class RouteTable:
     pipelines: frozenset[str] = frozenset()
 
     @classmethod
-    def from_documents(cls, documents: Iterable[dict[str, Any]], environ: Mapping[str, str] | None = None) -> RouteTable:
+    def from_documents(
+        cls, documents: Iterable[dict[str, Any]], environ: Mapping[str, str] | None = None
+    ) -> RouteTable:
         """Routes of every pipeline document (invalid documents are skipped and logged)."""
         from eventbus.pipelines._config import PipelineConfig
 
@@ -93,9 +95,15 @@ class RouteTable:
     def _missing(self, name: str, kind: str, served: Iterable[str]) -> IngressError:
         if name in self.pipelines:
             example = "- http: {}" if kind == "http" else "- grpc: {}"
-            return IngressError(404, f"pipeline {name!r} has no {kind} source; add '{example}' to its sources and redeploy")
+            return IngressError(
+                404,
+                f"pipeline {name!r} has no {kind} source; add '{example}' to its sources and redeploy",
+            )
         listed = ", ".join(sorted(served)) or "none"
-        return IngressError(404, f"no pipeline named {name!r} accepts {kind} events (those that do: {listed}); `eventbus list` shows the deployed pipelines")
+        return IngressError(
+            404,
+            f"no pipeline named {name!r} accepts {kind} events (those that do: {listed}); `eventbus list` shows the deployed pipelines",
+        )
 
     def http_route(self, pipeline: str) -> Route:
         """The route of ``POST /v1/pipelines/{pipeline}/events``.
@@ -117,7 +125,10 @@ class RouteTable:
         route = self.paths.get(path.rstrip("/") or "/")
         if route is None:
             listed = ", ".join(sorted(self.paths)) or "none"
-            raise IngressError(404, f"no pipeline serves path {path!r} (paths served: {listed}; or POST /v1/pipelines/<name>/events)")
+            raise IngressError(
+                404,
+                f"no pipeline serves path {path!r} (paths served: {listed}; or POST /v1/pipelines/<name>/events)",
+            )
         return route
 
     def grpc_route(self, pipeline: str) -> Route:
@@ -140,7 +151,12 @@ class RouteTable:
         return out
 
 
-def _resolve(pipeline: str, kind: str, config: HttpSourceConfig | GrpcSourceConfig, environ: Mapping[str, str] | None) -> Route:
+def _resolve(
+    pipeline: str,
+    kind: str,
+    config: HttpSourceConfig | GrpcSourceConfig,
+    environ: Mapping[str, str] | None,
+) -> Route:
     route = Route(pipeline, kind, config)
     try:
         route.credentials = load_credentials(pipeline, config.auth, environ)
@@ -201,13 +217,20 @@ class Ingress:
         """401/403 unless the request carries the route's credentials (503 when the route's
         secret could not be loaded)."""
         if route.problem is not None:
-            raise IngressError(503, f"pipeline {route.pipeline!r} cannot accept {route.kind} events: {route.problem}")
+            raise IngressError(
+                503,
+                f"pipeline {route.pipeline!r} cannot accept {route.kind} events: {route.problem}",
+            )
         authenticate(route.credentials, headers, body, self.routes.other_credentials(route))
 
-    def decode(self, route: Route, headers: Mapping[str, str], body: bytes) -> tuple[list[CloudEvent], str]:
+    def decode(
+        self, route: Route, headers: Mapping[str, str], body: bytes
+    ) -> tuple[list[CloudEvent], str]:
         """Decode an HTTP body (400 naming the attribute) and validate the data (422)."""
         try:
-            events, mode = decode_http(headers, body, default_type=route.config.type, default_source=route.default_source)
+            events, mode = decode_http(
+                headers, body, default_type=route.config.type, default_source=route.default_source
+            )
         except EventDecodeError as e:
             raise IngressError(400, str(e)) from None
         if not events:
@@ -225,7 +248,11 @@ class Ingress:
         for i, e in enumerate(events):
             err = best_match(validator.iter_errors(e.data))
             if err is not None:
-                where = f"event {i} (id {e.attributes.get('id')!r})" if len(events) > 1 else f"event id {e.attributes.get('id')!r}"
+                where = (
+                    f"event {i} (id {e.attributes.get('id')!r})"
+                    if len(events) > 1
+                    else f"event id {e.attributes.get('id')!r}"
+                )
                 pointer = _pointer(err.absolute_path) or "/"
                 raise IngressError(
                     422,
@@ -241,7 +268,10 @@ class Ingress:
             raise
         except Exception as e:  # noqa: BLE001 - the caller must retry; nothing was acknowledged
             log.warning("publish to pipeline %r failed: %s", route.pipeline, e)
-            raise IngressError(503, f"pipeline {route.pipeline!r}: the events could not be written to its ingress topic ({type(e).__name__}: {e}); nothing was accepted, retry") from None
+            raise IngressError(
+                503,
+                f"pipeline {route.pipeline!r}: the events could not be written to its ingress topic ({type(e).__name__}: {e}); nothing was accepted, retry",
+            ) from None
 
     async def invoke(self, route: Route, events: list[CloudEvent]) -> list[Outcome]:
         """Run events through the pipeline within the route's deadline (504 after)."""
@@ -249,15 +279,23 @@ class Ingress:
         try:
             return await asyncio.wait_for(self.backend.invoke(route.pipeline, events), timeout_s)
         except TimeoutError:
-            raise IngressError(504, f"pipeline {route.pipeline!r} did not answer within {route.config.timeout_ms} ms (timeout_ms of its source); retry, or raise timeout_ms") from None
+            raise IngressError(
+                504,
+                f"pipeline {route.pipeline!r} did not answer within {route.config.timeout_ms} ms (timeout_ms of its source); retry, or raise timeout_ms",
+            ) from None
         except IngressError:
             raise
         except Exception as e:  # noqa: BLE001
             log.warning("invoke of pipeline %r failed: %s", route.pipeline, e)
-            raise IngressError(503, f"pipeline {route.pipeline!r} could not run the events ({type(e).__name__}: {e}); retry") from None
+            raise IngressError(
+                503,
+                f"pipeline {route.pipeline!r} could not run the events ({type(e).__name__}: {e}); retry",
+            ) from None
 
 
-def split_outcomes(pipeline: str, events: list[CloudEvent], outcomes: list[Outcome]) -> list[CloudEvent]:
+def split_outcomes(
+    pipeline: str, events: list[CloudEvent], outcomes: list[Outcome]
+) -> list[CloudEvent]:
     """The output events of a sync call.
 
     Raises:
@@ -267,9 +305,16 @@ def split_outcomes(pipeline: str, events: list[CloudEvent], outcomes: list[Outco
     failures = []
     for e, o in zip(events, outcomes):
         if isinstance(o, Failure):
-            failures.append(f"event {e.attributes.get('id')!r} failed in step {o.step!r}: {o.error_type}: {o.message}")
+            failures.append(
+                f"event {e.attributes.get('id')!r} failed in step {o.step!r}: {o.error_type}: {o.message}"
+            )
         else:
             outputs.extend(o)
     if failures:
-        raise IngressError(422, f"pipeline {pipeline!r}: " + "; ".join(failures[:10]) + (f" (and {len(failures) - 10} more)" if len(failures) > 10 else ""))
+        raise IngressError(
+            422,
+            f"pipeline {pipeline!r}: "
+            + "; ".join(failures[:10])
+            + (f" (and {len(failures) - 10} more)" if len(failures) > 10 else ""),
+        )
     return outputs

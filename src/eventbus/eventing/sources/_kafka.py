@@ -138,7 +138,12 @@ class OffsetGaps:
                     log.warning(
                         "%s: %s[%d] has no records at offsets %d-%d after %.1f s; passing them "
                         "(a compacted or transactional topic? set offset_gap_wait_ms: 0 for it)",
-                        self.name, tp.topic, tp.partition, expected, recs[cut].offset - 1, now - since[1],
+                        self.name,
+                        tp.topic,
+                        tp.partition,
+                        expected,
+                        recs[cut].offset - 1,
+                        now - since[1],
                     )
                     del self._since[tp]
             if recs:
@@ -159,7 +164,9 @@ class _Batch:
     oldest_ms: int = 0  # the oldest record's timestamp (end-to-end latency, per batch)
 
 
-def dead_letter_event(original: CloudEvent, pipeline: str, failure: Failure, topic: str, partition: int, offset: int) -> CloudEvent:
+def dead_letter_event(
+    original: CloudEvent, pipeline: str, failure: Failure, topic: str, partition: int, offset: int
+) -> CloudEvent:
     """The dead-letter event of a failed input: the original plus the ``eb*`` attributes."""
     return original.replace(
         ebpipeline=pipeline,
@@ -478,7 +485,9 @@ class KafkaSource(Source):
             for tp, recs in data.items():
                 if tp in assigned and recs:
                     committed = await consumer.committed(tp)
-                    consumer.seek(tp, committed if committed is not None else min(r.offset for r in recs))
+                    consumer.seek(
+                        tp, committed if committed is not None else min(r.offset for r in recs)
+                    )
             return {}
         return data
 
@@ -505,7 +514,8 @@ class KafkaSource(Source):
             offsets[tp] = records[-1].offset + 1
             if self.decode_in_dispatch:
                 events.extend(
-                    RawRecord(r.value, r.headers, r.key, topic, partition, r.offset) for r in records  # type: ignore[misc]
+                    RawRecord(r.value, r.headers, r.key, topic, partition, r.offset)
+                    for r in records  # type: ignore[misc]
                 )
                 sources.extend(records)
                 continue
@@ -519,7 +529,15 @@ class KafkaSource(Source):
                     event = self._decode(r, default_type, default_source)
                 except EventDecodeError as e:
                     self._stats["decode_errors"] += 1
-                    log.warning("kafka source %s: undecodable record %s[%d]@%d: %s", self.pipeline, r.topic, r.partition, r.offset, e, extra={"pipeline": self.pipeline, "step": "decode"})
+                    log.warning(
+                        "kafka source %s: undecodable record %s[%d]@%d: %s",
+                        self.pipeline,
+                        r.topic,
+                        r.partition,
+                        r.offset,
+                        e,
+                        extra={"pipeline": self.pipeline, "step": "decode"},
+                    )
                     dead.append((self._decode_dead_letter(r, e, default_source), r.key))
                     continue
                 events.append(event)
@@ -636,7 +654,11 @@ class KafkaSource(Source):
         retry = self._retry
         pending: list[int] = []
         if retry is not None and retry.enabled:
-            pending = [i for i, o in enumerate(outcomes) if type(o) is Failure and retry.may_retry(o.step, 1, 0.0)]
+            pending = [
+                i
+                for i, o in enumerate(outcomes)
+                if type(o) is Failure and retry.may_retry(o.step, 1, 0.0)
+            ]
         if pending:
             skip = set(pending)
             first: Any = [(i, o, 1) for i, o in enumerate(outcomes) if i not in skip]
@@ -658,14 +680,28 @@ class KafkaSource(Source):
                 if type(o) is Failure and retry.may_retry(o.step, attempt, age):
                     still.append(i)
                 else:
-                    if type(o) is Failure and retry.max_age_s is not None and age >= retry.max_age_s:
-                        o = Failure(o.step, o.error_type, f"{o.message} (gave up: max_age_s {retry.max_age_s:g} reached)", o.attempts)
+                    if (
+                        type(o) is Failure
+                        and retry.max_age_s is not None
+                        and age >= retry.max_age_s
+                    ):
+                        o = Failure(
+                            o.step,
+                            o.error_type,
+                            f"{o.message} (gave up: max_age_s {retry.max_age_s:g} reached)",
+                            o.attempts,
+                        )
                     settled.append((i, o, attempt))
             await self._send_outcomes(batch, settled, [])
             pending = still
         await self._commit(batch)
 
-    async def _send_outcomes(self, batch: _Batch, items: Iterable[tuple[int, Outcome, int]], dead: list[tuple[CloudEvent, bytes | None]]) -> None:
+    async def _send_outcomes(
+        self,
+        batch: _Batch,
+        items: Iterable[tuple[int, Outcome, int]],
+        dead: list[tuple[CloudEvent, bytes | None]],
+    ) -> None:
         """Send the outputs and dead letters of some events of a batch; wait for the acks."""
         outputs: list[tuple[CloudEvent, bytes | None]] = []
         origins: list[int] = []  # per output: the index of its input event
@@ -675,14 +711,27 @@ class KafkaSource(Source):
                 if outcome.step == "decode" and type(batch.events[i]) is RawRecord:
                     self._stats["decode_errors"] += 1
                     r = batch.records[i]
-                    log.warning("kafka source %s: undecodable record %s[%d]@%d: %s", self.pipeline, r.topic, r.partition, r.offset, outcome.message, extra={"pipeline": self.pipeline, "step": "decode"})
+                    log.warning(
+                        "kafka source %s: undecodable record %s[%d]@%d: %s",
+                        self.pipeline,
+                        r.topic,
+                        r.partition,
+                        r.offset,
+                        outcome.message,
+                        extra={"pipeline": self.pipeline, "step": "decode"},
+                    )
                     default_source = self.config.source or f"kafka://{r.topic}"
                     error = EventDecodeError(outcome.message)
                     dead.append((self._decode_dead_letter(r, error, default_source), r.key))
                     continue
                 failed += 1
                 if attempts > 1:  # dispatched again by the retry policy: count every try
-                    outcome = Failure(outcome.step, outcome.error_type, outcome.message, outcome.attempts + attempts - 1)
+                    outcome = Failure(
+                        outcome.step,
+                        outcome.error_type,
+                        outcome.message,
+                        outcome.attempts + attempts - 1,
+                    )
                 self._dead_letter_failure(batch, i, outcome, dead)
             elif outcome:
                 key = batch.records[i].key
@@ -703,14 +752,18 @@ class KafkaSource(Source):
                 outputs = [outputs[j] for j in keep]
                 origins = [origins[j] for j in keep]
                 keys = [keys[j] for j in keep]
-        dead_task = asyncio.ensure_future(self._send_with_retry(self._dead_letter, dead, "dead_letter", batch.seq))
+        dead_task = asyncio.ensure_future(
+            self._send_with_retry(self._dead_letter, dead, "dead_letter", batch.seq)
+        )
         try:
             unencodable = await self._send_with_retry(self._sink, outputs, "sink", batch.seq)
             if dedupe is not None and keys:
                 # A process killed before this mark leaves the outputs pending: the next owner
                 # of the batch searches the sink for them (see _delivery).
                 injected_fault(self.pipeline, "after-sink-ack")
-                await dedupe.mark([k for j, k in enumerate(keys) if j not in unencodable], hashed=True)
+                await dedupe.mark(
+                    [k for j, k in enumerate(keys) if j not in unencodable], hashed=True
+                )
         finally:
             dead_unencodable = await dead_task
         dead_lettered = len(dead) - len(dead_unencodable) if self._dead_letter is not None else 0
@@ -739,7 +792,9 @@ class KafkaSource(Source):
         topic, partition, offset = record.topic, record.partition, record.offset
         original = batch.events[i]
         if type(original) is RawRecord:  # decoded on the replica: decode this one again here
-            original = self._decode(record, self.config.type, self.config.source or f"kafka://{topic}")
+            original = self._decode(
+                record, self.config.type, self.config.source or f"kafka://{topic}"
+            )
         event_id = original.attributes.get("id")
         extra = {"pipeline": self.pipeline, "step": failure.step, "event_id": event_id}
         if self._dead_letter is None:
@@ -760,9 +815,22 @@ class KafkaSource(Source):
         # Failures are rare: one line per dead-lettered event (none per delivered one).
         log.warning(
             "kafka source %s: event %s from %s[%d]@%d failed in step %r (%s: %s): dead-lettered",
-            self.pipeline, event_id, topic, partition, offset, failure.step, failure.error_type, failure.message, extra=extra,
+            self.pipeline,
+            event_id,
+            topic,
+            partition,
+            offset,
+            failure.step,
+            failure.error_type,
+            failure.message,
+            extra=extra,
         )
-        dead.append((dead_letter_event(original, self.pipeline, failure, topic, partition, offset), record.key))
+        dead.append(
+            (
+                dead_letter_event(original, self.pipeline, failure, topic, partition, offset),
+                record.key,
+            )
+        )
 
     async def _send_with_retry(
         self,
