@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 from urllib.parse import quote
 
+from eventbus._internal import keys
 from eventbus.errors import ConfigError, IngressError
 from eventbus.eventing._event import CloudEvent
 
@@ -44,7 +45,8 @@ __all__ = [
 log = logging.getLogger("eventbus.client")
 
 #: The Redis key of the keeper's registry (one JSON document).
-KEEPER_KEY = "eventbus:keeper:clusters"
+#: The keeper registry's Redis key (see :mod:`eventbus._internal.keys`).
+KEEPER_KEY = keys.KEEPER_CLUSTERS
 PIPELINE_METADATA = "x-eventbus-pipeline"
 
 
@@ -460,7 +462,7 @@ class AsyncHttpTransport:
         await self._http.aclose()
 
 
-# gRPC codes -> (HTTP status, fail over?). Mirrors eventbus.eventing.sources._grpc.
+# gRPC codes -> (HTTP status, fail over?). Mirrors eventbus.gateway._grpc.
 _GRPC_STATUS = {
     "INVALID_ARGUMENT": 400,
     "UNAUTHENTICATED": 401,

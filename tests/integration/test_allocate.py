@@ -20,7 +20,7 @@ async def test_allocate_keeps_every_budget(
 ) -> None:
     import torch
 
-    from eventbus.pipelines._allocate import publish_duals
+    from eventbus.pipelines.steps._allocate import publish_duals
     from eventbus.solver import generate_problem, save_problem, solve
 
     n, m, k = 2000, 8, 4
@@ -93,7 +93,7 @@ async def test_plan_republishes_duals_without_a_redeploy(
 
     import redis
 
-    from eventbus.pipelines._allocate import duals_key
+    from eventbus.pipelines.steps._allocate import duals_key
     from eventbus.solver import generate_problem, save_problem
 
     n, m, k = 1000, 6, 3

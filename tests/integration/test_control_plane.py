@@ -103,7 +103,7 @@ async def test_versions_rollback_and_the_admin_api(
     from fastapi import FastAPI
 
     from eventbus import CloudEvent
-    from eventbus.serving._admin import add_admin_routes
+    from eventbus.gateway._admin import add_admin_routes
     from tests.integration.kafka_helpers import produce
 
     src, sink = topic_factory("v-in", partitions=2), topic_factory("v-out")

@@ -28,7 +28,7 @@ from eventbus import CloudEvent
 from eventbus._internal.services import free_port
 from eventbus.eventing._proto import eventbus_pb2_grpc
 from eventbus.eventing._protobuf import event_from_proto, event_to_proto, events_to_proto_batch
-from eventbus.eventing.sources._auth import sign
+from eventbus.eventing.sources import sign
 from tests.integration.kafka_helpers import collect
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.ray, pytest.mark.redis]

@@ -16,7 +16,14 @@ from eventbus.eventing._codecs import decode_kafka, encode_kafka_binary, encode_
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure, Outcome
 from eventbus.eventing.sinks import KafkaSink, KafkaSinkConfig
-from eventbus.eventing.sources import DECODE_ERROR_TYPE, KafkaSource, KafkaSourceConfig
+from eventbus.eventing.sources import (
+    DECODE_ERROR_TYPE,
+    DeliveryPolicy,
+    FetchSettings,
+    KafkaSource,
+    KafkaSourceConfig,
+    SourceSinks,
+)
 from tests.integration.kafka_helpers import reader_gaps
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
@@ -148,24 +155,29 @@ def make_source(
     *,
     pipeline: str,
     group: str | None = None,
-    **kwargs: Any,
+    fetch: dict[str, Any] | None = None,
+    **delivery: Any,
 ) -> KafkaSource:
+    """A source with a quick group join and quick retries; ``fetch`` and ``delivery`` (retry,
+    dedupe) override :class:`FetchSettings` and :class:`DeliveryPolicy` fields."""
     return KafkaSource(
         KafkaSourceConfig(topic=topic, group=group),
         pipeline=pipeline,
         bootstrap_servers=bootstrap,
         dispatch=dispatch,
-        sink=KafkaSink(KafkaSinkConfig(topic=out_topic), bootstrap_servers=bootstrap),
-        dead_letter=(
-            KafkaSink(
-                KafkaSinkConfig(topic=dlq_topic, mode="structured"), bootstrap_servers=bootstrap
-            )
-            if dlq_topic
-            else None
+        sinks=SourceSinks(
+            sink=KafkaSink(KafkaSinkConfig(topic=out_topic), bootstrap_servers=bootstrap),
+            dead_letter=(
+                KafkaSink(
+                    KafkaSinkConfig(topic=dlq_topic, mode="structured"),
+                    bootstrap_servers=bootstrap,
+                )
+                if dlq_topic
+                else None
+            ),
         ),
-        session_timeout_ms=2000,
-        retry_initial_s=0.05,
-        **kwargs,
+        fetch=FetchSettings(**{"session_timeout_ms": 2000, **(fetch or {})}),
+        delivery=DeliveryPolicy(**{"retry_initial_s": 0.05, **delivery}),
     )
 
 
@@ -308,7 +320,7 @@ async def test_dispatch_raising_twice_loses_nothing(kafka_bootstrap, topic_facto
         return [[e] for e in events]
 
     source = make_source(
-        kafka_bootstrap, src, flaky, out, None, pipeline=f"p-{src}", max_in_flight=1
+        kafka_bootstrap, src, flaky, out, None, pipeline=f"p-{src}", fetch={"max_in_flight": 1}
     )
     await run_until_committed(source, n_events)
     stats = source.stats()
@@ -426,7 +438,7 @@ async def test_rebalance_commits_in_flight_batches(kafka_bootstrap, topic_factor
         return [[e] for e in events]
 
     group = f"g-{src}"
-    common: dict[str, Any] = {"max_batch": 50, "max_in_flight": 4, "group": group}
+    common: dict[str, Any] = {"fetch": {"max_batch": 50, "max_in_flight": 4}, "group": group}
     a = make_source(kafka_bootstrap, src, slow, out, None, pipeline="a", **common)
     b = make_source(kafka_bootstrap, src, slow, out, None, pipeline="b", **common)
     await a.start()
@@ -470,7 +482,7 @@ async def test_stop_drains_in_flight_batches_and_the_group_resumes(kafka_bootstr
         return [[e] for e in events]
 
     group = f"g-{src}"
-    opts: dict[str, Any] = {"max_batch": 50, "max_in_flight": 4, "group": group}
+    opts: dict[str, Any] = {"fetch": {"max_batch": 50, "max_in_flight": 4}, "group": group}
     first = make_source(kafka_bootstrap, src, slow, out, None, pipeline="first", **opts)
     await first.start()
     run_first = asyncio.create_task(first.run())
@@ -704,7 +716,9 @@ async def test_linger_paces_fetches_while_records_keep_coming(kafka_bootstrap, t
         calls.append(len(events))
         return [[e.replace(id=e.id + "-out")] for e in events]
 
-    source = make_source(kafka_bootstrap, src, count, out, None, pipeline=f"p-{src}", linger_ms=250)
+    source = make_source(
+        kafka_bootstrap, src, count, out, None, pipeline=f"p-{src}", fetch={"linger_ms": 250}
+    )
     await source.start()
     runner = asyncio.create_task(source.run())
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", linger_ms=0)
@@ -747,7 +761,7 @@ async def test_concurrent_producers_on_one_partition_lose_nothing(kafka_bootstra
         return [[e.replace(id=e.id + "-out")] for e in events]
 
     source = make_source(
-        kafka_bootstrap, src, identity, out, None, pipeline=f"p-{src}", linger_ms=0
+        kafka_bootstrap, src, identity, out, None, pipeline=f"p-{src}", fetch={"linger_ms": 0}
     )
     await source.start()
     runner = asyncio.create_task(source.run())

@@ -441,8 +441,8 @@ async def test_async_client_fails_over_under_concurrency() -> None:
 
 
 def _gateway_app(fail: Exception | None = None) -> Any:
-    from eventbus.eventing.sources._http import build_http_app
-    from eventbus.eventing.sources._ingress import Ingress, RouteTable
+    from eventbus.gateway._http import build_http_app
+    from eventbus.gateway._ingress import Ingress, RouteTable
     from eventbus.pipelines._config import PipelineConfig
     from eventbus.pipelines._runner import PipelineRunner
 

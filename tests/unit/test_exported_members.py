@@ -17,6 +17,7 @@ MODULES = [
     "eventbus.eventing.sources",
     "eventbus.models",
     "eventbus.observability",
+    "eventbus.gateway",
 ]
 
 

@@ -26,7 +26,7 @@ import binascii
 import re
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, NamedTuple, Protocol, TypeAlias
 
 import orjson
 
@@ -36,9 +36,11 @@ from eventbus.eventing._event import CloudEvent, format_time, is_json_content_ty
 __all__ = [
     "STRUCTURED_CONTENT_TYPE",
     "KafkaRecord",
+    "KafkaRecordLike",
     "RawRecord",
     "decode_kafka",
     "decode_kafka_fast",
+    "decode_kafka_records",
     "encode_kafka_binary",
     "encode_kafka_structured",
     "event_from_json",
@@ -58,7 +60,7 @@ class KafkaRecord(NamedTuple):
 
 class RawRecord(NamedTuple):
     """A consumed Kafka record not decoded yet: what a source ships to a pipeline replica
-    when decoding happens there (``KafkaSource(decode_in_dispatch=True)``)."""
+    when decoding happens there (``FetchSettings(decode_in_dispatch=True)``)."""
 
     value: bytes | None
     headers: Sequence[tuple[str, bytes]]
@@ -439,6 +441,91 @@ def decode_kafka(
     event = decode_kafka_fast(value, headers, key)
     if event is not None:
         return event
+    return _decode_kafka_general(
+        value, headers, key, topic, partition, offset, default_type, default_source
+    )
+
+
+class KafkaRecordLike(Protocol):
+    """A consumed Kafka record: an aiokafka ``ConsumerRecord`` or a :class:`RawRecord`."""
+
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+
+
+def decode_kafka_records(
+    records: Sequence[KafkaRecordLike], *, default_type: str, default_source: str | None
+) -> tuple[list[CloudEvent], list[tuple[int, EventDecodeError]]]:
+    """Decode consumed Kafka records: the one decoding path of every Kafka consumer of events.
+
+    Each record takes the fast path (:func:`decode_kafka_fast`) and, when that declines, the
+    general one (:func:`decode_kafka`'s), which names any problem. An undecodable record never
+    stops the others.
+
+    Args:
+        records: the records, in order.
+        default_type: ``type`` given to plain messages.
+        default_source: ``source`` given to plain messages; None (or empty) gives
+            ``kafka://{topic}``.
+
+    Returns:
+        The events of the decodable records, in order; and per undecodable record its index
+        in ``records`` and the error (its message starts with ``topic[partition]@offset``).
+
+    Example:
+        >>> events, errors = decode_kafka_records(
+        ...     [RawRecord(b'{"a": 1}', [], None, "t", 0, 7), RawRecord(b"{}", [("ce_id", b"x")],
+        ...      None, "t", 0, 8)], default_type="eventbus.message", default_source=None)
+        >>> [e.id for e in events], [(i, type(e).__name__) for i, e in errors]
+        (['t-0-7'], [(1, 'EventDecodeError')])
+    """
+    events: list[CloudEvent] = []
+    errors: list[tuple[int, EventDecodeError]] = []
+    append = events.append
+    fast = decode_kafka_fast
+    for i, r in enumerate(records):
+        event = fast(r.value, r.headers, r.key)
+        if event is None:  # not the usual binary-mode record: the general path
+            topic = r.topic
+            try:
+                event = _decode_kafka_general(
+                    r.value,
+                    r.headers,
+                    r.key,
+                    topic,
+                    r.partition,
+                    r.offset,
+                    default_type,
+                    default_source or f"kafka://{topic}",
+                )
+            except EventDecodeError as e:
+                errors.append((i, e))
+                continue
+        append(event)
+    return events, errors
+
+
+def _decode_kafka_general(
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes]],
+    key: bytes | None,
+    topic: str,
+    partition: int,
+    offset: int,
+    default_type: str,
+    default_source: str,
+) -> CloudEvent:
+    # Every shape, every check; see decode_kafka.
     where: Where = (topic, partition, offset)
     content_type: str | None = None
     ce: dict[str, Any] | None = None

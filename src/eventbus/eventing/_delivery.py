@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from eventbus._internal import keys
 from eventbus.eventing._codecs import KafkaRecord
 from eventbus.eventing._event import CloudEvent
 
@@ -171,7 +172,7 @@ class RedisDeduper:
         import redis.asyncio as aioredis
 
         self._redis = aioredis.Redis.from_url(redis_url)
-        self._prefix = f"eventbus:dedupe:{pipeline}:"
+        self._prefix = keys.dedupe_prefix(pipeline)
         self._window_ms = int(window_s * 1000)
         self._mark = self._redis.register_script(_MARK)
         self._claim = self._redis.register_script(_CLAIM)

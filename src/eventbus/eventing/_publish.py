@@ -153,7 +153,7 @@ async def tail_events(
         enable_auto_commit=False,
     )
     await consumer.start()
-    from eventbus.eventing.sources._kafka import OffsetGaps
+    from eventbus.eventing.sources._kafka_fetch import OffsetGaps
 
     gaps = OffsetGaps(1.0, f"tail of {topic}")  # Tansu may store concurrent batches out of order
     seen = 0

@@ -16,6 +16,7 @@ from eventbus.models._artifact import (
 from eventbus.models._combine import combiner, register_combiner
 from eventbus.models._registry import ModelRegistry
 from eventbus.models._validate import ValidationReport, accuracy, validate_candidate
+from eventbus.models._watch import new_model_files
 
 __all__ = [
     "LoadedModel",
@@ -25,6 +26,7 @@ __all__ = [
     "combiner",
     "detect_format",
     "load_model",
+    "new_model_files",
     "pick_device",
     "read_artifact",
     "register_combiner",

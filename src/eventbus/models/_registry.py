@@ -1,6 +1,6 @@
 """The model registry in Redis: versions, their artifacts, which one serves, the A/B split.
 
-Keys (``<name>`` is the model's name)::
+Keys (``<name>`` is the model's name; spelled by :mod:`eventbus._internal.keys`)::
 
     eventbus:models                      set of model names
     eventbus:models:<name>               hash: next (version counter), serving, split (JSON
@@ -24,17 +24,13 @@ import json
 import time
 from typing import Any
 
+from eventbus._internal import keys
 from eventbus.errors import ModelError
 
-__all__ = ["RECENT_ROWS", "ModelRegistry", "model_key"]
+__all__ = ["RECENT_ROWS", "ModelRegistry"]
 
 RECENT_ROWS = 64  # rows per recorded sample
 _RECENT_SAMPLES = 16  # samples kept: up to 1,024 recent request rows
-
-
-def model_key(name: str) -> str:
-    """The Redis hash of a model."""
-    return f"eventbus:models:{name}"
 
 
 class ModelRegistry:
@@ -67,7 +63,7 @@ class ModelRegistry:
         python_path: list[str] | None = None,
     ) -> int:
         """Store an artifact as a new ``candidate`` version; returns its number."""
-        key = model_key(name)
+        key = keys.model(name)
         version = int(self._r.hincrby(key, "next", 1))
         record = {
             "version": version,
@@ -83,19 +79,19 @@ class ModelRegistry:
             "python_path": list(python_path or []),
         }
         pipe = self._r.pipeline(transaction=True)
-        pipe.set(f"{key}:blob:{version}", blob)
+        pipe.set(keys.model_blob(name, version), blob)
         pipe.hset(key, f"v:{version}", json.dumps(record))
-        pipe.sadd("eventbus:models", name)
+        pipe.sadd(keys.MODELS, name)
         pipe.execute()
         return version
 
     def exists(self, name: str) -> bool:
         """Whether the model has any version."""
-        return bool(self._r.hexists(model_key(name), "next"))
+        return bool(self._r.hexists(keys.model(name), "next"))
 
     def names(self) -> list[str]:
         """Every model name, sorted."""
-        return sorted(n.decode() for n in self._r.smembers("eventbus:models"))
+        return sorted(n.decode() for n in self._r.smembers(keys.MODELS))
 
     def record(self, name: str, version: int) -> dict[str, Any]:
         """One version's record.
@@ -103,20 +99,20 @@ class ModelRegistry:
         Raises:
             ModelError: no such model or version.
         """
-        raw = self._r.hget(model_key(name), f"v:{version}")
+        raw = self._r.hget(keys.model(name), f"v:{version}")
         if raw is None:
             self._unknown(name, version)
         return json.loads(raw)  # type: ignore[no-any-return]
 
     def versions(self, name: str) -> list[dict[str, Any]]:
         """Every version's record, oldest first."""
-        raw = self._r.hgetall(model_key(name))
+        raw = self._r.hgetall(keys.model(name))
         recs = [json.loads(v) for k, v in raw.items() if k.startswith(b"v:")]
         return sorted(recs, key=lambda r: r["version"])
 
     def blob(self, name: str, version: int) -> bytes:
         """A version's artifact bytes."""
-        data = self._r.get(f"{model_key(name)}:blob:{version}")
+        data = self._r.get(keys.model_blob(name, version))
         if data is None:
             self._unknown(name, version)
         return data  # type: ignore[no-any-return]
@@ -125,12 +121,12 @@ class ModelRegistry:
         """Set a version's status (and error)."""
         rec = self.record(name, version)
         rec["status"], rec["error"] = status, error
-        self._r.hset(model_key(name), f"v:{version}", json.dumps(rec))
+        self._r.hset(keys.model(name), f"v:{version}", json.dumps(rec))
 
     # -- what serves ------------------------------------------------------------------------
     def state(self, name: str) -> dict[str, Any]:
         """``{"serving": int | None, "split": {"version", "weight"} | None, "revision": int}``."""
-        serving, split, revision = self._r.hmget(model_key(name), "serving", "split", "revision")
+        serving, split, revision = self._r.hmget(keys.model(name), "serving", "split", "revision")
         return {
             "serving": int(serving) if serving else None,
             "split": json.loads(split) if split else None,
@@ -143,11 +139,11 @@ class ModelRegistry:
         previous = self.state(name)["serving"]
         self.record(name, version)
         pipe = self._r.pipeline(transaction=True)
-        pipe.hset(model_key(name), "serving", version)
+        pipe.hset(keys.model(name), "serving", version)
         st = self.state(name)
         if st["split"] and st["split"]["version"] == version:
-            pipe.hdel(model_key(name), "split")
-        pipe.hincrby(model_key(name), "revision", 1)
+            pipe.hdel(keys.model(name), "split")
+        pipe.hincrby(keys.model(name), "revision", 1)
         pipe.execute()
         self.mark(name, version, "serving")
         if previous is not None and previous != version:
@@ -160,7 +156,7 @@ class ModelRegistry:
         Raises:
             ModelError: unknown or rejected version, or a weight outside [0, 1].
         """
-        key = model_key(name)
+        key = keys.model(name)
         if version is None:
             pipe = self._r.pipeline(transaction=True)
             pipe.hdel(key, "split")
@@ -181,11 +177,11 @@ class ModelRegistry:
 
     def options(self, name: str) -> dict[str, Any]:
         """The model deployment's settings, as last deployed."""
-        raw = self._r.hget(model_key(name), "options")
+        raw = self._r.hget(keys.model(name), "options")
         return json.loads(raw) if raw else {}
 
     def set_options(self, name: str, options: dict[str, Any]) -> None:
-        self._r.hset(model_key(name), "options", json.dumps(options, sort_keys=True))
+        self._r.hset(keys.model(name), "options", json.dumps(options, sort_keys=True))
 
     # -- validation data --------------------------------------------------------------------
     def record_inputs(self, name: str, rows: Any) -> None:
@@ -194,7 +190,7 @@ class ModelRegistry:
 
         buf = io.BytesIO()
         np.save(buf, np.ascontiguousarray(rows[:RECENT_ROWS]), allow_pickle=False)
-        key = f"{model_key(name)}:recent"
+        key = keys.model_recent(name)
         pipe = self._r.pipeline(transaction=False)
         pipe.lpush(key, buf.getvalue())
         pipe.ltrim(key, 0, _RECENT_SAMPLES - 1)
@@ -206,7 +202,7 @@ class ModelRegistry:
 
         arrays = [
             np.load(io.BytesIO(b), allow_pickle=False)
-            for b in self._r.lrange(f"{model_key(name)}:recent", 0, -1)
+            for b in self._r.lrange(keys.model_recent(name), 0, -1)
         ]
         if arrays and row_shape is None:
             row_shape = arrays[0].shape[1:]
@@ -220,22 +216,22 @@ class ModelRegistry:
         buf = io.BytesIO()
         np.savez(buf, x=x, y=y)
         pipe = self._r.pipeline(transaction=True)
-        pipe.set(f"{model_key(name)}:labelled", buf.getvalue())
+        pipe.set(keys.model_labelled(name), buf.getvalue())
         if min_accuracy is None:
-            pipe.hdel(model_key(name), "min_accuracy")
+            pipe.hdel(keys.model(name), "min_accuracy")
         else:
-            pipe.hset(model_key(name), "min_accuracy", repr(float(min_accuracy)))
+            pipe.hset(keys.model(name), "min_accuracy", repr(float(min_accuracy)))
         pipe.execute()
 
     def labelled(self, name: str) -> tuple[Any, Any, float | None] | None:
         """``(x, y, min_accuracy)`` or None."""
         import numpy as np
 
-        raw = self._r.get(f"{model_key(name)}:labelled")
+        raw = self._r.get(keys.model_labelled(name))
         if raw is None:
             return None
         z = np.load(io.BytesIO(raw), allow_pickle=False)
-        thr = self._r.hget(model_key(name), "min_accuracy")
+        thr = self._r.hget(keys.model(name), "min_accuracy")
         return z["x"], z["y"], float(thr) if thr else None
 
     def _unknown(self, name: str, version: int) -> None:

@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from eventbus.observability._metrics import merge_histograms, quantile
+from eventbus.registry import all_registries
 
 __all__ = ["STALE_S", "pipeline_view", "topology"]
 
@@ -42,17 +43,23 @@ _TOTALS = (
 )
 
 
-def _label(kind_and_config: dict[str, Any]) -> dict[str, Any]:
+def _detail(family: str, kind: str, value: Any) -> str:
+    """A short description of one component: its kind's ``describe`` trait, else the value
+    (a string) or its keys (a mapping)."""
+    kinds = all_registries()[family]
+    describe = kinds.get(kind).trait("describe") if kind in kinds else None
+    if describe is not None:
+        return str(describe(value if value is not None else {}))
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return ", ".join(sorted(value))
+    return ""
+
+
+def _label(family: str, kind_and_config: dict[str, Any]) -> dict[str, Any]:
     kind = next(iter(kind_and_config))
-    cfg = kind_and_config[kind] or {}
-    if kind == "kafka":
-        topics = cfg.get("topics") or [cfg.get("topic")]
-        detail = ", ".join(str(t) for t in topics if t)
-    elif kind == "http":
-        detail = cfg.get("path") or ""
-    else:
-        detail = ""
-    return {"kind": kind, "detail": detail}
+    return {"kind": kind, "detail": _detail(family, kind, kind_and_config[kind])}
 
 
 def topology(document: dict[str, Any]) -> dict[str, Any]:
@@ -60,25 +67,15 @@ def topology(document: dict[str, Any]) -> dict[str, Any]:
     spec = document.get("spec", {})
     steps = []
     for s in spec.get("steps", []):
-        template = next((k for k in s if k not in ("id", "type")), s.get("type", "?"))
-        value = s.get(template)
-        if isinstance(value, str):
-            detail = value
-        elif isinstance(value, dict):
-            detail = (
-                ", ".join(sorted(value))
-                if template != "model"
-                else str(value.get("name") or value.get("model") or "")
-            )
-        else:
-            detail = ""
+        template = next((k for k in s if k not in ("id", "retries")), "?")
+        detail = _detail("step", template, s.get(template))
         steps.append({"id": s["id"], "template": template, "detail": detail[:200]})
     dead = spec.get("dead_letter")
     return {
-        "sources": [_label(s) for s in spec.get("sources", [])],
+        "sources": [_label("source", s) for s in spec.get("sources", [])],
         "steps": steps,
-        "sink": _label(spec["sink"]) if spec.get("sink") else None,
-        "dead_letter": _label(dead) if dead else None,
+        "sink": _label("sink", spec["sink"]) if spec.get("sink") else None,
+        "dead_letter": _label("sink", dead) if dead else None,
     }
 
 

@@ -17,7 +17,7 @@ spec:
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -25,18 +25,22 @@ from pydantic import (
     Field,
     PositiveInt,
     StringConstraints,
+    create_model,
     field_validator,
     model_validator,
 )
 
-from eventbus.eventing.sinks._kafka import KafkaSinkConfig
-from eventbus.eventing.sources._http_config import GrpcSourceConfig, HttpSourceConfig, ingress_topic
-from eventbus.eventing.sources._kafka import KafkaSourceConfig
+from eventbus import registry
+from eventbus.eventing.sources._http_config import ingress_topic
+from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
 from eventbus.observability._config import ObservabilityConfig
-from eventbus.pipelines._allocate import AllocateConfig
 from eventbus.pipelines._autoscaling_config import AutoscalingConfig
-from eventbus.pipelines._join_config import JoinConfig, JoinOutputConfig, JoinSideConfig
-from eventbus.pipelines._model_config import (
+from eventbus.pipelines.steps._allocate import AllocateConfig
+from eventbus.pipelines.steps._convert import ConvertConfig
+from eventbus.pipelines.steps._filter import FilterDialect
+from eventbus.pipelines.steps._function import FunctionStepConfig
+from eventbus.pipelines.steps._join_config import JoinConfig, JoinOutputConfig, JoinSideConfig
+from eventbus.pipelines.steps._model_config import (
     EnsembleConfig,
     EnsembleMemberConfig,
     ModelServingConfig,
@@ -67,15 +71,13 @@ __all__ = [
     "SinkConfig",
     "SourceConfig",
     "StepConfig",
+    "model_refs",
 ]
 
 _MODEL = ConfigDict(extra="forbid", frozen=True)
 
 StepId = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$")]
 PipelineName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,47}$")]
-CelSource = Annotated[str, StringConstraints(min_length=1)]
-#: A path a convert step writes: an attribute name, or ``data`` / ``data.a.b``.
-TargetPath = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]+(\.[A-Za-z_][A-Za-z0-9_-]*)*$")]
 
 
 class MetadataConfig(BaseModel):
@@ -105,182 +107,137 @@ class MetadataConfig(BaseModel):
         return name
 
 
-class SourceConfig(BaseModel):
-    """One event source: exactly one transport key."""
+class _KindKeyed(BaseModel):
+    """A config whose one key names a registered kind (``- kafka: {...}``, ``filter: ...``);
+    the concrete models are built from the registries (see :func:`_kind_model`)."""
 
     model_config = _MODEL
-    kafka: KafkaSourceConfig | None = Field(default=None, description="Consume a Kafka topic.")
-    http: HttpSourceConfig | None = Field(
-        default=None, description="Accept events over HTTP at the gateway."
-    )
-    grpc: GrpcSourceConfig | None = Field(
-        default=None, description="Accept events over gRPC at the gateway."
-    )
+    #: the kinds this model was built with, in registry order
+    kind_names: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def kind(self) -> str:
+        """The registered kind this config names."""
+        return next(k for k in self.kind_names if getattr(self, k) is not None)
+
+    @property
+    def options(self) -> Any:
+        """The kind's own config (the value under its key)."""
+        return getattr(self, self.kind)
+
+    def _set_kinds(self) -> list[str]:
+        return [k for k in self.kind_names if getattr(self, k) is not None]
+
+    if TYPE_CHECKING:  # the kind keys are fields built from the registry
+
+        def __getattr__(self, name: str) -> Any: ...
+
+
+def _either(names: tuple[str, ...]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+class _SourceBase(_KindKeyed):
+    """One event source: exactly one transport key."""
 
     @model_validator(mode="after")
-    def _one_transport(self) -> SourceConfig:
-        keys = [k for k in ("kafka", "http", "grpc") if getattr(self, k) is not None]
+    def _one_transport(self) -> _SourceBase:
+        keys = self._set_kinds()
         if len(keys) != 1:
             got = ", ".join(keys) or "none"
             msg = (
-                f"a source needs exactly one transport key (kafka, http or grpc); got {got}; "
+                f"a source needs exactly one transport key ({_either(self.kind_names)}); got {got}; "
                 "write one source per list item, e.g. '- kafka: {topic: ...}'"
             )
             raise ValueError(msg)
         return self
 
 
-class SinkConfig(BaseModel):
+class _SinkBase(_KindKeyed):
     """Where outputs (or dead letters) go: exactly one transport key."""
 
-    model_config = _MODEL
-    kafka: KafkaSinkConfig | None = Field(default=None, description="Produce to a Kafka topic.")
-
     @model_validator(mode="after")
-    def _one_transport(self) -> SinkConfig:
-        if self.kafka is None:
+    def _one_transport(self) -> _SinkBase:
+        keys = self._set_kinds()
+        if not keys:
             msg = "a sink needs exactly one transport key; add 'kafka: {topic: ...}'"
             raise ValueError(msg)
-        return self
-
-
-class FilterDialect(BaseModel):
-    """A CloudEvents Subscriptions API filter (Knative triggers): exactly one dialect key.
-
-    ``exact``/``prefix``/``suffix`` map attribute names to strings; ``all``/``any`` hold lists
-    of filters; ``not`` one filter; ``cel`` a CEL expression.
-    """
-
-    model_config = _MODEL
-    exact: dict[str, str] | None = Field(
-        default=None, description="Every attribute equals the value."
-    )
-    prefix: dict[str, str] | None = Field(
-        default=None, description="Every attribute starts with the value."
-    )
-    suffix: dict[str, str] | None = Field(
-        default=None, description="Every attribute ends with the value."
-    )
-    all: list[FilterDialect | CelSource] | None = Field(
-        default=None, description="Every filter matches."
-    )
-    any: list[FilterDialect | CelSource] | None = Field(
-        default=None, description="At least one filter matches."
-    )
-    not_: FilterDialect | CelSource | None = Field(
-        default=None, alias="not", description="The filter does not match."
-    )
-    cel: CelSource | None = Field(default=None, description="A CEL boolean expression.")
-
-    @model_validator(mode="after")
-    def _one_dialect(self) -> FilterDialect:
-        keys = [
-            k
-            for k in ("exact", "prefix", "suffix", "all", "any", "not_", "cel")
-            if getattr(self, k) is not None
-        ]
-        if len(keys) != 1:
-            got = ", ".join(k.rstrip("_") for k in keys) or "none"
-            msg = f"a filter dialect takes exactly one of exact, prefix, suffix, all, any, not, cel; got {got}"
+        if len(keys) > 1:
+            msg = f"a sink needs exactly one transport key ({_either(self.kind_names)}); got {', '.join(keys)}"
             raise ValueError(msg)
         return self
 
 
-class ConvertConfig(BaseModel):
-    """Rewrite events: set paths from CEL expressions, remove paths, or replace ``data``.
-
-    Every expression sees the event as it was before this step (simultaneous assignment).
-    """
-
-    model_config = _MODEL
-    set: dict[TargetPath, CelSource] = Field(
-        default_factory=dict,
-        description="Target path -> CEL expression. Paths: an attribute ('type', 'subject', an "
-        "extension) or 'data.a.b'.",
-    )
-    remove: list[TargetPath] = Field(default_factory=list, description="Paths to remove.")
-    data: CelSource | None = Field(
-        default=None, description="One CEL expression producing the new data."
-    )
+class _StepBase(_KindKeyed):
+    """One step: an ``id`` and exactly one kind key."""
 
     @model_validator(mode="after")
-    def _something(self) -> ConvertConfig:
-        if not self.set and not self.remove and self.data is None:
-            msg = "convert does nothing; give 'set', 'remove' or 'data'"
-            raise ValueError(msg)
-        for path in [*self.set, *self.remove]:
-            if path in ("specversion", "id", "source", "type") and path in self.remove:
-                msg = f"convert cannot remove the required attribute {path!r}"
-                raise ValueError(msg)
-            if path == "specversion":
-                msg = "convert cannot change 'specversion'; EventBus emits CloudEvents 1.0"
-                raise ValueError(msg)
-        if self.data is not None and any(p == "data" or p.startswith("data.") for p in self.set):
-            msg = "convert has both 'data' and 'set' paths under data; use one of them"
-            raise ValueError(msg)
-        return self
-
-
-class FunctionStepConfig(BaseModel):
-    """A registered Python function, by import path."""
-
-    model_config = _MODEL
-    ref: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")] = Field(
-        description="Import path 'package.module:function'."
-    )
-    batch: bool | None = Field(
-        default=None,
-        description="Override the function's own batch flag (from @eventbus.function).",
-    )
-
-
-_TEMPLATES = ("filter", "convert", "function", "join", "allocate", "model", "ensemble")
-
-
-class StepConfig(BaseModel):
-    """One step: an ``id`` and exactly one template key."""
-
-    model_config = _MODEL
-    id: StepId = Field(description="Step id: ^[a-z][a-z0-9_]*$ (no dots); unique in the pipeline.")
-    filter: CelSource | FilterDialect | None = Field(
-        default=None, description="Keep events for which this CEL expression (or dialect) is true."
-    )
-    convert: ConvertConfig | None = Field(default=None, description="Rewrite events.")
-    function: (
-        Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")]
-        | FunctionStepConfig
-        | None
-    ) = Field(default=None, description="A Python function 'package.module:function'.")
-    join: JoinConfig | None = Field(
-        default=None, description="Correlate events of several sides by key (state in Redis)."
-    )
-    allocate: AllocateConfig | None = Field(
-        default=None, description="Pick an item per request at dual prices, within budgets."
-    )
-    model: ModelStepConfig | None = Field(
-        default=None, description="Run each event through a model (its own Ray Serve deployment)."
-    )
-    ensemble: EnsembleConfig | None = Field(
-        default=None, description="Run each event through several models and combine their outputs."
-    )
-    retries: Annotated[int, Field(ge=0, le=100)] | None = Field(
-        default=None,
-        description="Retries of events failing in this step (overrides delivery.retries).",
-    )
-
-    @model_validator(mode="after")
-    def _one_template(self) -> StepConfig:
-        keys = [k for k in _TEMPLATES if getattr(self, k) is not None]
+    def _one_template(self) -> _StepBase:
+        keys = self._set_kinds()
         if len(keys) != 1:
             got = ", ".join(keys) or "none"
-            msg = f"step {self.id!r} needs exactly one of filter, convert, function, join, allocate, model, ensemble; got {got}"
+            msg = f"step {self.id!r} needs exactly one of {', '.join(self.kind_names)}; got {got}"
             raise ValueError(msg)
         return self
 
     @property
     def template(self) -> str:
-        """The template name of this step."""
-        return next(k for k in _TEMPLATES if getattr(self, k) is not None)
+        """The kind of this step (the metrics' ``template`` label)."""
+        return self.kind
+
+
+def _kind_model(
+    name: str,
+    base: type[_KindKeyed],
+    kinds: registry.Registry[Any],
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+) -> Any:
+    """The pydantic model of one kind-keyed config: one optional field per registered kind
+    (built-ins in their order, then plugins), between the ``before`` and ``after`` fields."""
+    fields: dict[str, Any] = dict(before or {})
+    for reg in kinds:
+        fields[reg.name] = (reg.config | None, Field(default=None, description=reg.description))
+    fields.update(after or {})
+    model = create_model(name, __base__=base, __module__=__name__, **fields)
+    model.kind_names = tuple(kinds.names())
+    model.__doc__ = base.__doc__
+    return model
+
+
+if TYPE_CHECKING:
+    SourceConfig = _SourceBase
+    SinkConfig = _SinkBase
+    StepConfig = _StepBase
+else:
+    SourceConfig = _kind_model("SourceConfig", _SourceBase, registry.sources)
+    SinkConfig = _kind_model("SinkConfig", _SinkBase, registry.sinks)
+    StepConfig = _kind_model(
+        "StepConfig",
+        _StepBase,
+        registry.steps,
+        before={
+            "id": (
+                StepId,
+                Field(description="Step id: ^[a-z][a-z0-9_]*$ (no dots); unique in the pipeline."),
+            )
+        },
+        after={
+            "retries": (
+                Annotated[int, Field(ge=0, le=100)] | None,
+                Field(
+                    default=None,
+                    description="Retries of events failing in this step (overrides delivery.retries).",
+                ),
+            )
+        },
+    )
+
+
+def model_refs(step: StepConfig) -> list[Any]:
+    """The models a step config calls (its kind's ``models`` trait; none for most kinds)."""
+    models = registry.steps.get(step.kind).trait("models")
+    return list(models(step.options)) if models is not None else []
 
 
 class BackoffConfig(BaseModel):
@@ -489,17 +446,13 @@ class PipelineSpecConfig(BaseModel):
                 msg = f"step id {step.id!r} is used twice; step ids must be unique in a pipeline"
                 raise ValueError(msg)
             seen.add(step.id)
-        paths: set[str | None] = set()
+        by_kind: dict[str, list[Any]] = {}
         for src in self.sources:
-            if src.http is not None:
-                if src.http.path in paths:
-                    shown = src.http.path or "(no path)"
-                    msg = f"two http sources share path {shown}; give each http source its own path"
-                    raise ValueError(msg)
-                paths.add(src.http.path)
-        if sum(src.grpc is not None for src in self.sources) > 1:
-            msg = "a pipeline takes at most one grpc source (gRPC calls name the pipeline, not a path)"
-            raise ValueError(msg)
+            by_kind.setdefault(src.kind, []).append(src.options)
+        for kind, configs in by_kind.items():
+            check = registry.sources.get(kind).trait("check_all")
+            if check is not None:
+                check(configs)
         return self
 
 
@@ -528,10 +481,16 @@ class PipelineConfig(BaseModel):
     @property
     def consumed_sources(self) -> list[KafkaSourceConfig]:
         """The topics the replicas consume: each ``kafka`` source, then the ingress topic the
-        gateway writes ``http``/``grpc`` events to (one, whatever their number)."""
-        out = [s.kafka for s in self.spec.sources if s.kafka is not None]
-        if any(s.kafka is None for s in self.spec.sources):
-            out.append(KafkaSourceConfig(topic=ingress_topic(self.name)))
+        gateway writes ``http``/``grpc`` events to (one, whatever their number). Each source
+        kind's factory says what its source consumes."""
+        out: list[KafkaSourceConfig] = []
+        ordered = sorted(
+            self.spec.sources, key=lambda s: bool(registry.sources.get(s.kind).trait("ingress"))
+        )
+        for src in ordered:
+            consumed = registry.sources.get(src.kind).factory(src.options, self.name)
+            if consumed is not None and consumed not in out:
+                out.append(consumed)
         return out
 
     def to_document(self) -> dict[str, Any]:

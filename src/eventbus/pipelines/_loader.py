@@ -215,6 +215,20 @@ def _model_args(annotation: Any) -> list[type[BaseModel]]:
     return out
 
 
+def _broken_plugin(name: str) -> str | None:
+    """The message for a key that a plugin failed to register, if one did."""
+    from eventbus.registry import all_registries
+
+    for family, kinds in all_registries().items():
+        for problem in kinds.problems():
+            if problem.name == name:
+                return (
+                    f"{family} kind {name!r} comes from plugin {problem.distribution!r}, "
+                    f"which could not be loaded: {problem.error}"
+                )
+    return None
+
+
 def _message(err: Any, value: Any, present: bool) -> str:
     kind = err["type"]
     ctx = err.get("ctx") or {}
@@ -222,6 +236,9 @@ def _message(err: Any, value: Any, present: bool) -> str:
         return "required field is missing"
     if kind == "extra_forbidden":
         name = str(err["loc"][-1])
+        broken = _broken_plugin(name)
+        if broken is not None:
+            return broken
         close = difflib.get_close_matches(name, _all_field_names(), n=1, cutoff=0.75)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         return f"field not recognised{hint}"
@@ -249,85 +266,33 @@ def _semantic_problems(
     steps = spec.get("steps") if isinstance(spec, dict) else None
     if not isinstance(steps, list):
         return []
+    from eventbus.registry import steps as kinds
+
     problems: list[Problem] = []
     for i, step in enumerate(steps):
         if not isinstance(step, dict):
             continue
         step_id = str(step.get("id", i))
-        for rel_loc, source in _raw_expressions(step):
-            problem = _check_expression(
-                source, ("spec", "steps", i, *rel_loc), root, filename, step_id
-            )
-            if problem is not None:
-                problems.append(problem)
-        for template in ("model", "ensemble"):  # output mappings also see `output` and `version`
-            spec_ = step.get(template)
-            mapping = spec_.get("output") if isinstance(spec_, dict) else None
-            for path, source in mapping.items() if isinstance(mapping, dict) else ():
-                if isinstance(source, str) and source:
-                    loc = ("spec", "steps", i, template, "output", str(path))
-                    problem = _check_expression(source, loc, root, filename, step_id, output=True)
-                    if problem is not None:
-                        problems.append(problem)
-        fn = step.get("function")
-        ref = fn.get("ref") if isinstance(fn, dict) else fn
-        if check_functions and isinstance(ref, str):
-            from eventbus.functions import resolve_function
+        for key, raw in step.items():
+            if key in ("id", "retries") or key not in kinds:
+                continue
+            kind = kinds.get(key)
+            expressions = kind.trait("expressions")
+            for rel_loc, source, output in expressions(raw) if expressions else ():
+                loc = ("spec", "steps", i, key, *rel_loc)
+                problem = _check_expression(source, loc, root, filename, step_id, output=output)
+                if problem is not None:
+                    problems.append(problem)
+            imports = kind.trait("imports")
+            for rel_loc, ref in imports(raw) if imports and check_functions else ():
+                from eventbus.functions import resolve_function
 
-            try:
-                resolve_function(ref)
-            except FunctionError as exc:
-                problems.append(
-                    _problem_at(
-                        root, filename, ("spec", "steps", i, "function"), f"step {step_id!r}: {exc}"
-                    )
-                )
+                try:
+                    resolve_function(ref)
+                except FunctionError as exc:
+                    loc = ("spec", "steps", i, key, *rel_loc)
+                    problems.append(_problem_at(root, filename, loc, f"step {step_id!r}: {exc}"))
     return problems
-
-
-def _raw_expressions(step: dict[str, Any]) -> list[tuple[tuple[int | str, ...], str]]:
-    out: list[tuple[tuple[int | str, ...], str]] = []
-
-    def walk_filter(spec: Any, loc: tuple[int | str, ...]) -> None:
-        if isinstance(spec, str):
-            out.append((loc, spec))
-        elif isinstance(spec, dict):
-            if isinstance(spec.get("cel"), str):
-                out.append(((*loc, "cel"), spec["cel"]))
-            for key in ("all", "any"):
-                if isinstance(spec.get(key), list):
-                    for k, sub in enumerate(spec[key]):
-                        walk_filter(sub, (*loc, key, k))
-            if "not" in spec:
-                walk_filter(spec["not"], (*loc, "not"))
-
-    if "filter" in step:
-        walk_filter(step["filter"], ("filter",))
-    conv = step.get("convert")
-    if isinstance(conv, dict):
-        if isinstance(conv.get("data"), str):
-            out.append((("convert", "data"), conv["data"]))
-        if isinstance(conv.get("set"), dict):
-            for path, src in conv["set"].items():
-                if isinstance(src, str) and src:
-                    out.append((("convert", "set", str(path)), src))
-    alloc = step.get("allocate")
-    if isinstance(alloc, dict):
-        for field in ("revenue", "segment"):
-            if isinstance(alloc.get(field), str) and alloc[field]:
-                out.append((("allocate", field), alloc[field]))
-    for template in ("model", "ensemble"):
-        spec = step.get(template)
-        if isinstance(spec, dict) and isinstance(spec.get("input"), str) and spec["input"]:
-            out.append(((template, "input"), spec["input"]))
-    join = step.get("join")
-    if isinstance(join, dict) and isinstance(join.get("sides"), list):
-        for k, side in enumerate(join["sides"]):
-            if isinstance(side, dict):
-                for field in ("when", "key"):
-                    if isinstance(side.get(field), str) and side[field]:
-                        out.append((("join", "sides", k, field), side[field]))
-    return out
 
 
 def _check_expression(
@@ -344,7 +309,7 @@ def _check_expression(
 
     try:
         if output:
-            from eventbus.pipelines._model import check_output_expression
+            from eventbus.pipelines.steps._model import check_output_expression
 
             check_output_expression(source)
         else:

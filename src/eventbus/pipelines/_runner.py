@@ -15,17 +15,15 @@ from eventbus.observability._metrics import (
     Histogram,
     StepCounters,
 )
+from eventbus.pipelines._build import build_step
 from eventbus.pipelines._config import PipelineConfig
-from eventbus.pipelines._steps import Step, build_step
+from eventbus.pipelines._step import Step, Timer
 
 __all__ = ["PipelineRunner"]
 
 log = logging.getLogger("eventbus.pipelines.runner")
 #: Failed events logged one by one per batch and step (the rest: one summary line).
 _LOG_FAILURES_PER_BATCH = 5
-
-
-_PURE_TEMPLATES = frozenset({"filter", "convert"})
 
 
 class PipelineRunner:
@@ -50,30 +48,21 @@ class PipelineRunner:
     ) -> None:
         self.config = config
         self.name = config.name
-        #: every step is a filter or convert template: in-memory work of a few µs per event,
-        #: no I/O, nothing that blocks (a caller may run small batches on its event loop)
-        self.pure = all(step.template in _PURE_TEMPLATES for step in config.spec.steps)
         self.steps: list[Step] = [
             build_step(s, pipeline=config.name, redis_url=redis_url, base_dirs=base_dirs)
             for s in config.spec.steps
         ]
+        #: every step is of a pure kind (filter, convert): in-memory work of a few µs per
+        #: event, no I/O, nothing that blocks (a caller may run small batches on its loop)
+        self.pure = all(step.pure for step in self.steps)
         # Observability, updated once per batch (see eventbus.observability).
         self.counters: list[StepCounters] = [StepCounters() for _ in self.steps]
         self.batch_sizes = Histogram(BATCH_SIZE_BOUNDS)
         self.batch_seconds = Histogram(LATENCY_BOUNDS_S)
 
-    def sweepers(self) -> list[Any]:
-        """Timers: a :class:`JoinSweeper` per join step (closing windows needs no incoming
-        event) and an :class:`AllocatePlanner` per allocate step with ``plan:``."""
-        from eventbus.pipelines._allocate import AllocatePlanner, AllocateStep
-        from eventbus.pipelines._join import JoinStep, JoinSweeper
-
-        out: list[Any] = [JoinSweeper(s) for s in self.steps if isinstance(s, JoinStep)]
-        return out + [
-            AllocatePlanner(s)
-            for s in self.steps
-            if isinstance(s, AllocateStep) and s.spec.plan is not None
-        ]
+    def timers(self) -> list[Timer]:
+        """The steps' timers (join windows closing without an incoming event, allocate plans)."""
+        return [t for step in self.steps for t in step.timers()]
 
     def run(
         self, events: list[CloudEvent], *, trace: dict[str, list[CloudEvent]] | None = None
@@ -190,11 +179,12 @@ class PipelineRunner:
             entry = counters.snapshot()
             entry["template"] = step.template
             entry["errors"] = step.errors
-            if hasattr(step, "stats"):
-                try:
-                    entry["stats"] = step.stats()
-                except Exception as exc:  # noqa: BLE001 - a state store down: report, do not fail
-                    entry["stats"] = {"error": f"{type(exc).__name__}: {exc}"}
+            try:
+                own = step.stats()
+            except Exception as exc:  # noqa: BLE001 - a state store down: report, do not fail
+                own = {"error": f"{type(exc).__name__}: {exc}"}
+            if own is not None:
+                entry["stats"] = own
             steps[step.id] = entry
         return {
             "steps": steps,
@@ -207,6 +197,7 @@ class PipelineRunner:
         out: dict[str, Any] = {}
         for s in self.steps:
             out[s.id] = {"template": s.template, "errors": s.errors}
-            if hasattr(s, "stats"):
-                out[s.id].update(s.stats())
+            own = s.stats()
+            if own is not None:
+                out[s.id].update(own)
         return out

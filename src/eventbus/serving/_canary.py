@@ -29,12 +29,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from eventbus._internal import keys
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure, Outcome
 
 __all__ = [
-    "CANARY_KEY",
-    "FIGURES_KEY",
     "CanaryRouter",
     "Verdict",
     "judge",
@@ -43,8 +42,6 @@ __all__ = [
 
 log = logging.getLogger("eventbus.serving.canary")
 
-CANARY_KEY = "eventbus:canary:{pipeline}"
-FIGURES_KEY = "eventbus:canary-figures:{pipeline}"
 #: Replica figures older than this are left out of the sums (a replica that went away).
 FIGURES_STALE_S = 15.0
 _REFRESH_S = 1.0
@@ -91,8 +88,8 @@ class CanaryRouter:
         self._redis_url = redis_url
         self._redis = redis.Redis.from_url(redis_url, decode_responses=True)
         self._base_dirs = base_dirs
-        self._key = CANARY_KEY.format(pipeline=runner.name)
-        self._figures_key = FIGURES_KEY.format(pipeline=runner.name)
+        self._key = keys.canary(runner.name)
+        self._figures_key = keys.canary_figures(runner.name)
         self._replica = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._canary: Any = None
         self._canary_id: str | None = None

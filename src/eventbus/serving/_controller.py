@@ -17,6 +17,7 @@ from typing import Any
 import ray
 import redis
 
+from eventbus._internal import keys
 from eventbus.errors import DeployError, PipelineNotFoundError
 from eventbus.pipelines._config import PipelineConfig
 from eventbus.pipelines._loader import load_pipeline_text
@@ -28,9 +29,6 @@ log = logging.getLogger("eventbus.serving.controller")
 
 NAMESPACE = "eventbus"
 CONTROLLER_NAME = "eventbus-controller"
-_KEY = "eventbus:pipelines"
-#: Every deployed version of a pipeline (hash: version -> record), for ``versions``/``rollback``.
-_VERSIONS_KEY = "eventbus:pipeline-versions:{name}"
 #: Versions kept per pipeline (the oldest are forgotten).
 KEEP_VERSIONS = 20
 
@@ -121,9 +119,9 @@ class Controller:
         }
         if rollback_of is not None:
             record["rollback_of"] = rollback_of
-        versions_key = _VERSIONS_KEY.format(name=name)
+        versions_key = keys.pipeline_versions(name)
         with self._redis.pipeline() as tx:
-            tx.hset(_KEY, name, json.dumps(record))
+            tx.hset(keys.PIPELINES, name, json.dumps(record))
             tx.hset(versions_key, str(version), json.dumps(record))
             tx.hdel(
                 versions_key,
@@ -153,7 +151,7 @@ class Controller:
         """
         current = self.get(name)["version"]
         out = []
-        for raw in self._redis.hgetall(_VERSIONS_KEY.format(name=name)).values():
+        for raw in self._redis.hgetall(keys.pipeline_versions(name)).values():
             rec = json.loads(raw)
             out.append(
                 {
@@ -186,8 +184,6 @@ class Controller:
             PipelineNotFoundError: the pipeline is not deployed (deploy it first).
             DeployError: more than the steps differ, nothing differs, or a canary is running.
         """
-        from eventbus.serving._canary import CANARY_KEY
-
         weights = list(weights or [10, 50, 100])
         if (
             not weights
@@ -237,7 +233,7 @@ class Controller:
                 "history": [],
                 "reason": "",
             }
-            self._redis.set(CANARY_KEY.format(pipeline=name), json.dumps(state))
+            self._redis.set(keys.canary(name), json.dumps(state))
         return {
             "name": name,
             "canary_version": state["version"],
@@ -247,9 +243,7 @@ class Controller:
 
     def canary_status(self, name: str) -> dict[str, Any] | None:
         """The pipeline's canary (running or how the last one ended), or None."""
-        from eventbus.serving._canary import CANARY_KEY
-
-        raw = self._redis.get(CANARY_KEY.format(pipeline=name))
+        raw = self._redis.get(keys.canary(name))
         if not raw:
             return None
         state = json.loads(raw)
@@ -270,9 +264,7 @@ class Controller:
             return self._promote(state, "promoted by request")
 
     def _running_canary(self, name: str) -> dict[str, Any]:
-        from eventbus.serving._canary import CANARY_KEY
-
-        raw = self._redis.get(CANARY_KEY.format(pipeline=name))
+        raw = self._redis.get(keys.canary(name))
         state = json.loads(raw) if raw else None
         if state is None or state["status"] != "running":
             msg = f"no canary of {name!r} is running; start one with `eventbus deploy FILE --canary 10`"
@@ -285,9 +277,7 @@ class Controller:
         return {**info, "promoted": True}
 
     def _end_canary(self, name: str, status: str, reason: str, **extra: Any) -> None:
-        from eventbus.serving._canary import CANARY_KEY, FIGURES_KEY
-
-        key = CANARY_KEY.format(pipeline=name)
+        key = keys.canary(name)
         raw = self._redis.get(key)
         if not raw:
             return
@@ -298,7 +288,7 @@ class Controller:
         log.info("canary of %r %s: %s", name, status, reason)
         with self._redis.pipeline() as tx:
             tx.set(key, json.dumps(state), ex=7 * 86400)
-            tx.delete(FIGURES_KEY.format(pipeline=name))
+            tx.delete(keys.canary_figures(name))
             tx.execute()
 
     def _canary_loop(self) -> None:
@@ -306,7 +296,9 @@ class Controller:
         while True:
             time.sleep(1.0)
             try:
-                names = [k.split(":", 2)[2] for k in self._redis.scan_iter("eventbus:canary:*")]
+                names = [
+                    keys.canary_pipeline(k) for k in self._redis.scan_iter(keys.CANARY_PATTERN)
+                ]
             except Exception:  # noqa: BLE001 - Redis away: try again next tick
                 log.warning("canary loop: Redis did not answer")
                 continue
@@ -318,14 +310,14 @@ class Controller:
                     log.exception("canary of %r: tick failed", name)
 
     def _canary_tick(self, name: str) -> None:
-        from eventbus.serving._canary import CANARY_KEY, FIGURES_KEY, judge, sum_figures
+        from eventbus.serving._canary import judge, sum_figures
 
-        key = CANARY_KEY.format(pipeline=name)
+        key = keys.canary(name)
         raw = self._redis.get(key)
         state = json.loads(raw) if raw else None
         if state is None or state["status"] != "running":
             return
-        figures = sum_figures(self._redis.hgetall(FIGURES_KEY.format(pipeline=name)), state["id"])
+        figures = sum_figures(self._redis.hgetall(keys.canary_figures(name)), state["id"])
         if state["baseline"] is None:
             state["baseline"] = figures
             self._redis.set(key, json.dumps(state))
@@ -386,9 +378,7 @@ class Controller:
                     "canary_rolled_back": canary["version"],
                 }
         current = self.get(name)["version"]
-        kept = {
-            int(v): raw for v, raw in self._redis.hgetall(_VERSIONS_KEY.format(name=name)).items()
-        }
+        kept = {int(v): raw for v, raw in self._redis.hgetall(keys.pipeline_versions(name)).items()}
         if version is None:
             earlier = [v for v in kept if v < current]
             if not earlier:
@@ -418,17 +408,16 @@ class Controller:
         self._delete_app(name)
         try:
             self.models.release(
-                name, [json.loads(r)["document"] for r in self._redis.hgetall(_KEY).values()]
+                name,
+                [json.loads(r)["document"] for r in self._redis.hgetall(keys.PIPELINES).values()],
             )
         except Exception:
             log.exception("releasing the models of %r failed", name)
-        self._redis.hdel(_KEY, name)
-        from eventbus.serving._canary import CANARY_KEY, FIGURES_KEY
-
+        self._redis.hdel(keys.PIPELINES, name)
         self._redis.delete(
-            _VERSIONS_KEY.format(name=name),
-            CANARY_KEY.format(pipeline=name),
-            FIGURES_KEY.format(pipeline=name),
+            keys.pipeline_versions(name),
+            keys.canary(name),
+            keys.canary_figures(name),
         )
         from eventbus.serving._replica_sources import clear_stats
 
@@ -445,7 +434,7 @@ class Controller:
         except Exception:  # noqa: BLE001 - Serve not started yet
             pass
         out = []
-        for raw in self._redis.hgetall(_KEY).values():
+        for raw in self._redis.hgetall(keys.PIPELINES).values():
             rec = json.loads(raw)
             out.append(
                 {
@@ -477,7 +466,7 @@ class Controller:
             stats = read_stats(self._redis, name, len(config.consumed_sources))
             from eventbus.observability._view import pipeline_view
 
-            raw = list(self._redis.hgetall(f"eventbus:stats:{name}").values())
+            raw = list(self._redis.hgetall(keys.stats(name)).values())
             figures = pipeline_view(record, raw, [list(s.topics) for s in config.consumed_sources])
             return {
                 "name": name,
@@ -494,14 +483,14 @@ class Controller:
                 sources.append({"error": f"{type(exc).__name__}: {exc}"})
         from eventbus.observability._view import pipeline_view
 
-        raw = list(self._redis.hgetall(f"eventbus:stats:{name}").values())
+        raw = list(self._redis.hgetall(keys.stats(name)).values())
         figures = pipeline_view(record, raw, [list(s.topics) for s in config.consumed_sources])
         return {"name": name, "version": record["version"], "sources": sources, "figures": figures}
 
     def restore(self) -> list[str]:
         """Reconcile Ray to the stored state: recreate missing apps and source actors."""
         restored = []
-        for raw in self._redis.hgetall(_KEY).values():
+        for raw in self._redis.hgetall(keys.PIPELINES).values():
             rec = json.loads(raw)
             config = PipelineConfig.model_validate(rec["document"])
             try:
@@ -542,7 +531,7 @@ class Controller:
 
     # -- internals ----------------------------------------------------------------------------
     def _load(self, name: str) -> dict[str, Any] | None:
-        raw = self._redis.hget(_KEY, name)
+        raw = self._redis.hget(keys.PIPELINES, name)
         return json.loads(raw) if raw else None
 
     def _start_serve(self) -> None:
@@ -586,10 +575,11 @@ class Controller:
         import asyncio
 
         from eventbus._internal.services import create_topics
-        from eventbus.eventing.sources._http_config import ingress_topic
-        from eventbus.serving._gateway import GATEWAY_PRODUCERS
+        from eventbus.eventing.sources._http_config import GATEWAY_PRODUCERS, ingress_topic
 
-        if all(s.kafka is not None for s in config.spec.sources):
+        from eventbus.registry import sources
+
+        if not any(sources.get(s.kind).trait("ingress") for s in config.spec.sources):
             return
         partitions = max(GATEWAY_PRODUCERS, config.spec.serving.replica_bounds.max)
         asyncio.run(create_topics(self.kafka_bootstrap, [ingress_topic(config.name)], partitions))

@@ -146,33 +146,20 @@ class PipelineDeployment:
             self._in_flight -= 1
 
     def _process_records(self, blob: bytes, source_index: int) -> bytes:
-        from eventbus.errors import EventDecodeError
-        from eventbus.eventing._codecs import KafkaRecord, decode_kafka
+        from eventbus.eventing._codecs import KafkaRecord, decode_kafka_records
         from eventbus.serving._wire import pack_encoded_outcomes, unpack_records
 
         records = unpack_records(blob)
         src = self._runner.config.consumed_sources[source_index]
-        default_type, own_source = src.type, src.source
         outcomes: list[Any] = [None] * len(records)
-        events: list[CloudEvent] = []
-        index: list[int] = []
-        for i, r in enumerate(records):
-            try:
-                events.append(
-                    decode_kafka(
-                        r.value,
-                        r.headers,
-                        key=r.key,
-                        topic=r.topic,
-                        partition=r.partition,
-                        offset=r.offset,
-                        default_type=default_type,
-                        default_source=own_source or f"kafka://{r.topic}",
-                    )
-                )
-                index.append(i)
-            except EventDecodeError as exc:
+        events, errors = decode_kafka_records(
+            records, default_type=src.type, default_source=src.source
+        )
+        index: range | list[int] = range(len(records))
+        if errors:
+            for i, exc in errors:
                 outcomes[i] = Failure("decode", "EventDecodeError", str(exc))
+            index = [i for i, o in enumerate(outcomes) if o is None]
         self._events += len(records)
         encode = self._encode
         for i, result in zip(index, self._runner.run(events)):

@@ -19,11 +19,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["PUBLISH_EVERY_S", "STATS_KEY", "ThreadPublisher", "entry_id", "write_entry"]
+from eventbus._internal import keys
+
+__all__ = ["PUBLISH_EVERY_S", "ThreadPublisher", "entry_id", "write_entry"]
 
 log = logging.getLogger("eventbus.serving.figures")
 
-STATS_KEY = "eventbus:stats:{pipeline}"
 PUBLISH_EVERY_S = 1.0
 
 
@@ -37,7 +38,7 @@ async def write_entry(
 ) -> None:
     """Write one entry (``redis.asyncio`` client): ``body`` plus ``at`` and ``final``."""
     value = json.dumps({**body, "at": time.time(), "final": final})
-    await redis.hset(STATS_KEY.format(pipeline=pipeline), field, value)
+    await redis.hset(keys.stats(pipeline), field, value)
 
 
 class ThreadPublisher:
@@ -57,7 +58,7 @@ class ThreadPublisher:
         import redis
 
         self._redis = redis.Redis.from_url(redis_url)
-        self._key = STATS_KEY.format(pipeline=pipeline)
+        self._key = keys.stats(pipeline)
         self.field = field
         self._snapshot = snapshot
         self._stop = threading.Event()

@@ -21,7 +21,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from eventbus._client import KEEPER_KEY, ClusterInfo, dump_registry, parse_registry
+from eventbus._client import ClusterInfo, dump_registry, parse_registry
+from eventbus._internal import keys
 from eventbus.errors import ConfigError, DeployError
 
 __all__ = ["DeployResult", "Keeper", "cluster_from_home", "deploy_failed"]
@@ -118,14 +119,14 @@ class Keeper:
         out: list[list[ClusterInfo]] = []
 
         def tx(pipe: Any) -> None:
-            raw = pipe.get(KEEPER_KEY)
+            raw = pipe.get(keys.KEEPER_CLUSTERS)
             clusters = change([] if raw is None else parse_registry(raw))
             pipe.multi()
-            pipe.set(KEEPER_KEY, dump_registry(clusters))
+            pipe.set(keys.KEEPER_CLUSTERS, dump_registry(clusters))
             out[:] = [clusters]
 
         try:
-            r.transaction(tx, KEEPER_KEY)
+            r.transaction(tx, keys.KEEPER_CLUSTERS)
         except redis.RedisError as exc:
             msg = f"cannot write the keeper registry at {self.location}: {exc}"
             raise ConfigError(msg) from None

@@ -16,7 +16,8 @@ from typing import Any
 from eventbus.errors import DeployError, ModelError
 from eventbus.models._registry import ModelRegistry
 from eventbus.pipelines._config import PipelineConfig
-from eventbus.pipelines._model_config import ModelServingConfig, model_refs
+from eventbus.pipelines._config import model_refs
+from eventbus.pipelines.steps._model_config import ModelServingConfig
 
 __all__ = ["ModelControl"]
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from eventbus.errors import ConfigError, EventDecodeError
-from eventbus.eventing._codecs import decode_kafka
+from eventbus.errors import ConfigError
+from eventbus.eventing._codecs import decode_kafka_records
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure, Outcome
 from eventbus.pipelines._config import PipelineConfig
@@ -128,7 +128,7 @@ async def replay(
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     from eventbus.eventing._delivery import RedisDeduper, dedupe_key
-    from eventbus.eventing.sources._kafka import dead_letter_event
+    from eventbus.eventing.sources._kafka_delivery import dead_letter_event
     from eventbus.serving._replica_sources import make_sink
 
     rng.check()
@@ -171,7 +171,7 @@ async def replay(
         # Plain messages get the type/source of the pipeline's source for this topic, if any.
         own = next((c for c in config.consumed_sources if topic in c.topics), None)
         default_type = own.type if own is not None else "eventbus.message"
-        default_source = own.source if own is not None and own.source else f"kafka://{topic}"
+        default_source = own.source if own is not None else None  # None: kafka://{topic}
         idle_since = time.monotonic()
         while open_parts:
             data = await consumer.getmany(*open_parts, timeout_ms=200, max_records=batch_size)
@@ -184,26 +184,23 @@ async def replay(
             where: list[tuple[str, int, int, bytes | None]] = []
             dead: list[tuple[CloudEvent, bytes | None]] = []
             for tp, records in data.items():
+                admitted = []
                 for r in records:
                     stats.read += 1
                     verdict = rng.admits(r.offset, r.timestamp)
                     if verdict is None:
                         open_parts.discard(tp)
                         break
-                    if not verdict:
-                        continue
-                    try:
-                        e = decode_kafka(
-                            r.value,
-                            list(r.headers or ()),
-                            key=r.key,
-                            topic=tp.topic,
-                            partition=tp.partition,
-                            offset=r.offset,
-                            default_type=default_type,
-                            default_source=default_source,
-                        )
-                    except EventDecodeError as exc:
+                    if verdict:
+                        admitted.append(r)
+                decoded, errors = decode_kafka_records(
+                    admitted, default_type=default_type, default_source=default_source
+                )
+                undecodable = dict(errors)
+                decoded_events = iter(decoded)  # one per admitted record that decoded
+                for i, r in enumerate(admitted):
+                    exc = undecodable.get(i)
+                    if exc is not None:
                         failure = Failure("decode", "EventDecodeError", str(exc))
                         raw = CloudEvent(
                             {
@@ -223,7 +220,7 @@ async def replay(
                             )
                         )
                         continue
-                    events.append(e)
+                    events.append(next(decoded_events))
                     where.append((tp.topic, tp.partition, r.offset, r.key))
                     stats.per_partition[tp.partition] = stats.per_partition.get(tp.partition, 0) + 1
             outcomes: list[Outcome] = await dispatch(events) if events else []

@@ -21,16 +21,19 @@ import time
 import uuid
 from typing import Any
 
+from eventbus._internal import keys
 from eventbus._internal.gc import collect_periodically
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Outcome
+from eventbus.eventing.sources._kafka_settings import DeliveryPolicy
 from eventbus.pipelines._config import PipelineConfig, SinkConfig
 from eventbus.pipelines._runner import PipelineRunner
+from eventbus.pipelines._step import Timer
 
 __all__ = [
     "ReplicaSources",
     "clear_stats",
-    "delivery_policies",
+    "delivery_policy",
     "make_sink",
     "read_stats",
     "sweep_forever",
@@ -38,13 +41,12 @@ __all__ = [
 
 log = logging.getLogger("eventbus.serving.sources")
 
-_STATS_KEY = "eventbus:stats:{pipeline}"
 _STATS_EVERY_S = 1.0
 _STATS_STALE_S = 15.0
 
 
-def delivery_policies(config: PipelineConfig, redis_url: str | None) -> dict[str, Any]:
-    """The ``retry`` and ``dedupe`` arguments of a pipeline's Kafka sources.
+def delivery_policy(config: PipelineConfig, redis_url: str | None) -> DeliveryPolicy:
+    """The delivery policy (event retries, dedupe) of a pipeline's Kafka sources.
 
     Raises:
         ValueError: dedupe is configured but no Redis is known.
@@ -58,22 +60,22 @@ def delivery_policies(config: PipelineConfig, redis_url: str | None) -> dict[str
             msg = f"pipeline {config.name!r} sets delivery.dedupe but the runtime has no Redis; start EventBus with a Redis URL"
             raise ValueError(msg)
         dedupe = RedisDeduper(redis_url, config.name, spec.delivery.dedupe.window_s)
-    return {"retry": RetryPolicy.from_config(spec), "dedupe": dedupe}
+    return DeliveryPolicy(retry=RetryPolicy.from_config(spec), dedupe=dedupe)
 
 
 async def sweep_forever(
-    sweepers: list[Any],
+    timers: list[Timer],
     config: PipelineConfig,
     bootstrap: str,
     redis_url: str | None = None,
     every_s: float = 1.0,
 ) -> None:
-    """Run join sweepers every ``every_s`` until cancelled, delivering what they return
+    """Fire the steps' timers every ``every_s`` until cancelled, delivering what they return
     (through the pipeline's dedupe, when it has one, like the sources' outputs)."""
     from eventbus.eventing._delivery import dedupe_key
 
     spec = config.spec
-    dedupe = delivery_policies(config, redis_url)["dedupe"] if redis_url else None
+    dedupe = delivery_policy(config, redis_url).dedupe if redis_url else None
     sink = make_sink(spec.sink, default_bootstrap=bootstrap)
     dlq = make_sink(spec.dead_letter, default_bootstrap=bootstrap) if spec.dead_letter else None
     await sink.start()
@@ -82,14 +84,12 @@ async def sweep_forever(
     try:
         while True:
             await asyncio.sleep(every_s)
-            for sw in sweepers:
+            for timer in timers:
                 try:
-                    if not hasattr(
-                        sw, "sweep"
-                    ):  # an allocate planner: it publishes the duals itself
-                        await asyncio.to_thread(sw.tick)
+                    fired = await asyncio.to_thread(timer.fire)
+                    if fired is None:
                         continue
-                    outputs, dead, keys = await asyncio.to_thread(sw.sweep)
+                    outputs, dead = fired.outputs, fired.dead
                     if outputs and dedupe is not None:
                         digests = dedupe.digests([dedupe_key(e) for e in outputs])
                         seen = await dedupe.claim(digests, sink)
@@ -104,16 +104,15 @@ async def sweep_forever(
                             await dlq.send([(e, None) for e in dead])
                         else:
                             log.error(
-                                "pipeline %r: %d join events evicted and no dead_letter sink is configured",
+                                "pipeline %r: %d events of a step's timer dead-lettered and no dead_letter sink is configured",
                                 config.name,
                                 len(dead),
                             )
-                    if keys:
-                        await asyncio.to_thread(sw.ack, keys)
+                    await asyncio.to_thread(timer.ack, fired)
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:  # noqa: BLE001 - the claims' leases expire: retried later
-                    log.warning("pipeline %r: join sweep failed: %s", config.name, e)
+                    log.warning("pipeline %r: a step's timer failed: %s", config.name, e)
     finally:
         await sink.stop()
         if dlq is not None:
@@ -123,13 +122,10 @@ async def sweep_forever(
 
 
 def make_sink(config: SinkConfig, *, default_bootstrap: str) -> Any:
-    """Build the runtime sink of a sink config."""
-    from eventbus.eventing.sinks._kafka import KafkaSink
+    """Build the runtime sink of a sink config (its kind's factory)."""
+    from eventbus.registry import sinks
 
-    assert config.kafka is not None
-    return KafkaSink(
-        config.kafka, bootstrap_servers=config.kafka.bootstrap_servers or default_bootstrap
-    )
+    return sinks.get(config.kind).factory(config.options, default_bootstrap=default_bootstrap)
 
 
 class ReplicaSources:
@@ -254,7 +250,7 @@ class ReplicaSources:
             self._started.set()
 
     async def _run(self) -> None:
-        from eventbus.eventing.sources._kafka import KafkaSource
+        from eventbus.eventing.sources._kafka import FetchSettings, KafkaSource, SourceSinks
 
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
@@ -270,14 +266,15 @@ class ReplicaSources:
 
         def sink_of(cfg: SinkConfig) -> Any:
             sink = make_sink(cfg, default_bootstrap=self._bootstrap)
-            if traced and cfg.kafka is not None:
-                return TracedSink(sink, f"eventbus.sink {cfg.kafka.topic}")
+            if traced:
+                target = getattr(cfg.options, "topic", None) or cfg.kind
+                return TracedSink(sink, f"eventbus.sink {target}")
             return sink
 
         # Model steps wait on another deployment (a DeploymentHandle call, which may not block
         # an event loop): run those batches on worker threads, so batches in flight overlap and
         # the model's dynamic batching can merge them.
-        if any(getattr(s, "template", "") in ("model", "ensemble") for s in self._runner.steps):
+        if any(s.blocking for s in self._runner.steps):
 
             async def dispatch(events: list[CloudEvent]) -> list[Outcome]:
                 return await asyncio.to_thread(run, events)
@@ -294,12 +291,16 @@ class ReplicaSources:
                     pipeline=self._config.name,
                     bootstrap_servers=src.bootstrap_servers or self._bootstrap,
                     dispatch=dispatch,
-                    sink=sink_of(spec.sink),
-                    dead_letter=sink_of(spec.dead_letter) if spec.dead_letter else None,
-                    max_batch=spec.serving.batch.max_size,
-                    linger_ms=self._config.linger_ms_of(src),
-                    max_in_flight=spec.serving.batch.max_in_flight,
-                    **delivery_policies(self._config, self._redis_url),
+                    sinks=SourceSinks(
+                        sink=sink_of(spec.sink),
+                        dead_letter=sink_of(spec.dead_letter) if spec.dead_letter else None,
+                    ),
+                    fetch=FetchSettings(
+                        max_batch=spec.serving.batch.max_size,
+                        linger_ms=self._config.linger_ms_of(src),
+                        max_in_flight=spec.serving.batch.max_in_flight,
+                    ),
+                    delivery=delivery_policy(self._config, self._redis_url),
                 )
             )
         try:
@@ -330,10 +331,10 @@ class ReplicaSources:
         """Close join windows on a timer: outer-join results to the sink, evicted keys to the
         dead-letter sink, then forget them (claims are leased: a replica that dies mid-way is
         taken over)."""
-        sweepers = self._runner.sweepers()
-        if not sweepers:
+        timers = self._runner.timers()
+        if not timers:
             return
-        await sweep_forever(sweepers, self._config, self._bootstrap, self._redis_url)
+        await sweep_forever(timers, self._config, self._bootstrap, self._redis_url)
 
     async def _publish_stats(self) -> None:
         while True:
@@ -350,7 +351,7 @@ class ReplicaSources:
             import redis.asyncio as aioredis
 
             self._redis = aioredis.Redis.from_url(self._redis_url)
-        key = _STATS_KEY.format(pipeline=self._config.name)
+        key = keys.stats(self._config.name)
         # The runner's snapshot asks stateful steps (join) for their state size in Redis,
         # synchronously: off this loop.
         metrics = await asyncio.to_thread(self._runner.metrics)
@@ -386,7 +387,7 @@ def read_stats(redis_client: Any, pipeline: str, num_sources: int) -> list[dict[
     Replicas that stopped contribute their final counters, so totals do not drop when a
     replica is replaced; stale entries of replicas that died are left out.
     """
-    key = _STATS_KEY.format(pipeline=pipeline)
+    key = keys.stats(pipeline)
     totals: list[dict[str, int]] = [{} for _ in range(num_sources)]
     now = time.time()
     for raw in redis_client.hgetall(key).values():
@@ -404,4 +405,4 @@ def read_stats(redis_client: Any, pipeline: str, num_sources: int) -> list[dict[
 
 def clear_stats(redis_client: Any, pipeline: str) -> None:
     """Forget a pipeline's counters (on delete)."""
-    redis_client.delete(_STATS_KEY.format(pipeline=pipeline))
+    redis_client.delete(keys.stats(pipeline))

@@ -15,7 +15,7 @@ import ray
 from eventbus._internal.gc import tune_gc
 from eventbus.eventing._outcome import Outcome
 from eventbus.pipelines._config import PipelineConfig
-from eventbus.serving._replica_sources import delivery_policies, make_sink
+from eventbus.serving._replica_sources import delivery_policy, make_sink
 
 __all__ = ["SourceActor"]
 
@@ -67,7 +67,7 @@ class SourceActor:
     async def _run(self) -> None:
         from ray import serve
 
-        from eventbus.eventing.sources._kafka import KafkaSource
+        from eventbus.eventing.sources._kafka import FetchSettings, KafkaSource, SourceSinks
 
         spec = self._config.spec
         src = self._config.consumed_sources[self._index]
@@ -90,25 +90,29 @@ class SourceActor:
             pipeline=self._config.name,
             bootstrap_servers=src.bootstrap_servers or self._bootstrap,
             dispatch=dispatch,
-            sink=make_sink(spec.sink, default_bootstrap=self._bootstrap),
-            dead_letter=make_sink(spec.dead_letter, default_bootstrap=self._bootstrap)
-            if spec.dead_letter
-            else None,
-            max_batch=batch.max_size,
-            linger_ms=self._config.linger_ms_of(src),
-            max_in_flight=batch.max_in_flight,
-            decode_in_dispatch=True,
-            **delivery_policies(self._config, self._redis_url),
+            sinks=SourceSinks(
+                sink=make_sink(spec.sink, default_bootstrap=self._bootstrap),
+                dead_letter=make_sink(spec.dead_letter, default_bootstrap=self._bootstrap)
+                if spec.dead_letter
+                else None,
+            ),
+            fetch=FetchSettings(
+                max_batch=batch.max_size,
+                linger_ms=self._config.linger_ms_of(src),
+                max_in_flight=batch.max_in_flight,
+                decode_in_dispatch=True,
+            ),
+            delivery=delivery_policy(self._config, self._redis_url),
         )
         sweeper = None
         if self._index == 0:  # one source per pipeline closes its join windows
-            from eventbus.pipelines._join import join_sweepers
+            from eventbus.pipelines import pipeline_timers
             from eventbus.serving._replica_sources import sweep_forever
 
-            sweepers = join_sweepers(self._config, self._redis_url)
-            if sweepers:
+            timers = pipeline_timers(self._config, self._redis_url)
+            if timers:
                 sweeper = asyncio.get_running_loop().create_task(
-                    sweep_forever(sweepers, self._config, self._bootstrap, self._redis_url)
+                    sweep_forever(timers, self._config, self._bootstrap, self._redis_url)
                 )
         publisher = None
         try:  # the source starts and stops its sinks

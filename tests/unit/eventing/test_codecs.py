@@ -15,7 +15,10 @@ from cloudevents.core.v1.event import CloudEvent as SdkEvent
 
 from eventbus.errors import EventDecodeError
 from eventbus.eventing._codecs import (
+    RawRecord,
     decode_kafka,
+    decode_kafka_fast,
+    decode_kafka_records,
     encode_kafka_binary,
     encode_kafka_structured,
     event_from_json,
@@ -635,3 +638,72 @@ def test_fast_path_leaves_errors_to_the_general_path(
 ) -> None:
     with pytest.raises(EventDecodeError, match=re.escape(message)):
         decode(value, headers, key)
+
+
+# decode_kafka_records is the path every Kafka consumer of events takes (the source, the
+# replica decoding for a source actor, replay): record by record it must equal decode_kafka,
+# whichever path (fast or general) a record takes, and report an undecodable one by position.
+def raw(value: bytes | None, headers: list[tuple[str, bytes]], key: bytes | None) -> RawRecord:
+    return RawRecord(value, headers, key, WHERE["topic"], WHERE["partition"], WHERE["offset"])
+
+
+@pytest.mark.parametrize("name", sorted(FAST_PATH_CASES))
+@pytest.mark.parametrize("general", [False, True], ids=["as-is", "general-path"])
+def test_records_path_decodes_like_decode_kafka(name: str, general: bool) -> None:
+    value, headers, key = FAST_PATH_CASES[name]
+    if general:
+        headers = [*headers, ("ce_probe", b"1")]
+    expected = decode(value, headers, key)
+    events, errors = decode_kafka_records(
+        [raw(value, headers, key)], default_type="eventbus.message", default_source=None
+    )
+    assert errors == []
+    [got] = events
+    assert got.attributes == expected.attributes
+    assert list(got.attributes) == list(expected.attributes)
+    assert got.data == expected.data
+    if general:
+        assert decode_kafka_fast(value, headers, key) is None  # it did take the general path
+
+
+def test_records_path_keeps_order_and_reports_errors_by_position() -> None:
+    good = (b'{"a": 1}', [*binary_headers(), ("content-type", b"application/json")], b"k")
+    bad_json = (b"{nope", [*binary_headers(), ("content-type", b"application/json")], None)
+    bad_version = (b"{}", binary_headers(specversion="0.3"), None)
+    plain = (b'{"p": 1}', [], None)
+    records = [raw(*good), raw(*bad_json), raw(*plain), raw(*bad_version), raw(*good)]
+    events, errors = decode_kafka_records(
+        records, default_type="eventbus.message", default_source="kafka://payments"
+    )
+    assert [e.data for e in events] == [{"a": 1}, {"p": 1}, {"a": 1}]
+    assert [i for i, _ in errors] == [1, 3]
+    for (_, error), (value, headers, key) in zip(errors, [bad_json, bad_version]):
+        assert isinstance(error, EventDecodeError)
+        with pytest.raises(EventDecodeError) as expected:
+            decode(value, headers, key)
+        assert str(error) == str(expected.value)
+        assert str(error).startswith("payments[2]@1042")
+
+
+def test_records_path_default_source_is_the_topic() -> None:
+    for default_source in (None, ""):
+        events, _ = decode_kafka_records(
+            [raw(b"1", [], None)], default_type="my.type", default_source=default_source
+        )
+        assert (events[0].source, events[0].type) == ("kafka://payments", "my.type")
+    events, _ = decode_kafka_records(
+        [raw(b"1", [], None)], default_type="my.type", default_source="/mine"
+    )
+    assert events[0].source == "/mine"
+
+
+def test_records_path_takes_consumer_records() -> None:
+    from aiokafka.structs import ConsumerRecord
+
+    value, headers, key = FAST_PATH_CASES["json"]
+    record = ConsumerRecord("payments", 2, 1042, 0, 0, key, value, None, 0, 0, tuple(headers))
+    events, errors = decode_kafka_records(
+        [record], default_type="eventbus.message", default_source=None
+    )
+    assert errors == []
+    assert events[0].attributes == decode(value, headers, key).attributes

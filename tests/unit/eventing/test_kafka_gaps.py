@@ -8,8 +8,8 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from eventbus.eventing.sources import KafkaSource, KafkaSourceConfig
-from eventbus.eventing.sources._kafka import OffsetGaps
+from eventbus.eventing.sources import KafkaSource, KafkaSourceConfig, SourceSinks
+from eventbus.eventing.sources._kafka_fetch import OffsetGaps
 
 TP = TopicPartition("in", 0)
 OTHER = TopicPartition("in", 1)
@@ -87,9 +87,8 @@ def test_the_source_waits_as_configured():
         config,
         pipeline="p",
         bootstrap_servers="127.0.0.1:1",
-        dispatch=None,
-        sink=None,
-        dead_letter=None,
-    )  # type: ignore[arg-type]
-    assert source._gaps.wait_s == 0.25
+        dispatch=None,  # type: ignore[arg-type]
+        sinks=SourceSinks(sink=None),  # type: ignore[arg-type]
+    )
+    assert source._fetcher.gaps.wait_s == 0.25
     assert KafkaSourceConfig(topic="in").offset_gap_wait_ms == 1000

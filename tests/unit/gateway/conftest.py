@@ -9,7 +9,7 @@ import pytest
 
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Outcome
-from eventbus.eventing.sources._ingress import Ingress, RouteTable
+from eventbus.gateway._ingress import Ingress, RouteTable
 from eventbus.pipelines._config import PipelineConfig
 from eventbus.pipelines._runner import PipelineRunner
 

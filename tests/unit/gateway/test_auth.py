@@ -7,7 +7,8 @@ import re
 import pytest
 
 from eventbus.errors import ConfigError, IngressError
-from eventbus.eventing.sources._auth import authenticate, load_credentials, sign
+from eventbus.eventing.sources import sign
+from eventbus.gateway._auth import authenticate, load_credentials
 from eventbus.eventing.sources._http_config import AuthConfig
 
 BODY = b'{"amount": 5}'

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from eventbus._internal.batcher import MicroBatcher
+from eventbus.gateway._batcher import MicroBatcher
 
 
 async def test_concurrent_submissions_share_flushes_and_get_their_own_results() -> None:

@@ -9,7 +9,7 @@ from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._proto import cloudevents_pb2 as pb
 from eventbus.eventing._proto import eventbus_pb2_grpc
 from eventbus.eventing._protobuf import event_from_proto, event_to_proto, events_to_proto_batch
-from eventbus.eventing.sources._grpc import build_grpc_server
+from eventbus.gateway._grpc import build_grpc_server
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import httpx
 import orjson
 import pytest
 
-from eventbus.eventing.sources._auth import sign
-from eventbus.eventing.sources._http import build_http_app
+from eventbus.eventing.sources import sign
+from eventbus.gateway._http import build_http_app
 
 CE = {
     "ce-specversion": "1.0",

@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 
-from eventbus.eventing.sources._http import build_http_app
-from eventbus.eventing.sources._ingress import Ingress, RouteTable
+from eventbus.gateway._http import build_http_app
+from eventbus.gateway._ingress import Ingress, RouteTable
 from tests.unit.gateway.conftest import ENV, MemoryBackend, default_docs
 
 

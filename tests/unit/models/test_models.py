@@ -17,10 +17,10 @@ from eventbus.models import (
     accuracy,
     detect_format,
     load_model,
+    new_model_files,
     register_combiner,
     validate_candidate,
 )
-from eventbus.models._cli import new_files
 from eventbus.pipelines import StepConfig, build_step
 from eventbus.pipelines._loader import validate_pipeline_text
 from tests.unit.models.factories import mlp
@@ -281,12 +281,12 @@ def test_watch_pushes_files_once_their_size_holds(tmp_path: Path) -> None:
     seen: dict[str, tuple[float, int]] = {}
     (tmp_path / "v1.pt2").write_bytes(b"x" * 10)
     (tmp_path / "notes.txt").write_text("ignored")
-    assert new_files(tmp_path, seen) == []  # first sight: wait for the size to hold
-    assert new_files(tmp_path, seen) == [tmp_path / "v1.pt2"]
-    assert new_files(tmp_path, seen) == []
+    assert new_model_files(tmp_path, seen) == []  # first sight: wait for the size to hold
+    assert new_model_files(tmp_path, seen) == [tmp_path / "v1.pt2"]
+    assert new_model_files(tmp_path, seen) == []
     (tmp_path / "v2.pt2").write_bytes(b"y" * 5)
-    new_files(tmp_path, seen)
-    assert new_files(tmp_path, seen) == [tmp_path / "v2.pt2"]
+    new_model_files(tmp_path, seen)
+    assert new_model_files(tmp_path, seen) == [tmp_path / "v2.pt2"]
 
 
 def test_example_pipeline_tests_pass() -> None:

@@ -109,7 +109,7 @@ def test_missing_catalogue_is_a_clear_error(tmp_path: Path) -> None:
 def test_the_planner_prices_a_scarce_budget_from_recent_requests(catalogue: Path) -> None:
     r = runner(catalogue, plan={"every_s": 0.001, "window": 100, "expected_requests": 1000})
     step = r.steps[0]
-    [planner] = r.sweepers()
+    [planner] = r.timers()
     assert not planner.tick()  # nothing recorded yet
     # Everyone prefers item 2 (3 in stock for 1,000 expected requests): it must get a price.
     r.run([req(i, [1.0, 1.5, 4.0]) for i in range(50)])

@@ -80,7 +80,7 @@ def test_redelivered_event_of_a_completed_key_re_emits_the_same_event() -> None:
 
 def later(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
     """Move the join's clock forward (windows close on the wall clock)."""
-    import eventbus.pipelines._join as join_module
+    import eventbus.pipelines.steps._join as join_module
 
     real = join_module.now_ms
     monkeypatch.setattr(join_module, "now_ms", lambda: real() + int(seconds * 1000))
@@ -93,7 +93,7 @@ def test_outer_join_emits_partial_results_when_the_window_closes(
         {"mode": "outer", "window_s": 60, "sides": SIDES, "output": {"type": "order.settled"}}
     )
     r.run([order(1), order(2), payment(2)])
-    [sweeper] = r.sweepers()
+    [sweeper] = r.timers()
     assert sweeper.sweep() == ([], [], [])  # the window is still open
     later(monkeypatch, 61)
     outputs, dead, keys = sweeper.sweep()
@@ -101,7 +101,7 @@ def test_outer_join_emits_partial_results_when_the_window_closes(
         {"orders": {"order_id": "k1", "item": "i1"}, "_missing": ["payments"]}
     ]
     assert outputs[0].type == "order.settled" and not dead and set(keys) == {"k1"}
-    sweeper.ack(keys)
+    sweeper.forget(keys)
     assert sweeper.sweep() == ([], [], [])
 
 
@@ -109,7 +109,7 @@ def test_inner_join_drops_expired_keys_and_counts_them(monkeypatch: pytest.Monke
     r = runner({"window_s": 60, "sides": SIDES})
     r.run([order(1)])
     later(monkeypatch, 61)
-    [sweeper] = r.sweepers()
+    [sweeper] = r.timers()
     outputs, dead, keys = sweeper.sweep()
     assert outputs == [] and dead == [] and keys == ["k1"]
     assert r.stats()["pair"]["expired"] == 1
@@ -120,7 +120,7 @@ def test_max_pending_evicts_the_oldest_to_the_dead_letter_sink() -> None:
     r.run([order(1)])
     r.run([order(2)])
     r.run([order(3)])
-    [sweeper] = r.sweepers()
+    [sweeper] = r.timers()
     outputs, dead, keys = sweeper.sweep()
     assert [e.id for e in dead] == ["o1"] and keys == ["k1"] and outputs == []
     assert dead[0]["eberrortype"] == "JoinEvictedError" and "max_pending (2)" in dead[0]["eberror"]

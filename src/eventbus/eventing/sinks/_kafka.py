@@ -18,6 +18,7 @@ from aiokafka.partitioner import murmur2
 from pydantic import BaseModel, ConfigDict, Field
 
 from eventbus.errors import ConfigError, StackError
+from eventbus.registry import sinks
 from eventbus.eventing._codecs import KafkaRecord, encode_kafka_binary, encode_kafka_structured
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing.sinks._base import Sink, SinkEncodeError
@@ -364,3 +365,14 @@ def _event_id(event: CloudEvent | KafkaRecord) -> str | None:
                 return value.decode(errors="replace")
         return None
     return event.attributes.get("id")  # type: ignore[union-attr]
+
+
+@sinks.register(
+    "kafka",
+    config=KafkaSinkConfig,
+    description="Produce to a Kafka topic.",
+    describe=lambda raw: str(raw.get("topic") or ""),
+)
+def kafka_sink(config: KafkaSinkConfig, *, default_bootstrap: str) -> KafkaSink:
+    """A Kafka sink on the config's cluster, else the runtime's default broker."""
+    return KafkaSink(config, bootstrap_servers=config.bootstrap_servers or default_bootstrap)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eventbus.eventing.sources._auth import sign
+from eventbus.eventing._signature import sign
 from eventbus.eventing.sources._base import Source
 from eventbus.eventing.sources._http_config import (
     AuthConfig,
@@ -12,18 +12,28 @@ from eventbus.eventing.sources._http_config import (
     HttpSourceConfig,
     ingress_topic,
 )
-from eventbus.eventing.sources._kafka import DECODE_ERROR_TYPE, KafkaSource, KafkaSourceConfig
+from eventbus.eventing.sources._kafka import (
+    DECODE_ERROR_TYPE,
+    DeliveryPolicy,
+    FetchSettings,
+    KafkaSource,
+    KafkaSourceConfig,
+    SourceSinks,
+)
 
 __all__ = [
     "DECODE_ERROR_TYPE",
     "AuthConfig",
     "BearerAuthConfig",
+    "DeliveryPolicy",
+    "FetchSettings",
     "GrpcSourceConfig",
     "HmacAuthConfig",
     "HttpSourceConfig",
     "KafkaSource",
     "KafkaSourceConfig",
     "Source",
+    "SourceSinks",
     "ingress_topic",
     "sign",
 ]

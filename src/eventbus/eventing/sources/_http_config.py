@@ -18,7 +18,10 @@ from pydantic import (
     model_validator,
 )
 
+from eventbus.eventing._signature import DEFAULT_TOLERANCE_S, SIGNATURE_HEADER
+
 __all__ = [
+    "GATEWAY_PRODUCERS",
     "AuthConfig",
     "BearerAuthConfig",
     "GrpcSourceConfig",
@@ -29,6 +32,11 @@ __all__ = [
 
 _MODEL = ConfigDict(extra="forbid", frozen=True)
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+#: Kafka producers per pipeline in each gateway. The controller creates ingress topics with at
+#: least as many partitions, so that each producer writes partitions of its own (measured:
+#: 4 -> 8 gave ~+5-15% async req/s at -c16).
+GATEWAY_PRODUCERS = 8
 
 
 def ingress_topic(pipeline: str) -> str:
@@ -70,9 +78,11 @@ class HmacAuthConfig(_SecretRef):
         default=None, description="File holding the secret (surrounding whitespace ignored)."
     )
     header: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9-]+$")] = Field(
-        default="x-eventbus-signature", description="Header carrying 't=...,v1=...'."
+        default=SIGNATURE_HEADER, description="Header carrying 't=...,v1=...'."
     )
-    tolerance_s: int = Field(default=300, ge=1, le=86_400, description="Replay window in seconds.")
+    tolerance_s: int = Field(
+        default=DEFAULT_TOLERANCE_S, ge=1, le=86_400, description="Replay window in seconds."
+    )
 
     def _refs(self) -> tuple[str | None, str | None]:
         return self.secret_env, self.secret_file

@@ -1,0 +1,1 @@
+"""An example EventBus plugin: the ``redact`` step and the ``jsonl`` sink."""

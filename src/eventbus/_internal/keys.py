@@ -1,0 +1,193 @@
+"""The Redis key layout: every key EventBus reads or writes, one constant or function each.
+
+This module imports nothing from ``eventbus``, so every layer may use it. The key strings are
+a storage format: existing data in users' Redis must stay readable, so a spelling here never
+changes (``tests/unit/test_keys.py`` pins them). ``<pipeline>`` is a pipeline name
+(``^[a-z][a-z0-9-]{0,47}$``), ``<step>`` a step id (``^[a-z][a-z0-9_]*$``), ``<name>`` a
+model name. Pipeline names and step ids hold no ``:``, so no two families overlap.
+
+Control plane (the controller, ``serving``):
+
+* :data:`PIPELINES` (hash): pipeline name -> JSON record (name, version, document, YAML...).
+* :func:`pipeline_versions` (hash): version number -> JSON record of that version.
+* :func:`canary` (string): JSON of a pipeline's running canary (YAML, schedule, weight...).
+* :func:`canary_figures` (hash): replica id -> JSON of the canary's and the stable version's
+  events, failures and step seconds.
+
+Observability (replicas, source actors and gateways write; gateways and ``status`` read):
+
+* :func:`stats` (hash): entry id (replica, source actor or gateway) -> JSON of its figures.
+
+Delivery (``eventing``):
+
+* :func:`dedupe_prefix` + digest (string ``1`` or a pending claim, with a TTL): an output
+  event delivered (or being delivered) within the dedupe window.
+
+Step state (``pipelines``):
+
+* :func:`join_prefix` + ``k:<key>`` (hash), ``due`` (sorted set), ``claim`` (sorted set):
+  a join step's pending keys (the Lua scripts add the suffixes).
+* :func:`allocate_used` (hash), :func:`allocate_window` (list), :func:`allocate_seen`
+  (string counter), :func:`allocate_plan_lock` (string with a TTL): an allocate step's
+  consumed budgets and its re-planning window.
+* :func:`duals` (string): JSON list of an allocate step's dual prices.
+
+Models (``models``):
+
+* :data:`MODELS` (set): every model name.
+* :func:`model` (hash): ``next``, ``serving``, ``split``, ``revision``, ``options``,
+  ``min_accuracy``, ``v:<N>`` (JSON record of version N).
+* :func:`model_blob` (string): a version's artifact bytes.
+* :func:`model_recent` (list): recent request samples (.npy bytes, newest first).
+* :func:`model_labelled` (string): labelled samples (.npz bytes with x and y).
+
+Multi-cluster (the keeper's own Redis):
+
+* :data:`KEEPER_CLUSTERS` (string): JSON registry of the clusters.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CANARY_PATTERN",
+    "KEEPER_CLUSTERS",
+    "MODELS",
+    "PIPELINES",
+    "PREFIX",
+    "allocate_plan_lock",
+    "allocate_seen",
+    "allocate_used",
+    "allocate_window",
+    "canary",
+    "canary_figures",
+    "canary_pipeline",
+    "dedupe_prefix",
+    "duals",
+    "join_prefix",
+    "model",
+    "model_blob",
+    "model_labelled",
+    "model_recent",
+    "pipeline_versions",
+    "stats",
+]
+
+#: What every EventBus key starts with.
+PREFIX = "eventbus:"
+
+# -- control plane ---------------------------------------------------------------------------
+
+#: Hash: pipeline name -> JSON record of the deployed pipeline.
+PIPELINES = PREFIX + "pipelines"
+
+
+def pipeline_versions(name: str) -> str:
+    """Hash: version number -> JSON record of every kept version of pipeline ``name``."""
+    return f"{PREFIX}pipeline-versions:{name}"
+
+
+def canary(pipeline: str) -> str:
+    """String: JSON of the pipeline's running canary (YAML, document, schedule, weight)."""
+    return f"{PREFIX}canary:{pipeline}"
+
+
+#: ``SCAN`` pattern of every :func:`canary` key (not the :func:`canary_figures` ones).
+CANARY_PATTERN = PREFIX + "canary:*"
+
+
+def canary_pipeline(key: str) -> str:
+    """The pipeline name of a :func:`canary` key (as found by :data:`CANARY_PATTERN`)."""
+    return key[len(PREFIX) + len("canary:") :]
+
+
+def canary_figures(pipeline: str) -> str:
+    """Hash: replica id -> JSON of the canary's and the stable version's figures."""
+    return f"{PREFIX}canary-figures:{pipeline}"
+
+
+# -- observability ---------------------------------------------------------------------------
+
+
+def stats(pipeline: str) -> str:
+    """Hash: entry id (replica, source actor, gateway) -> JSON of its live or final figures."""
+    return f"{PREFIX}stats:{pipeline}"
+
+
+# -- delivery --------------------------------------------------------------------------------
+
+
+def dedupe_prefix(pipeline: str) -> str:
+    """Prefix of the dedupe keys (strings with a TTL, one per delivered output event; the
+    suffix is a digest of its ``source`` + ``id``)."""
+    return f"{PREFIX}dedupe:{pipeline}:"
+
+
+# -- step state ------------------------------------------------------------------------------
+
+
+def join_prefix(pipeline: str, step: str) -> str:
+    """Prefix of a join step's state: ``k:<key>`` (hash), ``due`` and ``claim`` (sorted
+    sets); the Lua scripts append the suffixes."""
+    return f"{PREFIX}join:{pipeline}:{step}:"
+
+
+def _allocate(pipeline: str, step: str, what: str) -> str:
+    return f"{PREFIX}allocate:{pipeline}:{step}:{what}"
+
+
+def allocate_used(pipeline: str, step: str) -> str:
+    """Hash: resource index -> amount an allocate step has consumed of its budget."""
+    return _allocate(pipeline, step, "used")
+
+
+def allocate_window(pipeline: str, step: str) -> str:
+    """List: an allocate step's recent requests (JSON), the window it re-plans from."""
+    return _allocate(pipeline, step, "window")
+
+
+def allocate_seen(pipeline: str, step: str) -> str:
+    """String (counter): requests an allocate step has seen."""
+    return _allocate(pipeline, step, "seen")
+
+
+def allocate_plan_lock(pipeline: str, step: str) -> str:
+    """String with a TTL: held by the replica re-planning an allocate step."""
+    return _allocate(pipeline, step, "plan-lock")
+
+
+def duals(pipeline: str, step: str) -> str:
+    """String: JSON list of an allocate step's dual prices (λ)."""
+    return f"{PREFIX}duals:{pipeline}:{step}"
+
+
+# -- models ----------------------------------------------------------------------------------
+
+#: Set: every model name in the registry.
+MODELS = PREFIX + "models"
+
+
+def model(name: str) -> str:
+    """Hash: a model's version counter, serving version, split, revision, options and
+    version records (``v:<N>``)."""
+    return f"{MODELS}:{name}"
+
+
+def model_blob(name: str, version: int) -> str:
+    """String: the artifact bytes of a model version."""
+    return f"{model(name)}:blob:{version}"
+
+
+def model_recent(name: str) -> str:
+    """List: recent request samples of a model (.npy bytes, newest first)."""
+    return f"{model(name)}:recent"
+
+
+def model_labelled(name: str) -> str:
+    """String: a model's labelled samples (.npz bytes with x and y)."""
+    return f"{model(name)}:labelled"
+
+
+# -- multi-cluster ---------------------------------------------------------------------------
+
+#: String: JSON registry of the clusters (in the keeper's Redis).
+KEEPER_CLUSTERS = PREFIX + "keeper:clusters"

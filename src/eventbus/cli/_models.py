@@ -1,0 +1,217 @@
+"""``eventbus model``: push versions (or watch a directory for them), list them, split traffic.
+
+Ray is imported only when a command runs. Exit codes: 0 ok, 1 invalid input or a rejected
+version, 2 usage.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from rich.table import Table
+
+from eventbus.cli._common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    Addresses,
+    KafkaOpt,
+    RayOpt,
+    RedisOpt,
+    controller_client,
+    err,
+    fail,
+    out,
+    plain,
+)
+from eventbus.errors import EventBusError, ModelValidationError
+
+if TYPE_CHECKING:
+    from eventbus.serving import EventBusClient
+
+__all__ = ["register"]
+
+model_app = typer.Typer(
+    name="model",
+    help="Models served as pipeline stages: push versions, list them, split traffic between two.",
+    no_args_is_help=True,
+)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``model`` group to the ``eventbus`` app.
+
+    Args:
+        app: The root app.
+    """
+    app.add_typer(model_app, name="model")
+
+
+def _client(ray_address: str | None, kafka: str | None, redis: str | None) -> EventBusClient:
+    return controller_client(Addresses(ray_address, kafka, redis))
+
+
+def _push(
+    client: EventBusClient,
+    name: str,
+    path: Path,
+    factory: str | None,
+    samples: Path | None,
+    min_accuracy: float | None,
+) -> bool:
+    try:
+        with out.status(f"pushing {path} as a new version of {name}..."):
+            info = client.push_model(
+                name, path, factory=factory, samples=samples, min_accuracy=min_accuracy
+            )
+    except ModelValidationError as exc:
+        err.print("[red]rejected:[/red] ", end="")
+        plain(err, str(exc))
+        return False
+    except EventBusError as exc:
+        err.print("[red]error:[/red] ", end="")
+        plain(err, str(exc))
+        return False
+    out.print(f"model [bold]{name}[/bold] version {info['version']} validated and serving")
+    return True
+
+
+@model_app.command()
+def push(
+    name: str = typer.Argument(
+        ..., help="The model's name (its deployment is eventbus-model-NAME)."
+    ),
+    path: Path = typer.Argument(
+        ..., help="TorchScript file, torch.export program (.pt2), or state_dict with --factory."
+    ),
+    factory: str | None = typer.Option(
+        None, "--factory", help="module:attr building the module of a state_dict."
+    ),
+    samples: Path | None = typer.Option(
+        None, "--samples", help=".npz of labelled x, y scored on every new version."
+    ),
+    min_accuracy: float | None = typer.Option(
+        None,
+        "--min-accuracy",
+        min=0,
+        max=1,
+        help="Reject versions below this accuracy on --samples.",
+    ),
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
+) -> None:
+    """Push a new version: validated on recent requests, swapped in, or rejected (exit 1)."""
+    if not _push(
+        _client(ray_address, kafka_bootstrap, redis_url), name, path, factory, samples, min_accuracy
+    ):
+        raise typer.Exit(1)
+
+
+@model_app.command()
+def watch(
+    name: str = typer.Argument(..., help="The model's name."),
+    directory: Path = typer.Argument(
+        ..., help="Push each model file written here (online learning exports)."
+    ),
+    factory: str | None = typer.Option(None, "--factory", help="module:attr for state_dict files."),
+    every_s: float = typer.Option(2.0, "--every", min=0.1, help="How often to look, in seconds."),
+    existing: bool = typer.Option(
+        False, "--existing/--only-new", help="Also push the files already there."
+    ),
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
+) -> None:
+    """Watch a directory and push every new model file as a version (Ctrl-C stops)."""
+    from eventbus.models import new_model_files
+
+    if not directory.is_dir():
+        fail(
+            f"{directory} is not a directory; give the folder your training job exports models to",
+            EXIT_FAILED,
+        )
+    client = _client(ray_address, kafka_bootstrap, redis_url)
+    seen: dict[str, tuple[float, int]] = {}
+    if not existing:
+        for p in directory.iterdir():
+            if p.is_file():
+                st = p.stat()
+                seen[p.name] = (st.st_mtime, st.st_size)
+    out.print(f"watching {directory} for new versions of {name} (Ctrl-C stops)")
+    try:
+        while True:
+            for p in new_model_files(directory, seen):
+                _push(client, name, p, factory, None, None)
+            time.sleep(every_s)  # a polling period, not a wait for a condition
+    except KeyboardInterrupt:
+        pass
+
+
+@model_app.command("list")
+def list_(
+    name: str | None = typer.Argument(None, help="One model (default: all)."),
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
+) -> None:
+    """Show model versions, which one serves, and the traffic split."""
+    try:
+        rows = _client(ray_address, kafka_bootstrap, redis_url).list_models(name)
+    except EventBusError as exc:
+        fail(str(exc))
+    table = Table(title="Models")
+    for col in ("model", "version", "status", "traffic", "format", "size", "pushed", "error"):
+        table.add_column(col)
+    for r in rows:
+        # a retired version that `model split` sends a share to is live again: say so
+        shown = "split" if r["traffic"] and r["status"] != "serving" else r["status"]
+        colour = {"serving": "green", "split": "yellow", "rejected": "red"}.get(shown, "")
+        status = f"[{colour}]{shown}[/{colour}]" if colour else shown
+        table.add_row(
+            r["name"],
+            str(r["version"]),
+            status,
+            f"{r['traffic']:.0%}" if r["traffic"] else "",
+            r["format"],
+            f"{r['size']:,} B",
+            datetime.fromtimestamp(r["pushed_at"]).strftime("%Y-%m-%d %H:%M:%S"),
+            r["error"] or "",
+        )
+    out.print(table if rows else "no models pushed; `eventbus model push NAME PATH` adds one")
+
+
+@model_app.command()
+def split(
+    name: str = typer.Argument(..., help="The model's name."),
+    version: int | None = typer.Argument(
+        None, help="The version to send a share to (omit with --off)."
+    ),
+    weight: float = typer.Option(
+        0.1, "--weight", min=0, max=1, help="Its share of the events (by event id)."
+    ),
+    off: bool = typer.Option(
+        False, "--off", help="End the split: the serving version takes everything."
+    ),
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
+) -> None:
+    """A/B: send a share of a model's events to another version."""
+    if (version is None) != off:
+        fail("give a VERSION (and --weight), or --off to end the split", EXIT_USAGE)
+    try:
+        st = _client(ray_address, kafka_bootstrap, redis_url).split_model(
+            name, None if off else version, weight
+        )
+    except EventBusError as exc:
+        fail(str(exc))
+    if st["split"]:
+        out.print(
+            f"model {name}: version {st['split']['version']} takes {st['split']['weight']:.0%}, version {st['serving']} the rest"
+        )
+    else:
+        out.print(f"model {name}: version {st['serving']} takes all events")

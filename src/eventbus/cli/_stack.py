@@ -1,0 +1,219 @@
+"""The stack: ``eventbus up``, ``gateway``, ``down``, ``status``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from eventbus._internal import keys
+from eventbus.cli._common import (
+    EXIT_USAGE,
+    RAY_ADDRESS_ENV,
+    Addresses,
+    KafkaOpt,
+    RayOpt,
+    RedisOpt,
+    controller_client,
+    err,
+    fail,
+    home,
+    out,
+    plain,
+    print_pipelines,
+)
+from eventbus.errors import EventBusError
+
+__all__ = ["register"]
+
+
+def register(app: typer.Typer) -> None:
+    """Add this group's commands to the ``eventbus`` app.
+
+    Args:
+        app: The root app.
+    """
+    app.command()(up)
+    app.command()(gateway)
+    app.command()(down)
+    app.command()(status)
+
+
+def up(
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
+    num_cpus: int | None = typer.Option(None, help="CPUs of the local Ray head (default: all)."),
+    gateway: bool = typer.Option(
+        True, "--gateway/--no-gateway", help="Start the HTTP/gRPC gateway."
+    ),
+    http_port: int = typer.Option(8080, help="The gateway's HTTP port (a free one if taken)."),
+    grpc_port: int = typer.Option(50051, help="The gateway's gRPC port (a free one if taken)."),
+) -> None:
+    """Start the local stack (Ray, Kafka-protocol broker, Redis, gateway), or adopt given addresses."""
+    from eventbus._internal.stack import stack_status, stack_up
+
+    addr = Addresses(ray_address, kafka_bootstrap, redis_url)
+    with out.status("starting the EventBus stack..."):
+        try:
+            stack_up(
+                home(),
+                ray_address=addr.ray,
+                kafka_bootstrap=addr.kafka,
+                redis_url=addr.redis,
+                num_cpus=num_cpus,
+                gateway=gateway,
+                http_port=http_port,
+                grpc_port=grpc_port,
+            )
+        except EventBusError as exc:
+            fail(str(exc))
+    _print_stack(stack_status(home()))
+    _restore_pipelines(Addresses(ray_address, kafka_bootstrap, redis_url))
+
+
+def _restore_pipelines(addr: Addresses) -> None:
+    """After a full restart: the pipelines Redis still holds are deployed again (the
+    controller restores them when it starts), before `up` returns."""
+    import redis
+
+    addr.fill_from_stack(("ray", "kafka", "redis"))
+    try:
+        stored = redis.Redis.from_url(addr.redis or "").hlen(keys.PIPELINES)
+    except redis.RedisError as exc:
+        fail(f"cannot read the pipelines in Redis at {addr.redis}: {exc}")
+    if not stored:
+        return
+    with out.status(f"restoring {stored} pipeline(s) from Redis..."):
+        rows = controller_client(addr).list()
+    running = [r["name"] for r in rows if r["status"] == "RUNNING"]
+    out.print(f"restored {len(running)} of {len(rows)} pipeline(s): {', '.join(running) or '-'}")
+
+
+def gateway(
+    host: str = typer.Option("127.0.0.1", help="Interface to listen on (0.0.0.0 in a container)."),
+    http_port: int = typer.Option(8080, help="HTTP port."),
+    grpc_port: int = typer.Option(50051, help="gRPC port (0: none)."),
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
+    otlp_endpoint: str | None = typer.Option(
+        None,
+        help="Export traces over OTLP/HTTP to this URL (default: $OTEL_EXPORTER_OTLP_ENDPOINT; none: tracing off).",
+    ),
+    trace_sample_ratio: float = typer.Option(
+        1.0, min=0.0, max=1.0, help="Share of requests traced when tracing is on."
+    ),
+    log_format: str = typer.Option("text", help="text, or json (one JSON object per line)."),
+    admin_token_file: Path | None = typer.Option(
+        None,
+        help="Turn the admin API (/v1/admin) on with the bearer token in this file (or set $EVENTBUS_ADMIN_TOKEN).",
+    ),
+) -> None:
+    """Run the HTTP/gRPC gateway in the foreground (one per node; `eventbus up` starts one).
+
+    It also serves /metrics (Prometheus), /dashboard and /v1/pipelines/NAME/stats.
+    """
+    if log_format not in ("text", "json"):
+        fail(f"--log-format is {log_format!r}; use text or json", EXIT_USAGE)
+    otlp_endpoint = otlp_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
+    addr = Addresses(ray_address, kafka_bootstrap, redis_url)
+    addr.fill_from_stack(("kafka", "redis"))
+    os.environ.update(addr.ray_env)
+    if admin_token_file is not None:
+        os.environ["EVENTBUS_ADMIN_TOKEN_FILE"] = str(admin_token_file)
+    # Serve's router on the gateway's own loop, not a second thread's: a sync call is a few
+    # hops shorter. Read when Ray Serve is first imported (by the import below).
+    os.environ.setdefault("RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP", "0")
+    from eventbus.gateway._server import run_gateway
+
+    def ready(gw: Any) -> None:
+        grpc = f", gRPC on {gw.host}:{gw.grpc_port}" if gw.grpc_port else ""
+        plain(err, f"gateway: HTTP on http://{gw.host}:{gw.http_port}{grpc}")
+
+    try:
+        run_gateway(
+            addr.kafka or "",
+            addr.redis or "",
+            ray_address=addr.ray,
+            host=host,
+            http_port=http_port,
+            grpc_port=grpc_port or None,
+            on_ready=ready,
+            otlp_endpoint=otlp_endpoint,
+            trace_sample_ratio=trace_sample_ratio,
+            log_format=log_format,
+        )
+    except (EventBusError, OSError) as exc:
+        fail(f"the gateway stopped: {exc}")
+
+
+def down() -> None:
+    """Stop what `eventbus up` started (nothing that it adopted)."""
+    from eventbus._internal.stack import stack_down
+
+    stopped = stack_down(home())
+    out.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing to stop")
+
+
+def status(
+    name: str | None = typer.Argument(None, help="A pipeline to show in detail."),
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    redis_url: str | None = RedisOpt,
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help="Print the stack's parts (or the pipeline's figures) as JSON (for scripts).",
+    ),
+) -> None:
+    """Show the stack, the deployed pipelines, or one pipeline's live counters."""
+    from eventbus._internal.stack import stack_status
+
+    st = stack_status(home())
+    if as_json and name is None:
+        print(json.dumps(st))
+        raise typer.Exit(0 if st["healthy"] else 1)
+    if name is None:
+        _print_stack(st)
+        if not st["healthy"] and not (ray_address or os.environ.get(RAY_ADDRESS_ENV)):
+            raise typer.Exit(1)
+        rows = controller_client(Addresses(ray_address, kafka_bootstrap, redis_url)).list()
+        print_pipelines(rows)
+        return
+    try:
+        info = controller_client(Addresses(ray_address, kafka_bootstrap, redis_url)).status(name)
+    except EventBusError as exc:
+        fail(str(exc))
+    if as_json:
+        print(json.dumps(info))
+        return
+    if info.get("figures") is not None:
+        from eventbus.observability._terminal import print_figures
+
+        print_figures(out, info["figures"])
+        return
+    out.print(f"[bold]{info['name']}[/bold] version {info['version']}")
+    for i, s in enumerate(info["sources"]):
+        out.print(f"  source {i}: " + ", ".join(f"{k}={v}" for k, v in s.items()))
+
+
+def _print_stack(st: dict[str, Any]) -> None:
+    table = Table(title="EventBus stack")
+    for col in ("part", "address", "state", "started by eventbus"):
+        table.add_column(col)
+    for part, info in st["parts"].items():
+        table.add_row(
+            part,
+            info["address"],
+            "[green]up[/green]" if info["up"] else "[red]down[/red]",
+            "yes" if info["owned"] else "no",
+        )
+    if not st["parts"]:
+        out.print("no stack recorded; start one with `eventbus up`")
+    else:
+        out.print(table)

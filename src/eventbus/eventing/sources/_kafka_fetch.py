@@ -1,0 +1,254 @@
+"""Fetching and positions of the Kafka source: the consumer, fetch pacing, offset gaps, and the
+seek back after a rebalance.
+
+* :class:`OffsetGaps` takes a partition's records only up to a gap in their offsets and seeks
+  back to it (Tansu stores concurrent producers' batches out of order).
+* :class:`KafkaFetcher` owns the consumer-group member: it fetches at most once per
+  ``linger_ms`` while records keep coming, and drops what it fetched across a rebalance,
+  putting the partitions it still owns back to their committed offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
+
+from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
+from eventbus.eventing.sources._kafka_settings import FetchSettings
+
+__all__ = ["KafkaFetcher", "OffsetGaps"]
+
+# One logger for every part of the Kafka source, as when it was one module.
+log = logging.getLogger("eventbus.eventing.sources._kafka")
+
+_GAP_REFETCH_S = 0.005  # between fetches while a partition has a gap
+
+
+class OffsetGaps:
+    """Takes each partition's fetched records only up to the first gap in their offsets, and
+    seeks back to the gap so that it is fetched again.
+
+    On Tansu a batch's offsets are reserved before the batch is stored, so while two
+    producers write one partition a fetch can return a later batch before an earlier one
+    exists: a consumer that took it would skip the earlier batch for good. A gap still there
+    after ``wait_s`` is taken as real (compaction, transaction markers on a real Kafka) and
+    passed, with a warning.
+
+    Args:
+        wait_s: how long a gap is waited for (0: gaps are passed at once).
+        name: who consumes, for the warning.
+    """
+
+    def __init__(self, wait_s: float, name: str) -> None:
+        self.wait_s = wait_s
+        self.name = name
+        self._expected: dict[TopicPartition, int] = {}  # next offset, per partition
+        self._since: dict[TopicPartition, tuple[int, float]] = {}  # missing offset, first seen
+
+    def reset(self) -> None:
+        """Forget the partitions' positions (after a rebalance or a seek elsewhere)."""
+        self._expected.clear()
+        self._since.clear()
+
+    def take(
+        self, consumer: Any, data: dict[TopicPartition, list[Any]], now: float
+    ) -> tuple[dict[TopicPartition, list[Any]], bool]:
+        """The records to take now, and whether some partition is held at a gap."""
+        out: dict[TopicPartition, list[Any]] = {}
+        held = False
+        for tp, recs in data.items():
+            if not recs:
+                continue
+            expected = self._expected.get(tp)
+            cut = None
+            first, last = recs[0].offset, recs[-1].offset
+            if (expected is None or first <= expected) and last - first == len(recs) - 1:
+                expected = last + 1  # the usual case: no gap (offsets only increase)
+            else:
+                for i, r in enumerate(recs):
+                    if expected is not None and r.offset > expected:
+                        cut = i
+                        break
+                    expected = r.offset + 1
+            if cut is None:
+                self._since.pop(tp, None)
+            else:
+                assert expected is not None
+                since = self._since.get(tp)
+                if since is None or since[0] != expected:
+                    since = self._since[tp] = (expected, now)
+                if now - since[1] < self.wait_s:
+                    recs = recs[:cut]
+                    consumer.seek(tp, expected)
+                    held = True
+                else:
+                    log.warning(
+                        "%s: %s[%d] has no records at offsets %d-%d after %.1f s; passing them "
+                        "(a compacted or transactional topic? set offset_gap_wait_ms: 0 for it)",
+                        self.name,
+                        tp.topic,
+                        tp.partition,
+                        expected,
+                        recs[cut].offset - 1,
+                        now - since[1],
+                    )
+                    del self._since[tp]
+            if recs:
+                out[tp] = recs
+                self._expected[tp] = recs[-1].offset + 1
+        return out, held
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(
+        self,
+        on_revoked: Callable[[set[TopicPartition]], Awaitable[None]],
+        on_assigned: Callable[[set[TopicPartition]], None],
+    ) -> None:
+        self._on_revoked = on_revoked
+        self._on_assigned = on_assigned
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self._on_revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self._on_assigned(assigned)
+
+
+class KafkaFetcher:
+    """The consumer-group member of a Kafka source: fetches records, paced and gap-free.
+
+    Args:
+        config: the source configuration (topics, start position, fetch wait, gap wait).
+        settings: batch size, linger and session timeout.
+        pipeline: the pipeline name (client id, logs).
+        group: the consumer group.
+        bootstrap_servers: the broker.
+    """
+
+    def __init__(
+        self,
+        config: KafkaSourceConfig,
+        settings: FetchSettings,
+        *,
+        pipeline: str,
+        group: str,
+        bootstrap_servers: str,
+    ) -> None:
+        self.config = config
+        self.settings = settings
+        self.pipeline = pipeline
+        self.group = group
+        self.bootstrap_servers = bootstrap_servers
+        self.gaps = OffsetGaps(config.offset_gap_wait_ms / 1000, f"kafka source {pipeline}")
+        #: the running consumer; None before :meth:`start` and after :meth:`stop`.
+        self.consumer: AIOKafkaConsumer | None = None
+        self._linger_s = settings.linger_ms / 1000
+        self._next_fetch_at = 0.0
+        self._generation = 0  # bumped on each revocation: fetched records older are dropped
+
+    async def start(
+        self,
+        on_revoked: Callable[[set[TopicPartition]], Awaitable[None]],
+        on_assigned: Callable[[set[TopicPartition]], None],
+    ) -> None:
+        """Join the consumer group; the callbacks run on rebalances (revoked is awaited).
+
+        Raises:
+            KafkaError: the broker cannot be reached (the consumer is stopped again).
+        """
+        session_timeout_ms = self.settings.session_timeout_ms
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap_servers,
+            group_id=self.group,
+            client_id=f"eventbus-{self.pipeline}",
+            enable_auto_commit=False,
+            auto_offset_reset=self.config.start_from,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=max(100, session_timeout_ms // 3),
+            max_poll_records=self.settings.max_batch,
+            fetch_max_wait_ms=self.config.fetch_max_wait_ms,
+            max_partition_fetch_bytes=4 * 1024 * 1024,
+        )
+        consumer.subscribe(self.config.topics, listener=_Listener(on_revoked, on_assigned))
+        try:
+            await consumer.start()
+        except KafkaError:
+            await consumer.stop()
+            raise
+        self.consumer = consumer
+
+    async def stop(self) -> None:
+        """Leave the group (idempotent)."""
+        consumer, self.consumer = self.consumer, None
+        if consumer is not None:
+            await consumer.stop()
+
+    def revoked(self) -> None:
+        """Partitions are being revoked: records fetched before are dropped, and the
+        partitions' positions go back to the committed offsets."""
+        self._generation += 1
+        self.gaps.reset()
+
+    async def fetch(self, consumer: AIOKafkaConsumer) -> dict[TopicPartition, list[Any]]:
+        """Up to ``max_batch`` records, per partition in offset order; {} when none came."""
+        loop = asyncio.get_running_loop()
+        wait = self._next_fetch_at - loop.time()
+        if wait > 0:  # records keep coming: let more gather at the broker (see linger_ms)
+            await asyncio.sleep(wait)
+        generation = self._generation
+        data: dict[TopicPartition, list[Any]] = await consumer.getmany(
+            timeout_ms=100, max_records=self.settings.max_batch
+        )
+        if not data:
+            return {}
+        count = sum(len(recs) for recs in data.values())
+        if count < self.settings.max_batch:
+            self._next_fetch_at = loop.time() + self._linger_s
+        if generation == self._generation and self.gaps.wait_s > 0:
+            now = loop.time()
+            data, held = self.gaps.take(consumer, data, now)
+            if held:  # fetch again from the gap soon, not at once
+                self._next_fetch_at = max(self._next_fetch_at, now + _GAP_REFETCH_S)
+        if generation != self._generation:
+            # A rebalance happened meanwhile: these records are dropped and come again, from
+            # us or the partitions' new owner. The rebalance reset our positions to the
+            # committed offsets, but records fetched after it moved them on again: put every
+            # partition we still own back to its committed offset (everything before it was
+            # delivered), or else those records would be skipped.
+            assigned = consumer.assignment()
+            for tp, recs in data.items():
+                if tp in assigned and recs:
+                    committed = await consumer.committed(tp)
+                    consumer.seek(
+                        tp, committed if committed is not None else min(r.offset for r in recs)
+                    )
+            return {}
+        return data
+
+    def lag(self, committed: Mapping[TopicPartition, int]) -> dict[str, int]:
+        """Per assigned partition (``topic[partition]``): the log end the last fetch reported
+        minus the ``committed`` offset (records not yet delivered and committed).
+
+        The log end is the high watermark of the latest fetch response, so it is as fresh as
+        the last fetch; on the embedded Tansu broker ``end_offsets()`` (ListOffsets) is not
+        used because Tansu answers it with the last record batch's base offset + 1.
+        """
+        consumer = self.consumer
+        if consumer is None:
+            return {}
+        out: dict[str, int] = {}
+        for tp in consumer.assignment():
+            end = consumer.highwater(tp)
+            if end is None:
+                continue
+            done = committed.get(tp)
+            if done is None:
+                continue
+            out[f"{tp.topic}[{tp.partition}]"] = max(0, end - done)
+        return out

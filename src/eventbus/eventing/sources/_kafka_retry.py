@@ -1,0 +1,163 @@
+"""Retry scheduling of the Kafka source: dispatch calls that fail, and events that fail.
+
+Two different things are retried:
+
+* a dispatch call that raises (a Ray replica died, say) says nothing about the events: it is
+  called again with the same batch, with capped exponential backoff, until it answers
+  (:class:`Redispatcher`);
+* an event that failed in a step is dispatched again alone (with the other failures of its
+  batch, never with its batch-mates) after the :class:`RetryPolicy`'s backoff with jitter, up
+  to its step's retries and the policy's ``max_age_s`` (:class:`EventRetries`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from eventbus.eventing._delivery import RetryPolicy
+from eventbus.eventing._outcome import Dispatch, Failure, Outcome
+from eventbus.eventing.sources._kafka_settings import DeliveryPolicy
+
+__all__ = ["EventRetries", "Redispatcher", "Settled"]
+
+# One logger for every part of the Kafka source, as when it was one module.
+log = logging.getLogger("eventbus.eventing.sources._kafka")
+
+#: Events of a batch that are done with dispatching: (index in the batch, outcome, tries).
+Settled = Iterable[tuple[int, Outcome, int]]
+
+
+class Redispatcher:
+    """Calls ``dispatch`` until it answers; checks that it answered one outcome per event.
+
+    Args:
+        dispatch: a batch in, one outcome per event out.
+        policy: the backoff between calls.
+        pipeline: the pipeline name, for logs.
+        stats: the source's counters (``dispatch_retries`` is counted here).
+    """
+
+    def __init__(
+        self, dispatch: Dispatch, policy: DeliveryPolicy, pipeline: str, stats: dict[str, int]
+    ) -> None:
+        self._dispatch = dispatch
+        self._policy = policy
+        self._pipeline = pipeline
+        self._stats = stats
+
+    async def __call__(self, events: list[Any], seq: int) -> list[Outcome]:
+        """Dispatch ``events`` (batch ``seq``) until it answers (a failed call is retried).
+
+        A dispatch that returns the wrong number of outcomes fails every event of the batch
+        with ``Failure(step="dispatch")`` (never retried).
+        """
+        attempt = 0
+        n = len(events)
+        while True:
+            try:
+                outcomes = await self._dispatch(events)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - any dispatch failure is retried
+                attempt += 1
+                self._stats["dispatch_retries"] += 1
+                delay = self._policy.backoff_s(attempt)
+                log.warning(
+                    "kafka source %s: dispatch of batch %d (%d events) failed (attempt %d): "
+                    "%s: %s; retrying in %.2f s",
+                    self._pipeline,
+                    seq,
+                    n,
+                    attempt,
+                    type(e).__name__,
+                    e,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                continue
+            if len(outcomes) != n:
+                message = (
+                    f"dispatch returned {len(outcomes)} outcomes for {n} events; a dispatch "
+                    "must return exactly one outcome per event, in order"
+                )
+                log.error("kafka source %s: %s", self._pipeline, message)
+                return [Failure("dispatch", "DispatchContractError", message)] * n
+            return outcomes
+
+
+class EventRetries:
+    """Schedules the retries of events that failed in a step, per the retry policy.
+
+    Args:
+        policy: the retry policy (None: no event is retried).
+        redispatch: dispatches the events to try again.
+        stats: the source's counters (``retries`` counts every event dispatched again).
+    """
+
+    def __init__(
+        self, policy: RetryPolicy | None, redispatch: Redispatcher, stats: dict[str, int]
+    ) -> None:
+        self._policy = policy if policy is not None and policy.enabled else None
+        self._redispatch = redispatch
+        self._stats = stats
+
+    def split(self, outcomes: list[Outcome]) -> tuple[Settled, list[int]]:
+        """The outcomes of a batch's first dispatch: those settled now (to deliver at once),
+        and the indices of the failed events that get another try."""
+        policy = self._policy
+        if policy is None:
+            pending: list[int] = []
+        else:
+            pending = [
+                i
+                for i, o in enumerate(outcomes)
+                if type(o) is Failure and policy.may_retry(o.step, 1, 0.0)
+            ]
+        if pending:
+            skip = set(pending)
+            return [(i, o, 1) for i, o in enumerate(outcomes) if i not in skip], pending
+        # The usual case: no tuple list per batch (zip reuses its tuple).
+        return zip(range(len(outcomes)), outcomes, itertools.repeat(1)), pending
+
+    async def rounds(
+        self, events: list[Any], pending: list[int], seq: int
+    ) -> AsyncIterator[list[tuple[int, Outcome, int]]]:
+        """Dispatch the ``pending`` events of batch ``seq`` again until each settles; yield
+        what settled after each round (outputs, or a failure that is not retried again).
+
+        The retry budget's clock (``max_age_s``) starts when this is first iterated: after
+        the batch's first outcomes were delivered. A failure that ran out of time says so in
+        its message.
+        """
+        policy = self._policy
+        if policy is None or not pending:
+            return
+        attempt = 1
+        first_failure = time.monotonic()
+        while pending:
+            await asyncio.sleep(policy.delay(attempt))
+            attempt += 1
+            self._stats["retries"] += len(pending)
+            again = await self._redispatch([events[i] for i in pending], seq)
+            age = time.monotonic() - first_failure
+            settled: list[tuple[int, Outcome, int]] = []
+            still: list[int] = []
+            for i, o in zip(pending, again):
+                if type(o) is Failure and policy.may_retry(o.step, attempt, age):
+                    still.append(i)
+                    continue
+                if type(o) is Failure and policy.max_age_s is not None and age >= policy.max_age_s:
+                    o = Failure(
+                        o.step,
+                        o.error_type,
+                        f"{o.message} (gave up: max_age_s {policy.max_age_s:g} reached)",
+                        o.attempts,
+                    )
+                settled.append((i, o, attempt))
+            yield settled
+            pending = still

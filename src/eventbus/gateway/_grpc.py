@@ -1,0 +1,135 @@
+"""The gateway's gRPC face: ``eventbus.v1.EventBus`` over the CloudEvents protobuf format.
+
+``Publish(CloudEventBatch) returns (PublishReply)`` accepts events durably;
+``Invoke(CloudEvent) returns (CloudEventBatch)`` runs one event through the pipeline. The
+pipeline is named in the ``x-eventbus-pipeline`` metadata. Status codes mirror the HTTP ones:
+400 INVALID_ARGUMENT, 401 UNAUTHENTICATED, 403 PERMISSION_DENIED, 404 NOT_FOUND,
+413 RESOURCE_EXHAUSTED, 422 FAILED_PRECONDITION, 503 UNAVAILABLE, 504 DEADLINE_EXCEEDED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+
+from eventbus.errors import EventDecodeError, IngressError
+from eventbus.eventing._proto import cloudevents_pb2 as pb
+from eventbus.eventing._proto import eventbus_pb2, eventbus_pb2_grpc
+from eventbus.eventing._protobuf import (
+    event_from_proto,
+    events_from_proto_batch,
+    events_to_proto_batch,
+)
+from eventbus.gateway._ingress import Ingress, Route, split_outcomes
+
+__all__ = ["PIPELINE_METADATA", "build_grpc_server", "grpc_status"]
+
+PIPELINE_METADATA = "x-eventbus-pipeline"
+_MAX_MESSAGE = 64 * 1024 * 1024
+_CODES = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
+    404: grpc.StatusCode.NOT_FOUND,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    422: grpc.StatusCode.FAILED_PRECONDITION,
+    503: grpc.StatusCode.UNAVAILABLE,
+    504: grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+
+
+def grpc_status(http_status: int) -> grpc.StatusCode:
+    """The gRPC status code mirroring an HTTP status."""
+    return _CODES.get(http_status, grpc.StatusCode.INTERNAL)
+
+
+class _Servicer(eventbus_pb2_grpc.EventBusServicer):
+    def __init__(self, ingress: Ingress) -> None:
+        self._ingress = ingress
+
+    async def _route(
+        self, context: grpc.aio.ServicerContext, size: int
+    ) -> tuple[Route, dict[str, str]]:
+        metadata = {
+            k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)
+        }
+        name = metadata.get(PIPELINE_METADATA)
+        if not name:
+            raise IngressError(
+                400, f"name the pipeline in the {PIPELINE_METADATA} metadata of the call"
+            )
+        route = await self._ingress.route("grpc", name)
+        limit = route.config.max_body_bytes
+        if size > limit:
+            raise IngressError(
+                413,
+                f"the message is {size} bytes; pipeline {name!r} takes at most {limit} (max_body_bytes of its grpc source)",
+            )
+        self._ingress.authenticate(route, metadata, b"")
+        return route, metadata
+
+    async def Publish(
+        self, request: pb.CloudEventBatch, context: grpc.aio.ServicerContext
+    ) -> eventbus_pb2.PublishReply:
+        try:
+            route, _ = await self._route(context, request.ByteSize())
+            try:
+                events = events_from_proto_batch(request)
+            except EventDecodeError as e:
+                raise IngressError(400, str(e)) from None
+            if not events:
+                raise IngressError(400, "the batch is empty; send at least one event")
+            self._ingress.validate(route, events)
+            await self._ingress.publish(route, events)
+            return eventbus_pb2.PublishReply(accepted=len(events))
+        except IngressError as e:
+            await context.abort(grpc_status(e.status), e.message)
+            raise  # unreachable: abort raises
+
+    async def Invoke(
+        self, request: pb.CloudEvent, context: grpc.aio.ServicerContext
+    ) -> pb.CloudEventBatch:
+        try:
+            route, _ = await self._route(context, request.ByteSize())
+            try:
+                event = event_from_proto(request)
+            except EventDecodeError as e:
+                raise IngressError(400, str(e)) from None
+            self._ingress.validate(route, [event])
+            remaining = context.time_remaining()
+            call = self._ingress.invoke(route, [event])
+            if remaining is not None:
+                try:
+                    outcomes = await asyncio.wait_for(call, max(0.0, remaining))
+                except TimeoutError:
+                    raise IngressError(
+                        504,
+                        f"pipeline {route.pipeline!r} did not answer within the call's deadline",
+                    ) from None
+            else:
+                outcomes = await call
+            return events_to_proto_batch(split_outcomes(route.pipeline, [event], outcomes))
+        except IngressError as e:
+            await context.abort(grpc_status(e.status), e.message)
+            raise
+
+
+def build_grpc_server(
+    ingress: Ingress, address: str, options: list[tuple[str, Any]] | None = None
+) -> tuple[grpc.aio.Server, int]:
+    """A grpc.aio server serving ``eventbus.v1.EventBus`` on ``address`` (``host:port``;
+    port 0 picks a free one). Returns the server (not started) and the bound port."""
+    server = grpc.aio.server(
+        # so_reuseport 0: a port another process holds is an error here, not a silent share.
+        options=[
+            ("grpc.max_receive_message_length", _MAX_MESSAGE),
+            ("grpc.max_send_message_length", _MAX_MESSAGE),
+            ("grpc.so_reuseport", 0),
+            *(options or []),
+        ]
+    )
+    eventbus_pb2_grpc.add_EventBusServicer_to_server(_Servicer(ingress), server)
+    port = server.add_insecure_port(address)
+    return server, port

@@ -1,0 +1,320 @@
+"""What the gateway does with a request, whatever its transport (HTTP or gRPC).
+
+A :class:`RouteTable` maps pipelines (and HTTP paths) to their ``http``/``grpc`` source
+settings; :class:`Ingress` authenticates, decodes and validates a request's events and hands
+them to an :class:`IngressBackend`: ``publish`` (durable: the pipeline's ingress topic, acked)
+or ``invoke`` (run through the pipeline, outputs back). The backend is the only part that
+knows Kafka and Ray Serve, so the rest is tested with a plain in-process backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from eventbus.errors import ConfigError, EventDecodeError, IngressError
+from eventbus.eventing._event import CloudEvent
+from eventbus.eventing._http_codec import decode_http
+from eventbus.eventing._outcome import Failure, Outcome
+from eventbus.eventing.sources._http_config import GrpcSourceConfig, HttpSourceConfig
+from eventbus.gateway._auth import Credentials, authenticate, load_credentials
+
+__all__ = ["Ingress", "IngressBackend", "Route", "RouteTable", "split_outcomes"]
+
+log = logging.getLogger("eventbus.gateway")
+
+
+class IngressBackend(Protocol):
+    """Where accepted events go."""
+
+    async def publish(self, pipeline: str, events: list[CloudEvent]) -> None:
+        """Write the events durably (the pipeline's ingress topic); return once acked."""
+
+    async def invoke(self, pipeline: str, events: list[CloudEvent]) -> list[Outcome]:
+        """Run the events through the pipeline; one outcome per event."""
+
+
+@dataclass
+class Route:
+    """One pipeline's ``http`` or ``grpc`` source, resolved (secret read, schema compiled)."""
+
+    pipeline: str
+    kind: str
+    config: HttpSourceConfig | GrpcSourceConfig
+    credentials: Credentials | None = None
+    validator: Any = None
+    problem: str | None = None  # why the route cannot serve (e.g. its secret is missing)
+
+    @property
+    def default_source(self) -> str:
+        return self.config.source or f"/eventbus/{self.pipeline}"
+
+
+@dataclass
+class RouteTable:
+    """Pipelines and paths the gateway serves.
+
+    Build it with :meth:`from_documents` from the deployed pipeline documents.
+    """
+
+    http: dict[str, Route] = field(default_factory=dict)
+    paths: dict[str, Route] = field(default_factory=dict)
+    grpc: dict[str, Route] = field(default_factory=dict)
+    pipelines: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_documents(
+        cls, documents: Iterable[dict[str, Any]], environ: Mapping[str, str] | None = None
+    ) -> RouteTable:
+        """Routes of every pipeline document (invalid documents are skipped and logged)."""
+        from eventbus.pipelines._config import PipelineConfig
+
+        table = cls()
+        names = set()
+        for doc in documents:
+            try:
+                config = PipelineConfig.model_validate(doc)
+            except ValueError:
+                log.exception("skipping an invalid pipeline document")
+                continue
+            names.add(config.name)
+            for src in config.spec.sources:
+                if src.http is not None:
+                    route = _resolve(config.name, "http", src.http, environ)
+                    table.http.setdefault(config.name, route)
+                    if src.http.path is not None:
+                        table.paths.setdefault(src.http.path, route)
+                elif src.grpc is not None:
+                    table.grpc[config.name] = _resolve(config.name, "grpc", src.grpc, environ)
+        table.pipelines = frozenset(names)
+        return table
+
+    def _missing(self, name: str, kind: str, served: Iterable[str]) -> IngressError:
+        if name in self.pipelines:
+            example = "- http: {}" if kind == "http" else "- grpc: {}"
+            return IngressError(
+                404,
+                f"pipeline {name!r} has no {kind} source; add '{example}' to its sources and redeploy",
+            )
+        listed = ", ".join(sorted(served)) or "none"
+        return IngressError(
+            404,
+            f"no pipeline named {name!r} accepts {kind} events (those that do: {listed}); `eventbus list` shows the deployed pipelines",
+        )
+
+    def http_route(self, pipeline: str) -> Route:
+        """The route of ``POST /v1/pipelines/{pipeline}/events``.
+
+        Raises:
+            IngressError: 404 naming the pipeline.
+        """
+        route = self.http.get(pipeline)
+        if route is None:
+            raise self._missing(pipeline, "http", self.http)
+        return route
+
+    def path_route(self, path: str) -> Route:
+        """The route of a source's ``path:``.
+
+        Raises:
+            IngressError: 404 naming the path.
+        """
+        route = self.paths.get(path.rstrip("/") or "/")
+        if route is None:
+            listed = ", ".join(sorted(self.paths)) or "none"
+            raise IngressError(
+                404,
+                f"no pipeline serves path {path!r} (paths served: {listed}; or POST /v1/pipelines/<name>/events)",
+            )
+        return route
+
+    def grpc_route(self, pipeline: str) -> Route:
+        """The route of a gRPC call naming ``pipeline``.
+
+        Raises:
+            IngressError: 404 naming the pipeline.
+        """
+        route = self.grpc.get(pipeline)
+        if route is None:
+            raise self._missing(pipeline, "grpc", self.grpc)
+        return route
+
+    def other_credentials(self, route: Route) -> list[Credentials]:
+        """Every other pipeline's credentials (to tell 403 from 401)."""
+        out = []
+        for r in (*self.http.values(), *self.paths.values(), *self.grpc.values()):
+            if r.pipeline != route.pipeline and r.credentials is not None:
+                out.append(r.credentials)
+        return out
+
+
+def _resolve(
+    pipeline: str,
+    kind: str,
+    config: HttpSourceConfig | GrpcSourceConfig,
+    environ: Mapping[str, str] | None,
+) -> Route:
+    route = Route(pipeline, kind, config)
+    try:
+        route.credentials = load_credentials(pipeline, config.auth, environ)
+    except ConfigError as e:
+        route.problem = str(e)
+        log.error("%s", e)
+    if config.data_schema is not None:
+        from jsonschema import Draft202012Validator
+
+        route.validator = Draft202012Validator(config.data_schema)
+    return route
+
+
+def _pointer(path: Iterable[Any]) -> str:
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+
+
+class Ingress:
+    """Transport-independent request handling.
+
+    Args:
+        backend: where events go.
+        routes: the route table (replace :attr:`routes` to update it).
+        refresh: called on a miss (an unknown pipeline or path); True when it changed the
+            routes, so the lookup is tried once more.
+    """
+
+    def __init__(
+        self,
+        backend: IngressBackend,
+        routes: RouteTable | None = None,
+        refresh: Callable[[], Awaitable[bool]] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.routes = routes or RouteTable()
+        self.refresh = refresh
+
+    async def route(self, kind: str, key: str) -> Route:
+        """The route of a pipeline (``kind`` http or grpc) or of an HTTP ``path``.
+
+        Raises:
+            IngressError: 404 naming the pipeline or path.
+        """
+        for attempt in (0, 1):
+            table = self.routes
+            try:
+                if kind == "http":
+                    return table.http_route(key)
+                if kind == "grpc":
+                    return table.grpc_route(key)
+                return table.path_route(key)
+            except IngressError:
+                if attempt or self.refresh is None or not await self.refresh():
+                    raise
+        raise AssertionError("unreachable")
+
+    def authenticate(self, route: Route, headers: Mapping[str, str], body: bytes) -> None:
+        """401/403 unless the request carries the route's credentials (503 when the route's
+        secret could not be loaded)."""
+        if route.problem is not None:
+            raise IngressError(
+                503,
+                f"pipeline {route.pipeline!r} cannot accept {route.kind} events: {route.problem}",
+            )
+        authenticate(route.credentials, headers, body, self.routes.other_credentials(route))
+
+    def decode(
+        self, route: Route, headers: Mapping[str, str], body: bytes
+    ) -> tuple[list[CloudEvent], str]:
+        """Decode an HTTP body (400 naming the attribute) and validate the data (422)."""
+        try:
+            events, mode = decode_http(
+                headers, body, default_type=route.config.type, default_source=route.default_source
+            )
+        except EventDecodeError as e:
+            raise IngressError(400, str(e)) from None
+        if not events:
+            raise IngressError(400, "the batch is empty; send at least one event")
+        self.validate(route, events)
+        return events, mode
+
+    def validate(self, route: Route, events: list[CloudEvent]) -> None:
+        """422 naming the event and the JSON pointer of the first schema violation."""
+        validator = route.validator
+        if validator is None:
+            return
+        from jsonschema.exceptions import best_match
+
+        for i, e in enumerate(events):
+            err = best_match(validator.iter_errors(e.data))
+            if err is not None:
+                where = (
+                    f"event {i} (id {e.attributes.get('id')!r})"
+                    if len(events) > 1
+                    else f"event id {e.attributes.get('id')!r}"
+                )
+                pointer = _pointer(err.absolute_path) or "/"
+                raise IngressError(
+                    422,
+                    f"{where}: data fails the data_schema of pipeline {route.pipeline!r} at JSON "
+                    f"pointer {pointer}: {err.message}",
+                )
+
+    async def publish(self, route: Route, events: list[CloudEvent]) -> None:
+        """Durably accept events (503 when the broker does not ack)."""
+        try:
+            await self.backend.publish(route.pipeline, events)
+        except IngressError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the caller must retry; nothing was acknowledged
+            log.warning("publish to pipeline %r failed: %s", route.pipeline, e)
+            raise IngressError(
+                503,
+                f"pipeline {route.pipeline!r}: the events could not be written to its ingress topic ({type(e).__name__}: {e}); nothing was accepted, retry",
+            ) from None
+
+    async def invoke(self, route: Route, events: list[CloudEvent]) -> list[Outcome]:
+        """Run events through the pipeline within the route's deadline (504 after)."""
+        timeout_s = route.config.timeout_ms / 1000.0
+        try:
+            return await asyncio.wait_for(self.backend.invoke(route.pipeline, events), timeout_s)
+        except TimeoutError:
+            raise IngressError(
+                504,
+                f"pipeline {route.pipeline!r} did not answer within {route.config.timeout_ms} ms (timeout_ms of its source); retry, or raise timeout_ms",
+            ) from None
+        except IngressError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            log.warning("invoke of pipeline %r failed: %s", route.pipeline, e)
+            raise IngressError(
+                503,
+                f"pipeline {route.pipeline!r} could not run the events ({type(e).__name__}: {e}); retry",
+            ) from None
+
+
+def split_outcomes(
+    pipeline: str, events: list[CloudEvent], outcomes: list[Outcome]
+) -> list[CloudEvent]:
+    """The output events of a sync call.
+
+    Raises:
+        IngressError: 422 listing each failed event with its step and error.
+    """
+    outputs: list[CloudEvent] = []
+    failures = []
+    for e, o in zip(events, outcomes):
+        if isinstance(o, Failure):
+            failures.append(
+                f"event {e.attributes.get('id')!r} failed in step {o.step!r}: {o.error_type}: {o.message}"
+            )
+        else:
+            outputs.extend(o)
+    if failures:
+        raise IngressError(
+            422,
+            f"pipeline {pipeline!r}: "
+            + "; ".join(failures[:10])
+            + (f" (and {len(failures) - 10} more)" if len(failures) > 10 else ""),
+        )
+    return outputs

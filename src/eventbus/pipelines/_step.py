@@ -1,0 +1,123 @@
+"""The step contract: what a step kind builds and what the runner, the replicas and the
+metrics expect of it.
+
+A step is batch-first: :meth:`Step.process` takes the batch and returns one
+:data:`StepResult` per input event, in order. A kind registers its factory with
+:data:`eventbus.registry.steps`::
+
+    @steps.register("upper", config=UpperConfig, description="Upper-case a data field.")
+    def build(step_id: str, config: UpperConfig, context: StepContext) -> Step:
+        return UpperStep(step_id, config)
+
+Traits a kind may declare at registration (all optional):
+
+- ``pure=True``: no I/O, a few µs per event; a replica may run small batches on its loop.
+- ``expressions=fn``: ``fn(raw) -> [(loc, source, output)]``, the CEL expressions in the raw
+  YAML value of the kind (``loc`` relative to it), so ``validate`` reports them by position.
+- ``imports=fn``: ``fn(raw) -> [(loc, "module:attr")]``, references ``validate`` imports.
+- ``models=fn``: ``fn(config) -> [model refs]``, the models the step calls (deployed first).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeAlias
+
+from eventbus.eventing._event import CloudEvent
+from eventbus.eventing._outcome import Failure
+
+__all__ = ["Fired", "Step", "StepContext", "StepResult", "Timer"]
+
+#: One input event's result in a step: the event it became, ``None`` (dropped), several
+#: events (a list, possibly empty), or a :class:`~eventbus.Failure`.
+StepResult: TypeAlias = "CloudEvent | None | list[CloudEvent] | Failure"
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """Where a step runs, handed to its factory.
+
+    Attributes:
+        pipeline: the pipeline's name (state keys are per pipeline and step).
+        redis_url: the runtime's Redis (None: in process, as ``eventbus test`` runs; state
+            stays in memory and models load from their files).
+        base_dirs: folders relative data files are read from (the pipeline file's folder).
+    """
+
+    pipeline: str = ""
+    redis_url: str | None = None
+    base_dirs: list[str] = field(default_factory=list)
+
+    @property
+    def remote(self) -> bool:
+        """True on a replica of the running platform (not in process)."""
+        return self.redis_url is not None
+
+
+@dataclass
+class Fired:
+    """What a :class:`Timer` produced: outputs for the sink, events for the dead-letter sink,
+    and a token handed back to :meth:`Timer.ack` once both are delivered."""
+
+    outputs: list[CloudEvent] = field(default_factory=list)
+    dead: list[CloudEvent] = field(default_factory=list)
+    token: Any = None
+
+
+class Timer(ABC):
+    """Work a step does without an incoming event (closing join windows, re-solving a plan),
+    run by the replica every ``interval_s`` on a worker thread."""
+
+    interval_s: float = 1.0
+
+    @abstractmethod
+    def fire(self) -> Fired | None:
+        """Do one round; return what to deliver (None: nothing)."""
+
+    def ack(self, fired: Fired) -> None:  # noqa: B027 - a documented no-op hook
+        """``fired``'s outputs and dead letters were delivered."""
+
+
+class Step(ABC):
+    """A batch-first pipeline step.
+
+    Args:
+        step_id: the step's id, carried into failures, logs and metrics.
+    """
+
+    #: the registered kind (``filter``, ``join``...), set by each step class
+    kind: ClassVar[str] = ""
+    #: no I/O and cheap: small batches may run on the replica's event loop
+    pure: ClassVar[bool] = False
+    #: process() waits on another service (a model's deployment): the replica runs its
+    #: batches on worker threads, so batches in flight overlap
+    blocking: ClassVar[bool] = False
+
+    def __init__(self, step_id: str) -> None:
+        self.id = step_id
+        self.errors = 0  # events this step failed or (filters) could not evaluate
+
+    @property
+    def template(self) -> str:
+        """The kind's name (the metrics' ``template`` label)."""
+        return self.kind
+
+    @abstractmethod
+    def process(self, events: list[CloudEvent]) -> list[StepResult]:
+        """One result per input event, in order."""
+
+    def stats(self) -> dict[str, Any] | None:
+        """Figures of the step's own state (join keys, model version...), or None."""
+        return None
+
+    def timers(self) -> list[Timer]:
+        """The step's timers (none by default)."""
+        return []
+
+    def _failure(self, exc: BaseException, attempts: int = 1) -> Failure:
+        self.errors += 1
+        message = getattr(exc, "message", None) or str(exc) or repr(exc)
+        return Failure(
+            step=self.id, error_type=type(exc).__name__, message=message, attempts=attempts
+        )

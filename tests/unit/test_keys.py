@@ -1,0 +1,78 @@
+"""The Redis key layout is a storage format: these spellings must never change.
+
+Existing data in users' Redis (pipelines, versions, model registries, join and allocate
+state, dedupe marks) is read back with these keys after an upgrade.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from eventbus._internal import keys
+
+
+def test_control_plane_keys() -> None:
+    assert keys.PREFIX == "eventbus:"
+    assert keys.PIPELINES == "eventbus:pipelines"
+    assert keys.pipeline_versions("orders") == "eventbus:pipeline-versions:orders"
+    assert keys.canary("orders") == "eventbus:canary:orders"
+    assert keys.canary_figures("orders") == "eventbus:canary-figures:orders"
+    assert keys.CANARY_PATTERN == "eventbus:canary:*"
+
+
+def test_canary_pattern_finds_canaries_only() -> None:
+    from fnmatch import fnmatchcase
+
+    assert fnmatchcase(keys.canary("large-payments"), keys.CANARY_PATTERN)
+    assert not fnmatchcase(keys.canary_figures("large-payments"), keys.CANARY_PATTERN)
+    assert keys.canary_pipeline(keys.canary("large-payments")) == "large-payments"
+
+
+def test_observability_and_delivery_keys() -> None:
+    assert keys.stats("orders") == "eventbus:stats:orders"
+    assert keys.dedupe_prefix("orders") == "eventbus:dedupe:orders:"
+
+
+def test_step_state_keys() -> None:
+    assert keys.join_prefix("orders", "pair") == "eventbus:join:orders:pair:"
+    assert keys.allocate_used("ads", "coupon") == "eventbus:allocate:ads:coupon:used"
+    assert keys.allocate_window("ads", "coupon") == "eventbus:allocate:ads:coupon:window"
+    assert keys.allocate_seen("ads", "coupon") == "eventbus:allocate:ads:coupon:seen"
+    assert keys.allocate_plan_lock("ads", "coupon") == "eventbus:allocate:ads:coupon:plan-lock"
+    assert keys.duals("ads", "coupon") == "eventbus:duals:ads:coupon"
+
+
+def test_model_keys() -> None:
+    assert keys.MODELS == "eventbus:models"
+    assert keys.model("fraud") == "eventbus:models:fraud"
+    assert keys.model_blob("fraud", 3) == "eventbus:models:fraud:blob:3"
+    assert keys.model_recent("fraud") == "eventbus:models:fraud:recent"
+    assert keys.model_labelled("fraud") == "eventbus:models:fraud:labelled"
+
+
+def test_keeper_key() -> None:
+    assert keys.KEEPER_CLUSTERS == "eventbus:keeper:clusters"
+
+
+def test_users_of_the_layout_spell_it_through_the_module() -> None:
+    from eventbus._client import KEEPER_KEY
+    from eventbus.eventing._delivery import RedisDeduper
+    from eventbus.pipelines.steps._allocate import duals_key
+
+    assert KEEPER_KEY == "eventbus:keeper:clusters"
+    assert duals_key("ads", "coupon") == "eventbus:duals:ads:coupon"
+    deduper = RedisDeduper("redis://127.0.0.1:1/0", "orders", 60.0)  # connects lazily
+    assert deduper.digests(["src|id"])[0].startswith("eventbus:dedupe:orders:")
+
+
+def test_keys_imports_nothing_from_eventbus() -> None:
+    # Every layer imports it, so it must import none of them.
+    tree = ast.parse(Path(keys.__file__).read_text(encoding="utf-8"))
+    imported = [
+        n.module or "" if isinstance(n, ast.ImportFrom) else a.name
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    ]
+    assert [m for m in imported if m.split(".")[0] == "eventbus"] == []
