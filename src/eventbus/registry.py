@@ -43,11 +43,11 @@ __all__ = [
     "steps",
 ]
 
-F = TypeVar("F", bound=Callable[..., Any])
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
-class Registration(Generic[F]):
+class Registration(Generic[_F]):
     """One registered kind.
 
     Attributes:
@@ -64,7 +64,7 @@ class Registration(Generic[F]):
 
     name: str
     config: Any
-    factory: F
+    factory: _F
     description: str
     origin: str
     module: str
@@ -92,7 +92,7 @@ class PluginProblem:
     error: str
 
 
-class Registry(Generic[F]):
+class Registry(Generic[_F]):
     """Kinds of one component family, by name.
 
     Registries are objects: the module-level ones (:data:`steps`, :data:`sources`,
@@ -110,23 +110,23 @@ class Registry(Generic[F]):
         self.family = family
         self.entry_point_group = entry_point_group
         self._builtins = dict(builtins or {})
-        self._kinds: dict[str, Registration[F]] = {}
+        self._kinds: dict[str, Registration[_F]] = {}
         self._problems: list[PluginProblem] = []
         self._loaded = False
-        self._loading = False
+        self._loader: int | None = None
         self._lock = threading.RLock()
 
     # -- registering --------------------------------------------------------------------------
     def register(
         self, name: str, *, config: Any, description: str = "", **traits: Any
-    ) -> Callable[[F], F]:
+    ) -> Callable[[_F], _F]:
         """Register ``name`` with its config and (decorated) factory.
 
         Raises:
             ValueError: the name is not snake_case or is taken (by a built-in or a plugin).
         """
 
-        def decorate(factory: F) -> F:
+        def decorate(factory: _F) -> _F:
             self.add(
                 Registration(
                     name=name,
@@ -142,7 +142,7 @@ class Registry(Generic[F]):
 
         return decorate
 
-    def add(self, registration: Registration[F]) -> None:
+    def add(self, registration: Registration[_F]) -> None:
         """Add a registration (see :meth:`register`)."""
         name = registration.name
         if not name.isidentifier() or name != name.lower() or name.startswith("_"):
@@ -174,7 +174,7 @@ class Registry(Generic[F]):
             self._kinds[name] = registration
 
     # -- looking up ---------------------------------------------------------------------------
-    def get(self, name: str) -> Registration[F]:
+    def get(self, name: str) -> Registration[_F]:
         """The kind called ``name``.
 
         Raises:
@@ -202,7 +202,7 @@ class Registry(Generic[F]):
         self.load()
         return list(self._kinds)
 
-    def __iter__(self) -> Iterator[Registration[F]]:
+    def __iter__(self) -> Iterator[Registration[_F]]:
         self.load()
         return iter(list(self._kinds.values()))
 
@@ -217,13 +217,14 @@ class Registry(Generic[F]):
 
     # -- loading ------------------------------------------------------------------------------
     def load(self) -> None:
-        """Import the built-in kinds, then the plugins' entry points (once)."""
-        if self._loaded or self._loading:
-            return
+        """Import the built-in kinds, then the plugins' entry points (once; other threads
+        asking meanwhile wait for it to finish)."""
+        if self._loaded or self._loader == threading.get_ident():
+            return  # loaded, or a kind module being imported asks (re-entrant)
         with self._lock:
-            if self._loaded or self._loading:
+            if self._loaded:
                 return
-            self._loading = True
+            self._loader = threading.get_ident()
             try:
                 for module in self._builtins.values():
                     importlib.import_module(module)
@@ -237,7 +238,7 @@ class Registry(Generic[F]):
                 self._kinds = {n: self._kinds[n] for n in builtin + plugins}
                 self._loaded = True
             finally:
-                self._loading = False
+                self._loader = None
 
     def _load_entry_points(self) -> None:
         if self.entry_point_group is None:

@@ -17,6 +17,8 @@ MODULES = [
     "eventbus.eventing.sources",
     "eventbus.models",
     "eventbus.observability",
+    "eventbus.registry",
+    "eventbus.testing",
     "eventbus.gateway",
 ]
 

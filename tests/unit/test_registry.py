@@ -160,3 +160,29 @@ def test_a_factory_that_raises_or_returns_junk_names_the_step_and_kind() -> None
             build_step(config)
     finally:
         object.__setattr__(kind, "factory", original)
+
+
+def test_concurrent_first_lookups_all_see_every_kind(site: Path) -> None:
+    import threading
+
+    (site / "ebtest_slow_reg.py").write_text("REG = None\n")
+    import ebtest_slow_reg  # type: ignore[import-not-found]
+
+    (site / "ebtest_slow.py").write_text(
+        textwrap.dedent("""
+        import time
+        from ebtest_slow_reg import REG
+        time.sleep(0.3)  # a slow import: the other threads ask meanwhile
+        for name in ("a", "b", "c"):
+            REG.register(name, config=str, description=name)(lambda *a: None)
+        """)
+    )
+    reg = Registry("step", None, {"a": "ebtest_slow", "b": "ebtest_slow", "c": "ebtest_slow"})
+    ebtest_slow_reg.REG = reg
+    seen: list[list[str]] = []
+    threads = [threading.Thread(target=lambda: seen.append(reg.names())) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert seen == [["a", "b", "c"]] * 8

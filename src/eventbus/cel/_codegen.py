@@ -359,15 +359,18 @@ class Generator:
         member = target is not None
         if target is not None:
             qualified = _qualified(target)
-            if qualified is not None and (f"{qualified}.{name}", False) in FUNCTIONS:
-                if not self.is_local(qualified.split(".")[0]):
-                    name, target, member = f"{qualified}.{name}", None, False
+            if (
+                qualified is not None
+                and (f"{qualified}.{name}", False) in FUNCTIONS
+                and not self.is_local(qualified.split(".")[0])
+            ):
+                name, target, member = f"{qualified}.{name}", None, False
         overloads = FUNCTIONS.get((name, member))
         all_args = ([target] if target is not None else []) + list(args)
         if overloads is None:
             if member and name in RESERVED:
-                codes = ", ".join(self.gen(a)[0] for a in all_args)
-                return f"{self.helper(_unknown_function)}({name!r}, {codes})", None
+                joined = ", ".join(self.gen(a)[0] for a in all_args)
+                return f"{self.helper(_unknown_function)}({name!r}, {joined})", None
             hint = difflib.get_close_matches(name, function_names(), n=1)
             extra = f" (did you mean '{hint[0]}'?)" if hint else ""
             raise self.error(f"undeclared reference to function '{name}'{extra}", node)
@@ -426,19 +429,19 @@ class Generator:
             init, _ = self.gen(node.range)
             py = self.fresh("b")
             self.scopes.append({node.var: py})
-            body, kind = self.gen(node.body)
+            bound, kind = self.gen(node.body)
             self.scopes.pop()
-            return f"(lambda {py}: {body})({init})", kind
+            return f"(lambda {py}: {bound})({init})", kind
         self.no_walrus += 1
         rng, _ = self.gen(node.range)
         self.no_walrus -= 1
         if node.kind in ("optMap", "optFlatMap"):
             py = self.fresh("x")
             self.scopes.append({node.var: py})
-            body, _ = self.gen(node.body)
+            mapped, _ = self.gen(node.body)
             self.scopes.pop()
-            fn = _logic.opt_map if node.kind == "optMap" else _logic.opt_flat_map
-            return f"{self.helper(fn)}({rng}, lambda {py}: {body})", None
+            opt_fn = _logic.opt_map if node.kind == "optMap" else _logic.opt_flat_map
+            return f"{self.helper(opt_fn)}({rng}, lambda {py}: {mapped})", None
         two = node.var2 is not None
         v1 = self.fresh("x")
         scope = {node.var: v1}

@@ -249,7 +249,7 @@ def is_cidr(text: Any) -> bool:
     return True
 
 
-def ip_is_canonical(text: Any) -> bool:
+def ip_is_canonical(text: object) -> bool:
     """``ip.isCanonical(string)``."""
     return str(_parse_ip(text, "ip.isCanonical")) == text
 
@@ -263,13 +263,13 @@ def _ip_method(name: str, fn: Any) -> Any:
     return impl
 
 
-def _link_local_multicast(a: Any) -> bool:
+def _link_local_multicast(a: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     if a.version == 4:
         return a in ipaddress.ip_network("224.0.0.0/24")
     return a.packed[0] == 0xFF and a.packed[1] & 0x0F == 0x02
 
 
-def _global_unicast(a: Any) -> bool:
+def _global_unicast(a: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     if a.version == 4 and a == ipaddress.IPv4Address("255.255.255.255"):
         return False
     return not (

@@ -53,7 +53,7 @@ def _logic(thunks: tuple[Thunk, ...], decisive: bool, op: str) -> bool:
     error: Exception | None = None
     for thunk in thunks:
         try:
-            value = thunk()
+            value: object = thunk()
         except Exception as exc:  # noqa: BLE001 - CEL absorbs any error here
             error = error or exc
             continue
@@ -84,7 +84,7 @@ def _quantifier(rng: Any, pred: Callable[..., Any], two: bool, decisive: bool, o
     error: Exception | None = None
     for item in items:
         try:
-            value = pred(*item) if two else pred(item)
+            value: object = pred(*item) if two else pred(item)
             check_bool(value, op)
         except Exception as exc:  # noqa: BLE001 - CEL absorbs any error here
             error = error or exc

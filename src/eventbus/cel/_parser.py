@@ -183,7 +183,7 @@ class _Parser:
                 raise self.error("int literal out of range", tok.pos)
             return ast.Lit(tok.pos, tok.value)
         if kind == "UINT":
-            return ast.Lit(tok.pos, UInt(tok.value))  # type: ignore[call-overload]
+            return ast.Lit(tok.pos, UInt(tok.value))
         if kind in ("FLOAT", "STRING", "BYTES"):
             return ast.Lit(tok.pos, tok.value)
         if kind == "IDENT":

@@ -107,7 +107,7 @@ class Program:
         self._fn = fn
         # The generated function itself becomes the instance's `evaluate`, so a call costs
         # one Python call per event rather than two (the class method below delegates).
-        self.evaluate = fn  # type: ignore[method-assign]
+        self.evaluate = fn  # type: ignore[method-assign,assignment]
 
     def evaluate(self, variables: Mapping[str, object]) -> object:
         """Evaluate the expression against top-level ``variables``.

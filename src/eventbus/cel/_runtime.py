@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import ipaddress
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NoReturn, cast
 
 from eventbus.cel._errors import EvalError
 from eventbus.cel._values import EPOCH, NONE, CelType, Duration, Optional, Timestamp, UInt
@@ -481,12 +481,12 @@ def iter_range(r: Any) -> Iterable[Any]:
     """The elements of a comprehension range: list elements or map keys."""
     tr = type(r)
     if tr is list or tr is tuple:
-        return r
+        return cast("Iterable[Any]", r)
     k = kind(r)
     if k == "map":
         return list(r)
     if k == "list":
-        return r  # type: ignore[no-any-return]
+        return cast("Iterable[Any]", r)
     msg = f"expression of type '{type_name(r)}' cannot be the range of a comprehension"
     raise EvalError(msg)
 

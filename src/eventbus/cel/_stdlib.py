@@ -398,9 +398,9 @@ def _translate_re2(pattern: str) -> str:
             end = pattern.find(":]", i)
             name = pattern[i + 2 : end] if end > 0 else ""
             negated = name.startswith("^")
-            cls = _POSIX_CLASSES.get(name.lstrip("^"))
-            if cls is not None and not negated:
-                out.append(cls)
+            posix = _POSIX_CLASSES.get(name.lstrip("^"))
+            if posix is not None and not negated:
+                out.append(posix)
                 i = end + 2
                 continue
         if c == "(" and pattern.startswith("(?P<", i):

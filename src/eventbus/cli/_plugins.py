@@ -63,11 +63,11 @@ def plugins(
                         out,
                         f"  {k['name']:<{width}}  {k['origin']:<24}  {k['description']}",
                     )
-        for p in problems:
+        for problem in problems:
             plain(
                 err,
-                f"plugin {p['distribution']!r} ({p['group']}: {p['name']}) could not be loaded: "
-                f"{p['error']}",
+                f"plugin {problem['distribution']!r} ({problem['group']}: {problem['name']}) "
+                f"could not be loaded: {problem['error']}",
             )
     if problems:
         raise typer.Exit(1)

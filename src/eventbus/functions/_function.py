@@ -23,7 +23,7 @@ import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 from eventbus.errors import FunctionError
 
@@ -77,7 +77,9 @@ def function(
     def decorate(f: F) -> F:
         check_signature(f, where=f"@eventbus.function on {getattr(f, '__qualname__', f)!r}")
         setattr(
-            f, _ATTR, FunctionSpec(name=name or getattr(f, "__qualname__", repr(f)), batch=batch)
+            f,
+            _ATTR,
+            FunctionSpec(name=name or cast(str, getattr(f, "__qualname__", repr(f))), batch=batch),
         )
         return f
 

@@ -66,7 +66,8 @@ class GatewayBackend:
         self.kafka_bootstrap = kafka_bootstrap
         self._producers = producers
         self._invoke_in_flight = invoke_in_flight
-        self._opts = {"max_size": max_batch, "linger_ms": linger_ms}
+        self._max_batch = max_batch
+        self._linger_ms = linger_ms
         self._publishers: dict[str, MicroBatcher[KafkaRecord, None]] = {}
         self._sinks: dict[str, list[Any]] = {}
         self._invokers: dict[str, MicroBatcher[CloudEvent, Outcome]] = {}
@@ -119,8 +120,8 @@ class GatewayBackend:
 
                 self._sinks[pipeline] = sinks
                 self._publishers[pipeline] = MicroBatcher(
-                    flush, **dict(self._opts, max_in_flight=n)
-                )  # type: ignore[arg-type]
+                    flush, max_size=self._max_batch, linger_ms=self._linger_ms, max_in_flight=n
+                )
         return self._publishers[pipeline]
 
     async def invoke(self, pipeline: str, events: list[CloudEvent]) -> list[Outcome]:
@@ -155,8 +156,12 @@ class GatewayBackend:
                             await asyncio.sleep(0.2 * (attempt + 1))
                     raise AssertionError("unreachable")
 
-                opts = dict(self._opts, max_in_flight=self._invoke_in_flight)
-                self._invokers[pipeline] = MicroBatcher(flush, **opts)  # type: ignore[arg-type]
+                self._invokers[pipeline] = MicroBatcher(
+                    flush,
+                    max_size=self._max_batch,
+                    linger_ms=self._linger_ms,
+                    max_in_flight=self._invoke_in_flight,
+                )
         return self._invokers[pipeline]
 
     def forget(self, pipelines: set[str]) -> None:
@@ -172,8 +177,10 @@ class GatewayBackend:
 
     async def close(self) -> None:
         """Flush what is in flight and close the producers."""
-        for b in (*self._publishers.values(), *self._invokers.values()):
-            await b.close()
+        for publisher in self._publishers.values():
+            await publisher.close()
+        for invoker in self._invokers.values():
+            await invoker.close()
         for sinks in self._sinks.values():
             for sink in sinks:
                 await sink.stop()

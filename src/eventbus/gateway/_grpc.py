@@ -50,7 +50,7 @@ class _Servicer(eventbus_pb2_grpc.EventBusServicer):
         self._ingress = ingress
 
     async def _route(
-        self, context: grpc.aio.ServicerContext, size: int
+        self, context: grpc.aio.ServicerContext[Any, Any], size: int
     ) -> tuple[Route, dict[str, str]]:
         metadata = {
             k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)
@@ -71,7 +71,7 @@ class _Servicer(eventbus_pb2_grpc.EventBusServicer):
         return route, metadata
 
     async def Publish(
-        self, request: pb.CloudEventBatch, context: grpc.aio.ServicerContext
+        self, request: pb.CloudEventBatch, context: grpc.aio.ServicerContext[Any, Any]
     ) -> eventbus_pb2.PublishReply:
         try:
             route, _ = await self._route(context, request.ByteSize())
@@ -89,7 +89,7 @@ class _Servicer(eventbus_pb2_grpc.EventBusServicer):
             raise  # unreachable: abort raises
 
     async def Invoke(
-        self, request: pb.CloudEvent, context: grpc.aio.ServicerContext
+        self, request: pb.CloudEvent, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CloudEventBatch:
         try:
             route, _ = await self._route(context, request.ByteSize())
@@ -130,6 +130,6 @@ def build_grpc_server(
             *(options or []),
         ]
     )
-    eventbus_pb2_grpc.add_EventBusServicer_to_server(_Servicer(ingress), server)
+    eventbus_pb2_grpc.add_EventBusServicer_to_server(_Servicer(ingress), server)  # type: ignore[no-untyped-call]
     port = server.add_insecure_port(address)
     return server, port

@@ -253,11 +253,11 @@ def build_http_app(
     ) -> Response:
         try:
             route = await ingress.route(kind, key)
-            if wait == "query":
-                wait = _wait(request.scope)
+            waits = _wait(request.scope) if wait == "query" else wait
+            assert not isinstance(waits, str)
             reply = await handle(
-                route, _headers(request.scope), lambda r: _read_body(request, r), wait
-            )  # type: ignore[arg-type]
+                route, _headers(request.scope), lambda r: _read_body(request, r), waits
+            )
         except IngressError as e:
             reply = error_reply(e)
         return to_response(reply)

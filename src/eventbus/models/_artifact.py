@@ -169,7 +169,7 @@ def load_model(
             with warnings.catch_warnings():
                 # TorchScript is deprecated in torch 2.9+ but still loads; it is one of the formats we take.
                 warnings.simplefilter("ignore", DeprecationWarning)
-                script = torch.jit.load(io.BytesIO(blob), map_location=device)
+                script = torch.jit.load(io.BytesIO(blob), map_location=device)  # type: ignore[no-untyped-call]
             script.eval()
             fn = script
         else:

@@ -22,7 +22,7 @@ import hashlib
 import io
 import json
 import time
-from typing import Any
+from typing import Any, NoReturn, cast
 
 from eventbus._internal import keys
 from eventbus.errors import ModelError
@@ -48,6 +48,7 @@ class ModelRegistry:
         import redis
 
         self.redis_url = redis_url
+        # No decode_responses: every reply is bytes (redis's types say ``bytes | str``).
         self._r = redis.Redis.from_url(redis_url, socket_timeout=10)
 
     # -- versions ---------------------------------------------------------------------------
@@ -91,7 +92,7 @@ class ModelRegistry:
 
     def names(self) -> list[str]:
         """Every model name, sorted."""
-        return sorted(n.decode() for n in self._r.smembers(keys.MODELS))
+        return sorted(n.decode() for n in cast("set[bytes]", self._r.smembers(keys.MODELS)))
 
     def record(self, name: str, version: int) -> dict[str, Any]:
         """One version's record.
@@ -106,16 +107,16 @@ class ModelRegistry:
 
     def versions(self, name: str) -> list[dict[str, Any]]:
         """Every version's record, oldest first."""
-        raw = self._r.hgetall(keys.model(name))
+        raw = cast("dict[bytes, bytes]", self._r.hgetall(keys.model(name)))
         recs = [json.loads(v) for k, v in raw.items() if k.startswith(b"v:")]
         return sorted(recs, key=lambda r: r["version"])
 
     def blob(self, name: str, version: int) -> bytes:
         """A version's artifact bytes."""
-        data = self._r.get(keys.model_blob(name, version))
+        data = cast("bytes | None", self._r.get(keys.model_blob(name, version)))
         if data is None:
             self._unknown(name, version)
-        return data  # type: ignore[no-any-return]
+        return data
 
     def mark(self, name: str, version: int, status: str, error: str | None = None) -> None:
         """Set a version's status (and error)."""
@@ -202,7 +203,7 @@ class ModelRegistry:
 
         arrays = [
             np.load(io.BytesIO(b), allow_pickle=False)
-            for b in self._r.lrange(keys.model_recent(name), 0, -1)
+            for b in cast("list[bytes]", self._r.lrange(keys.model_recent(name), 0, -1))
         ]
         if arrays and row_shape is None:
             row_shape = arrays[0].shape[1:]
@@ -227,14 +228,14 @@ class ModelRegistry:
         """``(x, y, min_accuracy)`` or None."""
         import numpy as np
 
-        raw = self._r.get(keys.model_labelled(name))
+        raw = cast("bytes | None", self._r.get(keys.model_labelled(name)))
         if raw is None:
             return None
         z = np.load(io.BytesIO(raw), allow_pickle=False)
         thr = self._r.hget(keys.model(name), "min_accuracy")
         return z["x"], z["y"], float(thr) if thr else None
 
-    def _unknown(self, name: str, version: int) -> None:
+    def _unknown(self, name: str, version: int) -> NoReturn:
         if not self.exists(name):
             known = ", ".join(self.names()) or "none"
             msg = f"no model named {name!r} in the registry (models: {known}); push one with `eventbus model push {name} PATH`"

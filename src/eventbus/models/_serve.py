@@ -19,10 +19,10 @@ import os
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 from ray import serve
-from ray.serve.deployment import Application
+from ray.serve.deployment import Application, Deployment
 
 from eventbus.errors import ModelError, ModelValidationError
 from eventbus.models._artifact import LoadedModel, load_model, pick_device
@@ -138,9 +138,9 @@ class ModelDeployment:
         if self._active is None:
             msg = f"model {name!r} has no serving version; push one with `eventbus model push {name} PATH`"
             raise ModelError(msg)
-        self.predict.set_max_batch_size(int(options.get("max_batch_size", 16)))  # type: ignore[attr-defined]
-        self.predict.set_batch_wait_timeout_s(float(options.get("batch_wait_ms", 1.0)) / 1000)  # type: ignore[attr-defined]
-        self._stop = threading.Event()
+        self.predict.set_max_batch_size(int(options.get("max_batch_size", 16)))
+        self.predict.set_batch_wait_timeout_s(float(options.get("batch_wait_ms", 1.0)) / 1000)
+        self._stop: threading.Event = threading.Event()
         self._watcher = threading.Thread(
             target=self._watch, name=f"eventbus-model-{name}-watch", daemon=True
         )
@@ -191,7 +191,7 @@ class ModelDeployment:
                     )
                     to_b = torch.from_numpy(u < weight)
                     y = None
-                    versions = np.where(u < weight, b_version, version).astype(np.int64)
+                    versions = np.where(u < weight, cast(int, b_version), version).astype(np.int64)
                     parts = []
                     for mask, m in ((~to_b, model), (to_b, b_model)):
                         if bool(mask.any()):
@@ -304,7 +304,8 @@ def build_model_app(name: str, redis_url: str, options: dict[str, Any]) -> Appli
     actor: dict[str, Any] = {"num_cpus": float(options.get("num_cpus") or 0)}
     if options.get("num_gpus"):
         actor["num_gpus"] = float(options["num_gpus"])
-    deployment = serve.deployment(ModelDeployment).options(
+    # `serve.deployment(cls)` returns a Deployment; ray annotates only the decorator form.
+    deployment = cast(Deployment, serve.deployment(ModelDeployment)).options(
         name="model",
         num_replicas=int(options.get("replicas", 1)),
         ray_actor_options=actor,

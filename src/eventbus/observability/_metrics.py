@@ -15,8 +15,6 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from eventbus.eventing._outcome import Failure
-
 __all__ = [
     "BATCH_SIZE_BOUNDS",
     "LATENCY_BOUNDS_S",
@@ -118,8 +116,9 @@ def quantile(snapshot: dict[str, Any] | None, q: float) -> float | None:
     """
     if not snapshot or not snapshot["count"]:
         return None
-    bounds, counts = snapshot["bounds"], snapshot["counts"]
-    rank = q * snapshot["count"]
+    bounds: Sequence[float] = snapshot["bounds"]
+    counts: Sequence[int] = snapshot["counts"]
+    rank: float = q * snapshot["count"]
     seen = 0
     for i, c in enumerate(counts):
         if c and seen + c >= rank:
@@ -189,7 +188,7 @@ class GatewayMetrics:
         publishes these to Redis, and the pipeline's totals include them."""
         failed = dropped = outputs = 0
         for o in outcomes:
-            if type(o) is Failure:
+            if not isinstance(o, list):  # a Failure (outcomes: a list of outputs or one)
                 failed += 1
             elif o:
                 outputs += len(o)

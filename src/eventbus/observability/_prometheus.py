@@ -175,5 +175,5 @@ def render_prometheus(
     from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(views, gateway))  # type: ignore[arg-type]
+    registry.register(_Collector(views, gateway))
     return generate_latest(registry)

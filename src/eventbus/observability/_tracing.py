@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from eventbus.eventing._event import CloudEvent
+
+if TYPE_CHECKING:  # observability sits below eventing: events are only duck-typed here
+    from eventbus.eventing._event import CloudEvent
 
 __all__ = [
     "TracedSink",
@@ -182,11 +184,9 @@ def trace_batch(
         return
     from opentelemetry.trace import SpanKind, Status, StatusCode
 
-    from eventbus.eventing._outcome import Failure
-
     name = f"eventbus.process {pipeline}"
     for e, outcome in zip(events, outcomes):
-        tp = e.attributes.get("traceparent") if type(e) is CloudEvent else None
+        tp = _event_traceparent(e)
         if not tp or not tp.endswith("-01"):
             continue
         span = tr.start_span(
@@ -199,7 +199,7 @@ def trace_batch(
                 "cloudevents.event_id": str(e.attributes.get("id")),
             },
         )
-        if type(outcome) is Failure:
+        if not isinstance(outcome, list):  # a Failure
             span.set_status(
                 Status(StatusCode.ERROR, f"{outcome.step}: {outcome.error_type}: {outcome.message}")
             )
@@ -213,7 +213,7 @@ def trace_batch(
             out_tp = _traceparent(span)
             if out_tp is not None:
                 for out in outcome:
-                    if type(out) is CloudEvent:
+                    if _is_event(out):
                         out.attributes["traceparent"] = out_tp
         span.end(end_time=end_ns)
 
@@ -241,7 +241,7 @@ class TracedSink:
 
         spans = []
         for e, _ in items:
-            tp = e.attributes.get("traceparent") if type(e) is CloudEvent else None
+            tp = _event_traceparent(e)
             if tp and tp.endswith("-01"):
                 span = tr.start_span(
                     self._name,
@@ -291,3 +291,13 @@ def configure_replica(config: Any, environ: Any, replica: str) -> None:
                 service_name=f"eventbus-{config.name}",
                 schedule_delay_ms=500,
             )
+
+
+def _is_event(obj: Any) -> bool:
+    """A CloudEvent (duck-typed: observability does not import eventing)."""
+    return isinstance(getattr(obj, "attributes", None), dict)
+
+
+def _event_traceparent(obj: Any) -> Any:
+    attrs = getattr(obj, "attributes", None)
+    return attrs.get("traceparent") if isinstance(attrs, dict) else None

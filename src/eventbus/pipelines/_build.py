@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from eventbus.cel import CELError
 from eventbus.errors import ConfigError, EventBusError
 from eventbus.pipelines._config import PipelineConfig, StepConfig
 from eventbus.pipelines._step import Step, StepContext, Timer
@@ -29,15 +30,16 @@ def build_step(
         base_dirs: where relative data files (an allocate catalogue, a model file) are read.
 
     Raises:
-        ConfigError: the kind's factory raised (its own EventBus errors pass as they are).
+        ConfigError: the kind's factory raised something unexpected (EventBus, CEL and
+            value errors pass as they are).
         TypeError: the kind's factory did not return a :class:`Step`.
     """
     kind = steps.get(step.kind)
     context = StepContext(pipeline=pipeline, redis_url=redis_url, base_dirs=list(base_dirs or []))
     try:
         built: Any = kind.factory(step.id, step.options, context)
-    except EventBusError:
-        raise
+    except (EventBusError, CELError, ValueError):
+        raise  # the config's own problems (a bad expression, a missing file), as they are
     except Exception as exc:  # a plugin's bug: name the step, the kind and where it comes from
         msg = (
             f"step {step.id!r} of kind {kind.name!r} ({kind.origin}: {kind.module}) could not "

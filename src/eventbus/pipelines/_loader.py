@@ -173,6 +173,8 @@ def _resolve_loc(
 
 
 def _child(node: yaml.Node, seg: int | str) -> yaml.Node | None:
+    key_node: yaml.Node
+    value_node: yaml.Node
     if isinstance(node, yaml.MappingNode) and isinstance(seg, str):
         for key_node, value_node in node.value:
             if getattr(key_node, "value", None) == seg:
@@ -183,7 +185,8 @@ def _child(node: yaml.Node, seg: int | str) -> yaml.Node | None:
                     else key_node
                 )
     if isinstance(node, yaml.SequenceNode) and isinstance(seg, int) and seg < len(node.value):
-        return node.value[seg]  # type: ignore[no-any-return]
+        item: yaml.Node = node.value[seg]
+        return item
     return None
 
 

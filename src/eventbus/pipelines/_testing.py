@@ -178,7 +178,7 @@ def _run_case(runner: PipelineRunner, case: Any, where: str, index: int) -> Case
             diffs.append(d)
     failures = [(i, o) for i, o in enumerate(outcomes) if isinstance(o, Failure)]
     expected_failed = case.get("failed") or []
-    got_failed = [
+    got_failed: list[dict[str, Any]] = [
         {"index": i, "step": f.step, "error": f"{f.error_type}: {f.message}"} for i, f in failures
     ]
     ok = len(expected_failed) == len(got_failed) and all(

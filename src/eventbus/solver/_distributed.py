@@ -144,10 +144,11 @@ def solve_distributed(
     threads = num_threads or max(1, len(os.sched_getaffinity(0)) // len(bounds))
     worker_cls = ray.remote(num_cpus=num_cpus_per_actor)(_PartitionWorker)
     merger_cls = ray.remote(num_cpus=num_cpus_per_actor)(_Merger)
-    workers = [
+    # actor handles: ray types their methods' `.remote` only under `@ray.method`
+    workers: list[Any] = [
         worker_cls.remote(ray.put(slice_users(problem, a, b)), chunk, a, threads) for a, b in bounds
     ]
-    merger = merger_cls.remote(workers, threads)
+    merger: Any = merger_cls.remote(workers, threads)
     tau0 = warm_start.temperature if isinstance(warm_start, SolveResult) else None
     options = {"gap": gap, "lam0": lam0, "tau0": tau0, "max_iterations": max_iterations}
     try:

@@ -71,7 +71,7 @@ def solve_with_highs(
     lp.a_matrix_.start_ = start
     lp.a_matrix_.index_ = row.astype(np.int32)
     lp.a_matrix_.value_ = val
-    h = highspy.Highs()
+    h = highspy.Highs()  # type: ignore[no-untyped-call]
     h.setOptionValue("output_flag", False)
     h.setOptionValue("solver", solver)
     h.setOptionValue("run_crossover", "off")

@@ -50,7 +50,8 @@ def save_problem(problem: AllocationProblem, path: str | Path) -> None:
     else:
         arrays.update(consumption_indices=cons._indices(), consumption_values=cons._values())
     if path.suffix == ".npz":
-        np.savez(path, **{k: v.detach().cpu().numpy() for k, v in arrays.items()})
+        host: dict[str, Any] = {k: v.detach().cpu().numpy() for k, v in arrays.items()}
+        np.savez(path, **host)
     elif path.suffix == ".pt":
         torch.save({k: v.detach().cpu() for k, v in arrays.items()}, path)
     else:
@@ -139,5 +140,5 @@ def _as_tensor(name: str, value: Any, path: Path) -> torch.Tensor:
         )
         raise SolverError(msg)
     if value.is_floating_point() and value.dtype not in (torch.float32, torch.float64):
-        value = value.float()
+        return value.float()
     return value

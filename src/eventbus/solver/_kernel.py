@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from eventbus.solver._problem import AllocationProblem, FactorisedConsumption
+from eventbus.solver._problem import AllocationProblem, Consumption, FactorisedConsumption
 
 __all__ = ["Partition", "slice_users"]
 
@@ -36,6 +36,7 @@ HEAD = 4
 def slice_users(problem: AllocationProblem, start: int, stop: int) -> AllocationProblem:
     """The sub-problem of users ``[start, stop)`` (same budgets: only sums over users change)."""
     cons = problem.consumption
+    sub: Consumption
     if isinstance(cons, FactorisedConsumption):
         w = None if cons.weight is None else cons.weight[start:stop]
         sub = FactorisedConsumption(cons.item_cost, cons.segment_mask, cons.segment[start:stop], w)

@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 import torch
 
@@ -238,6 +238,15 @@ def _inv_rho(usage: torch.Tensor, budget: torch.Tensor, dtype: torch.dtype) -> t
     return torch.where(rho > 1 - margin, (1 - margin) / rho, torch.ones_like(rho))
 
 
+class _DualState(TypedDict, total=False):
+    """What the dual function's closure shares with the loop (a plain dict at run time)."""
+
+    evals: int
+    stride: int
+    dual: float
+    usage: torch.Tensor
+
+
 @dataclass
 class _Best:
     dual: float = math.inf
@@ -277,7 +286,7 @@ def run_dual(
     if lam0 is not None and tau0 is None:
         tau = TAU_START * TAU_FACTOR**2 * mean_best
     best = _Best()
-    state: dict[str, object] = {"evals": 0}
+    state: _DualState = {"evals": 0}
     k_num = b.shape[0]
     hess_scale = torch.outer(to_lam, to_lam) / c_total
     chunks = -(-num_users // max(1, chunk_users))
@@ -286,8 +295,8 @@ def run_dual(
 
     def fun(yv: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:
         lam = yv * to_lam
-        tot = _fsum_rows(ev.evaluate(lam, tau, int(state["stride"])))  # type: ignore[call-overload]
-        state["evals"] = int(state["evals"]) + 1  # type: ignore[call-overload]
+        tot = _fsum_rows(ev.evaluate(lam, tau, int(state["stride"])))
+        state["evals"] = int(state["evals"]) + 1
         # the next sample: about HESSIAN_SAMPLE entries of users the metric sums (at low
         # temperatures most users' choices are one-hot and left out, so the sample widens)
         summed = float(tot[3]) / max(float(tot[2]), 1.0)
@@ -305,7 +314,7 @@ def run_dual(
     def certify() -> float:
         usage = state["usage"]
         assert isinstance(usage, torch.Tensor)
-        best.dual = min(best.dual, float(state["dual"]))  # type: ignore[arg-type]
+        best.dual = min(best.dual, float(state["dual"]))
         inv = _inv_rho(usage, b, dtype)
         out = ev.primal(inv)
         if float(out[0]) > best.primal:
@@ -351,7 +360,7 @@ def run_dual(
                         best.primal,
                         cur_gap,
                         time.perf_counter() - start,
-                    )  # type: ignore[call-overload]
+                    )
                 )
         if cur_gap <= gap or iterations >= max_iterations or tau <= TAU_FLOOR * mean_best:
             break
@@ -366,7 +375,7 @@ def run_dual(
         gap=cur_gap,
         converged=cur_gap <= gap,
         iterations=iterations,
-        evaluations=int(state["evals"]),  # type: ignore[call-overload]
+        evaluations=int(state["evals"]),
         temperature=tau,
         seconds=time.perf_counter() - start,
         usage=usage_x,

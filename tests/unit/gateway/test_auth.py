@@ -8,8 +8,8 @@ import pytest
 
 from eventbus.errors import ConfigError, IngressError
 from eventbus.eventing.sources import sign
-from eventbus.gateway._auth import authenticate, load_credentials
 from eventbus.eventing.sources._http_config import AuthConfig
+from eventbus.gateway._auth import authenticate, load_credentials
 
 BODY = b'{"amount": 5}'
 NOW = 1_700_000_000

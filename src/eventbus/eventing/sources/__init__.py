@@ -22,9 +22,9 @@ from eventbus.eventing.sources._kafka import (
 )
 
 __all__ = [
-    "DECODE_ERROR_TYPE",
     "AuthConfig",
     "BearerAuthConfig",
+    "DECODE_ERROR_TYPE",
     "DeliveryPolicy",
     "FetchSettings",
     "GrpcSourceConfig",

@@ -16,7 +16,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from typing import Any
 
 from eventbus.eventing._delivery import RetryPolicy
@@ -126,7 +126,7 @@ class EventRetries:
 
     async def rounds(
         self, events: list[Any], pending: list[int], seq: int
-    ) -> AsyncIterator[list[tuple[int, Outcome, int]]]:
+    ) -> AsyncGenerator[list[tuple[int, Outcome, int]], None]:
         """Dispatch the ``pending`` events of batch ``seq`` again until each settles; yield
         what settled after each round (outputs, or a failure that is not retried again).
 

@@ -91,4 +91,4 @@ class DeliveryPolicy:
     def backoff_s(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1, 2, ...) of a dispatch or
         a send: capped exponential, no jitter."""
-        return min(self.retry_initial_s * 2 ** (attempt - 1), self.retry_max_s)
+        return min(self.retry_initial_s * 2.0 ** (attempt - 1), self.retry_max_s)
