@@ -305,9 +305,9 @@ sources: Registry[Callable[..., Any]] = Registry(
     "source",
     "eventbus.sources",
     {
-        "kafka": "eventbus.eventing.sources._kinds",
-        "http": "eventbus.eventing.sources._kinds",
-        "grpc": "eventbus.eventing.sources._kinds",
+        "kafka": "eventbus.eventing.sources._kafka",
+        "http": "eventbus.eventing.sources._http_config",
+        "grpc": "eventbus.eventing.sources._http_config",
     },
 )
 

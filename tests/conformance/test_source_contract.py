@@ -61,7 +61,11 @@ def _events(n: int) -> list[CloudEvent]:
 def test_memory_source_delivers_then_acknowledges() -> None:
     async def dispatch(batch: list[CloudEvent]) -> list[Any]:
         return [
-            Failure("s", "ValueError", "odd") if e.data["i"] % 5 == 4 else [e] if e.data["i"] % 2 else []
+            Failure("s", "ValueError", "odd")
+            if e.data["i"] % 5 == 4
+            else [e]
+            if e.data["i"] % 2
+            else []
             for e in batch
         ]
 

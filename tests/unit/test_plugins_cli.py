@@ -17,7 +17,12 @@ BIN = Path(sys.executable).parent
 
 def run(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        args, cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})}
+        args,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
     )
 
 

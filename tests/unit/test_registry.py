@@ -35,19 +35,35 @@ def install(site: Path, dist: str, group: str, entry: str, module: str, code: st
 
 
 def test_builtins_in_their_order() -> None:
-    assert steps.names()[:7] == ["filter", "convert", "function", "join", "allocate", "model", "ensemble"]
+    assert steps.names()[:7] == [
+        "filter",
+        "convert",
+        "function",
+        "join",
+        "allocate",
+        "model",
+        "ensemble",
+    ]
     assert sources.names()[:3] == ["kafka", "http", "grpc"]
     assert sinks.names()[0] == "kafka"
     assert all(r.origin == "builtin" for r in steps if r.name in steps.names()[:7])
 
 
 def test_unknown_kind_names_the_closest() -> None:
-    with pytest.raises(UnknownComponentError, match=r"unknown step kind 'joinn' \(did you mean 'join'\?\)"):
+    with pytest.raises(
+        UnknownComponentError, match=r"unknown step kind 'joinn' \(did you mean 'join'\?\)"
+    ):
         steps.get("joinn")
 
 
 def test_a_plugin_registers_through_its_entry_point(site: Path) -> None:
-    install(site, "eb-good", "ebtest.steps", "shout", "ebtest_good", """
+    install(
+        site,
+        "eb-good",
+        "ebtest.steps",
+        "shout",
+        "ebtest_good",
+        """
         from pydantic import BaseModel
         from eventbus.registry import Registration
         from ebtest_reg import REG
@@ -56,7 +72,8 @@ def test_a_plugin_registers_through_its_entry_point(site: Path) -> None:
         @REG.register("shout", config=ShoutConfig, description="Shout.")
         def build(step_id, config, context):
             return None
-    """)
+    """,
+    )
     reg = Registry("step", "ebtest.steps", {})
     (site / "ebtest_reg.py").write_text("REG = None\n")
     import ebtest_reg  # type: ignore[import-not-found]
@@ -68,29 +85,42 @@ def test_a_plugin_registers_through_its_entry_point(site: Path) -> None:
 
 
 def test_a_plugin_that_fails_to_import_is_reported_not_raised(site: Path) -> None:
-    install(site, "eb-broken", "ebtest.steps", "broken", "ebtest_broken", "import not_a_module_at_all\n")
+    install(
+        site, "eb-broken", "ebtest.steps", "broken", "ebtest_broken", "import not_a_module_at_all\n"
+    )
     reg = Registry("step", "ebtest.steps", {})
     assert reg.names() == []
     [problem] = reg.problems()
     assert problem.distribution == "eb-broken" and problem.name == "broken"
     assert "ModuleNotFoundError" in problem.error and "ebtest_broken" in problem.error
-    with pytest.raises(UnknownComponentError, match="comes from plugin 'eb-broken', which could not be loaded"):
+    with pytest.raises(
+        UnknownComponentError, match="comes from plugin 'eb-broken', which could not be loaded"
+    ):
         reg.get("broken")
 
 
 def test_a_plugin_taking_a_builtin_name_is_refused(site: Path) -> None:
-    install(site, "eb-thief", "ebtest.steps", "filter", "ebtest_thief", """
+    install(
+        site,
+        "eb-thief",
+        "ebtest.steps",
+        "filter",
+        "ebtest_thief",
+        """
         from ebtest_reg2 import REG
         @REG.register("filter", config=dict, description="Not the real filter.")
         def build(step_id, config, context):
             return None
-    """)
-    (site / "ebtest_builtin.py").write_text(textwrap.dedent("""
+    """,
+    )
+    (site / "ebtest_builtin.py").write_text(
+        textwrap.dedent("""
         from ebtest_reg2 import REG
         @REG.register("filter", config=str, description="The real one.")
         def build(step_id, config, context):
             return None
-    """))
+    """)
+    )
     (site / "ebtest_reg2.py").write_text("REG = None\n")
     import ebtest_reg2  # type: ignore[import-not-found]
 
@@ -137,7 +167,10 @@ def test_a_missing_plugin_kind_in_yaml_is_a_positioned_problem() -> None:
         """)
     with pytest.raises(PipelineConfigError) as info:
         load_pipeline_text(text, "p.yaml")
-    assert "p.yaml:8:16: spec.steps[0].redactt: field not recognised (did you mean 'redact'?)" in str(info.value)
+    assert (
+        "p.yaml:8:16: spec.steps[0].redactt: field not recognised (did you mean 'redact'?)"
+        in str(info.value)
+    )
 
 
 def test_a_factory_that_raises_or_returns_junk_names_the_step_and_kind() -> None:
@@ -153,7 +186,10 @@ def test_a_factory_that_raises_or_returns_junk_names_the_step_and_kind() -> None
 
     try:
         object.__setattr__(kind, "factory", boom)
-        with pytest.raises(ConfigError, match=r"step 's' of kind 'redact' \(eventbus-example-plugin: .*ZeroDivisionError: plugin bug"):
+        with pytest.raises(
+            ConfigError,
+            match=r"step 's' of kind 'redact' \(eventbus-example-plugin: .*ZeroDivisionError: plugin bug",
+        ):
             build_step(config)
         object.__setattr__(kind, "factory", lambda *a: "not a step")
         with pytest.raises(TypeError, match="built str for step 's'; a step factory returns"):

@@ -59,7 +59,7 @@ def _decode_string(body: str, raw: bool, is_bytes: bool, source: str, start: int
     """Decode the body of a string or bytes literal (escape sequences)."""
     if raw:
         return body.encode("utf-8") if is_bytes else body
-    out: list[bytes] = [] if is_bytes else []  # bytes chunks or str chunks
+    out: list[bytes] = []  # bytes chunks or str chunks
     chunks: list[str] = []
     i = 0
     n = len(body)

@@ -104,7 +104,7 @@ class RetryPolicy:
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait before try number ``attempt + 1``."""
-        base = min(self.initial_s * 2 ** (attempt - 1), self.max_s)
+        base: float = min(self.initial_s * 2 ** (attempt - 1), self.max_s)
         return base * (1 - self.jitter * random.random())
 
 

@@ -24,6 +24,7 @@ from starlette.routing import Route as StarletteRoute
 from eventbus.errors import IngressError
 from eventbus.eventing._http_codec import encode_http_batch, encode_http_binary
 from eventbus.gateway._ingress import Ingress, Route, split_outcomes
+from eventbus.gateway._replies import JSON_HEADERS, Reply, error_reply, to_response
 from eventbus.observability._tracing import end_spans, start_event_spans, tracer
 
 __all__ = ["build_http_app"]
@@ -117,24 +118,6 @@ async def _read_body(request: Request, route: Route) -> bytes:
             raise IngressError(413, _over_limit(limit, route))
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-Reply = tuple[int, list[tuple[str, str]], bytes]
-_JSON_HEADERS = [("content-type", "application/json")]
-
-
-def error_reply(exc: IngressError) -> Reply:
-    """The JSON error answer of an :class:`IngressError`."""
-    return exc.status, _JSON_HEADERS, orjson.dumps({"error": exc.message, "status": exc.status})
-
-
-def to_response(reply: Reply) -> Response:
-    """A Starlette response of a reply."""
-    status, headers, body = reply
-    response = Response(body, status_code=status)
-    for k, v in headers:
-        response.headers[k] = v
-    return response
 
 
 class _GatewayApp(FastAPI):
@@ -238,7 +221,7 @@ def build_http_app(
         if not sync:
             await ingress.publish(route, events)
             ids = [e.attributes["id"] for e in events]
-            return 202, _JSON_HEADERS, orjson.dumps({"accepted": len(ids), "ids": ids})
+            return 202, JSON_HEADERS, orjson.dumps({"accepted": len(ids), "ids": ids})
         outputs = split_outcomes(route.pipeline, events, await ingress.invoke(route, events))
         if not outputs:
             return 204, [], b""
@@ -278,7 +261,7 @@ def build_http_app(
             log.exception("gateway: request %s %s failed", scope["method"], scope["path"])
             reply = (
                 500,
-                _JSON_HEADERS,
+                JSON_HEADERS,
                 orjson.dumps(
                     {"error": "internal error in the gateway (logged); retry", "status": 500}
                 ),

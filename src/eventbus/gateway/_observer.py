@@ -17,7 +17,7 @@ from fastapi.responses import Response
 
 from eventbus._internal import keys
 from eventbus.errors import IngressError
-from eventbus.gateway._http import error_reply, to_response
+from eventbus.gateway._replies import error_reply, to_response
 from eventbus.observability._metrics import GatewayMetrics
 from eventbus.observability._prometheus import render_prometheus
 from eventbus.observability._view import pipeline_view

@@ -162,8 +162,10 @@ class Gateway:
             loop="none",
             timeout_graceful_shutdown=10,
         )
+        # uvicorn (>= 0.29) installs its SIGTERM/SIGINT handlers only while serve() runs and
+        # raises a captured signal again once it returns; the loop's handlers of run_gateway
+        # still see the signal, so either way the gateway stops cleanly through stop().
         server = uvicorn.Server(config)
-        server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
         grpc_server = None
         if self.grpc_port is not None:
             grpc_server, self.grpc_port = build_grpc_server(
@@ -247,7 +249,7 @@ def run_gateway(
             ray.init(
                 address=ray_address,
                 namespace=NAMESPACE,
-                logging_level="WARNING",
+                logging_level=logging.WARNING,
                 log_to_driver=False,
             )
 

@@ -24,7 +24,6 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-
 if TYPE_CHECKING:  # observability sits below eventing: events are only duck-typed here
     from eventbus.eventing._event import CloudEvent
 

@@ -31,7 +31,7 @@ __all__ = ["Fired", "Step", "StepContext", "StepResult", "Timer"]
 
 #: One input event's result in a step: the event it became, ``None`` (dropped), several
 #: events (a list, possibly empty), or a :class:`~eventbus.Failure`.
-StepResult: TypeAlias = "CloudEvent | None | list[CloudEvent] | Failure"
+StepResult: TypeAlias = "CloudEvent | list[CloudEvent] | Failure | None"
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class Timer(ABC):
     def fire(self) -> Fired | None:
         """Do one round; return what to deliver (None: nothing)."""
 
-    def ack(self, fired: Fired) -> None:  # noqa: B027 - a documented no-op hook
+    def ack(self, fired: Fired) -> None:
         """``fired``'s outputs and dead letters were delivered."""
 
 

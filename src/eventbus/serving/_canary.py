@@ -25,7 +25,7 @@ import os
 import time
 import uuid
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,7 +124,8 @@ class CanaryRouter:
             self._refresh()
         canary, weight = self._canary, self._weight
         if canary is None or not events:
-            return self._stable.run(events, **kwargs)
+            stable: list[Outcome] = self._stable.run(events, **kwargs)
+            return stable
         to_canary = [bucket(e) < weight for e in events]
         parts: dict[bool, list[int]] = {True: [], False: []}
         for i, c in enumerate(to_canary):
@@ -179,9 +180,10 @@ class CanaryRouter:
 
 
 def sum_figures(
-    raw: dict[str, str], canary_id: str, now: float | None = None
+    raw: Mapping[Any, str | bytes], canary_id: str, now: float | None = None
 ) -> dict[str, dict[str, float]]:
-    """Sum the replicas' figures for one canary (fresh entries only)."""
+    """Sum the replicas' figures for one canary (fresh entries only): ``raw`` is the
+    ``eventbus:canary-figures:<pipeline>`` hash, replica -> JSON entry."""
     now = time.time() if now is None else now
     total = {v: {"events": 0.0, "failed": 0.0, "seconds": 0.0} for v in ("stable", "canary")}
     for value in raw.values():

@@ -7,6 +7,7 @@ running Serve applications and source actors or recreates the missing ones.
 
 from __future__ import annotations
 
+import builtins  # `Controller.list` shadows `list` in the annotations after it
 import json
 import logging
 import threading
@@ -93,7 +94,7 @@ class Controller:
             self._ensure_models(config)
             self._run_app(config, python_path)
             self._start_sources(config)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - undone, then raised as a DeployError
             self._stop_sources(name, len(config.consumed_sources))
             if previous is not None:  # put the last good version back
                 old = PipelineConfig.model_validate(previous["document"])
@@ -265,7 +266,7 @@ class Controller:
 
     def _running_canary(self, name: str) -> dict[str, Any]:
         raw = self._redis.get(keys.canary(name))
-        state = json.loads(raw) if raw else None
+        state: dict[str, Any] | None = json.loads(raw) if raw else None
         if state is None or state["status"] != "running":
             msg = f"no canary of {name!r} is running; start one with `eventbus deploy FILE --canary 10`"
             raise PipelineNotFoundError(msg)
@@ -431,7 +432,7 @@ class Controller:
         try:
             for app, st in serve.status().applications.items():
                 statuses[app] = str(st.status.value if hasattr(st.status, "value") else st.status)
-        except Exception:  # noqa: BLE001 - Serve not started yet
+        except Exception:  # noqa: BLE001, S110 - Serve not started yet
             pass
         out = []
         for raw in self._redis.hgetall(keys.PIPELINES).values():
@@ -474,10 +475,11 @@ class Controller:
                 "sources": stats,
                 "figures": figures,
             }
-        sources = []
+        sources: builtins.list[dict[str, Any]] = []
         for i in range(_consumed(record["document"])):
             try:
-                actor = ray.get_actor(source_actor_name(name, i), namespace=NAMESPACE)
+                # Any: SourceActor's methods are not @ray.method (no typed `.remote`).
+                actor: Any = ray.get_actor(source_actor_name(name, i), namespace=NAMESPACE)
                 sources.append(ray.get(actor.stats.remote(), timeout=10))
             except Exception as exc:  # noqa: BLE001
                 sources.append({"error": f"{type(exc).__name__}: {exc}"})
@@ -487,7 +489,7 @@ class Controller:
         figures = pipeline_view(record, raw, [list(s.topics) for s in config.consumed_sources])
         return {"name": name, "version": record["version"], "sources": sources, "figures": figures}
 
-    def restore(self) -> list[str]:
+    def restore(self) -> builtins.list[str]:
         """Reconcile Ray to the stored state: recreate missing apps and source actors."""
         restored = []
         for raw in self._redis.hgetall(keys.PIPELINES).values():
@@ -515,7 +517,7 @@ class Controller:
         self._start_serve()
         return self.models.push(name, blob, **options)
 
-    def list_models(self, name: str | None = None) -> list[dict[str, Any]]:
+    def list_models(self, name: str | None = None) -> builtins.list[dict[str, Any]]:
         """Every model version: status, traffic share."""
         return self.models.list(name)
 
@@ -576,7 +578,6 @@ class Controller:
 
         from eventbus._internal.services import create_topics
         from eventbus.eventing.sources._http_config import GATEWAY_PRODUCERS, ingress_topic
-
         from eventbus.registry import sources
 
         if not any(sources.get(s.kind).trait("ingress") for s in config.spec.sources):
@@ -584,7 +585,7 @@ class Controller:
         partitions = max(GATEWAY_PRODUCERS, config.spec.serving.replica_bounds.max)
         asyncio.run(create_topics(self.kafka_bootstrap, [ingress_topic(config.name)], partitions))
 
-    def _run_app(self, config: PipelineConfig, python_path: list[str]) -> None:
+    def _run_app(self, config: PipelineConfig, python_path: builtins.list[str]) -> None:
         from ray import serve
 
         self._start_serve()
@@ -637,7 +638,7 @@ class Controller:
             ray.kill(actor, no_restart=True)
             _wait_gone(source_actor_name(name, i))
 
-    def _ensure(self, config: PipelineConfig, python_path: list[str]) -> None:
+    def _ensure(self, config: PipelineConfig, python_path: builtins.list[str]) -> None:
         from ray import serve
 
         self._start_serve()

@@ -63,7 +63,8 @@ class PipelineDeployment:
 
         configure_replica(config, os.environ, f"{os.getpid()}")
         redis_url = (runtime or {}).get("redis_url")
-        self._runner = PipelineRunner(config, redis_url=redis_url, base_dirs=python_path)
+        # a PipelineRunner, or the CanaryRouter that wraps one (the same calls)
+        self._runner: Any = PipelineRunner(config, redis_url=redis_url, base_dirs=python_path)
         if redis_url:  # canary upgrades route a share of each batch to the new version's steps
             from eventbus.serving._canary import CanaryRouter
 
@@ -128,7 +129,8 @@ class PipelineDeployment:
         try:
             if tracer() is not None:
                 return run_traced(self._runner, events)
-            return self._runner.run(events)
+            outcomes: list[Outcome] = self._runner.run(events)
+            return outcomes
         finally:
             self._in_flight -= 1
 
@@ -242,10 +244,11 @@ def build_app(
     # Upgrades replace at most a quarter of the replicas at a time (at least one), starting
     # each replacement before its old replica stops (surge), so capacity never drops.
     options["max_surge_percent"] = 25
-    deployment = serve.deployment(PipelineDeployment, rolling_update_percentage=0.25).options(
-        **options
-    )
-    return deployment.bind(config.to_document(), python_path, runtime)
+    # Ray's annotations do not cover this call form of serve.deployment
+    make: Any = serve.deployment
+    deployment = make(PipelineDeployment, rolling_update_percentage=0.25).options(**options)
+    app: Application = deployment.bind(config.to_document(), python_path, runtime)
+    return app
 
 
 def _actor_options(serving: Any, python_path: list[str]) -> dict[str, Any]:

@@ -9,14 +9,14 @@ fails is marked ``rejected`` and the serving one stays.
 
 from __future__ import annotations
 
+import builtins  # `ModelControl.list` shadows `list` in the annotations after it
 import logging
 import sys
 from typing import Any
 
 from eventbus.errors import DeployError, ModelError
 from eventbus.models._registry import ModelRegistry
-from eventbus.pipelines._config import PipelineConfig
-from eventbus.pipelines._config import model_refs
+from eventbus.pipelines._config import PipelineConfig, model_refs
 from eventbus.pipelines.steps._model_config import ModelServingConfig
 
 __all__ = ["ModelControl"]
@@ -161,7 +161,7 @@ class ModelControl:
         return self.registry.state(name)
 
     # -- applications -----------------------------------------------------------------------
-    def ensure_apps(self, config: PipelineConfig, *, running: set[str]) -> list[str]:
+    def ensure_apps(self, config: PipelineConfig, *, running: set[str]) -> builtins.list[str]:
         """Deploy (or update) the Serve application of every model the pipeline uses.
 
         Raises:
@@ -200,7 +200,7 @@ class ModelControl:
             started.append(name)
         return started
 
-    def release(self, pipeline: str, documents: list[dict[str, Any]]) -> None:
+    def release(self, pipeline: str, documents: builtins.list[dict[str, Any]]) -> None:
         """Delete the applications of models no remaining pipeline (``documents``) uses."""
         from ray import serve
 
@@ -237,6 +237,6 @@ def _cluster_has_gpu() -> bool:
     import ray
 
     try:
-        return float(ray.cluster_resources().get("GPU", 0)) > 0
+        return float(ray.cluster_resources().get("GPU", 0)) > 0  # type: ignore[no-untyped-call]
     except Exception:  # noqa: BLE001
         return False

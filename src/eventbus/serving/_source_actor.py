@@ -22,7 +22,7 @@ __all__ = ["SourceActor"]
 log = logging.getLogger("eventbus.serving.source")
 
 
-@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=64)
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=64)  # type: ignore[call-overload]  # max_concurrency is an actor option Ray's overloads omit
 class SourceActor:
     """Runs one source of one pipeline.
 
@@ -153,6 +153,7 @@ class SourceActor:
         from eventbus.serving._figures import entry_id, write_entry
 
         if self._redis is None:
+            assert self._redis_url is not None  # figures are published only with a Redis
             self._redis = aioredis.Redis.from_url(self._redis_url)
             self._field = entry_id(f"source{self._index}")
         src = self._source
@@ -170,7 +171,7 @@ class SourceActor:
     async def ready(self, timeout_s: float = 60.0) -> bool:
         """Wait until the consumer has started; raise if the source failed."""
         waiter = asyncio.ensure_future(self._started.wait())
-        done, _ = await asyncio.wait(
+        _done, _ = await asyncio.wait(
             {waiter, self._task}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
         )
         waiter.cancel()

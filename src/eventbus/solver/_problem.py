@@ -20,7 +20,6 @@ Consumption ``m`` comes in one of two forms:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 import torch
 
@@ -145,7 +144,7 @@ class FactorisedConsumption:
         return int(self.segment_mask.shape[1])
 
 
-Consumption = Union[FactorisedConsumption, torch.Tensor]
+Consumption = FactorisedConsumption | torch.Tensor
 """Either a :class:`FactorisedConsumption` or a sparse COO tensor of shape ``(n, m, K)``."""
 
 

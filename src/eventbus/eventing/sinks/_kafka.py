@@ -18,10 +18,10 @@ from aiokafka.partitioner import murmur2
 from pydantic import BaseModel, ConfigDict, Field
 
 from eventbus.errors import ConfigError, StackError
-from eventbus.registry import sinks
 from eventbus.eventing._codecs import KafkaRecord, encode_kafka_binary, encode_kafka_structured
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing.sinks._base import Sink, SinkEncodeError
+from eventbus.registry import sinks
 
 __all__ = ["KafkaSink", "KafkaSinkConfig"]
 
@@ -253,7 +253,7 @@ class KafkaSink(Sink):
             await consumer.stop()
         return found
 
-    async def send(self, items: Sequence[tuple[CloudEvent | KafkaRecord, bytes | None]]) -> None:  # type: ignore[override]
+    async def send(self, items: Sequence[tuple[CloudEvent | KafkaRecord, bytes | None]]) -> None:
         """Write the events and wait for the broker's acknowledgement of every one.
 
         Args:
@@ -290,7 +290,7 @@ class KafkaSink(Sink):
         open_batches: dict[int, Any] = {}
         ready: list[tuple[int, Any, tuple[bytes | None, bytes | None, Any] | None]] = []
         for i, (event, key) in enumerate(items):
-            if type(event) is KafkaRecord:  # encoded by the replica already
+            if isinstance(event, KafkaRecord):  # encoded by the replica already
                 headers, value = event.headers, event.value
                 if event.key is not None:
                     key = event.key
@@ -359,12 +359,12 @@ class KafkaSink(Sink):
 
 
 def _event_id(event: CloudEvent | KafkaRecord) -> str | None:
-    if type(event) is KafkaRecord:
+    if isinstance(event, KafkaRecord):
         for name, value in event.headers:
             if name == "ce_id":
                 return value.decode(errors="replace")
         return None
-    return event.attributes.get("id")  # type: ignore[union-attr]
+    return event.attributes.get("id")
 
 
 @sinks.register(

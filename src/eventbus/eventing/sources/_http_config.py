@@ -19,6 +19,8 @@ from pydantic import (
 )
 
 from eventbus.eventing._signature import DEFAULT_TOLERANCE_S, SIGNATURE_HEADER
+from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
+from eventbus.registry import sources
 
 __all__ = [
     "GATEWAY_PRODUCERS",
@@ -219,3 +221,48 @@ class GrpcSourceConfig(_IngressSourceConfig):
             msg = "grpc sources authenticate with bearer tokens only; use auth: {bearer: {token_env: ...}}"
             raise ValueError(msg)
         return self
+
+
+# -- the http and grpc source kinds: the gateway writes their events to the ingress topic -----
+
+
+def _unique_paths(configs: list[HttpSourceConfig]) -> None:
+    paths: set[str | None] = set()
+    for c in configs:
+        if c.path in paths:
+            shown = c.path or "(no path)"
+            msg = f"two http sources share path {shown}; give each http source its own path"
+            raise ValueError(msg)
+        paths.add(c.path)
+
+
+def _one_grpc(configs: list[GrpcSourceConfig]) -> None:
+    if len(configs) > 1:
+        msg = "a pipeline takes at most one grpc source (gRPC calls name the pipeline, not a path)"
+        raise ValueError(msg)
+
+
+@sources.register(
+    "http",
+    config=HttpSourceConfig,
+    description="Accept events over HTTP at the gateway.",
+    ingress=True,
+    check_all=_unique_paths,
+    describe=lambda raw: raw.get("path") or "",
+)
+def http_source(config: HttpSourceConfig, pipeline: str) -> KafkaSourceConfig:
+    """The gateway writes HTTP events to the pipeline's ingress topic."""
+    return KafkaSourceConfig(topic=ingress_topic(pipeline))
+
+
+@sources.register(
+    "grpc",
+    config=GrpcSourceConfig,
+    description="Accept events over gRPC at the gateway.",
+    ingress=True,
+    check_all=_one_grpc,
+    describe=lambda raw: "",
+)
+def grpc_source(config: GrpcSourceConfig, pipeline: str) -> KafkaSourceConfig:
+    """The gateway writes gRPC events to the pipeline's ingress topic."""
+    return KafkaSourceConfig(topic=ingress_topic(pipeline))

@@ -48,6 +48,7 @@ from eventbus.eventing.sources._kafka_fetch import KafkaFetcher
 from eventbus.eventing.sources._kafka_retry import EventRetries, Redispatcher
 from eventbus.eventing.sources._kafka_settings import DeliveryPolicy, FetchSettings, SourceSinks
 from eventbus.observability._metrics import LATENCY_BOUNDS_S, Histogram
+from eventbus.registry import sources
 
 __all__ = [
     "DECODE_ERROR_TYPE",
@@ -344,3 +345,21 @@ class KafkaSource(Source):
             self.pipeline,
             ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(assigned)) or "nothing",
         )
+
+
+# -- the kafka source kind ------------------------------------------------------------------
+
+
+def _topics(raw: dict[str, Any]) -> str:
+    topics = raw.get("topics") or [raw.get("topic")]
+    topics = topics if isinstance(topics, list) else [topics]
+    return ", ".join(str(t) for t in topics if t)
+
+
+@sources.register(
+    "kafka", config=KafkaSourceConfig, description="Consume a Kafka topic.", describe=_topics
+)
+def kafka_source(config: KafkaSourceConfig, pipeline: str) -> KafkaSourceConfig:
+    """A Kafka source consumes its own topics (with a :class:`KafkaSource` in each replica, or
+    in a source actor)."""
+    return config

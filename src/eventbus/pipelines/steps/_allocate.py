@@ -454,7 +454,7 @@ def _example(folder: Any) -> dict[str, Any]:
     description="Pick an item per request at dual prices, within budgets.",
     expressions=_expressions,
     timers=True,
-    example=lambda folder: _example(folder),
+    example=_example,
 )
 def build_allocate(step_id: str, config: AllocateConfig, context: StepContext) -> AllocateStep:
     """An allocate step (budgets in Redis on the platform, in memory in process)."""

@@ -60,7 +60,7 @@ class FunctionStep(Step):
                     )
                     raise TypeError(msg)
                 return [self._check(r) for r in results]
-            except Exception:  # noqa: BLE001 - isolate the failing events below
+            except Exception:  # noqa: BLE001, S110 - isolate the failing events below
                 pass
         return [self._one(e) for e in events]
 

@@ -396,7 +396,12 @@ def _example(folder: Any) -> dict[str, Any]:
         torch.manual_seed(0)
         module = torch.nn.Linear(3, 1).eval()
         torch.export.save(torch.export.export(module, (torch.zeros(1, 3),)), str(path))
-    return {"name": "example", "path": str(path), "input": "[1.0, 2.0, 3.0]", "output": "data.score"}
+    return {
+        "name": "example",
+        "path": str(path),
+        "input": "[1.0, 2.0, 3.0]",
+        "output": "data.score",
+    }
 
 
 @steps.register(
@@ -405,7 +410,7 @@ def _example(folder: Any) -> dict[str, Any]:
     description="Run each event through a model (its own Ray Serve deployment).",
     expressions=_expressions,
     models=lambda config: [config],
-    example=lambda folder: _example(folder),
+    example=_example,
     describe=lambda raw: str(raw.get("name") or raw.get("model") or ""),
 )
 def build_model(step_id: str, config: ModelStepConfig, context: StepContext) -> ModelStep:
