@@ -198,7 +198,11 @@ def run_pipeline(
 
     if isinstance(pipeline, PipelineConfig):
         config = pipeline
-    elif isinstance(pipeline, Path) or (isinstance(pipeline, str) and "\n" not in pipeline):
+    elif isinstance(pipeline, Path) or (
+        isinstance(pipeline, str)
+        and "\n" not in pipeline
+        and (pipeline.endswith((".yaml", ".yml")) or Path(pipeline).exists())
+    ):
         path = Path(pipeline)
         config = load_pipeline(path)
         base_dirs = base_dirs if base_dirs is not None else [str(path.resolve().parent)]
