@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from eventbus.errors import FunctionError, PipelineConfigError
 from eventbus.pipelines._config import PipelineConfig
+from eventbus.pipelines._yaml import load_yaml
 
 __all__ = ["Problem", "load_pipeline", "load_pipeline_text", "validate_pipeline_text"]
 
@@ -72,8 +73,7 @@ def validate_pipeline_text(
 ) -> tuple[PipelineConfig | None, list[Problem]]:
     """Validate pipeline YAML and return the pipeline (if valid) and every problem found."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        root, data = load_yaml(text, filename)  # anchors and aliases refused (alias bombs)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)

@@ -36,6 +36,7 @@ from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure
 from eventbus.pipelines._loader import load_pipeline
 from eventbus.pipelines._runner import PipelineRunner
+from eventbus.pipelines._yaml import load_yaml
 
 __all__ = ["CaseResult", "find_test_files", "run_test_file"]
 
@@ -134,7 +135,12 @@ def run_test_file(path: Path) -> list[CaseResult]:
     """
     where = str(path)
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        _, doc = load_yaml(path.read_text(encoding="utf-8"), where)  # no anchors or aliases
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        at = f"{where}:{mark.line + 1}:{mark.column + 1}" if mark else where
+        msg = f"{at}: yaml: {exc.problem or exc}"
+        raise ConfigError(msg) from exc
     except yaml.YAMLError as exc:
         msg = f"{where}: not valid YAML: {exc}"
         raise ConfigError(msg) from exc

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pathlib
 import re
 import textwrap
 
 import pytest
+import yaml
 
 from eventbus.errors import PipelineConfigError
 from eventbus.pipelines import load_pipeline_text, validate_pipeline_text
@@ -168,3 +170,69 @@ def test_linger_defaults_per_kind_of_source_and_an_explicit_value_applies_to_all
     # the default survives the round trip through the stored document
     again = type(config).model_validate(load_pipeline_text(text, "p.yaml").to_document())
     assert again.linger_ms_of(again.consumed_sources[1]) == 25
+
+
+# -- YAML anchors and aliases ---------------------------------------------------------------
+
+_BOMB_LEVELS = "".join(
+    f"  l{n}: &l{n} [{', '.join([f'{{any: *l{n - 1}}}'] * 8)}]\n" for n in range(1, 7)
+)
+# A "billion laughs": 8**7 leaves reached through aliases from ~1 KB of YAML. Before aliases
+# were refused, validating this took ~27 s (pydantic walked every expanded filter).
+BOMB = (
+    "apiVersion: eventbus/v1\nkind: Pipeline\nmetadata: {name: bomb}\nspec:\n"
+    f"  l0: &l0 [{', '.join(['{exact: {type: x}}'] * 8)}]\n"
+    + _BOMB_LEVELS
+    + "  sources: [{kafka: {topic: t}}]\n"
+    "  steps:\n    - id: a\n      filter: {any: *l6}\n"
+    "  sink: {kafka: {topic: out}}\n"
+)
+
+
+def test_alias_bomb_is_refused_fast_with_a_position() -> None:
+    import time
+
+    started = time.perf_counter()
+    found = problems(BOMB)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 0.5, f"validating the alias bomb took {elapsed:.2f} s"
+    assert found == [
+        "p.yaml:5:7: yaml: anchor &l0: YAML anchors and aliases are not allowed in EventBus "
+        "pipeline and test files (an alias can expand exponentially); write the value out in "
+        "full where it is used"
+    ]
+
+
+def test_ordinary_anchor_use_gets_a_clear_error() -> None:
+    text = GOOD.replace(
+        "  sink: {kafka: {topic: out}}\n",
+        "  sink: &out {kafka: {topic: out}}\n  dead_letter: *out\n",
+    )
+    with pytest.raises(PipelineConfigError) as info:
+        load_pipeline_text(text, "p.yaml")
+    assert str(info.value).splitlines() == [
+        "p.yaml:10:9: yaml: anchor &out: YAML anchors and aliases are not allowed in EventBus "
+        "pipeline and test files (an alias can expand exponentially); write the value out in "
+        "full where it is used"
+    ]
+
+
+def test_alias_without_its_anchor_named_at_the_alias() -> None:
+    from eventbus.pipelines._yaml import load_yaml
+
+    with pytest.raises(yaml.MarkedYAMLError, match=re.escape("alias *nowhere: YAML")) as info:
+        load_yaml("a: 1\nb: *nowhere\n", "p.yaml")
+    mark = info.value.problem_mark
+    assert mark is not None
+    assert (mark.name, mark.line + 1, mark.column + 1) == ("p.yaml", 2, 4)
+
+
+def test_test_case_files_refuse_aliases_too(tmp_path: pathlib.Path) -> None:
+    from eventbus.errors import ConfigError
+    from eventbus.pipelines._testing import run_test_file
+
+    (tmp_path / "p.yaml").write_text(GOOD)
+    case = tmp_path / "p_test.yaml"
+    case.write_text("tests:\n  - input: &in [{id: '1', data: {amount: 20}}]\n  - input: *in\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{case}:2:12: yaml: anchor &in: YAML")):
+        run_test_file(case)
