@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import reprlib
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol, TypeAlias
@@ -34,6 +35,7 @@ from eventbus.errors import EventDecodeError
 from eventbus.eventing._event import CloudEvent, format_time, is_json_content_type, parse_time
 
 __all__ = [
+    "MAX_JSON_DEPTH",
     "STRUCTURED_CONTENT_TYPE",
     "KafkaRecord",
     "KafkaRecordLike",
@@ -97,6 +99,28 @@ _HEADER_ATTRS["ce_partitionkey"] = "partitionkey"
 _JSON_TYPES = frozenset(("application/json", "application/json; charset=utf-8", "text/json"))
 # Attribute name -> binary-mode header name.
 _HEADER_NAMES: dict[str, str] = {"datacontenttype": "content-type"}
+# Extensions whose specs make them strings (distributed tracing, Kafka partitioning): other
+# extensions may also be integers or booleans.
+_STRING_EXTENSIONS = frozenset(("traceparent", "tracestate", "partitionkey"))
+
+#: Deepest nesting of JSON arrays and objects that a decoded body or data may have. orjson
+#: writes at most 254 levels, and data is written again inside an event (structured mode) or
+#: a batch, so deeper JSON could be read but never sent on: it is refused where it is read.
+MAX_JSON_DEPTH = 128
+# orjson.dumps fails past 254 levels: wrapped in this many lists, data deeper than
+# MAX_JSON_DEPTH fails it (one C call, instead of a walk in Python).
+_DEPTH_PROBE = 254 - MAX_JSON_DEPTH
+_OPENERS = (b"[", b"{")
+
+# Values in error messages: bounded, whatever the client sent.
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 80
+_REPR.maxlist = _REPR.maxdict = 4
+_REPR.maxlevel = 2
+
+
+def _shown(value: Any) -> str:
+    return _REPR.repr(value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -116,10 +140,10 @@ def _fail(where: Where, problem: str) -> EventDecodeError:
 def _check_name(name: str, where: Where, label: str) -> None:
     if name in _VALID_NAMES:
         return
-    if _NAME_RE.fullmatch(name) is None:
+    if len(name) > 20 or _NAME_RE.fullmatch(name) is None:
         raise _fail(
             where,
-            f"{label} names attribute {name!r}; CloudEvents attribute names must match "
+            f"{label} names attribute {_shown(name)}; CloudEvents attribute names must match "
             f"[a-z0-9]{{1,20}} (lowercase letters and digits, at most 20); rename it",
         )
     if len(_VALID_NAMES) < _VALID_NAMES_MAX:
@@ -128,15 +152,65 @@ def _check_name(name: str, where: Where, label: str) -> None:
 
 def _label(name: str, binary: str | None) -> str:
     if binary:
-        return "header content-type" if name == "datacontenttype" else f"header {binary}{name}"
-    return f"attribute {name!r}"
+        if name == "datacontenttype":
+            return "header content-type"
+        return f"header {binary}{name}" if len(name) <= 40 else f"header {binary}{name[:40]}..."
+    return f"attribute {_shown(name)}"
 
 
-def _validate(attrs: dict[str, Any], where: Where, binary: str | None) -> None:
+def _too_long(attrs: dict[str, Any], where: Where, binary: str | None, max_chars: int) -> None:
+    for name, value in attrs.items():
+        if value.__class__ is str and len(value) > max_chars:
+            raise _fail(
+                where,
+                f"{_label(name, binary)} is {len(value)} characters long; the gateway takes at "
+                f"most {max_chars} per attribute: send long values in the data",
+            )
+    content_type = attrs.get("datacontenttype")
+    if content_type.__class__ is str and not (
+        content_type.isascii() and content_type.isprintable()
+    ):
+        raise _fail(
+            where,
+            f"{_label('datacontenttype', binary)} is {_shown(content_type)}; a content type is "
+            "printable ASCII, like 'application/json'",
+        )
+
+
+def check_json_depth(raw: bytes | str, obj: Any, where: Where, label: str) -> None:
+    """Raise EventDecodeError when ``obj`` (parsed from ``raw``) nests arrays and objects
+    deeper than :data:`MAX_JSON_DEPTH`.
+
+    Costs two ``bytes.count`` calls when ``raw`` has no more brackets than the limit (the
+    usual event), and one ``orjson.dumps`` of ``obj`` otherwise.
+    """
+    if isinstance(raw, str):
+        opened = raw.count("[") + raw.count("{")
+    else:
+        opened = raw.count(_OPENERS[0]) + raw.count(_OPENERS[1])
+    if opened <= MAX_JSON_DEPTH:
+        return
+    probe = obj
+    for _ in range(_DEPTH_PROBE):
+        probe = [probe]
+    try:
+        orjson.dumps(probe)
+    except orjson.JSONEncodeError:
+        raise _fail(
+            where,
+            f"{label} nests JSON arrays and objects more than {MAX_JSON_DEPTH} levels deep; "
+            f"EventBus takes at most {MAX_JSON_DEPTH}: flatten the data, or send it as a string",
+        ) from None
+
+
+def _validate(
+    attrs: dict[str, Any], where: Where, binary: str | None, max_chars: int | None = None
+) -> None:
     """Check the attributes of one event; raise EventDecodeError naming the first problem.
 
     ``binary`` is the header prefix of binary mode (``ce_`` on Kafka, ``ce-`` on HTTP), or
-    None for the JSON format.
+    None for the JSON format. ``max_chars`` (the gateway's): the longest a string value may
+    be, and ``datacontenttype`` must be printable ASCII (it becomes a reply header).
     """
     specversion = attrs.get("specversion")
     if specversion != "1.0":
@@ -146,7 +220,7 @@ def _validate(attrs: dict[str, Any], where: Where, binary: str | None) -> None:
         example = f"{binary}specversion: 1.0" if binary else '"specversion": "1.0"'
         raise _fail(
             where,
-            f"{_label('specversion', binary)} is {specversion!r}; "
+            f"{_label('specversion', binary)} is {_shown(specversion)}; "
             f"EventBus speaks CloudEvents 1.0 ({example})",
         )
     for name in _REQUIRED:
@@ -161,7 +235,7 @@ def _validate(attrs: dict[str, Any], where: Where, binary: str | None) -> None:
         if not isinstance(value, str):
             raise _fail(
                 where,
-                f"{_label(name, binary)} is {value!r} ({type(value).__name__}); "
+                f"{_label(name, binary)} is {_shown(value)} ({type(value).__name__}); "
                 f"{name} must be a string (quote it)",
             )
         if not value:
@@ -176,7 +250,7 @@ def _validate(attrs: dict[str, Any], where: Where, binary: str | None) -> None:
             if not isinstance(value, str):
                 raise _fail(
                     where,
-                    f"{_label(name, binary)} is {value!r} ({type(value).__name__}); "
+                    f"{_label(name, binary)} is {_shown(value)} ({type(value).__name__}); "
                     f"{name} must be a string (quote it)",
                 )
             continue
@@ -184,11 +258,19 @@ def _validate(attrs: dict[str, Any], where: Where, binary: str | None) -> None:
             continue
         if name not in _VALID_NAMES:
             _check_name(name, where, _label(name, binary))
-        if not binary and not isinstance(value, (str, int)):  # bool is an int
+        if binary or value.__class__ is str:
+            continue
+        if not isinstance(value, int):  # bool is an int
             raise _fail(
                 where,
-                f"{_label(name, binary)} is {value!r} ({type(value).__name__}); extension "
+                f"{_label(name, binary)} is {_shown(value)} ({type(value).__name__}); extension "
                 "attribute values must be strings, integers or booleans; encode it as a string",
+            )
+        if name in _STRING_EXTENSIONS:
+            raise _fail(
+                where,
+                f"{_label(name, binary)} is {_shown(value)} ({type(value).__name__}); "
+                f"{name} must be a string (quote it)",
             )
     time = attrs.get("time")
     if time is not None:
@@ -197,7 +279,7 @@ def _validate(attrs: dict[str, Any], where: Where, binary: str | None) -> None:
         if not isinstance(time, str):
             raise _fail(
                 where,
-                f"{_label('time', binary)} is {time!r} ({type(time).__name__}); "
+                f"{_label('time', binary)} is {_shown(time)} ({type(time).__name__}); "
                 f"time must be an RFC 3339 string like '2024-05-01T12:00:00Z'",
             )
         try:
@@ -205,9 +287,11 @@ def _validate(attrs: dict[str, Any], where: Where, binary: str | None) -> None:
         except ValueError:
             raise _fail(
                 where,
-                f"{_label('time', binary)} is {time!r}; time must be RFC 3339 with an offset, "
+                f"{_label('time', binary)} is {_shown(time)}; time must be RFC 3339 with an offset, "
                 f"like '2024-05-01T12:00:00Z'",
             ) from None
+    if max_chars is not None:
+        _too_long(attrs, where, binary, max_chars)
 
 
 def _loads_data(raw: bytes, where: Where, content_type: str | None, label: str) -> Any:
@@ -222,10 +306,19 @@ def _loads_data(raw: bytes, where: Where, content_type: str | None, label: str) 
         ) from None
 
 
+def _loads_json(raw: bytes, where: Where, content_type: str | None, label: str) -> Any:
+    # _loads_data, held to MAX_JSON_DEPTH: for what arrives from outside (HTTP, gRPC).
+    obj = _loads_data(raw, where, content_type, label)
+    check_json_depth(raw, obj, where, label)
+    return obj
+
+
 # --------------------------------------------------------------------------------------------
 # JSON format (structured mode, HTTP structured and batch modes)
 # --------------------------------------------------------------------------------------------
-def _from_obj(obj: Any, where: Where, owned: bool = False) -> CloudEvent:
+def _from_obj(
+    obj: Any, where: Where, owned: bool = False, max_chars: int | None = None
+) -> CloudEvent:
     if not isinstance(obj, dict):
         raise _fail(
             where,
@@ -244,7 +337,7 @@ def _from_obj(obj: Any, where: Where, owned: bool = False) -> CloudEvent:
         if not isinstance(b64, str):
             raise _fail(
                 where,
-                f'"data_base64" is {b64!r} ({type(b64).__name__}); it must be a base64 string',
+                f'"data_base64" is {_shown(b64)} ({type(b64).__name__}); it must be a base64 string',
             )
         try:
             data = base64.b64decode(b64, validate=True)
@@ -255,7 +348,7 @@ def _from_obj(obj: Any, where: Where, owned: bool = False) -> CloudEvent:
                 f'"data_base64" is not valid base64 (starts {shown!r}); encode the bytes '
                 'with standard base64 (RFC 4648), or send JSON data in "data"',
             ) from None
-    _validate(attrs, where, binary=None)
+    _validate(attrs, where, binary=None, max_chars=max_chars)
     if isinstance(data, str) and not is_json_content_type(attrs.get("datacontenttype")):
         # Non-JSON content is bytes in the model; the JSON format carries text as a string.
         data = data.encode()
@@ -285,35 +378,49 @@ def event_from_json(raw: bytes | str | dict[str, Any]) -> CloudEvent:
     except orjson.JSONDecodeError as e:
         msg = f"CloudEvent JSON: not valid JSON ({e}); send one event as a JSON object"
         raise EventDecodeError(msg) from None
+    check_json_depth(raw, obj, "CloudEvent JSON", "the event")
     return _from_obj(obj, "CloudEvent JSON", owned=True)
 
 
-def events_from_json_batch(raw: bytes | str | list[Any]) -> list[CloudEvent]:
+def events_from_json_batch(
+    raw: bytes | str | list[Any], *, max_events: int | None = None, max_chars: int | None = None
+) -> list[CloudEvent]:
     """Decode the CloudEvents JSON batch format: a JSON array of events.
 
     Args:
         raw: the JSON text, or an already parsed JSON array.
+        max_events: most events the batch may have (None: any number).
+        max_chars: longest string attribute value (None: any length).
 
     Returns:
         The events, in order.
 
     Raises:
-        EventDecodeError: naming the index of the first bad event (``batch[3]: ...``).
+        EventDecodeError: naming the index of the first bad event (``batch[3]: ...``), or
+            the batch's size or depth when over the limits.
     """
     owned = not isinstance(raw, list)
     if not isinstance(raw, list):
         try:
-            raw = orjson.loads(raw)
+            parsed = orjson.loads(raw)
         except orjson.JSONDecodeError as e:
             msg = f"CloudEvent batch: not valid JSON ({e}); send a JSON array of events"
             raise EventDecodeError(msg) from None
+        check_json_depth(raw, parsed, "CloudEvent batch", "the batch")
+        raw = parsed
     if not isinstance(raw, list):
         msg = (
             f"CloudEvent batch: got a JSON {type(raw).__name__}; the batch format is a JSON "
             "array of events (send a single event as structured mode instead)"
         )
         raise EventDecodeError(msg)
-    return [_from_obj(obj, f"batch[{i}]", owned) for i, obj in enumerate(raw)]
+    if max_events is not None and len(raw) > max_events:
+        msg = (
+            f"CloudEvent batch: the batch has {len(raw)} events; at most {max_events} are "
+            "taken per request: split it into several requests"
+        )
+        raise EventDecodeError(msg)
+    return [_from_obj(obj, f"batch[{i}]", owned, max_chars) for i, obj in enumerate(raw)]
 
 
 def _to_obj(event: CloudEvent) -> dict[str, Any]:

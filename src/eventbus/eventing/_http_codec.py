@@ -6,7 +6,9 @@ Hand-written over orjson (the SDK's parser costs ~4× as much per event) and tes
 * structured: ``content-type: application/cloudevents+json``, the event as a JSON object;
 * batch: ``content-type: application/cloudevents-batch+json``, a JSON array of events;
 * binary: ``ce-specversion`` present, each attribute a ``ce-<name>`` header (values
-  percent-encoded where needed), ``datacontenttype`` in ``content-type``, data as the body;
+  percent-encoded as section 3.1.3.2 of the binding says: space, ``"``, ``%`` and everything
+  outside printable ASCII, as UTF-8 bytes; decoded likewise, raw UTF-8 tolerated),
+  ``datacontenttype`` in ``content-type``, data as the body;
 * plain: anything else; the body becomes the data of a new event with the source's
   configured ``type`` and ``source`` and a generated ``id``.
 """
@@ -27,9 +29,11 @@ from eventbus.eventing._codecs import (
     BATCH_CONTENT_TYPE,
     STRUCTURED_CONTENT_TYPE,
     _from_obj,
-    _loads_data,
+    _loads_json,
+    _shown,
     _to_obj,
     _validate,
+    check_json_depth,
     event_to_json,
     events_from_json_batch,
 )
@@ -38,8 +42,10 @@ from eventbus.eventing._event import CloudEvent, is_json_content_type
 __all__ = ["decode_http", "encode_http_batch", "encode_http_binary", "encode_http_structured"]
 
 _WHERE = "HTTP request"
-# Characters a header value may carry as they are (printable ASCII but '"' and '%').
-_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) not in '"%')
+# Characters a header value may carry as they are: printable ASCII (U+0021-U+007E) but '"'
+# and '%' (the binding's section 3.1.3.2; space is encoded too).
+_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) not in '"%')
+_SAFE_SET = frozenset(_SAFE)
 
 
 def decode_http(
@@ -48,15 +54,23 @@ def decode_http(
     *,
     default_type: str,
     default_source: str,
+    max_events: int | None = None,
+    max_attribute_chars: int | None = None,
 ) -> tuple[list[CloudEvent], str]:
     """Decode one HTTP request into CloudEvents.
 
+    JSON (a structured event, a batch, JSON data) may nest at most
+    :data:`~eventbus.eventing._codecs.MAX_JSON_DEPTH` levels.
+
     Args:
         headers: the request headers, names lowercased (Starlette's ``request.headers`` and a
-            plain dict of lowercase names both work).
+            plain dict of lowercase names both work); values as latin-1 text of the bytes.
         body: the request body.
         default_type: ``type`` of an event made from a plain body.
         default_source: ``source`` of an event made from a plain body.
+        max_events: most events of a batch (None: any number).
+        max_attribute_chars: longest string attribute value (None: any length); with it,
+            ``datacontenttype`` must also be printable ASCII.
 
     Returns:
         ``(events, mode)`` with mode ``binary``, ``structured``, ``batch`` or ``plain``.
@@ -75,7 +89,10 @@ def decode_http(
     if content_type is not None and content_type[:23].lower() == "application/cloudevents":
         media = content_type.split(";", 1)[0].strip().lower()
         if media == BATCH_CONTENT_TYPE:
-            return events_from_json_batch(body), "batch"
+            events = events_from_json_batch(
+                body, max_events=max_events, max_chars=max_attribute_chars
+            )
+            return events, "batch"
         if media not in (STRUCTURED_CONTENT_TYPE, "application/cloudevents"):
             msg = (
                 f"{_WHERE}: header content-type is {content_type!r}; EventBus reads the JSON "
@@ -90,19 +107,40 @@ def decode_http(
                 f"content-type is {STRUCTURED_CONTENT_TYPE}; send the event as a JSON object"
             )
             raise EventDecodeError(msg) from None
-        return [_from_obj(obj, _WHERE, owned=True)], "structured"
+        check_json_depth(body, obj, _WHERE, "the body")
+        return [_from_obj(obj, _WHERE, owned=True, max_chars=max_attribute_chars)], "structured"
     ce: dict[str, Any] | None = None
     for name, value in headers.items():
         if name[:3] == "ce-":
             if ce is None:
                 ce = {}
-            ce[name[3:]] = unquote(value) if "%" in value else value
+            ce[name[3:]] = (
+                _header_text(name, value) if "%" in value or not value.isascii() else value
+            )
     if ce is not None:
-        return [_decode_binary(ce, content_type, body)], "binary"
+        return [_decode_binary(ce, content_type, body, max_attribute_chars)], "binary"
     return [_decode_plain(content_type, body, default_type, default_source)], "plain"
 
 
-def _decode_binary(attrs: dict[str, Any], content_type: str | None, body: bytes) -> CloudEvent:
+def _header_text(name: str, value: str) -> str:
+    # A ce-* header's attribute value: percent-decoded as UTF-8; raw non-ASCII bytes (the
+    # server hands them over as latin-1) are read as UTF-8 too, as lenient receivers do.
+    try:
+        if not value.isascii():
+            value = value.encode("latin-1").decode("utf-8")
+        return unquote(value, errors="strict") if "%" in value else value
+    except UnicodeError:
+        msg = (
+            f"{_WHERE}: header {name[:40]} is not UTF-8 text once percent-decoded "
+            f"({_shown(value)}); percent-encode the value's UTF-8 bytes (CloudEvents HTTP "
+            "binding, section 3.1.3.2)"
+        )
+        raise EventDecodeError(msg) from None
+
+
+def _decode_binary(
+    attrs: dict[str, Any], content_type: str | None, body: bytes, max_chars: int | None
+) -> CloudEvent:
     if "specversion" not in attrs:
         names = ", ".join(sorted("ce-" + n for n in attrs))
         msg = (
@@ -118,17 +156,19 @@ def _decode_binary(attrs: dict[str, Any], content_type: str | None, body: bytes)
         raise EventDecodeError(msg)
     if content_type is not None:
         attrs["datacontenttype"] = content_type
-    _validate(attrs, _WHERE, binary="ce-")
+    _validate(attrs, _WHERE, binary="ce-", max_chars=max_chars)
     if not body:
         return CloudEvent(attrs, None)
     if content_type is None:
         try:
-            return CloudEvent(attrs, orjson.loads(body))
+            data = orjson.loads(body)
         except orjson.JSONDecodeError:
             attrs["datacontenttype"] = _OCTET_STREAM
             return CloudEvent(attrs, bytes(body))
+        check_json_depth(body, data, _WHERE, "the body")
+        return CloudEvent(attrs, data)
     if is_json_content_type(content_type):
-        return CloudEvent(attrs, _loads_data(body, _WHERE, content_type, "body"))
+        return CloudEvent(attrs, _loads_json(body, _WHERE, content_type, "body"))
     return CloudEvent(attrs, bytes(body))
 
 
@@ -154,6 +194,8 @@ def _decode_plain(content_type: str | None, body: bytes, type_: str, source: str
                     raise EventDecodeError(msg) from None
                 data = bytes(body)
                 content_type = _OCTET_STREAM
+            else:
+                check_json_depth(body, data, _WHERE, "the body")
             attrs["datacontenttype"] = content_type or "application/json"
         else:
             attrs["datacontenttype"] = content_type
@@ -166,9 +208,18 @@ def _header_value(value: Any) -> str:
         text = "true" if value else "false"
     else:
         text = value if isinstance(value, str) else str(value)
-    if all(c in _SAFE for c in text):
+    if _SAFE_SET.issuperset(text):
         return text
     return quote(text, safe=_SAFE)
+
+
+def _content_type(value: Any) -> str:
+    # Printable ASCII as it is; anything else (a step may set any text) percent-encoded, so
+    # that no value breaks the header or the response.
+    text = value if isinstance(value, str) else str(value)
+    if text.isascii() and text.isprintable():
+        return text
+    return quote(text, safe=_SAFE + " ")
 
 
 def encode_http_binary(event: CloudEvent) -> tuple[list[tuple[str, str]], bytes]:
@@ -183,7 +234,7 @@ def encode_http_binary(event: CloudEvent) -> tuple[list[tuple[str, str]], bytes]
         if value is None:
             continue
         if name == "datacontenttype":
-            headers.append(("content-type", str(value)))
+            headers.append(("content-type", _content_type(value)))
         else:
             headers.append(("ce-" + name, _header_value(value)))
     data = event.data

@@ -22,12 +22,21 @@ from eventbus.eventing._protobuf import (
     events_from_proto_batch,
     events_to_proto_batch,
 )
-from eventbus.gateway._ingress import Ingress, Route, split_outcomes
+from eventbus.gateway._ingress import (
+    MAX_ATTRIBUTE_CHARS,
+    MAX_BATCH_EVENTS,
+    Ingress,
+    Route,
+    split_outcomes,
+)
 
 __all__ = ["PIPELINE_METADATA", "build_grpc_server", "grpc_status"]
 
 PIPELINE_METADATA = "x-eventbus-pipeline"
 _MAX_MESSAGE = 64 * 1024 * 1024
+#: Most bytes of a call's metadata (as the HTTP face's header limit); grpc refuses a larger
+#: call with RESOURCE_EXHAUSTED before it reaches the servicer.
+MAX_METADATA_BYTES = 16 * 1024
 _CODES = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
     401: grpc.StatusCode.UNAUTHENTICATED,
@@ -75,12 +84,19 @@ class _Servicer(eventbus_pb2_grpc.EventBusServicer):
     ) -> eventbus_pb2.PublishReply:
         try:
             route, _ = await self._route(context, request.ByteSize())
+            n = len(request.events)
+            if not n:
+                raise IngressError(400, "the batch is empty; send at least one event")
+            if n > MAX_BATCH_EVENTS:
+                raise IngressError(
+                    400,
+                    f"the batch has {n} events; at most {MAX_BATCH_EVENTS} are taken per call: "
+                    "split it into several calls",
+                )
             try:
-                events = events_from_proto_batch(request)
+                events = events_from_proto_batch(request, max_attribute_chars=MAX_ATTRIBUTE_CHARS)
             except EventDecodeError as e:
                 raise IngressError(400, str(e)) from None
-            if not events:
-                raise IngressError(400, "the batch is empty; send at least one event")
             self._ingress.validate(route, events)
             await self._ingress.publish(route, events)
             return eventbus_pb2.PublishReply(accepted=len(events))
@@ -94,7 +110,7 @@ class _Servicer(eventbus_pb2_grpc.EventBusServicer):
         try:
             route, _ = await self._route(context, request.ByteSize())
             try:
-                event = event_from_proto(request)
+                event = event_from_proto(request, max_attribute_chars=MAX_ATTRIBUTE_CHARS)
             except EventDecodeError as e:
                 raise IngressError(400, str(e)) from None
             self._ingress.validate(route, [event])
@@ -126,6 +142,8 @@ def build_grpc_server(
         options=[
             ("grpc.max_receive_message_length", _MAX_MESSAGE),
             ("grpc.max_send_message_length", _MAX_MESSAGE),
+            ("grpc.max_metadata_size", MAX_METADATA_BYTES),
+            ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES),
             ("grpc.so_reuseport", 0),
             *(options or []),
         ]

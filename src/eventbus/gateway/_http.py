@@ -27,9 +27,13 @@ from eventbus.gateway._ingress import Ingress, Route, split_outcomes
 from eventbus.gateway._replies import JSON_HEADERS, Reply, error_reply, to_response
 from eventbus.observability._tracing import end_spans, start_event_spans, tracer
 
-__all__ = ["build_http_app"]
+__all__ = ["MAX_HEADER_BYTES", "build_http_app"]
 
 log = logging.getLogger("eventbus.gateway")
+
+#: Most bytes of a request's header names and values together (431 above), on every route.
+#: Each CloudEvent attribute is held to MAX_ATTRIBUTE_CHARS besides (400).
+MAX_HEADER_BYTES = 16 * 1024
 
 _CE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -135,6 +139,13 @@ class _GatewayApp(FastAPI):
     source_paths: Callable[[], Any] | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            size = 0
+            for k, v in scope["headers"]:
+                size += len(k) + len(v)
+            if size > MAX_HEADER_BYTES:
+                await _send_reply(send, _headers_too_large(size))
+                return
         handler = self.events_handler
         if handler is not None and scope["type"] == "http" and scope["method"] == "POST":
             path: str = scope["path"]
@@ -266,12 +277,7 @@ def build_http_app(
                     {"error": "internal error in the gateway (logged); retry", "status": 500}
                 ),
             )
-        status, headers_out, body = reply
-        raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers_out]
-        if status != 204:
-            raw.append((b"content-length", str(len(body)).encode()))
-        await send({"type": "http.response.start", "status": status, "headers": raw})
-        await send({"type": "http.response.body", "body": body})
+        await _send_reply(send, reply)
 
     app.events_handler = asgi_events
     app.source_paths = lambda: ingress.routes.paths
@@ -336,6 +342,23 @@ def build_http_app(
     )
     app.router.routes.insert(1, StarletteRoute("/{path:path}", fast_path, methods=["POST"]))
     return app
+
+
+def _headers_too_large(size: int) -> Reply:
+    msg = (
+        f"the request headers are {size} bytes (names and values); the gateway takes at most "
+        f"{MAX_HEADER_BYTES}: send large values in the body"
+    )
+    return error_reply(IngressError(431, msg))
+
+
+async def _send_reply(send: Any, reply: Reply) -> None:
+    status, headers_out, body = reply
+    raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers_out]
+    if status != 204:
+        raw.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
 
 
 class _Disconnected(Exception):

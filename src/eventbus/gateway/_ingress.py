@@ -22,9 +22,25 @@ from eventbus.eventing._outcome import Failure, Outcome
 from eventbus.eventing.sources._http_config import GrpcSourceConfig, HttpSourceConfig
 from eventbus.gateway._auth import Credentials, authenticate, load_credentials
 
-__all__ = ["Ingress", "IngressBackend", "Route", "RouteTable", "split_outcomes"]
+__all__ = [
+    "MAX_ATTRIBUTE_CHARS",
+    "MAX_BATCH_EVENTS",
+    "Ingress",
+    "IngressBackend",
+    "Route",
+    "RouteTable",
+    "split_outcomes",
+]
 
 log = logging.getLogger("eventbus.gateway")
+
+#: Longest string value of one context attribute (id, source, type, extensions...) the
+#: gateway takes (400 above): attributes travel in headers (binary mode, Kafka records, sync
+#: replies), where large values cost every hop; data has no such limit.
+MAX_ATTRIBUTE_CHARS = 1024
+#: Most events of one batch-mode request or ``Publish`` call (400 above): decoding holds the
+#: gateway's loop, ~2 us an event.
+MAX_BATCH_EVENTS = 10_000
 
 
 class IngressBackend(Protocol):
@@ -229,7 +245,12 @@ class Ingress:
         """Decode an HTTP body (400 naming the attribute) and validate the data (422)."""
         try:
             events, mode = decode_http(
-                headers, body, default_type=route.config.type, default_source=route.default_source
+                headers,
+                body,
+                default_type=route.config.type,
+                default_source=route.default_source,
+                max_events=MAX_BATCH_EVENTS,
+                max_attribute_chars=MAX_ATTRIBUTE_CHARS,
             )
         except EventDecodeError as e:
             raise IngressError(400, str(e)) from None

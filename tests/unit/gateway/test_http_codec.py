@@ -161,3 +161,109 @@ def test_structured_body_with_json_data_stays_json() -> None:
     )
     (e,), mode = decode({"content-type": "application/cloudevents+json; charset=utf-8"}, body)
     assert mode == "structured" and e.data == {"x": [1, 2]}
+
+
+# -- percent-encoding of header values (CloudEvents HTTP binding, section 3.1.3.2) ----------
+AWKWARD = ['{"othervalue": 5}', "a b", 'say "hi"', "100%", "naïve ✓ 😀", "tab\there", "%41"]
+
+
+@pytest.mark.parametrize("value", AWKWARD)
+def test_header_values_are_encoded_as_the_sdk_encodes_them(value: str) -> None:
+    event = EVENTS["json-object"].replace(time=TIME, subject=value, ext=value)
+    headers = dict(encode_http_binary(event)[0])
+    sdk = sdk_http.to_binary(to_sdk(event), JSONFormat()).headers
+    assert headers["ce-subject"] == sdk["ce-subject"] and headers["ce-ext"] == sdk["ce-ext"]
+    assert all(c.isascii() and c.isprintable() and c not in ' "' for c in headers["ce-ext"])
+
+
+def test_the_issues_extension_goes_out_with_its_space_encoded() -> None:
+    event = EVENTS["json-object"].replace(othervalue='{"othervalue": 5}')
+    assert dict(encode_http_binary(event)[0])["ce-othervalue"] == "{%22othervalue%22:%205}"
+
+
+@pytest.mark.parametrize("value", AWKWARD)
+def test_header_values_are_decoded_as_the_sdk_decodes_them(value: str) -> None:
+    event = EVENTS["json-object"].replace(time=TIME, subject=value, ext=value)
+    message = sdk_http.to_binary(to_sdk(event), JSONFormat())
+    # the server hands header bytes over as latin-1 text
+    (got,), _ = decode(
+        {k: v.encode().decode("latin-1") for k, v in message.headers.items()}, message.body
+    )
+    assert got.attributes["subject"] == value and got.attributes["ext"] == value
+    assert sdk_attributes(sdk_http.from_binary(message, JSONFormat()))["ext"] == value
+
+
+def test_raw_utf8_header_bytes_are_read_as_utf8() -> None:
+    raw = "naïve ✓".encode().decode("latin-1")  # what the server hands over
+    headers = {
+        "ce-specversion": "1.0",
+        "ce-id": "1",
+        "ce-source": "/s",
+        "ce-type": "t",
+        "ce-subject": raw,
+    }
+    (got,), _ = decode(headers, b"{}")
+    assert got.attributes["subject"] == "naïve ✓"
+
+
+@pytest.mark.parametrize("value", ["%FF%FE", "\xff\xfe", "%C3"])
+def test_header_values_that_are_not_utf8_are_refused_naming_the_header(value: str) -> None:
+    headers = {
+        "ce-specversion": "1.0",
+        "ce-id": "1",
+        "ce-source": "/s",
+        "ce-type": "t",
+        "ce-subject": value,
+    }
+    expect = "header ce-subject is not UTF-8 text once percent-decoded"
+    with pytest.raises(EventDecodeError, match=re.escape(expect)):
+        decode(headers, b"{}")
+
+
+def test_a_content_type_a_step_made_unprintable_is_encoded_not_sent_raw() -> None:
+    event = EVENTS["json-object"].replace(datacontenttype="application/json; x=\u2713\r\nx-a: b")
+    value = dict(encode_http_binary(event)[0])["content-type"]
+    assert value.isascii() and value.isprintable() and "\r" not in value
+
+
+# -- limits: JSON depth, batch size ----------------------------------------------------------
+def test_json_depth_limit_in_each_mode() -> None:
+    from eventbus.eventing._codecs import MAX_JSON_DEPTH
+
+    ok, deep = MAX_JSON_DEPTH, MAX_JSON_DEPTH + 1
+
+    def nest(d: int) -> bytes:
+        return b"[" * d + b"]" * d
+
+    ce = {"ce-specversion": "1.0", "ce-id": "1", "ce-source": "/s", "ce-type": "t"}
+    for headers in (ce, {**ce, "content-type": "application/json"}, {}):
+        assert decode(headers, nest(ok))[0][0].data is not None
+        with pytest.raises(EventDecodeError, match=f"more than {MAX_JSON_DEPTH} levels deep"):
+            decode(headers, nest(deep))
+    envelope = b'{"specversion":"1.0","id":"1","source":"/s","type":"t","data":%s}'
+    structured = {"content-type": "application/cloudevents+json"}
+    decode(structured, envelope % nest(ok - 1))
+    with pytest.raises(EventDecodeError, match="the body nests JSON arrays and objects more than"):
+        decode(structured, envelope % nest(ok))
+    batch = {"content-type": "application/cloudevents-batch+json"}
+    decode(batch, b"[" + envelope % nest(ok - 2) + b"]")
+    with pytest.raises(EventDecodeError, match="the batch nests JSON arrays and objects more than"):
+        decode(batch, b"[" + envelope % nest(ok - 1) + b"]")
+    # many brackets side by side are not depth
+    (e,), _ = decode({}, orjson.dumps([[i] for i in range(5000)]))
+    assert len(e.data) == 5000
+
+
+def test_batch_event_cap() -> None:
+    body = orjson.dumps(
+        [{"specversion": "1.0", "id": str(i), "source": "/s", "type": "t"} for i in range(11)]
+    )
+    headers = {"content-type": "application/cloudevents-batch+json"}
+    with pytest.raises(
+        EventDecodeError, match="the batch has 11 events; at most 10 are taken per request"
+    ):
+        decode_http(headers, body, default_type="t", default_source="/s", max_events=10)
+    assert (
+        len(decode_http(headers, body, default_type="t", default_source="/s", max_events=11)[0])
+        == 11
+    )

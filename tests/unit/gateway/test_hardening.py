@@ -1,0 +1,351 @@
+"""Hostile requests get a clear 4xx (gRPC: INVALID_ARGUMENT...), fast: deep JSON, attributes of
+the wrong JSON type, out-of-range timestamps, oversized headers and attributes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import httpx
+import orjson
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from eventbus.eventing._codecs import MAX_JSON_DEPTH
+from eventbus.eventing._event import CloudEvent
+from eventbus.eventing._outcome import Outcome
+from eventbus.eventing._proto import cloudevents_pb2 as pb
+from eventbus.eventing._proto import eventbus_pb2_grpc
+from eventbus.eventing._protobuf import event_to_proto, events_to_proto_batch
+from eventbus.gateway._backend import _to_record
+from eventbus.gateway._grpc import MAX_METADATA_BYTES, build_grpc_server
+from eventbus.gateway._http import MAX_HEADER_BYTES, build_http_app
+from eventbus.gateway._ingress import MAX_ATTRIBUTE_CHARS, MAX_BATCH_EVENTS, Ingress, RouteTable
+from eventbus.observability import configure_tracing, shutdown_tracing
+from tests.unit.gateway.conftest import STEPS, MemoryBackend, pipeline_doc
+
+CE = {
+    "ce-specversion": "1.0",
+    "ce-id": "e1",
+    "ce-source": "/shop",
+    "ce-type": "payment.created",
+    "content-type": "application/json",
+}
+STRUCTURED = {"content-type": "application/cloudevents+json"}
+BATCH = {"content-type": "application/cloudevents-batch+json"}
+ASYNC = "/v1/pipelines/open/events"
+SYNC = "/v1/pipelines/answers/events"
+#: a hostile request must be answered within this (the issue's bound is "fast")
+FAST_S = 0.5
+
+
+class EncodingBackend(MemoryBackend):
+    """Publishes as the real backend does up to the broker: each event encoded as a record."""
+
+    async def publish(self, pipeline: str, events: list[CloudEvent]) -> None:
+        records = [_to_record(e) for e in events]
+        await super().publish(pipeline, events)
+        self.records = records
+
+    async def invoke(self, pipeline: str, events: list[CloudEvent]) -> list[Outcome]:
+        return await super().invoke(pipeline, events)
+
+
+def docs() -> list[dict[str, Any]]:
+    return [
+        pipeline_doc("open", [{"http": {"path": "/hooks/open"}}, {"grpc": {}}], STEPS),
+        pipeline_doc("answers", [{"http": {"mode": "sync"}}, {"grpc": {"mode": "sync"}}], []),
+    ]
+
+
+@pytest.fixture
+def ingress() -> Ingress:
+    d = docs()
+    return Ingress(EncodingBackend(d), RouteTable.from_documents(d, {}))
+
+
+@pytest.fixture
+def client(ingress: Ingress) -> httpx.AsyncClient:
+    app = build_http_app(ingress)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
+
+
+@pytest.fixture
+async def stub(ingress: Ingress):
+    server, port = build_grpc_server(ingress, "127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    yield eventbus_pb2_grpc.EventBusStub(channel)
+    await channel.close()
+    await server.stop(0)
+
+
+@pytest.fixture
+def tracing() -> Iterator[InMemorySpanExporter]:
+    exp = InMemorySpanExporter()
+    configure_tracing(exporter=exp)
+    yield exp
+    shutdown_tracing()
+
+
+async def post(client: httpx.AsyncClient, path: str, headers: dict[str, str], body: bytes):
+    started = time.perf_counter()
+    r = await client.post(path, headers=headers, content=body)
+    elapsed = time.perf_counter() - started
+    assert elapsed < FAST_S, f"{path} took {elapsed:.2f} s"
+    return r
+
+
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def nested_json(depth: int) -> bytes:
+    return b"[" * depth + b"1" + b"]" * depth
+
+
+def event(**attrs: Any) -> dict[str, Any]:
+    return {"specversion": "1.0", "id": "s1", "source": "/s", "type": "t", **attrs}
+
+
+# -- 1. deep JSON --------------------------------------------------------------------------
+DEPTH_ERROR = f"more than {MAX_JSON_DEPTH} levels deep"
+
+
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 300, 1000, 1100])
+@pytest.mark.parametrize("path", [ASYNC, SYNC])
+async def test_deep_json_is_400_naming_the_limit_in_every_mode(
+    client: httpx.AsyncClient, depth: int, path: str
+) -> None:
+    data = nested_json(depth)
+    requests = [
+        (CE, data),  # binary
+        ({"content-type": "application/json"}, data),  # plain
+        (
+            STRUCTURED,
+            b'{"specversion":"1.0","id":"s","source":"/s","type":"t","data":' + data + b"}",
+        ),
+        (BATCH, b'[{"specversion":"1.0","id":"s","source":"/s","type":"t","data":' + data + b"}]"),
+    ]
+    for headers, body in requests:
+        r = await post(client, path, headers, body)
+        assert r.status_code == 400, (headers, r.text)
+        error = r.json()["error"]
+        assert DEPTH_ERROR in error or "depth limit exceeded" in error, error
+
+
+@pytest.mark.parametrize("path", [ASYNC, SYNC])
+async def test_json_at_the_depth_limit_goes_through(client: httpx.AsyncClient, path: str) -> None:
+    data = nested(MAX_JSON_DEPTH)
+    r = await post(client, path, CE, orjson.dumps(data))
+    assert r.status_code in (200, 202), r.text
+    # the batch and structured envelopes count: the body may nest MAX_JSON_DEPTH in all
+    batch = [event(data=nested(MAX_JSON_DEPTH - 2))]
+    r = await post(client, path, BATCH, orjson.dumps(batch))
+    assert r.status_code in (200, 202), r.text
+    if path == SYNC:
+        assert r.json()[0]["data"] == nested(MAX_JSON_DEPTH - 2)
+
+
+def test_a_recursive_data_schema_validates_data_at_the_depth_limit() -> None:
+    schema = {
+        "$defs": {"node": {"type": ["array", "integer"], "items": {"$ref": "#/$defs/node"}}},
+        "$ref": "#/$defs/node",
+    }
+    d = [pipeline_doc("deep", [{"http": {"data_schema": schema}}])]
+    ingress = Ingress(MemoryBackend(d), RouteTable.from_documents(d, {}))
+    route = ingress.routes.http_route("deep")
+    ingress.validate(route, [CloudEvent.create(type="t", source="/s", data=nested(MAX_JSON_DEPTH))])
+
+
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 600])
+@pytest.mark.parametrize("method", ["Publish", "Invoke"])
+async def test_deep_json_over_grpc_is_invalid_argument(stub, depth: int, method: str) -> None:
+    msg = event_to_proto(CloudEvent.create(type="t", source="/s", id="g1", data={"a": 1}))
+    msg.text_data = nested_json(depth).decode()
+    pipeline = "open" if method == "Publish" else "answers"
+    call = (
+        stub.Publish(pb.CloudEventBatch(events=[msg]), metadata=[("x-eventbus-pipeline", pipeline)])
+        if method == "Publish"
+        else stub.Invoke(msg, metadata=[("x-eventbus-pipeline", pipeline)])
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert DEPTH_ERROR in err.value.details()
+
+
+# -- 2. attributes of the wrong JSON type ---------------------------------------------------
+WRONG_TYPES = [
+    ({"traceparent": 5}, "attribute 'traceparent' is 5 (int); traceparent must be a string"),
+    ({"traceparent": {"a": 1}}, "attribute 'traceparent' is {'a': 1} (dict)"),
+    ({"tracestate": True}, "attribute 'tracestate' is True (bool); tracestate must be a string"),
+    ({"partitionkey": 7}, "attribute 'partitionkey' is 7 (int); partitionkey must be a string"),
+    ({"id": 5}, "attribute 'id' is 5 (int); id must be a string"),
+    ({"specversion": ["1.0"]}, "attribute 'specversion' is ['1.0']"),
+    ({"source": None, "type": "t"}, "attribute 'source' is missing"),
+    ({"ext": {"a": 1}}, "attribute 'ext' is {'a': 1} (dict); extension attribute values"),
+    ({"ext": 1.5}, "attribute 'ext' is 1.5 (float)"),
+    ({"time": "yesterday"}, "attribute 'time' is 'yesterday'; time must be RFC 3339"),
+    ({"time": 1714564800}, "attribute 'time' is 1714564800 (int)"),
+    ({"subject": ["a"]}, "attribute 'subject' is ['a'] (list); subject must be a string"),
+    ({"datacontenttype": 3}, "attribute 'datacontenttype' is 3 (int)"),
+    ({"data_base64": 3}, '"data_base64" is 3 (int)'),
+    ({"data_base64": "%%%"}, '"data_base64" is not valid base64'),
+    ({"Bad-Name": "x"}, "names attribute 'Bad-Name'"),
+    ({"x" * 10_000: "x"}, "names attribute 'xxxxxxxx"),
+]
+
+
+@pytest.mark.parametrize(("attrs", "expect"), WRONG_TYPES)
+async def test_attributes_of_the_wrong_json_type_are_400_with_tracing_on(
+    client: httpx.AsyncClient, tracing: InMemorySpanExporter, attrs: dict[str, Any], expect: str
+) -> None:
+    one = event(**attrs)
+    for path in (ASYNC, SYNC):
+        r = await post(client, path, STRUCTURED, orjson.dumps(one))
+        assert r.status_code == 400, r.text
+        assert expect in r.json()["error"]
+        assert len(r.json()["error"]) < 600  # the value is shown cut short
+        r = await post(client, path, BATCH, orjson.dumps([event(id="ok"), one]))
+        assert r.status_code == 400, r.text
+        assert r.json()["error"].startswith("batch[1]: ") and expect in r.json()["error"]
+
+
+async def test_a_string_traceparent_is_still_traced(
+    client: httpx.AsyncClient, tracing: InMemorySpanExporter
+) -> None:
+    tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    r = await post(client, ASYNC, STRUCTURED, orjson.dumps(event(traceparent=tp)))
+    assert r.status_code == 202
+    (span,) = tracing.get_finished_spans()
+    assert f"{span.context.trace_id:032x}" == "0af7651916cd43dd8448eb211c80319c"
+
+
+# -- 3. out-of-range gRPC timestamps --------------------------------------------------------
+@pytest.mark.parametrize(
+    ("seconds", "nanos"),
+    [(2**62, 0), (-(2**62), 0), (253_402_300_800, 0), (0, -1), (0, 1_000_000_000)],
+)
+async def test_out_of_range_ce_timestamp_is_invalid_argument_naming_it(
+    stub, seconds: int, nanos: int
+) -> None:
+    msg = event_to_proto(CloudEvent.create(type="t", source="/s", id="g1", data={"a": 1}))
+    msg.attributes["time"].ce_timestamp.seconds = seconds
+    msg.attributes["time"].ce_timestamp.nanos = nanos
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.Publish(
+            pb.CloudEventBatch(events=[msg]), metadata=[("x-eventbus-pipeline", "open")]
+        )
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"attribute 'time' is a ce_timestamp of seconds={seconds}, nanos={nanos}" in (
+        err.value.details()
+    )
+
+
+async def test_ce_timestamp_at_the_edges_and_exact(stub) -> None:
+    for seconds, nanos, text in [
+        (-62_135_596_800, 0, "0001-01-01T00:00:00Z"),
+        (253_402_300_799, 999_999_999, "9999-12-31T23:59:59.999999Z"),
+        (1_714_564_800, 123_456_000, "2024-05-01T12:00:00.123456Z"),
+    ]:
+        msg = event_to_proto(CloudEvent.create(type="t", source="/s", id=text, data={"a": 1}))
+        msg.attributes["time"].ce_timestamp.seconds = seconds
+        msg.attributes["time"].ce_timestamp.nanos = nanos
+        reply = await stub.Publish(
+            pb.CloudEventBatch(events=[msg]), metadata=[("x-eventbus-pipeline", "open")]
+        )
+        assert reply.accepted == 1
+
+
+# -- 4. header and attribute sizes ----------------------------------------------------------
+async def test_a_70kb_ce_id_is_400_and_never_echoed(client: httpx.AsyncClient) -> None:
+    for path in (ASYNC, SYNC):
+        r = await post(client, path, {**CE, "ce-id": "x" * 70_000}, b'{"amount": 500}')
+        assert r.status_code == 431, r.text
+        assert f"at most {MAX_HEADER_BYTES}" in r.json()["error"]
+        assert "x" * 100 not in r.text and not any("x" * 100 in v for v in r.headers.values())
+
+
+@pytest.mark.parametrize("name", ["ce-id", "ce-source", "ce-type", "ce-subject", "ce-ext"])
+async def test_an_attribute_over_the_cap_is_400_naming_it(
+    client: httpx.AsyncClient, name: str
+) -> None:
+    long = "a" * (MAX_ATTRIBUTE_CHARS + 1)
+    r = await post(client, SYNC, {**CE, name: long}, b'{"amount": 500}')
+    assert r.status_code == 400, r.text
+    expect = f"header {name} is {MAX_ATTRIBUTE_CHARS + 1} characters long; the gateway takes at most {MAX_ATTRIBUTE_CHARS}"
+    assert expect in r.json()["error"]
+    attr = name[3:]
+    for headers, body in [
+        (STRUCTURED, orjson.dumps(event(**{attr: long}))),
+        (BATCH, orjson.dumps([event(**{attr: long})])),
+    ]:
+        r = await post(client, ASYNC, headers, body)
+        assert r.status_code == 400, r.text
+        assert (
+            f"attribute '{attr}' is {MAX_ATTRIBUTE_CHARS + 1} characters long" in r.json()["error"]
+        )
+    ok = "a" * MAX_ATTRIBUTE_CHARS
+    r = await post(client, SYNC, {**CE, name: ok}, b'{"amount": 500}')
+    assert r.status_code == 200 and r.headers[name] == ok
+
+
+async def test_too_many_headers_in_all_are_431(client: httpx.AsyncClient) -> None:
+    many = {f"x-h{i}": "v" * 100 for i in range(200)}
+    r = await post(client, ASYNC, {**CE, **many}, b"{}")
+    assert r.status_code == 431
+    assert "request headers are" in r.json()["error"]
+    # other routes too
+    r = await client.get("/healthz", headers=many)
+    assert r.status_code == 431
+
+
+async def test_a_content_type_that_is_not_ascii_is_400(client: httpx.AsyncClient) -> None:
+    r = await post(
+        client,
+        SYNC,
+        STRUCTURED,
+        orjson.dumps(event(datacontenttype="application/json; x=\u2713", data={"amount": 1})),
+    )
+    assert r.status_code == 400
+    assert "a content type is printable ASCII" in r.json()["error"]
+
+
+async def test_grpc_attribute_and_metadata_caps(stub) -> None:
+    msg = event_to_proto(
+        CloudEvent.create(type="t", source="/s", id="i" * (MAX_ATTRIBUTE_CHARS + 1), data={"a": 1})
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.Publish(
+            pb.CloudEventBatch(events=[msg]), metadata=[("x-eventbus-pipeline", "open")]
+        )
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"attribute 'id' is {MAX_ATTRIBUTE_CHARS + 1} characters long" in err.value.details()
+    ok = event_to_proto(CloudEvent.create(type="t", source="/s", id="g", data={"a": 1}))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.Publish(
+            pb.CloudEventBatch(events=[ok]),
+            metadata=[("x-eventbus-pipeline", "open"), ("x-big", "m" * (MAX_METADATA_BYTES + 1))],
+        )
+    assert err.value.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INTERNAL)
+    reply = await stub.Publish(
+        pb.CloudEventBatch(events=[ok]), metadata=[("x-eventbus-pipeline", "open")]
+    )
+    assert reply.accepted == 1
+
+
+async def test_grpc_batch_over_the_event_cap_is_invalid_argument(stub) -> None:
+    one = CloudEvent.create(type="t", source="/s", id="g", data=None)
+    batch = events_to_proto_batch([one] * (MAX_BATCH_EVENTS + 1))
+    started = time.perf_counter()
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.Publish(batch, metadata=[("x-eventbus-pipeline", "open")])
+    assert time.perf_counter() - started < FAST_S
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"at most {MAX_BATCH_EVENTS} are taken per call" in err.value.details()
