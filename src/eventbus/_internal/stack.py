@@ -151,7 +151,8 @@ def stack_up(
         if "ray" in owned:
             _stop_ray(owned["ray"]["temp_dir"], token_path)
         raise
-    _state_file(home).write_text(json.dumps(asdict(stack), indent=2))
+    # 0600: the Redis URL in it carries the embedded Redis's password
+    write_private(_state_file(home), json.dumps(asdict(stack), indent=2))
     return stack
 
 
@@ -227,14 +228,45 @@ def start_gateway(
     return svc, f"http://127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}"
 
 
+def write_private(path: Path, text: str, *, replace: bool = True) -> bool:
+    """Write ``text`` to ``path`` readable by us only, atomically: a temporary file created
+    with mode 0600 (never briefly readable by others, whatever the umask), then renamed.
+
+    Args:
+        path: the file.
+        text: its content.
+        replace: replace an existing file; False keeps it (and returns False).
+
+    Returns:
+        Whether the file was written.
+    """
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if replace:
+            os.replace(tmp, path)
+            return True
+        try:
+            os.link(tmp, path)  # fails if it exists: two `up` at once keep one token
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
 def _make_admin_token(home: Path) -> str:
     """The gateway's admin API token (kept across restarts), readable by us only."""
     import secrets
 
     path = home / "admin_token"
-    if not path.exists():
-        path.write_text(secrets.token_hex(32))
-        path.chmod(0o600)
+    write_private(path, secrets.token_hex(32), replace=False)
     return str(path)
 
 
@@ -243,8 +275,7 @@ def _make_token(home: Path) -> str:
     import secrets
 
     path = home / "ray_auth_token"
-    path.write_text(secrets.token_hex(32))
-    path.chmod(0o600)
+    write_private(path, secrets.token_hex(32))
     return str(path)
 
 

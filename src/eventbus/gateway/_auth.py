@@ -1,10 +1,19 @@
 """Caller authentication at the gateway: which secret or token guards which route.
 
 Each ``http``/``grpc`` source may name an HMAC-SHA256 signing secret or a bearer token
-(``auth:``). The signature scheme itself lives in :mod:`eventbus.eventing._signature` (an HTTP
-sink signs with it too); this module holds the policy: resolving a route's secret, and telling
-a caller with no or wrong credentials (401) from one whose credentials belong to another
-pipeline (403: someone we know, asking for the wrong thing).
+(``auth:``). The signature scheme itself lives in :mod:`eventbus.eventing._signature`; this
+module holds the policy:
+
+* resolving a route's secret;
+* a bearer token of another pipeline is a 403 (someone we know, asking for the wrong thing),
+  found in O(1) in a dict keyed by the token's SHA-256 (:func:`index_tokens`), never by
+  trying every pipeline's token;
+* a wrong HMAC signature is a 401: a signature cannot say which secret made it, and trying
+  every other route's secret per request would be work proportional to the pipelines on the
+  gateway's only event loop;
+* each valid signature is accepted once (:class:`ReplayCache`; Redis on a gateway);
+* who may ask for an answer (``?wait=true``, gRPC ``Invoke``): only a ``mode: sync`` source
+  (:func:`answer_sync`), so that a write-only endpoint is no read oracle.
 
 Secrets are read from the environment or a file when a route is built and are never put in a
 message or a log line; every comparison is constant time (``hmac.compare_digest``).
@@ -12,18 +21,36 @@ message or a log line; every comparison is constant time (``hmac.compare_digest`
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import hmac
+import logging
 import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
+from eventbus._internal import keys
 from eventbus.errors import ConfigError, IngressError
-from eventbus.eventing._signature import DEFAULT_TOLERANCE_S, check_signature
+from eventbus.eventing._signature import DEFAULT_TOLERANCE_S, verify_signature
 from eventbus.eventing.sources._http_config import AuthConfig
 
-__all__ = ["Credentials", "authenticate", "load_credentials"]
+__all__ = [
+    "Credentials",
+    "MemoryReplayCache",
+    "RedisReplayCache",
+    "Replay",
+    "ReplayCache",
+    "answer_sync",
+    "authenticate",
+    "index_tokens",
+    "load_credentials",
+    "token_digest",
+]
+
+log = logging.getLogger("eventbus.gateway")
 
 
 @dataclass(frozen=True, repr=False)
@@ -102,10 +129,32 @@ def load_credentials(
     return Credentials(pipeline, "bearer", _read_secret(pipeline, b.token_env, b.token_file, env))
 
 
-def _hmac_ok(cred: Credentials, value: str, body: bytes, now: float) -> bool | str:
-    return check_signature(
-        cred.secret, value, body, now=now, tolerance_s=cred.tolerance_s, header=cred.header
-    )
+def token_digest(token: bytes) -> bytes:
+    """The SHA-256 of a bearer token: the key of :func:`index_tokens`' dict."""
+    return hashlib.sha256(token).digest()
+
+
+def index_tokens(credentials: Iterable[Credentials]) -> dict[bytes, frozenset[str]]:
+    """Which pipelines each bearer token opens, keyed by :func:`token_digest` (built once per
+    route table, so that telling 403 from 401 is one dict lookup per request)."""
+    owners: dict[bytes, set[str]] = {}
+    for c in credentials:
+        if c.kind == "bearer":
+            owners.setdefault(token_digest(c.secret), set()).add(c.pipeline)
+    return {k: frozenset(v) for k, v in owners.items()}
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A valid signature to accept once: its replay-cache key and how long to keep it.
+
+    Attributes:
+        key: the Redis key (:func:`eventbus._internal.keys.replay`).
+        ttl_s: seconds until the signature's timestamp leaves the replay window.
+    """
+
+    key: str
+    ttl_s: int
 
 
 def _bearer(headers: Mapping[str, str]) -> str | None:
@@ -120,26 +169,39 @@ def authenticate(
     cred: Credentials | None,
     headers: Mapping[str, str],
     body: bytes,
-    others: Iterable[Credentials],
+    token_owners: Mapping[bytes, frozenset[str]] | None = None,
     *,
+    method: str = "POST",
+    path: str = "/",
+    query: str = "",
     now: float | None = None,
-) -> None:
+) -> Replay | None:
     """Check a request's credentials against its pipeline's.
+
+    Work per request is the same whatever the number of pipelines: one HMAC, or one token
+    comparison and one dict lookup.
 
     Args:
         cred: the pipeline's credentials (None: open, nothing checked).
         headers: request headers (lowercase names) or gRPC metadata.
         body: the exact request body (signed by HMAC).
-        others: other pipelines' credentials, to tell 403 from 401.
+        token_owners: :func:`index_tokens` of every route, to tell 403 from 401 for a bearer
+            token of another pipeline.
+        method: the request's method (signed by HMAC).
+        path: the request's path (signed by HMAC).
+        query: the request's query string without ``?`` (signed by HMAC).
         now: the current time (tests).
 
+    Returns:
+        For a valid signature, the :class:`Replay` entry to claim (the caller must refuse the
+        request when it was claimed before); else None.
+
     Raises:
-        IngressError: 401 when the credentials are missing or wrong, 403 when they belong to
-            another pipeline.
+        IngressError: 401 when the credentials are missing or wrong, 403 when a bearer token
+            belongs to another pipeline.
     """
     if cred is None:
-        return
-    t = time.time() if now is None else now
+        return None
     if cred.kind == "bearer":
         token = _bearer(headers)
         if token is None:
@@ -147,31 +209,125 @@ def authenticate(
                 401,
                 f"pipeline {cred.pipeline!r} needs a bearer token: send 'Authorization: Bearer <token>'",
             )
-        if hmac.compare_digest(token.encode(), cred.secret):
-            return
-        for o in others:
-            if o.kind == "bearer" and hmac.compare_digest(token.encode(), o.secret):
-                raise IngressError(
-                    403, f"this token is not allowed to send to pipeline {cred.pipeline!r}"
-                )
+        given = token.encode("utf-8", "surrogateescape")
+        if hmac.compare_digest(given, cred.secret):
+            return None
+        owners = (token_owners or {}).get(token_digest(given), frozenset())
+        if owners - {cred.pipeline}:
+            raise IngressError(
+                403, f"this token is not allowed to send to pipeline {cred.pipeline!r}"
+            )
         raise IngressError(401, f"the bearer token is not valid for pipeline {cred.pipeline!r}")
     value = headers.get(cred.header)
     if value is None:
         raise IngressError(
             401,
-            f'pipeline {cred.pipeline!r} needs signed requests: send header {cred.header}: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">',
+            f"pipeline {cred.pipeline!r} needs signed requests: send header {cred.header}: "
+            "t=<unix seconds>,v2=<hex HMAC-SHA256 of the canonical request> "
+            "(eventbus.eventing.sources.sign computes it)",
         )
-    ok = _hmac_ok(cred, value, body, t)
-    if ok is True:
-        return
-    if isinstance(ok, str):
-        raise IngressError(401, ok)
-    for o in others:
-        if o.kind == "hmac" and o.header == cred.header and _hmac_ok(o, value, body, t) is True:
-            raise IngressError(
-                403, f"this signing secret is not allowed to send to pipeline {cred.pipeline!r}"
-            )
-    raise IngressError(
-        401,
-        f"the signature in header {cred.header} does not match the body for pipeline {cred.pipeline!r}",
+    t = time.time() if now is None else now
+    got = verify_signature(
+        cred.secret,
+        value,
+        body,
+        now=t,
+        method=method,
+        path=path,
+        query=query,
+        headers=headers,
+        tolerance_s=cred.tolerance_s,
+        header=cred.header,
     )
+    if isinstance(got, str):
+        raise IngressError(401, got)
+    if got is None:
+        raise IngressError(
+            401,
+            f"the signature in header {cred.header} does not match the request for pipeline "
+            f"{cred.pipeline!r} (it covers the method, path, query, content-type, ce-* headers, "
+            "timestamp and body) or was made with another secret",
+        )
+    ts, signature = got
+    ttl_s = max(1, int(ts + cred.tolerance_s - t) + 1)
+    return Replay(keys.replay(cred.pipeline, signature), ttl_s)
+
+
+class ReplayCache(Protocol):
+    """Signatures seen within their replay window."""
+
+    async def claim(self, replay: Replay) -> bool:
+        """Record ``replay``; True the first time, False when it was seen before."""
+
+
+class MemoryReplayCache:
+    """A :class:`ReplayCache` in this process (tests, a gateway without Redis)."""
+
+    def __init__(self, clock: Any = time.monotonic) -> None:
+        self._clock = clock
+        self._seen: dict[str, float] = {}
+
+    async def claim(self, replay: Replay) -> bool:
+        """Record ``replay``; True the first time within its window."""
+        now = self._clock()
+        if len(self._seen) > 4096:
+            self._seen = {k: v for k, v in self._seen.items() if v > now}
+        expiry = self._seen.get(replay.key)
+        if expiry is not None and expiry > now:
+            return False
+        self._seen[replay.key] = now + replay.ttl_s
+        return True
+
+
+class RedisReplayCache:
+    """A :class:`ReplayCache` in Redis, shared by every gateway: one ``SET key 1 NX EX ttl``
+    per signed request, on the gateway's asyncio Redis client (no thread, no extra loop).
+
+    Args:
+        redis: a ``redis.asyncio.Redis`` client.
+        timeout_s: how long one check may wait for Redis (then the request is refused).
+    """
+
+    def __init__(self, redis: Any, timeout_s: float = 2.0) -> None:
+        self._redis = redis
+        self._timeout_s = timeout_s
+
+    async def claim(self, replay: Replay) -> bool:
+        """Record ``replay``; True the first time within its window (across gateways).
+
+        Raises:
+            Exception: Redis failed or did not answer in time (the caller refuses the request).
+        """
+        done = self._redis.set(replay.key, "1", nx=True, ex=replay.ttl_s)
+        return bool(await asyncio.wait_for(done, self._timeout_s))
+
+
+def answer_sync(pipeline: str, kind: str, mode: str, wait: bool | None) -> bool:
+    """Whether to answer with the pipeline's outputs (sync) or 202 once accepted (async).
+
+    Only a ``mode: sync`` source answers: on a ``mode: async`` source (write-only) a request
+    for answers would turn the endpoint into a read oracle.
+
+    Args:
+        pipeline: the pipeline (named in the message).
+        kind: ``http`` or ``grpc``.
+        mode: the source's ``mode``.
+        wait: the caller's ``?wait=`` (None: the source's mode); gRPC ``Invoke`` is True.
+
+    Returns:
+        True for an answer, False for a 202.
+
+    Raises:
+        IngressError: 403 when answers are asked of a ``mode: async`` source.
+    """
+    if wait is None:
+        return mode == "sync"
+    if wait and mode != "sync":
+        how = "?wait=true" if kind == "http" else "Invoke"
+        instead = "send without ?wait=true" if kind == "http" else "call Publish"
+        msg = (
+            f"pipeline {pipeline!r} answers no {how}: its {kind} source is mode: {mode} "
+            f"(write-only); {instead}, or set mode: sync on the source and redeploy"
+        )
+        raise IngressError(403, msg)
+    return wait

@@ -140,11 +140,14 @@ class Gateway:
         import uvicorn
 
         from eventbus.gateway._admin import add_admin_routes, admin_token_from
+        from eventbus.gateway._auth import RedisReplayCache
         from eventbus.gateway._grpc import build_grpc_server
         from eventbus.gateway._http import build_http_app
         from eventbus.gateway._observer import Observer
 
         self._redis = aioredis.Redis.from_url(self.redis_url, decode_responses=True)
+        # signed requests are accepted once, across every gateway of the cluster
+        self.ingress.replay = RedisReplayCache(self._redis)
         await self.refresh()
         self.ingress.refresh = self.refresh_on_miss
         app = build_http_app(self.ingress, observer=Observer(self._redis, self.figures))
