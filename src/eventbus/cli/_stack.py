@@ -113,6 +113,15 @@ def gateway(
         None,
         help="Turn the admin API (/v1/admin) on with the bearer token in this file (or set $EVENTBUS_ADMIN_TOKEN).",
     ),
+    read_token_file: Path | None = typer.Option(
+        None,
+        help="Require the bearer token in this file (or $EVENTBUS_READ_TOKEN; the admin token works too) for /metrics, /v1/stats, /v1/pipelines and /dashboard (a browser opens /dashboard?token=TOKEN once).",
+    ),
+    allowed_origin: list[str] | None = typer.Option(
+        None,
+        "--allowed-origin",
+        help="A web origin (https://shop.example) whose pages may POST to the gateway; repeat for several. Browser requests from other origins get 403.",
+    ),
 ) -> None:
     """Run the HTTP/gRPC gateway in the foreground (one per node; `eventbus up` starts one).
 
@@ -126,6 +135,8 @@ def gateway(
     os.environ.update(addr.ray_env)
     if admin_token_file is not None:
         os.environ["EVENTBUS_ADMIN_TOKEN_FILE"] = str(admin_token_file)
+    if read_token_file is not None:
+        os.environ["EVENTBUS_READ_TOKEN_FILE"] = str(read_token_file)
     # Serve's router on the gateway's own loop, not a second thread's: a sync call is a few
     # hops shorter. Read when Ray Serve is first imported (by the import below).
     os.environ.setdefault("RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP", "0")
@@ -147,6 +158,7 @@ def gateway(
             otlp_endpoint=otlp_endpoint,
             trace_sample_ratio=trace_sample_ratio,
             log_format=log_format,
+            allowed_origins=allowed_origin or (),
         )
     except (EventBusError, OSError) as exc:
         fail(f"the gateway stopped: {exc}")

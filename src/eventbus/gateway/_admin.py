@@ -22,6 +22,7 @@ Every call goes to the controller actor, as the CLI's do.
 from __future__ import annotations
 
 import hmac
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,10 +32,17 @@ from fastapi.responses import JSONResponse, Response
 
 from eventbus.errors import ConfigError, DeployError, PipelineConfigError, PipelineNotFoundError
 
-__all__ = ["MAX_YAML_BYTES", "add_admin_routes", "admin_token_from", "controller_handle"]
+__all__ = [
+    "MAX_YAML_BYTES",
+    "add_admin_routes",
+    "admin_token_from",
+    "controller_handle",
+    "read_token_from",
+]
 
 #: Largest pipeline YAML a deploy accepts.
 MAX_YAML_BYTES = 1 << 20
+_COOKIE_SAFE = re.compile(r"[A-Za-z0-9._~-]{1,512}")
 
 
 def admin_token_from(environ: Mapping[str, str]) -> str | None:
@@ -57,6 +65,38 @@ def admin_token_from(environ: Mapping[str, str]) -> str | None:
         raise ConfigError(msg) from None
     if not token:
         msg = f"admin token file {path!r} is empty; write a long random token into it"
+        raise ConfigError(msg)
+    return token
+
+
+def read_token_from(environ: Mapping[str, str]) -> str | None:
+    """The read token (``/metrics``, ``/v1/stats``, ``/v1/pipelines``, ``/dashboard``):
+    ``EVENTBUS_READ_TOKEN``, else the file ``EVENTBUS_READ_TOKEN_FILE`` names
+    (``eventbus gateway --read-token-file``); None: those routes are open.
+
+    Raises:
+        ConfigError: the file cannot be read or is empty, or the token holds characters a
+            cookie cannot carry.
+    """
+    token = environ.get("EVENTBUS_READ_TOKEN")
+    path = environ.get("EVENTBUS_READ_TOKEN_FILE")
+    if not token and path:
+        try:
+            token = Path(path).read_text(encoding="utf-8")
+        except OSError as e:
+            msg = f"read token file {path!r} cannot be read ({e.strerror}); point --read-token-file at a readable file"
+            raise ConfigError(msg) from None
+        if not token.strip():
+            msg = f"read token file {path!r} is empty; write a long random token into it"
+            raise ConfigError(msg)
+    if not token:
+        return None
+    token = token.strip()
+    if not _COOKIE_SAFE.fullmatch(token):
+        msg = (
+            "the read token holds characters other than letters, digits and -._~ (the "
+            "dashboard carries it in a cookie); use e.g. `openssl rand -hex 32`"
+        )
         raise ConfigError(msg)
     return token
 

@@ -16,7 +16,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from eventbus._internal import keys
@@ -39,7 +39,10 @@ class Gateway:
         host: the interface to listen on.
         http_port: HTTP port (0: a free one).
         grpc_port: gRPC port (0: a free one; None: no gRPC).
-        environ: where auth secrets are read from (default ``os.environ``).
+        environ: where auth secrets, the admin token and the read token are read from
+            (default ``os.environ``).
+        allowed_origins: origins (``https://shop.example``) whose web pages may send
+            state-changing requests besides the gateway's own (see ``gateway._guard``).
     """
 
     def __init__(
@@ -52,12 +55,14 @@ class Gateway:
         grpc_port: int | None = 50051,
         environ: dict[str, str] | None = None,
         backend: Any = None,
+        allowed_origins: Iterable[str] = (),
     ) -> None:
         self.redis_url = redis_url
         self.host = host
         self.http_port = http_port
         self.grpc_port = grpc_port
         self._environ = environ
+        self.allowed_origins = tuple(allowed_origins)
         self.backend = backend or GatewayBackend(kafka_bootstrap)
         self.ingress = Ingress(self.backend)
         self._raw: dict[str, str] | None = None
@@ -139,9 +144,10 @@ class Gateway:
         import redis.asyncio as aioredis
         import uvicorn
 
-        from eventbus.gateway._admin import add_admin_routes, admin_token_from
+        from eventbus.gateway._admin import add_admin_routes, admin_token_from, read_token_from
         from eventbus.gateway._auth import RedisReplayCache
         from eventbus.gateway._grpc import build_grpc_server
+        from eventbus.gateway._guard import guard
         from eventbus.gateway._http import build_http_app
         from eventbus.gateway._observer import Observer
 
@@ -151,11 +157,17 @@ class Gateway:
         await self.refresh()
         self.ingress.refresh = self.refresh_on_miss
         app = build_http_app(self.ingress, observer=Observer(self._redis, self.figures))
-        add_admin_routes(
-            app, admin_token_from(self._environ if self._environ is not None else os.environ)
+        environ = self._environ if self._environ is not None else os.environ
+        admin_token = admin_token_from(environ)
+        add_admin_routes(app, admin_token)
+        read_token = read_token_from(environ)
+        front = guard(
+            app,
+            read_tokens=[t for t in (read_token, admin_token) if t] if read_token else (),
+            allowed_origins=self.allowed_origins,
         )
         config = uvicorn.Config(
-            app,
+            front,
             host=self.host,
             port=self.http_port,
             log_level="warning",
@@ -221,12 +233,14 @@ def run_gateway(
     otlp_endpoint: str | None = None,
     trace_sample_ratio: float = 1.0,
     log_format: str = "text",
+    allowed_origins: Iterable[str] = (),
 ) -> None:
     """Run a gateway in this process until SIGTERM or SIGINT (the ``eventbus gateway`` command).
 
     Connects to Ray (for sync calls) when ``ray_address`` is given or Ray is reachable.
     With ``otlp_endpoint``, traces each event (``traceparent``) and exports over OTLP/HTTP;
-    ``log_format="json"`` writes the ``eventbus`` logs as JSON lines.
+    ``log_format="json"`` writes the ``eventbus`` logs as JSON lines. ``allowed_origins``:
+    web pages of these origins may POST besides the gateway's own (others get 403).
     """
     import uvloop
 
@@ -264,6 +278,7 @@ def run_gateway(
             http_port=http_port,
             grpc_port=grpc_port,
             environ=dict(os.environ),
+            allowed_origins=allowed_origins,
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
