@@ -28,7 +28,7 @@ from eventbus import CloudEvent
 from eventbus._internal.services import free_port
 from eventbus.eventing._proto import eventbus_pb2_grpc
 from eventbus.eventing._protobuf import event_from_proto, event_to_proto, events_to_proto_batch
-from eventbus.eventing.sources import sign
+from eventbus.eventing.sources import sign_request
 from tests.integration.kafka_helpers import collect
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.ray, pytest.mark.redis]
@@ -211,8 +211,8 @@ async def test_sync_invoke_over_http_and_grpc(
             name,
             sink,
             [
-                {"http": {"auth": {"bearer": {"token_env": "IT_TOKEN"}}}},
-                {"grpc": {"auth": {"bearer": {"token_env": "IT_TOKEN"}}}},
+                {"http": {"mode": "sync", "auth": {"bearer": {"token_env": "IT_TOKEN"}}}},
+                {"grpc": {"mode": "sync", "auth": {"bearer": {"token_env": "IT_TOKEN"}}}},
             ],
         )
     )
@@ -303,26 +303,45 @@ async def test_curl_and_errors_on_the_live_gateway(
         )
         return int(proc.stdout), proc.stderr
 
-    code, _ = curl(
+    ce = {
+        "content-type": "application/json",
+        "ce-specversion": "1.0",
+        "ce-id": "curl-1",
+        "ce-source": "/curl",
+        "ce-type": "payment.created",
+    }
+    signed = [
         "-X",
         "POST",
         url,
         "-H",
+        f"x-eventbus-signature: {sign_request(SECRET, 'POST', url, ce, body)}",
+        *(x for k, v in ce.items() for x in ("-H", f"{k}: {v}")),
+        "--data-binary",
+        body.decode(),
+    ]
+    code, _ = curl(*signed)
+    assert code == 202
+    code, text = curl(*signed)  # the same signed request again: the replay cache (Redis)
+    assert code == 401 and "was replayed" in text
+    # an async source is write-only: no answers
+    code, text = curl(
+        "-X", "POST", url + "?wait=true", "-H", "content-type: application/json", "-d", "{}"
+    )
+    assert code == 401  # credentials first
+    wait_url = url + "?wait=true"
+    code, text = curl(
+        "-X",
+        "POST",
+        wait_url,
+        "-H",
         "content-type: application/json",
         "-H",
-        f"x-eventbus-signature: {sign(SECRET, body)}",
-        "-H",
-        "ce-specversion: 1.0",
-        "-H",
-        "ce-id: curl-1",
-        "-H",
-        "ce-source: /curl",
-        "-H",
-        "ce-type: payment.created",
+        f"x-eventbus-signature: {sign_request(SECRET, 'POST', wait_url, {'content-type': 'application/json'}, body)}",
         "--data-binary",
         body.decode(),
     )
-    assert code == 202
+    assert code == 403 and "mode: async" in text
     code, text = curl(
         "-X", "POST", url, "-H", "content-type: application/json", "--data-binary", body.decode()
     )
@@ -335,7 +354,7 @@ async def test_curl_and_errors_on_the_live_gateway(
         "-H",
         "content-type: application/json",
         "-H",
-        f"x-eventbus-signature: {sign(SECRET, bad)}",
+        f"x-eventbus-signature: {sign_request(SECRET, 'POST', url, {'content-type': 'application/json'}, bad)}",
         "--data-binary",
         bad.decode(),
     )

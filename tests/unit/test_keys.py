@@ -34,6 +34,10 @@ def test_observability_and_delivery_keys() -> None:
     assert keys.dedupe_prefix("orders") == "eventbus:dedupe:orders:"
 
 
+def test_gateway_keys() -> None:
+    assert keys.replay("orders", "ab12") == "eventbus:replay:orders:ab12"
+
+
 def test_step_state_keys() -> None:
     assert keys.join_prefix("orders", "pair") == "eventbus:join:orders:pair:"
     assert keys.allocate_used("ads", "coupon") == "eventbus:allocate:ads:coupon:used"

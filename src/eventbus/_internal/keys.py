@@ -23,6 +23,11 @@ Delivery (``eventing``):
 * :func:`dedupe_prefix` + digest (string ``1`` or a pending claim, with a TTL): an output
   event delivered (or being delivered) within the dedupe window.
 
+Gateway (``gateway``):
+
+* :func:`replay` (string ``1`` with a TTL): a signed request's signature, seen within its
+  replay window (each signed request is accepted once).
+
 Step state (``pipelines``):
 
 * :func:`join_prefix` + ``k:<key>`` (hash), ``due`` (sorted set), ``claim`` (sorted set):
@@ -69,6 +74,7 @@ __all__ = [
     "model_labelled",
     "model_recent",
     "pipeline_versions",
+    "replay",
     "stats",
 ]
 
@@ -120,6 +126,15 @@ def dedupe_prefix(pipeline: str) -> str:
     """Prefix of the dedupe keys (strings with a TTL, one per delivered output event; the
     suffix is a digest of its ``source`` + ``id``)."""
     return f"{PREFIX}dedupe:{pipeline}:"
+
+
+# -- gateway -----------------------------------------------------------------------------------
+
+
+def replay(pipeline: str, signature: str) -> str:
+    """String ``1`` with a TTL (the rest of the replay window): a valid HMAC signature of a
+    request to ``pipeline`` (hex, as sent), seen once already."""
+    return f"{PREFIX}replay:{pipeline}:{signature}"
 
 
 # -- step state ------------------------------------------------------------------------------

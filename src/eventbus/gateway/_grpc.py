@@ -22,6 +22,7 @@ from eventbus.eventing._protobuf import (
     events_from_proto_batch,
     events_to_proto_batch,
 )
+from eventbus.gateway._auth import answer_sync
 from eventbus.gateway._ingress import (
     MAX_ATTRIBUTE_CHARS,
     MAX_BATCH_EVENTS,
@@ -76,7 +77,7 @@ class _Servicer(eventbus_pb2_grpc.EventBusServicer):
                 413,
                 f"the message is {size} bytes; pipeline {name!r} takes at most {limit} (max_body_bytes of its grpc source)",
             )
-        self._ingress.authenticate(route, metadata, b"")
+        await self._ingress.authenticate(route, metadata, b"")
         return route, metadata
 
     async def Publish(
@@ -109,6 +110,7 @@ class _Servicer(eventbus_pb2_grpc.EventBusServicer):
     ) -> pb.CloudEventBatch:
         try:
             route, _ = await self._route(context, request.ByteSize())
+            answer_sync(route.pipeline, "grpc", route.config.mode, True)
             try:
                 event = event_from_proto(request, max_attribute_chars=MAX_ATTRIBUTE_CHARS)
             except EventDecodeError as e:

@@ -23,6 +23,7 @@ from starlette.routing import Route as StarletteRoute
 
 from eventbus.errors import IngressError
 from eventbus.eventing._http_codec import encode_http_batch, encode_http_binary
+from eventbus.gateway._auth import answer_sync
 from eventbus.gateway._ingress import Ingress, Route, split_outcomes
 from eventbus.gateway._replies import JSON_HEADERS, Reply, error_reply, to_response
 from eventbus.observability._tracing import end_spans, start_event_spans, tracer
@@ -180,15 +181,16 @@ def build_http_app(
         headers: dict[str, str],
         read_body: Callable[[Route], Awaitable[bytes]],
         wait: bool | None,
+        scope: Any,
     ) -> Reply:
         if figures is None and tracer() is None:
-            return await _handle(route, headers, read_body, wait, None)
+            return await _handle(route, headers, read_body, wait, None, scope)
         started = perf_counter()
         seen: list[Any] = []  # the decoded events and their spans
         status = 500
         error: BaseException | None = None
         try:
-            reply = await _handle(route, headers, read_body, wait, seen)
+            reply = await _handle(route, headers, read_body, wait, seen, scope)
             status = reply[0]
             return reply
         except IngressError as e:
@@ -213,11 +215,20 @@ def build_http_app(
         read_body: Callable[[Route], Awaitable[bytes]],
         wait: bool | None,
         seen: list[Any] | None,
+        scope: Any,
     ) -> Reply:
         body = await read_body(route)
-        ingress.authenticate(route, headers, body)
+        query: bytes = scope.get("query_string", b"")
+        await ingress.authenticate(
+            route,
+            headers,
+            body,
+            method=scope["method"],
+            path=scope["path"],
+            query=query.decode("latin-1"),
+        )
+        sync = answer_sync(route.pipeline, "http", route.config.mode, wait)
         events, mode = ingress.decode(route, headers, body)
-        sync = route.config.mode == "sync" if wait is None else wait
         if seen is not None:
             spans = start_event_spans(
                 f"eventbus.gateway {route.pipeline}",
@@ -250,7 +261,11 @@ def build_http_app(
             waits = _wait(request.scope) if wait == "query" else wait
             assert not isinstance(waits, str)
             reply = await handle(
-                route, _headers(request.scope), lambda r: _read_body(request, r), waits
+                route,
+                _headers(request.scope),
+                lambda r: _read_body(request, r),
+                waits,
+                request.scope,
             )
         except IngressError as e:
             reply = error_reply(e)
@@ -262,7 +277,11 @@ def build_http_app(
             route = await ingress.route(kind, key)
             headers = _headers(scope)
             reply = await handle(
-                route, headers, lambda r: _read_asgi_body(headers, receive, r), _wait(scope)
+                route,
+                headers,
+                lambda r: _read_asgi_body(headers, receive, r),
+                _wait(scope),
+                scope,
             )
         except IngressError as e:
             reply = error_reply(e)

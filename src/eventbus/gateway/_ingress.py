@@ -20,7 +20,14 @@ from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._http_codec import decode_http
 from eventbus.eventing._outcome import Failure, Outcome
 from eventbus.eventing.sources._http_config import GrpcSourceConfig, HttpSourceConfig
-from eventbus.gateway._auth import Credentials, authenticate, load_credentials
+from eventbus.gateway._auth import (
+    Credentials,
+    MemoryReplayCache,
+    ReplayCache,
+    authenticate,
+    index_tokens,
+    load_credentials,
+)
 
 __all__ = [
     "MAX_ATTRIBUTE_CHARS",
@@ -80,6 +87,8 @@ class RouteTable:
     paths: dict[str, Route] = field(default_factory=dict)
     grpc: dict[str, Route] = field(default_factory=dict)
     pipelines: frozenset[str] = frozenset()
+    #: bearer token digest -> the pipelines it opens (to tell 403 from 401 in O(1))
+    token_owners: dict[bytes, frozenset[str]] = field(default_factory=dict)
 
     @classmethod
     def from_documents(
@@ -106,6 +115,8 @@ class RouteTable:
                 elif src.grpc is not None:
                     table.grpc[config.name] = _resolve(config.name, "grpc", src.grpc, environ)
         table.pipelines = frozenset(names)
+        routes = (*table.http.values(), *table.paths.values(), *table.grpc.values())
+        table.token_owners = index_tokens(r.credentials for r in routes if r.credentials)
         return table
 
     def _missing(self, name: str, kind: str, served: Iterable[str]) -> IngressError:
@@ -158,14 +169,6 @@ class RouteTable:
             raise self._missing(pipeline, "grpc", self.grpc)
         return route
 
-    def other_credentials(self, route: Route) -> list[Credentials]:
-        """Every other pipeline's credentials (to tell 403 from 401)."""
-        out = []
-        for r in (*self.http.values(), *self.paths.values(), *self.grpc.values()):
-            if r.pipeline != route.pipeline and r.credentials is not None:
-                out.append(r.credentials)
-        return out
-
 
 def _resolve(
     pipeline: str,
@@ -209,6 +212,8 @@ class Ingress:
         self.backend = backend
         self.routes = routes or RouteTable()
         self.refresh = refresh
+        #: signatures seen within their replay window (a gateway sets a Redis one)
+        self.replay: ReplayCache = MemoryReplayCache()
 
     async def route(self, kind: str, key: str) -> Route:
         """The route of a pipeline (``kind`` http or grpc) or of an HTTP ``path``.
@@ -229,15 +234,51 @@ class Ingress:
                     raise
         raise AssertionError("unreachable")
 
-    def authenticate(self, route: Route, headers: Mapping[str, str], body: bytes) -> None:
-        """401/403 unless the request carries the route's credentials (503 when the route's
-        secret could not be loaded)."""
+    async def authenticate(
+        self,
+        route: Route,
+        headers: Mapping[str, str],
+        body: bytes,
+        *,
+        method: str = "POST",
+        path: str = "/",
+        query: str = "",
+    ) -> None:
+        """401/403 unless the request carries the route's credentials, 401 for a signed
+        request seen before (a replay), 503 when the route's secret could not be loaded (the
+        caller is not told which variable or file: the gateway's log is)."""
         if route.problem is not None:
             raise IngressError(
                 503,
-                f"pipeline {route.pipeline!r} cannot accept {route.kind} events: {route.problem}",
+                f"pipeline {route.pipeline!r} is not accepting {route.kind} events: its auth "
+                "secret is not configured on the gateway (the gateway's log says what is missing)",
             )
-        authenticate(route.credentials, headers, body, self.routes.other_credentials(route))
+        replay = authenticate(
+            route.credentials,
+            headers,
+            body,
+            self.routes.token_owners,
+            method=method,
+            path=path,
+            query=query,
+        )
+        if replay is None:
+            return
+        try:
+            first = await self.replay.claim(replay)
+        except Exception as e:  # noqa: BLE001 - fail closed: a replay must not pass
+            log.warning("replay check of pipeline %r failed: %s", route.pipeline, e)
+            raise IngressError(
+                503,
+                f"pipeline {route.pipeline!r}: the gateway cannot check signed requests for "
+                "replays right now (its Redis did not answer); nothing was accepted, retry",
+            ) from None
+        if not first:
+            raise IngressError(
+                401,
+                f"this signed request to pipeline {route.pipeline!r} was replayed: each "
+                "signature is accepted once; sign every request anew",
+            )
 
     def decode(
         self, route: Route, headers: Mapping[str, str], body: bytes

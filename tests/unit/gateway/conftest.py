@@ -73,6 +73,11 @@ ENV = {"ORDERS_SECRET": "orders-secret", "PAY_TOKEN": "pay-token"}
 def default_docs() -> list[dict[str, Any]]:
     return [
         pipeline_doc("open", [{"http": {"path": "/hooks/open"}}, {"grpc": {}}], STEPS),
+        pipeline_doc(  # open too, and it answers (?wait=true, gRPC Invoke): mode sync
+            "echo",
+            [{"http": {"path": "/hooks/echo", "mode": "sync"}}, {"grpc": {"mode": "sync"}}],
+            STEPS,
+        ),
         pipeline_doc(
             "orders",
             [
@@ -89,7 +94,7 @@ def default_docs() -> list[dict[str, Any]]:
             "payments",
             [
                 {"http": {"mode": "sync", "auth": {"bearer": {"token_env": "PAY_TOKEN"}}}},
-                {"grpc": {"auth": {"bearer": {"token_env": "PAY_TOKEN"}}}},
+                {"grpc": {"mode": "sync", "auth": {"bearer": {"token_env": "PAY_TOKEN"}}}},
             ],
             STEPS,
         ),

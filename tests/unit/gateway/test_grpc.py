@@ -59,12 +59,12 @@ async def test_publish_accepts_a_batch(stub) -> None:
 
 async def test_invoke_returns_outputs(stub) -> None:
     out = await stub.Invoke(
-        event_to_proto(ev(1, 500)), metadata=[("x-eventbus-pipeline", "open")], timeout=5
+        event_to_proto(ev(1, 500)), metadata=[("x-eventbus-pipeline", "echo")], timeout=5
     )
     (e,) = [event_from_proto(m) for m in out.events]
     assert e.type == "payment.large" and e.data["amount_cny"] == 3500.0
     empty = await stub.Invoke(
-        event_to_proto(ev(2, 5)), metadata=[("x-eventbus-pipeline", "open")], timeout=5
+        event_to_proto(ev(2, 5)), metadata=[("x-eventbus-pipeline", "echo")], timeout=5
     )
     assert len(empty.events) == 0
 
@@ -86,7 +86,7 @@ async def test_invoke_returns_outputs(stub) -> None:
             "bearer token",
         ),
         (
-            [("x-eventbus-pipeline", "open")],
+            [("x-eventbus-pipeline", "echo")],
             pb.CloudEvent(id="x", source="/s", spec_version="1.0"),
             grpc.StatusCode.INVALID_ARGUMENT,
             "attribute 'type' is missing",

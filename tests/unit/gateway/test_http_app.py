@@ -8,7 +8,7 @@ import httpx
 import orjson
 import pytest
 
-from eventbus.eventing.sources import sign
+from eventbus.eventing.sources import sign_request
 from eventbus.gateway._http import build_http_app
 
 CE = {
@@ -65,16 +65,16 @@ async def test_structured_batch_and_plain_modes(client) -> None:
 
 async def test_sync_returns_binary_for_one_output_and_204_when_filtered(client) -> None:
     r = await client.post(
-        "/v1/pipelines/open/events?wait=true", headers=CE, content=b'{"amount": 500}'
+        "/v1/pipelines/echo/events?wait=true", headers=CE, content=b'{"amount": 500}'
     )
     assert r.status_code == 200, r.text
     assert r.headers["ce-type"] == "payment.large" and r.headers["ce-id"] == "e1"
     assert r.json() == {"amount": 500, "amount_cny": 3500.0, "cents": 50000}
     r = await client.post(
-        "/v1/pipelines/open/events?wait=true", headers=CE, content=b'{"amount": 5}'
+        "/v1/pipelines/echo/events?wait=true", headers=CE, content=b'{"amount": 5}'
     )
     assert r.status_code == 204
-    assert "open" not in client.backend.published  # sync answers, it does not also publish
+    assert "echo" not in client.backend.published  # sync answers, it does not also publish
 
 
 async def test_sync_batch_gives_a_batch(client) -> None:
@@ -89,7 +89,7 @@ async def test_sync_batch_gives_a_batch(client) -> None:
         for i in range(3)
     ]
     r = await client.post(
-        "/v1/pipelines/open/events?wait=true",
+        "/v1/pipelines/echo/events?wait=true",
         content=orjson.dumps(batch),
         headers={"content-type": "application/cloudevents-batch+json"},
     )
@@ -100,7 +100,7 @@ async def test_sync_batch_gives_a_batch(client) -> None:
 
 async def test_failing_step_is_422_naming_step_and_event(client) -> None:
     r = await client.post(
-        "/v1/pipelines/open/events?wait=true",
+        "/v1/pipelines/echo/events?wait=true",
         headers=CE,
         content=b'{"amount": 9223372036854775807}',
     )
@@ -124,9 +124,17 @@ async def test_source_mode_sync_is_the_default_there(client) -> None:
     assert r.status_code == 202
 
 
-async def test_hmac_auth_401_and_403(client) -> None:
+ORDERS = "http://gw/v1/pipelines/orders/events"
+
+
+def signed(body: bytes, url: str = ORDERS, secret: str = "orders-secret", **headers: str):
+    h = {"content-type": "application/json", **headers}
+    return {**h, "x-eventbus-signature": sign_request(secret, "POST", url, h, body)}
+
+
+async def test_hmac_auth_401(client) -> None:
     body = b'{"amount": 5}'
-    good = {"content-type": "application/json", "x-eventbus-signature": sign("orders-secret", body)}
+    good = signed(body)
     assert (
         await client.post("/v1/pipelines/orders/events", content=body, headers=good)
     ).status_code == 202
@@ -134,7 +142,7 @@ async def test_hmac_auth_401_and_403(client) -> None:
         "/v1/pipelines/orders/events", content=body, headers={"content-type": "application/json"}
     )
     assert r.status_code == 401 and "x-eventbus-signature" in r.json()["error"]
-    bad = {**good, "x-eventbus-signature": sign("wrong", body)}
+    bad = signed(body, secret="wrong")
     assert (
         await client.post("/v1/pipelines/orders/events", content=body, headers=bad)
     ).status_code == 401
@@ -176,10 +184,7 @@ async def test_schema_violation_is_422_with_the_json_pointer(client) -> None:
     r = await client.post(
         "/v1/pipelines/orders/events",
         content=body,
-        headers={
-            "content-type": "application/json",
-            "x-eventbus-signature": sign("orders-secret", body),
-        },
+        headers=signed(body),
     )
     assert r.status_code == 422
     assert "at JSON pointer /tags/1: 3 is not of type 'string'" in r.json()["error"]
@@ -226,9 +231,82 @@ async def test_unknown_pipeline_path_or_transport_is_404(client) -> None:
     assert r.status_code == 404 and "/hooks/open" in r.json()["error"]
 
 
-async def test_unloadable_secret_is_503_naming_the_variable(client) -> None:
+async def test_unloadable_secret_is_503_without_naming_the_variable(client, caplog) -> None:
     r = await client.post("/v1/pipelines/broken/events", json={})
-    assert r.status_code == 503 and "UNSET_TOKEN is not set" in r.json()["error"]
+    assert r.status_code == 503
+    assert r.json()["error"] == (
+        "pipeline 'broken' is not accepting http events: its auth secret is not configured on "
+        "the gateway (the gateway's log says what is missing)"
+    )
+    assert "UNSET_TOKEN" not in r.text
+
+
+def test_unloadable_secret_is_logged_with_its_variable(caplog) -> None:
+    from eventbus.gateway._ingress import RouteTable
+    from tests.unit.gateway.conftest import default_docs
+
+    with caplog.at_level("ERROR", logger="eventbus.gateway"):
+        RouteTable.from_documents(default_docs(), {})
+    assert "UNSET_TOKEN is not set" in caplog.text
+
+
+async def test_a_signed_request_is_accepted_once(client) -> None:
+    body = b'{"amount": 5}'
+    h = signed(body)
+    r = await client.post("/v1/pipelines/orders/events", content=body, headers=h)
+    assert r.status_code == 202
+    r = await client.post("/v1/pipelines/orders/events", content=body, headers=h)
+    assert r.status_code == 401 and "was replayed" in r.json()["error"]
+    assert len(client.backend.published["orders"]) == 1
+
+
+async def test_a_signed_request_replayed_with_another_type_or_wait_is_401(client) -> None:
+    body = b'{"amount": 5}'
+    ce = {"ce-specversion": "1.0", "ce-id": "x1", "ce-source": "/s", "ce-type": "payment.created"}
+    h = signed(body, **ce)
+    r = await client.post(
+        "/v1/pipelines/orders/events", content=body, headers={**h, "ce-type": "refund"}
+    )
+    assert r.status_code == 401 and "does not match the request" in r.json()["error"]
+    r = await client.post("/v1/pipelines/orders/events?wait=true", content=body, headers=h)
+    assert r.status_code == 401 and "does not match the request" in r.json()["error"]
+    assert "orders" not in client.backend.published
+
+
+@pytest.mark.parametrize("t", ["\u00b2", "9" * 5000])
+async def test_odd_signature_timestamps_are_401_not_500(client, t) -> None:
+    value = f"t={t},v2=00".encode()  # as bytes on the wire (latin-1 for the gateway)
+    h = {"content-type": "application/json", "x-eventbus-signature": value}
+    r = await client.post("/v1/pipelines/orders/events", content=b"{}", headers=h)
+    assert r.status_code == 401 and "ASCII digits" in r.json()["error"]
+
+
+async def test_a_failing_replay_cache_is_503_and_nothing_accepted(ingress_factory) -> None:
+    ingress, backend = ingress_factory()
+
+    class Down:
+        async def claim(self, replay):
+            raise ConnectionError("redis down")
+
+    ingress.replay = Down()
+    body = b'{"amount": 5}'
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=build_http_app(ingress)), base_url="http://gw"
+    ) as c:
+        r = await c.post("/v1/pipelines/orders/events", content=body, headers=signed(body))
+    assert r.status_code == 503 and "replays" in r.json()["error"]
+    assert "orders" not in backend.published
+
+
+async def test_wait_true_on_an_async_source_is_403_naming_the_fix(client) -> None:
+    for url in ("/v1/pipelines/open/events?wait=true", "/hooks/open?wait=1"):
+        r = await client.post(url, headers=CE, content=b'{"amount": 500}')
+        assert r.status_code == 403, url
+        assert r.json()["error"] == (
+            "pipeline 'open' answers no ?wait=true: its http source is mode: async "
+            "(write-only); send without ?wait=true, or set mode: sync on the source and redeploy"
+        )
+    assert "open" not in client.backend.published
 
 
 async def test_broker_failure_is_503_and_nothing_claimed_accepted(client) -> None:
@@ -256,7 +334,7 @@ async def test_event_routes_answer_in_front_of_the_app_like_the_app(client) -> N
     r = await client.post("/v1/pipelines/open/events?wait=maybe", headers=CE, content=b"{}")
     assert r.status_code == 400 and "query parameter wait is 'maybe'" in r.json()["error"]
     r = await client.post(
-        "/v1/pipelines/open/events?x=1&wait=1", headers=CE, content=b'{"amount": 500}'
+        "/v1/pipelines/echo/events?x=1&wait=1", headers=CE, content=b'{"amount": 500}'
     )
     assert (
         r.status_code == 200
@@ -266,7 +344,7 @@ async def test_event_routes_answer_in_front_of_the_app_like_the_app(client) -> N
     r = await client.post("/hooks/open/", headers=CE, content=b'{"amount": 500}')
     assert r.status_code == 202 and r.headers["content-type"] == "application/json"
     r = await client.post(
-        "/v1/pipelines/open/events?wait=true",
+        "/v1/pipelines/echo/events?wait=true",
         headers={**CE, "ce-id": "small"},
         content=b'{"amount": 5}',
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eventbus.eventing._signature import sign
+from eventbus.eventing._signature import sign, sign_request
 from eventbus.eventing.sources._base import Source
 from eventbus.eventing.sources._http_config import (
     AuthConfig,
@@ -36,4 +36,5 @@ __all__ = [
     "SourceSinks",
     "ingress_topic",
     "sign",
+    "sign_request",
 ]

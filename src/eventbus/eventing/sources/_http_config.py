@@ -66,11 +66,12 @@ class _SecretRef(BaseModel):
 
 
 class HmacAuthConfig(_SecretRef):
-    """HMAC-SHA256 signatures, as Stripe signs webhooks.
+    """HMAC-SHA256 signatures of the whole request (Stripe's header, a canonical request).
 
-    The sender puts ``t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`` in the
-    signature header; requests older or newer than ``tolerance_s`` are refused (replay
-    window).
+    The sender puts ``t=<unix seconds>,v2=<hex HMAC-SHA256 of the canonical request>`` in the
+    signature header (the canonical form: :mod:`eventbus.eventing._signature`; ``sign()``
+    computes it); requests older or newer than ``tolerance_s`` are refused (replay window)
+    and each signature is accepted once.
     """
 
     secret_env: Annotated[str, StringConstraints(pattern=_ENV_NAME)] | None = Field(
@@ -80,7 +81,7 @@ class HmacAuthConfig(_SecretRef):
         default=None, description="File holding the secret (surrounding whitespace ignored)."
     )
     header: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9-]+$")] = Field(
-        default=SIGNATURE_HEADER, description="Header carrying 't=...,v1=...'."
+        default=SIGNATURE_HEADER, description="Header carrying 't=...,v2=...'."
     )
     tolerance_s: int = Field(
         default=DEFAULT_TOLERANCE_S, ge=1, le=86_400, description="Replay window in seconds."
@@ -142,8 +143,9 @@ class _IngressSourceConfig(BaseModel):
     )
     mode: Literal["async", "sync"] = Field(
         default="async",
-        description="async: answer 202 once the event is durably accepted; sync: answer with the "
-        "pipeline's outputs (callers may also ask per request with ?wait=true).",
+        description="async: answer 202 once the event is durably accepted (write-only: "
+        "?wait=true and gRPC Invoke are refused with 403); sync: answer with the pipeline's "
+        "outputs (callers may ask for a 202 instead with ?wait=false).",
     )
     auth: AuthConfig | None = Field(
         default=None, description="Caller authentication; None accepts anyone."
