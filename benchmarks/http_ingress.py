@@ -69,7 +69,7 @@ apiVersion: eventbus/v1
 kind: Pipeline
 metadata: {{name: {name}}}
 spec:
-  sources: [{{http: {{}}}}]
+  sources: [{{http: {{mode: sync}}}}]  # sync answers ?wait=true; ?wait=false: 202
   steps:
     - id: only_large
       filter: "type == 'payment.created' && data.amount > 100 && data.currency in ['CNY', 'USD']"
@@ -265,8 +265,9 @@ def main() -> None:
                 )
             )
         wait_http(f"http://127.0.0.1:{gw_port}/healthz")
-        async_url = f"http://127.0.0.1:{gw_port}/v1/pipelines/httpbench/events"
-        sync_url = async_url + "?wait=true"
+        events_url = f"http://127.0.0.1:{gw_port}/v1/pipelines/httpbench/events"
+        async_url = events_url + "?wait=false"
+        sync_url = events_url + "?wait=true"
         check(bare_url, 202)
         check(async_url, 202)
         check(sync_url, 200)

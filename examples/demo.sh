@@ -28,7 +28,7 @@ echo "== HTTP at the gateway ($GW): a plain JSON payment, answered synchronously
 curl -sS -X POST "$GW/payments?wait=true" -H 'content-type: application/json' \
   -d '{"amount": 900, "currency": "EUR", "card": "4000-0000"}' -D - ; echo
 echo "== HTTP, asynchronously: 202 once the event is durably in the pipeline's ingress topic"
-curl -sS -X POST "$GW/v1/pipelines/large-payments/events" -H 'content-type: application/json' \
+curl -sS -X POST "$GW/v1/pipelines/large-payments/events?wait=false" -H 'content-type: application/json' \
   -H 'ce-specversion: 1.0' -H 'ce-id: web-1' -H 'ce-source: /shop/web' -H 'ce-type: payment.created' \
   -d '{"amount": 450, "currency": "USD", "card": "4000-0001"}' ; echo
 $EB tail payments-large --from-beginning --max 4 --timeout 60

@@ -114,7 +114,7 @@ def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
         assert r.headers["ce-type"] == "payment.large" and r.headers["ce-source"] == "/shop/web"
         assert r.json()["amount_cny"] == 900 * 7.7 and 0 <= r.json()["fraud_score"] <= 1
         r = httpx.post(
-            f"{gw}/v1/pipelines/large-payments/events",
+            f"{gw}/v1/pipelines/large-payments/events?wait=false",
             json={"amount": 450, "currency": "USD"},
             timeout=60,
         )

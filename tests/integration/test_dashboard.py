@@ -219,7 +219,7 @@ def deployed(
         "spec": {
             "sources": [
                 {"kafka": {"topic": src}},
-                {"http": {"path": f"/dash/{tag}", "type": "payment.created"}},
+                {"http": {"path": f"/dash/{tag}", "type": "payment.created", "mode": "sync"}},
             ],
             "steps": [
                 {"id": "large", "filter": "data.amount > 100"},
@@ -252,7 +252,7 @@ def deployed(
     with httpx.Client(base_url=gateway.url, timeout=30) as c:
         for i in range(20):
             headers = {"traceparent": traceparent} if i == 0 else {}
-            r = c.post(f"/dash/{tag}", json={"amount": 1000 + i}, headers=headers)
+            r = c.post(f"/dash/{tag}?wait=false", json={"amount": 1000 + i}, headers=headers)
             assert r.status_code == 202, r.text
         # sync calls run on the replica, not through the sources: the gateway counts them
         for amount, status in ((200, 200), (50, 204), (300.5, 422)):
@@ -555,7 +555,10 @@ def test_actor_placement_publishes_the_same_figures(
         "kind": "Pipeline",
         "metadata": {"name": name},
         "spec": {
-            "sources": [{"kafka": {"topic": src}}, {"http": {"path": f"/dact/{tag}", "type": "t"}}],
+            "sources": [
+                {"kafka": {"topic": src}},
+                {"http": {"path": f"/dact/{tag}", "type": "t", "mode": "sync"}},
+            ],
             "steps": [
                 {"id": "large", "filter": "data.amount > 100"},
                 {"id": "cny", "convert": {"set": {"data.cny": "data.amount * 7"}}},
@@ -585,10 +588,13 @@ def test_actor_placement_publishes_the_same_figures(
         asyncio.run(produce(kafka_bootstrap, src, events))
         with httpx.Client(base_url=gateway.url, timeout=30) as c:
             wait_for(
-                lambda: c.post(f"/dact/{tag}", json={"amount": 1000}).status_code == 202, 30
+                lambda: c.post(f"/dact/{tag}?wait=false", json={"amount": 1000}).status_code == 202,
+                30,
             )  # the route is read from Redis
             for i in range(4):
-                assert c.post(f"/dact/{tag}", json={"amount": 1001 + i}).status_code == 202
+                assert (
+                    c.post(f"/dact/{tag}?wait=false", json={"amount": 1001 + i}).status_code == 202
+                )
             assert c.post(f"/dact/{tag}?wait=true", json={"amount": 200}).status_code == 200
             assert c.post(f"/dact/{tag}?wait=true", json={"amount": 50}).status_code == 204
         asyncio.run(collect(kafka_bootstrap, sink, 19 + 5, timeout_s=60))

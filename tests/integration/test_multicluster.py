@@ -48,7 +48,7 @@ metadata: {name: mc-orders}
 spec:
   sources:
     - http: {type: order.created, source: /it/multicluster}
-    - grpc: {}
+    - grpc: {mode: sync}
   sink: {kafka: {topic: mc-orders-out}}
   serving: {replicas: 1, batch: {max_size: 1000, linger_ms: 2}}
 """
