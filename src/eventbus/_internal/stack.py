@@ -92,6 +92,7 @@ def stack_up(
     gateway: bool = True,
     http_port: int = 8080,
     grpc_port: int = 50051,
+    redis_maxmemory: str = "1gb",
 ) -> Stack:
     """Start (or adopt) the stack and record it in ``home``.
 
@@ -104,6 +105,9 @@ def stack_up(
         gateway: start the HTTP/gRPC gateway too.
         http_port: the gateway's HTTP port (a free one when taken).
         grpc_port: the gateway's gRPC port (a free one when taken).
+        redis_maxmemory: the memory limit of a Redis started here (only keys with a TTL are
+            ever evicted: ``volatile-lru``). A Redis started here also gets a password
+            (``<home>/redis_password``, mode 0600), carried in the Redis URL handed out.
 
     Raises:
         StackError: a part failed to start; the parts this call started are stopped again.
@@ -123,7 +127,13 @@ def stack_up(
             kafka_bootstrap = svc.address
             owned["kafka"] = {"pid": svc.pid, "log": str(svc.log_path)}
         if redis_url is None:
-            svc = start_redis(data_dir=home / "redis", detach=True, appendonly=True)
+            svc = start_redis(
+                data_dir=home / "redis",
+                detach=True,
+                appendonly=True,
+                password=_redis_password(home),
+                maxmemory=redis_maxmemory,
+            )
             started.append(svc)
             redis_url = svc.address
             owned["redis"] = {"pid": svc.pid, "log": str(svc.log_path)}
@@ -198,13 +208,13 @@ def start_gateway(
         stack.ray_address,
         "--kafka-bootstrap",
         stack.kafka_bootstrap,
-        "--redis-url",
-        stack.redis_url,
         "--admin-token-file",
         _make_admin_token(logs.parent),  # logs is $EVENTBUS_HOME/logs
     ]
     saved = dict(os.environ)
     os.environ.update(stack.ray_env())
+    # in the environment, not on the command line (``ps``): the URL carries Redis's password
+    os.environ["EVENTBUS_REDIS_URL"] = stack.redis_url
     try:
         svc = _launch(
             "gateway", argv, logs / "gateway.log", f"http://127.0.0.1:{http_port}", detach=True
@@ -268,6 +278,28 @@ def _make_admin_token(home: Path) -> str:
     path = home / "admin_token"
     write_private(path, secrets.token_hex(32), replace=False)
     return str(path)
+
+
+def _redis_password(home: Path) -> str:
+    """The password of the Redis ``up`` starts (kept across restarts), readable by us only."""
+    import secrets
+
+    path = home / "redis_password"
+    write_private(path, secrets.token_hex(32), replace=False)
+    return path.read_text(encoding="utf-8").strip()
+
+
+def redact(url: str) -> str:
+    """A URL for display: its password (``redis://:PASSWORD@host``) replaced by ``***``."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _make_token(home: Path) -> str:
@@ -391,7 +423,7 @@ def stack_status(home: Path) -> dict[str, Any]:
     }
     rhost, rport = _redis_host_port(stack.redis_url)
     parts["redis"] = {
-        "address": stack.redis_url,
+        "address": redact(stack.redis_url),
         "up": _port_open(rhost, rport),
         "owned": "redis" in stack.owned,
     }

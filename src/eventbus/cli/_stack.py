@@ -53,6 +53,10 @@ def up(
     ),
     http_port: int = typer.Option(8080, help="The gateway's HTTP port (a free one if taken)."),
     grpc_port: int = typer.Option(50051, help="The gateway's gRPC port (a free one if taken)."),
+    redis_maxmemory: str = typer.Option(
+        "1gb",
+        help="Memory limit of the Redis started here (only keys with a TTL are evicted: volatile-lru).",
+    ),
 ) -> None:
     """Start the local stack (Ray, Kafka-protocol broker, Redis, gateway), or adopt given addresses."""
     from eventbus._internal.stack import stack_status, stack_up
@@ -69,6 +73,7 @@ def up(
                 gateway=gateway,
                 http_port=http_port,
                 grpc_port=grpc_port,
+                redis_maxmemory=redis_maxmemory,
             )
         except EventBusError as exc:
             fail(str(exc))
@@ -85,7 +90,9 @@ def _restore_pipelines(addr: Addresses) -> None:
     try:
         stored = redis.Redis.from_url(addr.redis or "").hlen(keys.PIPELINES)
     except redis.RedisError as exc:
-        fail(f"cannot read the pipelines in Redis at {addr.redis}: {exc}")
+        from eventbus._internal.stack import redact
+
+        fail(f"cannot read the pipelines in Redis at {redact(addr.redis or '')}: {exc}")
     if not stored:
         return
     with out.status(f"restoring {stored} pipeline(s) from Redis..."):
