@@ -74,6 +74,12 @@ _STAT_NAMES = (
     "dispatch_retries",
     "retries",
     "duplicates",
+    # why events were dead-lettered or lost, beyond a step's failure (see _kafka_errors)
+    "poison",
+    "too_large",
+    "dead_letters_truncated",
+    "dead_letters_lost",
+    "revoke_timeouts",
 )
 
 
@@ -257,7 +263,11 @@ class KafkaSource(Source):
     def stats(self) -> dict[str, int]:
         """Counters since start: consumed, decode_errors, batches, outputs, dropped, failed,
         dead_lettered, committed (records whose offsets were committed), in_flight (batches),
-        dispatch_retries, retries, duplicates."""
+        dispatch_retries, retries, duplicates; and the reasons beyond a step's failure:
+        poison (events a dispatch failed on alone, dead-lettered), too_large (outputs the sink
+        refused as too large, their inputs dead-lettered), dead_letters_truncated (dead letters
+        sent cut down), dead_letters_lost (dead letters refused even cut down), revoke_timeouts
+        (rebalances that did not wait for the batches in flight)."""
         out = dict(self._stats)
         out["in_flight"] = len(self._queue)
         return out
