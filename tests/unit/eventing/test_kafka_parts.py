@@ -323,3 +323,36 @@ def test_a_sink_failing_forever_stalls_the_source_after_give_up_s() -> None:
     with pytest.raises(SourceStalledError, match="sink kept failing"):
         asyncio.run(delivery.send(batch, [(0, [batch.events[0]], 1)], []))  # type: ignore[list-item]
     assert stats["outputs"] == 0
+
+
+def test_a_revocation_waits_for_the_drain_only_revoke_timeout_s() -> None:
+    from eventbus.eventing.sources import FetchSettings, KafkaSource
+
+    async def dispatch(events: list[Any]) -> list[Outcome]:
+        return [[e] for e in events]
+
+    source = KafkaSource(
+        KafkaSourceConfig(topic="in"),
+        pipeline="p",
+        bootstrap_servers="127.0.0.1:1",
+        dispatch=dispatch,
+        sinks=SourceSinks(ListSink()),
+        fetch=FetchSettings(revoke_timeout_s=0.05),
+    )
+
+    async def run() -> float:
+        stuck = asyncio.Event()  # a delivery that never finishes (a sink that hangs)
+        source._deliverer = asyncio.create_task(stuck.wait())
+        batch = BatchMaker(KafkaSourceConfig(topic="in"), False, lambda r, e: (None, None))
+        source._queue.append(batch.make({TP: [good(0)]}))  # type: ignore[arg-type]
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await asyncio.wait_for(source._on_revoked({TP}), 5)
+        elapsed = loop.time() - started
+        source._deliverer.cancel()
+        return elapsed
+
+    elapsed = asyncio.run(run())
+    assert 0.05 <= elapsed < 1.0
+    assert source.stats()["revoke_timeouts"] == 1
+    assert not source._revoking  # fetching resumes

@@ -54,6 +54,9 @@ class FetchSettings:
             happens where dispatch runs: a Ray replica, off the source's single core. A record
             that does not decode there comes back as ``Failure(step="decode")`` and is
             dead-lettered like one that failed in the source.
+        revoke_timeout_s: how long a rebalance waits for the batches in flight of the
+            partitions being revoked (None: the session timeout, which is about how long the
+            group coordinator waits for this member anyway).
 
     Example:
         >>> FetchSettings(max_batch=500, linger_ms=5).max_in_flight
@@ -65,6 +68,7 @@ class FetchSettings:
     max_in_flight: int = 4
     session_timeout_ms: int = 6000
     decode_in_dispatch: bool = False
+    revoke_timeout_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
