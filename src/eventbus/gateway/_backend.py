@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from eventbus.errors import IngressError
 from eventbus.eventing._codecs import KafkaRecord, encode_kafka_binary
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Outcome
+from eventbus.eventing.sinks._base import SinkEncodeError
 from eventbus.eventing.sources._http_config import GATEWAY_PRODUCERS, ingress_topic
 from eventbus.gateway._batcher import MicroBatcher
 
@@ -24,19 +26,78 @@ __all__ = ["GatewayBackend"]
 
 log = logging.getLogger("eventbus.gateway")
 
-_MAX_RECORD = 1024 * 1024 - 32 * 1024
+#: Most bytes of one ingress record, headers, key and value together (413 above). The
+#: producer refuses a record over its max_request_size (1 MiB) and Kafka's default
+#: message.max.bytes is about 1 MiB; 32 KiB are left for the record and batch framing.
+MAX_RECORD_BYTES = 1024 * 1024 - 32 * 1024
+# Framing of one record in a batch (length, attributes, deltas; varints), at most.
+_RECORD_OVERHEAD = 64
+_HEADER_OVERHEAD = 10
 
 
 def _to_record(e: CloudEvent) -> KafkaRecord:
+    # The whole record is measured before it joins a produce: one that the producer or the
+    # broker would refuse must not fail the requests batched with it.
     headers, value = encode_kafka_binary(e)
-    if value is not None and len(value) > _MAX_RECORD:
-        raise IngressError(
-            413,
-            f"event {e.attributes.get('id')!r} is {len(value)} bytes encoded; a record may have at most {_MAX_RECORD}: send large payloads by reference",
-        )
     pkey = e.attributes.get("partitionkey")
     key = None if pkey is None else (pkey.encode() if isinstance(pkey, str) else str(pkey).encode())
+    size = _RECORD_OVERHEAD + (len(value) if value is not None else 0) + (len(key) if key else 0)
+    for name, raw in headers:
+        size += len(name) + len(raw) + _HEADER_OVERHEAD
+    if size > MAX_RECORD_BYTES:
+        vsize = len(value) if value is not None else 0
+        msg = (
+            f"event {e.attributes.get('id')!r} is {size} bytes as a Kafka record (data "
+            f"{vsize}, attributes and key {size - vsize}); a record may have at most "
+            f"{MAX_RECORD_BYTES}: send large payloads by reference (a URL in data)"
+        )
+        raise IngressError(413, msg)
     return KafkaRecord(headers, value, key)
+
+
+def _too_large(exc: BaseException) -> bool:
+    # aiokafka's MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError and
+    # the sinks' own, by name: the broker's limit may be below MAX_RECORD_BYTES.
+    return type(exc).__name__.endswith("TooLargeError")
+
+
+async def _send_apart(sink: Any, records: list[KafkaRecord]) -> list[str | None]:
+    """Send records; a record refused as such fails alone. Per record: None when acked, or
+    why it was refused.
+
+    Raises:
+        Exception: anything else (nothing is known to be acknowledged: the requests retry).
+    """
+    try:
+        await sink.send([(r, None) for r in records])
+        return [None] * len(records)
+    except SinkEncodeError as e:  # refused before anything was sent
+        failed = e.failures
+        rest = [r for i, r in enumerate(records) if i not in failed]
+        if rest:
+            await sink.send([(r, None) for r in rest])
+        return [
+            f"{failed[i][0]}: {failed[i][1]}" if i in failed else None for i in range(len(records))
+        ]
+    except Exception as e:
+        if len(records) == 1 or not _too_large(e):
+            raise
+        log.warning(
+            "a produce of %d records was refused as too large; sending them one by one",
+            len(records),
+        )
+    # Rare (a broker limit below ours): each record alone, to find the one refused. A record
+    # of a batch the broker had acknowledged is written twice; dedupe (source + id) drops it.
+    out: list[str | None] = []
+    for r in records:
+        try:
+            await sink.send([(r, None)])
+            out.append(None)
+        except Exception as one:
+            if not _too_large(one):
+                raise
+            out.append(f"{type(one).__name__}: {one}")
+    return out
 
 
 class GatewayBackend:
@@ -49,6 +110,8 @@ class GatewayBackend:
         producers: Kafka producers per pipeline, each with its own connection and a batch
             in flight (aiokafka sends one produce request per connection at a time).
         invoke_in_flight: concurrent Serve calls per pipeline (sync requests).
+        make_sink: ``(topic, lane)`` to a started-on-``start()`` sink with ``send`` and
+            ``stop`` (tests); None: a :class:`~eventbus.eventing.sinks.KafkaSink`.
     """
 
     def __init__(
@@ -59,6 +122,7 @@ class GatewayBackend:
         linger_ms: float = 0.0,
         producers: int = GATEWAY_PRODUCERS,
         invoke_in_flight: int = 4,
+        make_sink: Callable[[str, tuple[int, int]], Any] | None = None,
     ) -> None:
         if producers < 1 or invoke_in_flight < 1:
             msg = f"producers={producers}, invoke_in_flight={invoke_in_flight}: both must be >= 1"
@@ -68,7 +132,8 @@ class GatewayBackend:
         self._invoke_in_flight = invoke_in_flight
         self._max_batch = max_batch
         self._linger_ms = linger_ms
-        self._publishers: dict[str, MicroBatcher[KafkaRecord, None]] = {}
+        self._make_sink = make_sink
+        self._publishers: dict[str, MicroBatcher[KafkaRecord, str | None]] = {}
         self._sinks: dict[str, list[Any]] = {}
         self._invokers: dict[str, MicroBatcher[CloudEvent, Outcome]] = {}
         self._lock = asyncio.Lock()
@@ -81,11 +146,28 @@ class GatewayBackend:
         batcher = self._publishers.get(pipeline)
         if batcher is None:
             batcher = await self._publisher(pipeline)
-        await batcher.submit(records)
+        results = await batcher.submit(records)
+        refused = [(e, why) for e, why in zip(events, results) if why is not None]
+        if refused:
+            e, why = refused[0]
+            taken = len(events) - len(refused)
+            msg = (
+                f"pipeline {pipeline!r}: event {e.attributes.get('id')!r} was refused by the "
+                f"broker ({why}); {len(refused)} of the request's {len(events)} events were "
+                f"refused, {taken} accepted: send large payloads by reference (a URL in data)"
+            )
+            raise IngressError(413, msg)
 
-    async def _publisher(self, pipeline: str) -> MicroBatcher[KafkaRecord, None]:
+    def _new_sink(self, topic: str, lane: tuple[int, int]) -> Any:
+        if self._make_sink is not None:
+            return self._make_sink(topic, lane)
         from eventbus.eventing.sinks._kafka import KafkaSink, KafkaSinkConfig
 
+        return KafkaSink(
+            KafkaSinkConfig(topic=topic), bootstrap_servers=self.kafka_bootstrap, lane=lane
+        )
+
+    async def _publisher(self, pipeline: str) -> MicroBatcher[KafkaRecord, str | None]:
         async with self._lock:
             if pipeline not in self._publishers:
                 # Several producers, each with its own connection: aiokafka sends one produce
@@ -93,14 +175,7 @@ class GatewayBackend:
                 # requests wait a whole round trip for each other. Each writes its own lane of
                 # partitions, so no two write one partition with keyless records.
                 n = self._producers
-                sinks = [
-                    KafkaSink(
-                        KafkaSinkConfig(topic=ingress_topic(pipeline)),
-                        bootstrap_servers=self.kafka_bootstrap,
-                        lane=(i, n),
-                    )
-                    for i in range(n)
-                ]
+                sinks = [self._new_sink(ingress_topic(pipeline), (i, n)) for i in range(n)]
                 try:
                     for sink in sinks:
                         await sink.start()
@@ -110,13 +185,12 @@ class GatewayBackend:
                     raise
                 idle = collections.deque(sinks)
 
-                async def flush(records: list[KafkaRecord]) -> list[None]:
+                async def flush(records: list[KafkaRecord]) -> list[str | None]:
                     sink = idle.popleft()  # the batcher runs at most len(sinks) flushes at once
                     try:
-                        await sink.send([(r, None) for r in records])
+                        return await _send_apart(sink, records)
                     finally:
                         idle.append(sink)
-                    return [None] * len(records)
 
                 self._sinks[pipeline] = sinks
                 self._publishers[pipeline] = MicroBatcher(

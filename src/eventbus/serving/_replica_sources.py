@@ -46,7 +46,7 @@ _STATS_STALE_S = 15.0
 
 
 def delivery_policy(config: PipelineConfig, redis_url: str | None) -> DeliveryPolicy:
-    """The delivery policy (event retries, dedupe, backoff) of a pipeline's Kafka sources.
+    """The delivery policy (event retries, dedupe) of a pipeline's Kafka sources.
 
     Raises:
         ValueError: dedupe is configured but no Redis is known.
@@ -60,17 +60,7 @@ def delivery_policy(config: PipelineConfig, redis_url: str | None) -> DeliveryPo
             msg = f"pipeline {config.name!r} sets delivery.dedupe but the runtime has no Redis; start EventBus with a Redis URL"
             raise ValueError(msg)
         dedupe = RedisDeduper(redis_url, config.name, spec.delivery.dedupe.window_s)
-    d = spec.delivery
-    # The pipeline's backoff paces retried dispatches and sends too, and its retries bound the
-    # tries of a batch whose dispatch raises deterministically (then its poison is isolated
-    # and dead-lettered). Infrastructure failures stop after DeliveryPolicy.give_up_s.
-    return DeliveryPolicy(
-        retry=RetryPolicy.from_config(spec),
-        dedupe=dedupe,
-        retry_initial_s=d.backoff.initial_ms / 1000,
-        retry_max_s=d.backoff.max_ms / 1000,
-        dispatch_retries=d.retries,
-    )
+    return DeliveryPolicy(retry=RetryPolicy.from_config(spec), dedupe=dedupe)
 
 
 async def sweep_forever(

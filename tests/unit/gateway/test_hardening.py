@@ -3,6 +3,7 @@ the wrong JSON type, out-of-range timestamps, oversized headers and attributes."
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -349,3 +350,95 @@ async def test_grpc_batch_over_the_event_cap_is_invalid_argument(stub) -> None:
     assert time.perf_counter() - started < FAST_S
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert f"at most {MAX_BATCH_EVENTS} are taken per call" in err.value.details()
+
+
+# -- 5. record size, checked before producing; one oversize record fails alone --------------
+class BrokerSink:
+    """A sink that refuses a whole produce, as a broker does, when one record is too large."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.sends: list[list[Any]] = []
+        self.acked: list[Any] = []
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    async def send(self, items: list[tuple[Any, bytes | None]]) -> None:
+        from aiokafka.errors import MessageSizeTooLargeError
+
+        records = [r for r, _ in items]
+        self.sends.append(records)
+        await asyncio.sleep(0)  # a round trip: let other requests gather meanwhile
+        for r in records:
+            size = len(r.value or b"") + sum(len(k) + len(v) for k, v in r.headers)
+            if size > self.limit:
+                raise MessageSizeTooLargeError(f"a record of {size} bytes")
+        self.acked.extend(records)
+
+
+def backend_app(limit: int) -> tuple[httpx.AsyncClient, list[BrokerSink]]:
+    from eventbus.gateway._backend import GatewayBackend
+
+    sinks: list[BrokerSink] = []
+
+    def make_sink(topic: str, lane: tuple[int, int]) -> BrokerSink:
+        sinks.append(BrokerSink(limit))
+        return sinks[-1]
+
+    d = [pipeline_doc("big", [{"http": {"max_body_bytes": 4 * 1024 * 1024}}])]
+    backend = GatewayBackend("unused:9092", producers=1, make_sink=make_sink)
+    app = build_http_app(Ingress(backend, RouteTable.from_documents(d, {})))
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
+    return client, sinks
+
+
+def binary(i: int, data: bytes, **extra: str) -> tuple[dict[str, str], bytes]:
+    headers = {**CE, "ce-id": f"e{i}", "content-type": "application/octet-stream", **extra}
+    return headers, data
+
+
+async def test_an_oversize_record_is_413_before_producing_and_fails_alone() -> None:
+    from eventbus.gateway._backend import MAX_RECORD_BYTES
+
+    client, sinks = backend_app(limit=1024 * 1024)  # the producer's max_request_size
+    # Under the limit by its data alone, over the producer's with its attributes (structured
+    # mode has no header limit): this record used to join a produce and fail it whole (503
+    # for every request batched with it).
+    wide = event(id="e3", data="x" * (MAX_RECORD_BYTES - 10_000))
+    wide.update({f"x{j}": "v" * 1000 for j in range(40)})
+    requests = [binary(i, b"small") for i in range(20)]
+    requests[3] = (STRUCTURED, orjson.dumps(wide))
+    requests[11] = binary(11, b"x" * (MAX_RECORD_BYTES + 1))
+    replies = await asyncio.gather(
+        *(client.post("/v1/pipelines/big/events", headers=h, content=b) for h, b in requests)
+    )
+    assert [r.status_code for r in replies] == [413 if i in (3, 11) else 202 for i in range(20)]
+    error = replies[3].json()["error"]
+    data_size = MAX_RECORD_BYTES - 10_000 + 2  # a JSON string: quoted
+    assert f"bytes as a Kafka record (data {data_size}, attributes and key" in error
+    assert f"a record may have at most {MAX_RECORD_BYTES}" in error
+    assert f"(data {MAX_RECORD_BYTES + 1}, attributes and key" in replies[11].json()["error"]
+    acked = {dict(r.headers)["ce_id"] for r in sinks[0].acked}
+    assert acked == {f"e{i}".encode() for i in range(20) if i not in (3, 11)}
+
+
+async def test_a_record_the_broker_refuses_fails_only_its_request() -> None:
+    # the broker's limit below the gateway's: the produce of the whole batch is refused
+    client, sinks = backend_app(limit=100_000)
+    requests = [binary(i, b"x" * (200_000 if i % 5 == 0 else 10)) for i in range(25)]
+    replies = await asyncio.gather(
+        *(client.post("/v1/pipelines/big/events", headers=h, content=b) for h, b in requests)
+    )
+    assert [r.status_code for r in replies] == [413 if i % 5 == 0 else 202 for i in range(25)]
+    assert "MessageSizeTooLargeError" in replies[0].json()["error"]
+    assert "was refused by the broker" in replies[0].json()["error"]
+    (sink,) = sinks
+    assert any(len(s) > 1 and any(len(r.value) > 100_000 for r in s) for s in sink.sends), (
+        "the oversize records were not batched with others: the test proves nothing"
+    )
+    acked = sorted(int(dict(r.headers)["ce_id"][1:]) for r in sink.acked)
+    assert acked == [i for i in range(25) if i % 5]
