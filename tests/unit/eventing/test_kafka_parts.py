@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import orjson
+import pytest
 from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
@@ -13,6 +14,7 @@ from eventbus.eventing._codecs import RawRecord
 from eventbus.eventing._delivery import RetryPolicy
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure, Outcome
+from eventbus.eventing.sinks import Sink, SinkTooLargeError
 from eventbus.eventing.sources import (
     DECODE_ERROR_TYPE,
     DeliveryPolicy,
@@ -20,7 +22,9 @@ from eventbus.eventing.sources import (
     SourceSinks,
 )
 from eventbus.eventing.sources._kafka_batch import BatchMaker
+from eventbus.eventing.sources._kafka_dead import TRUNCATED_DATA_BYTES
 from eventbus.eventing.sources._kafka_delivery import Delivery
+from eventbus.eventing.sources._kafka_errors import SourceStalledError, is_infrastructure
 from eventbus.eventing.sources._kafka_retry import EventRetries, Redispatcher
 from eventbus.testing import ListSink
 
@@ -45,6 +49,7 @@ def parts(
 ) -> tuple[BatchMaker, Delivery, ListSink, ListSink, dict[str, int]]:
     stats: dict[str, int] = dict.fromkeys(("decode_errors", "outputs", "dropped", "failed"), 0)
     stats.update(dead_lettered=0, duplicates=0)
+    stats.update(too_large=0, dead_letters_truncated=0, dead_letters_lost=0)
     sink, dlq = ListSink(), ListSink()
     config = KafkaSourceConfig(topic="in")
     delivery = Delivery(
@@ -124,11 +129,14 @@ def test_delivery_sends_outputs_and_dead_letters_failures_and_replica_decode_err
         "failed": 1,
         "dead_lettered": 2,
         "duplicates": 0,
+        "too_large": 0,
+        "dead_letters_truncated": 0,
+        "dead_letters_lost": 0,
     }
 
 
 def test_event_retries_dispatch_failures_again_until_they_settle() -> None:
-    stats = {"dispatch_retries": 0, "retries": 0}
+    stats = {"dispatch_retries": 0, "retries": 0, "poison": 0}
     tries: dict[int, int] = {}
 
     async def dispatch(events: list[Any]) -> list[Outcome]:
@@ -151,7 +159,7 @@ def test_event_retries_dispatch_failures_again_until_they_settle() -> None:
     rounds = asyncio.run(run())
     assert [[(i, n) for i, _, n in r] for r in rounds] == [[], [(1, 3)], [(2, 4)]]
     assert isinstance(rounds[-1][0][1], Failure)
-    assert stats == {"dispatch_retries": 0, "retries": 2 + 2 + 1}
+    assert stats == {"dispatch_retries": 0, "retries": 2 + 2 + 1, "poison": 0}
 
     no_retries = EventRetries(None, Redispatcher(dispatch, policy, "p", stats), stats)
     settled, pending = no_retries.split([[0], Failure("s", "E", "x")])
@@ -159,7 +167,7 @@ def test_event_retries_dispatch_failures_again_until_they_settle() -> None:
 
 
 def test_redispatch_retries_a_raising_dispatch_and_checks_the_outcome_count() -> None:
-    stats = {"dispatch_retries": 0}
+    stats = {"dispatch_retries": 0, "poison": 0}
     calls = 0
 
     async def flaky(events: list[Any]) -> list[Outcome]:
@@ -175,3 +183,176 @@ def test_redispatch_retries_a_raising_dispatch_and_checks_the_outcome_count() ->
     [failure] = asyncio.run(redispatch(["a"], 2))
     assert isinstance(failure, Failure)
     assert (failure.step, failure.error_type) == ("dispatch", "DispatchContractError")
+
+
+# -- nothing retries forever ----------------------------------------------------------------
+
+
+def test_a_poison_event_that_makes_dispatch_raise_is_isolated_and_failed_alone() -> None:
+    stats = {"dispatch_retries": 0, "poison": 0}
+    calls: list[list[int]] = []
+
+    async def dispatch(events: list[Any]) -> list[Outcome]:
+        calls.append(list(events))
+        if 13 in events:
+            raise ValueError("cannot pickle event 13")
+        return [[n] for n in events]
+
+    policy = DeliveryPolicy(retry_initial_s=0.001, dispatch_retries=2)
+    outcomes = asyncio.run(Redispatcher(dispatch, policy, "p", stats)(list(range(32)), 1))
+    failure = outcomes[13]
+    assert isinstance(failure, Failure)
+    assert (failure.step, failure.error_type) == ("dispatch", "ValueError")
+    assert "cannot pickle event 13" in failure.message
+    assert "dead-lettered and its partition moves on" in failure.message
+    assert outcomes[:13] + outcomes[14:] == [[n] for n in range(32) if n != 13]
+    assert stats["poison"] == 1
+    # 3 tries of the whole batch, then one split per level (log2 32 = 5): bounded.
+    assert len(calls) == 3 + 2 * 5
+
+
+def test_an_infrastructure_error_is_retried_until_give_up_s_then_the_source_stalls() -> None:
+    stats = {"dispatch_retries": 0, "poison": 0}
+
+    async def down(events: list[Any]) -> list[Outcome]:
+        raise ConnectionError("replica unreachable")
+
+    policy = DeliveryPolicy(retry_initial_s=0.001, retry_max_s=0.001, give_up_s=0.05)
+    with pytest.raises(SourceStalledError, match="dispatch kept failing for 0 s") as info:
+        asyncio.run(Redispatcher(down, policy, "p", stats)(["a", "b"], 1))
+    assert "ConnectionError: replica unreachable" in str(info.value)
+    assert stats["dispatch_retries"] > 3
+    assert stats["poison"] == 0  # nothing dead-lettered for an outage
+
+
+def test_errors_are_classified_infrastructure_or_not() -> None:
+    from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError
+
+    from eventbus.errors import StateUnavailableError
+
+    class ActorDiedError(Exception):  # Ray's, by name: eventing does not import Ray
+        pass
+
+    for error in (
+        ConnectionError(),
+        TimeoutError(),
+        StateUnavailableError("redis"),
+        KafkaConnectionError(),
+        ActorDiedError(),
+    ):
+        assert is_infrastructure(error), error
+    for error in (ValueError(), TypeError(), MessageSizeTooLargeError(), KeyError("x")):
+        assert not is_infrastructure(error), error
+
+
+def _size(data: Any) -> bytes:
+    return data if isinstance(data, bytes) else orjson.dumps(data)
+
+
+class RefusingSink(Sink):
+    """Refuses (too large, without saying which) any send holding an event over ``limit``
+    bytes of data; records what it accepted."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.events: list[CloudEvent] = []
+        self.calls = 0
+
+    async def send(self, items: Any) -> None:
+        self.calls += 1
+        if any(len(_size(e.data)) > self.limit for e, _ in items):
+            raise SinkTooLargeError("kafka topic 'x'", "MessageSizeTooLargeError: [Error 10]")
+        self.events.extend(e for e, _ in items)
+
+
+def test_outputs_too_large_dead_letter_their_inputs_and_too_large_dead_letters_are_cut() -> None:
+    stats: dict[str, int] = dict.fromkeys(("decode_errors", "outputs", "dropped", "failed"), 0)
+    stats.update(dead_lettered=0, duplicates=0)
+    stats.update(too_large=0, dead_letters_truncated=0, dead_letters_lost=0)
+    sink, dlq = RefusingSink(limit=1000), RefusingSink(limit=70_000)
+    config = KafkaSourceConfig(topic="in")
+    delivery = Delivery(config, "p", SourceSinks(sink, dlq), DeliveryPolicy(), stats)
+    maker = BatchMaker(config, False, delivery.undecodable)
+    big_input = record(3, orjson.dumps({"n": 3, "pad": "y" * 100_000}), (*CE, ("ce_id", b"e3")))
+    batch = maker.make({TP: [good(0), good(1), good(2), big_input, good(4)]})
+    assert batch is not None
+
+    def grow(e: CloudEvent) -> CloudEvent:
+        return e.replace(data={"n": e.data["n"], "pad": "x" * 2000})
+
+    outcomes: list[Outcome] = [[e] for e in batch.events]  # type: ignore[misc]
+    outcomes[1] = [grow(batch.events[1])]  # type: ignore[arg-type]
+    outcomes[3] = [grow(batch.events[3])]  # type: ignore[arg-type]
+    asyncio.run(delivery.send(batch, [(i, o, 1) for i, o in enumerate(outcomes)], []))
+
+    assert [e.data["n"] for e in sink.events] == [0, 2, 4]
+    whole, cut = dlq.events
+    assert whole.data == {"n": 1}  # the input, as it came
+    assert (whole["ebstep"], whole["eberrortype"], whole["eboffset"]) == (
+        "sink",
+        "RecordTooLargeError",
+        1,
+    )
+    assert "rejected a send as too large" in whole["eberror"]
+    # The dead letter of the big input was refused too: it went again cut down.
+    assert (cut.id, cut["eboffset"], cut["eberrortype"]) == ("e3", 3, "RecordTooLargeError")
+    assert cut["ebtruncated"].startswith("RecordTooLargeError: kafka topic 'x' rejected")
+    assert cut["ebsize"] == len(orjson.dumps({"n": 3, "pad": "y" * 100_000}))
+    assert cut.data == orjson.dumps({"n": 3, "pad": "y" * 100_000})[:TRUNCATED_DATA_BYTES]
+    assert {k: stats[k] for k in ("outputs", "failed", "too_large", "dead_lettered")} == {
+        "outputs": 3,
+        "failed": 2,
+        "too_large": 2,
+        "dead_lettered": 2,
+    }
+    assert (stats["dead_letters_truncated"], stats["dead_letters_lost"]) == (1, 0)
+
+
+def test_a_sink_failing_forever_stalls_the_source_after_give_up_s() -> None:
+    class DownSink(Sink):
+        async def send(self, items: Any) -> None:
+            raise ConnectionError("broker down")
+
+    stats: dict[str, int] = dict.fromkeys(("decode_errors", "outputs", "dropped", "failed"), 0)
+    stats.update(dead_lettered=0, duplicates=0)
+    config = KafkaSourceConfig(topic="in")
+    policy = DeliveryPolicy(retry_initial_s=0.001, retry_max_s=0.001, give_up_s=0.05)
+    delivery = Delivery(config, "p", SourceSinks(DownSink()), policy, stats)
+    batch = BatchMaker(config, False, delivery.undecodable).make({TP: [good(0)]})
+    assert batch is not None
+    with pytest.raises(SourceStalledError, match="sink kept failing"):
+        asyncio.run(delivery.send(batch, [(0, [batch.events[0]], 1)], []))  # type: ignore[list-item]
+    assert stats["outputs"] == 0
+
+
+def test_a_revocation_waits_for_the_drain_only_revoke_timeout_s() -> None:
+    from eventbus.eventing.sources import FetchSettings, KafkaSource
+
+    async def dispatch(events: list[Any]) -> list[Outcome]:
+        return [[e] for e in events]
+
+    source = KafkaSource(
+        KafkaSourceConfig(topic="in"),
+        pipeline="p",
+        bootstrap_servers="127.0.0.1:1",
+        dispatch=dispatch,
+        sinks=SourceSinks(ListSink()),
+        fetch=FetchSettings(revoke_timeout_s=0.05),
+    )
+
+    async def run() -> float:
+        stuck = asyncio.Event()  # a delivery that never finishes (a sink that hangs)
+        source._deliverer = asyncio.create_task(stuck.wait())
+        batch = BatchMaker(KafkaSourceConfig(topic="in"), False, lambda r, e: (None, None))
+        source._queue.append(batch.make({TP: [good(0)]}))  # type: ignore[arg-type]
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await asyncio.wait_for(source._on_revoked({TP}), 5)
+        elapsed = loop.time() - started
+        source._deliverer.cancel()
+        return elapsed
+
+    elapsed = asyncio.run(run())
+    assert 0.05 <= elapsed < 1.0
+    assert source.stats()["revoke_timeouts"] == 1
+    assert not source._revoking  # fetching resumes

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eventbus.eventing.sinks._base import Sink, SinkEncodeError
+from eventbus.eventing.sinks._base import Sink, SinkEncodeError, SinkTooLargeError
 from eventbus.eventing.sinks._kafka import KafkaSink, KafkaSinkConfig
 
-__all__ = ["KafkaSink", "KafkaSinkConfig", "Sink", "SinkEncodeError"]
+__all__ = ["KafkaSink", "KafkaSinkConfig", "Sink", "SinkEncodeError", "SinkTooLargeError"]

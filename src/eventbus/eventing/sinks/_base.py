@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from eventbus.errors import EventBusError
 from eventbus.eventing._event import CloudEvent
 
-__all__ = ["Sink", "SinkEncodeError"]
+__all__ = ["Sink", "SinkEncodeError", "SinkTooLargeError"]
 
 
 class Sink(ABC):
@@ -48,6 +48,8 @@ class Sink(ABC):
 
         Raises:
             SinkEncodeError: some items cannot be encoded; nothing was sent.
+            SinkTooLargeError: the destination rejected what was sent as too large, without
+                saying which item; other items of the call may have been delivered.
             Exception: the destination did not acknowledge every item; nothing may be
                 assumed delivered, and the caller retries (at-least-once).
         """
@@ -74,4 +76,29 @@ class SinkEncodeError(EventBusError, ValueError):
         return (
             f"{len(self.failures)} events could not be encoded for {self.sink}{detail}; "
             "outputs must be CloudEvents whose data is JSON-serialisable or bytes"
+        )
+
+
+class SinkTooLargeError(EventBusError, ValueError):
+    """The destination rejected a send as too large (Kafka's ``MESSAGE_SIZE_TOO_LARGE``, an
+    HTTP 413), without saying which item; items of the same call may have been delivered.
+
+    Retrying the same items fails the same way: the source sends them in smaller groups until
+    the item that is too large alone is found, and dead-letters its input. Items delivered by
+    the rejected call may then be written twice (at-least-once; dedupe suppresses them).
+
+    Args:
+        sink: what the sink writes to (a topic name, a URL).
+        detail: the destination's answer.
+    """
+
+    def __init__(self, sink: str, detail: str) -> None:
+        super().__init__(sink, detail)
+        self.sink = sink
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return (
+            f"{self.sink} rejected a send as too large ({self.detail}); send large payloads "
+            "by reference (a URL in data)"
         )

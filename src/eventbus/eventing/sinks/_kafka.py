@@ -13,14 +13,19 @@ import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from aiokafka.errors import KafkaError
+from aiokafka.errors import (
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+)
 from aiokafka.partitioner import murmur2
 from pydantic import BaseModel, ConfigDict, Field
 
 from eventbus.errors import ConfigError, StackError
 from eventbus.eventing._codecs import KafkaRecord, encode_kafka_binary, encode_kafka_structured
 from eventbus.eventing._event import CloudEvent
-from eventbus.eventing.sinks._base import Sink, SinkEncodeError
+from eventbus.eventing.sinks._base import Sink, SinkEncodeError, SinkTooLargeError
 from eventbus.registry import sinks
 
 __all__ = ["KafkaSink", "KafkaSinkConfig"]
@@ -35,6 +40,8 @@ _MAX_RECORD_BYTES = 1024 * 1024 - 32 * 1024
 # murmur2 is pure Python (microseconds per key); keys repeat, so remember recent hashes.
 _HASH_CACHE_MAX = 100_000
 _hash_cache: dict[bytes, int] = {}
+#: What a producer or broker answers for a record or batch over its size limit.
+_TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
 #: How often the lower bounds of the partitions' ends are refreshed from the broker.
 _FLOORS_EVERY_S = 1.0
 #: Longest a search of the topic's tail (after a crash) may take before it gives up.
@@ -263,6 +270,8 @@ class KafkaSink(Sink):
         Raises:
             SinkEncodeError: some events cannot be encoded (not a CloudEvent, data not
                 JSON-serialisable); nothing was sent.
+            SinkTooLargeError: the producer or the broker refused a record or batch as too
+                large (other batches of the call may have been acknowledged).
             RuntimeError: the sink was not started.
             aiokafka.errors.KafkaError: a batch was not acknowledged.
         """
@@ -343,9 +352,14 @@ class KafkaSink(Sink):
                 futures.append(await producer.send_batch(batch, topic, partition=partition))
             elif single is not None:
                 key, value, headers = single
-                futures.append(
-                    await producer.send(topic, value, key=key, partition=partition, headers=headers)
-                )
+                try:
+                    sent = await producer.send(
+                        topic, value, key=key, partition=partition, headers=headers
+                    )
+                except _TOO_LARGE as e:  # the producer's max_request_size, headers included
+                    detail = f"{type(e).__name__}: {e}"
+                    raise SinkTooLargeError(f"kafka topic {topic!r}", detail) from e
+                futures.append(sent)
         results = await asyncio.gather(*futures, return_exceptions=True)
         floors = self._floors
         for result in results:
@@ -353,6 +367,9 @@ class KafkaSink(Sink):
                 log.warning(
                     "kafka sink %s: %d events not acknowledged: %r", topic, len(items), result
                 )
+                if isinstance(result, _TOO_LARGE):  # never accepted, however often sent
+                    detail = f"{type(result).__name__}: {result}"
+                    raise SinkTooLargeError(f"kafka topic {topic!r}", detail) from result
                 raise result
             if result.offset >= floors.get(result.partition, 0):
                 floors[result.partition] = result.offset + 1

@@ -17,8 +17,9 @@ Delivery, per the architecture's contract (at-least-once, per-partition order):
    CloudEvent, data not JSON) dead-letters its input event with ``ebstep: sink``.
 
 On a rebalance, the revoked callback (awaited by aiokafka) finishes and commits the batches in
-flight before the partitions move; records fetched but not yet batched are dropped and fetched
-again from the committed offsets. ``stop(drain=True)`` stops fetching, finishes the batches in
+flight before the partitions move, waiting at most ``revoke_timeout_s`` (default: the session
+timeout; what is not committed by then is delivered again by the next owner); records fetched
+but not yet batched are dropped and fetched again from the committed offsets. ``stop(drain=True)`` stops fetching, finishes the batches in
 flight, commits and closes.
 
 The parts, one module each: fetching and positions (``_kafka_fetch``), retry scheduling
@@ -74,6 +75,12 @@ _STAT_NAMES = (
     "dispatch_retries",
     "retries",
     "duplicates",
+    # why events were dead-lettered or lost, beyond a step's failure (see _kafka_errors)
+    "poison",
+    "too_large",
+    "dead_letters_truncated",
+    "dead_letters_lost",
+    "revoke_timeouts",
 )
 
 
@@ -134,6 +141,11 @@ class KafkaSource(Source):
         self.bootstrap_servers = config.bootstrap_servers or bootstrap_servers
         self._max_in_flight = fetch.max_in_flight
         self._drain_timeout_s = delivery.drain_timeout_s
+        self._revoke_timeout_s = (
+            fetch.revoke_timeout_s
+            if fetch.revoke_timeout_s is not None
+            else fetch.session_timeout_ms / 1000
+        )
         self._stats = dict.fromkeys(_STAT_NAMES, 0)
         #: end-to-end latency, record timestamp to sink ack: observed once per delivered batch
         #: (its oldest record's), weighed by the batch's record count.
@@ -257,7 +269,11 @@ class KafkaSource(Source):
     def stats(self) -> dict[str, int]:
         """Counters since start: consumed, decode_errors, batches, outputs, dropped, failed,
         dead_lettered, committed (records whose offsets were committed), in_flight (batches),
-        dispatch_retries, retries, duplicates."""
+        dispatch_retries, retries, duplicates; and the reasons beyond a step's failure:
+        poison (events a dispatch failed on alone, dead-lettered), too_large (outputs the sink
+        refused as too large, their inputs dead-lettered), dead_letters_truncated (dead letters
+        sent cut down), dead_letters_lost (dead letters refused even cut down), revoke_timeouts
+        (rebalances that did not wait for the batches in flight)."""
         out = dict(self._stats)
         out["in_flight"] = len(self._queue)
         return out
@@ -334,7 +350,23 @@ class KafkaSource(Source):
                     ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(revoked)),
                     len(self._queue),
                 )
-                await self._wait_drained()
+                await asyncio.wait_for(self._wait_drained(), self._revoke_timeout_s)
+        except TimeoutError:
+            # Bounded so that a hung sink or dispatch cannot hold the whole group's rebalance.
+            # The batches still in flight finish later, but their commits are refused (the
+            # partitions moved) or come after the new owner started from the committed
+            # offsets: their events are delivered again by the new owner. At-least-once holds;
+            # only duplicates can follow, and dedupe suppresses them where configured.
+            self._stats["revoke_timeouts"] += 1
+            log.warning(
+                "kafka source %s: partitions revoked (%s) but %d batches still in flight after "
+                "%.1f s; letting the rebalance go on without them (their events will be "
+                "delivered again by the partitions' next owner)",
+                self.pipeline,
+                ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(revoked)),
+                len(self._queue),
+                self._revoke_timeout_s,
+            )
         finally:
             self._revoking = False
             self._progress.set()

@@ -2,8 +2,10 @@
 
 :meth:`Delivery.send` takes some settled events of a batch and returns once the sink and the
 dead-letter sink acknowledged everything it sent (a send that is not acknowledged is retried
-until it is). With dedupe, outputs are claimed before the send and marked done after the ack.
-An output the sink cannot encode dead-letters its input with ``ebstep: sink``.
+for at most ``give_up_s``, then the source stops: see ``_kafka_errors``). With dedupe, outputs
+are claimed before the send and marked done after the ack. An output the sink cannot encode,
+or refuses as too large, dead-letters its input with ``ebstep: sink``; a dead letter the
+dead-letter sink refuses goes again truncated (``ebtruncated``, ``ebsize``).
 
 Dead-letter events are the original input event plus the extension attributes ``ebpipeline``,
 ``ebstep``, ``eberrortype``, ``eberror``, ``ebattempts``, ``ebtopic``, ``ebpartition`` and
@@ -23,35 +25,31 @@ from eventbus.eventing._codecs import RawRecord, decode_kafka_records
 from eventbus.eventing._delivery import dedupe_key, injected_fault
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure
-from eventbus.eventing.sinks._base import Sink, SinkEncodeError
+from eventbus.eventing.sinks._base import Sink
 from eventbus.eventing.sources._kafka_batch import KafkaBatch, Keyed
 from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
+from eventbus.eventing.sources._kafka_dead import (
+    TRUNCATED_DATA_BYTES,
+    dead_letter_event,
+    truncated_dead_letter,
+)
 from eventbus.eventing.sources._kafka_retry import Settled
+from eventbus.eventing.sources._kafka_send import send_bounded
 from eventbus.eventing.sources._kafka_settings import DeliveryPolicy, SourceSinks
 
-__all__ = ["DECODE_ERROR_TYPE", "Delivery", "dead_letter_event"]
+__all__ = [
+    "DECODE_ERROR_TYPE",
+    "TRUNCATED_DATA_BYTES",
+    "Delivery",
+    "dead_letter_event",
+    "truncated_dead_letter",
+]
 
 # One logger for every part of the Kafka source, as when it was one module.
 log = logging.getLogger("eventbus.eventing.sources._kafka")
 
 #: ``type`` of the dead-letter event made from a record that could not be decoded.
 DECODE_ERROR_TYPE = "eventbus.decode_error"
-
-
-def dead_letter_event(
-    original: CloudEvent, pipeline: str, failure: Failure, topic: str, partition: int, offset: int
-) -> CloudEvent:
-    """The dead-letter event of a failed input: the original plus the ``eb*`` attributes."""
-    return original.replace(
-        ebpipeline=pipeline,
-        ebstep=failure.step,
-        eberrortype=failure.error_type,
-        eberror=failure.message,
-        ebattempts=failure.attempts,
-        ebtopic=topic,
-        ebpartition=partition,
-        eboffset=offset,
-    )
 
 
 class Delivery:
@@ -181,9 +179,7 @@ class Delivery:
                 outputs = [outputs[j] for j in keep]
                 origins = [origins[j] for j in keep]
                 keys = [keys[j] for j in keep]
-        dead_task = asyncio.ensure_future(
-            self._send_with_retry(self._dead_letter, dead, "dead_letter", batch.seq)
-        )
+        dead_task = asyncio.ensure_future(self._send_dead(dead, batch.seq))
         try:
             unencodable = await self._send_with_retry(self._sink, outputs, "sink", batch.seq)
             if dedupe is not None and keys:
@@ -194,17 +190,18 @@ class Delivery:
                     [k for j, k in enumerate(keys) if j not in unencodable], hashed=True
                 )
         finally:
-            dead_unencodable = await dead_task
-        dead_lettered = len(dead) - len(dead_unencodable) if self._dead_letter is not None else 0
+            dead_lettered = await dead_task
         if unencodable:
-            # Outputs the sink cannot encode will never go through: dead-letter their inputs.
+            # Outputs the sink cannot encode or that are too large will never go through:
+            # dead-letter their inputs, and the batch commits past them.
             more: list[Keyed] = []
             for index, (error_type, message) in unencodable.items():
                 failed += 1
+                if error_type == "RecordTooLargeError":
+                    self._stats["too_large"] += 1
                 failure = Failure("sink", error_type, message)
                 self._dead_letter_failure(batch, origins[index], failure, more)
-            lost = await self._send_with_retry(self._dead_letter, more, "dead_letter", batch.seq)
-            dead_lettered += len(more) - len(lost) if self._dead_letter is not None else 0
+            dead_lettered += await self._send_dead(more, batch.seq)
         self._stats["outputs"] += len(outputs) - len(unencodable)
         self._stats["dead_lettered"] += dead_lettered
         self._stats["dropped"] += dropped
@@ -262,43 +259,37 @@ class Delivery:
             )
         )
 
+    async def _send_dead(self, dead: list[Keyed], seq: int) -> int:
+        """Send dead letters; one the sink refuses (too large, unencodable) goes again
+        truncated (:func:`truncated_dead_letter`). Returns how many were written."""
+        sink = self._dead_letter
+        if sink is None or not dead:
+            return 0
+        refused = await self._send_with_retry(sink, dead, "dead_letter", seq)
+        if not refused:
+            return len(dead)
+        cut = [(truncated_dead_letter(dead[j][0], p), dead[j][1]) for j, p in refused.items()]
+        lost = await self._send_with_retry(sink, cut, "dead_letter", seq)
+        self._stats["dead_letters_truncated"] += len(cut) - len(lost)
+        if lost:
+            self._stats["dead_letters_lost"] += len(lost)
+            for j, (error_type, message) in lost.items():
+                event = cut[j][0]
+                log.error(
+                    "kafka source %s: the dead letter of event %s (%s[%s]@%s) was refused by "
+                    "the dead-letter sink even truncated (%s: %s); it is counted in "
+                    "dead_letters_lost and not written",
+                    self._pipeline,
+                    event.attributes.get("id"),
+                    event.attributes.get("ebtopic"),
+                    event.attributes.get("ebpartition"),
+                    event.attributes.get("eboffset"),
+                    error_type,
+                    message,
+                )
+        return len(dead) - len(lost)
+
     async def _send_with_retry(
         self, sink: Sink | None, items: Sequence[Keyed], what: str, seq: int
     ) -> dict[int, tuple[str, str]]:
-        """Send until acknowledged; return the items the sink cannot encode (never sent)."""
-        if sink is None or not items:
-            return {}
-        attempt = 0
-        unencodable: dict[int, tuple[str, str]] = {}
-        index = list(range(len(items)))  # position in ``items`` of each item still to send
-        while True:
-            try:
-                await sink.send(items)
-                return unencodable
-            except asyncio.CancelledError:
-                raise
-            except SinkEncodeError as e:
-                log.error("kafka source %s: %s: %s", self._pipeline, what, e)
-                for i, problem in e.failures.items():
-                    unencodable[index[i]] = problem
-                keep = [i for i in range(len(items)) if i not in e.failures]
-                items = [items[i] for i in keep]
-                index = [index[i] for i in keep]
-                if not items:
-                    return unencodable
-            except Exception as e:  # noqa: BLE001 - not acknowledged: send again
-                attempt += 1
-                delay = self._policy.backoff_s(attempt)
-                log.warning(
-                    "kafka source %s: %s did not acknowledge batch %d (%d events, attempt %d): "
-                    "%s: %s; retrying in %.2f s",
-                    self._pipeline,
-                    what,
-                    seq,
-                    len(items),
-                    attempt,
-                    type(e).__name__,
-                    e,
-                    delay,
-                )
-                await asyncio.sleep(delay)
+        return await send_bounded(sink, items, what, seq, self._policy, self._pipeline)

@@ -2,9 +2,10 @@
 
 Two different things are retried:
 
-* a dispatch call that raises (a Ray replica died, say) says nothing about the events: it is
-  called again with the same batch, with capped exponential backoff, until it answers
-  (:class:`Redispatcher`);
+* a dispatch call that raises: an infrastructure error (a Ray replica died, say) says nothing
+  about the events: it is called again with the same batch, with capped exponential backoff,
+  for at most ``give_up_s``; any other error is retried ``dispatch_retries`` times, then the
+  batch is split to dead-letter the events that fail alone (:class:`Redispatcher`);
 * an event that failed in a step is dispatched again alone (with the other failures of its
   batch, never with its batch-mates) after the :class:`RetryPolicy`'s backoff with jitter, up
   to its step's retries and the policy's ``max_age_s`` (:class:`EventRetries`).
@@ -21,6 +22,7 @@ from typing import Any
 
 from eventbus.eventing._delivery import RetryPolicy
 from eventbus.eventing._outcome import Dispatch, Failure, Outcome
+from eventbus.eventing.sources._kafka_errors import SourceStalledError, is_infrastructure
 from eventbus.eventing.sources._kafka_settings import DeliveryPolicy
 
 __all__ = ["EventRetries", "Redispatcher", "Settled"]
@@ -33,13 +35,20 @@ Settled = Iterable[tuple[int, Outcome, int]]
 
 
 class Redispatcher:
-    """Calls ``dispatch`` until it answers; checks that it answered one outcome per event.
+    """Calls ``dispatch`` until it answers, within bounds; checks one outcome per event.
+
+    An infrastructure error (see :mod:`._kafka_errors`) is retried with the policy's backoff
+    for at most ``give_up_s``, then :class:`SourceStalledError` is raised. Any other error is
+    taken as deterministic: the batch is tried ``dispatch_retries`` more times, then split in
+    halves (each dispatched once, split again while it fails) until the events that fail alone
+    are found; those get ``Failure(step="dispatch")`` (dead-lettered, never retried) and their
+    batch-mates their real outcomes.
 
     Args:
         dispatch: a batch in, one outcome per event out.
-        policy: the backoff between calls.
+        policy: the backoff between calls and the bounds above.
         pipeline: the pipeline name, for logs.
-        stats: the source's counters (``dispatch_retries`` is counted here).
+        stats: the source's counters (``dispatch_retries`` and ``poison`` are counted here).
     """
 
     def __init__(
@@ -51,29 +60,47 @@ class Redispatcher:
         self._stats = stats
 
     async def __call__(self, events: list[Any], seq: int) -> list[Outcome]:
-        """Dispatch ``events`` (batch ``seq``) until it answers (a failed call is retried).
+        """Dispatch ``events`` (batch ``seq``); see the class.
 
         A dispatch that returns the wrong number of outcomes fails every event of the batch
         with ``Failure(step="dispatch")`` (never retried).
+
+        Raises:
+            SourceStalledError: infrastructure errors went on for ``give_up_s``.
         """
-        attempt = 0
+        return await self._call(events, seq, self._policy.dispatch_retries)
+
+    async def _call(self, events: list[Any], seq: int, retries: int) -> list[Outcome]:
+        attempt = 0  # failed calls of this (sub-)batch
+        first_failure: float | None = None
         n = len(events)
         while True:
             try:
                 outcomes = await self._dispatch(events)
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # noqa: BLE001 - any dispatch failure is retried
+            except Exception as e:
                 attempt += 1
                 self._stats["dispatch_retries"] += 1
+                now = time.monotonic()
+                first_failure = now if first_failure is None else first_failure
+                infrastructure = is_infrastructure(e)
+                if infrastructure and now - first_failure >= self._policy.give_up_s:
+                    last = f"{type(e).__name__}: {e}"
+                    raise SourceStalledError(
+                        self._pipeline, "dispatch", now - first_failure, last
+                    ) from e
+                if not infrastructure and attempt > retries:
+                    return await self._isolate(events, seq, e, attempt)
                 delay = self._policy.backoff_s(attempt)
                 log.warning(
-                    "kafka source %s: dispatch of batch %d (%d events) failed (attempt %d): "
+                    "kafka source %s: dispatch of batch %d (%d events) failed (attempt %d, %s): "
                     "%s: %s; retrying in %.2f s",
                     self._pipeline,
                     seq,
                     n,
                     attempt,
+                    "infrastructure" if infrastructure else "not infrastructure",
                     type(e).__name__,
                     e,
                     delay,
@@ -88,6 +115,34 @@ class Redispatcher:
                 log.error("kafka source %s: %s", self._pipeline, message)
                 return [Failure("dispatch", "DispatchContractError", message)] * n
             return outcomes
+
+    async def _isolate(
+        self, events: list[Any], seq: int, error: Exception, attempts: int
+    ) -> list[Outcome]:
+        """The batch failed ``attempts`` times the same deterministic way: find its poison."""
+        if len(events) == 1:
+            self._stats["poison"] += 1
+            message = (
+                f"{error} (dispatch raised {type(error).__name__} for this event alone "
+                f"{attempts} times; it is dead-lettered and its partition moves on)"
+            )
+            log.error("kafka source %s: batch %d: %s", self._pipeline, seq, message)
+            return [Failure("dispatch", type(error).__name__, message, attempts)]
+        half = len(events) // 2
+        log.warning(
+            "kafka source %s: dispatch of batch %d (%d events) failed %d times (%s: %s); "
+            "splitting it to find the events that fail",
+            self._pipeline,
+            seq,
+            len(events),
+            attempts,
+            type(error).__name__,
+            error,
+        )
+        # Each half is tried once more: split again if it still fails, infrastructure errors
+        # retried as usual.
+        first = await self._call(events[:half], seq, 0)
+        return first + await self._call(events[half:], seq, 0)
 
 
 class EventRetries:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from eventbus.eventing.sources._kafka_errors import GIVE_UP_S
+
 if TYPE_CHECKING:
     from eventbus.eventing._delivery import RedisDeduper, RetryPolicy
     from eventbus.eventing.sinks._base import Sink
@@ -52,6 +54,9 @@ class FetchSettings:
             happens where dispatch runs: a Ray replica, off the source's single core. A record
             that does not decode there comes back as ``Failure(step="decode")`` and is
             dead-lettered like one that failed in the source.
+        revoke_timeout_s: how long a rebalance waits for the batches in flight of the
+            partitions being revoked (None: the session timeout, which is about how long the
+            group coordinator waits for this member anyway).
 
     Example:
         >>> FetchSettings(max_batch=500, linger_ms=5).max_in_flight
@@ -63,6 +68,7 @@ class FetchSettings:
     max_in_flight: int = 4
     session_timeout_ms: int = 6000
     decode_in_dispatch: bool = False
+    revoke_timeout_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +79,14 @@ class DeliveryPolicy:
         retry: retries of events that failed in a step (None: dead-letter at once).
         dedupe: suppresses outputs already delivered (None: no dedupe).
         retry_initial_s: first backoff after a failed dispatch (a replica died, say) or a sink
-            send that was not acknowledged; both are retried until they succeed.
+            send that was not acknowledged.
         retry_max_s: the cap of that backoff.
+        dispatch_retries: tries of a whole batch after a dispatch error that is not an
+            infrastructure error (see ``_kafka_errors``); then the batch is split in halves
+            down to the events that fail alone, which are dead-lettered.
+        give_up_s: how long an infrastructure failure of a dispatch or a send is retried
+            before the source stops (:class:`SourceStalledError`; nothing is committed past
+            it, so its events are consumed again).
         drain_timeout_s: how long stopping waits for the batches in flight.
 
     Example:
@@ -86,6 +98,8 @@ class DeliveryPolicy:
     dedupe: RedisDeduper | None = None
     retry_initial_s: float = 0.1
     retry_max_s: float = 5.0
+    dispatch_retries: int = 2
+    give_up_s: float = GIVE_UP_S
     drain_timeout_s: float = 30.0
 
     def backoff_s(self, attempt: int) -> float:

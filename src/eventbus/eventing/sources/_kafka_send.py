@@ -1,0 +1,95 @@
+"""Sending to a sink until it acknowledges, within bounds (see ``_kafka_errors``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+
+from eventbus.eventing.sinks._base import Sink, SinkEncodeError, SinkTooLargeError
+from eventbus.eventing.sources._kafka_batch import Keyed
+from eventbus.eventing.sources._kafka_errors import SourceStalledError
+from eventbus.eventing.sources._kafka_settings import DeliveryPolicy
+
+__all__ = ["send_bounded"]
+
+# One logger for every part of the Kafka source, as when it was one module.
+log = logging.getLogger("eventbus.eventing.sources._kafka")
+
+
+async def send_bounded(
+    sink: Sink | None,
+    items: Sequence[Keyed],
+    what: str,
+    seq: int,
+    policy: DeliveryPolicy,
+    pipeline: str,
+) -> dict[int, tuple[str, str]]:
+    """Send until acknowledged; return the items the sink cannot encode or refuses as too
+    large (never sent).
+
+    Raises:
+        SourceStalledError: the sink kept failing otherwise for ``give_up_s``.
+    """
+    if sink is None or not items:
+        return {}
+    attempt = 0
+    first_failure: float | None = None
+    unencodable: dict[int, tuple[str, str]] = {}
+    index = list(range(len(items)))  # position in ``items`` of each item still to send
+    while True:
+        try:
+            await sink.send(items)
+            return unencodable
+        except asyncio.CancelledError:
+            raise
+        except SinkEncodeError as e:
+            log.error("kafka source %s: %s: %s", pipeline, what, e)
+            for i, problem in e.failures.items():
+                unencodable[index[i]] = problem
+            keep = [i for i in range(len(items)) if i not in e.failures]
+            items = [items[i] for i in keep]
+            index = [index[i] for i in keep]
+            if not items:
+                return unencodable
+        except SinkTooLargeError as e:
+            if len(items) == 1:
+                unencodable[index[0]] = ("RecordTooLargeError", str(e))
+                return unencodable
+            # Which item is too large is not known: send halves until it is alone.
+            log.warning(
+                "kafka source %s: %s: %s; sending batch %d's %d events in halves",
+                pipeline,
+                what,
+                e,
+                seq,
+                len(items),
+            )
+            half = len(items) // 2
+            for part, positions in ((items[:half], index[:half]), (items[half:], index[half:])):
+                refused = await send_bounded(sink, part, what, seq, policy, pipeline)
+                for j, problem in refused.items():
+                    unencodable[positions[j]] = problem
+            return unencodable
+        except Exception as e:
+            attempt += 1
+            now = time.monotonic()
+            first_failure = now if first_failure is None else first_failure
+            if now - first_failure >= policy.give_up_s:
+                last = f"{type(e).__name__}: {e}"
+                raise SourceStalledError(pipeline, what, now - first_failure, last) from e
+            delay = policy.backoff_s(attempt)
+            log.warning(
+                "kafka source %s: %s did not acknowledge batch %d (%d events, attempt %d): "
+                "%s: %s; retrying in %.2f s",
+                pipeline,
+                what,
+                seq,
+                len(items),
+                attempt,
+                type(e).__name__,
+                e,
+                delay,
+            )
+            await asyncio.sleep(delay)
