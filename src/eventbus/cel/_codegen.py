@@ -22,11 +22,12 @@ import math
 from collections.abc import Collection
 from typing import Any, Final
 
-from eventbus.cel import _arith, _logic, _runtime, _stdlib
+from eventbus.cel import _arith, _logic, _runtime
 from eventbus.cel import _ast as ast
-from eventbus.cel._errors import CELError
+from eventbus.cel._errors import CELError, EvalError
 from eventbus.cel._functions import FUNCTIONS, function_names
 from eventbus.cel._lexer import RESERVED
+from eventbus.cel._regex import compile_regex
 from eventbus.cel._values import CelType, Duration, Timestamp, UInt
 
 __all__ = ["Generator"]
@@ -380,7 +381,18 @@ class Generator:
             want = " or ".join(str(c) for c in counts[:3])
             raise self.error(f"function '{name}' takes {want} argument(s); got {len(args)}", node)
         codes = [self.gen(a) for a in all_args]
+        if name == "matches" and len(codes) == 2 and codes[1][1] == "string":
+            self.check_pattern(codes[1][0], all_args[1])
         return self.call_code(name, impl, codes)
+
+    def check_pattern(self, text: str, node: ast.Node) -> None:
+        """A literal (or constant) ``matches()`` pattern must be RE2 syntax."""
+        pattern = self.ns_value(text)
+        if isinstance(pattern, str):
+            try:
+                compile_regex(pattern)
+            except EvalError as exc:
+                raise self.error(exc.message, node) from None
 
     def call_code(self, name: str, impl: Any, codes: list[Code]) -> Code:
         texts = [c[0] for c in codes]
@@ -396,12 +408,9 @@ class Generator:
             if name == "matches" and len(codes) == 2 and kinds[1] == "string":
                 pattern = self.ns_value(texts[1])
                 if isinstance(pattern, str):
-                    try:
-                        regex = _stdlib.compile_regex(pattern)
-                    except Exception:  # noqa: BLE001 - the error surfaces at run time
-                        regex = None
-                    if regex is not None:
-                        return f"({self.const(regex)}.search({texts[0]}) is not None)", "bool"
+                    # Checked by gen_Call: a literal pattern compiles.
+                    regex = compile_regex(pattern)
+                    return f"{self.const(regex.search)}({texts[0]})", "bool"
             temp = self.guard_temp()
             if name == "string" and temp is not None:
                 slow = f"{self.helper(impl)}({temp})"

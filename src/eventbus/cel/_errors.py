@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["CELError", "EvalError"]
+__all__ = ["CELError", "EvalError", "brief"]
 
 
 class CELError(ValueError):
@@ -49,3 +49,12 @@ class EvalError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+def brief(value: object, limit: int = 60) -> str:
+    """``repr(value)`` shortened for error messages (values may be megabytes of input)."""
+    if isinstance(value, str | bytes) and len(value) > limit:
+        unit = "characters" if isinstance(value, str) else "bytes"
+        return f"{value[:limit]!r}... ({len(value):,} {unit})"
+    text = repr(value)
+    return text if len(text) <= limit + 20 else f"{text[:limit]}... ({len(text):,} characters)"

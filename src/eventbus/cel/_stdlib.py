@@ -10,7 +10,8 @@ import zoneinfo
 from decimal import Decimal
 from typing import Any, Final
 
-from eventbus.cel._errors import EvalError
+from eventbus.cel._errors import EvalError, brief
+from eventbus.cel._regex import compile_regex
 from eventbus.cel._runtime import (
     INT_MAX,
     INT_MIN,
@@ -42,7 +43,7 @@ __all__ = [
 
 _INT_RE: Final = re.compile(r"[+-]?[0-9]+")
 _FLOAT_RE: Final = re.compile(
-    r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)",
+    r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)",
     re.IGNORECASE,
 )
 _BOOL_STRINGS: Final = {
@@ -71,9 +72,11 @@ def to_int(x: Any) -> int:
         return int(x)
     if k == "string":
         if not _INT_RE.fullmatch(x):
-            msg = f"cannot convert string {x!r} to int"
+            msg = f"cannot convert string {brief(x)} to int"
             raise EvalError(msg)
-        v = int(x)
+        # More than 20 digits is out of range whatever they are; Python's int() also
+        # refuses strings of over 4,300 digits.
+        v = int(x) if len(x.lstrip("+-0")) <= 20 else INT_MAX + 1
         if not INT_MIN <= v <= INT_MAX:
             raise EvalError("int overflow in int(string)")
         return v
@@ -97,9 +100,9 @@ def to_uint(x: Any) -> UInt:
         return UInt(int(x))
     if k == "string":
         if not re.fullmatch(r"\+?[0-9]+", x):
-            msg = f"cannot convert string {x!r} to uint"
+            msg = f"cannot convert string {brief(x)} to uint"
             raise EvalError(msg)
-        v = int(x)
+        v = int(x) if len(x.lstrip("+0")) <= 20 else UINT_MAX + 1
         if v > UINT_MAX:
             raise EvalError("uint overflow in uint(string)")
         return UInt(v)
@@ -115,7 +118,7 @@ def to_double(x: Any) -> float:
         return float(x)
     if k == "string":
         if not _FLOAT_RE.fullmatch(x):
-            msg = f"cannot convert string {x!r} to double"
+            msg = f"cannot convert string {brief(x)} to double"
             raise EvalError(msg)
         return float(x)
     no_overload("double", x)
@@ -223,7 +226,7 @@ def to_bool(x: Any) -> bool:
         try:
             return _BOOL_STRINGS[x]
         except KeyError:
-            msg = f"cannot convert string {x!r} to bool"
+            msg = f"cannot convert string {brief(x)} to bool"
             raise EvalError(msg) from None
     no_overload("bool", x)
 
@@ -238,13 +241,13 @@ def parse_timestamp(text: str) -> _dt.datetime:
     """Parse an RFC 3339 timestamp with up to nanosecond precision."""
     m = _TS_RE.fullmatch(text)
     if not m:
-        msg = f"invalid timestamp {text!r}"
+        msg = f"invalid timestamp {brief(text)}"
         raise EvalError(msg)
     year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
     try:
         base = _dt.datetime(year, month, day, hour, minute, second, tzinfo=_dt.UTC)
     except ValueError:
-        msg = f"invalid timestamp {text!r}"
+        msg = f"invalid timestamp {brief(text)}"
         raise EvalError(msg) from None
     frac = int((m.group(7) or "0")[:9].ljust(9, "0"))
     offset = 0
@@ -291,15 +294,18 @@ def parse_duration(text: str) -> _dt.timedelta:
     if body == "0":
         return make_dur(0)
     if not body:
-        msg = f"invalid duration {text!r}"
+        msg = f"invalid duration {brief(text)}"
         raise EvalError(msg)
     total = Decimal(0)
     pos = 0
     while pos < len(body):
         m = _DUR_RE.match(body, pos)
         if not m or m.group(1) in ("", "."):
-            msg = f"invalid duration {text!r}"
+            msg = f"invalid duration {brief(text)}"
             raise EvalError(msg)
+        if len(m.group(1).split(".")[0].lstrip("0")) > 20:
+            # Out of range whatever the digits; Decimal -> int of 100,000 digits takes seconds.
+            raise EvalError("duration out of range")
         total += Decimal(m.group(1)) * _DUR_UNITS[m.group(2)]
         pos = m.end()
     return make_dur(sign * int(total))
@@ -354,94 +360,10 @@ def ends_with(a: Any, b: Any) -> bool:
     return s.endswith(t)
 
 
-_POSIX_CLASSES: Final = {
-    "alnum": "0-9A-Za-z", "alpha": "A-Za-z", "ascii": "\\x00-\\x7f", "blank": "\\t ",
-    "cntrl": "\\x00-\\x1f\\x7f", "digit": "0-9", "graph": "!-~", "lower": "a-z",
-    "print": " -~", "punct": "!-/:-@\\[-`{-~", "space": "\\t\\n\\v\\f\\r ",
-    "upper": "A-Z", "word": "0-9A-Za-z_", "xdigit": "0-9A-Fa-f",
-}  # fmt: skip
-
-
-def _translate_re2(pattern: str) -> str:
-    """Translate the RE2 constructs that Python's ``re`` spells differently."""
-    out: list[str] = []
-    i = 0
-    n = len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == "\\" and i + 1 < n:
-            e = pattern[i + 1]
-            if e == "z":
-                out.append(r"\Z")
-            elif e in "pP":
-                name, width = _unicode_class_name(pattern, i + 2)
-                cls = _UNICODE_CLASSES.get(name)
-                if cls is None:
-                    msg = f"unsupported unicode class \\{e}{{{name}}} in regular expression"
-                    raise EvalError(msg)
-                out.append(cls[0] if e == "p" else cls[1])
-                i += 2 + width
-                continue
-            elif e == "C":
-                out.append(".")
-            elif e == "Q":
-                end = pattern.find(r"\E", i + 2)
-                literal = pattern[i + 2 :] if end < 0 else pattern[i + 2 : end]
-                out.append(re.escape(literal))
-                i = n if end < 0 else end + 2
-                continue
-            else:
-                out.append(pattern[i : i + 2])
-            i += 2
-            continue
-        if c == "[" and pattern.startswith("[:", i):
-            end = pattern.find(":]", i)
-            name = pattern[i + 2 : end] if end > 0 else ""
-            negated = name.startswith("^")
-            posix = _POSIX_CLASSES.get(name.lstrip("^"))
-            if posix is not None and not negated:
-                out.append(posix)
-                i = end + 2
-                continue
-        if c == "(" and pattern.startswith("(?P<", i):
-            out.append("(?P<")
-            i += 4
-            continue
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-# RE2 unicode classes that Python's re can express.
-_UNICODE_CLASSES: Final = {
-    "L": (r"[^\W\d_]", r"[\W\d_]"),
-    "N": (r"\d", r"\D"),
-    "Nd": (r"\d", r"\D"),
-}
-
-
-def _unicode_class_name(pattern: str, start: int) -> tuple[str, int]:
-    if pattern.startswith("{", start):
-        end = pattern.find("}", start)
-        if end > 0:
-            return pattern[start + 1 : end], end - start + 1
-    return pattern[start : start + 1], 1
-
-
-@functools.lru_cache(maxsize=256)
-def compile_regex(pattern: str) -> re.Pattern[str]:
-    """Compile an RE2 pattern to a Python regex (cached)."""
-    try:
-        return re.compile(_translate_re2(pattern))
-    except re.error as exc:
-        msg = f"invalid regular expression {pattern!r}: {exc}"
-        raise EvalError(msg) from None
-
-
 def matches(a: Any, b: Any) -> bool:
     """``string.matches(regex)``: RE2 partial-match semantics."""
     s, p = _strings("matches", a, b)
-    return compile_regex(p).search(s) is not None
+    return compile_regex(p).search(s)
 
 
 # -- timestamp and duration accessors ---------------------------------------------

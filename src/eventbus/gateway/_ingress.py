@@ -183,9 +183,9 @@ def _resolve(
         route.problem = str(e)
         log.error("%s", e)
     if config.data_schema is not None:
-        from jsonschema import Draft202012Validator
+        from eventbus.eventing.sources._data_schema import data_validator
 
-        route.validator = Draft202012Validator(config.data_schema)
+        route.validator = data_validator(config.data_schema)
     return route
 
 

@@ -112,10 +112,25 @@ class ModelRegistry:
         return sorted(recs, key=lambda r: r["version"])
 
     def blob(self, name: str, version: int) -> bytes:
-        """A version's artifact bytes."""
+        """A version's artifact bytes, checked against the sha256 recorded when it was pushed.
+
+        Raises:
+            ModelError: no such model or version, or the bytes' digest is not the recorded one
+                (changed in Redis after the push): the version must not be served.
+        """
         data = cast("bytes | None", self._r.get(keys.model_blob(name, version)))
         if data is None:
             self._unknown(name, version)
+        recorded = self.record(name, version).get("sha256")
+        actual = hashlib.sha256(data).hexdigest()
+        if recorded is not None and actual != recorded:
+            msg = (
+                f"model {name!r} version {version}: the stored artifact's sha256 is {actual}, "
+                f"but {recorded} was recorded when it was pushed; its bytes changed in Redis "
+                "(tampering or corruption), so it is not loaded or served; push the model "
+                "file again as a new version"
+            )
+            raise ModelError(msg)
         return data
 
     def mark(self, name: str, version: int, status: str, error: str | None = None) -> None:

@@ -111,6 +111,17 @@ class PipelineDeployment:
         if figures is not None:
             figures.stop()
 
+    def check_health(self) -> None:
+        """Ray Serve's health check (every ``health_check_period_s``): raising marks this
+        replica unhealthy and Serve replaces it.
+
+        Raises:
+            RuntimeError: this replica's Kafka sources thread died or its loop is stuck.
+        """
+        sources = self._sources
+        if sources is not None:
+            sources.check_health()
+
     async def process(self, events: list[CloudEvent]) -> list[Outcome]:
         """Run the steps over one batch; one outcome per input event.
 

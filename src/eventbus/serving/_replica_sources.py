@@ -29,6 +29,7 @@ from eventbus.eventing.sources._kafka_settings import DeliveryPolicy
 from eventbus.pipelines._config import PipelineConfig, SinkConfig
 from eventbus.pipelines._runner import PipelineRunner
 from eventbus.pipelines._step import Timer
+from eventbus.serving._replica_health import SourcesHealth
 
 __all__ = [
     "ReplicaSources",
@@ -46,7 +47,7 @@ _STATS_STALE_S = 15.0
 
 
 def delivery_policy(config: PipelineConfig, redis_url: str | None) -> DeliveryPolicy:
-    """The delivery policy (event retries, dedupe) of a pipeline's Kafka sources.
+    """The delivery policy (event retries, dedupe, backoff) of a pipeline's Kafka sources.
 
     Raises:
         ValueError: dedupe is configured but no Redis is known.
@@ -60,7 +61,17 @@ def delivery_policy(config: PipelineConfig, redis_url: str | None) -> DeliveryPo
             msg = f"pipeline {config.name!r} sets delivery.dedupe but the runtime has no Redis; start EventBus with a Redis URL"
             raise ValueError(msg)
         dedupe = RedisDeduper(redis_url, config.name, spec.delivery.dedupe.window_s)
-    return DeliveryPolicy(retry=RetryPolicy.from_config(spec), dedupe=dedupe)
+    d = spec.delivery
+    # The pipeline's backoff paces retried dispatches and sends too, and its retries bound the
+    # tries of a batch whose dispatch raises deterministically (then its poison is isolated
+    # and dead-lettered). Infrastructure failures stop after DeliveryPolicy.give_up_s.
+    return DeliveryPolicy(
+        retry=RetryPolicy.from_config(spec),
+        dedupe=dedupe,
+        retry_initial_s=d.backoff.initial_ms / 1000,
+        retry_max_s=d.backoff.max_ms / 1000,
+        dispatch_retries=d.retries,
+    )
 
 
 async def sweep_forever(
@@ -157,6 +168,7 @@ class ReplicaSources:
         self._error: BaseException | None = None
         self._stop_event: asyncio.Event | None = None
         self._redis: Any = None  # redis.asyncio client for the counters, made on first use
+        self.health = SourcesHealth(config.name)
 
     def start(self, timeout_s: float = 60.0) -> None:
         """Start consuming; returns once every source joined its group.
@@ -174,8 +186,17 @@ class ReplicaSources:
             msg = f"a source of pipeline {self._config.name!r} failed to start: {self._error}"
             raise RuntimeError(msg) from self._error
 
+    def check_health(self) -> None:
+        """Raise when the sources thread died or its loop is stuck (see ``_replica_health``).
+
+        Raises:
+            RuntimeError: the sources cannot be making progress.
+        """
+        self.health.check(self._thread, self._error)
+
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop consuming: finish and commit the batches in flight, then close."""
+        self.health.stopping = True
         loop, stop = self._loop, self._stop_event
         if loop is not None and stop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(stop.set)
@@ -317,14 +338,19 @@ class ReplicaSources:
         sweeper = asyncio.create_task(self._sweep_joins())
         collector = asyncio.create_task(collect_periodically())
         stopper = asyncio.create_task(self._stop_event.wait())
+        heartbeat = asyncio.create_task(self.health.beat_forever())
         await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:  # a source that stopped by itself: keep why, for check_health
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                self._error = task.exception()
+                log.error("a source of pipeline %r stopped: %s", self._config.name, self._error)
         for s in self._sources:
             await s.stop(drain=True)
         await asyncio.gather(*tasks, return_exceptions=True)
-        publisher.cancel()
-        collector.cancel()
-        sweeper.cancel()
-        await asyncio.gather(publisher, collector, sweeper, return_exceptions=True)
+        background = (publisher, collector, sweeper, heartbeat)
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
         await self._write_stats(final=True)
 
     async def _sweep_joins(self) -> None:

@@ -442,3 +442,116 @@ async def test_a_record_the_broker_refuses_fails_only_its_request() -> None:
     )
     acked = sorted(int(dict(r.headers)["ce_id"][1:]) for r in sink.acked)
     assert acked == [i for i in range(25) if i % 5]
+
+
+# -- 6. data_schema regexes run with RE2 ----------------------------------------------------
+EVIL = r"^([a-zA-Z0-9]+)*@example\.com$"
+
+
+def schema_app(schema: dict[str, Any]) -> httpx.AsyncClient:
+    d = [pipeline_doc("schemed", [{"http": {"data_schema": schema}}])]
+    app = build_http_app(Ingress(MemoryBackend(d), RouteTable.from_documents(d, {})))
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
+
+
+EVIL_TEXT = "a" * 24 + "!"
+GOOD_TEXT = "bob@example.com"
+
+
+@pytest.mark.parametrize(
+    ("schema", "bad", "bad_status", "good"),
+    [
+        (
+            {"type": "object", "properties": {"email": {"type": "string", "pattern": EVIL}}},
+            {"email": EVIL_TEXT},
+            422,
+            {"email": GOOD_TEXT},
+        ),
+        (
+            {"type": "object", "patternProperties": {EVIL: {"type": "integer"}}},
+            {EVIL_TEXT: "x"},
+            202,  # no key matches: nothing to check, but the search must be fast
+            {GOOD_TEXT: 1},
+        ),
+        (
+            {"type": "object", "patternProperties": {EVIL: {}}, "additionalProperties": False},
+            {EVIL_TEXT: 1},
+            422,
+            {GOOD_TEXT: 1},
+        ),
+        (
+            {"type": "object", "propertyNames": {"pattern": EVIL}},
+            {EVIL_TEXT: 1},
+            422,
+            {GOOD_TEXT: 1},
+        ),
+    ],
+)
+async def test_a_backtracking_pattern_answers_fast(
+    schema: dict[str, Any], bad: dict[str, Any], bad_status: int, good: dict[str, Any]
+) -> None:
+    client = schema_app(schema)
+    json = {"content-type": "application/json"}
+    started = time.perf_counter()
+    r = await client.post("/v1/pipelines/schemed/events", headers=json, content=orjson.dumps(bad))
+    assert time.perf_counter() - started < 0.1
+    assert r.status_code == bad_status, r.text
+    r = await client.post("/v1/pipelines/schemed/events", headers=json, content=orjson.dumps(good))
+    assert r.status_code == 202, r.text
+
+
+def test_patterns_match_as_json_schema_says() -> None:
+    from eventbus.eventing.sources._data_schema import data_validator
+
+    v = data_validator(
+        {
+            "type": "object",
+            "properties": {
+                "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                "free": {"pattern": "b"},
+            },
+            "patternProperties": {"^x-": {"type": "integer"}},
+            "additionalProperties": False,
+        }
+    )
+    assert v.is_valid({"code": "EUR", "x-n": 1, "free": "abc"})  # pattern is a search
+    assert not v.is_valid({"code": "EURO"})
+    assert not v.is_valid({"x-n": "one"})
+    assert not v.is_valid({"other": 1})
+    assert v.is_valid({"code": "EUR", "free": 5})  # pattern ignores non-strings
+    assert data_validator({"pattern": "é$"}).is_valid("café")
+
+
+@pytest.mark.parametrize(
+    ("schema", "expect"),
+    [
+        (
+            {"type": "string", "pattern": r"(a)\1"},
+            "pattern '(a)\\\\1' is not an RE2 regular expression",
+        ),
+        ({"patternProperties": {"(?=x)": {}}}, "pattern '(?=x)' is not an RE2 regular expression"),
+        ({"$defs": {"a": {"items": {"pattern": "(?!x)"}}}}, "pattern '(?!x)' is not an RE2"),
+        (
+            {"patternProperties": {"^x": {}}, "unevaluatedProperties": False},
+            "unevaluatedProperties and patternProperties together",
+        ),
+    ],
+)
+def test_a_pattern_re2_cannot_run_is_refused_at_validate_time(
+    schema: dict[str, Any], expect: str
+) -> None:
+    import re
+
+    from pydantic import ValidationError
+
+    from eventbus.eventing.sources._http_config import HttpSourceConfig
+
+    with pytest.raises(ValidationError, match=re.escape(expect)):
+        HttpSourceConfig(data_schema=schema)
+
+
+def test_data_keywords_are_not_taken_for_patterns() -> None:
+    from eventbus.eventing.sources._http_config import HttpSourceConfig
+
+    schema = {"const": {"pattern": "(a)\\1"}, "properties": {"pattern": {"type": "string"}}}
+    assert HttpSourceConfig(data_schema=schema).data_schema == schema

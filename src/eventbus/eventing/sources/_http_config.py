@@ -178,6 +178,9 @@ class _IngressSourceConfig(BaseModel):
             where = "/".join(str(p) for p in e.path) or "(root)"
             msg = f"data_schema is not a valid JSON Schema (draft 2020-12) at {where}: {e.message}"
             raise ValueError(msg) from None
+        from eventbus.eventing.sources._data_schema import check_data_schema
+
+        check_data_schema(value)  # its regexes run with RE2: one it cannot compile is named
         return value
 
 
