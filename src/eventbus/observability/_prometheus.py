@@ -32,6 +32,26 @@ _SOURCE_COUNTERS = {
     "committed": ("eventbus_events_committed", "Records whose offsets were committed."),
     "duplicates": ("eventbus_duplicates_suppressed", "Outputs dropped by dedupe."),
     "retries": ("eventbus_retries", "Re-dispatches of failed events by the retry policy."),
+    "poison": (
+        "eventbus_poison_events",
+        "Events set aside (dead-lettered) because their batch failed the same way every retry.",
+    ),
+    "too_large": (
+        "eventbus_events_too_large",
+        "Inputs dead-lettered because an output was larger than the sink or broker accepts.",
+    ),
+    "dead_letters_truncated": (
+        "eventbus_dead_letters_truncated",
+        "Dead letters written cut short (too large whole; ebtruncated and ebsize record it).",
+    ),
+    "dead_letters_lost": (
+        "eventbus_dead_letters_lost",
+        "Dead letters the dead-letter sink refused even cut short (logged with their ids).",
+    ),
+    "revoke_timeouts": (
+        "eventbus_revoke_timeouts",
+        "Rebalances whose drain outlasted revoke_timeout_s (uncommitted events are redelivered).",
+    ),
 }
 _STEP_COUNTERS = {
     "in": ("eventbus_step_events_in", "Events that entered the step."),

@@ -40,6 +40,11 @@ _TOTALS = (
     "duplicates",
     "retries",
     "batches",
+    "poison",
+    "too_large",
+    "dead_letters_truncated",
+    "dead_letters_lost",
+    "revoke_timeouts",
 )
 
 

@@ -18,7 +18,17 @@ def view() -> dict:
         "at": 100.0,
         "final": False,
         "sources": [
-            {"consumed": 40, "outputs": 25, "dropped": 10, "failed": 5, "dead_lettered": 5}
+            {
+                "consumed": 40,
+                "outputs": 25,
+                "dropped": 10,
+                "failed": 5,
+                "dead_lettered": 5,
+                "poison": 2,
+                "too_large": 1,
+                "dead_letters_truncated": 1,
+                "revoke_timeouts": 3,
+            }
         ],
         "metrics": {
             "steps": {
@@ -72,6 +82,12 @@ def test_metrics_cover_pipelines_steps_histograms_lag_and_gateway() -> None:
     assert s[("eventbus_events_filtered_total", src)] == 10
     assert s[("eventbus_events_failed_total", src)] == 5
     assert s[("eventbus_dead_letters_total", src)] == 5
+    # what was set aside is counted with its reason, never silently
+    assert s[("eventbus_poison_events_total", src)] == 2
+    assert s[("eventbus_events_too_large_total", src)] == 1
+    assert s[("eventbus_dead_letters_truncated_total", src)] == 1
+    assert s[("eventbus_dead_letters_lost_total", src)] == 0
+    assert s[("eventbus_revoke_timeouts_total", src)] == 3
     step = (("pipeline", "orders"), ("step", "large"), ("template", "filter"))
     assert s[("eventbus_step_events_in_total", step)] == 40
     assert s[("eventbus_step_events_filtered_total", step)] == 10
