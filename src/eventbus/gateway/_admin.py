@@ -230,8 +230,10 @@ def add_admin_routes(
         text = body.decode("utf-8", errors="replace")
         import yaml
 
+        from eventbus.pipelines._yaml import load_yaml  # anchors/aliases refused (no bombs)
+
         try:
-            named = ((yaml.safe_load(text) or {}).get("metadata") or {}).get("name")
+            named = ((load_yaml(text)[1] or {}).get("metadata") or {}).get("name")
         except (yaml.YAMLError, AttributeError):
             named = None  # the controller reports the YAML's problems
         if named is not None and named != name:
