@@ -4,12 +4,22 @@
 CloudEvents in the HTTP binding's binary, structured and batch modes, or plain JSON. Async
 (default): 202 once the events are durably accepted. Sync (``?wait=true`` or the source's
 ``mode: sync``): the outputs, binary mode for one, batch mode for several, 204 for none.
-Errors: a JSON body ``{"error": "...", "status": N}`` with 400, 401, 403, 404, 413, 422, 503
-or 504.
+Errors: a JSON body ``{"error": "...", "status": N}`` with 400, 401, 403, 404, 408, 413, 422,
+431, 503 or 504.
+
+Limits on what a request may be (each refused with a 4xx naming the limit, before any work
+that grows with it): headers :data:`MAX_HEADER_BYTES` in all (431), an attribute
+``MAX_ATTRIBUTE_CHARS`` and a batch ``MAX_BATCH_EVENTS`` (400, in ``_ingress``), JSON nested at
+most ``MAX_JSON_DEPTH`` (128) levels (400, in the codecs), the body the source's
+``max_body_bytes`` as it arrives (413) within :data:`BODY_TIMEOUT_S` (408), one Kafka record
+``MAX_RECORD_BYTES`` (413, in ``_backend``). Duplicate JSON keys are not refused: the last one
+counts. uvicorn's httptools parser bounds neither header size nor the time headers take to
+arrive; the server's configuration has to (see ``_server``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from time import perf_counter
@@ -35,6 +45,11 @@ log = logging.getLogger("eventbus.gateway")
 #: Most bytes of a request's header names and values together (431 above), on every route.
 #: Each CloudEvent attribute is held to MAX_ATTRIBUTE_CHARS besides (400).
 MAX_HEADER_BYTES = 16 * 1024
+#: Longest a request's body may take to arrive, in seconds (408 after, and the connection is
+#: closed): a client trickling its body holds a connection and a buffer, not the loop.
+BODY_TIMEOUT_S = 30.0
+# Answers sent before the body was read whole: the connection cannot serve another request.
+_CLOSE_AFTER = frozenset((408, 413, 431))
 
 _CE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -85,8 +100,13 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"description": "No or bad credentials.", **_ERROR},
     403: {"description": "Credentials of another pipeline.", **_ERROR},
     404: {"description": "Unknown pipeline or path.", **_ERROR},
-    413: {"description": "Body over the source's max_body_bytes.", **_ERROR},
+    408: {"description": "The body did not arrive within BODY_TIMEOUT_S.", **_ERROR},
+    413: {
+        "description": "Body over the source's max_body_bytes, or a record over the broker's.",
+        **_ERROR,
+    },
     422: {"description": "Data fails the source's data_schema, or a step failed (sync).", **_ERROR},
+    431: {"description": "Request headers over MAX_HEADER_BYTES in all.", **_ERROR},
     503: {"description": "The broker or the pipeline is unavailable; retry.", **_ERROR},
     504: {"description": "Sync: no answer within the source's timeout_ms.", **_ERROR},
 }
@@ -109,19 +129,28 @@ def _over_limit(limit: int, route: Route) -> str:
     return f"the body is over {limit} bytes, the most pipeline {route.pipeline!r} takes (max_body_bytes of its http source): split it into smaller requests"
 
 
+def _too_slow() -> IngressError:
+    msg = (
+        f"the body did not arrive within {BODY_TIMEOUT_S:g} s; send it at once (and a "
+        "content-length that matches it)"
+    )
+    return IngressError(408, msg)
+
+
 async def _read_body(request: Request, route: Route) -> bytes:
-    declared = request.headers.get("content-length")
-    _check_declared_length(declared, route)
-    if declared is not None:
-        return await request.body()
+    _check_declared_length(request.headers.get("content-length"), route)
     limit = route.config.max_body_bytes
     chunks = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise IngressError(413, _over_limit(limit, route))
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise IngressError(413, _over_limit(limit, route))
+                chunks.append(chunk)
+    except TimeoutError:
+        raise _too_slow() from None
     return b"".join(chunks)
 
 
@@ -376,6 +405,8 @@ async def _send_reply(send: Any, reply: Reply) -> None:
     raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers_out]
     if status != 204:
         raw.append((b"content-length", str(len(body)).encode()))
+    if status in _CLOSE_AFTER:
+        raw.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": body})
 
@@ -391,22 +422,27 @@ def _headers(scope: Any) -> dict[str, str]:
 
 
 async def _read_asgi_body(headers: dict[str, str], receive: Any, route: Route) -> bytes:
-    """The body from ASGI messages, held to the route's ``max_body_bytes`` (as _read_body)."""
+    """The body from ASGI messages, held to the route's ``max_body_bytes`` (counted as it
+    arrives, whatever content-length said) and to ``BODY_TIMEOUT_S`` (as _read_body)."""
     limit = route.config.max_body_bytes
     _check_declared_length(headers.get("content-length"), route)
     chunks = []
     size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _Disconnected
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise IngressError(413, _over_limit(limit, route))
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    try:
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise _Disconnected
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise IngressError(413, _over_limit(limit, route))
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    except TimeoutError:
+        raise _too_slow() from None
 
 
 _TRUE = frozenset(("true", "1", "yes", "on"))

@@ -555,3 +555,114 @@ def test_data_keywords_are_not_taken_for_patterns() -> None:
 
     schema = {"const": {"pattern": "(a)\\1"}, "properties": {"pattern": {"type": "string"}}}
     assert HttpSourceConfig(data_schema=schema).data_schema == schema
+
+
+# -- 8. bodies: too large, lying, slow, many events, bad bytes -------------------------------
+def limited_client() -> httpx.AsyncClient:
+    d = [pipeline_doc("small", [{"http": {"path": "/hooks/small", "max_body_bytes": 2048}}])]
+    app = build_http_app(Ingress(MemoryBackend(d), RouteTable.from_documents(d, {})))
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
+
+
+async def chunks(n: int, size: int):
+    for _ in range(n):
+        yield b"x" * size
+
+
+@pytest.mark.parametrize("path", ["/v1/pipelines/small/events", "/hooks/small"])
+async def test_a_chunked_body_over_the_limit_is_413(path: str) -> None:
+    client = limited_client()
+    started = time.perf_counter()
+    r = await client.post(path, content=chunks(1000, 1024))  # no content-length
+    assert time.perf_counter() - started < FAST_S
+    assert r.status_code == 413 and "over 2048 bytes" in r.json()["error"]
+    assert r.headers["connection"] == "close"
+
+
+async def test_a_content_length_that_lies_is_not_believed() -> None:
+    client = limited_client()
+    r = await client.post(
+        "/v1/pipelines/small/events", headers={"content-length": "10"}, content=b"x" * 5000
+    )
+    assert r.status_code == 413, r.text
+    r = await client.post(
+        "/v1/pipelines/small/events", headers={"content-length": "10**9"}, content=b"{}"
+    )
+    assert r.status_code == 400 and "it must be a byte count" in r.json()["error"]
+
+
+@pytest.mark.parametrize("path", ["/v1/pipelines/small/events", "/hooks/small"])
+async def test_a_body_that_stops_arriving_is_408(
+    monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    import eventbus.gateway._http as http
+
+    monkeypatch.setattr(http, "BODY_TIMEOUT_S", 0.2)
+    never = asyncio.Event()
+
+    async def slowloris():
+        yield b'{"a": '
+        await never.wait()
+        yield b"1}"
+
+    client = limited_client()
+    started = time.perf_counter()
+    r = await client.post(path, content=slowloris())
+    assert 0.2 <= time.perf_counter() - started < 0.2 + FAST_S
+    assert r.status_code == 408, r.text
+    assert "did not arrive within 0.2 s" in r.json()["error"]
+    assert r.headers["connection"] == "close"
+    # meanwhile the loop answered others
+    r = await client.post(path, json={"a": 1})
+    assert r.status_code == 202
+
+
+async def test_a_batch_of_100k_tiny_events_is_400_fast() -> None:
+    d = [pipeline_doc("wide", [{"http": {"max_body_bytes": 64 * 1024 * 1024}}])]
+    app = build_http_app(Ingress(MemoryBackend(d), RouteTable.from_documents(d, {})))
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
+    body = orjson.dumps([event(id=str(i)) for i in range(100_000)])
+    started = time.perf_counter()
+    r = await client.post("/v1/pipelines/wide/events", headers=BATCH, content=body)
+    assert time.perf_counter() - started < FAST_S
+    assert r.status_code == 400
+    assert f"the batch has 100000 events; at most {MAX_BATCH_EVENTS}" in r.json()["error"]
+    # a 10 MB string: the body limit (413) or, under a larger one, the record limit (413)
+    r = await client.post("/v1/pipelines/wide/events", json={"s": "x" * 10_000_000})
+    assert r.status_code == 202  # MemoryBackend keeps it; the real backend sizes records (5.)
+    r = await client.post(
+        "/v1/pipelines/wide/events",
+        headers=STRUCTURED,
+        content=orjson.dumps(event(id="x" * 10_000_000)),
+    )
+    assert r.status_code == 400 and len(r.text) < 1000
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "expect"),
+    [
+        (CE, b'{"amount": "\xff\xfe"}', "body is not valid JSON (str is not valid UTF-8"),
+        ({"content-type": "application/json"}, b"\xff\xfe", "body is not valid JSON"),
+        (STRUCTURED, b'{"specversion": "1.0", "id": "\xc3"}', "body is not valid JSON"),
+        (CE, b'{"amount": NaN}', "body is not valid JSON"),
+        (CE, b'{"amount": Infinity}', "body is not valid JSON"),
+        (CE, b'{"amount": 1e400}', "body is not valid JSON"),
+        ({"content-type": "application/json"}, b"[-Infinity]", "body is not valid JSON"),
+    ],
+)
+async def test_bad_bytes_and_non_json_numbers_are_400(
+    client: httpx.AsyncClient, headers: dict[str, str], body: bytes, expect: str
+) -> None:
+    r = await post(client, ASYNC, headers, body)
+    assert r.status_code == 400, r.text
+    assert expect in r.json()["error"]
+
+
+async def test_duplicate_keys_keep_the_last_value(client: httpx.AsyncClient, ingress) -> None:
+    # RFC 8259 leaves duplicate names to the parser; orjson (and so EventBus) keeps the last,
+    # for data and for attributes alike: documented, not refused (finding them costs a
+    # second parse of every body).
+    body = b'{"specversion":"1.0","id":"a","id":"b","source":"/s","type":"t","data":{"k":1,"k":2}}'
+    r = await post(client, ASYNC, STRUCTURED, body)
+    assert r.status_code == 202 and r.json()["ids"] == ["b"]
+    assert ingress.backend.published["open"][-1].data == {"k": 2}
