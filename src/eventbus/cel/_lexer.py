@@ -22,12 +22,19 @@ RESERVED: Final = frozenset(
 
 _MAX_INT: Final = 2**63
 _MAX_UINT: Final = 2**64
+_DIGITS: Final = frozenset("0123456789")
+# Longer literals are out of range whatever their digits (2**64 has 20 decimal, 17 hex
+# digits); Python's int() also refuses strings of over 4,300 digits.
+_MAX_DECIMAL_DIGITS: Final = 20
+_MAX_HEX_DIGITS: Final = 17
 
 _PUNCT: Final = (
     "==", "!=", "<=", ">=", "&&", "||", ".?", "[?",
     "<", ">", "!", "+", "-", "*", "/", "%", "?", ":", ".", ",", "[", "]", "(", ")", "{", "}", "=",
 )  # fmt: skip
 
+# Longest first, as listed in _PUNCT: one regex match instead of a loop over prefixes.
+_PUNCT_RE = re.compile("|".join(re.escape(p) for p in _PUNCT))
 _WS = re.compile(r"(?:[ \t\n\r\f]+|//[^\n]*)+")
 _IDENT = re.compile(r"[_a-zA-Z][_a-zA-Z0-9]*")
 _NUMBER = re.compile(
@@ -148,7 +155,8 @@ def tokenize(source: str) -> list[Token]:
         if sm and (c in "'\"" or _valid_prefix(sm.group("prefix"))):
             pos = _lex_string(source, pos, sm, tokens)
             continue
-        if c.isdigit() or (c == "." and pos + 1 < n and source[pos + 1].isdigit()):
+        # ASCII digits only: str.isdigit() is also true of '٣' or '１', which no CEL number has.
+        if c in _DIGITS or (c == "." and pos + 1 < n and source[pos + 1] in _DIGITS):
             pos = _lex_number(source, pos, tokens)
             continue
         if c == "_" or (c.isascii() and c.isalpha()):
@@ -167,17 +175,14 @@ def tokenize(source: str) -> list[Token]:
             tokens.append(Token("QIDENT", name, pos))
             pos = end + 1
             continue
-        for p in _PUNCT:
-            if source.startswith(p, pos):
-                if p == "=":
-                    break
-                tokens.append(Token(p, p, pos))
-                pos += len(p)
-                break
-        else:
+        pm = _PUNCT_RE.match(source, pos)
+        if pm is None:
             raise _error(f"unexpected character {c!r}", source, pos)
+        p = pm.group()
         if p == "=":
             raise _error("unexpected character '='", source, pos)
+        tokens.append(Token(p, p, pos))
+        pos += len(p)
 
 
 def _valid_prefix(prefix: str) -> bool:
@@ -213,7 +218,8 @@ def _lex_string(source: str, pos: int, sm: re.Match[str], tokens: list[Token]) -
 
 def _lex_number(source: str, pos: int, tokens: list[Token]) -> int:
     m = _NUMBER.match(source, pos)
-    assert m is not None
+    if m is None:  # unreachable: the caller saw an ASCII digit (or '.' and a digit)
+        raise _error("invalid number literal", source, pos)
     end = m.end()
     if end < len(source) and (source[end] == "_" or source[end].isalnum()):
         raise _error(f"invalid number literal {source[pos : end + 1]!r}", source, pos)
@@ -221,10 +227,12 @@ def _lex_number(source: str, pos: int, tokens: list[Token]) -> int:
         tokens.append(Token("FLOAT", float(m.group("float")), pos))
         return end
     if m.group("hex") is not None:
-        value = int(m.group("hex"), 16)
+        digits = m.group("hex")[2:].lstrip("0")
+        value = int(digits, 16) if len(digits) <= _MAX_HEX_DIGITS else _MAX_UINT
         unsigned = m.group("hu") is not None
     else:
-        value = int(m.group("int"))
+        digits = m.group("int").lstrip("0")
+        value = int(digits or "0") if len(digits) <= _MAX_DECIMAL_DIGITS else _MAX_UINT
         unsigned = m.group("u") is not None
     if unsigned:
         if value >= _MAX_UINT:

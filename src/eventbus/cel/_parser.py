@@ -15,9 +15,15 @@ from eventbus.cel._errors import CELError
 from eventbus.cel._lexer import RESERVED, Token, tokenize
 from eventbus.cel._values import UInt
 
-__all__ = ["parse"]
+__all__ = ["MAX_EXPRESSION_LENGTH", "parse"]
 
 _MAX_DEPTH: Final = 100
+# Nesting the parser recurses through: parentheses, brackets, braces, call arguments,
+# conditionals and chains of unary '!'/'-'. One level of brackets costs ~10 Python frames,
+# so this keeps the parser well inside Python's recursion limit (cel-spec asks for 32).
+_MAX_NESTING: Final = 50
+#: The longest expression accepted, in code points (cel-go's default limit).
+MAX_EXPRESSION_LENGTH: Final = 100_000
 _RELOPS: Final = frozenset({"<", "<=", ">", ">=", "==", "!=", "in"})
 
 # macro name -> accepted argument counts (receiver-style macros)
@@ -75,10 +81,14 @@ class _Parser:
             raise self.error(f"syntax error: unexpected {_describe(tok)}", tok.pos)
         return node
 
-    def expr(self) -> ast.Node:
+    def nest(self) -> None:
         self.depth += 1
-        if self.depth > _MAX_DEPTH:
-            raise self.error("expression nesting exceeds the maximum depth", self.peek().pos)
+        if self.depth > _MAX_NESTING:
+            msg = f"expression nesting exceeds the maximum depth of {_MAX_NESTING} levels"
+            raise self.error(msg, self.peek().pos)
+
+    def expr(self) -> ast.Node:
+        self.nest()
         cond = self.or_expr()
         tok = self.accept("?")
         if tok is not None:
@@ -131,7 +141,10 @@ class _Parser:
         tok = self.peek()
         if tok.kind == "!":
             self.next()
-            return ast.Unary(tok.pos, "!", self.unary())
+            self.nest()
+            node = ast.Unary(tok.pos, "!", self.unary())
+            self.depth -= 1
+            return node
         if tok.kind == "-":
             nxt = self.peek(1)
             if nxt.kind in ("INT", "FLOAT"):
@@ -143,7 +156,10 @@ class _Parser:
                     raise self.error("int literal out of range", nxt.pos)
                 return self.member_suffix(ast.Lit(tok.pos, value))
             self.next()
-            return ast.Unary(tok.pos, "-", self.unary())
+            self.nest()
+            node = ast.Unary(tok.pos, "-", self.unary())
+            self.depth -= 1
+            return node
         return self.member()
 
     def member(self) -> ast.Node:
@@ -349,10 +365,24 @@ def parse(source: str) -> ast.Node:
     Raises:
         CELError: On a syntax error, with the 1-based column.
     """
-    tree = _Parser(source).parse()
+    if len(source) > MAX_EXPRESSION_LENGTH:
+        msg = (
+            f"expression is {len(source):,} characters long; the limit is "
+            f"{MAX_EXPRESSION_LENGTH:,}: split it into smaller expressions or steps"
+        )
+        raise CELError(msg, source, MAX_EXPRESSION_LENGTH + 1)
+    parser = _Parser(source)
+    try:
+        tree = parser.parse()
+    except RecursionError:
+        # Only when the caller already used most of the stack: the nesting limit keeps the
+        # parser's own recursion well inside Python's limit.
+        msg = "expression nesting exceeds the maximum depth (Python recursion limit)"
+        raise CELError(msg, source, parser.peek().pos + 1) from None
     deepest = _deepest(tree, 0)
     if deepest is not None:
-        raise CELError("expression nesting exceeds the maximum depth", source, deepest.pos + 1)
+        msg = f"expression nesting exceeds the maximum depth of {_MAX_DEPTH} levels"
+        raise CELError(msg, source, deepest.pos + 1)
     return tree
 
 

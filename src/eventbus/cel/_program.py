@@ -53,10 +53,15 @@ def _build(
         "_describe": _describe,
     }
     fast = Generator(source, declared, namespace, fast=True)
-    fast_code = fast.expression(tree)
     slow = Generator(source, declared, namespace, fast=False)
     slow._counter = 10_000_000  # keep temporaries of both paths distinct
-    slow_code = slow.expression(tree)
+    try:
+        fast_code = fast.expression(tree)
+        slow_code = slow.expression(tree)
+    except RecursionError:
+        # The parser bounds nesting; this is for callers that already used most of the stack.
+        msg = "expression is too deeply nested to compile (Python recursion limit)"
+        raise CELError(msg, source, 1) from None
     prologue = "".join(f"        {line}\n" for line in fast.prologue())
     text = _TEMPLATE.format(fast=fast_code, slow=slow_code, prologue=prologue)
     try:
