@@ -150,6 +150,7 @@ class Gateway:
         from eventbus.gateway._guard import guard
         from eventbus.gateway._http import build_http_app
         from eventbus.gateway._observer import Observer
+        from eventbus.gateway._protocol import GatewayHttpProtocol
 
         self._redis = aioredis.Redis.from_url(self.redis_url, decode_responses=True)
         # signed requests are accepted once, across every gateway of the cluster
@@ -173,7 +174,7 @@ class Gateway:
             log_level="warning",
             access_log=False,
             lifespan="off",
-            http="httptools",
+            http=GatewayHttpProtocol,  # httptools, with the head bounded in bytes and time
             loop="none",
             timeout_graceful_shutdown=10,
         )
