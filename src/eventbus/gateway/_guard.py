@@ -61,7 +61,13 @@ def _cookie(scope: Any, name: str) -> str | None:
 async def _answer(
     send: Any, status: int, message: str, extra: list[tuple[bytes, bytes]] | None = None
 ) -> None:
-    body = orjson.dumps({"error": message, "status": status})
+    await _answer_json(send, status, {"error": message, "status": status}, extra)
+
+
+async def _answer_json(
+    send: Any, status: int, value: Any, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    body = orjson.dumps(value)
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
@@ -99,6 +105,13 @@ def guard(app: Any, *, read_tokens: Iterable[str] = (), allowed_origins: Iterabl
             ok |= hmac.compare_digest(raw, t)
         return ok
 
+    def reader(scope: Any) -> bool:
+        """The request carries the read token (a bearer header, or the dashboard's cookie)."""
+        scheme, _, given = (_header(scope, b"authorization") or "").partition(" ")
+        if scheme.lower() == "bearer" and token_ok(given.strip()):
+            return True
+        return token_ok(_cookie(scope, READ_COOKIE))
+
     async def guarded(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await app(scope, receive, send)
@@ -117,13 +130,12 @@ def guard(app: Any, *, read_tokens: Iterable[str] = (), allowed_origins: Iterabl
                     )
                     await _answer(send, 403, msg)
                     return
+        elif tokens and scope["path"] == "/healthz" and not reader(scope):
+            # liveness stays open, but which pipelines run is for readers only
+            await _answer_json(send, 200, {"status": "ok"})
+            return
         elif tokens and _is_read_path(scope["path"]):
-            header = _header(scope, b"authorization") or ""
-            scheme, _, given = header.partition(" ")
-            if scheme.lower() == "bearer" and token_ok(given.strip()):
-                await app(scope, receive, send)
-                return
-            if token_ok(_cookie(scope, READ_COOKIE)):
+            if reader(scope):
                 await app(scope, receive, send)
                 return
             if scope["path"] == "/dashboard":

@@ -73,7 +73,11 @@ async def test_the_dashboard_takes_the_token_once_then_a_cookie(ingress_factory)
 
 async def test_events_and_health_do_not_need_the_read_token(ingress_factory) -> None:
     async with make_client(ingress_factory, read_tokens=[READ]) as c:
-        assert (await c.get("/healthz")).status_code == 200
+        health = await c.get("/healthz")
+        assert health.status_code == 200
+        assert health.json() == {"status": "ok"}  # no pipeline names without the token
+        named = await c.get("/healthz", headers={"authorization": f"Bearer {READ}"})
+        assert "open" in named.json()["pipelines"]
         r = await c.post("/v1/pipelines/open/events", json={"amount": 1})
         assert r.status_code == 202
 
