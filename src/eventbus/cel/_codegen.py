@@ -24,13 +24,14 @@ from typing import Any, Final
 
 from eventbus.cel import _arith, _logic, _runtime
 from eventbus.cel import _ast as ast
+from eventbus.cel._budget import BUDGETED, Budget
 from eventbus.cel._errors import CELError, EvalError
 from eventbus.cel._functions import FUNCTIONS, function_names
 from eventbus.cel._lexer import RESERVED
 from eventbus.cel._regex import compile_regex
 from eventbus.cel._values import CelType, Duration, Timestamp, UInt
 
-__all__ = ["Generator"]
+__all__ = ["Generator", "needs_budget"]
 
 _TYPE_CONSTANTS: Final = {
     "int": "int", "uint": "uint", "double": "double", "bool": "bool", "string": "string",
@@ -50,6 +51,21 @@ _FOLDABLE_TYPES: Final = (
 
 Code = tuple[str, str | None]  # (python source, static CEL kind or None for dyn)
 
+_SCALAR_KINDS: Final = frozenset(
+    {"bool", "int", "uint", "double", "null", "timestamp", "duration", "type"}
+)
+# Calls that build a new string or list of the size of their input: charged in budgeted
+# expressions (join, replace, format and split have budgeted versions in _budget).
+_GROWING_CALLS: Final = frozenset(
+    {"string", "bytes", "charAt", "lowerAscii", "upperAscii", "substring", "trim",
+     "reverse", "quote", "strings.quote"}
+)  # fmt: skip
+# Calls whose output can be much larger than their input.
+_GROWTH_FUNCTIONS: Final = frozenset({"join", "replace", "format"})
+# Compile-time folding: what a constant subexpression may cost and produce.
+_FOLD_MAX_ITERATIONS: Final = 10_000
+_FOLD_MAX_SIZE: Final = 10_000
+
 
 def _static_kind(value: object) -> str | None:
     if type(value) in _FOLDABLE_TYPES:
@@ -68,8 +84,11 @@ class Generator:
         *,
         fast: bool,
         fold: bool = True,
+        budget: bool = False,
     ) -> None:
         self.source = source
+        # Charge the evaluation's budget (the local `_b`) where values can grow.
+        self.budget = budget
         self.declared = declared
         self.ns = namespace
         self.fast = fast
@@ -134,13 +153,19 @@ class Generator:
         return method(node)  # type: ignore[no-any-return]
 
     def try_fold(self, node: ast.Node) -> Code | None:
-        sub = Generator(self.source, self.declared, {}, fast=False, fold=False)
+        # Folding runs the expression at compile time, under a small budget of its own: a
+        # constant that would be large ('x'.replace('', ...), '%.99999999f'.format(...))
+        # is left to run time, where the evaluation's budget applies.
+        sub = Generator(self.source, self.declared, {}, fast=False, fold=False, budget=True)
         code = sub.expression(node)
+        sub.ns["_b"] = Budget(_FOLD_MAX_ITERATIONS, _FOLD_MAX_SIZE)
         try:
             value = eval(code, sub.ns, {"v": {}})
         except Exception:  # noqa: BLE001 - not foldable: the error surfaces at run time
             return None
         if type(value) not in _FOLDABLE_TYPES:
+            return None
+        if type(value) in (str, bytes) and len(value) > _FOLD_MAX_SIZE:
             return None
         return self.literal(value), _static_kind(value)
 
@@ -291,6 +316,12 @@ class Generator:
         return f"{helper}({a}, {b})", "bool"
 
     def gen_arith(self, op: str, left: Code, right: Code) -> Code:
+        text, kind = self.arith(op, left, right)
+        if self.budget and op == "+" and kind not in _SCALAR_KINDS:
+            return f"_b.grow({text})", kind  # string, bytes and list concatenation
+        return text, kind
+
+    def arith(self, op: str, left: Code, right: Code) -> Code:
         (a, ka), (b, kb) = left, right
         fn = self.helper(getattr(_arith, _ARITH[op]))
         result: str | None = None
@@ -395,6 +426,17 @@ class Generator:
                 raise self.error(exc.message, node) from None
 
     def call_code(self, name: str, impl: Any, codes: list[Code]) -> Code:
+        if self.budget:
+            budgeted = BUDGETED.get(impl)
+            if budgeted is not None:
+                args = ", ".join(["_b", *(c[0] for c in codes)])
+                return f"{self.helper(budgeted)}({args})", _RESULT_KINDS.get(name)
+            if name in _GROWING_CALLS:
+                text, kind = self.plain_call(name, impl, codes)
+                return f"_b.grow({text})", kind
+        return self.plain_call(name, impl, codes)
+
+    def plain_call(self, name: str, impl: Any, codes: list[Code]) -> Code:
         texts = [c[0] for c in codes]
         kinds = [c[1] for c in codes]
         if self.fast:
@@ -444,6 +486,8 @@ class Generator:
         self.no_walrus += 1
         rng, _ = self.gen(node.range)
         self.no_walrus -= 1
+        if self.budget and node.kind not in ("optMap", "optFlatMap"):
+            rng = f"_b.iterations({rng})"
         if node.kind in ("optMap", "optFlatMap"):
             py = self.fresh("x")
             self.scopes.append({node.var: py})
@@ -617,3 +661,21 @@ def _unknown_function(name: str, *args: Any) -> Any:
 def check_declared(variables: Collection[str] | None) -> frozenset[str] | None:
     """Normalise the ``variables`` argument of ``compile``."""
     return None if variables is None else frozenset(variables)
+
+
+def needs_budget(node: object) -> bool:
+    """True if evaluating ``node`` can produce values much larger than its input.
+
+    Comprehensions iterate over input-sized ranges, ``cel.bind``/``cel.block`` reuse a
+    value many times, and ``join``/``replace``/``format`` can multiply sizes. Without
+    them, each node is evaluated once and no value outgrows the input and the literals.
+    """
+    if isinstance(node, ast.Comprehension | ast.Block):
+        return True
+    if isinstance(node, ast.Call) and node.name in _GROWTH_FUNCTIONS:
+        return True
+    if isinstance(node, ast.Node):
+        return any(needs_budget(getattr(node, slot)) for slot in type(node).__slots__)
+    if isinstance(node, list | tuple):
+        return any(needs_budget(item) for item in node)
+    return False

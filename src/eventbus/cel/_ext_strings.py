@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, Final
 
 from eventbus.cel._errors import EvalError
@@ -167,7 +168,14 @@ def quote(s: Any) -> str:
 # -- format ---------------------------------------------------------------------
 
 
-def _as_string(value: Any, nested: bool = False) -> str:
+Reserve = Callable[[int], None]
+
+
+def _no_reserve(size: int) -> None:
+    pass
+
+
+def _as_string(value: Any, nested: bool = False, reserve: Reserve = _no_reserve) -> str:
     k = kind(value)
     if k == "string":
         return str(value)
@@ -186,9 +194,15 @@ def _as_string(value: Any, nested: bool = False) -> str:
     if k == "duration":
         return format_duration(value)
     if k == "list":
-        return "[" + ", ".join(_as_string(v, True) for v in value) + "]"
+        parts = [_as_string(v, True, reserve) for v in value]
+        reserve(sum(map(len, parts)) + 2 * len(parts))  # before the copy that joins them
+        return "[" + ", ".join(parts) + "]"
     if k == "map":
-        items = sorted((_as_string(key, True), _as_string(v, True)) for key, v in value.items())
+        items = sorted(
+            (_as_string(key, True, reserve), _as_string(v, True, reserve))
+            for key, v in value.items()
+        )
+        reserve(sum(len(a) + len(b) + 4 for a, b in items))
         return "{" + ", ".join(f"{key}: {v}" for key, v in items) + "}"
     if k == "type":
         return str(value.name)
@@ -207,10 +221,10 @@ def _special_float(x: float) -> str | None:
     return None
 
 
-def _format_one(verb: str, precision: int | None, value: Any) -> str:
+def _format_one(verb: str, precision: int | None, value: Any, reserve: Reserve) -> str:
     k = kind(value)
     if verb == "s":
-        return _as_string(value)
+        return _as_string(value, False, reserve)
     if verb == "d":
         if k in ("int", "uint"):
             return str(int(value))
@@ -240,8 +254,11 @@ def _format_one(verb: str, precision: int | None, value: Any) -> str:
     raise EvalError(msg)
 
 
-def format_(template: Any, args: Any) -> str:
-    """``template.format(list)``: printf-like ``%s %d %f %e %b %o %x %X %%``."""
+def format_(template: Any, args: Any, reserve: Reserve = _no_reserve) -> str:
+    """``template.format(list)``: printf-like ``%s %d %f %e %b %o %x %X %%``.
+
+    ``reserve`` is told the size of large pieces before they are built (the budget).
+    """
     if kind(template) != "string" or kind(args) != "list":
         no_overload("format", template, args)
     out: list[str] = []
@@ -276,6 +293,8 @@ def format_(template: Any, args: Any) -> str:
         if precision is not None and verb not in "fe":
             msg = f"format: precision not allowed with '%{verb}'"
             raise EvalError(msg)
-        out.append(_format_one(verb, precision, args[arg_i]))
+        if precision is not None:
+            reserve(precision)  # '%.100000000f' is 100 MB
+        out.append(_format_one(verb, precision, args[arg_i], reserve))
         arg_i += 1
     return "".join(out)

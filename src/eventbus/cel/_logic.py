@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from eventbus.cel._arith import check_bool
+from eventbus.cel._budget import BudgetError
 from eventbus.cel._errors import EvalError
 from eventbus.cel._runtime import (
     iter_pairs,
@@ -54,6 +55,8 @@ def _logic(thunks: tuple[Thunk, ...], decisive: bool, op: str) -> bool:
     for thunk in thunks:
         try:
             value: object = thunk()
+        except BudgetError:
+            raise  # the evaluation is over budget: not a CEL value error to absorb
         except Exception as exc:  # noqa: BLE001 - CEL absorbs any error here
             error = error or exc
             continue
@@ -86,6 +89,8 @@ def _quantifier(rng: Any, pred: Callable[..., Any], two: bool, decisive: bool, o
         try:
             value: object = pred(*item) if two else pred(item)
             check_bool(value, op)
+        except BudgetError:
+            raise
         except Exception as exc:  # noqa: BLE001 - CEL absorbs any error here
             error = error or exc
             continue

@@ -7,7 +7,13 @@ import warnings
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from eventbus.cel._codegen import Generator
+from eventbus.cel._budget import (
+    DEFAULT_MAX_ITERATIONS,
+    DEFAULT_MAX_OUTPUT_SIZE,
+    Budget,
+    BudgetError,
+)
+from eventbus.cel._codegen import Generator, needs_budget
 from eventbus.cel._errors import CELError, EvalError
 from eventbus.cel._parser import parse
 
@@ -17,13 +23,15 @@ _TEMPLATE = """\
 def _fast(v, type=type, str=str, bool=bool, float=float, int=int):
     try:
 {prologue}        return {fast}
+    except _BudgetError as exc:
+        raise _CELError(exc.message) from None
     except Exception:
         pass
     return _slow(v)
 
 def _slow(v):
     try:
-        return {slow}
+{slow_prologue}        return {slow}
     except _EvalError as exc:
         raise _CELError(exc.message) from None
     except _CELError:
@@ -44,16 +52,21 @@ def _describe(exc: Exception) -> str:
 
 
 def _build(
-    source: str, declared: frozenset[str] | None
+    source: str, declared: frozenset[str] | None, max_iterations: int, max_output_size: int
 ) -> tuple[Callable[[Mapping[str, Any]], Any], frozenset[str]]:
     tree = parse(source)
     namespace: dict[str, Any] = {
         "_EvalError": EvalError,
+        "_BudgetError": BudgetError,
         "_CELError": CELError,
         "_describe": _describe,
+        "_Budget": Budget,
+        "_max_iterations": max_iterations,
+        "_max_output_size": max_output_size,
     }
-    fast = Generator(source, declared, namespace, fast=True)
-    slow = Generator(source, declared, namespace, fast=False)
+    budget = needs_budget(tree)
+    fast = Generator(source, declared, namespace, fast=True, budget=budget)
+    slow = Generator(source, declared, namespace, fast=False, budget=budget)
     slow._counter = 10_000_000  # keep temporaries of both paths distinct
     try:
         fast_code = fast.expression(tree)
@@ -62,8 +75,12 @@ def _build(
         # The parser bounds nesting; this is for callers that already used most of the stack.
         msg = "expression is too deeply nested to compile (Python recursion limit)"
         raise CELError(msg, source, 1) from None
-    prologue = "".join(f"        {line}\n" for line in fast.prologue())
-    text = _TEMPLATE.format(fast=fast_code, slow=slow_code, prologue=prologue)
+    start = ["_b = _Budget(_max_iterations, _max_output_size)"] if budget else []
+    prologue = "".join(f"        {line}\n" for line in [*start, *fast.prologue()])
+    slow_prologue = "".join(f"        {line}\n" for line in start)
+    text = _TEMPLATE.format(
+        fast=fast_code, slow=slow_code, prologue=prologue, slow_prologue=slow_prologue
+    )
     try:
         with warnings.catch_warnings():
             # e.g. "'NoneType' object is not subscriptable" for `null.a`: that is
@@ -100,14 +117,33 @@ class Program:
     source: str
     variables: frozenset[str]
 
-    def __init__(self, source: str, *, variables: Collection[str] | None = None) -> None:
+    def __init__(
+        self,
+        source: str,
+        *,
+        variables: Collection[str] | None = None,
+        max_iterations: int = DEFAULT_MAX_ITERATIONS,
+        max_output_size: int = DEFAULT_MAX_OUTPUT_SIZE,
+    ) -> None:
         declared = None if variables is None else frozenset(variables)
         if declared is not None and isinstance(variables, str):
             msg = "variables must be a collection of names, not a string"
             raise TypeError(msg)
-        fn, refs = _build(source, declared)
+        if not isinstance(source, str):
+            msg = f"a CEL expression must be a str; got {type(source).__name__}"
+            raise TypeError(msg)
+        for name, limit in (
+            ("max_iterations", max_iterations),
+            ("max_output_size", max_output_size),
+        ):
+            if type(limit) is not int or limit < 0:
+                msg = f"{name} must be a non-negative int; got {limit!r}"
+                raise ValueError(msg)
+        fn, refs = _build(source, declared, max_iterations, max_output_size)
         self.source = source
         self.variables = refs
+        self.max_iterations = max_iterations
+        self.max_output_size = max_output_size
         self._declared = declared
         self._fn = fn
         # The generated function itself becomes the instance's `evaluate`, so a call costs
@@ -128,41 +164,79 @@ class Program:
 
         Raises:
             CELError: On any evaluation error (no such key, no matching
-                overload, overflow, division by zero, undeclared reference).
+                overload, overflow, division by zero, undeclared reference,
+                over budget).
         """
         return self._fn(variables)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (self.source, self._declared))
+        args = (self.source, self._declared, self.max_iterations, self.max_output_size)
+        return (_rebuild, args)
 
     def __repr__(self) -> str:
         return f"Program({self.source!r})"
 
 
-def _rebuild(source: str, declared: frozenset[str] | None) -> Program:
-    return Program(source, variables=declared)
+def _rebuild(
+    source: str,
+    declared: frozenset[str] | None,
+    max_iterations: int = DEFAULT_MAX_ITERATIONS,
+    max_output_size: int = DEFAULT_MAX_OUTPUT_SIZE,
+) -> Program:
+    return Program(
+        source,
+        variables=declared,
+        max_iterations=max_iterations,
+        max_output_size=max_output_size,
+    )
 
 
-def compile(source: str, *, variables: Collection[str] | None = None) -> Program:
+def compile(
+    source: str,
+    *,
+    variables: Collection[str] | None = None,
+    max_iterations: int = DEFAULT_MAX_ITERATIONS,
+    max_output_size: int = DEFAULT_MAX_OUTPUT_SIZE,
+) -> Program:
     """Compile a CEL expression.
 
+    Every evaluation runs under a budget, checked only where values can grow: an
+    evaluation that iterates or produces more fails with ``CELError`` (that evaluation
+    only; ``||``, ``&&`` and ``exists`` do not absorb it).
+
     Args:
-        source: The CEL expression.
+        source: The CEL expression (at most 100,000 characters).
         variables: The declared top-level identifiers. When given, a reference
             to any other identifier is a compile error (with a "did you mean"
             hint); when None, unknown identifiers fail at evaluation time.
+        max_iterations: Comprehension iterations per evaluation (a comprehension is
+            charged the size of its range when it starts; nested ones multiply).
+        max_output_size: Characters of strings, bytes of bytes and elements of lists
+            and maps that one evaluation may build by concatenation, string functions,
+            ``join``, ``replace`` and ``format``.
 
     Returns:
         The compiled program.
 
     Raises:
         CELError: On a syntax error, an unknown function or macro, a wrong
-            number of arguments, a bad literal, or an undeclared identifier.
+            number of arguments, a bad literal, a regular expression that is not
+            RE2 syntax, or an undeclared identifier.
 
     Example:
         >>> from eventbus import cel
         >>> prog = cel.compile("type == 'payment.created' && data.amount > 100")
         >>> prog.evaluate({"type": "payment.created", "data": {"amount": 150}})
         True
+        >>> big = cel.compile("xs.map(x, s).join('')", max_output_size=1000)
+        >>> big.evaluate({"xs": list(range(100)), "s": "0123456789!"})
+        Traceback (most recent call last):
+        ...
+        eventbus.cel._errors.CELError: CEL evaluation exceeded its budget of 1,000 characters, bytes or elements produced (reached 1,100); build smaller strings and lists, or raise max_output_size in cel.compile()
     """
-    return Program(source, variables=variables)
+    return Program(
+        source,
+        variables=variables,
+        max_iterations=max_iterations,
+        max_output_size=max_output_size,
+    )

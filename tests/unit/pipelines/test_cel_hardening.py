@@ -82,3 +82,59 @@ def test_eventbus_validate_reports_hostile_expressions_and_exits_1(tmp_path: Pat
         re.match(rf"{re.escape(str(path))}:\d+:\d+: spec\.steps\[\d\]\.filter: ", ln)
         for ln in lines
     )
+
+
+def _budget_pipeline() -> str:
+    return textwrap.dedent(
+        """\
+        apiVersion: eventbus/v1
+        kind: Pipeline
+        metadata: {name: budget}
+        spec:
+          sources:
+            - kafka: {topic: in}
+          steps:
+            - id: keep
+              filter: "size(data.items.map(i, data.s).join('')) < 1000000000"
+            - id: blow_up
+              convert:
+                set:
+                  data.joined: "data.items.map(i, data.s).join('')"
+          sink: {kafka: {topic: out}}
+        """
+    )
+
+
+def test_over_budget_fails_only_that_event_in_a_filter_and_a_convert() -> None:
+    from eventbus.eventing import CloudEvent
+    from eventbus.testing import run_pipeline
+
+    def event(n: int, s: str) -> CloudEvent:
+        return CloudEvent(
+            {"specversion": "1.0", "id": f"e{n}", "source": "/t", "type": "t"},
+            {"items": list(range(1000)), "s": s},
+        )
+
+    small, big = event(1, "ab"), event(2, "x" * 110_000)
+    start = time.perf_counter()
+    result = run_pipeline(_budget_pipeline(), [small, big, event(3, "cd")])
+    assert time.perf_counter() - start < 5.0
+    # The filter drops the over-budget event (fail closed); the others go on.
+    assert [e.attributes["id"] for e in result.outputs] == ["e1", "e3"]
+    assert result.outputs[0].data["joined"] == "ab" * 1000
+    assert result.dropped == 1
+
+    # Without the filter, the convert step fails that one event: a dead letter naming
+    # the budget, while the events around it are converted.
+    text = _budget_pipeline().replace(
+        "    - id: keep\n      filter: \"size(data.items.map(i, data.s).join('')) < 1000000000\"\n",
+        "",
+    )
+    result = run_pipeline(text, [small, big, event(3, "cd")])
+    assert [e.attributes["id"] for e in result.outputs] == ["e1", "e3"]
+    assert len(result.dead_letters) == 1
+    dead = result.dead_letters[0]
+    assert dead.attributes["id"] == "e2"
+    assert dead.attributes["ebstep"] == "blow_up"
+    assert "exceeded its budget of 10,000,000 characters" in dead.attributes["eberror"]
+    assert "raise max_output_size" in dead.attributes["eberror"]
