@@ -297,10 +297,11 @@ def start_redis(
         timeout_s: how long to wait until it answers PING.
         password: clients must authenticate with it (``requirepass``; written to a 0600
             config file in ``data_dir``, never on the command line). None: no password.
-        maxmemory: a memory limit (``512mb``, ``2gb``), with the ``volatile-lru`` policy:
-            only keys with a TTL (dedupe marks, replay marks, locks) are evicted, never
-            control state (pipelines, versions, models, join and allocate state have none);
-            at the limit, writes of such keys fail instead. None: no limit.
+        maxmemory: a memory limit (``512mb``, ``2gb``), with the ``noeviction`` policy:
+            nothing is ever evicted (``volatile-lru`` would drop join windows, which carry a
+            TTL, without a trace); at the limit writes fail with an OOM error, which steps,
+            sources and the gateway report as failures (retried, dead-lettered, 503), never
+            as silent loss. None: no limit.
 
     Returns:
         The process; ``address`` is ``redis://127.0.0.1:PORT/0``, or
@@ -354,7 +355,7 @@ def _redis_config(data_dir: Path, port: int, password: str | None, maxmemory: st
     if password is not None:
         lines.append(f"requirepass {password}")
     if maxmemory is not None:
-        lines += [f"maxmemory {maxmemory}", "maxmemory-policy volatile-lru"]
+        lines += [f"maxmemory {maxmemory}", "maxmemory-policy noeviction"]
     path = data_dir / f"redis-{port}.conf"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:

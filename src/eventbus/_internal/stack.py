@@ -105,8 +105,8 @@ def stack_up(
         gateway: start the HTTP/gRPC gateway too.
         http_port: the gateway's HTTP port (a free one when taken).
         grpc_port: the gateway's gRPC port (a free one when taken).
-        redis_maxmemory: the memory limit of a Redis started here (only keys with a TTL are
-            ever evicted: ``volatile-lru``). A Redis started here also gets a password
+        redis_maxmemory: the memory limit of a Redis started here (``noeviction``: at the
+            limit writes fail loudly; nothing is evicted). A Redis started here also gets a password
             (``<home>/redis_password``, mode 0600), carried in the Redis URL handed out.
 
     Raises:

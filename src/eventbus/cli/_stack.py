@@ -55,7 +55,7 @@ def up(
     grpc_port: int = typer.Option(50051, help="The gateway's gRPC port (a free one if taken)."),
     redis_maxmemory: str = typer.Option(
         "1gb",
-        help="Memory limit of the Redis started here (only keys with a TTL are evicted: volatile-lru).",
+        help="Memory limit of the Redis started here (noeviction: at the limit writes fail loudly, nothing is evicted).",
     ),
 ) -> None:
     """Start the local stack (Ray, Kafka-protocol broker, Redis, gateway), or adopt given addresses."""
