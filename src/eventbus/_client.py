@@ -388,7 +388,8 @@ def _http_request(
         raise Unavailable(reason, mark_down=False)
     url = f"{cluster.gateway.rstrip('/')}/v1/pipelines/{quote(pipeline, safe='')}/events"
     headers, body = encode_http_binary(events[0]) if wait else encode_http_batch(events)
-    return (url + "?wait=true" if wait else url), headers, body
+    # explicit both ways: a mode: sync source answers a request without ?wait synchronously
+    return url + ("?wait=true" if wait else "?wait=false"), headers, body
 
 
 class HttpTransport:

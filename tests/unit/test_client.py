@@ -451,7 +451,14 @@ def _gateway_app(fail: Exception | None = None) -> Any:
         "kind": "Pipeline",
         "metadata": {"name": "orders"},
         "spec": {
-            "sources": [{"http": {"data_schema": {"type": "object", "required": ["amount"]}}}],
+            "sources": [
+                {
+                    "http": {
+                        "mode": "sync",  # Client.invoke asks for answers; publish for 202s
+                        "data_schema": {"type": "object", "required": ["amount"]},
+                    }
+                }
+            ],
             "steps": [{"id": "big", "filter": "data.amount > 100"}],
             "sink": {"kafka": {"topic": "out"}},
         },
