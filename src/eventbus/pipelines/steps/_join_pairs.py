@@ -65,8 +65,8 @@ for i = 6, #ARGV, 4 do
   local f = side .. '/' .. ARGV[i + 3]
   local m = 'w:' .. k
   local h = prefix .. m
-  local t0 = redis.call('HGET', h, '__t0')
-  local old = t0 and redis.call('HGET', h, f)
+  local got = redis.call('HMGET', h, '__t0', f, '__evicted', '__b')
+  local t0, old, evicted, bytes = got[1], got[2], got[3], tonumber(got[4])
   if t0 and not old and now >= tonumber(t0) + window then
     -- closed but not swept yet: it goes on as x:<t0>:<key>, this event opens a new window
     local x = 'x:' .. t0 .. ':' .. k
@@ -82,20 +82,26 @@ for i = 6, #ARGV, 4 do
     t0 = false
   end
   if not t0 then
+    -- a new window: nothing to pair with yet
     t0 = tostring(now)
-    redis.call('HSET', h, '__t0', t0, '__n', 0, '__b', 0)
+    if #payload > maxb then
+      redis.call('HSET', h, '__t0', t0, '__n', 0, '__b', 0)
+      out[#out + 1] = {-2, t0, 0, {}}
+    else
+      redis.call('HSET', h, '__t0', t0, '__n', 1, '__b', #payload, f, '1,' .. payload)
+      out[#out + 1] = {1, t0, 0, {}}
+    end
     redis.call('ZADD', due, now + window, m)
     redis.call('PEXPIRE', h, 2 * window + 60000)
-  end
-  if old then
+  elseif old then
     local seq = tonumber(string.sub(old, 1, string.find(old, ',', 1, true) - 1))
     local same, res = seen_before(h, side, seq)
     out[#out + 1] = {2, t0, same, res}
-  elseif redis.call('HEXISTS', h, '__evicted') == 1 then
+  elseif evicted then
     redis.call('HSET', h, f, '0,' .. payload)
     out[#out + 1] = {-1, t0, 0, {}}
-  elseif tonumber(redis.call('HGET', h, '__b')) + #payload > maxb then
-    out[#out + 1] = {-2, t0, tonumber(redis.call('HGET', h, '__b')), {}}
+  elseif bytes + #payload > maxb then
+    out[#out + 1] = {-2, t0, bytes, {}}
   else
     local seq = redis.call('HINCRBY', h, '__n', 1)
     redis.call('HINCRBY', h, '__b', #payload)
