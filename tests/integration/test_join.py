@@ -231,3 +231,36 @@ async def test_outer_join_emits_partials_at_timeout_and_late_events_are_dead_let
     assert (
         dead.id == "late-1" and dead["eberrortype"] == "LateEventError" and dead["ebstep"] == "paid"
     )
+
+
+async def test_every_pair_of_a_key_on_the_stack_and_key_full_to_the_dead_letters(
+    deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str
+) -> None:
+    """emit: every (the default) on a replica with Redis: two orders and two payments of one
+    key give four joined events; an event over max_key_bytes is dead-lettered with the reason."""
+    orders_t, payments_t = topic_factory("orders"), topic_factory("payments")
+    sink, dlq = topic_factory("paid"), topic_factory("join-dlq")
+    name = f"join-every-{uuid.uuid4().hex[:6]}"
+    deploy_pipeline(doc(name, orders_t, payments_t, sink, dlq, max_key_bytes=2048))
+
+    def one(kind: str, i: int, key: str, pad: int = 0) -> CloudEvent:
+        t = "order.created" if kind == "o" else "payment.created"
+        return CloudEvent.create(
+            type=t,
+            source="/shop",
+            id=f"{kind}{i}",
+            data={"order_id": key, "n": i, "pad": "x" * pad},
+        )
+
+    keys = [f"ord-{k}" for k in range(5)]
+    await produce(kafka_bootstrap, orders_t, [one("o", i, k) for i in (1, 2) for k in keys])
+    await produce(kafka_bootstrap, payments_t, [one("p", i, k) for i in (1, 2) for k in keys])
+    await produce(kafka_bootstrap, orders_t, [one("o", 3, "ord-0", pad=3000)])
+    out = await collect(kafka_bootstrap, sink, 20, timeout_s=60)
+    got = Counter(
+        (e.data["order"]["order_id"], e.data["order"]["n"], e.data["payment"]["n"]) for e in out
+    )
+    assert got == Counter({(k, o, p): 1 for k in keys for o in (1, 2) for p in (1, 2)})
+    [dead] = await collect(kafka_bootstrap, dlq, 1, timeout_s=30)
+    assert dead.id == "o3" and dead["eberrortype"] == "JoinKeyFullError"
+    assert "max_key_bytes is 2048" in dead["eberror"]

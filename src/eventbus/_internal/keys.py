@@ -31,7 +31,9 @@ Gateway (``gateway``):
 Step state (``pipelines``):
 
 * :func:`join_prefix` + ``k:<key>`` (hash), ``due`` (sorted set), ``claim`` (sorted set):
-  a join step's pending keys (the Lua scripts add the suffixes).
+  a join step's pending keys with ``emit: first``; ``w:<key>`` and ``x:<t0>:<key>`` (hashes),
+  ``pdue``, ``pclaim`` (sorted sets): its windows with ``emit: every`` or ``latest`` (the Lua
+  scripts add the suffixes).
 * :func:`allocate_used` (hash), :func:`allocate_window` (list), :func:`allocate_seen`
   (string counter), :func:`allocate_plan_lock` (string with a TTL): an allocate step's
   consumed budgets and its re-planning window.

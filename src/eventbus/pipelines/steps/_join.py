@@ -2,19 +2,25 @@
 
 Per batch, every side event goes into the join state in one atomic call (a Lua script in
 Redis): any replica can complete a key, replicas scale, and a replica that dies loses nothing
-(its batch is consumed again; the event that completed a key re-emits the same joined event,
-with the same id, which the sink's dedupe drops if it was delivered). A :class:`JoinSweeper` (run next to each replica's
-sources) takes keys whose window closed: outer joins emit what is present, inner joins drop
-them, keys evicted by ``max_pending`` go to the dead-letter sink.
+(its batch is consumed again; an event that emitted joined events re-emits the same ones, with
+the same ids, which the sink's dedupe drops if they were delivered). A :class:`JoinSweeper`
+(run next to each replica's sources) takes windows that closed: outer joins emit what is
+present, inner joins drop them (counted), windows evicted by ``max_pending`` go to the
+dead-letter sink.
 
-An event matching no side passes through unchanged; an event whose side arrived after its
-key completed is part of the next window only once the completed one expires.
+``emit`` chooses the combinations: ``every`` (each combination of a key's events within the
+window, once, :mod:`._join_pairs`), ``latest`` (each event with the latest of every other side)
+or ``first`` (one joined event per key and window, :mod:`._join_state`). An event that matches
+no side passes through unchanged. No event vanishes without a count: every event that emits
+nothing is counted per reason in :meth:`JoinStep.stats` (``absorbed_*``), and late, evicted
+and over-``max_key_bytes`` events go to the dead-letter sink with the reason.
 """
 
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC
+import itertools
+from datetime import UTC, datetime
 from typing import Any
 
 from eventbus import cel
@@ -22,16 +28,33 @@ from eventbus._internal import keys
 from eventbus.eventing._codecs import event_from_json, event_to_json
 from eventbus.eventing._event import CloudEvent, format_time, parse_time
 from eventbus.pipelines._activation import activation_builder, check_identifiers
-from eventbus.pipelines._step import Fired, Step, StepContext, Timer
+from eventbus.pipelines._step import Step, StepContext, Timer
 from eventbus.pipelines.steps._join_config import JoinConfig
-from eventbus.pipelines.steps._join_state import JoinState, MemoryJoinState, RedisJoinState, now_ms
+from eventbus.pipelines.steps._join_pairs import MemoryPairState, PairState, RedisPairState
+from eventbus.pipelines.steps._join_state import (
+    AFTER_MATCH,
+    SUPERSEDED,
+    WAITING,
+    JoinState,
+    MemoryJoinState,
+    RedisJoinState,
+    now_ms,
+)
+from eventbus.pipelines.steps._values import json_value
 from eventbus.registry import steps
 
-__all__ = ["JoinStep", "JoinSweeper", "LateEventError"]
+__all__ = ["JoinKeyFullError", "JoinStep", "LateEventError"]
+
+#: Why events emitted nothing: each a counter ``absorbed_<reason>`` in the step's stats.
+REASONS = ("waiting", "superseded", "after_match", "late", "key_full", "evicted", "expired")
 
 
 class LateEventError(ValueError):
     """An event's time is older than the join window plus the allowed lateness."""
+
+
+class JoinKeyFullError(ValueError):
+    """A key's window holds ``max_key_bytes`` of events already."""
 
 
 class JoinStep(Step):
@@ -49,14 +72,18 @@ class JoinStep(Step):
     def __init__(
         self, step_id: str, spec: JoinConfig, *, pipeline: str, redis_url: str | None = None
     ) -> None:
-        self.id = step_id
-        self.errors = 0
+        super().__init__(step_id)
         self.spec = spec
         self.pipeline = pipeline
         prefix = keys.join_prefix(pipeline, step_id)
         self.state: JoinState = (
             RedisJoinState(redis_url, prefix) if redis_url else MemoryJoinState()
         )
+        #: emit every/latest: the windows of all their events
+        self.pairs: PairState = (
+            RedisPairState(redis_url, prefix) if redis_url else MemoryPairState()
+        )
+        self.stream = spec.mode != "latest" and spec.emit != "first"
         self._sides = []
         used: frozenset[str] = frozenset()
         for side in spec.sides:
@@ -77,14 +104,7 @@ class JoinStep(Step):
         self.source = spec.output.source or f"/eventbus/{pipeline}/{step_id}"
         self._window_ms = int(spec.window_s * 1000)
         self._late_ms = int((spec.window_s + spec.allowed_lateness_s) * 1000)
-        self.counters = {
-            "joined": 0,
-            "pending_events": 0,
-            "late": 0,
-            "expired": 0,
-            "timed_out": 0,
-            "evicted": 0,
-        }
+        self.counters = {"joined": 0, "timed_out": 0} | {f"absorbed_{r}": 0 for r in REASONS}
 
     @staticmethod
     def _compile(source: str) -> cel.Program:
@@ -92,9 +112,18 @@ class JoinStep(Step):
         check_identifiers(program)
         return program
 
+    @staticmethod
+    def now() -> int:
+        """The step's clock, wall-clock milliseconds (tests move it)."""
+        return now_ms()
+
+    def absorb(self, reason: str, n: int = 1) -> None:
+        """Count ``n`` events that emitted nothing, for ``reason`` (one of :data:`REASONS`)."""
+        self.counters[f"absorbed_{reason}"] += n
+
     def process(self, events: list[CloudEvent]) -> list[Any]:
         """One result per event: the joined event(s), [] while waiting, the event itself when
-        it matches no side, or a failure (key error, late event).
+        it matches no side, or a failure (key error, late event, key full).
 
         Raises:
             StateUnavailableError: the state store does not answer (the batch is retried).
@@ -102,7 +131,7 @@ class JoinStep(Step):
         results: list[Any] = [None] * len(events)
         items: list[tuple[str, str, bytes, str]] = []
         where: list[int] = []
-        now = now_ms()
+        now = self.now()
         event_time = self.spec.time == "event"
         for i, e in enumerate(events):
             try:
@@ -118,13 +147,16 @@ class JoinStep(Step):
                 if event_time and "time" in e.attributes:
                     t = int(parse_time(e.attributes["time"]).timestamp() * 1000)
                     if t < now - self._late_ms:
-                        self.counters["late"] += 1
+                        self.absorb("late")
                         msg = (
                             f"event time {e.attributes['time']} is {(now - t) / 1000:.1f} s old, beyond the join window "
                             f"({self.spec.window_s:g} s) plus allowed_lateness_s ({self.spec.allowed_lateness_s:g} s)"
                         )
                         raise LateEventError(msg)
-                items.append((str(key), side, event_to_json(e), str(e.attributes["id"])))
+                payload = event_to_json(e)
+                if len(payload) > self.spec.max_key_bytes:
+                    raise self._full(str(key), len(payload), 0)
+                items.append((str(key), side, payload, str(e.attributes["id"])))
                 where.append(i)
             except (cel.CELError, ValueError, TypeError) as exc:
                 results[i] = self._failure(exc)
@@ -132,18 +164,86 @@ class JoinStep(Step):
             return results
         if self.spec.mode == "latest":
             self._latest(events, results, items, where)
-            return results
+        elif self.stream:
+            self._combinations(now, results, items, where)
+        else:
+            self._first(now, results, items, where)
+        return results
+
+    def _full(self, key: str, size: int, held: int) -> JoinKeyFullError:
+        self.absorb("key_full")
+        msg = (
+            f"join key {key!r} cannot keep this event ({size} bytes): its window holds {held} bytes "
+            f"and max_key_bytes is {self.spec.max_key_bytes}; raise max_key_bytes or shorten window_s"
+        )
+        return JoinKeyFullError(msg)
+
+    def _first(
+        self,
+        now: int,
+        results: list[Any],
+        items: list[tuple[str, str, bytes, str]],
+        where: list[int],
+    ) -> None:
         states = self.state.join(
             now, self._window_ms, len(self._sides), self.spec.max_pending, items
         )
         for i, (key, _, _, _), h in zip(where, items, states):
-            if h is None:
-                self.counters["pending_events"] += 1
-                results[i] = []
-            else:
+            if isinstance(h, dict):
                 self.counters["joined"] += 1
                 results[i] = [self.output(key, h, now)]
-        return results
+                continue
+            results[i] = []
+            if h == WAITING:
+                self.absorb("waiting")
+            elif h == SUPERSEDED:  # the side's earlier event is replaced: it will never join
+                self.absorb("superseded")
+            elif h == AFTER_MATCH:
+                self.absorb("after_match")
+            # EVICTED: kept with its key's other events for the dead-letter sink (the sweeper)
+
+    def _combinations(
+        self,
+        now: int,
+        results: list[Any],
+        items: list[tuple[str, str, bytes, str]],
+        where: list[int],
+    ) -> None:
+        added = self.pairs.add(
+            now, self._window_ms, self.spec.max_pending, self.spec.max_key_bytes, items
+        )
+        latest = self.spec.emit == "latest"
+        for i, (key, side, payload, eid), (code, t0, same, others) in zip(where, items, added):
+            if code == -2:
+                results[i] = self._failure(self._full(key, len(payload), same))
+                continue
+            results[i] = []
+            if code == -1:
+                continue  # its window was evicted: dead-lettered by the sweeper
+            if latest and same and code == 1:
+                self.absorb("superseded")
+            by_side: dict[str, list[tuple[str, int, bytes]]] = {}
+            for other in sorted(others, key=lambda o: o[1]):  # by arrival
+                by_side.setdefault(other[0].partition("/")[0], []).append(other)
+            lists = [
+                [(f"{side}/{eid}", 0, payload)] if n == side else by_side.get(n, [])
+                for n in self._names
+            ]
+            if latest:
+                lists = [[max(lst, key=lambda o: o[1])] if lst else [] for lst in lists]
+            outputs = [
+                self.output(
+                    key,
+                    {f.partition("/")[0]: p for f, _, p in combo},
+                    now,
+                    basis=f"{t0}\x00" + "\x00".join(f for f, _, _ in combo),
+                )
+                for combo in itertools.product(*lists)
+            ]
+            if not outputs:
+                self.absorb("waiting")
+            self.counters["joined"] += len(outputs)
+            results[i] = outputs
 
     def _latest(
         self,
@@ -155,7 +255,7 @@ class JoinStep(Step):
         table = self.spec.table
         assert table is not None
         found = self.state.latest(self._window_ms, table, [(k, s, p) for k, s, p, _ in items])
-        now = now_ms()
+        now = self.now()
         for i, (key, side, _, _), t in zip(where, items, found):
             if side == table:
                 results[i] = []
@@ -167,7 +267,13 @@ class JoinStep(Step):
             results[i] = [out]
 
     def output(
-        self, key: str, h: dict[str, bytes], now: int, *, id_of: str | None = None
+        self,
+        key: str,
+        h: dict[str, bytes],
+        now: int,
+        *,
+        id_of: str | None = None,
+        basis: str | None = None,
     ) -> CloudEvent:
         """The joined event of a key's sides (missing sides named in ``_missing``)."""
         present = {n: event_from_json(h[n]) for n in self._names if n in h}
@@ -177,15 +283,14 @@ class JoinStep(Step):
                 n: ({**present[n].attributes, "data": present[n].data} if n in present else None)
                 for n in self._names
             }
-            from eventbus.pipelines.steps._values import json_value as _json_value
-
-            data = _json_value(self._data(act))
+            data = json_value(self._data(act))
         else:
             data = {n: e.data for n, e in present.items()}
             if missing:
                 data["_missing"] = missing
-        basis = f"{key}\x00{id_of if id_of is not None else h.get('__t0', b'').decode()}"
-        digest = hashlib.blake2b(basis.encode(), digest_size=10).hexdigest()
+        if basis is None:
+            basis = id_of if id_of is not None else h.get("__t0", b"").decode()
+        digest = hashlib.blake2b(f"{key}\x00{basis}".encode(), digest_size=10).hexdigest()
         attrs: dict[str, Any] = {
             "specversion": "1.0",
             "id": f"{self.id}-{digest}",
@@ -198,81 +303,19 @@ class JoinStep(Step):
         return CloudEvent(attrs, data)
 
     def stats(self) -> dict[str, Any]:
-        return {**self.counters, "pending_keys": self.state.pending()}
+        pending = self.pairs.pending() if self.stream else self.state.pending()
+        return {**self.counters, "pending_keys": pending}
 
     def timers(self) -> list[Timer]:
         """The sweeper that closes this step's windows."""
+        from eventbus.pipelines.steps._join_sweep import JoinSweeper
+
         return [JoinSweeper(self)]
 
 
 def format_time_ms(ms: int) -> str:
-    from datetime import datetime
-
+    """RFC 3339 time of epoch milliseconds."""
     return format_time(datetime.fromtimestamp(ms / 1000, tz=UTC))
-
-
-class JoinSweeper(Timer):
-    """Closes the windows of a join step: run :meth:`sweep` every second or so.
-
-    Args:
-        step: the join step (its state and output format).
-        lease_s: how long a claim holds before another sweeper may take the keys over.
-    """
-
-    def __init__(self, step: JoinStep, lease_s: float = 30.0) -> None:
-        self.step = step
-        self._lease_ms = int(lease_s * 1000)
-
-    def sweep(self, limit: int = 5000) -> tuple[list[CloudEvent], list[CloudEvent], list[str]]:
-        """Claim keys whose window closed: (outputs for the sink, events for the dead-letter
-        sink, keys to :meth:`ack` once both were delivered).
-
-        Raises:
-            StateUnavailableError: Redis does not answer.
-        """
-        step = self.step
-        now = now_ms()
-        outputs: list[CloudEvent] = []
-        dead: list[CloudEvent] = []
-        keys: list[str] = []
-        for key, h in step.state.claim_due(now, self._lease_ms, limit):
-            keys.append(key)
-            if not h:
-                continue  # expired already
-            if "__evicted" in h:
-                step.counters["evicted"] += 1
-                for n in step._names:
-                    if n in h:
-                        dead.append(
-                            event_from_json(h[n]).replace(
-                                ebpipeline=step.pipeline,
-                                ebstep=step.id,
-                                eberrortype="JoinEvictedError",
-                                eberror=f"join key {key!r} evicted: more than max_pending ({step.spec.max_pending}) keys were waiting",
-                                ebattempts=1,
-                            )
-                        )
-            elif "__done" in h:
-                continue
-            elif step.spec.mode == "outer":
-                step.counters["timed_out"] += 1
-                outputs.append(step.output(key, h, now))
-            else:
-                step.counters["expired"] += 1
-        return outputs, dead, keys
-
-    def fire(self) -> Fired | None:
-        """One :meth:`sweep`: the keys are the token."""
-        outputs, dead, keys = self.sweep()
-        return Fired(outputs, dead, keys) if keys else None
-
-    def ack(self, fired: Fired) -> None:
-        """Forget the keys of a delivered sweep."""
-        self.forget(fired.token)
-
-    def forget(self, keys: list[str]) -> None:
-        """Forget delivered keys."""
-        self.step.state.ack(keys)
 
 
 def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:

@@ -60,6 +60,19 @@ class JoinConfig(BaseModel):
         "the window closes, marking the missing sides; latest: enrich each event of the other sides "
         "with the latest event of the 'table' side.",
     )
+    emit: Literal["every", "first", "latest"] = Field(
+        default="every",
+        description="Which combinations of a key's events inner and outer joins emit within a window. "
+        "every: every combination, once, when its last event arrives (orders o1, o2 and payments p1, p2 "
+        "of one key: o1+p1, o1+p2, o2+p1, o2+p2); latest: each arriving event with the latest event of "
+        "every other side; first: one joined event per key and window, when every side is present (the "
+        "behaviour before emit: existed; later events of the key are counted as absorbed_after_match).",
+    )
+    max_key_bytes: Annotated[int, Field(ge=1024, le=512 * 1024 * 1024)] = Field(
+        default=1024 * 1024,
+        description="Most bytes of events one key keeps in its window (every, latest) or one event may "
+        "have (first); an event beyond it goes to the dead-letter sink (JoinKeyFullError).",
+    )
     sides: Annotated[list[JoinSideConfig], Field(min_length=2, max_length=16)] = Field(
         description="The sides, at least two."
     )
@@ -99,6 +112,9 @@ class JoinConfig(BaseModel):
                 raise ValueError(msg)
             if self.table not in names:
                 msg = f"join table {self.table!r} is not a side (sides: {', '.join(names)})"
+                raise ValueError(msg)
+            if "emit" in self.model_fields_set:
+                msg = f"'emit: {self.emit}' is for modes inner and outer; mode 'latest' enriches each event with the table's latest: remove emit"
                 raise ValueError(msg)
         elif self.table is not None:
             msg = f"'table:' is for mode 'latest'; mode is {self.mode!r}: remove it or set mode: latest"

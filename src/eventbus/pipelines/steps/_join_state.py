@@ -20,7 +20,20 @@ from typing import Any, Protocol
 
 from eventbus.errors import StateUnavailableError
 
-__all__ = ["JoinState", "MemoryJoinState", "RedisJoinState"]
+__all__ = [
+    "AFTER_MATCH",
+    "EVICTED",
+    "SUPERSEDED",
+    "WAITING",
+    "JoinState",
+    "MemoryJoinState",
+    "RedisJoinState",
+    "call_script",
+    "connect",
+]
+
+#: Why an ``emit: first`` event waits (see :meth:`JoinState.join`).
+WAITING, SUPERSEDED, AFTER_MATCH, EVICTED = 0, 1, 2, 3
 
 _JOIN = """
 local prefix = ARGV[1]
@@ -39,14 +52,14 @@ for i = 6, #ARGV, 4 do
     if redis.call('HGET', h, '__by') == by then
       out[#out + 1] = redis.call('HGETALL', h)
     else
-      out[#out + 1] = false
+      out[#out + 1] = 2
     end
   elseif redis.call('HEXISTS', h, '__evicted') == 1 then
     redis.call('HSET', h, ARGV[i + 1], ARGV[i + 2])
-    out[#out + 1] = false
+    out[#out + 1] = 3
   else
     local new = redis.call('EXISTS', h) == 0
-    redis.call('HSET', h, ARGV[i + 1], ARGV[i + 2])
+    local added = redis.call('HSET', h, ARGV[i + 1], ARGV[i + 2])
     if new then
       redis.call('HSET', h, '__t0', now)
       redis.call('ZADD', due, now + window, k)
@@ -58,7 +71,7 @@ for i = 6, #ARGV, 4 do
       redis.call('PEXPIRE', h, window + 60000)
       out[#out + 1] = redis.call('HGETALL', h)
     else
-      out[#out + 1] = false
+      out[#out + 1] = 1 - added
     end
   end
 end
@@ -130,9 +143,11 @@ class JoinState(Protocol):
         nsides: int,
         max_pending: int,
         items: Sequence[tuple[str, str, bytes, str]],
-    ) -> list[dict[str, bytes] | None]:
+    ) -> list[dict[str, bytes] | int]:
         """Add (key, side, event JSON, event id) items; per item the key's hash when this item
-        completes the key (or is the completing event consumed again), else None."""
+        completes the key (or is the completing event consumed again), else why it waits:
+        :data:`WAITING`, :data:`SUPERSEDED` (it replaced an earlier event of its side),
+        :data:`AFTER_MATCH` (the key had matched already: ignored) or :data:`EVICTED`."""
 
     def latest(
         self, window_ms: int, table: str, items: Sequence[tuple[str, str, bytes]]
@@ -151,6 +166,28 @@ class JoinState(Protocol):
         """Keys waiting."""
 
 
+def connect(redis_url: str) -> Any:
+    """A Redis client for step state."""
+    import redis
+
+    return redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5)
+
+
+def call_script(script: Any, args: list[Any]) -> Any:
+    """Run a registered Lua script.
+
+    Raises:
+        StateUnavailableError: Redis does not answer (the batch is dispatched again later).
+    """
+    import redis
+
+    try:
+        return script(args=args)
+    except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as e:
+        msg = f"join state in Redis is unavailable ({type(e).__name__}: {e}); the batch will be retried"
+        raise StateUnavailableError(msg) from None
+
+
 def _pairs(flat: list[Any]) -> dict[str, bytes]:
     return {
         flat[i].decode() if isinstance(flat[i], bytes) else flat[i]: flat[i + 1]
@@ -166,9 +203,7 @@ class RedisJoinState:
     """
 
     def __init__(self, redis_url: str, prefix: str) -> None:
-        import redis
-
-        self._redis = redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5)
+        self._redis = connect(redis_url)
         self.prefix = prefix
         self._join = self._redis.register_script(_JOIN)
         self._latest = self._redis.register_script(_LATEST)
@@ -176,13 +211,7 @@ class RedisJoinState:
         self._ack = self._redis.register_script(_ACK)
 
     def _call(self, script: Any, args: list[Any]) -> Any:
-        import redis
-
-        try:
-            return script(args=args)
-        except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as e:
-            msg = f"join state in Redis is unavailable ({type(e).__name__}: {e}); the batch will be retried"
-            raise StateUnavailableError(msg) from None
+        return call_script(script, args)
 
     def join(
         self,
@@ -191,11 +220,11 @@ class RedisJoinState:
         nsides: int,
         max_pending: int,
         items: Sequence[tuple[str, str, bytes, str]],
-    ) -> list[dict[str, bytes] | None]:
+    ) -> list[dict[str, bytes] | int]:
         args: list[Any] = [self.prefix, now_ms, window_ms, nsides, max_pending]
         for k, side, payload, eid in items:
             args += [k, side, payload, eid]
-        return [None if r is None else _pairs(r) for r in self._call(self._join, args)]
+        return [r if isinstance(r, int) else _pairs(r) for r in self._call(self._join, args)]
 
     def latest(
         self, window_ms: int, table: str, items: Sequence[tuple[str, str, bytes]]
@@ -237,25 +266,28 @@ class MemoryJoinState:
         nsides: int,
         max_pending: int,
         items: Sequence[tuple[str, str, bytes, str]],
-    ) -> list[dict[str, bytes] | None]:
-        out: list[dict[str, bytes] | None] = []
+    ) -> list[dict[str, bytes] | int]:
+        out: list[dict[str, bytes] | int] = []
         for k, side, payload, eid in items:
             by = f"{side}/{eid}".encode()
             h = self.hashes.get(k)
             if h is not None and "__done" in h:
-                out.append(dict(h) if h.get("__by") == by else None)
+                out.append(dict(h) if h.get("__by") == by else AFTER_MATCH)
                 continue
             if h is None:
                 h = self.hashes[k] = {"__t0": str(now_ms).encode()}
                 self.due[k] = now_ms + window_ms
+            replaced = side in h
             h[side] = payload
-            if "__evicted" not in h and len(h) - 1 >= nsides:
+            if "__evicted" in h:
+                out.append(EVICTED)
+            elif len(h) - 1 >= nsides:
                 h["__done"] = b"1"
                 h["__by"] = by
                 self.due.pop(k, None)
                 out.append(dict(h))
             else:
-                out.append(None)
+                out.append(SUPERSEDED if replaced else WAITING)
         over = len(self.due) - max_pending
         if over > 0:
             for k in sorted(self.due, key=self.due.__getitem__)[:over]:

@@ -1,0 +1,340 @@
+"""Join state of ``emit: every`` and ``emit: latest``: every event of a key's window is kept.
+
+Under the join step's prefix (``eventbus:join:<pipeline>:<step>:``), apart from the
+``emit: first`` families of :mod:`._join_state`:
+
+* ``w:<key>``: the key's open window, a hash of ``__t0`` (first arrival, ms), ``__n`` (events
+  stored, the sequence), ``__b`` (their bytes), ``__evicted`` once pushed out by
+  ``max_pending``, and ``<side>/<event id>`` -> ``<seq>,<event JSON>`` per event (seq 0: an
+  event that came after the eviction, never paired);
+* ``x:<t0>:<key>``: a window that closed before a sweeper took it, renamed when the key's next
+  event opened a new window;
+* ``pdue``: window names (``w:<key>``, ``x:<t0>:<key>``) by deadline; ``pclaim``: those a
+  sweeper took, by lease deadline.
+
+An event pairs with the events of the other sides stored *before* it (lower seq), so each
+combination is emitted once, by its last event; that event consumed again after a crash finds
+its own field and re-emits the same combinations (same ids: the sink's dedupe drops them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from eventbus.pipelines.steps._join_state import call_script, connect
+
+__all__ = ["MemoryPairState", "PairItem", "PairState", "RedisPairState", "window_key"]
+
+#: Per item: (code, t0, same-side events before it, [(side/id, seq, JSON) of the other sides]).
+#: code 1: stored now; 2: stored before (consumed again); -1: its window was evicted (kept
+#: for the dead-letter sink); -2: the window is full (max_key_bytes), not stored (the count
+#: is then the window's bytes).
+PairItem = tuple[int, str, int, list[tuple[str, int, bytes]]]
+
+_ADD = """
+local prefix = ARGV[1]
+local now = tonumber(ARGV[2])
+local window = tonumber(ARGV[3])
+local maxp = tonumber(ARGV[4])
+local maxb = tonumber(ARGV[5])
+local due, claim = prefix .. 'pdue', prefix .. 'pclaim'
+local function seen_before(h, side, seq)
+  local flat = redis.call('HGETALL', h)
+  local res, same = {}, 0
+  for j = 1, #flat, 2 do
+    local f = flat[j]
+    if string.sub(f, 1, 2) ~= '__' then
+      local v = flat[j + 1]
+      local s = tonumber(string.sub(v, 1, string.find(v, ',', 1, true) - 1))
+      if s > 0 and s < seq then
+        if string.sub(f, 1, string.find(f, '/', 1, true) - 1) == side then
+          same = same + 1
+        else
+          res[#res + 1] = f
+          res[#res + 1] = v
+        end
+      end
+    end
+  end
+  return same, res
+end
+local out = {}
+for i = 6, #ARGV, 4 do
+  local k, side, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local f = side .. '/' .. ARGV[i + 3]
+  local m = 'w:' .. k
+  local h = prefix .. m
+  local got = redis.call('HMGET', h, '__t0', f, '__evicted', '__b')
+  local t0, old, evicted, bytes = got[1], got[2], got[3], tonumber(got[4])
+  if t0 and not old and now >= tonumber(t0) + window then
+    -- closed but not swept yet: it goes on as x:<t0>:<key>, this event opens a new window
+    local x = 'x:' .. t0 .. ':' .. k
+    redis.call('RENAME', h, prefix .. x)
+    local leased = redis.call('ZSCORE', claim, m)
+    redis.call('ZREM', due, m)
+    if leased then
+      redis.call('ZREM', claim, m)
+      redis.call('ZADD', claim, leased, x)
+    else
+      redis.call('ZADD', due, tonumber(t0) + window, x)
+    end
+    t0 = false
+  end
+  if not t0 then
+    -- a new window: nothing to pair with yet
+    t0 = tostring(now)
+    if #payload > maxb then
+      redis.call('HSET', h, '__t0', t0, '__n', 0, '__b', 0)
+      out[#out + 1] = {-2, t0, 0, {}}
+    else
+      redis.call('HSET', h, '__t0', t0, '__n', 1, '__b', #payload, f, '1,' .. payload)
+      out[#out + 1] = {1, t0, 0, {}}
+    end
+    redis.call('ZADD', due, now + window, m)
+    redis.call('PEXPIRE', h, 2 * window + 60000)
+  elseif old then
+    local seq = tonumber(string.sub(old, 1, string.find(old, ',', 1, true) - 1))
+    local same, res = seen_before(h, side, seq)
+    out[#out + 1] = {2, t0, same, res}
+  elseif evicted then
+    redis.call('HSET', h, f, '0,' .. payload)
+    out[#out + 1] = {-1, t0, 0, {}}
+  elseif bytes + #payload > maxb then
+    out[#out + 1] = {-2, t0, bytes, {}}
+  else
+    local seq = redis.call('HINCRBY', h, '__n', 1)
+    redis.call('HINCRBY', h, '__b', #payload)
+    redis.call('HSET', h, f, seq .. ',' .. payload)
+    local same, res = seen_before(h, side, seq)
+    out[#out + 1] = {1, t0, same, res}
+  end
+end
+local over = redis.call('ZCARD', due) - maxp
+if over > 0 then
+  for _, m in ipairs(redis.call('ZRANGE', due, 0, over - 1)) do
+    redis.call('HSET', prefix .. m, '__evicted', '1')
+    redis.call('ZADD', due, 0, m)
+  end
+end
+return out
+"""
+
+_CLAIM = """
+local prefix, now, lease, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local due, claim = prefix .. 'pdue', prefix .. 'pclaim'
+local out = {}
+for _, list in ipairs({redis.call('ZRANGEBYSCORE', claim, '-inf', now, 'LIMIT', 0, limit),
+                       redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, limit)}) do
+  for _, m in ipairs(list) do
+    redis.call('ZREM', due, m)
+    redis.call('ZADD', claim, now + lease, m)
+    out[#out + 1] = m
+    out[#out + 1] = redis.call('HGETALL', prefix .. m)
+  end
+end
+return out
+"""
+
+# A claimed w:<key> may have been renamed x:<t0>:<key> since (the key's next event opened a
+# new window): the claim's t0 tells which window to forget.
+_ACK = """
+local prefix, claim = ARGV[1], ARGV[1] .. 'pclaim'
+for i = 2, #ARGV, 2 do
+  local m, t0 = ARGV[i], ARGV[i + 1]
+  if string.sub(m, 1, 2) == 'w:' and redis.call('HGET', prefix .. m, '__t0') ~= t0 then
+    redis.call('ZREM', claim, m)
+    m = 'x:' .. t0 .. ':' .. string.sub(m, 3)
+  end
+  redis.call('ZREM', claim, m)
+  redis.call('DEL', prefix .. m)
+end
+return 1
+"""
+
+
+def window_key(member: str) -> str:
+    """The join key of a window name (``w:<key>`` or ``x:<t0>:<key>``)."""
+    return member[2:] if member.startswith("w:") else member.split(":", 2)[2]
+
+
+def _split(field: str, value: bytes) -> tuple[str, int, bytes]:
+    seq, _, payload = value.partition(b",")
+    return field, int(seq), payload
+
+
+class PairState:
+    """What both stores offer (see the module docstring)."""
+
+    def add(
+        self,
+        now_ms: int,
+        window_ms: int,
+        max_pending: int,
+        max_bytes: int,
+        items: Sequence[tuple[str, str, bytes, str]],
+    ) -> list[PairItem]:
+        """Add (key, side, event JSON, event id) items, one :data:`PairItem` each."""
+        raise NotImplementedError
+
+    def claim_due(
+        self, now_ms: int, lease_ms: int, limit: int
+    ) -> list[tuple[str, dict[str, bytes]]]:
+        """Take the windows that closed (or were evicted): (window name, hash) each."""
+        raise NotImplementedError
+
+    def ack(self, claimed: Sequence[tuple[str, str]]) -> None:
+        """Forget delivered windows, given as (window name, its ``__t0``)."""
+        raise NotImplementedError
+
+    def pending(self) -> int:
+        """Open windows."""
+        raise NotImplementedError
+
+
+class RedisPairState(PairState):
+    """In Redis, each batch one atomic Lua call (errors: ``StateUnavailableError``)."""
+
+    def __init__(self, redis_url: str, prefix: str) -> None:
+        self._redis = connect(redis_url)
+        self.prefix = prefix
+        self._add = self._redis.register_script(_ADD)
+        self._claim = self._redis.register_script(_CLAIM)
+        self._ack = self._redis.register_script(_ACK)
+
+    def add(
+        self,
+        now_ms: int,
+        window_ms: int,
+        max_pending: int,
+        max_bytes: int,
+        items: Sequence[tuple[str, str, bytes, str]],
+    ) -> list[PairItem]:
+        args: list[Any] = [self.prefix, now_ms, window_ms, max_pending, max_bytes]
+        for item in items:
+            args += item
+        out: list[PairItem] = []
+        for code, t0, same, flat in call_script(self._add, args):
+            others = [_split(flat[j].decode(), flat[j + 1]) for j in range(0, len(flat), 2)]
+            out.append((int(code), t0.decode(), int(same), others))
+        return out
+
+    def claim_due(
+        self, now_ms: int, lease_ms: int, limit: int
+    ) -> list[tuple[str, dict[str, bytes]]]:
+        flat = call_script(self._claim, [self.prefix, now_ms, lease_ms, limit])
+        return [
+            (
+                flat[i].decode(),
+                {
+                    flat[i + 1][j].decode(): flat[i + 1][j + 1]
+                    for j in range(0, len(flat[i + 1]), 2)
+                },
+            )
+            for i in range(0, len(flat), 2)
+        ]
+
+    def ack(self, claimed: Sequence[tuple[str, str]]) -> None:
+        if claimed:
+            call_script(self._ack, [self.prefix, *(x for pair in claimed for x in pair)])
+
+    def pending(self) -> int:
+        try:
+            return int(self._redis.zcard(self.prefix + "pdue"))
+        except Exception:  # noqa: BLE001 - a gauge
+            return -1
+
+
+class MemoryPairState(PairState):
+    """The same semantics in process memory (pipeline tests without a stack)."""
+
+    def __init__(self) -> None:
+        self.hashes: dict[str, dict[str, bytes]] = {}
+        self.due: dict[str, int] = {}
+        self.claimed: dict[str, int] = {}
+
+    def _before(
+        self, h: dict[str, bytes], side: str, seq: int
+    ) -> tuple[int, list[tuple[str, int, bytes]]]:
+        same, others = 0, []
+        for f, v in h.items():
+            if f.startswith("__"):
+                continue
+            item = _split(f, v)
+            if 0 < item[1] < seq:
+                if f.partition("/")[0] == side:
+                    same += 1
+                else:
+                    others.append(item)
+        return same, others
+
+    def add(
+        self,
+        now_ms: int,
+        window_ms: int,
+        max_pending: int,
+        max_bytes: int,
+        items: Sequence[tuple[str, str, bytes, str]],
+    ) -> list[PairItem]:
+        out: list[PairItem] = []
+        for k, side, payload, eid in items:
+            f, m = f"{side}/{eid}", f"w:{k}"
+            h = self.hashes.get(m)
+            old = h.get(f) if h is not None else None
+            if h is not None and old is None and now_ms >= int(h["__t0"]) + window_ms:
+                x = f"x:{h['__t0'].decode()}:{k}"
+                self.hashes[x] = self.hashes.pop(m)
+                self.due.pop(m, None)
+                if m in self.claimed:
+                    self.claimed[x] = self.claimed.pop(m)
+                else:
+                    self.due[x] = int(h["__t0"]) + window_ms
+                h = None
+            if h is None:
+                h = self.hashes[m] = {"__t0": str(now_ms).encode(), "__n": b"0", "__b": b"0"}
+                self.due[m] = now_ms + window_ms
+            t0 = h["__t0"].decode()
+            if old is not None:
+                seq = int(old.partition(b",")[0])
+                out.append((2, t0, *self._before(h, side, seq)))
+            elif "__evicted" in h:
+                h[f] = b"0," + payload
+                out.append((-1, t0, 0, []))
+            elif int(h["__b"]) + len(payload) > max_bytes:
+                out.append((-2, t0, int(h["__b"]), []))
+            else:
+                seq = int(h["__n"]) + 1
+                h["__n"] = str(seq).encode()
+                h["__b"] = str(int(h["__b"]) + len(payload)).encode()
+                h[f] = str(seq).encode() + b"," + payload
+                out.append((1, t0, *self._before(h, side, seq)))
+        over = len(self.due) - max_pending
+        if over > 0:
+            for m in sorted(self.due, key=lambda m: (self.due[m], m))[:over]:
+                self.hashes[m]["__evicted"] = b"1"
+                self.due[m] = 0
+        return out
+
+    def claim_due(
+        self, now_ms: int, lease_ms: int, limit: int
+    ) -> list[tuple[str, dict[str, bytes]]]:
+        names = [m for m, t in self.claimed.items() if t <= now_ms][:limit]
+        names += [m for m, t in self.due.items() if t <= now_ms][:limit]
+        out = []
+        for m in names:
+            self.due.pop(m, None)
+            self.claimed[m] = now_ms + lease_ms
+            out.append((m, dict(self.hashes.get(m, {}))))
+        return out
+
+    def ack(self, claimed: Sequence[tuple[str, str]]) -> None:
+        for m, t0 in claimed:
+            h = self.hashes.get(m)
+            if m.startswith("w:") and (h is None or h["__t0"].decode() != t0):
+                self.claimed.pop(m, None)
+                m = f"x:{t0}:{m[2:]}"
+            self.claimed.pop(m, None)
+            self.hashes.pop(m, None)
+
+    def pending(self) -> int:
+        return len(self.due)

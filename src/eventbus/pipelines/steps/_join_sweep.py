@@ -1,0 +1,130 @@
+"""The timer of a ``join`` step: it closes windows that receive no more events."""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING, Any
+
+from eventbus.eventing._codecs import event_from_json
+from eventbus.eventing._event import CloudEvent
+from eventbus.pipelines._step import Fired, Timer
+from eventbus.pipelines.steps._join_pairs import window_key
+
+if TYPE_CHECKING:
+    from eventbus.pipelines.steps._join import JoinStep
+
+__all__ = ["JoinSweeper"]
+
+Sweep = tuple[list[CloudEvent], list[CloudEvent], list[Any]]
+
+
+class JoinSweeper(Timer):
+    """Closes the windows of a join step: run :meth:`sweep` every second or so.
+
+    Args:
+        step: the join step (its state and output format).
+        lease_s: how long a claim holds before another sweeper may take the keys over.
+    """
+
+    def __init__(self, step: JoinStep, lease_s: float = 30.0) -> None:
+        self.step = step
+        self._lease_ms = int(lease_s * 1000)
+
+    def sweep(self, limit: int = 5000) -> Sweep:
+        """Claim windows that closed: (outputs for the sink, events for the dead-letter sink,
+        the claims to :meth:`forget` once both were delivered).
+
+        Raises:
+            StateUnavailableError: Redis does not answer.
+        """
+        step = self.step
+        if step.stream:
+            return self._sweep_windows(limit)
+        now = step.now()
+        outputs: list[CloudEvent] = []
+        dead: list[CloudEvent] = []
+        claimed: list[Any] = []
+        for key, h in step.state.claim_due(now, self._lease_ms, limit):
+            claimed.append(key)
+            if not h:
+                continue  # expired already
+            present = [n for n in step._names if n in h]
+            if "__evicted" in h:
+                dead += [self._dead(key, h[n]) for n in present]
+            elif "__done" in h:
+                continue
+            elif step.spec.mode == "outer":
+                step.counters["timed_out"] += 1
+                outputs.append(step.output(key, h, now))
+            else:
+                step.absorb("expired", len(present))
+        return outputs, dead, claimed
+
+    def _sweep_windows(self, limit: int) -> Sweep:
+        step = self.step
+        now = step.now()
+        outputs: list[CloudEvent] = []
+        dead: list[CloudEvent] = []
+        claimed: list[Any] = []
+        for member, h in step.pairs.claim_due(now, self._lease_ms, limit):
+            if not h:
+                claimed.append((member, ""))
+                continue  # expired already
+            key, t0 = window_key(member), h["__t0"].decode()
+            claimed.append((member, t0))
+            by_side: dict[str, list[tuple[str, int, bytes]]] = {}
+            for f, v in h.items():
+                if not f.startswith("__"):
+                    seq, _, payload = v.partition(b",")
+                    by_side.setdefault(f.partition("/")[0], []).append((f, int(seq), payload))
+            complete = all(by_side.get(n) for n in step._names)
+            if "__evicted" in h:
+                # events that came after the eviction (seq 0) never paired; the others paired
+                # already when every side was present
+                dead += [
+                    self._dead(key, p)
+                    for events in by_side.values()
+                    for _, seq, p in events
+                    if seq == 0 or not complete
+                ]
+            elif complete:
+                continue
+            elif step.spec.mode == "outer":
+                lists = [
+                    sorted(by_side[n], key=lambda e: e[1]) for n in step._names if n in by_side
+                ]
+                for combo in itertools.product(*lists):
+                    step.counters["timed_out"] += 1
+                    basis = f"{t0}\x00" + "\x00".join(f for f, _, _ in combo) + "\x00partial"
+                    h2 = {f.partition("/")[0]: p for f, _, p in combo}
+                    outputs.append(step.output(key, h2, now, basis=basis))
+            else:
+                step.absorb("expired", sum(len(v) for v in by_side.values()))
+        return outputs, dead, claimed
+
+    def _dead(self, key: str, payload: bytes) -> CloudEvent:
+        step = self.step
+        step.absorb("evicted")
+        return event_from_json(payload).replace(
+            ebpipeline=step.pipeline,
+            ebstep=step.id,
+            eberrortype="JoinEvictedError",
+            eberror=f"join key {key!r} evicted: more than max_pending ({step.spec.max_pending}) keys were waiting; raise max_pending or shorten window_s",
+            ebattempts=1,
+        )
+
+    def fire(self) -> Fired | None:
+        """One :meth:`sweep`: the claims are the token."""
+        outputs, dead, claimed = self.sweep()
+        return Fired(outputs, dead, claimed) if claimed else None
+
+    def ack(self, fired: Fired) -> None:
+        """Forget the windows of a delivered sweep."""
+        self.forget(fired.token)
+
+    def forget(self, claimed: list[Any]) -> None:
+        """Forget delivered windows (the claims a :meth:`sweep` returned)."""
+        if self.step.stream:
+            self.step.pairs.ack(claimed)
+        else:
+            self.step.state.ack(claimed)
