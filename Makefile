@@ -27,6 +27,8 @@ demo: setup
 system-deps:
 	command -v docker-compose >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; }
 	{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
+	# TLS in front of the Tansu broker (tests/integration/test_kafka_security.py); redis-server with --tls-port/ACLs/cluster mode
+	{ command -v stunnel4 >/dev/null && command -v redis-server >/dev/null && command -v redis-cli >/dev/null; } || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq stunnel4 redis-server redis-tools >/dev/null; }
 
 # Style, layering and types: ruff (lint + format), import-linter (the layers declared in
 # pyproject), mypy --strict on src/.

@@ -26,8 +26,12 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eventbus.errors import StackError
+
+if TYPE_CHECKING:
+    from eventbus.eventing._kafka_client import KafkaClientConfig
 
 __all__ = [
     "ServiceProcess",
@@ -385,6 +389,7 @@ async def create_topics(
     *,
     replication_factor: int = 1,
     timeout_s: float = 10.0,
+    client: KafkaClientConfig | None = None,
 ) -> None:
     """Create topics (existing ones are left as they are).
 
@@ -397,20 +402,32 @@ async def create_topics(
         partitions: partitions per topic.
         replication_factor: replicas per partition (1 on a single broker).
         timeout_s: how long to wait for the broker.
+        client: its connection settings (TLS, SASL); None: plaintext.
 
     Raises:
-        StackError: the broker refused, naming the topic and its error.
+        StackError: the broker refused, or cannot be connected to (TLS, SASL), naming why.
+        ConfigError: a secret reference of ``client`` cannot be resolved.
     """
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import TopicAlreadyExistsError
+    from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+
+    from eventbus.eventing._kafka_client import kafka_client_kwargs, kafka_connect_error
 
     wanted = list(names)
     if not wanted:
         return
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000)
+        bootstrap_servers=bootstrap,
+        request_timeout_ms=int(timeout_s * 1000),
+        **kafka_client_kwargs(client),
     )
-    await admin.start()
+    try:
+        await admin.start()
+    except (KafkaError, KeyError) as e:  # KeyError: aiokafka's SCRAM client, login refused
+        await admin.close()
+        raise await kafka_connect_error(
+            f"creating topics {', '.join(wanted)}", bootstrap, client, e
+        ) from e
     try:
         topics = [NewTopic(n, partitions, replication_factor) for n in wanted]
         try:

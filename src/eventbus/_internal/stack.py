@@ -52,6 +52,8 @@ class Stack:
         ray_auth_token_path: the token file of a Ray head ``up`` started.
         gateway_http: ``http://host:port`` of the gateway ``up`` started.
         gateway_grpc: ``host:port`` of its gRPC service.
+        kafka_client: the Kafka connection settings (``KafkaClientConfig`` as a dict: TLS
+            files and secret references, never secrets); None: plaintext.
     """
 
     ray_address: str
@@ -61,6 +63,7 @@ class Stack:
     ray_auth_token_path: str | None = None
     gateway_http: str | None = None
     gateway_grpc: str | None = None
+    kafka_client: dict[str, Any] | None = None
 
     def ray_env(self) -> dict[str, str]:
         """Environment a Ray client needs for this cluster (its auth token, if we made one)."""
@@ -93,6 +96,7 @@ def stack_up(
     http_port: int = 8080,
     grpc_port: int = 50051,
     redis_maxmemory: str = "1gb",
+    kafka_client: dict[str, Any] | None = None,
 ) -> Stack:
     """Start (or adopt) the stack and record it in ``home``.
 
@@ -108,6 +112,8 @@ def stack_up(
         redis_maxmemory: the memory limit of a Redis started here (``noeviction``: at the
             limit writes fail loudly; nothing is evicted). A Redis started here also gets a password
             (``<home>/redis_password``, mode 0600), carried in the Redis URL handed out.
+        kafka_client: the Kafka connection settings (a ``KafkaClientConfig`` as a dict), for
+            an existing cluster; recorded, and handed to the gateway and the controller.
 
     Raises:
         StackError: a part failed to start; the parts this call started are stopped again.
@@ -148,6 +154,7 @@ def stack_up(
             redis_url=redis_url,
             owned=owned,
             ray_auth_token_path=token_path,
+            kafka_client=kafka_client,
         )
         if gateway:
             gw, stack.gateway_http, stack.gateway_grpc = start_gateway(
@@ -215,6 +222,10 @@ def start_gateway(
     os.environ.update(stack.ray_env())
     # in the environment, not on the command line (``ps``): the URL carries Redis's password
     os.environ["EVENTBUS_REDIS_URL"] = stack.redis_url
+    if stack.kafka_client:
+        kafka_config = logs.parent / "kafka_client.json"
+        write_private(kafka_config, json.dumps(stack.kafka_client))
+        os.environ["EVENTBUS_KAFKA_CONFIG"] = str(kafka_config)
     try:
         svc = _launch(
             "gateway", argv, logs / "gateway.log", f"http://127.0.0.1:{http_port}", detach=True

@@ -18,6 +18,7 @@ from rich.table import Table
 if TYPE_CHECKING:  # importing eventbus.serving imports Ray: only when a command runs
     from rich.progress import Progress
 
+    from eventbus.eventing._kafka_client import KafkaClientConfig
     from eventbus.serving import EventBusClient
 
 __all__ = [
@@ -50,6 +51,7 @@ HOME_ENV = "EVENTBUS_HOME"
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
 KAFKA_BOOTSTRAP_ENV = "EVENTBUS_KAFKA_BOOTSTRAP"
 REDIS_URL_ENV = "EVENTBUS_REDIS_URL"
+KAFKA_CONFIG_ENV = "EVENTBUS_KAFKA_CONFIG"
 
 out = Console()
 err = Console(stderr=True)
@@ -57,6 +59,12 @@ err = Console(stderr=True)
 RayOpt: Any = typer.Option(None, "--ray-address", help="Ray cluster address (host:port).")
 KafkaOpt: Any = typer.Option(None, "--kafka-bootstrap", help="Kafka bootstrap servers.")
 RedisOpt: Any = typer.Option(None, "--redis-url", help="Redis URL (redis://host:port/db).")
+KafkaConfigOpt: Any = typer.Option(
+    None,
+    "--kafka-config",
+    help="YAML/JSON file of Kafka connection settings (security_protocol, TLS files, SASL; "
+    "secrets by reference). Default: $EVENTBUS_KAFKA_CONFIG, else the recorded stack's.",
+)
 
 
 def plain(console: Console, text: str) -> None:
@@ -121,13 +129,34 @@ class Addresses:
         ray: ``--ray-address`` (else ``$RAY_ADDRESS``).
         kafka: ``--kafka-bootstrap`` (else ``$EVENTBUS_KAFKA_BOOTSTRAP``).
         redis: ``--redis-url`` (else ``$EVENTBUS_REDIS_URL``).
+        kafka_config: ``--kafka-config`` (else ``$EVENTBUS_KAFKA_CONFIG``): the Kafka
+            connection settings; else the recorded stack's; else plaintext.
+
+    Raises:
+        typer.Exit: (1) the Kafka config file is unreadable or invalid.
     """
 
-    def __init__(self, ray: str | None, kafka: str | None, redis: str | None) -> None:
+    def __init__(
+        self,
+        ray: str | None,
+        kafka: str | None,
+        redis: str | None,
+        kafka_config: Path | None = None,
+    ) -> None:
+        from eventbus.errors import EventBusError
+        from eventbus.eventing._kafka_client import load_kafka_client_config
+
         self.ray = ray or os.environ.get(RAY_ADDRESS_ENV) or None
         self.kafka = kafka or os.environ.get(KAFKA_BOOTSTRAP_ENV) or None
         self.redis = redis or os.environ.get(REDIS_URL_ENV) or None
         self.ray_env: dict[str, str] = {}
+        config_path = kafka_config or os.environ.get(KAFKA_CONFIG_ENV) or None
+        self.kafka_client: KafkaClientConfig | None = None
+        if config_path:
+            try:
+                self.kafka_client = load_kafka_client_config(config_path)
+            except EventBusError as exc:
+                fail(str(exc))
 
     def fill_from_stack(self, need: tuple[str, ...]) -> None:
         """Fill the addresses not given from the stack recorded by ``eventbus up``.
@@ -147,6 +176,10 @@ class Addresses:
             self.ray = self.ray or stack.ray_address
             self.kafka = self.kafka or stack.kafka_bootstrap
             self.redis = self.redis or stack.redis_url
+            if self.kafka_client is None and stack.kafka_client:
+                from eventbus.eventing._kafka_client import KafkaClientConfig
+
+                self.kafka_client = KafkaClientConfig.model_validate(stack.kafka_client)
         missing = [n for n in need if getattr(self, n) is None]
         if missing:
             fail(
@@ -173,7 +206,13 @@ def controller_client(addr: Addresses) -> EventBusClient:
     from eventbus.serving import EventBusClient
 
     try:
-        return EventBusClient(addr.ray, addr.kafka or "", addr.redis or "", ray_env=addr.ray_env)
+        return EventBusClient(
+            addr.ray,
+            addr.kafka or "",
+            addr.redis or "",
+            ray_env=addr.ray_env,
+            kafka_client=addr.kafka_client,
+        )
     except ConnectionError as exc:
         fail(
             f"cannot reach the Ray cluster at {addr.ray}: {exc}; is the stack up (`eventbus status`)?"

@@ -14,6 +14,7 @@ import typer
 from eventbus.cli._common import (
     EXIT_USAGE,
     Addresses,
+    KafkaConfigOpt,
     KafkaOpt,
     RayOpt,
     RedisOpt,
@@ -56,19 +57,27 @@ def publish(
         1, "--count", min=1, help="Send the --data event this many times (fresh ids)."
     ),
     kafka_bootstrap: str | None = KafkaOpt,
+    kafka_config: Path | None = KafkaConfigOpt,
 ) -> None:
     """Publish CloudEvents to a topic over the Kafka protocol binding."""
     from eventbus.eventing._publish import build_events, publish_events
 
     if mode not in ("binary", "structured"):
         fail(f"--mode must be binary or structured; got {mode!r}", EXIT_USAGE)
-    addr = Addresses(None, kafka_bootstrap, None)
+    addr = Addresses(None, kafka_bootstrap, None, kafka_config)
     addr.fill_from_stack(("kafka",))
     try:
         events = build_events(type_=type_, source=source, data=data, file=file, count=count)
     except EventBusError as exc:
         fail(str(exc))
-    n = asyncio.run(publish_events(addr.kafka or "", topic, events, mode=mode, key=key))
+    try:
+        n = asyncio.run(
+            publish_events(
+                addr.kafka or "", topic, events, mode=mode, key=key, client=addr.kafka_client
+            )
+        )
+    except EventBusError as exc:
+        fail(str(exc))
     out.print(f"published {n} event(s) to {topic}")
 
 
@@ -83,11 +92,12 @@ def tail(
     ),
     as_json: bool = typer.Option(False, "--json", help="One structured-mode JSON object per line."),
     kafka_bootstrap: str | None = KafkaOpt,
+    kafka_config: Path | None = KafkaConfigOpt,
 ) -> None:
     """Print CloudEvents as they arrive on a topic."""
     from eventbus.eventing._publish import tail_events
 
-    addr = Addresses(None, kafka_bootstrap, None)
+    addr = Addresses(None, kafka_bootstrap, None, kafka_config)
     addr.fill_from_stack(("kafka",))
 
     def show(line: str) -> None:
@@ -105,14 +115,17 @@ def tail(
                 out.print_json(data=obj["data"])
 
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a tail without --max ends
-        asyncio.run(
-            tail_events(
-                addr.kafka or "",
-                topic,
-                show,
-                from_beginning=from_beginning,
-                max_events=max_events,
-                idle_timeout_s=timeout_s,
+        _run_or_fail(
+            lambda: asyncio.run(
+                tail_events(
+                    addr.kafka or "",
+                    topic,
+                    show,
+                    from_beginning=from_beginning,
+                    max_events=max_events,
+                    idle_timeout_s=timeout_s,
+                    client=addr.kafka_client,
+                )
             )
         )
 
@@ -138,6 +151,7 @@ def replay(
     ),
     ray_address: str | None = RayOpt,
     kafka_bootstrap: str | None = KafkaOpt,
+    kafka_config: Path | None = KafkaConfigOpt,
     redis_url: str | None = RedisOpt,
 ) -> None:
     """Re-run a range of a topic through a deployed pipeline (e.g. after a fix)."""
@@ -145,7 +159,7 @@ def replay(
     from eventbus.serving._replay import ReplayRange, parse_time_arg
     from eventbus.serving._replay import replay as run_replay
 
-    addr = Addresses(ray_address, kafka_bootstrap, redis_url)
+    addr = Addresses(ray_address, kafka_bootstrap, redis_url, kafka_config)
     client = controller_client(addr)
     try:
         rng = ReplayRange(
@@ -192,6 +206,7 @@ def replay(
                     dispatch=dispatch,
                     dedupe=dedupe,
                     progress=show,
+                    kafka_client=addr.kafka_client,
                 )
             )
         except EventBusError as exc:
@@ -200,3 +215,10 @@ def replay(
         f"replayed {stats.replayed} events of {topic} through {pipeline}: {stats.outputs} outputs, "
         f"{stats.dropped} filtered, {stats.dead_lettered} dead letters, {stats.duplicates} duplicates skipped"
     )
+
+
+def _run_or_fail(call: Any) -> None:
+    try:
+        call()
+    except EventBusError as exc:
+        fail(str(exc))

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
 
 from eventbus.cli._common import (
     Addresses,
+    KafkaConfigOpt,
     KafkaOpt,
     RayOpt,
     RedisOpt,
@@ -45,11 +47,24 @@ def register(app: typer.Typer) -> None:
     app.command("list")(list_)
 
 
-def validate(files: list[Path] = typer.Argument(..., help="Pipeline YAML files.")) -> None:
-    """Check pipeline files; print every problem as file:line:col: path: message."""
+def validate(
+    files: list[Path] = typer.Argument(..., help="Pipeline YAML files."),
+    kafka_config: Path | None = KafkaConfigOpt,
+) -> None:
+    """Check pipeline files; print every problem as file:line:col: path: message.
+
+    Also checks that the Kafka connection settings' secret references (the stack's, from
+    --kafka-config or $EVENTBUS_KAFKA_CONFIG, and each source's and sink's ``client``) resolve
+    here, and names each one that does not (never a secret's value).
+    """
+    from eventbus.eventing._kafka_client import kafka_client_problems
     from eventbus.pipelines._loader import validate_pipeline_text
 
     bad = False
+    stack_client = Addresses(None, None, None, kafka_config).kafka_client
+    for line in kafka_client_problems(stack_client, "kafka config"):
+        plain(err, line)
+        bad = True
     for f in files:
         try:
             text = f.read_text(encoding="utf-8")
@@ -59,17 +74,35 @@ def validate(files: list[Path] = typer.Argument(..., help="Pipeline YAML files."
             continue
         sys.path.insert(0, str(f.resolve().parent))
         try:
-            _, problems = validate_pipeline_text(text, str(f))
+            config, problems = validate_pipeline_text(text, str(f))
         finally:
             sys.path.remove(str(f.resolve().parent))
         for p in problems:
             plain(err, str(p))
-        if problems:
+        client_problems = _kafka_client_problems(config) if config is not None else []
+        for line in client_problems:
+            plain(err, f"{f}: {line}")
+        if problems or client_problems:
             bad = True
         else:
             out.print(f"{f}: ok", highlight=False)
     if bad:
         raise typer.Exit(1)
+
+
+def _kafka_client_problems(config: Any) -> list[str]:
+    """Unresolvable secret references and unreadable files of the pipeline's Kafka clients."""
+    from eventbus.eventing._kafka_client import kafka_client_problems
+
+    spec = config.spec
+    lines: list[str] = []
+    for i, src in enumerate(spec.sources):
+        if src.kafka is not None:
+            lines += kafka_client_problems(src.kafka.client, f"spec.sources[{i}].kafka.client")
+    for name, sink in (("sink", spec.sink), ("dead_letter", spec.dead_letter)):
+        if sink is not None and sink.kafka is not None:
+            lines += kafka_client_problems(sink.kafka.client, f"spec.{name}.kafka.client")
+    return lines
 
 
 def deploy(

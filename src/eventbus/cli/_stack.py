@@ -15,6 +15,7 @@ from eventbus.cli._common import (
     EXIT_USAGE,
     RAY_ADDRESS_ENV,
     Addresses,
+    KafkaConfigOpt,
     KafkaOpt,
     RayOpt,
     RedisOpt,
@@ -47,6 +48,7 @@ def up(
     ray_address: str | None = RayOpt,
     kafka_bootstrap: str | None = KafkaOpt,
     redis_url: str | None = RedisOpt,
+    kafka_config: Path | None = KafkaConfigOpt,
     num_cpus: int | None = typer.Option(None, help="CPUs of the local Ray head (default: all)."),
     gateway: bool = typer.Option(
         True, "--gateway/--no-gateway", help="Start the HTTP/gRPC gateway."
@@ -61,7 +63,7 @@ def up(
     """Start the local stack (Ray, Kafka-protocol broker, Redis, gateway), or adopt given addresses."""
     from eventbus._internal.stack import stack_status, stack_up
 
-    addr = Addresses(ray_address, kafka_bootstrap, redis_url)
+    addr = Addresses(ray_address, kafka_bootstrap, redis_url, kafka_config)
     with out.status("starting the EventBus stack..."):
         try:
             stack_up(
@@ -74,11 +76,14 @@ def up(
                 http_port=http_port,
                 grpc_port=grpc_port,
                 redis_maxmemory=redis_maxmemory,
+                kafka_client=addr.kafka_client.model_dump(mode="json", exclude_defaults=True)
+                if addr.kafka_client is not None
+                else None,
             )
         except EventBusError as exc:
             fail(str(exc))
     _print_stack(stack_status(home()))
-    _restore_pipelines(Addresses(ray_address, kafka_bootstrap, redis_url))
+    _restore_pipelines(Addresses(ray_address, kafka_bootstrap, redis_url, kafka_config))
 
 
 def _restore_pipelines(addr: Addresses) -> None:
@@ -166,6 +171,7 @@ def gateway(
             trace_sample_ratio=trace_sample_ratio,
             log_format=log_format,
             allowed_origins=allowed_origin or (),
+            kafka_client=addr.kafka_client,
         )
     except (EventBusError, OSError) as exc:
         fail(f"the gateway stopped: {exc}")

@@ -11,6 +11,7 @@ from eventbus.eventing._codecs import (
     events_from_json_batch,
 )
 from eventbus.eventing._event import CloudEvent, format_time, is_json_content_type, parse_time
+from eventbus.eventing._kafka_client import KafkaClientConfig, KafkaSaslConfig, SecretRef
 from eventbus.eventing._outcome import Dispatch, Failure, Outcome
 from eventbus.eventing.sinks import KafkaSink, KafkaSinkConfig, Sink
 from eventbus.eventing.sources import KafkaSource, KafkaSourceConfig, Source
@@ -19,11 +20,14 @@ __all__ = [
     "CloudEvent",
     "Dispatch",
     "Failure",
+    "KafkaClientConfig",
+    "KafkaSaslConfig",
     "KafkaSink",
     "KafkaSinkConfig",
     "KafkaSource",
     "KafkaSourceConfig",
     "Outcome",
+    "SecretRef",
     "Sink",
     "Source",
     "decode_kafka",

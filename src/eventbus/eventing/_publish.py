@@ -19,6 +19,11 @@ from eventbus.eventing._codecs import (
     event_to_json,
 )
 from eventbus.eventing._event import CloudEvent
+from eventbus.eventing._kafka_client import (
+    KafkaClientConfig,
+    kafka_client_kwargs,
+    kafka_connect_error,
+)
 
 __all__ = ["build_events", "publish_events", "tail_events"]
 
@@ -109,13 +114,19 @@ async def publish_events(
     *,
     mode: str = "binary",
     key: str | None = None,
+    client: KafkaClientConfig | None = None,
 ) -> int:
-    """Produce events and wait for every ack; returns how many were sent."""
+    """Produce events and wait for every ack; returns how many were sent.
+
+    ``client``: the connection settings (TLS, SASL); None: plaintext.
+    """
     from aiokafka import AIOKafkaProducer
 
     encode = encode_kafka_binary if mode == "binary" else encode_kafka_structured
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
-    await producer.start()
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=5, **kafka_client_kwargs(client)
+    )
+    await _start(producer, f"publishing to topic {topic!r}", bootstrap, client)
     try:
         futures = []
         for e in events:
@@ -137,11 +148,13 @@ async def tail_events(
     from_beginning: bool = False,
     max_events: int | None = None,
     idle_timeout_s: float | None = None,
+    client: KafkaClientConfig | None = None,
 ) -> int:
     """Consume a topic and hand each event, as structured JSON text, to ``show``.
 
     Records that are not CloudEvents are shown wrapped (plain messages), with decode errors
-    reported in the ``ebdecodeerror`` attribute instead of stopping the tail.
+    reported in the ``ebdecodeerror`` attribute instead of stopping the tail. ``client``: the
+    connection settings (TLS, SASL); None: plaintext.
     """
     from aiokafka import AIOKafkaConsumer
 
@@ -151,8 +164,9 @@ async def tail_events(
         group_id=None,
         auto_offset_reset="earliest" if from_beginning else "latest",
         enable_auto_commit=False,
+        **kafka_client_kwargs(client),
     )
-    await consumer.start()
+    await _start(consumer, f"tailing topic {topic!r}", bootstrap, client)
     from eventbus.eventing.sources._kafka_fetch import OffsetGaps
 
     gaps = OffsetGaps(1.0, f"tail of {topic}")  # Tansu may store concurrent batches out of order
@@ -193,3 +207,14 @@ async def tail_events(
     finally:
         await consumer.stop()
     return seen
+
+
+async def _start(client: Any, what: str, servers: str, config: KafkaClientConfig | None) -> None:
+    """Start an aiokafka client; a failure becomes an error that names its cause."""
+    from aiokafka.errors import KafkaError
+
+    try:
+        await client.start()
+    except (KafkaError, KeyError) as e:  # KeyError: aiokafka's SCRAM client, login refused
+        await client.stop()
+        raise await kafka_connect_error(what, servers, config, e) from e

@@ -17,6 +17,7 @@ from typing import Any
 from eventbus.errors import IngressError
 from eventbus.eventing._codecs import KafkaRecord, encode_kafka_binary
 from eventbus.eventing._event import CloudEvent
+from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.eventing._outcome import Outcome
 from eventbus.eventing.sinks._base import SinkEncodeError
 from eventbus.eventing.sources._http_config import GATEWAY_PRODUCERS, ingress_topic
@@ -112,6 +113,7 @@ class GatewayBackend:
         invoke_in_flight: concurrent Serve calls per pipeline (sync requests).
         make_sink: ``(topic, lane)`` to a started-on-``start()`` sink with ``send`` and
             ``stop`` (tests); None: a :class:`~eventbus.eventing.sinks.KafkaSink`.
+        kafka_client: the broker's connection settings (TLS, SASL); None: plaintext.
     """
 
     def __init__(
@@ -123,11 +125,13 @@ class GatewayBackend:
         producers: int = GATEWAY_PRODUCERS,
         invoke_in_flight: int = 4,
         make_sink: Callable[[str, tuple[int, int]], Any] | None = None,
+        kafka_client: KafkaClientConfig | None = None,
     ) -> None:
         if producers < 1 or invoke_in_flight < 1:
             msg = f"producers={producers}, invoke_in_flight={invoke_in_flight}: both must be >= 1"
             raise ValueError(msg)
         self.kafka_bootstrap = kafka_bootstrap
+        self.kafka_client = kafka_client
         self._producers = producers
         self._invoke_in_flight = invoke_in_flight
         self._max_batch = max_batch
@@ -164,7 +168,10 @@ class GatewayBackend:
         from eventbus.eventing.sinks._kafka import KafkaSink, KafkaSinkConfig
 
         return KafkaSink(
-            KafkaSinkConfig(topic=topic), bootstrap_servers=self.kafka_bootstrap, lane=lane
+            KafkaSinkConfig(topic=topic),
+            bootstrap_servers=self.kafka_bootstrap,
+            lane=lane,
+            client=self.kafka_client,
         )
 
     async def _publisher(self, pipeline: str) -> MicroBatcher[KafkaRecord, str | None]:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from eventbus._internal import keys
+from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.gateway._backend import GatewayBackend
 from eventbus.gateway._ingress import Ingress, RouteTable
 
@@ -43,6 +44,7 @@ class Gateway:
             (default ``os.environ``).
         allowed_origins: origins (``https://shop.example``) whose web pages may send
             state-changing requests besides the gateway's own (see ``gateway._guard``).
+        kafka_client: the broker's connection settings (TLS, SASL); None: plaintext.
     """
 
     def __init__(
@@ -56,6 +58,7 @@ class Gateway:
         environ: dict[str, str] | None = None,
         backend: Any = None,
         allowed_origins: Iterable[str] = (),
+        kafka_client: KafkaClientConfig | None = None,
     ) -> None:
         self.redis_url = redis_url
         self.host = host
@@ -63,7 +66,7 @@ class Gateway:
         self.grpc_port = grpc_port
         self._environ = environ
         self.allowed_origins = tuple(allowed_origins)
-        self.backend = backend or GatewayBackend(kafka_bootstrap)
+        self.backend = backend or GatewayBackend(kafka_bootstrap, kafka_client=kafka_client)
         self.ingress = Ingress(self.backend)
         self._raw: dict[str, str] | None = None
         self._redis: Any = None
@@ -235,6 +238,7 @@ def run_gateway(
     trace_sample_ratio: float = 1.0,
     log_format: str = "text",
     allowed_origins: Iterable[str] = (),
+    kafka_client: KafkaClientConfig | None = None,
 ) -> None:
     """Run a gateway in this process until SIGTERM or SIGINT (the ``eventbus gateway`` command).
 
@@ -280,6 +284,7 @@ def run_gateway(
             grpc_port=grpc_port,
             environ=dict(os.environ),
             allowed_origins=allowed_origins,
+            kafka_client=kafka_client,
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -20,6 +20,7 @@ import redis
 
 from eventbus._internal import keys
 from eventbus.errors import DeployError, PipelineNotFoundError
+from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.pipelines._config import PipelineConfig
 from eventbus.pipelines._loader import load_pipeline_text
 from eventbus.serving._deployment import app_name, build_app
@@ -45,10 +46,16 @@ class Controller:
     Args:
         kafka_bootstrap: default Kafka bootstrap address for sources and sinks.
         redis_url: where the desired state lives.
+        kafka_client: the stack's Kafka connection settings (a :class:`KafkaClientConfig` as a
+            dict: TLS files and secret references, never secrets); None: plaintext.
     """
 
-    def __init__(self, kafka_bootstrap: str, redis_url: str) -> None:
+    def __init__(
+        self, kafka_bootstrap: str, redis_url: str, kafka_client: dict[str, Any] | None = None
+    ) -> None:
         self.kafka_bootstrap = kafka_bootstrap
+        self.kafka_client_doc = kafka_client
+        self.kafka_client = KafkaClientConfig.model_validate(kafka_client) if kafka_client else None
         self.redis_url = redis_url
         self._redis = redis.Redis.from_url(redis_url, decode_responses=True)
         self._serve_started = False
@@ -556,18 +563,27 @@ class Controller:
         spec = config.spec
         partitions = max(2, spec.serving.replica_bounds.max)
         wanted: dict[str, list[str]] = {}
+        # per cluster, the connection settings of the first component naming it (None: stack's)
+        clients: dict[str, KafkaClientConfig | None] = {}
         for src in spec.sources:
             if src.kafka is not None:
                 wanted.setdefault(src.kafka.bootstrap_servers or self.kafka_bootstrap, []).extend(
                     src.kafka.topics
+                )
+                clients.setdefault(
+                    src.kafka.bootstrap_servers or self.kafka_bootstrap, src.kafka.client
                 )
         for sink in (spec.sink, spec.dead_letter):
             if sink is not None and sink.kafka is not None:
                 wanted.setdefault(sink.kafka.bootstrap_servers or self.kafka_bootstrap, []).append(
                     sink.kafka.topic
                 )
+                clients.setdefault(
+                    sink.kafka.bootstrap_servers or self.kafka_bootstrap, sink.kafka.client
+                )
         for bootstrap, topics in wanted.items():
-            asyncio.run(create_topics(bootstrap, topics, partitions))
+            client = clients.get(bootstrap) or self.kafka_client
+            asyncio.run(create_topics(bootstrap, topics, partitions, client=client))
         self._create_ingress_topic(config)
 
     def _create_ingress_topic(self, config: PipelineConfig) -> None:
@@ -583,7 +599,14 @@ class Controller:
         if not any(sources.get(s.kind).trait("ingress") for s in config.spec.sources):
             return
         partitions = max(GATEWAY_PRODUCERS, config.spec.serving.replica_bounds.max)
-        asyncio.run(create_topics(self.kafka_bootstrap, [ingress_topic(config.name)], partitions))
+        asyncio.run(
+            create_topics(
+                self.kafka_bootstrap,
+                [ingress_topic(config.name)],
+                partitions,
+                client=self.kafka_client,
+            )
+        )
 
     def _run_app(self, config: PipelineConfig, python_path: builtins.list[str]) -> None:
         from ray import serve
@@ -592,6 +615,7 @@ class Controller:
         runtime = {
             "run_sources": config.spec.serving.source_placement == "replica",
             "kafka_bootstrap": self.kafka_bootstrap,
+            "kafka_client": self.kafka_client_doc,
             "redis_url": self.redis_url,
         }
         serve.run(
@@ -617,7 +641,12 @@ class Controller:
             actor = SourceActor.options(  # type: ignore[attr-defined]
                 name=source_actor_name(config.name, i), namespace=NAMESPACE, lifetime="detached"
             ).remote(
-                config.to_document(), i, app_name(config.name), self.kafka_bootstrap, self.redis_url
+                config.to_document(),
+                i,
+                app_name(config.name),
+                self.kafka_bootstrap,
+                self.redis_url,
+                self.kafka_client_doc,
             )
             actors.append(actor)
         for i, actor in enumerate(actors):

@@ -13,6 +13,7 @@ import ray
 
 from eventbus._internal.stack import RAY_ENV
 from eventbus.errors import EventBusError
+from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.serving._controller import CONTROLLER_NAME, NAMESPACE, Controller
 
 __all__ = ["EventBusClient"]
@@ -41,6 +42,8 @@ class EventBusClient:
         kafka_bootstrap: default Kafka bootstrap servers for pipelines.
         redis_url: where the controller keeps its state.
         ray_env: environment for the Ray client (auth token settings of ``eventbus up``).
+        kafka_client: the stack's Kafka connection settings (TLS, SASL), handed to the
+            controller when this call starts it; None: plaintext.
 
     Example:
         >>> client = EventBusClient("127.0.0.1:6379", "127.0.0.1:9092", "redis://127.0.0.1:6380/0")  # doctest: +SKIP
@@ -54,6 +57,7 @@ class EventBusClient:
         redis_url: str,
         *,
         ray_env: dict[str, str] | None = None,
+        kafka_client: KafkaClientConfig | None = None,
     ) -> None:
         for k, v in RAY_ENV.items():
             os.environ.setdefault(k, v)
@@ -78,7 +82,13 @@ class EventBusClient:
                 max_restarts=-1,
                 max_task_retries=-1,
             )
-            .remote(kafka_bootstrap, redis_url)
+            .remote(
+                kafka_bootstrap,
+                redis_url,
+                kafka_client.model_dump(mode="json", exclude_defaults=True)
+                if kafka_client is not None
+                else None,
+            )
         )
 
     def deploy(

@@ -80,10 +80,16 @@ class PipelineDeployment:
         )
         self._sources: Any = None
         if runtime and runtime.get("run_sources"):
+            from eventbus.eventing._kafka_client import KafkaClientConfig
             from eventbus.serving._replica_sources import ReplicaSources
 
+            client = runtime.get("kafka_client")
             self._sources = ReplicaSources(
-                self._runner, config, runtime["kafka_bootstrap"], runtime.get("redis_url")
+                self._runner,
+                config,
+                runtime["kafka_bootstrap"],
+                runtime.get("redis_url"),
+                KafkaClientConfig.model_validate(client) if client else None,
             )
             self._sources.start()
         self._figures: Any = None

@@ -19,6 +19,7 @@ from typing import Any
 from eventbus.errors import ConfigError
 from eventbus.eventing._codecs import decode_kafka_records
 from eventbus.eventing._event import CloudEvent
+from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.eventing._outcome import Failure, Outcome
 from eventbus.pipelines._config import PipelineConfig
 
@@ -105,6 +106,7 @@ async def replay(
     batch_size: int = 1000,
     idle_s: float = 1.0,
     progress: Callable[[ReplayStats], None] | None = None,
+    kafka_client: KafkaClientConfig | None = None,
 ) -> ReplayStats:
     """Replay ``rng`` of ``topic`` through a pipeline.
 
@@ -121,13 +123,16 @@ async def replay(
         batch_size: events per dispatch.
         idle_s: an open-ended range ends after this long without records.
         progress: called after each batch.
+        kafka_client: the stack's Kafka connection settings (TLS, SASL); None: plaintext.
 
     Raises:
         ConfigError: the range is invalid or the topic does not exist.
     """
     from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.errors import KafkaError
 
     from eventbus.eventing._delivery import RedisDeduper, dedupe_key
+    from eventbus.eventing._kafka_client import kafka_client_kwargs, kafka_connect_error
     from eventbus.eventing.sources._kafka_delivery import dead_letter_event
     from eventbus.serving._replica_sources import make_sink
 
@@ -138,10 +143,21 @@ async def replay(
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
+        **kafka_client_kwargs(kafka_client),
     )
-    await consumer.start()
-    sink = make_sink(spec.sink, default_bootstrap=bootstrap)
-    dlq = make_sink(spec.dead_letter, default_bootstrap=bootstrap) if spec.dead_letter else None
+    try:
+        await consumer.start()
+    except (KafkaError, KeyError) as start_error:  # KeyError: aiokafka SCRAM, login refused
+        await consumer.stop()
+        raise await kafka_connect_error(
+            f"replay of {topic!r}", bootstrap, kafka_client, start_error
+        ) from start_error
+    sink = make_sink(spec.sink, default_bootstrap=bootstrap, default_client=kafka_client)
+    dlq = (
+        make_sink(spec.dead_letter, default_bootstrap=bootstrap, default_client=kafka_client)
+        if spec.dead_letter
+        else None
+    )
     deduper = None
     if dedupe:
         if not redis_url:

@@ -24,6 +24,7 @@ from typing import Any
 from eventbus._internal import keys
 from eventbus._internal.gc import collect_periodically
 from eventbus.eventing._event import CloudEvent
+from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.eventing._outcome import Outcome
 from eventbus.eventing.sources._kafka_settings import DeliveryPolicy
 from eventbus.pipelines._config import PipelineConfig, SinkConfig
@@ -80,6 +81,7 @@ async def sweep_forever(
     bootstrap: str,
     redis_url: str | None = None,
     every_s: float = 1.0,
+    kafka_client: KafkaClientConfig | None = None,
 ) -> None:
     """Fire the steps' timers every ``every_s`` until cancelled, delivering what they return
     (through the pipeline's dedupe, when it has one, like the sources' outputs)."""
@@ -87,8 +89,12 @@ async def sweep_forever(
 
     spec = config.spec
     dedupe = delivery_policy(config, redis_url).dedupe if redis_url else None
-    sink = make_sink(spec.sink, default_bootstrap=bootstrap)
-    dlq = make_sink(spec.dead_letter, default_bootstrap=bootstrap) if spec.dead_letter else None
+    sink = make_sink(spec.sink, default_bootstrap=bootstrap, default_client=kafka_client)
+    dlq = (
+        make_sink(spec.dead_letter, default_bootstrap=bootstrap, default_client=kafka_client)
+        if spec.dead_letter
+        else None
+    )
     await sink.start()
     if dlq is not None:
         await dlq.start()
@@ -132,11 +138,25 @@ async def sweep_forever(
             await dedupe.close()
 
 
-def make_sink(config: SinkConfig, *, default_bootstrap: str) -> Any:
-    """Build the runtime sink of a sink config (its kind's factory)."""
+def make_sink(
+    config: SinkConfig, *, default_bootstrap: str, default_client: KafkaClientConfig | None = None
+) -> Any:
+    """Build the runtime sink of a sink config (its kind's factory).
+
+    ``default_client`` (the stack's Kafka TLS/SASL settings) goes to factories that take a
+    ``default_client`` argument (the kafka sink's); factories written before it existed
+    (``(config, *, default_bootstrap)``) keep working.
+    """
+    import inspect
+
     from eventbus.registry import sinks
 
-    return sinks.get(config.kind).factory(config.options, default_bootstrap=default_bootstrap)
+    factory = sinks.get(config.kind).factory
+    if "default_client" in inspect.signature(factory).parameters:
+        return factory(
+            config.options, default_bootstrap=default_bootstrap, default_client=default_client
+        )
+    return factory(config.options, default_bootstrap=default_bootstrap)
 
 
 class ReplicaSources:
@@ -147,6 +167,7 @@ class ReplicaSources:
         config: the pipeline.
         kafka_bootstrap: default Kafka bootstrap servers.
         redis_url: where live counters are published (None: not published).
+        kafka_client: the stack's Kafka connection settings (TLS, SASL); None: plaintext.
     """
 
     def __init__(
@@ -155,10 +176,12 @@ class ReplicaSources:
         config: PipelineConfig,
         kafka_bootstrap: str,
         redis_url: str | None,
+        kafka_client: KafkaClientConfig | None = None,
     ) -> None:
         self._runner = runner
         self._config = config
         self._bootstrap = kafka_bootstrap
+        self._kafka_client = kafka_client
         self._redis_url = redis_url
         self.replica_id = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._sources: list[Any] = []
@@ -286,7 +309,9 @@ class ReplicaSources:
             run = functools.partial(run_traced, self._runner)
 
         def sink_of(cfg: SinkConfig) -> Any:
-            sink = make_sink(cfg, default_bootstrap=self._bootstrap)
+            sink = make_sink(
+                cfg, default_bootstrap=self._bootstrap, default_client=self._kafka_client
+            )
             if traced:
                 target = getattr(cfg.options, "topic", None) or cfg.kind
                 return TracedSink(sink, f"eventbus.sink {target}")
@@ -311,6 +336,7 @@ class ReplicaSources:
                     src,
                     pipeline=self._config.name,
                     bootstrap_servers=src.bootstrap_servers or self._bootstrap,
+                    client=self._kafka_client,
                     dispatch=dispatch,
                     sinks=SourceSinks(
                         sink=sink_of(spec.sink),
@@ -360,7 +386,13 @@ class ReplicaSources:
         timers = self._runner.timers()
         if not timers:
             return
-        await sweep_forever(timers, self._config, self._bootstrap, self._redis_url)
+        await sweep_forever(
+            timers,
+            self._config,
+            self._bootstrap,
+            self._redis_url,
+            kafka_client=self._kafka_client,
+        )
 
     async def _publish_stats(self) -> None:
         while True:

@@ -13,6 +13,7 @@ from typing import Any
 import ray
 
 from eventbus._internal.gc import tune_gc
+from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.eventing._outcome import Outcome
 from eventbus.pipelines._config import PipelineConfig
 from eventbus.serving._replica_sources import delivery_policy, make_sink
@@ -42,6 +43,7 @@ class SourceActor:
         app: str,
         bootstrap_servers: str,
         redis_url: str | None = None,
+        kafka_client: dict[str, Any] | None = None,
     ) -> None:
         tune_gc()
         logging.basicConfig(level=logging.INFO)
@@ -53,6 +55,9 @@ class SourceActor:
         self._index = index
         self._app = app
         self._bootstrap = bootstrap_servers
+        self._kafka_client = (
+            KafkaClientConfig.model_validate(kafka_client) if kafka_client else None
+        )
         self._redis_url = redis_url
         self._source: Any = None
         self._redis: Any = None  # redis.asyncio client for the figures, made on first use
@@ -89,10 +94,17 @@ class SourceActor:
             src,
             pipeline=self._config.name,
             bootstrap_servers=src.bootstrap_servers or self._bootstrap,
+            client=self._kafka_client,
             dispatch=dispatch,
             sinks=SourceSinks(
-                sink=make_sink(spec.sink, default_bootstrap=self._bootstrap),
-                dead_letter=make_sink(spec.dead_letter, default_bootstrap=self._bootstrap)
+                sink=make_sink(
+                    spec.sink, default_bootstrap=self._bootstrap, default_client=self._kafka_client
+                ),
+                dead_letter=make_sink(
+                    spec.dead_letter,
+                    default_bootstrap=self._bootstrap,
+                    default_client=self._kafka_client,
+                )
                 if spec.dead_letter
                 else None,
             ),
@@ -112,7 +124,13 @@ class SourceActor:
             timers = pipeline_timers(self._config, self._redis_url)
             if timers:
                 sweeper = asyncio.get_running_loop().create_task(
-                    sweep_forever(timers, self._config, self._bootstrap, self._redis_url)
+                    sweep_forever(
+                        timers,
+                        self._config,
+                        self._bootstrap,
+                        self._redis_url,
+                        kafka_client=self._kafka_client,
+                    )
                 )
         publisher = None
         try:  # the source starts and stops its sinks

@@ -22,9 +22,14 @@ from aiokafka.errors import (
 from aiokafka.partitioner import murmur2
 from pydantic import BaseModel, ConfigDict, Field
 
-from eventbus.errors import ConfigError, StackError
+from eventbus.errors import ConfigError
 from eventbus.eventing._codecs import KafkaRecord, encode_kafka_binary, encode_kafka_structured
 from eventbus.eventing._event import CloudEvent
+from eventbus.eventing._kafka_client import (
+    KafkaClientConfig,
+    kafka_client_kwargs,
+    kafka_connect_error,
+)
 from eventbus.eventing.sinks._base import Sink, SinkEncodeError, SinkTooLargeError
 from eventbus.registry import sinks
 
@@ -59,6 +64,12 @@ class KafkaSinkConfig(BaseModel):
         description="Comma-separated host:port list of the Kafka cluster; None uses the "
         "runtime's default broker.",
     )
+    client: KafkaClientConfig | None = Field(
+        default=None,
+        description="Connection settings (security_protocol, TLS files, SASL) for this "
+        "component's cluster; replaces the stack's (eventbus up --kafka-config) as a whole. "
+        "None uses the stack's.",
+    )
     mode: Literal["binary", "structured"] = Field(
         default="binary",
         description="CloudEvents Kafka content mode: 'binary' (attributes in ce_ headers, data "
@@ -79,6 +90,8 @@ class KafkaSink(Sink):
         lane: ``(i, k)``: keyless records go only to the partitions ``i, i + k, ...`` (of
             those that exist), so that ``k`` producers writing one topic concurrently never
             write the same partition with them.
+        client: the runtime's connection settings (TLS, SASL), used when the config has no
+            ``client`` of its own; None: plaintext.
 
     Example:
         >>> sink = KafkaSink(KafkaSinkConfig(topic="out"), bootstrap_servers="127.0.0.1:9092")
@@ -91,8 +104,10 @@ class KafkaSink(Sink):
         *,
         bootstrap_servers: str | None = None,
         lane: tuple[int, int] | None = None,
+        client: KafkaClientConfig | None = None,
     ) -> None:
         self.config = config
+        self.client = config.client or client
         self._lane = lane
         servers = config.bootstrap_servers or bootstrap_servers
         if not servers:
@@ -104,6 +119,7 @@ class KafkaSink(Sink):
         self.bootstrap_servers: str = servers
         self._encode = encode_kafka_binary if config.mode == "binary" else encode_kafka_structured
         self._producer: Any = None
+        self._client_kwargs: dict[str, Any] = {}
         self._round_robin = 0
         # Per partition, an offset at or below where the next record will land: the last
         # acknowledged offset + 1, or the broker's answer to ListOffsets (never above the end).
@@ -122,6 +138,8 @@ class KafkaSink(Sink):
             return
         from aiokafka import AIOKafkaProducer
 
+        self._client_kwargs = kafka_client_kwargs(self.client)
+
         # aiokafka's idempotent producer cannot talk to Tansu (InitProducerId v0 only), and
         # duplicates are removed downstream by CloudEvent source+id dedupe anyway.
         producer = AIOKafkaProducer(
@@ -131,17 +149,18 @@ class KafkaSink(Sink):
             max_batch_size=_MAX_BATCH_BYTES,
             max_request_size=2 * _MAX_BATCH_BYTES,
             linger_ms=0,
+            **self._client_kwargs,
         )
         try:
             await producer.start()
-        except KafkaError as e:
+        except Exception as e:
             await producer.stop()
-            msg = (
-                f"kafka sink for topic {self.config.topic!r} cannot reach the broker at "
-                f"{self.bootstrap_servers}: {e}; check that it runs and the address is right "
-                "(`eventbus up` starts a local one)"
-            )
-            raise StackError(msg) from e
+            raise await kafka_connect_error(
+                f"kafka sink for topic {self.config.topic!r}",
+                self.bootstrap_servers,
+                self.client,
+                e,
+            ) from e
         self._producer = producer
 
     async def stop(self) -> None:
@@ -181,6 +200,7 @@ class KafkaSink(Sink):
                     bootstrap_servers=self.bootstrap_servers,
                     group_id=None,
                     enable_auto_commit=False,
+                    **self._client_kwargs,
                 )
                 await consumer.start()
                 self._offsets_consumer = consumer
@@ -228,6 +248,7 @@ class KafkaSink(Sink):
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             fetch_max_wait_ms=20,
+            **kafka_client_kwargs(self.client),
         )
         await consumer.start()
         found: set[str] = set()
@@ -390,6 +411,16 @@ def _event_id(event: CloudEvent | KafkaRecord) -> str | None:
     description="Produce to a Kafka topic.",
     describe=lambda raw: str(raw.get("topic") or ""),
 )
-def kafka_sink(config: KafkaSinkConfig, *, default_bootstrap: str) -> KafkaSink:
-    """A Kafka sink on the config's cluster, else the runtime's default broker."""
-    return KafkaSink(config, bootstrap_servers=config.bootstrap_servers or default_bootstrap)
+def kafka_sink(
+    config: KafkaSinkConfig,
+    *,
+    default_bootstrap: str,
+    default_client: KafkaClientConfig | None = None,
+) -> KafkaSink:
+    """A Kafka sink on the config's cluster, else the runtime's default broker; with the
+    config's connection settings, else the runtime's."""
+    return KafkaSink(
+        config,
+        bootstrap_servers=config.bootstrap_servers or default_bootstrap,
+        client=default_client,
+    )

@@ -38,7 +38,8 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
-from eventbus.errors import StackError
+from eventbus.errors import ConfigError
+from eventbus.eventing._kafka_client import KafkaClientConfig, kafka_connect_error
 from eventbus.eventing._outcome import Dispatch, Outcome
 from eventbus.eventing.sources._base import Source
 from eventbus.eventing.sources._kafka_batch import BatchMaker, KafkaBatch
@@ -100,6 +101,8 @@ class KafkaSource(Source):
             decoded (default :class:`FetchSettings`).
         delivery: event retries, dedupe, and the backoff of failed dispatches and unacknowledged
             sends (default :class:`DeliveryPolicy`: no retries, no dedupe).
+        client: the runtime's connection settings (TLS, SASL), used when the config has no
+            ``client`` of its own; None: plaintext.
 
     Raises:
         ValueError: ``max_batch`` or ``max_in_flight`` below 1, or ``linger_ms`` below 0.
@@ -124,6 +127,7 @@ class KafkaSource(Source):
         sinks: SourceSinks,
         fetch: FetchSettings | None = None,
         delivery: DeliveryPolicy | None = None,
+        client: KafkaClientConfig | None = None,
     ) -> None:
         fetch = fetch if fetch is not None else FetchSettings()
         delivery = delivery if delivery is not None else DeliveryPolicy()
@@ -139,6 +143,7 @@ class KafkaSource(Source):
         self.pipeline = pipeline
         self.group = config.group or f"eventbus-{pipeline}"
         self.bootstrap_servers = config.bootstrap_servers or bootstrap_servers
+        self.client = config.client or client
         self._max_in_flight = fetch.max_in_flight
         self._drain_timeout_s = delivery.drain_timeout_s
         self._revoke_timeout_s = (
@@ -156,6 +161,7 @@ class KafkaSource(Source):
             pipeline=pipeline,
             group=self.group,
             bootstrap_servers=self.bootstrap_servers,
+            client=self.client,
         )
         self._redispatch = Redispatcher(dispatch, delivery, pipeline, self._stats)
         self._retries = EventRetries(delivery.retry, self._redispatch, self._stats)
@@ -183,14 +189,15 @@ class KafkaSource(Source):
         await self._delivery.start()
         try:
             await self._fetcher.start(self._on_revoked, self._on_assigned)
-        except KafkaError as e:
+        except (KafkaError, KeyError, ConfigError) as e:
+            # KeyError: aiokafka's SCRAM client when the broker refuses the login
             await self._delivery.stop_sinks()
-            msg = (
-                f"kafka source of pipeline {self.pipeline!r} cannot reach the broker at "
-                f"{self.bootstrap_servers}: {e}; check that it runs and the address is right "
-                "(`eventbus up` starts a local one)"
-            )
-            raise StackError(msg) from e
+            raise await kafka_connect_error(
+                f"kafka source of pipeline {self.pipeline!r}",
+                self.bootstrap_servers,
+                self.client,
+                e,
+            ) from e
         self._deliverer = asyncio.create_task(
             self._deliver_loop(), name=f"eventbus-{self.pipeline}-deliver"
         )

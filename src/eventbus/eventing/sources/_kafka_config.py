@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from eventbus.eventing._kafka_client import KafkaClientConfig
+
 __all__ = ["KafkaSourceConfig"]
 
 
@@ -26,6 +28,12 @@ class KafkaSourceConfig(BaseModel):
         default=None,
         description="Comma-separated host:port list of the Kafka cluster; None uses the "
         "runtime's default broker.",
+    )
+    client: KafkaClientConfig | None = Field(
+        default=None,
+        description="Connection settings (security_protocol, TLS files, SASL) for this "
+        "component's cluster; replaces the stack's (eventbus up --kafka-config) as a whole. "
+        "None uses the stack's.",
     )
     start_from: Literal["earliest", "latest"] = Field(
         default="earliest",

@@ -18,6 +18,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
+from eventbus.eventing._kafka_client import KafkaClientConfig, kafka_client_kwargs
 from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
 from eventbus.eventing.sources._kafka_settings import FetchSettings
 
@@ -129,6 +130,7 @@ class KafkaFetcher:
         pipeline: the pipeline name (client id, logs).
         group: the consumer group.
         bootstrap_servers: the broker.
+        client: its connection settings (TLS, SASL); None: plaintext.
     """
 
     def __init__(
@@ -139,8 +141,10 @@ class KafkaFetcher:
         pipeline: str,
         group: str,
         bootstrap_servers: str,
+        client: KafkaClientConfig | None = None,
     ) -> None:
         self.config = config
+        self.client = client
         self.settings = settings
         self.pipeline = pipeline
         self.group = group
@@ -174,11 +178,12 @@ class KafkaFetcher:
             max_poll_records=self.settings.max_batch,
             fetch_max_wait_ms=self.config.fetch_max_wait_ms,
             max_partition_fetch_bytes=4 * 1024 * 1024,
+            **kafka_client_kwargs(self.client),
         )
         consumer.subscribe(self.config.topics, listener=_Listener(on_revoked, on_assigned))
         try:
             await consumer.start()
-        except KafkaError:
+        except (KafkaError, KeyError):
             await consumer.stop()
             raise
         self.consumer = consumer
