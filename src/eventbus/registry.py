@@ -294,6 +294,7 @@ steps: Registry[Callable[..., Any]] = Registry(
         "convert": "eventbus.pipelines.steps._convert",
         "function": "eventbus.pipelines.steps._function",
         "join": "eventbus.pipelines.steps._join",
+        "aggregate": "eventbus.pipelines.steps._aggregate",
         "allocate": "eventbus.pipelines.steps._allocate",
         "model": "eventbus.pipelines.steps._model",
         "ensemble": "eventbus.pipelines.steps._model",

@@ -228,6 +228,9 @@ def run_pipeline(
         await source.start()
         try:
             await source.run()
+            closing = runner.flush()  # end of input: open aggregate windows close
+            if closing:
+                await sink.send([(e, None) for e in closing])
         finally:
             await source.stop()
 

@@ -34,6 +34,11 @@ Step state (``pipelines``):
   a join step's pending keys with ``emit: first``; ``w:<key>`` and ``x:<t0>:<key>`` (hashes),
   ``pdue``, ``pclaim`` (sorted sets): its windows with ``emit: every`` or ``latest`` (the Lua
   scripts add the suffixes).
+* :func:`aggregate_keys` (hash ``w``, sorted sets ``due`` and ``claim``, strings ``hll`` and
+  ``hll2``): an aggregate step's open windows, their close deadlines and claims, and two
+  scratch strings its scripts load HyperLogLogs into. All five share one hash tag
+  ``{agg:<pipeline>:<step>}``, so the step's scripts declare them as KEYS and run on one
+  Redis Cluster slot.
 * :func:`allocate_used` (hash), :func:`allocate_window` (list), :func:`allocate_seen`
   (string counter), :func:`allocate_plan_lock` (string with a TTL): an allocate step's
   consumed budgets and its re-planning window.
@@ -57,10 +62,12 @@ from __future__ import annotations
 
 __all__ = [
     "CANARY_PATTERN",
+    "AGGREGATE_PARTS",
     "KEEPER_CLUSTERS",
     "MODELS",
     "PIPELINES",
     "PREFIX",
+    "aggregate_keys",
     "allocate_plan_lock",
     "allocate_seen",
     "allocate_used",
@@ -146,6 +153,18 @@ def join_prefix(pipeline: str, step: str) -> str:
     """Prefix of a join step's state: ``k:<key>`` (hash), ``due`` and ``claim`` (sorted
     sets); the Lua scripts append the suffixes."""
     return f"{PREFIX}join:{pipeline}:{step}:"
+
+
+#: The keys of an aggregate step, in the order its Lua scripts declare them as KEYS.
+AGGREGATE_PARTS = ("w", "due", "claim", "hll", "hll2")
+
+
+def aggregate_keys(pipeline: str, step: str) -> list[str]:
+    """An aggregate step's keys, in :data:`AGGREGATE_PARTS` order, all under the hash tag
+    ``{agg:<pipeline>:<step>}``: ``w`` (hash: every open window's fields and the watermark),
+    ``due`` (sorted set: window -> close deadline), ``claim`` (sorted set: window being
+    emitted -> lease deadline), ``hll``/``hll2`` (scratch HyperLogLog strings)."""
+    return [f"{PREFIX}{{agg:{pipeline}:{step}}}:{part}" for part in AGGREGATE_PARTS]
 
 
 def _allocate(pipeline: str, step: str, what: str) -> str:

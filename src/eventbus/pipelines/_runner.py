@@ -64,6 +64,34 @@ class PipelineRunner:
         """The steps' timers (join windows closing without an incoming event, allocate plans)."""
         return [t for step in self.steps for t in step.timers()]
 
+    def flush(self, *, trace: dict[str, list[CloudEvent]] | None = None) -> list[CloudEvent]:
+        """End of the input (in-process runs: ``eventbus test``, ``run_pipeline``): each step
+        closes what it holds open (aggregate windows); what it emits runs through the steps
+        after it. Returns the events for the sink; failures there are counted per step."""
+        out: list[CloudEvent] = []
+        for k, step in enumerate(self.steps):
+            current = step.flush()
+            if trace is not None and current:
+                trace.setdefault(step.id, []).extend(current)
+            for later, counters in zip(self.steps[k + 1 :], self.counters[k + 1 :]):
+                if not current:
+                    break
+                nxt: list[CloudEvent] = []
+                for res in later.process(current):
+                    if type(res) is CloudEvent:
+                        nxt.append(res)
+                    elif type(res) is Failure:
+                        counters.failed += 1
+                    elif res:
+                        nxt.extend(res)  # type: ignore[arg-type]
+                counters.events_in += len(current)
+                counters.events_out += len(nxt)
+                current = nxt
+                if trace is not None:
+                    trace.setdefault(later.id, []).extend(current)
+            out += current
+        return out
+
     def run(
         self, events: list[CloudEvent], *, trace: dict[str, list[CloudEvent]] | None = None
     ) -> list[Outcome]:

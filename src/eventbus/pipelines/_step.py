@@ -115,6 +115,11 @@ class Step(ABC):
         """The step's timers (none by default)."""
         return []
 
+    def flush(self) -> list[CloudEvent]:
+        """End of the input (``eventbus test``, ``run_pipeline``): close what is open (an
+        aggregate step's windows) and return its events (none by default)."""
+        return []
+
     def _failure(self, exc: BaseException, attempts: int = 1) -> Failure:
         self.errors += 1
         message = getattr(exc, "message", None) or str(exc) or repr(exc)

@@ -170,6 +170,7 @@ def _run_case(runner: PipelineRunner, case: Any, where: str, index: int) -> Case
     trace: dict[str, list[CloudEvent]] = {}
     outcomes = runner.run(events, trace=trace)
     outputs = [e for o in outcomes if isinstance(o, list) for e in o]
+    outputs += runner.flush(trace=trace)  # end of the case: aggregate windows close
     diffs: list[str] = []
     if "output" in case:
         d = _compare("output", case["output"] or [], outputs)

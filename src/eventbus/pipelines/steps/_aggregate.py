@@ -1,0 +1,365 @@
+"""The ``aggregate`` step: count, sum, min, max, avg, first, last, collect, distinct and CEL
+reducers per key over tumbling, hopping or session windows.
+
+Per batch the step evaluates the key and each aggregation's CEL per event, folds the events
+of each (key, window) into partials in Python and merges them into the state in one atomic
+call (a Lua script in Redis, :mod:`._aggregate_lua`; :class:`MemoryAggregateState` in
+process), so any replica serves any key. The state keeps the watermark (the latest event
+time merged; with ``time: processing`` the wall clock); an event whose windows closed by it
+(end + ``allowed_lateness_s``) fails with :class:`AggregateLateEventError`, counted. The
+:class:`AggregateTimer` closes windows: those due by the watermark, which also advances with
+the wall clock while no events come, so idle windows close too. Each closed window is one
+event with a deterministic id (pipeline, step, key, window), so a window emitted again after
+a crash is dropped by the sink's dedupe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+from eventbus import cel
+from eventbus.eventing._codecs import event_from_json, event_to_json
+from eventbus.eventing._event import CloudEvent, parse_time
+from eventbus.pipelines._activation import activation_builder
+from eventbus.pipelines._step import Step, StepContext, Timer
+from eventbus.pipelines.steps._aggregate_config import (
+    AggregateConfig,
+    CollectAggregation,
+    FieldAggregation,
+    ReducerAggregation,
+)
+from eventbus.pipelines.steps._aggregate_items import build_items
+from eventbus.pipelines.steps._aggregate_ops import (
+    Item,
+    MemoryAggregateState,
+    Spec,
+    Window,
+    number,
+)
+from eventbus.pipelines.steps._join import format_time_ms
+from eventbus.pipelines.steps._join_state import now_ms
+from eventbus.pipelines.steps._values import compile_cel, json_value
+from eventbus.registry import steps
+
+__all__ = ["AggregateLateEventError", "AggregateStep"]
+
+_NUMERIC = ("sum", "avg", "min", "max")
+
+
+class AggregateLateEventError(ValueError):
+    """An event came after its windows closed (window end + allowed lateness)."""
+
+
+class AggregateStep(Step):
+    """The runtime of an ``aggregate`` step (see the module docstring).
+
+    Args:
+        step_id: the step id.
+        spec: the aggregate configuration.
+        pipeline: the pipeline name (state keys, output ids and source).
+        redis_url: the state store; None keeps state in memory (pipeline tests).
+    """
+
+    kind = "aggregate"
+
+    def __init__(
+        self, step_id: str, spec: AggregateConfig, *, pipeline: str, redis_url: str | None = None
+    ) -> None:
+        super().__init__(step_id)
+        self.spec, self.pipeline = spec, pipeline
+        self.names = list(spec.aggregations)
+        ops: list[str] = []
+        maxes: list[int] = []
+        self._fields: list[Any] = []  # per aggregation: its CEL evaluate, or None
+        self._reducers: dict[int, tuple[Any, Any, Any]] = {}  # a -> (init, add, merge)
+        used: frozenset[str] = frozenset()
+        key = compile_cel(spec.key)
+        used |= key.variables
+        self._key = key.evaluate
+        for a, (name, agg) in enumerate(spec.aggregations.items()):
+            program = None
+            if isinstance(agg, FieldAggregation):
+                ops.append(agg.op)
+                program = self._compile(name, agg.op, agg.field)
+            elif isinstance(agg, CollectAggregation):
+                ops.append("collect")
+                program = self._compile(name, "collect", agg.collect)
+            elif isinstance(agg, ReducerAggregation):
+                ops.append("reducer")
+                self._reducers[a] = self._reducer(name, agg)
+                used |= self._reducers[a][1].variables - {"acc"}
+            else:
+                ops.append("count")
+            maxes.append(
+                agg.max if isinstance(agg, (CollectAggregation, ReducerAggregation)) else 0
+            )
+            if program is not None:
+                used |= program.variables
+            self._fields.append(program.evaluate if program is not None else None)
+        self._build = activation_builder(used | frozenset({"data"}))
+        w = spec.window
+        self.size_ms = int(1000 * (w.tumbling or w.hopping).size_s) if not w.session else 0  # type: ignore[union-attr]
+        self.advance_ms = int(1000 * w.hopping.advance_s) if w.hopping else self.size_ms
+        gap_ms = int(1000 * w.session.gap_s) if w.session else 0
+        self.state_spec = Spec(
+            ops,
+            maxes,
+            int(1000 * spec.allowed_lateness_s),
+            gap_ms,
+            update=spec.emit == "update",
+            processing=spec.time == "processing",
+        )
+        if redis_url:
+            from eventbus.pipelines.steps._aggregate_lua import RedisAggregateState
+
+            self.state: Any = RedisAggregateState(redis_url, pipeline, step_id, self.state_spec)
+        else:
+            self.state = MemoryAggregateState(self.state_spec)
+        self.type = spec.output.type or f"{step_id}.window"
+        self.source = spec.output.source or f"/eventbus/{pipeline}/{step_id}"
+        self.counters = dict.fromkeys(
+            (
+                "windows_emitted",
+                "updates_emitted",
+                "late_events",
+                "late_windows",
+                "collect_truncated",
+                "reducer_truncated",
+                "reducer_errors",
+            ),
+            0,
+        )
+
+    def _compile(self, name: str, op: str, source: str) -> cel.Program:
+        try:
+            return compile_cel(source)
+        except cel.CELError as exc:
+            msg = f"aggregation {name!r} ({op}: {source!r}): {exc}"
+            raise cel.CELError(msg) from None
+
+    def _reducer(self, name: str, agg: ReducerAggregation) -> tuple[Any, Any, Any]:
+        init = cel.compile(agg.init)
+        if init.variables:
+            msg = f"aggregation {name!r}: init {agg.init!r} uses {sorted(init.variables)[0]!r}; init is a constant such as '0', '[]' or '{{}}'"
+            raise cel.CELError(msg)
+        add = self._compile(name, "add", agg.add)
+        merge = None
+        if agg.merge is not None:
+            merge = cel.compile(agg.merge)
+            extra = sorted(merge.variables - {"acc", "other"})
+            if extra:
+                msg = f"aggregation {name!r}: merge {agg.merge!r} uses {extra[0]!r}; merge sees only 'acc' and 'other' (two accumulators), e.g. 'acc + other'"
+                raise cel.CELError(msg)
+        return json_value(init.evaluate({})), add, merge
+
+    @staticmethod
+    def now() -> int:
+        """The step's clock, wall-clock milliseconds (tests move it)."""
+        return now_ms()
+
+    def _value(self, a: int, act: dict[str, Any]) -> Any:
+        fn = self._fields[a]
+        if fn is None:
+            return None
+        v = fn(act)
+        op = self.state_spec.ops[a]
+        if v is None or op not in _NUMERIC:
+            return v if v is None else json_value(v)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            msg = f"aggregation {self.names[a]!r} ({op}) needs a finite number; its expression gave {v!r} ({type(v).__name__}): convert it, e.g. double(data.amount)"
+            raise TypeError(msg)
+        return v
+
+    def process(self, events: list[CloudEvent]) -> list[Any]:
+        """Merge the batch into its windows; per event [] (absorbed), an update event
+        (``emit: update``, on the last event of each changed window) or a failure.
+
+        Raises:
+            StateUnavailableError: the state store does not answer (the batch is retried).
+        """
+        results: list[Any] = [[] for _ in events]
+        rows: list[tuple[int, str, int, list[Any]]] = []
+        now = self.now()
+        processing = self.state_spec.processing
+        acts: dict[int, dict[str, Any]] = {}
+        for i, e in enumerate(events):
+            try:
+                act = self._build(e)
+                key = self._key(act)
+                if not isinstance(key, (str, int)) or isinstance(key, bool):
+                    msg = f"aggregate key {self.spec.key!r} gave {key!r} ({type(key).__name__}); a key must be a string or an integer"
+                    raise TypeError(msg)
+                t = now if processing else _event_ms(e)
+                vals = [self._value(a, act) for a in range(len(self._fields))]
+            except (cel.CELError, ValueError, TypeError) as exc:
+                results[i] = self._failure(exc)
+                continue
+            rows.append((i, str(key), t, vals))
+            acts[i] = act
+        if not rows:
+            return results
+        items, failed = build_items(self, rows, acts, events)
+        for i, error in failed.items():
+            results[i] = self._failure(error)
+        if not items:
+            return results
+        lates, updates = self.state.add(now, items)
+        self._lateness(events, results, items, lates)
+        for it, w in zip(items, updates):
+            if w is not None:
+                self.counters["updates_emitted"] += 1
+                results[max(it.events)].append(self.output(w, update=True))
+        return results
+
+    def _lateness(
+        self, events: list[CloudEvent], results: list[Any], items: list[Item], lates: list[bool]
+    ) -> None:
+        on_time: set[int] = set()
+        late: dict[int, Item] = {}
+        for it, is_late in zip(items, lates):
+            if is_late:
+                self.counters["late_windows"] += len(it.events)
+                for i in it.events:
+                    late[i] = it
+            else:
+                on_time.update(it.events)
+        for i, it in late.items():
+            if i in on_time:
+                continue  # a hopping event whose later windows are still open
+            self.counters["late_windows"] -= 1
+            self.counters["late_events"] += 1
+            lateness = self.spec.allowed_lateness_s
+            msg = (
+                f"event time {events[i].attributes.get('time', '(processing)')} is late for key {it.key!r}: its window "
+                f"[{format_time_ms(it.start)}, {format_time_ms(it.end)}) closed once the step's watermark passed its end "
+                f"+ allowed_lateness_s ({lateness:g} s); raise allowed_lateness_s to take events this late"
+            )
+            results[i] = self._failure(AggregateLateEventError(msg))
+
+    def output(self, w: Window, *, update: bool = False) -> CloudEvent:
+        """The event of a window's values (``update``: an intermediate one)."""
+        data: dict[str, Any] = {
+            "key": w.key,
+            "window_start": format_time_ms(w.start),
+            "window_end": format_time_ms(w.end),
+        }
+        for a, (name, raw) in enumerate(zip(self.names, w.values)):
+            data[name] = self._final(a, raw)
+        basis = f"{self.pipeline}\x00{self.id}\x00{w.key}\x00{w.start}\x00{w.end}"
+        if update:
+            basis += f"\x00update\x00{w.count}"
+        digest = hashlib.blake2b(basis.encode(), digest_size=10).hexdigest()
+        attrs: dict[str, Any] = {
+            "specversion": "1.0",
+            "id": f"{self.id}-{digest}",
+            "source": self.source,
+            "type": self.type,
+            "time": format_time_ms(w.end),
+            "datacontenttype": "application/json",
+            "partitionkey": w.key,
+        }
+        return CloudEvent(attrs, data)
+
+    def _final(self, a: int, raw: str) -> Any:
+        op = self.state_spec.ops[a]
+        if op in ("count", "distinct"):
+            return int(raw or 0)
+        if op == "sum":
+            return number(raw or "0")
+        if op == "avg":
+            s, n = raw.split(" ")
+            return number(s) / int(n) if int(n) else None
+        if op in ("min", "max"):
+            return number(raw) if raw else None
+        if op in ("first", "last"):
+            return json.loads(raw) if raw else None
+        dropped, _, rest = raw.partition("\n")
+        items = [x for x in rest.split("\n") if x]
+        if op == "collect":
+            self.counters["collect_truncated"] += int(dropped)
+            return [json.loads(x) for x in items]
+        self.counters["reducer_truncated"] += int(dropped)
+        return self._fold(a, items)
+
+    def _fold(self, a: int, items: list[str]) -> Any:
+        init, add, merge = self._reducers[a]
+        acc = init
+        try:
+            if merge is not None:
+                for x in items:
+                    acc = json_value(merge.evaluate({"acc": acc, "other": json.loads(x)}))
+                return acc
+            for x in items:
+                act = self._build(event_from_json(x.encode()))
+                act["acc"] = acc
+                acc = json_value(add.evaluate(act))
+        except (cel.CELError, ValueError, TypeError):
+            self.counters["reducer_errors"] += 1
+            return None
+        return acc
+
+    def event_json(self, e: CloudEvent) -> str:
+        """An event as a reducer without ``merge`` keeps it."""
+        return event_to_json(e).decode()
+
+    def stats(self) -> dict[str, Any]:
+        return {**self.counters, **self.state.figures()}
+
+    def timers(self) -> list[Timer]:
+        """The timer that closes this step's windows."""
+        from eventbus.pipelines.steps._aggregate_timer import AggregateTimer
+
+        return [AggregateTimer(self)]
+
+    def flush(self) -> list[CloudEvent]:
+        """End of input: close and emit every open window."""
+        from eventbus.pipelines.steps._aggregate_timer import AggregateTimer
+
+        timer = AggregateTimer(self)
+        fired = timer.close(now=2**52)
+        timer.ack(fired)
+        return fired.outputs
+
+
+def _event_ms(e: CloudEvent) -> int:
+    t = e.attributes.get("time")
+    if not t:
+        msg = f"event {e.attributes.get('id')!r} has no 'time' attribute; aggregate with time: event windows by it: set it at the source, or use time: processing"
+        raise ValueError(msg)
+    return int(parse_time(t).timestamp() * 1000)
+
+
+def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:
+    out: list[tuple[tuple[int | str, ...], str, bool]] = []
+    if not isinstance(raw, dict):
+        return out
+    if isinstance(raw.get("key"), str) and raw["key"]:
+        out.append((("key",), raw["key"], False))
+    aggs = raw.get("aggregations")
+    for name, agg in aggs.items() if isinstance(aggs, dict) else []:
+        if isinstance(agg, dict):
+            for op in ("sum", "min", "max", "avg", "first", "last", "distinct", "collect"):
+                if isinstance(agg.get(op), str) and agg[op]:
+                    out.append((("aggregations", name, op), agg[op], False))
+    return out
+
+
+@steps.register(
+    "aggregate",
+    config=AggregateConfig,
+    description="Aggregate events per key over tumbling, hopping or session windows (state in Redis).",
+    expressions=_expressions,
+    timers=True,
+    example={
+        "key": "string(data.id)",
+        "window": {"tumbling": {"size_s": 60}},
+        "time": "processing",
+        "aggregations": {"n": "count", "total": {"sum": "data.amount"}},
+    },
+)
+def build_aggregate(step_id: str, config: AggregateConfig, context: StepContext) -> AggregateStep:
+    """An aggregate step (state in Redis on the platform, in memory in process)."""
+    return AggregateStep(step_id, config, pipeline=context.pipeline, redis_url=context.redis_url)

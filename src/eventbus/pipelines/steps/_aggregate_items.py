@@ -1,0 +1,132 @@
+"""A batch of an aggregate step as (key, window) items with one partial per aggregation
+(the formats are in :mod:`._aggregate_ops`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from eventbus import cel
+from eventbus.eventing._event import CloudEvent
+from eventbus.pipelines.steps._aggregate_ops import Item, dumps, fmt_number
+from eventbus.pipelines.steps._values import json_value
+
+if TYPE_CHECKING:
+    from eventbus.pipelines.steps._aggregate import AggregateStep
+
+__all__ = ["build_items"]
+
+#: One event of the batch: (index, key, time ms, value per aggregation).
+Row = tuple[int, str, int, list[Any]]
+
+
+def _windows(step: AggregateStep, rows: list[Row]) -> dict[tuple[str, int], Item]:
+    items: dict[tuple[str, int], Item] = {}
+    gap = step.state_spec.gap_ms
+    if gap:
+        by_key: dict[str, list[Row]] = {}
+        for r in rows:
+            by_key.setdefault(r[1], []).append(r)
+        for key, krows in by_key.items():
+            krows.sort(key=lambda r: (r[2], r[0]))
+            current = None
+            for i, _, t, _ in krows:
+                if current is None or t >= current.max_t + gap:
+                    current = items[(key, t)] = Item(key, t, t + gap, t, 0, [])
+                current.events.append(i)
+                current.max_t = t
+                current.end = t + gap
+        for it in items.values():
+            it.events.sort()
+        return items
+    size, adv = step.size_ms, step.advance_ms
+    for i, key, t, _ in rows:
+        start = t - t % adv
+        while start > t - size:
+            it = items.get((key, start)) or items.setdefault(
+                (key, start), Item(key, start, start + size, t, 0, [])
+            )
+            it.events.append(i)
+            it.max_t = max(it.max_t, t)
+            start -= adv
+    return items
+
+
+def _fold(
+    step: AggregateStep,
+    a: int,
+    it: Item,
+    acts: dict[int, dict[str, Any]],
+    failed: dict[int, Exception],
+) -> str:
+    init, add, merge = step._reducers[a]
+    if merge is None:
+        raise AssertionError
+    acc = init
+    for i in it.events:
+        if i in failed:
+            continue
+        act = dict(acts[i])
+        act["acc"] = acc
+        try:
+            acc = json_value(add.evaluate(act))
+        except (cel.CELError, ValueError, TypeError) as exc:
+            msg = f"aggregation {step.names[a]!r}: add {step.spec.aggregations[step.names[a]].add!r} failed: {exc}"  # type: ignore[union-attr]
+            failed[i] = type(exc)(msg)
+    return f"1\n{dumps(acc)}"
+
+
+def _partial(
+    step: AggregateStep, a: int, it: Item, by_index: dict[int, Row], events: list[CloudEvent]
+) -> str:
+    op = step.state_spec.ops[a]
+    if op == "count":
+        return str(len(it.events))
+    if op == "reducer":  # without merge: the events, folded when the window closes
+        kept = [step.event_json(events[i]) for i in it.events[: step.state_spec.maxes[a]]]
+        return "\n".join([str(len(it.events)), *kept])
+    vals = [(by_index[i][2], i, by_index[i][3][a]) for i in it.events]
+    vals = [v for v in vals if v[2] is not None]
+    if op in ("sum", "avg"):
+        total = sum(v[2] for v in vals)
+        return fmt_number(total) if op == "sum" else f"{fmt_number(total)} {len(vals)}"
+    if not vals:
+        return "" if op != "collect" else "0"
+    if op == "min":
+        return fmt_number(min(v[2] for v in vals))
+    if op == "max":
+        return fmt_number(max(v[2] for v in vals))
+    if op == "first":
+        t, _, v = min(vals, key=lambda v: (v[0], v[1]))
+        return f"{t} {dumps(v)}"
+    if op == "last":
+        t, _, v = max(vals, key=lambda v: (v[0], v[1]))
+        return f"{t} {dumps(v)}"
+    if op == "distinct":
+        return "\n".join(sorted({dumps(v[2]) for v in vals}))
+    kept = [dumps(v[2]) for v in vals[: step.state_spec.maxes[a]]]
+    return "\n".join([str(len(vals)), *kept])
+
+
+def build_items(
+    step: AggregateStep,
+    rows: list[Row],
+    acts: dict[int, dict[str, Any]],
+    events: list[CloudEvent],
+) -> tuple[list[Item], dict[int, Exception]]:
+    """The batch's items, and the events a reducer failed on (left out of every window)."""
+    failed: dict[int, Exception] = {}
+    merging = [a for a, (_, _, m) in step._reducers.items() if m is not None]
+    while True:  # a reducer failing on an event takes it out of all its windows: fold again
+        items = list(_windows(step, [r for r in rows if r[0] not in failed]).values())
+        before = len(failed)
+        folds = {a: [_fold(step, a, it, acts, failed) for it in items] for a in merging}
+        if len(failed) == before:
+            break
+    by_index = {r[0]: r for r in rows}
+    for n, it in enumerate(items):
+        it.count = len(it.events)
+        it.partials = [
+            folds[a][n] if a in folds else _partial(step, a, it, by_index, events)
+            for a in range(len(step.state_spec.ops))
+        ]
+    return items, failed

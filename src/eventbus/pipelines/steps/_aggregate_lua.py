@@ -1,0 +1,305 @@
+"""The aggregate step's state in Redis: three Lua scripts, each one atomic call.
+
+Every key a script touches is declared in KEYS (:func:`eventbus._internal.keys.aggregate_keys`,
+one hash tag per pipeline and step, so the scripts run on one Redis Cluster slot):
+``w`` (hash) holds every open window's fields, the watermark (``wm``, ``wmw``: the wall
+clock when it last moved) and each session key's open session starts (``S\\0<key>``);
+``due`` orders windows by close deadline, ``claim`` holds windows being emitted (by lease
+deadline); ``hll``/``hll2`` are scratch strings a HyperLogLog is loaded into (a window's HLL
+itself is a field of ``w``, so no key is made up inside a script).
+
+A window ``<start>:<key>`` has fields ``<wid>\\0c`` (events), ``<wid>\\0e`` (end, ms) and per
+aggregation ``a`` (1-based) ``<wid>\\0<a>`` plus ``n``/``t``/``x`` suffixed ones (see
+:mod:`._aggregate_ops` for the partial formats the scripts merge).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from eventbus._internal import keys
+from eventbus.pipelines.steps._aggregate_ops import Item, Spec, Window
+from eventbus.pipelines.steps._join_state import call_script, connect
+
+__all__ = ["RedisAggregateState"]
+
+_COMMON = r"""
+local H, DUE, CLAIM, S1, S2 = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local nagg = tonumber(ARGV[1])
+local ops, maxes = {}, {}
+for a = 1, nagg do ops[a] = ARGV[1 + a]; maxes[a] = tonumber(ARGV[1 + nagg + a]) end
+local base = 2 + 2 * nagg
+local function I(x) return string.format('%d', x) end
+local function F(wid, a) return wid .. '\0' .. a end
+local function hget(f) return redis.call('HGET', H, f) end
+local function cut(p, sep)
+  local at = string.find(p, sep, 1, true)
+  if not at then return p, nil end
+  return string.sub(p, 1, at - 1), string.sub(p, at + 1)
+end
+local function addp(wid, a, p)
+  local op, fa = ops[a], F(wid, a)
+  if op == 'count' then redis.call('HINCRBY', H, fa, p)
+  elseif op == 'sum' then redis.call('HINCRBYFLOAT', H, fa, p)
+  elseif op == 'avg' then
+    local s, n = cut(p, ' ')
+    redis.call('HINCRBYFLOAT', H, fa, s)
+    redis.call('HINCRBY', H, fa .. 'n', n)
+  elseif op == 'min' or op == 'max' then
+    if p ~= '' then
+      local cur = hget(fa)
+      if not cur or (op == 'min' and tonumber(p) < tonumber(cur))
+          or (op == 'max' and tonumber(p) > tonumber(cur)) then
+        redis.call('HSET', H, fa, p)
+      end
+    end
+  elseif op == 'first' or op == 'last' then
+    if p ~= '' then
+      local t, v = cut(p, ' ')
+      local cur = hget(fa .. 't')
+      if not cur or (op == 'first' and tonumber(t) < tonumber(cur))
+          or (op == 'last' and tonumber(t) >= tonumber(cur)) then
+        redis.call('HSET', H, fa .. 't', t, fa, v)
+      end
+    end
+  elseif op == 'distinct' then
+    if p ~= '' then
+      local cur = hget(fa)
+      if cur then redis.call('SET', S1, cur) else redis.call('DEL', S1) end
+      local vals = {}
+      for v in string.gmatch(p, '[^\n]+') do
+        vals[#vals + 1] = v
+        if #vals == 500 then redis.call('PFADD', S1, unpack(vals)); vals = {} end
+      end
+      if #vals > 0 then redis.call('PFADD', S1, unpack(vals)) end
+      redis.call('HSET', H, fa, redis.call('GET', S1))
+    end
+  else -- collect, reducer: "<total>\n<item>\n<item>..."
+    local total, rest = cut(p, '\n')
+    local room = maxes[a] - tonumber(hget(fa .. 'n') or '0')
+    local taken = {}
+    if rest and room > 0 then
+      for v in string.gmatch(rest, '[^\n]+') do
+        taken[#taken + 1] = v
+        if #taken >= room then break end
+      end
+    end
+    if #taken > 0 then
+      local cur, add = hget(fa), table.concat(taken, '\n')
+      redis.call('HSET', H, fa, cur and (cur .. '\n' .. add) or add)
+      redis.call('HINCRBY', H, fa .. 'n', #taken)
+    end
+    if tonumber(total) > #taken then redis.call('HINCRBY', H, fa .. 'x', I(tonumber(total) - #taken)) end
+  end
+end
+local function partial(wid, a)
+  local op, fa = ops[a], F(wid, a)
+  if op == 'count' or op == 'sum' then return hget(fa) or '0'
+  elseif op == 'avg' then return (hget(fa) or '0') .. ' ' .. (hget(fa .. 'n') or '0')
+  elseif op == 'first' or op == 'last' then
+    local t = hget(fa .. 't')
+    if t then return t .. ' ' .. hget(fa) end
+    return ''
+  elseif op == 'min' or op == 'max' then return hget(fa) or ''
+  end
+  local items = hget(fa)
+  local total = I(tonumber(hget(fa .. 'n') or '0') + tonumber(hget(fa .. 'x') or '0'))
+  if items then return total .. '\n' .. items end
+  return total
+end
+local function drop(wid)
+  local fields = {wid .. '\0c', wid .. '\0e'}
+  for a = 1, nagg do
+    local fa = F(wid, a)
+    fields[#fields + 1] = fa; fields[#fields + 1] = fa .. 'n'
+    fields[#fields + 1] = fa .. 't'; fields[#fields + 1] = fa .. 'x'
+  end
+  redis.call('HDEL', H, unpack(fields))
+  redis.call('ZREM', DUE, wid)
+  redis.call('ZREM', CLAIM, wid)
+end
+local function mergew(src, dst)
+  for a = 1, nagg do
+    if ops[a] == 'distinct' then
+      local s = hget(F(src, a))
+      if s then
+        local d = hget(F(dst, a))
+        redis.call('SET', S1, s)
+        if d then redis.call('SET', S2, d); redis.call('PFMERGE', S1, S1, S2) end
+        redis.call('HSET', H, F(dst, a), redis.call('GET', S1))
+      end
+    else addp(dst, a, partial(src, a)) end
+  end
+  redis.call('HINCRBY', H, dst .. '\0c', hget(src .. '\0c') or '0')
+  local e = tonumber(hget(src .. '\0e') or '0')
+  if e > tonumber(hget(dst .. '\0e') or '0') then redis.call('HSET', H, dst .. '\0e', I(e)) end
+  drop(src)
+end
+local function values(wid)
+  local out = {wid, hget(wid .. '\0c') or '0', hget(wid .. '\0e') or '0'}
+  for a = 1, nagg do
+    local op, fa = ops[a], F(wid, a)
+    local v
+    if op == 'avg' then v = (hget(fa) or '0') .. ' ' .. (hget(fa .. 'n') or '0')
+    elseif op == 'distinct' then
+      local h = hget(fa)
+      v = '0'
+      if h then redis.call('SET', S1, h); v = I(redis.call('PFCOUNT', S1)) end
+    elseif op == 'collect' or op == 'reducer' then v = (hget(fa .. 'x') or '0') .. '\n' .. (hget(fa) or '')
+    else v = hget(fa) or '' end
+    out[#out + 1] = v
+  end
+  return out
+end
+"""
+
+_ADD = (
+    _COMMON
+    + r"""
+local now, late_ms, gap = tonumber(ARGV[base]), tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
+local update = ARGV[base + 3] == '1'
+local wm = hget('wm')
+if wm then wm = tonumber(wm) end
+local lates, ups, maxt = {}, {}, nil
+local i = base + 4
+while i <= #ARGV do
+  local key, start, fin, mt = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+  local wid = nil
+  if gap > 0 then
+    local idx = 'S\0' .. key
+    local list, keep, hit, s0 = hget(idx), {}, {}, start
+    if list then
+      for s in string.gmatch(list, '%S+') do
+        local w = s .. ':' .. key
+        local e = tonumber(hget(w .. '\0e') or '0')
+        if tonumber(s) < fin and start < e then
+          hit[#hit + 1] = w
+          if tonumber(s) < s0 then s0 = tonumber(s) end
+        else keep[#keep + 1] = s end
+      end
+    end
+    if #hit > 0 or not wm or fin + late_ms > wm then
+      wid = I(s0) .. ':' .. key
+      for _, w in ipairs(hit) do if w ~= wid then mergew(w, wid) end end
+      keep[#keep + 1] = I(s0)
+      redis.call('HSET', H, idx, table.concat(keep, ' '))
+    end
+  elseif not wm or fin + late_ms > wm then
+    wid = I(start) .. ':' .. key
+  end
+  if wid then
+    for a = 1, nagg do addp(wid, a, ARGV[i + 4 + a]) end
+    redis.call('HINCRBY', H, wid .. '\0c', ARGV[i + 4])
+    local e = tonumber(hget(wid .. '\0e') or '0')
+    if fin > e then e = fin; redis.call('HSET', H, wid .. '\0e', I(e)) end
+    redis.call('ZADD', DUE, I(e + late_ms), wid)
+    if not maxt or mt > maxt then maxt = mt end
+    lates[#lates + 1] = 0
+    if update then ups[#ups + 1] = values(wid) else ups[#ups + 1] = false end
+  else
+    lates[#lates + 1] = 1
+    ups[#ups + 1] = false
+  end
+  i = i + 5 + nagg
+end
+if maxt and (not wm or maxt > wm) then redis.call('HSET', H, 'wm', I(maxt), 'wmw', I(now)) end
+return {lates, ups}
+"""
+)
+
+_CLAIM = (
+    _COMMON
+    + r"""
+local now, lease, limit = tonumber(ARGV[base]), tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
+local processing, session = ARGV[base + 3] == '1', ARGV[base + 4] == '1'
+local wm, eff = hget('wm'), nil
+if processing then eff = now
+elseif wm then eff = tonumber(wm) + now - tonumber(hget('wmw') or now) end
+if wm and eff and eff < tonumber(wm) then eff = tonumber(wm) end
+if eff and (not wm or eff > tonumber(wm)) then redis.call('HSET', H, 'wm', I(eff), 'wmw', I(now)) end
+local out = {}
+local lists = {redis.call('ZRANGEBYSCORE', CLAIM, '-inf', I(now), 'LIMIT', 0, limit)}
+if eff then lists[2] = redis.call('ZRANGEBYSCORE', DUE, '-inf', I(eff), 'LIMIT', 0, limit) end
+for _, list in ipairs(lists) do
+  for _, wid in ipairs(list) do
+    redis.call('ZREM', DUE, wid)
+    redis.call('ZADD', CLAIM, I(now + lease), wid)
+    if session then
+      local s, key = cut(wid, ':')
+      local idx, keep = 'S\0' .. key, {}
+      for x in string.gmatch(hget(idx) or '', '%S+') do if x ~= s then keep[#keep + 1] = x end end
+      if #keep > 0 then redis.call('HSET', H, idx, table.concat(keep, ' ')) else redis.call('HDEL', H, idx) end
+    end
+    out[#out + 1] = values(wid)
+  end
+end
+return out
+"""
+)
+
+_ACK = (
+    _COMMON
+    + r"""
+for i = base, #ARGV do drop(ARGV[i]) end
+return #ARGV - base + 1
+"""
+)
+
+
+def _window(row: list[Any]) -> Window:
+    s = [x.decode() if isinstance(x, bytes) else str(x) for x in row]
+    return Window(s[0], int(s[1]), int(s[2]), s[3:])
+
+
+class RedisAggregateState:
+    """Aggregate state in Redis (see the module docstring): one script call per batch.
+
+    Raises (every method):
+        StateUnavailableError: Redis does not answer (the batch is dispatched again later).
+    """
+
+    def __init__(self, redis_url: str, pipeline: str, step: str, spec: Spec) -> None:
+        self._redis = connect(redis_url)
+        self.keys = keys.aggregate_keys(pipeline, step)
+        self.spec = spec
+        self._header: list[Any] = [len(spec.ops), *spec.ops, *spec.maxes]
+        self._add = self._redis.register_script(_ADD)
+        self._claim = self._redis.register_script(_CLAIM)
+        self._ack = self._redis.register_script(_ACK)
+
+    def _call(self, script: Any, args: list[Any]) -> Any:
+        return call_script(lambda args: script(keys=self.keys, args=args), args)
+
+    def add(self, now_ms: int, items: Sequence[Item]) -> tuple[list[bool], list[Window | None]]:
+        """Merge the batch's window partials; per item whether it was late, and (emit:
+        update) the window's values after it."""
+        spec = self.spec
+        args = [*self._header, now_ms, spec.lateness_ms, spec.gap_ms, int(spec.update)]
+        for it in items:
+            args += [it.key, it.start, it.end, it.max_t, it.count, *it.partials]
+        lates, ups = self._call(self._add, args)
+        return [bool(x) for x in lates], [_window(u) if u else None for u in ups]
+
+    def claim(self, now_ms: int, lease_ms: int, limit: int) -> list[Window]:
+        """Close the windows due by the watermark (advanced by the wall clock meanwhile) and
+        take them, and windows whose earlier claim lapsed, for emission."""
+        spec = self.spec
+        args = [*self._header, now_ms, lease_ms, limit, int(spec.processing), int(spec.gap_ms > 0)]
+        return [_window(row) for row in self._call(self._claim, args)]
+
+    def ack(self, wids: Sequence[str]) -> None:
+        """Forget emitted windows."""
+        if wids:
+            self._call(self._ack, [*self._header, *wids])
+
+    def figures(self) -> dict[str, int]:
+        """Open windows, windows being emitted, and the state's size in hash fields."""
+        w, due, claim = self.keys[:3]
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.zcard(due).zcard(claim).hlen(w)
+            n_due, n_claim, fields = pipe.execute()
+        except Exception:  # noqa: BLE001 - a gauge
+            return {"open_windows": -1, "closing_windows": -1, "state_fields": -1}
+        return {"open_windows": n_due, "closing_windows": n_claim, "state_fields": fields}

@@ -1,0 +1,45 @@
+"""The timer of an ``aggregate`` step: it closes windows due by the watermark, which also
+advances with the wall clock while no events come (so idle windows close)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from eventbus.pipelines._step import Fired, Timer
+
+if TYPE_CHECKING:
+    from eventbus.pipelines.steps._aggregate import AggregateStep
+
+__all__ = ["AggregateTimer"]
+
+
+class AggregateTimer(Timer):
+    """Closes due windows of an aggregate step and emits them (claimed with a lease: a timer
+    that dies mid-way is replaced once the lease runs out, re-emitting the same ids).
+
+    Args:
+        step: the aggregate step.
+        lease_s: how long a claim holds.
+    """
+
+    interval_s = 0.5
+
+    def __init__(self, step: AggregateStep, lease_s: float = 30.0) -> None:
+        self.step = step
+        self._lease_ms = int(lease_s * 1000)
+
+    def close(self, now: int | None = None, limit: int = 5000) -> Fired:
+        """Claim the windows due now: their events, and the claims as the token."""
+        step = self.step
+        windows = step.state.claim(step.now() if now is None else now, self._lease_ms, limit)
+        step.counters["windows_emitted"] += len(windows)
+        return Fired([step.output(w) for w in windows], [], [w.wid for w in windows])
+
+    def fire(self) -> Fired | None:
+        """One :meth:`close`; None when nothing closed."""
+        fired = self.close()
+        return fired if fired.token else None
+
+    def ack(self, fired: Fired) -> None:
+        """Forget the delivered windows."""
+        self.step.state.ack(fired.token)
