@@ -40,6 +40,13 @@ def test_gateway_keys() -> None:
 
 def test_step_state_keys() -> None:
     assert keys.join_prefix("orders", "pair") == "eventbus:join:orders:pair:"
+    assert keys.aggregate_keys("orders", "per_user") == [
+        "eventbus:{agg:orders:per_user}:w",
+        "eventbus:{agg:orders:per_user}:due",
+        "eventbus:{agg:orders:per_user}:claim",
+        "eventbus:{agg:orders:per_user}:hll",
+        "eventbus:{agg:orders:per_user}:hll2",
+    ]
     assert keys.allocate_used("ads", "coupon") == "eventbus:allocate:ads:coupon:used"
     assert keys.allocate_window("ads", "coupon") == "eventbus:allocate:ads:coupon:window"
     assert keys.allocate_seen("ads", "coupon") == "eventbus:allocate:ads:coupon:seen"

@@ -163,6 +163,24 @@ def test_late_events_fail_with_the_reason_and_are_counted(store: str | None) -> 
     assert [w["n"] for w in windows.values()] == [1, 2]
 
 
+def test_lateness_within_one_batch_is_judged_in_arrival_order(store: str | None) -> None:
+    runner, step = make(store, window={"tumbling": {"size_s": 60}}, allowed_lateness_s=5)
+    out = runner.run([ev("a", T0 + 1000), ev("a", T0 + 66_000), ev("a", T0 + 2000)])
+    assert out[:2] == [[], []] and isinstance(out[2], Failure)
+    assert step.stats()["late_events"] == 1
+
+
+def test_eventbus_test_case_file_of_the_example() -> None:
+    from pathlib import Path
+
+    from eventbus.pipelines._testing import run_test_file
+
+    root = Path(__file__).resolve().parents[3]
+    results = run_test_file(root / "examples/aggregate/spend_test.yaml")
+    assert [(r.name, r.diffs) for r in results if not r.passed] == []
+    assert len(results) == 2
+
+
 def test_a_window_claimed_again_after_a_crash_has_the_same_id(store: str | None) -> None:
     runner, step = make(store, window={"tumbling": {"size_s": 60}})
     runner.run([ev("a", T0 + 1000), ev("b", T0 + 2000), ev("a", T0 + 61_000)])

@@ -293,6 +293,10 @@ class RedisAggregateState:
         if wids:
             self._call(self._ack, [*self._header, *wids])
 
+    def forget_watermark(self) -> None:
+        """Start the watermark afresh (after :meth:`AggregateStep.flush`)."""
+        call_script(lambda args: self._redis.hdel(self.keys[0], *args), ["wm", "wmw"])
+
     def figures(self) -> dict[str, int]:
         """Open windows, windows being emitted, and the state's size in hash fields."""
         w, due, claim = self.keys[:3]

@@ -267,6 +267,10 @@ class MemoryAggregateState:
             self.due.pop(wid, None)
             self.claimed.pop(wid, None)
 
+    def forget_watermark(self) -> None:
+        """Start the watermark afresh (after :meth:`AggregateStep.flush`)."""
+        self.wm = None
+
     def figures(self) -> dict[str, int]:
         """Open windows, windows being emitted, and the state's size (windows x fields)."""
         fields = sum(2 + 2 * len(self.spec.ops) for _ in self.windows)
