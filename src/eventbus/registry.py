@@ -314,7 +314,9 @@ sources: Registry[Callable[..., Any]] = Registry(
 
 #: Sink kinds (see ``eventbus.eventing.Sink``).
 sinks: Registry[Callable[..., Any]] = Registry(
-    "sink", "eventbus.sinks", {"kafka": "eventbus.eventing.sinks._kafka"}
+    "sink",
+    "eventbus.sinks",
+    {"kafka": "eventbus.eventing.sinks._kafka", "http": "eventbus.eventing.sinks._http"},
 )
 
 

@@ -61,10 +61,24 @@ def _jsonl(request: pytest.FixtureRequest, tmp: Path) -> tuple[Sink, ReadBack]:
     return sink, read
 
 
+def _http(request: pytest.FixtureRequest, tmp: Path) -> tuple[Sink, ReadBack]:
+    receiver = request.getfixturevalue("receiver_factory")()
+    kind = sinks.get("http")
+    # One request at a time: keyless events of one send may otherwise arrive in any order.
+    config = kind.config(url=receiver.url, max_concurrency=1)
+    sink = kind.factory(config, default_bootstrap="unused:0")
+
+    async def read(n: int) -> list[CloudEvent]:
+        return list(receiver.accepted)
+
+    return sink, read
+
+
 BINDINGS: dict[str, tuple[Binding, list[Any]]] = {
     "memory": (_memory, []),
     "kafka": (_kafka, [pytest.mark.integration, pytest.mark.kafka]),
     "jsonl": (_jsonl, []),
+    "http": (_http, []),
 }
 
 

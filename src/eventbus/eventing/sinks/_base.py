@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from eventbus.errors import EventBusError
 from eventbus.eventing._event import CloudEvent
 
-__all__ = ["Sink", "SinkEncodeError", "SinkTooLargeError"]
+__all__ = ["Sink", "SinkEncodeError", "SinkPartialError", "SinkTooLargeError"]
 
 
 class Sink(ABC):
@@ -50,6 +51,9 @@ class Sink(ABC):
             SinkEncodeError: some items cannot be encoded; nothing was sent.
             SinkTooLargeError: the destination rejected what was sent as too large, without
                 saying which item; other items of the call may have been delivered.
+            SinkPartialError: the destination answered per item (an HTTP subscriber):
+                some items were acknowledged, some refused for good (dead-letter them), the
+                rest are to be sent again (after ``retry_after_s`` at the earliest).
             Exception: the destination did not acknowledge every item; nothing may be
                 assumed delivered, and the caller retries (at-least-once).
         """
@@ -101,4 +105,47 @@ class SinkTooLargeError(EventBusError, ValueError):
         return (
             f"{self.sink} rejected a send as too large ({self.detail}); send large payloads "
             "by reference (a URL in data)"
+        )
+
+
+class SinkPartialError(EventBusError):
+    """A send that the destination answered per item: some items acknowledged, some refused
+    for good, the rest not acknowledged (to be sent again).
+
+    Raised by sinks that deliver items one by one (HTTP): the caller dead-letters the refused
+    items' inputs, sends only ``pending`` again, after at least ``retry_after_s`` (the
+    destination's ``Retry-After``, when it gave one), and counts everything else as delivered.
+
+    Args:
+        sink: what the sink writes to (a URL without its query).
+        refused: per refused item's index in the ``send`` call, ``(error type, message)``.
+        pending: indexes of the items not acknowledged, in order.
+        detail: the last retryable failure (``503 Service Unavailable``, ``ReadTimeout``).
+        retry_after_s: the destination's ``Retry-After`` in seconds, or None.
+        attributes: per refused item, extension attributes for its dead letter
+            (``ebhttpstatus``, ``ebhttpbody``).
+    """
+
+    def __init__(
+        self,
+        sink: str,
+        refused: dict[int, tuple[str, str]],
+        pending: list[int],
+        detail: str,
+        retry_after_s: float | None = None,
+        attributes: Mapping[int, Mapping[str, Any]] | None = None,
+    ) -> None:
+        super().__init__(sink, refused, pending, detail, retry_after_s, attributes)
+        self.sink = sink
+        self.refused = refused
+        self.pending = pending
+        self.detail = detail
+        self.retry_after_s = retry_after_s
+        self.attributes = dict(attributes or {})
+
+    def __str__(self) -> str:
+        after = f", Retry-After {self.retry_after_s:g} s" if self.retry_after_s is not None else ""
+        return (
+            f"{self.sink}: {len(self.pending)} events not acknowledged ({self.detail}{after}), "
+            f"{len(self.refused)} refused; the pending ones are sent again"
         )

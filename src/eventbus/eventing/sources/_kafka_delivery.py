@@ -180,8 +180,11 @@ class Delivery:
                 origins = [origins[j] for j in keep]
                 keys = [keys[j] for j in keep]
         dead_task = asyncio.ensure_future(self._send_dead(dead, batch.seq))
+        refusals: dict[int, dict[str, Any]] = {}  # per refused output: eb* attributes
         try:
-            unencodable = await self._send_with_retry(self._sink, outputs, "sink", batch.seq)
+            unencodable = await send_bounded(
+                self._sink, outputs, "sink", batch.seq, self._policy, self._pipeline, refusals
+            )
             if dedupe is not None and keys:
                 # A process killed before this mark leaves the outputs pending: the next owner
                 # of the batch searches the sink for them (see _delivery).
@@ -200,7 +203,7 @@ class Delivery:
                 if error_type == "RecordTooLargeError":
                     self._stats["too_large"] += 1
                 failure = Failure("sink", error_type, message)
-                self._dead_letter_failure(batch, origins[index], failure, more)
+                self._dead_letter_failure(batch, origins[index], failure, more, refusals.get(index))
             dead_lettered += await self._send_dead(more, batch.seq)
         self._stats["outputs"] += len(outputs) - len(unencodable)
         self._stats["dead_lettered"] += dead_lettered
@@ -208,7 +211,12 @@ class Delivery:
         self._stats["failed"] += failed
 
     def _dead_letter_failure(
-        self, batch: KafkaBatch, i: int, failure: Failure, dead: list[Keyed]
+        self,
+        batch: KafkaBatch,
+        i: int,
+        failure: Failure,
+        dead: list[Keyed],
+        attributes: dict[str, Any] | None = None,
     ) -> None:
         record = batch.records[i]
         topic, partition, offset = record.topic, record.partition, record.offset
@@ -252,12 +260,10 @@ class Delivery:
             failure.message,
             extra=extra,
         )
-        dead.append(
-            (
-                dead_letter_event(original, self._pipeline, failure, topic, partition, offset),
-                record.key,
-            )
-        )
+        letter = dead_letter_event(original, self._pipeline, failure, topic, partition, offset)
+        if attributes:  # what the sink's destination answered (ebhttpstatus, ebhttpbody)
+            letter = letter.replace(**attributes)
+        dead.append((letter, record.key))
 
     async def _send_dead(self, dead: list[Keyed], seq: int) -> int:
         """Send dead letters; one the sink refuses (too large, unencodable) goes again

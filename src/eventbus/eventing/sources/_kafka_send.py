@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Sequence
+from typing import Any
 
-from eventbus.eventing.sinks._base import Sink, SinkEncodeError, SinkTooLargeError
+from eventbus.eventing.sinks._base import (
+    Sink,
+    SinkEncodeError,
+    SinkPartialError,
+    SinkTooLargeError,
+)
 from eventbus.eventing.sources._kafka_batch import Keyed
 from eventbus.eventing.sources._kafka_errors import SourceStalledError
 from eventbus.eventing.sources._kafka_settings import DeliveryPolicy
@@ -25,9 +32,15 @@ async def send_bounded(
     seq: int,
     policy: DeliveryPolicy,
     pipeline: str,
+    attributes: dict[int, dict[str, Any]] | None = None,
 ) -> dict[int, tuple[str, str]]:
-    """Send until acknowledged; return the items the sink cannot encode or refuses as too
-    large (never sent).
+    """Send until acknowledged; return the items the sink cannot encode, refuses as too
+    large (never sent) or refuses for good (an HTTP 4xx: see :class:`SinkPartialError`, whose
+    dead-letter extension attributes go into ``attributes`` by item index).
+
+    A sink answering per item (:class:`SinkPartialError`) gets only its pending items again,
+    after the backoff with jitter or its ``Retry-After``, whichever is longer; the give-up
+    clock restarts whenever such a send made progress.
 
     Raises:
         SourceStalledError: the sink kept failing otherwise for ``give_up_s``.
@@ -68,10 +81,42 @@ async def send_bounded(
             )
             half = len(items) // 2
             for part, positions in ((items[:half], index[:half]), (items[half:], index[half:])):
-                refused = await send_bounded(sink, part, what, seq, policy, pipeline)
+                more: dict[int, dict[str, Any]] = {}
+                refused = await send_bounded(sink, part, what, seq, policy, pipeline, more)
                 for j, problem in refused.items():
                     unencodable[positions[j]] = problem
+                if attributes is not None:
+                    attributes.update((positions[j], a) for j, a in more.items())
             return unencodable
+        except SinkPartialError as e:
+            for i, problem in e.refused.items():
+                unencodable[index[i]] = problem
+                if attributes is not None and i in e.attributes:
+                    attributes[index[i]] = dict(e.attributes[i])
+            if len(e.pending) < len(items):  # progress: the budget restarts
+                attempt, first_failure = 0, None
+            items = [items[i] for i in e.pending]
+            index = [index[i] for i in e.pending]
+            if not items:
+                return unencodable
+            attempt += 1
+            now = time.monotonic()
+            first_failure = now if first_failure is None else first_failure
+            if now - first_failure >= policy.give_up_s:
+                raise SourceStalledError(pipeline, what, now - first_failure, str(e)) from e
+            delay = max(
+                policy.backoff_s(attempt) * random.uniform(0.5, 1.0), e.retry_after_s or 0.0
+            )
+            log.warning(
+                "kafka source %s: %s: %s (batch %d, attempt %d); retrying in %.2f s",
+                pipeline,
+                what,
+                e,
+                seq,
+                attempt,
+                delay,
+            )
+            await asyncio.sleep(delay)
         except Exception as e:
             attempt += 1
             now = time.monotonic()

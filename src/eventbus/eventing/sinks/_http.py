@@ -1,0 +1,330 @@
+"""The HTTP sink: events POSTed to a subscriber URL (CloudEvents HTTP binding).
+
+Each answer settles its events: 2xx acknowledges; 408, 429, 5xx, connection errors and
+timeouts leave them pending (sent again by the source after its backoff or the subscriber's
+``Retry-After``); any other status (3xx: redirects are not followed, 4xx) refuses them for
+good, and the source dead-letters their inputs with ``ebhttpstatus`` and ``ebhttpbody`` (the
+first bytes of the answer). A send with anything pending or refused raises
+:class:`~eventbus.eventing.sinks.SinkPartialError` naming which.
+
+Requests share one connection pool (``httpx.AsyncClient``); at most ``max_concurrency`` are
+in flight and ``max_rate`` events/s start. Events with the same key go one after another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from eventbus.eventing._codecs import KafkaRecord, decode_kafka
+from eventbus.eventing._event import CloudEvent
+from eventbus.eventing._http_codec import (
+    encode_http_batch,
+    encode_http_binary,
+    encode_http_structured,
+)
+from eventbus.eventing._kafka_client import KafkaClientConfig
+from eventbus.eventing._signature import sign_request
+from eventbus.eventing.sinks._base import Sink, SinkEncodeError, SinkPartialError
+from eventbus.eventing.sinks._http_config import HttpSinkConfig
+from eventbus.registry import sinks
+
+__all__ = ["HttpSink", "safe_url"]
+
+log = logging.getLogger(__name__)
+
+#: Bytes of an answer read at most (the rest is dropped with the connection).
+_MAX_ANSWER_BYTES = 64 * 1024
+#: Bytes of a refusing answer's body kept in the dead letter's ``ebhttpbody``.
+BODY_ATTRIBUTE_BYTES = 512
+_RETRYABLE = frozenset((408, 429))
+
+
+def safe_url(url: str) -> str:
+    """The URL without user info and query (which may carry secrets), for messages."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+@dataclass(slots=True)
+class _Request:
+    indexes: list[int]  # the items of the send call this request carries
+    events: list[CloudEvent]
+    encoded: tuple[list[tuple[str, str]], bytes] | None = None  # one event, encoded already
+
+
+@dataclass(slots=True)
+class _Answer:
+    status: int | None  # None: no answer (connection error, timeout)
+    detail: str
+    body: bytes = b""
+    retry_after_s: float | None = None
+
+
+def parse_retry_after(value: str | None, cap_s: float, now: float | None = None) -> float | None:
+    """Seconds a ``Retry-After`` asks for (delta-seconds or an HTTP date), capped; None when
+    absent or malformed (then the source's own backoff applies)."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return min(float(value), cap_s)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    delta = when.timestamp() - (time.time() if now is None else now)
+    return min(max(delta, 0.0), cap_s)
+
+
+class HttpSink(Sink):
+    """POSTs events to a subscriber URL; see the module docstring for what answers mean.
+
+    Args:
+        config: the sink configuration.
+
+    Example:
+        >>> sink = HttpSink(HttpSinkConfig(url="http://127.0.0.1:8080/hook"))
+        >>> # await sink.start(); await sink.send([(event, None)]); await sink.stop()
+    """
+
+    def __init__(self, config: HttpSinkConfig) -> None:
+        self.config = config
+        self.target = f"http sink {safe_url(config.url)}"
+        self._client: Any = None
+        self._bearer: str | None = None
+        self._hmac: bytes | None = None
+        self._semaphore: asyncio.Semaphore | None = None
+        self._next_start = 0.0  # the rate limit: when the next event may go
+
+    async def start(self) -> None:
+        """Resolve the auth secret and open the connection pool (idempotent).
+
+        Raises:
+            ConfigError: the auth secret's reference cannot be resolved (the message names the
+                reference, never the value).
+        """
+        if self._client is not None:
+            return
+        import httpx
+
+        auth = self.config.auth
+        if auth is not None and auth.bearer is not None:
+            self._bearer = auth.bearer.token.resolve(f"{self.target} bearer token")
+        if auth is not None and auth.hmac_sha256 is not None:
+            secret = auth.hmac_sha256.secret.resolve(f"{self.target} hmac_sha256 secret")
+            self._hmac = secret.encode()
+        n = self.config.max_concurrency
+        self._semaphore = asyncio.Semaphore(n)
+        self._client = httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
+            timeout=httpx.Timeout(self.config.timeout_s),
+            follow_redirects=False,
+            verify=self.config.verify_tls,
+            trust_env=False,
+        )
+
+    async def stop(self) -> None:
+        """Close the connection pool (idempotent)."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    async def send(self, items: Sequence[tuple[CloudEvent | KafkaRecord, bytes | None]]) -> None:
+        """POST the events; return once the subscriber acknowledged (2xx) every one.
+
+        Raises:
+            SinkEncodeError: some events cannot be encoded; nothing was sent.
+            SinkPartialError: some events were refused (3xx, 4xx other than 408/429) or not
+                acknowledged (408, 429, 5xx, no answer within ``timeout_s``).
+            RuntimeError: the sink was not started.
+        """
+        if not items:
+            return
+        if self._client is None:
+            msg = f"{self.target} is not started; await start() first"
+            raise RuntimeError(msg)
+        lanes, failures = self._plan(items)
+        if failures:
+            raise SinkEncodeError(self.target, failures)
+        results = await asyncio.gather(*(self._run_lane(lane) for lane in lanes))
+        refused: dict[int, tuple[str, str]] = {}
+        attributes: dict[int, dict[str, Any]] = {}
+        pending: list[int] = []
+        last: _Answer | None = None
+        for lane_refused, lane_pending, lane_last in results:
+            for answer, indexes in lane_refused:
+                body = answer.body[:BODY_ATTRIBUTE_BYTES].decode(errors="replace")
+                for i in indexes:
+                    refused[i] = ("HttpStatusError", f"{self.target} answered {answer.detail}")
+                    attributes[i] = {"ebhttpstatus": answer.status, "ebhttpbody": body}
+            pending.extend(lane_pending)
+            last = lane_last or last
+        if refused or pending:
+            pending.sort()
+            retry_after = last.retry_after_s if last is not None else None
+            detail = last.detail if last is not None else "refused"
+            raise SinkPartialError(self.target, refused, pending, detail, retry_after, attributes)
+
+    def _plan(
+        self, items: Sequence[tuple[CloudEvent | KafkaRecord, bytes | None]]
+    ) -> tuple[list[list[_Request]], dict[int, tuple[str, str]]]:
+        """Encode-check every event and group the requests into lanes (sent in order)."""
+        events: list[CloudEvent] = []
+        encoded: list[tuple[list[tuple[str, str]], bytes] | None] = []
+        failures: dict[int, tuple[str, str]] = {}
+        keys: list[Any] = []
+        binary = self.config.mode == "binary"
+        encode = encode_http_binary if binary else encode_http_structured
+        for i, (item, key) in enumerate(items):
+            try:
+                event = _as_event(item)
+                encoded.append(encode(event))  # before anything is sent
+            except Exception as e:  # noqa: BLE001 - reported per item
+                failures[i] = (type(e).__name__, str(e))
+                event = CloudEvent({}, None)
+                encoded.append(None)
+            events.append(event)
+            pkey = event.attributes.get("partitionkey")
+            keys.append(key if pkey is None else str(pkey))
+        if self.config.mode == "batch":
+            size = self.config.max_batch
+            chunks = [
+                list(range(s, min(s + size, len(events)))) for s in range(0, len(events), size)
+            ]
+            lanes = [[_Request(c, [events[i] for i in c]) for c in chunks]]
+        elif self.config.max_concurrency == 1:
+            lanes = [[_Request([i], [e], encoded[i]) for i, e in enumerate(events)]]
+        else:
+            by_key: dict[Any, list[_Request]] = {}
+            lanes = []
+            for i, (event, key) in enumerate(zip(events, keys)):
+                request = _Request([i], [event], encoded[i])
+                if key is None:
+                    lanes.append([request])
+                else:
+                    by_key.setdefault(key, []).append(request)
+            lanes.extend(by_key.values())
+        return lanes, failures
+
+    async def _run_lane(
+        self, lane: list[_Request]
+    ) -> tuple[list[tuple[_Answer, list[int]]], list[int], _Answer | None]:
+        """Send a lane's requests in order; after one that is not acknowledged, the rest of
+        the lane stays pending (unsent), keeping per-key order."""
+        refused: list[tuple[_Answer, list[int]]] = []
+        todo = list(lane)
+        while todo:
+            request = todo.pop(0)
+            answer = await self._post(request)
+            status = answer.status
+            if status is not None and 200 <= status < 300:
+                continue
+            if status == 413 and len(request.events) > 1:  # a batch too large: halves
+                half = len(request.events) // 2
+                todo[:0] = [
+                    _Request(request.indexes[:half], request.events[:half]),
+                    _Request(request.indexes[half:], request.events[half:]),
+                ]
+                continue
+            if status is None or status >= 500 or status in _RETRYABLE:
+                rest = [i for r in [request, *todo] for i in r.indexes]
+                return refused, rest, answer
+            refused.append((answer, request.indexes))
+        return refused, [], None
+
+    async def _post(self, request: _Request) -> _Answer:
+        import httpx
+
+        config = self.config
+        events = request.events
+        pairs, body = request.encoded or encode_http_batch(events)
+        headers = dict(config.headers)
+        headers.update(pairs)
+        if self._bearer is not None:
+            headers["authorization"] = f"Bearer {self._bearer}"
+        if self._hmac is not None and config.auth is not None and config.auth.hmac_sha256:
+            signature = sign_request(self._hmac, "POST", config.url, headers, body)
+            headers[config.auth.hmac_sha256.header.lower()] = signature
+        await self._pace(len(events))
+        assert self._semaphore is not None
+        async with self._semaphore:
+            try:
+                async with asyncio.timeout(config.timeout_s):
+                    return await self._exchange(headers, body)
+            except TimeoutError:
+                return _Answer(None, f"no complete answer within timeout_s={config.timeout_s:g}")
+            except httpx.TransportError as e:
+                return _Answer(None, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+
+    async def _exchange(self, headers: dict[str, str], body: bytes) -> _Answer:
+        client = self._client
+        async with client.stream("POST", self.config.url, headers=headers, content=body) as r:
+            answer = bytearray()
+            async for chunk in r.aiter_raw():
+                answer += chunk
+                if len(answer) >= _MAX_ANSWER_BYTES:
+                    break  # a huge answer: the connection is dropped, not read to the end
+            status = r.status_code
+            detail = f"{status} {r.reason_phrase}".strip()
+            if 300 <= status < 400:
+                location = safe_url(r.headers.get("location", "")) or "none"
+                detail += (
+                    f" (redirects are not followed; set url to the final location: {location})"
+                )
+            raw_after = r.headers.get("retry-after")
+            after = parse_retry_after(raw_after, self.config.max_retry_after_s)
+            if raw_after is not None and after is None:
+                detail += f" (Retry-After {raw_after[:40]!r} is malformed; the backoff applies)"
+            return _Answer(status, detail, bytes(answer), after)
+
+    async def _pace(self, n: int) -> None:
+        rate = self.config.max_rate
+        if rate is None:
+            return
+        now = time.monotonic()
+        start = max(now, self._next_start)
+        self._next_start = start + n / rate
+        if start > now:
+            await asyncio.sleep(start - now)
+
+
+def _as_event(item: CloudEvent | KafkaRecord) -> CloudEvent:
+    if isinstance(item, KafkaRecord):  # encoded for Kafka by a replica: decode it back
+        return decode_kafka(
+            item.value,
+            item.headers,
+            key=item.key,
+            topic="",
+            partition=0,
+            offset=0,
+            default_type="eventbus.record",
+            default_source="eventbus",
+        )
+    return item
+
+
+@sinks.register(
+    "http",
+    config=HttpSinkConfig,
+    description="POST to a subscriber URL (CloudEvents HTTP binding).",
+    describe=lambda raw: safe_url(str(raw.get("url") or "")),
+)
+def http_sink(
+    config: HttpSinkConfig,
+    *,
+    default_bootstrap: str,
+    default_client: KafkaClientConfig | None = None,
+) -> HttpSink:
+    """An HTTP sink (the runtime's Kafka settings do not apply to it)."""
+    return HttpSink(config)

@@ -1,0 +1,99 @@
+"""Configuration of the HTTP sink (``sink: {http: {url: ...}}``): a subscriber URL."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from eventbus.eventing._kafka_client import SecretRef
+from eventbus.eventing._signature import SIGNATURE_HEADER
+
+__all__ = ["HttpSinkAuthConfig", "HttpSinkConfig", "HttpSinkHmacConfig", "HttpSinkBearerConfig"]
+
+_MODEL = ConfigDict(extra="forbid", frozen=True)
+_HEADER = r"^[A-Za-z0-9-]+$"
+
+
+class HttpSinkBearerConfig(BaseModel):
+    """``Authorization: Bearer <token>`` on every request."""
+
+    model_config = _MODEL
+    token: SecretRef = Field(description="The token, by reference: {env: NAME} or {file: PATH}.")
+
+
+class HttpSinkHmacConfig(BaseModel):
+    """Requests signed as the gateway verifies them (``t=<unix s>,v2=<HMAC-SHA256>`` of the
+    canonical request: :func:`eventbus.eventing.sources.sign_request`)."""
+
+    model_config = _MODEL
+    secret: SecretRef = Field(
+        description="The shared secret, by reference: {env: ...}/{file: ...}."
+    )
+    header: Annotated[str, StringConstraints(pattern=_HEADER)] = Field(
+        default=SIGNATURE_HEADER, description="The header carrying the signature."
+    )
+
+
+class HttpSinkAuthConfig(BaseModel):
+    """How requests authenticate to the subscriber: exactly one of ``bearer``, ``hmac_sha256``."""
+
+    model_config = _MODEL
+    bearer: HttpSinkBearerConfig | None = Field(default=None, description="A bearer token.")
+    hmac_sha256: HttpSinkHmacConfig | None = Field(default=None, description="Signed requests.")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> HttpSinkAuthConfig:
+        if (self.bearer is None) == (self.hmac_sha256 is None):
+            msg = "http sink auth takes exactly one of bearer or hmac_sha256"
+            raise ValueError(msg)
+        return self
+
+
+class HttpSinkConfig(BaseModel):
+    """Configuration of an HTTP sink: events POSTed to a subscriber, CloudEvents HTTP binding.
+
+    Example:
+        >>> HttpSinkConfig(url="https://hooks.example.com/orders", max_rate=200).mode
+        'binary'
+    """
+
+    model_config = _MODEL
+
+    url: Annotated[str, StringConstraints(pattern=r"^https?://[^/?#\s]+[^\s]*$")] = Field(
+        description="The subscriber's URL (http:// or https://); redirects are not followed."
+    )
+    mode: Literal["binary", "structured", "batch"] = Field(
+        default="binary",
+        description="CloudEvents HTTP content mode: 'binary' (attributes in ce- headers, data "
+        "as the body), 'structured' (one JSON event per request) or 'batch' (a JSON array of "
+        "up to max_batch events per request, acknowledged or refused together).",
+    )
+    max_batch: Annotated[int, Field(ge=1, le=10_000)] = Field(
+        default=100, description="Events per request in batch mode."
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra request headers (not secrets: put those in auth).",
+    )
+    auth: HttpSinkAuthConfig | None = Field(
+        default=None, description="Bearer token or HMAC signature; None: no authentication."
+    )
+    timeout_s: Annotated[float, Field(gt=0, le=600)] = Field(
+        default=10.0,
+        description="Longest one request may take, connecting and the whole answer included; "
+        "then it is retried.",
+    )
+    max_concurrency: Annotated[int, Field(ge=1, le=1024)] = Field(
+        default=16,
+        description="Requests in flight at most (also the connection pool's size). Events "
+        "with the same key (partitionkey, else the input record's key) go one after another, "
+        "in order.",
+    )
+    max_rate: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="Events per second at most (None: unlimited)."
+    )
+    max_retry_after_s: Annotated[float, Field(ge=0, le=3600)] = Field(
+        default=60.0, description="Cap on a subscriber's Retry-After."
+    )
+    verify_tls: bool = Field(default=True, description="Check the server's TLS certificate.")
