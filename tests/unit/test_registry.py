@@ -35,18 +35,19 @@ def install(site: Path, dist: str, group: str, entry: str, module: str, code: st
 
 
 def test_builtins_in_their_order() -> None:
-    assert steps.names()[:7] == [
+    assert steps.names()[:8] == [
         "filter",
         "convert",
         "function",
         "join",
+        "aggregate",
         "allocate",
         "model",
         "ensemble",
     ]
     assert sources.names()[:3] == ["kafka", "http", "grpc"]
-    assert sinks.names()[0] == "kafka"
-    assert all(r.origin == "builtin" for r in steps if r.name in steps.names()[:7])
+    assert sinks.names()[:2] == ["kafka", "http"]
+    assert all(r.origin == "builtin" for r in steps if r.name in steps.names()[:8])
 
 
 def test_unknown_kind_names_the_closest() -> None:

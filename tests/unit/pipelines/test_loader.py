@@ -129,7 +129,7 @@ def test_duplicate_step_ids_and_two_templates() -> None:
 
     # the built-in kinds in their order, then any installed plugin's (the example plugin's)
     kinds = ", ".join(StepConfig.kind_names)
-    assert kinds.startswith("filter, convert, function, join, allocate, model, ensemble")
+    assert kinds.startswith("filter, convert, function, join, aggregate, allocate, model, ensemble")
     assert any(f"step 'big' needs exactly one of {kinds}; got filter, convert" in p for p in found)
 
 
