@@ -20,7 +20,7 @@ from eventbus.solver import (
     solve,
 )
 from eventbus.solver._highs import solve_with_highs
-from eventbus.solver._kernel import HEAD, Partition
+from eventbus.solver._kernel import Partition
 
 CASES = [(80, 8, 7, 0), (250, 12, 16, 1), (400, 20, 31, 2)]
 
@@ -66,7 +66,9 @@ def test_sparse_and_factorised_forms_agree(n: int, m: int, k: int, seed: int) ->
     b = solve(sparse, gap=1e-5, device="cpu")
     assert a.converged and b.converged
     # both certificates bracket the same optimum
-    assert a.primal_value <= b.dual_value * (1 + 1e-7) and b.primal_value <= a.dual_value * (1 + 1e-7)
+    assert a.primal_value <= b.dual_value * (1 + 1e-7) and b.primal_value <= a.dual_value * (
+        1 + 1e-7
+    )
     assert a.primal_value == pytest.approx(b.primal_value, rel=2e-5)
 
 
@@ -118,7 +120,9 @@ def test_file_with_an_unknown_row_weight(tmp_path: Path) -> None:
         arrays = {k: data[k] for k in data.files}
     arrays["row_weight"] = np.array(["redemption", "cost", "count"])
     np.savez(tmp_path / "bad.npz", **arrays)
-    expect = "row_weight names weights that are not given (known: ['redemption', 'count']); got ['cost']"
+    expect = (
+        "row_weight names weights that are not given (known: ['redemption', 'count']); got ['cost']"
+    )
     with pytest.raises(SolverError, match=re.escape(expect)):
         load_problem(tmp_path / "bad.npz")
 
