@@ -24,6 +24,8 @@ __all__ = ["EXP_FLOOR", "Partition", "slice_users", "softmax_with_null"]
 # The Hessian leaves out users whose smoothed choice is this close to one-hot (at low
 # temperatures most users): their covariance is below the float32 rounding of the others'.
 HESSIAN_SPREAD = 1e-6
+# The sparse Hessian also leaves out entries of probability below this.
+SPARSE_P_FLOOR = 1e-7
 
 # Rows of Partition.evaluate: [sum_i tau*lse_i, sum_i max(0, max_j r_ij), users in the Hessian
 # sample, of which users the Hessian summed, usage_0 .. usage_K-1, Hessian (K*K, when asked for)].
@@ -88,7 +90,6 @@ class Partition:
             self.kk = idx[2].contiguous()
             self.vals = cons._values().to(self.dtype)
             self.num_k = int(cons.shape[2])
-            self._pairs: tuple[torch.Tensor, torch.Tensor] | None = None
         self._last: tuple[torch.Tensor, float] | None = None
 
     # -- passes ----------------------------------------------------------------------------
@@ -110,7 +111,7 @@ class Partition:
         One row per block, float64 on the CPU. The Hessian of the smoothed dual in ``lam`` is
         ``sum_i Cov_{p_i}(m_i) / tau`` (the null option consumes nothing); with ``stride > 0`` it
         is summed over every ``stride``-th chunk only (a subsampled Newton metric), else omitted.
-        In the factorised form it leaves out users whose likeliest option has probability above
+        It leaves out users whose likeliest option has probability above
         ``1 - HESSIAN_SPREAD`` (their covariance is below float32 rounding; at low temperatures
         that is most users, and the metric costs a fraction of a full one).
         """
@@ -128,15 +129,16 @@ class Partition:
                 row = torch.zeros(width, dtype=torch.float64, device=self.device)
                 for a in range(b0, min(b0 + self.block, self.n), self.chunk):
                     b = min(a + self.chunk, self.n)
-                    p, lse, best, flat, e0, e1 = self._soft_sparse(a, b, lam_c, tau)
+                    p, lse, best, flat, e0, e1, total = self._soft_sparse(a, b, lam_c, tau)
                     row[0] += lse.double().sum()
                     row[1] += best.double().sum()
                     pv = self.vals[e0:e1] * p.view(-1)[flat]
                     row[HEAD : HEAD + k_num].index_add_(0, self.kk[e0:e1], pv.double())
                     if hessian and self._sampled(a, stride):
+                        kept, h = self._sparse_hessian(a, b, p, total, flat, e0, e1, tau)
                         row[2] += b - a
-                        row[3] += b - a
-                        row[HEAD + k_num :] += self._sparse_hessian(a, b, p, pv, flat, e0, e1, tau)
+                        row[3] += kept
+                        row[HEAD + k_num :] += h
                 rows.append(row)
         if not rows:
             return torch.zeros(
@@ -181,68 +183,56 @@ class Partition:
 
     def _soft_sparse(
         self, a: int, b: int, lam_c: torch.Tensor, tau: float
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, int]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, int, torch.Tensor]:
         e0, e1 = self.ptr[a], self.ptr[b]
         flat = self.flat[e0:e1] - a * self.m
         r = self.problem.revenue[a:b].clone()
         r.view(-1).index_add_(0, flat, self.vals[e0:e1] * lam_c[self.kk[e0:e1]], alpha=-1)
-        p, lse, best, _ = softmax_with_null(r, tau)
-        return p, lse, best, flat, e0, e1
+        p, lse, best, total = softmax_with_null(r, tau)
+        return p, lse, best, flat, e0, e1, total
 
     def _sparse_hessian(
         self,
         a: int,
         b: int,
         p: torch.Tensor,
-        pv: torch.Tensor,
+        total: torch.Tensor,
         flat: torch.Tensor,
         e0: int,
         e1: int,
         tau: float,
-    ) -> torch.Tensor:
-        k_num = self.num_k
-        mu = torch.zeros((b - a) * k_num, dtype=self.dtype, device=self.device)
-        mu.index_add_(
-            0, torch.div(flat, self.m, rounding_mode="floor") * k_num + self.kk[e0:e1], pv
-        )
-        mu = mu.view(b - a, k_num)
-        out = -(mu.T @ mu).double().reshape(-1)
-        first, second = self._entry_pairs()
-        lo, hi = torch.searchsorted(first, torch.tensor([e0, e1], device=self.device)).tolist()
-        f, s = first[lo:hi], second[lo:hi]
-        contrib = (self.vals[f] * self.vals[s] * p.view(-1)[self.flat[f] - a * self.m]).double()
-        out.index_add_(0, self.kk[f] * k_num + self.kk[s], contrib)
-        off = f != s
-        out.index_add_(0, self.kk[s[off]] * k_num + self.kk[f[off]], contrib[off])
-        return out / tau
+    ) -> tuple[int, torch.Tensor]:
+        """Users summed and ``sum_i Cov_{p_i}(m_i) / tau`` over users ``[a, b)``.
 
-    def _entry_pairs(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pairs of non-zeros ``(e, e')``, ``e <= e'``, of the same ``(i, j)``, sorted by ``e``."""
-        if self._pairs is None:
-            firsts, seconds = [], []
-            nnz = self.flat.numel()
-            d = 0
-            while d < nnz:
-                e = torch.arange(nnz - d, device=self.device)
-                same = self.flat[: nnz - d] == self.flat[d:]
-                if not bool(same.any()):
-                    break
-                firsts.append(e[same])
-                seconds.append(e[same] + d)
-                d += 1
-            f = (
-                torch.cat(firsts)
-                if firsts
-                else torch.zeros(0, dtype=torch.long, device=self.device)
-            )
-            s = (
-                torch.cat(seconds)
-                if seconds
-                else torch.zeros(0, dtype=torch.long, device=self.device)
-            )
-            order = torch.argsort(f, stable=True)
-            self._pairs = (f[order], s[order])
-        return self._pairs
+        As in the factorised form, users whose choice is within ``HESSIAN_SPREAD`` of one-hot
+        are left out, and so are entries of probability below ``SPARSE_P_FLOOR`` (both below
+        float32's rounding of the rest): the second moment is then one dense product over the
+        few ``(user, item)`` rows left, ``D^T diag(p) D``.
+        """
+        k_num, m = self.num_k, self.m
+        keep_u = total > 1.0 + HESSIAN_SPREAD
+        kept = int(keep_u.sum())
+        out = torch.zeros(k_num * k_num, dtype=torch.float64, device=self.device)
+        if kept == 0:
+            return 0, out
+        pf = p.view(-1)
+        pe = pf[flat]
+        user = torch.div(flat, m, rounding_mode="floor")
+        es = (keep_u[user] & (pe > SPARSE_P_FLOOR)).nonzero().squeeze(1)
+        if es.numel() == 0:
+            return kept, out
+        f, k, v = flat[es], self.kk[e0:e1][es], self.vals[e0:e1][es]
+        mu = torch.zeros((b - a) * k_num, dtype=self.dtype, device=self.device)
+        mu.index_add_(0, user[es] * k_num + k, v * pe[es])
+        mu_k = mu.view(b - a, k_num)[keep_u]
+        # entries are sorted by (user, item): consecutive runs share a row of D
+        rows_f, inv = torch.unique_consecutive(f, return_inverse=True)
+        dense = torch.zeros(rows_f.numel() * k_num, dtype=self.dtype, device=self.device)
+        dense[inv * k_num + k] = v
+        dense = dense.view(-1, k_num)
+        t1 = (dense * pf[rows_f][:, None]).T @ dense
+        out += (t1 - mu_k.T @ mu_k).double().reshape(-1)
+        return kept, out / tau
 
     def _sparse_allocations(self, inv: torch.Tensor):  # type: ignore[no-untyped-def]
         assert self._last is not None
@@ -250,7 +240,7 @@ class Partition:
         lam_c, inv_c = lam.to(self.dtype), inv.to(self.dtype)
         for a in range(0, self.n, self.chunk):
             b = min(a + self.chunk, self.n)
-            p, _, _, flat, e0, e1 = self._soft_sparse(a, b, lam_c, tau)
+            p, _, _, flat, e0, e1, _ = self._soft_sparse(a, b, lam_c, tau)
             sigma = torch.ones(p.numel(), dtype=self.dtype, device=self.device)
             sigma.scatter_reduce_(0, flat, inv_c[self.kk[e0:e1]], reduce="amin")
             yield a, b, p * sigma.view_as(p), flat, e0, e1
