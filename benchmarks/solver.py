@@ -1,9 +1,12 @@
 """Benchmark: eventbus.solver vs HiGHS interior point (crossover off) on coupon-allocation LPs.
 
-Run: ``python benchmarks/solver.py [--huge] [--skip-highs-above N]``. Instances are generated
-(``generate_problem(n, 100, K, seed=0)``, float32) at 1e4, 1e5 and 1e6 variables with K = 10
-and 100, then 1e7 variables with K = 100 (EventBus alone unless HiGHS is allowed that far), and
-with ``--huge`` 1e8 variables with K = 100 in a fresh process (for an honest peak RSS).
+Run: ``python benchmarks/solver.py [--huge] [--skip-highs-above N] [--family single,mixed]``.
+Single-weight instances are generated (``generate_problem(n, 100, K, seed=0)``, float32) at 1e4,
+1e5 and 1e6 variables with K = 10 and 100, then 1e7 variables with K = 100 (EventBus alone unless
+HiGHS is allowed that far), and with ``--huge`` 1e8 variables with K = 100 in a fresh process
+(for an honest peak RSS). The mixed-row family (``mixed=True``: budgets count expected spend,
+inventories count coupons) runs at 1e6 variables with K = 10 and 100, factorised and as the same
+problem in the sparse ``(n, m, K)`` form, with HiGHS in the same run.
 
 EventBus's time is its wall time to a certified relative gap (1e-4; 1e-3 at 1e7 and above);
 HiGHS's is its ``run()`` time with ``solver=ipm``, ``run_crossover=off`` and
@@ -32,14 +35,15 @@ except ImportError:  # running from a checkout without an installed package
 ITEMS = 100
 
 
-def _eventbus(n: int, k: int, gap: float) -> dict[str, Any]:
+def _eventbus(n: int, k: int, gap: float, *, mixed: bool = False) -> dict[str, Any]:
     t0 = time.perf_counter()
-    problem = generate_problem(n, ITEMS, k, seed=0)
+    problem = generate_problem(n, ITEMS, k, seed=0, mixed=mixed)
     gen_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     r = solve(problem, gap=gap, device="cpu")
     wall = time.perf_counter() - t0
     return {
+        "family": "mixed" if mixed else "single",
         "variables": n * ITEMS,
         "users": n,
         "resources": k,
@@ -56,10 +60,23 @@ def _eventbus(n: int, k: int, gap: float) -> dict[str, Any]:
     }
 
 
+def _sparse(n: int, k: int, gap: float, row: dict[str, Any]) -> None:
+    problem = generate_problem(n, ITEMS, k, seed=0, mixed=row["family"] == "mixed").to_sparse()
+    t0 = time.perf_counter()
+    r = solve(problem, gap=gap, device="cpu")
+    wall = time.perf_counter() - t0
+    row.update(
+        sparse_s=round(wall, 4),
+        sparse_gap=r.gap,
+        sparse_iterations=r.iterations,
+        sparse_vs_factorised=round(wall / row["eventbus_s"], 2),
+    )
+
+
 def _highs(n: int, k: int, row: dict[str, Any]) -> None:
     from eventbus.solver._highs import solve_with_highs
 
-    problem = generate_problem(n, ITEMS, k, seed=0)
+    problem = generate_problem(n, ITEMS, k, seed=0, mixed=row["family"] == "mixed")
     h = solve_with_highs(problem, solver="ipm", gap=1e-4)
     row.update(
         highs_s=round(h.solve_seconds, 3),
@@ -84,9 +101,11 @@ def _ratio(x: float) -> str:
 
 def _line(row: dict[str, Any]) -> str:
     text = (
-        f"{row['variables']:>11,} vars K={row['resources']:<3} eventbus {row['eventbus_s']:8.3f} s "
+        f"{row['family']:<6} {row['variables']:>11,} vars K={row['resources']:<3} eventbus {row['eventbus_s']:8.3f} s "
         f"gap {row['eventbus_gap']:.1e} ({row['eventbus_iterations']} steps, {row['eventbus_passes']} passes)"
     )
+    if "sparse_s" in row:
+        text += f" | sparse form {row['sparse_s']:8.3f} s ({row['sparse_vs_factorised']}x)"
     if "highs_s" in row:
         text += f" | HiGHS ipm {row['highs_s']:8.2f} s ({row['highs_status']}) speedup {_ratio(row['highs_s'] / row['eventbus_s'])}x"
     elif "highs_skipped" in row:
@@ -102,6 +121,11 @@ def main() -> None:
     ap.add_argument(
         "--skip-highs-above", type=float, default=1e6, help="no HiGHS above this many variables"
     )
+    ap.add_argument(
+        "--family",
+        default="single,mixed",
+        help="instance families to run: single (one weight), mixed (mixed rows), or both",
+    )
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
@@ -110,11 +134,19 @@ def main() -> None:
         return
     solve(generate_problem(500, 20, 5), gap=1e-3, device="cpu")  # warm-up, unmeasured
     rows = []
-    plan = [(n, k, 1e-4) for n in (100, 1000, 10_000) for k in (10, 100)] + [(100_000, 100, 1e-3)]
-    if args.huge:
-        plan.append((1_000_000, 100, 1e-3))
-    for n, k, gap in plan:
-        row = _eventbus(n, k, gap) if n * ITEMS <= 1e7 else _fresh_process(n, k, gap)
+    families = set(args.family.split(","))
+    plan: list[tuple[int, int, float, bool]] = []
+    if "single" in families:
+        plan += [(n, k, 1e-4, False) for n in (100, 1000, 10_000) for k in (10, 100)]
+        plan += [(100_000, 100, 1e-3, False)]
+        if args.huge:
+            plan.append((1_000_000, 100, 1e-3, False))
+    if "mixed" in families:
+        plan += [(10_000, k, 1e-4, True) for k in (10, 100)]
+    for n, k, gap, mixed in plan:
+        row = _eventbus(n, k, gap, mixed=mixed) if n * ITEMS <= 1e7 else _fresh_process(n, k, gap)
+        if mixed:
+            _sparse(n, k, gap, row)
         if n * ITEMS <= args.skip_highs_above:
             _highs(n, k, row)
         else:
@@ -123,13 +155,22 @@ def main() -> None:
             )
         rows.append(row)
         print(_line(row), flush=True)
-    at = {(r["variables"], r["resources"]): r for r in rows}
+    at = {(r["variables"], r["resources"]): r for r in rows if r["family"] == "single"}
+    mx = {(r["variables"], r["resources"]): r for r in rows if r["family"] == "mixed"}
     summary: dict[str, Any] = {
         "benchmark": "solver",
         "cpus": len(os.sched_getaffinity(0)),
         "instances": rows,
         "speedup_1e6_k100": at.get((1_000_000, 100), {}).get("speedup"),
         "speedup_1e6_k10": at.get((1_000_000, 10), {}).get("speedup"),
+        "speedup_mixed_1e6_k100": mx.get((1_000_000, 100), {}).get("speedup"),
+        "speedup_mixed_1e6_k10": mx.get((1_000_000, 10), {}).get("speedup"),
+        "sparse_vs_factorised_mixed_1e6_k100": mx.get((1_000_000, 100), {}).get(
+            "sparse_vs_factorised"
+        ),
+        "sparse_vs_factorised_mixed_1e6_k10": mx.get((1_000_000, 10), {}).get(
+            "sparse_vs_factorised"
+        ),
         "seconds_1e7_k100_gap1e-3": at.get((10_000_000, 100), {}).get("eventbus_s"),
         "seconds_1e8_k100_gap1e-3": at.get((100_000_000, 100), {}).get("eventbus_s"),
         "peak_rss_gb_1e8": at.get((100_000_000, 100), {}).get("peak_rss_gb"),

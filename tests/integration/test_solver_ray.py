@@ -10,9 +10,9 @@ from eventbus.solver import generate_problem, solve, solve_distributed
 pytestmark = [pytest.mark.integration, pytest.mark.ray]
 
 
-@pytest.mark.parametrize("sparse", [False, True], ids=["factorised", "sparse"])
-def test_ray_partitions_equal_local_solve(ray_cluster: None, sparse: bool) -> None:
-    problem = generate_problem(2000, 10, 8, seed=3, sparse=sparse)
+@pytest.mark.parametrize("form", ["factorised", "mixed", "sparse"])
+def test_ray_partitions_equal_local_solve(ray_cluster: None, form: str) -> None:
+    problem = generate_problem(2000, 10, 8, seed=3, sparse=form == "sparse", mixed=form == "mixed")
     # 16-user chunks: 8 reduction blocks, so 3 partitions really split the users
     local = solve(problem, gap=1e-4, device="cpu", chunk_users=16, num_threads=1)
     dist = solve_distributed(problem, 3, gap=1e-4, chunk_users=16, num_threads=1)

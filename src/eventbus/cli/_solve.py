@@ -61,6 +61,11 @@ def solve_command(
         None, "--generate", help="Solve a generated instance: n,m,K."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the generated instance."),
+    mixed: bool = typer.Option(
+        False,
+        "--mixed",
+        help="Generated instance with mixed rows: budgets count expected spend, inventories count coupons.",
+    ),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N]."),
     gap: float = typer.Option(1e-4, "--gap", help="Target certified relative primal-dual gap."),
     ray_partitions: int | None = typer.Option(
@@ -89,6 +94,8 @@ def solve_command(
         fail("give either a problem FILE or --generate n,m,K (exactly one)", EXIT_USAGE)
     if not 0 < gap < 1:
         fail(f"--gap must lie in (0, 1); got {gap!r}", EXIT_USAGE)
+    if mixed and generate is None:
+        fail("--mixed applies to --generate only (a problem file says its own rows)", EXIT_USAGE)
     if publish is not None and (publish.count(":") != 1 or not redis_url):
         fail(
             f"--publish takes PIPELINE:STEP and needs --redis-url (or {REDIS_URL_ENV})",
@@ -100,7 +107,7 @@ def solve_command(
         if generate is not None:
             n, m, k = _parse_sizes(generate)
             with out.status(f"generating {n} x {m} x {k} (seed {seed})..."):
-                problem = generate_problem(n, m, k, seed=seed)
+                problem = generate_problem(n, m, k, seed=seed, mixed=mixed)
         else:
             assert file is not None
             if not file.exists():

@@ -22,7 +22,7 @@ def decide(duals: torch.Tensor, revenue: torch.Tensor, consumption: Consumption)
         duals: ``(K,)`` non-negative duals, e.g. ``solve(...).duals``.
         revenue: ``(B, m)`` revenue of each request for each item.
         consumption: the batch's consumption: a :class:`FactorisedConsumption` whose ``segment``
-            (and ``weight``) cover the ``B`` requests, or a dense or sparse ``(B, m, K)`` tensor.
+            (and weights) cover the ``B`` requests, or a dense or sparse ``(B, m, K)`` tensor.
 
     Returns:
         ``(B,)`` int64 chosen item per request, ``-1`` for none.
@@ -50,13 +50,12 @@ def decide(duals: torch.Tensor, revenue: torch.Tensor, consumption: Consumption)
             )
             raise SolverError(msg)
         _check_duals(lam, k_num)
-        s64 = consumption.segment_mask.to(revenue.device, torch.float64)
-        prices = (
-            (s64 * lam[:, None]).T @ consumption.item_cost.to(revenue.device, torch.float64)
-        ).to(revenue.dtype)
-        cost = prices[consumption.segment.to(revenue.device)]
-        if consumption.weight is not None:
-            cost = cost * consumption.weight.to(revenue.device, revenue.dtype)
+        seg = consumption.segment.to(revenue.device)
+        cost = torch.zeros_like(revenue)
+        for name, pi in consumption.prices(lam):
+            part = pi.to(revenue.device, revenue.dtype)[seg]
+            w = consumption.weight_of(name)
+            cost += part if w is None else part * w.to(revenue.device, revenue.dtype)
     elif (
         isinstance(consumption, torch.Tensor)
         and consumption.dim() == 3

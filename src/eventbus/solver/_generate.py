@@ -18,6 +18,7 @@ def generate_problem(
     seed: int = 0,
     num_segments: int = 8,
     sparse: bool = False,
+    mixed: bool = False,
     dtype: torch.dtype = torch.float32,
 ) -> AllocationProblem:
     """A random coupon-allocation problem, identical for identical arguments.
@@ -29,6 +30,11 @@ def generate_problem(
     redemptions). Budgets are 30-80 % of what the unconstrained greedy choice would use, so most
     of them bind.
 
+    With ``mixed=True`` the rows mix their coefficients as real coupon problems do: budgets count
+    expected spend (``face value * redemption probability``, the weight ``"redemption"``) while
+    inventories count coupons (``"count"``, coefficient 1), and every other inventory applies to
+    one user segment only. Same revenue, probabilities and segments as ``mixed=False``.
+
     Args:
         num_users: ``n``.
         num_items: ``m``.
@@ -36,6 +42,7 @@ def generate_problem(
         seed: random seed.
         num_segments: user segments (``G``), capped at ``num_users``.
         sparse: return consumption as a sparse COO tensor instead of the factorised form.
+        mixed: inventories count coupons (coefficient 1) while budgets count expected spend.
         dtype: floating dtype of the data.
 
     Returns:
@@ -111,7 +118,20 @@ def generate_problem(
         row = 1 + n_seg + n_cat + r
         item_cost[row, order[r % m]] = 1.0
         mask[row] = 1.0
-    cons = FactorisedConsumption(item_cost.to(dtype), mask.to(dtype), segment, weight.to(dtype))
+    if mixed:
+        rows = ("redemption",) * (1 + n_seg + n_cat) + ("count",) * n_inv
+        for r in range(1, n_inv, 2):  # every other inventory: one segment's users only
+            mask[1 + n_seg + n_cat + r] = 0.0
+            mask[1 + n_seg + n_cat + r, (r // 2) % g_num] = 1.0
+        cons = FactorisedConsumption(
+            item_cost.to(dtype),
+            mask.to(dtype),
+            segment,
+            weights={"redemption": weight.to(dtype)},
+            row_weight=rows,
+        )
+    else:  # one weight for every row (the weight named "weight")
+        cons = FactorisedConsumption(item_cost.to(dtype), mask.to(dtype), segment, weight.to(dtype))
     budget = _budgets(revenue, cons, rand(k_num))
     problem = AllocationProblem(revenue.to(dtype), budget.to(dtype), cons)
     return problem.to_sparse() if sparse else problem
@@ -120,16 +140,21 @@ def generate_problem(
 def _budgets(revenue: torch.Tensor, cons: FactorisedConsumption, u: torch.Tensor) -> torch.Tensor:
     """30-80 % of each resource's use under the greedy (unconstrained) choice."""
     n, m = revenue.shape
-    q = torch.zeros(cons.num_segments, m, dtype=torch.float64)
+    groups = cons.groups
+    qs = [torch.zeros(cons.num_segments, m, dtype=torch.float64) for _ in groups]
     step = max(1, (1 << 22) // m)
-    assert cons.weight is not None
+    greedy = torch.zeros(cons.num_resources, dtype=torch.float64)
     for a in range(0, n, step):
         b = min(a + step, n)
         best = revenue[a:b].argmax(1)
-        take = revenue[a:b].gather(1, best[:, None]).squeeze(1) > 0
-        w = cons.weight[a:b].gather(1, best[:, None]).squeeze(1).double() * take
-        q.index_put_((cons.segment[a:b], best), w, accumulate=True)
-    greedy = ((cons.item_cost.double() @ q.T) * cons.segment_mask.double()).sum(1)
+        take = (revenue[a:b].gather(1, best[:, None]).squeeze(1) > 0).double()
+        for q, (name, _) in zip(qs, groups):
+            w = cons.weight_of(name, a, b)
+            got = take if w is None else w.gather(1, best[:, None]).squeeze(1).double() * take
+            q.index_put_((cons.segment[a:b], best), got, accumulate=True)
+    for q, (_, rows) in zip(qs, groups):
+        ic, sm = cons.item_cost[rows].double(), cons.segment_mask[rows].double()
+        greedy[rows] = ((ic @ q.T) * sm).sum(1)
     fallback = float(greedy[greedy > 0].mean()) if bool((greedy > 0).any()) else 1.0
     greedy = torch.where(greedy > 0, greedy, torch.full_like(greedy, fallback))
     return (0.3 + 0.5 * u.double()) * greedy

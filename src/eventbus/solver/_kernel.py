@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import torch
 
+from eventbus.solver._fpass import FactorisedPass
 from eventbus.solver._problem import AllocationProblem, Consumption, FactorisedConsumption
+from eventbus.solver._softmax import EXP_FLOOR, softmax_with_null
 
-__all__ = ["Partition", "slice_users"]
+__all__ = ["EXP_FLOOR", "Partition", "slice_users", "softmax_with_null"]
 
-# Exponents are clamped here: exp(-80) ~ 1.8e-35 is a normal float32 (and far below either
-# dtype's epsilon next to the leading term exp(0) = 1), while exponents below float32's
-# underflow threshold (~ -87.3) send the vectorised exp to a path about 10x slower. At low
-# temperatures most exponents are far below it.
-EXP_FLOOR = -80.0
 # The Hessian leaves out users whose smoothed choice is this close to one-hot (at low
 # temperatures most users): their covariance is below the float32 rounding of the others'.
 HESSIAN_SPREAD = 1e-6
+# The sparse Hessian also leaves out entries of probability below this.
+SPARSE_P_FLOOR = 1e-7
 
 # Rows of Partition.evaluate: [sum_i tau*lse_i, sum_i max(0, max_j r_ij), users in the Hessian
 # sample, of which users the Hessian summed, usage_0 .. usage_K-1, Hessian (K*K, when asked for)].
@@ -38,8 +37,7 @@ def slice_users(problem: AllocationProblem, start: int, stop: int) -> Allocation
     cons = problem.consumption
     sub: Consumption
     if isinstance(cons, FactorisedConsumption):
-        w = None if cons.weight is None else cons.weight[start:stop]
-        sub = FactorisedConsumption(cons.item_cost, cons.segment_mask, cons.segment[start:stop], w)
+        sub = cons.slice_users(start, stop)
     else:
         idx, vals = cons._indices(), cons._values()
         lo, hi = torch.searchsorted(
@@ -81,10 +79,7 @@ class Partition:
         cons = problem.consumption
         self.factorised = isinstance(cons, FactorisedConsumption)
         if isinstance(cons, FactorisedConsumption):
-            self.w64 = cons.item_cost.to(torch.float64)
-            self.s64 = cons.segment_mask.to(torch.float64)
-            self.seg = cons.segment.long()
-            self.weight = cons.weight.to(self.dtype) if cons.weight is not None else None
+            self._f = FactorisedPass(problem, self.chunk, self.block)
             self.num_k = cons.num_resources
         else:
             idx = cons._indices()
@@ -95,10 +90,7 @@ class Partition:
             self.kk = idx[2].contiguous()
             self.vals = cons._values().to(self.dtype)
             self.num_k = int(cons.shape[2])
-            self._pairs: tuple[torch.Tensor, torch.Tensor] | None = None
         self._last: tuple[torch.Tensor, float] | None = None
-        self._q: torch.Tensor | None = None
-        self._v: torch.Tensor | None = None
 
     # -- passes ----------------------------------------------------------------------------
 
@@ -119,7 +111,7 @@ class Partition:
         One row per block, float64 on the CPU. The Hessian of the smoothed dual in ``lam`` is
         ``sum_i Cov_{p_i}(m_i) / tau`` (the null option consumes nothing); with ``stride > 0`` it
         is summed over every ``stride``-th chunk only (a subsampled Newton metric), else omitted.
-        In the factorised form it leaves out users whose likeliest option has probability above
+        It leaves out users whose likeliest option has probability above
         ``1 - HESSIAN_SPREAD`` (their covariance is below float32 rounding; at low temperatures
         that is most users, and the metric costs a fraction of a full one).
         """
@@ -129,58 +121,7 @@ class Partition:
         self._last = (lam, tau)
         rows = []
         if self.factorised:
-            pi = ((self.s64 * lam[:, None]).T @ self.w64).to(self.dtype)  # (G, m) item prices
-            g_num = self.s64.shape[1]
-            self._q = torch.zeros(g_num, self.m, dtype=torch.float64, device=self.device)
-            self._v = torch.zeros_like(self._q)
-            w_c, st_c = self.w64.to(self.dtype), self.s64.T.to(self.dtype).contiguous()
-            for b0 in range(0, self.n, self.block):
-                head = torch.zeros(HEAD, dtype=torch.float64, device=self.device)
-                q_blk = torch.zeros_like(self._q)
-                q2_blk = torch.zeros_like(self._q) if hessian else None
-                t2 = (
-                    torch.zeros(k_num, k_num, dtype=torch.float64, device=self.device)
-                    if hessian
-                    else None
-                )
-                for a in range(b0, min(b0 + self.block, self.n), self.chunk):
-                    b = min(a + self.chunk, self.n)
-                    p, lse, best, total = self._soft_factorised(a, b, pi, tau)
-                    onehot = torch.nn.functional.one_hot(self.seg[a:b], g_num).T.to(self.dtype)
-                    wp = p if self.weight is None else p * self.weight[a:b]
-                    q_blk += (onehot @ wp).double()
-                    self._v += (onehot @ (p * self.problem.revenue[a:b])).double()
-                    head[0] += lse.double().sum()
-                    head[1] += best.double().sum()
-                    if q2_blk is not None and t2 is not None and self._sampled(a, stride):
-                        head[2] += b - a
-                        # users whose likeliest option has probability > 1 - HESSIAN_SPREAD
-                        # add a covariance below the rounding of the others': skip them
-                        keep = (total > 1.0 + HESSIAN_SPREAD).nonzero().squeeze(1)
-                        head[3] += keep.numel()
-                        if keep.numel():
-                            seg_k = self.seg[a:b].index_select(0, keep)
-                            wp_k = wp.index_select(0, keep)
-                            w2 = (
-                                wp_k
-                                if self.weight is None
-                                else wp_k * self.weight[a:b].index_select(0, keep)
-                            )
-                            q2_blk += (
-                                torch.nn.functional.one_hot(seg_k, g_num).T.to(self.dtype) @ w2
-                            ).double()
-                            mu = (wp_k @ w_c.T).mul_(st_c.index_select(0, seg_k))  # (users kept, K)
-                            t2 += (mu.T @ mu).double()
-                self._q += q_blk
-                usage = ((self.w64 @ q_blk.T) * self.s64).sum(1)
-                parts = [head, usage]
-                if q2_blk is not None and t2 is not None:
-                    t1 = torch.zeros_like(t2)
-                    for g in range(g_num):
-                        wg = self.w64 * self.s64[:, g : g + 1]
-                        t1 += (wg * q2_blk[g]) @ wg.T
-                    parts.append(((t1 - t2) / tau).reshape(-1))
-                rows.append(torch.cat(parts))
+            rows = self._f.evaluate(lam, tau, stride, self._sampled, HEAD, HESSIAN_SPREAD)
         else:
             lam_c = lam.to(self.dtype)
             width = HEAD + k_num + (k_num * k_num if hessian else 0)
@@ -188,15 +129,16 @@ class Partition:
                 row = torch.zeros(width, dtype=torch.float64, device=self.device)
                 for a in range(b0, min(b0 + self.block, self.n), self.chunk):
                     b = min(a + self.chunk, self.n)
-                    p, lse, best, flat, e0, e1 = self._soft_sparse(a, b, lam_c, tau)
+                    p, lse, best, flat, e0, e1, total = self._soft_sparse(a, b, lam_c, tau)
                     row[0] += lse.double().sum()
                     row[1] += best.double().sum()
                     pv = self.vals[e0:e1] * p.view(-1)[flat]
                     row[HEAD : HEAD + k_num].index_add_(0, self.kk[e0:e1], pv.double())
                     if hessian and self._sampled(a, stride):
+                        kept, h = self._sparse_hessian(a, b, p, total, flat, e0, e1, tau)
                         row[2] += b - a
-                        row[3] += b - a
-                        row[HEAD + k_num :] += self._sparse_hessian(a, b, p, pv, flat, e0, e1, tau)
+                        row[3] += kept
+                        row[HEAD + k_num :] += h
                 rows.append(row)
         if not rows:
             return torch.zeros(
@@ -213,11 +155,7 @@ class Partition:
         """
         inv = inv_rho.to(self.device, torch.float64)
         if self.factorised:
-            assert self._q is not None and self._v is not None
-            sigma = self._sigma_factorised(inv)
-            value = (sigma * self._v).sum()
-            usage = ((self.w64 @ (sigma * self._q).T) * self.s64).sum(1)
-            return torch.cat([value.reshape(1), usage]).cpu()
+            return self._f.primal(inv).cpu()
         out = torch.zeros(1 + self.num_k, dtype=torch.float64, device=self.device)
         for a, b, x, flat, e0, e1 in self._sparse_allocations(inv):
             out[0] += (x * self.problem.revenue[a:b]).double().sum()
@@ -232,13 +170,7 @@ class Partition:
         x = torch.empty(self.n, self.m, dtype=self.dtype, device=self.device)
         if self.factorised:
             assert self._last is not None
-            lam, tau = self._last
-            pi = ((self.s64 * lam[:, None]).T @ self.w64).to(self.dtype)
-            sigma = self._sigma_factorised(inv).to(self.dtype)
-            for a in range(0, self.n, self.chunk):
-                b = min(a + self.chunk, self.n)
-                p = self._soft_factorised(a, b, pi, tau)[0]
-                x[a:b] = p * sigma[self.seg[a:b]]
+            return self._f.allocation(self._last[0], self._last[1], inv)
         else:
             for a, b, xa, *_ in self._sparse_allocations(inv):
                 x[a:b] = xa
@@ -249,79 +181,58 @@ class Partition:
     def _sampled(self, a: int, stride: int) -> bool:
         return ((self.offset + a) // self.chunk) % stride == 0
 
-    def _soft_factorised(
-        self, a: int, b: int, pi: torch.Tensor, tau: float
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        r = pi.index_select(0, self.seg[a:b])
-        if self.weight is not None:
-            r.mul_(self.weight[a:b])
-        torch.sub(self.problem.revenue[a:b], r, out=r)
-        return _softmax_with_null(r, tau)
-
     def _soft_sparse(
         self, a: int, b: int, lam_c: torch.Tensor, tau: float
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, int]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, int, torch.Tensor]:
         e0, e1 = self.ptr[a], self.ptr[b]
         flat = self.flat[e0:e1] - a * self.m
         r = self.problem.revenue[a:b].clone()
         r.view(-1).index_add_(0, flat, self.vals[e0:e1] * lam_c[self.kk[e0:e1]], alpha=-1)
-        p, lse, best, _ = _softmax_with_null(r, tau)
-        return p, lse, best, flat, e0, e1
+        p, lse, best, total = softmax_with_null(r, tau)
+        return p, lse, best, flat, e0, e1, total
 
     def _sparse_hessian(
         self,
         a: int,
         b: int,
         p: torch.Tensor,
-        pv: torch.Tensor,
+        total: torch.Tensor,
         flat: torch.Tensor,
         e0: int,
         e1: int,
         tau: float,
-    ) -> torch.Tensor:
-        k_num = self.num_k
-        mu = torch.zeros((b - a) * k_num, dtype=self.dtype, device=self.device)
-        mu.index_add_(
-            0, torch.div(flat, self.m, rounding_mode="floor") * k_num + self.kk[e0:e1], pv
-        )
-        mu = mu.view(b - a, k_num)
-        out = -(mu.T @ mu).double().reshape(-1)
-        first, second = self._entry_pairs()
-        lo, hi = torch.searchsorted(first, torch.tensor([e0, e1], device=self.device)).tolist()
-        f, s = first[lo:hi], second[lo:hi]
-        contrib = (self.vals[f] * self.vals[s] * p.view(-1)[self.flat[f] - a * self.m]).double()
-        out.index_add_(0, self.kk[f] * k_num + self.kk[s], contrib)
-        off = f != s
-        out.index_add_(0, self.kk[s[off]] * k_num + self.kk[f[off]], contrib[off])
-        return out / tau
+    ) -> tuple[int, torch.Tensor]:
+        """Users summed and ``sum_i Cov_{p_i}(m_i) / tau`` over users ``[a, b)``.
 
-    def _entry_pairs(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pairs of non-zeros ``(e, e')``, ``e <= e'``, of the same ``(i, j)``, sorted by ``e``."""
-        if self._pairs is None:
-            firsts, seconds = [], []
-            nnz = self.flat.numel()
-            d = 0
-            while d < nnz:
-                e = torch.arange(nnz - d, device=self.device)
-                same = self.flat[: nnz - d] == self.flat[d:]
-                if not bool(same.any()):
-                    break
-                firsts.append(e[same])
-                seconds.append(e[same] + d)
-                d += 1
-            f = (
-                torch.cat(firsts)
-                if firsts
-                else torch.zeros(0, dtype=torch.long, device=self.device)
-            )
-            s = (
-                torch.cat(seconds)
-                if seconds
-                else torch.zeros(0, dtype=torch.long, device=self.device)
-            )
-            order = torch.argsort(f, stable=True)
-            self._pairs = (f[order], s[order])
-        return self._pairs
+        As in the factorised form, users whose choice is within ``HESSIAN_SPREAD`` of one-hot
+        are left out, and so are entries of probability below ``SPARSE_P_FLOOR`` (both below
+        float32's rounding of the rest): the second moment is then one dense product over the
+        few ``(user, item)`` rows left, ``D^T diag(p) D``.
+        """
+        k_num, m = self.num_k, self.m
+        keep_u = total > 1.0 + HESSIAN_SPREAD
+        kept = int(keep_u.sum())
+        out = torch.zeros(k_num * k_num, dtype=torch.float64, device=self.device)
+        if kept == 0:
+            return 0, out
+        pf = p.view(-1)
+        pe = pf[flat]
+        user = torch.div(flat, m, rounding_mode="floor")
+        es = (keep_u[user] & (pe > SPARSE_P_FLOOR)).nonzero().squeeze(1)
+        if es.numel() == 0:
+            return kept, out
+        f, k, v = flat[es], self.kk[e0:e1][es], self.vals[e0:e1][es]
+        mu = torch.zeros((b - a) * k_num, dtype=self.dtype, device=self.device)
+        mu.index_add_(0, user[es] * k_num + k, v * pe[es])
+        mu_k = mu.view(b - a, k_num)[keep_u]
+        # entries are sorted by (user, item): consecutive runs share a row of D
+        rows_f, inv = torch.unique_consecutive(f, return_inverse=True)
+        dense = torch.zeros(rows_f.numel() * k_num, dtype=self.dtype, device=self.device)
+        dense[inv * k_num + k] = v
+        dense = dense.view(-1, k_num)
+        t1 = (dense * pf[rows_f][:, None]).T @ dense
+        out += (t1 - mu_k.T @ mu_k).double().reshape(-1)
+        return kept, out / tau
 
     def _sparse_allocations(self, inv: torch.Tensor):  # type: ignore[no-untyped-def]
         assert self._last is not None
@@ -329,45 +240,7 @@ class Partition:
         lam_c, inv_c = lam.to(self.dtype), inv.to(self.dtype)
         for a in range(0, self.n, self.chunk):
             b = min(a + self.chunk, self.n)
-            p, _, _, flat, e0, e1 = self._soft_sparse(a, b, lam_c, tau)
+            p, _, _, flat, e0, e1, _ = self._soft_sparse(a, b, lam_c, tau)
             sigma = torch.ones(p.numel(), dtype=self.dtype, device=self.device)
             sigma.scatter_reduce_(0, flat, inv_c[self.kk[e0:e1]], reduce="amin")
             yield a, b, p * sigma.view_as(p), flat, e0, e1
-
-    def _sigma_factorised(self, inv: torch.Tensor) -> torch.Tensor:
-        # the least inv[k] over the resources each (segment, item) consumes, 1 if none;
-        # resources in groups of about 1M (segment, item) entries
-        g_num = self.s64.shape[1]
-        sigma = torch.ones(g_num, self.m, dtype=torch.float64, device=self.device)
-        over = (inv < 1).nonzero().flatten()
-        step = max(1, (1 << 20) // max(1, g_num * self.m))
-        for a in range(0, over.numel(), step):
-            ks = over[a : a + step]
-            hit = (self.s64[ks] > 0)[:, :, None] & (self.w64[ks] > 0)[:, None, :]
-            cap = torch.where(
-                hit, inv[ks][:, None, None], torch.ones((), dtype=torch.float64, device=self.device)
-            )
-            sigma = torch.minimum(sigma, cap.amin(0))
-        return sigma
-
-
-def _softmax_with_null(
-    r: torch.Tensor, tau: float
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``softmax([0, r] / tau)`` without the null column, ``tau * logsumexp``, ``max(0, max r)``
-    and the softmax's denominator ``total`` (``>= 1``; the likeliest option has probability
-    ``1 / total``).
-
-    ``r`` is overwritten with the probabilities. Exponents are clamped at ``EXP_FLOOR`` (a
-    term of ``exp(-80)`` instead of a smaller one: immaterial next to the leading ``exp(0)``).
-    """
-    best = (
-        r.amax(1).clamp_min_(0)
-        if r.shape[1]
-        else torch.zeros(r.shape[0], dtype=r.dtype, device=r.device)
-    )
-    r.sub_(best[:, None]).mul_(1.0 / tau).clamp_min_(EXP_FLOOR).exp_()
-    total = r.sum(1).add_(torch.exp((best * (-1.0 / tau)).clamp_min_(EXP_FLOOR)))
-    r.div_(total[:, None])
-    lse = total.log().mul_(tau).add_(best)
-    return r, lse, best, total

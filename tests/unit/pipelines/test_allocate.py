@@ -118,3 +118,95 @@ def test_the_planner_prices_a_scarce_budget_from_recent_requests(catalogue: Path
     assert step.memory_duals is not None and step.memory_duals[1] > 0
     [[after]] = r.run([req(999, [1.0, 1.5, 4.0])])
     assert after.data["item"] != 2  # priced out: the scarce item is kept for later requests
+
+
+@pytest.fixture
+def mixed_catalogue(tmp_path: Path) -> Path:
+    # resource 0: a money budget of 10 counting expected spend (face 1, 2, 0 x the request's
+    # redemption probability); resource 1: the inventory of item 2, counting coupons
+    cons = FactorisedConsumption(
+        torch.tensor([[1.0, 2.0, 0.0], [0.0, 0.0, 1.0]]),
+        torch.ones(2, 1),
+        torch.zeros(1, dtype=torch.long),
+        weights={"redeem": torch.ones(1, 3)},
+        row_weight=("redeem", "count"),
+    )
+    problem = AllocationProblem(torch.ones(1, 3), torch.tensor([10.0, 3.0]), cons)
+    path = tmp_path / "mixed.npz"
+    save_problem(problem, path)
+    return path
+
+
+def wreq(i: int, scores: list[float], redeem: list[float]) -> CloudEvent:
+    return CloudEvent.create(
+        type="request",
+        source="/app",
+        id=f"w{i}",
+        data={"scores": scores, "segment": 0, "redeem": redeem},
+    )
+
+
+def test_mixed_catalogue_prices_and_counts_expected_spend(mixed_catalogue: Path) -> None:
+    r = runner(mixed_catalogue, weights={"redeem": "data.redeem"})
+    step = r.steps[0]
+    step.memory_duals = [1.0, 0.0]
+    step._read_at = -1e9
+    # weighted price of item 1: 2 x 0.1 = 0.2, so 3.5 - 0.2 beats 3 - 1 (unweighted it would not)
+    [[a]] = r.run([wreq(0, [3.0, 3.5, 0.0], [1.0, 0.1, 1.0])])
+    assert a.data["item"] == 1
+    assert step.used_budget() == pytest.approx([0.2, 0.0])
+    step.memory_duals = [0.0, 0.0]
+    step._read_at = -1e9
+    # item 1 at probability 0.5 spends 1 of the 9.8 left: 9 fit; item 2 counts coupons: 3 fit
+    outs = r.run([wreq(1 + i, [0.0, 1.0, 0.0], [0.5, 0.5, 0.5]) for i in range(12)])
+    assert [o[0].data["item"] for o in outs].count(1) == 9
+    outs = r.run([wreq(20 + i, [0.0, 0.0, 1.0], [0.01] * 3) for i in range(5)])
+    assert [o[0].data["item"] for o in outs].count(2) == 3
+    assert step.used_budget()[1] == 3.0
+
+
+def test_mixed_catalogue_planner(mixed_catalogue: Path) -> None:
+    r = runner(
+        mixed_catalogue,
+        weights={"redeem": "data.redeem"},
+        plan={"every_s": 0.001, "window": 100, "expected_requests": 1000},
+    )
+    [planner] = r.timers()
+    r.run([wreq(i, [1.0, 3.0, 4.0], [0.9, 0.9, 0.9]) for i in range(50)])
+    planner._last = 0.0
+    assert planner.tick()
+    duals = r.steps[0].memory_duals
+    assert duals is not None and duals[0] > 0 and duals[1] > 0
+
+
+@pytest.mark.parametrize(
+    ("weights", "expect"),
+    [
+        ({}, "has resources counting in weights ['redeem'] and the step gives no CEL for them"),
+        (
+            {"redeem": "data.redeem", "cost": "data.redeem"},
+            "weights ['cost'] are not weights of catalogue 'mixed.npz'",
+        ),
+    ],
+)
+def test_mixed_catalogue_config_errors(
+    mixed_catalogue: Path, weights: dict[str, str], expect: str
+) -> None:
+    import re
+
+    from eventbus.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(expect)):
+        runner(mixed_catalogue, weights=weights)
+
+
+def test_bad_weight_fails_the_request_alone(mixed_catalogue: Path) -> None:
+    r = runner(mixed_catalogue, weights={"redeem": "data.redeem"})
+    bad, ok = r.run(
+        [wreq(0, [1.0, 2.0, 3.0], [0.5, -1.0, 0.5]), wreq(1, [1.0, 2.0, 3.0], [1.0] * 3)]
+    )
+    assert (
+        isinstance(bad, Failure)
+        and "weights.redeem must be a list of 3 non-negative" in bad.message
+    )
+    assert ok[0].data["item"] == 2

@@ -33,6 +33,17 @@ def test_solve_file(tmp_path: Path) -> None:
     assert "solved: gap" in res.output
 
 
+def test_solve_mixed_file_and_generated(tmp_path: Path) -> None:
+    save_problem(generate_problem(150, 8, 9, seed=3, mixed=True), tmp_path / "mixed.pt")
+    res = runner.invoke(app, ["solve", str(tmp_path / "mixed.pt"), "--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    assert "solved: gap" in res.output
+    res = runner.invoke(app, ["solve", "--generate", "150,8,9", "--mixed", "--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["solve", str(tmp_path / "mixed.pt"), "--mixed"])
+    assert res.exit_code == 2 and "--mixed applies to --generate only" in res.output
+
+
 def test_solve_exit_codes(tmp_path: Path) -> None:
     assert runner.invoke(app, ["solve"]).exit_code == 2
     assert runner.invoke(app, ["solve", "--generate", "3,x"]).exit_code == 2

@@ -121,3 +121,19 @@ def test_cuda_without_cuda_is_an_error() -> None:
         pytest.skip("this machine has CUDA")
     with pytest.raises(SolverError, match="CUDA is not available"):
         solve(generate_problem(10, 4, 3), device="cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+@pytest.mark.parametrize("form", ["factorised", "mixed", "sparse"])
+def test_cuda_matches_cpu(form: str) -> None:
+    problem = generate_problem(2000, 20, 12, seed=5, mixed=form == "mixed")
+    if form == "sparse":
+        problem = problem.to_sparse()
+    cpu = solve(problem, gap=1e-4, device="cpu")
+    gpu = solve(problem, gap=1e-4, device="cuda", keep_allocation=True)
+    assert cpu.converged and gpu.converged
+    # both certificates bracket the same optimum
+    assert gpu.primal_value <= cpu.dual_value * (1 + 1e-6)
+    assert cpu.primal_value <= gpu.dual_value * (1 + 1e-6)
+    assert gpu.allocation is not None and gpu.allocation.device.type == "cuda"
+    assert bool((gpu.usage <= problem.budget.double()).all())

@@ -1,7 +1,9 @@
 """The ``allocate`` step: pick an item per request at the latest dual prices, within budgets.
 
-For each request event the step evaluates its revenue per item (``revenue:``, a CEL list) and
-its segment (``segment:``), picks ``argmax_j (c_j - λ·m_j)`` or nothing when every reduced
+For each request event the step evaluates its revenue per item (``revenue:``, a CEL list), its
+segment (``segment:``) and, for each named weight of the catalogue's resources (``weights:``, e.g.
+a redemption probability per item, so that a money budget counts expected spend), that weight
+per item; then it picks ``argmax_j (c_j - λ·m_j)`` or nothing when every reduced
 cost is negative (:func:`eventbus.solver.decide`, vectorised over the batch), and then asks the
 safeguard: a Lua script in Redis adds the item's consumption to the used amounts only if no
 budget would go past its limit, so no budget is ever exceeded, whichever replica decides.
@@ -16,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -76,6 +78,12 @@ class AllocateConfig(BaseModel):
     )
     segment: str = Field(
         default="0", min_length=1, description="CEL: the request's segment, an integer in [0, G)."
+    )
+    weights: dict[str, str] = Field(
+        default_factory=dict,
+        description="CEL per named weight of the catalogue (its row_weight): the request's weight for "
+        "each of the m items (a list of non-negative numbers). Resources counting in a weight use it; "
+        "'count' resources (and the unnamed 'weight' of older catalogues, when not given here) count 1.",
     )
     output: str = Field(
         default="item",
@@ -179,9 +187,14 @@ class AllocateStep(Step):
         self.budget = problem.budget.to(torch.float64)
         self.num_items = int(self._item_cost.shape[1])
         self.num_resources = int(self._item_cost.shape[0])
+        self._rows = _effective_rows(step_id, spec, tuple(cons.row_weight or ()))
         self._revenue = self._compile(spec.revenue)
         self._segment = self._compile(spec.segment)
-        self._build = activation_builder(self._revenue.variables | self._segment.variables)
+        self._weights = {name: self._compile(expr) for name, expr in sorted(spec.weights.items())}
+        variables = self._revenue.variables | self._segment.variables
+        for program in self._weights.values():
+            variables |= program.variables
+        self._build = activation_builder(variables)
         self._redis: Any = None
         self._reserve: Any = None
         self._used_key = keys.allocate_used(pipeline, step_id)
@@ -236,23 +249,26 @@ class AllocateStep(Step):
         import torch
 
         from eventbus.solver import decide
-        from eventbus.solver._problem import FactorisedConsumption
 
         self._refresh_duals()
         results: list[Any] = [None] * len(events)
         rows, segs, idx = [], [], []
+        wrows: dict[str, list[list[float]]] = {name: [] for name in self._weights}
         for i, e in enumerate(events):
             try:
                 act = self._build(e)
                 rev = self._revenue.evaluate(act)
                 seg = self._segment.evaluate(act)
-                if (
-                    not isinstance(rev, list)
-                    or len(rev) != self.num_items
-                    or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in rev)
-                ):
+                if not _numbers(rev, self.num_items):
                     msg = f"revenue must be a list of {self.num_items} numbers (one per item); got {rev!r:.80}"
                     raise TypeError(msg)
+                got: dict[str, list[float]] = {}
+                for name, program in self._weights.items():
+                    w = program.evaluate(act)
+                    if not _numbers(w, self.num_items) or min(w, default=0) < 0:
+                        msg = f"weights.{name} must be a list of {self.num_items} non-negative numbers (one per item); got {w!r:.80}"
+                        raise TypeError(msg)
+                    got[name] = w
                 if (
                     not isinstance(seg, int)
                     or isinstance(seg, bool)
@@ -262,6 +278,8 @@ class AllocateStep(Step):
                     raise ValueError(msg)
                 rows.append([float(x) for x in rev])
                 segs.append(int(seg))
+                for name, w in got.items():
+                    wrows[name].append([float(x) for x in w])
                 idx.append(i)
             except (cel.CELError, ValueError, TypeError) as exc:
                 self.errors += 1
@@ -271,17 +289,21 @@ class AllocateStep(Step):
         revenue = torch.tensor(rows, dtype=torch.float64)
         segment = torch.tensor(segs, dtype=torch.long)
         if self.spec.plan is not None:
-            self._record(rows, segs)
-        items = decide(
-            self.duals, revenue, FactorisedConsumption(self._item_cost, self._mask, segment)
-        ).tolist()
+            self._record(rows, segs, wrows)
+        weights = {name: torch.tensor(w, dtype=torch.float64) for name, w in wrows.items()}
+        batch = self.consumption(segment, weights)
+        items = decide(self.duals, revenue, batch).tolist()
         cons = []
-        for j, s in zip(items, segs):
-            cons.append(
-                [0.0] * self.num_resources
-                if j < 0
-                else (self._item_cost[:, j] * self._mask[:, s]).tolist()
-            )
+        for b, (j, s) in enumerate(zip(items, segs)):
+            if j < 0:
+                cons.append([0.0] * self.num_resources)
+                continue
+            use = self._item_cost[:, j] * self._mask[:, s]
+            for name, rows_k in batch.groups:
+                w = batch.weight_of(name)
+                if w is not None:
+                    use[rows_k] *= w[b, j]
+            cons.append(use.tolist())
         granted = self._reserve_budget([c for c, j in zip(cons, items) if j >= 0])
         g = iter(granted)
         for i, j in zip(idx, items):
@@ -299,11 +321,25 @@ class AllocateStep(Step):
             results[i] = e.replace(data=data)
         return results
 
-    def _record(self, rows: list[list[float]], segs: list[int]) -> None:
-        """Keep the latest requests (revenue row and segment) for the planner."""
+    def consumption(self, segment: Any, weights: dict[str, Any]) -> Any:
+        """The :class:`~eventbus.solver.FactorisedConsumption` of requests with these segments
+        and weights (a ``(B, m)`` tensor per name of ``weights:``)."""
+        from eventbus.solver import FactorisedConsumption
+
+        return FactorisedConsumption(
+            self._item_cost, self._mask, segment, weights=weights, row_weight=self._rows
+        )
+
+    def _record(
+        self, rows: list[list[float]], segs: list[int], wrows: dict[str, list[list[float]]]
+    ) -> None:
+        """Keep the latest requests (revenue row, segment, weights) for the planner."""
         assert self.spec.plan is not None
         window = self.spec.plan.window
-        entries = [json.dumps([r, g]) for r, g in zip(rows, segs)]
+        entries = [
+            json.dumps([r, g, {k: v[i] for k, v in wrows.items()}] if wrows else [r, g])
+            for i, (r, g) in enumerate(zip(rows, segs))
+        ]
         if self._redis is None:
             self.memory_window = (self.memory_window + entries)[-window:]
             self.memory_seen += len(entries)
@@ -376,7 +412,6 @@ class AllocatePlanner(Timer):
         import torch
 
         from eventbus.solver import AllocationProblem, solve
-        from eventbus.solver._problem import FactorisedConsumption
 
         now = time.monotonic()
         if now - self._last < self.plan.every_s:
@@ -393,7 +428,14 @@ class AllocatePlanner(Timer):
             entries, seen = list(step.memory_window), step.memory_seen
         if len(entries) < 10:
             return False
-        rows, segs = zip(*(json.loads(x) for x in entries))
+        names = sorted(step._weights)
+        decoded = [json.loads(x) for x in entries]
+        if names:  # entries recorded before the step had these weights are left out
+            decoded = [d for d in decoded if len(d) >= 3 and sorted(d[2]) == names]
+            if len(decoded) < 10:
+                return False
+        rows, segs = [d[0] for d in decoded], [d[1] for d in decoded]
+        weights = {k: torch.tensor([d[2][k] for d in decoded], dtype=torch.float64) for k in names}
         w = len(rows)
         remaining = (step.budget - torch.tensor(step.used_budget(), dtype=torch.float64)).clamp_min(
             1e-9
@@ -402,9 +444,7 @@ class AllocatePlanner(Timer):
         problem = AllocationProblem(
             torch.tensor(rows, dtype=torch.float64),
             remaining * share,
-            FactorisedConsumption(
-                step._item_cost, step._mask, torch.tensor(segs, dtype=torch.long)
-            ),
+            step.consumption(torch.tensor(segs, dtype=torch.long), weights),
         )
         result = solve(problem, gap=self.plan.gap, warm_start=self._previous, device="cpu")
         self._previous = result
@@ -422,6 +462,38 @@ class AllocatePlanner(Timer):
         return None
 
 
+def _numbers(value: object, m: int) -> TypeGuard[list[float]]:
+    return (
+        isinstance(value, list)
+        and len(value) == m
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
+    )
+
+
+def _effective_rows(step_id: str, spec: AllocateConfig, rows: tuple[str, ...]) -> tuple[str, ...]:
+    """Each resource's weight as the step applies it; ConfigError for a weight without CEL."""
+    from eventbus.solver._factorised import COUNT
+
+    used = sorted({r for r in rows if r != COUNT})
+    unknown = sorted(set(spec.weights) - set(used))
+    if unknown:
+        msg = (
+            f"step {step_id!r}: weights {unknown} are not weights of catalogue {spec.catalogue!r} "
+            f"(its resources count in {used or 'no weight'}); remove them or fix the names"
+        )
+        raise ConfigError(msg)
+    # the unnamed 'weight' of older catalogues was never applied by this step: it still counts 1
+    missing = [r for r in used if r not in spec.weights and r != "weight"]
+    if missing:
+        msg = (
+            f"step {step_id!r}: catalogue {spec.catalogue!r} has resources counting in weights "
+            f"{missing} and the step gives no CEL for them; add weights: {{{missing[0]}: <CEL list of "
+            f"the request's {missing[0]} per item>}}"
+        )
+        raise ConfigError(msg)
+    return tuple(r if r in spec.weights else COUNT for r in rows)
+
+
 def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:
     if not isinstance(raw, dict):
         return []
@@ -429,6 +501,10 @@ def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:
         ((field,), raw[field], False)
         for field in ("revenue", "segment")
         if isinstance(raw.get(field), str) and raw[field]
+    ] + [
+        (("weights", name), expr, False)
+        for name, expr in (raw.get("weights") or {}).items()
+        if isinstance(raw.get("weights"), dict) and isinstance(expr, str) and expr
     ]
 
 
