@@ -169,9 +169,9 @@ class RedisDeduper:
     """
 
     def __init__(self, redis_url: str, pipeline: str, window_s: float) -> None:
-        import redis.asyncio as aioredis
+        from eventbus._internal.redis_client import connect_async
 
-        self._redis = aioredis.Redis.from_url(redis_url)
+        self._redis = connect_async(redis_url)
         self._prefix = keys.dedupe_prefix(pipeline)
         self._window_ms = int(window_s * 1000)
         self._mark = self._redis.register_script(_MARK)

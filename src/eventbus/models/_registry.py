@@ -45,11 +45,11 @@ class ModelRegistry:
     """
 
     def __init__(self, redis_url: str) -> None:
-        import redis
+        from eventbus._internal.redis_client import connect
 
         self.redis_url = redis_url
         # No decode_responses: every reply is bytes (redis's types say ``bytes | str``).
-        self._r = redis.Redis.from_url(redis_url, socket_timeout=10)
+        self._r = connect(redis_url, socket_timeout=10)
 
     # -- versions ---------------------------------------------------------------------------
     def add_version(

@@ -16,9 +16,9 @@ import uuid
 from typing import Any
 
 import ray
-import redis
 
 from eventbus._internal import keys
+from eventbus._internal.redis_client import connect
 from eventbus.errors import DeployError, PipelineNotFoundError
 from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.pipelines._config import PipelineConfig
@@ -57,7 +57,7 @@ class Controller:
         self.kafka_client_doc = kafka_client
         self.kafka_client = KafkaClientConfig.model_validate(kafka_client) if kafka_client else None
         self.redis_url = redis_url
-        self._redis = redis.Redis.from_url(redis_url, decode_responses=True)
+        self._redis = connect(redis_url, decode_responses=True)
         self._serve_started = False
         from eventbus.serving._models import ModelControl
 

@@ -98,10 +98,10 @@ def duals_key(pipeline: str, step: str) -> str:
 
 def publish_duals(redis_url: str, pipeline: str, step: str, duals: Any) -> None:
     """Publish λ to a pipeline's ``allocate`` step; replicas pick it up within ``refresh_s``."""
-    import redis
+    from eventbus._internal.redis_client import connect
 
     values = [float(x) for x in (duals.tolist() if hasattr(duals, "tolist") else duals)]
-    redis.Redis.from_url(redis_url).set(duals_key(pipeline, step), json.dumps(values))
+    connect(redis_url).set(duals_key(pipeline, step), json.dumps(values))
 
 
 _RESERVE = """
@@ -194,9 +194,9 @@ class AllocateStep(Step):
         self.memory_seen = 0
         self._duals_key = duals_key(pipeline, step_id)
         if redis_url:
-            import redis
+            from eventbus._internal.redis_client import connect
 
-            self._redis = redis.Redis.from_url(redis_url, socket_timeout=10)
+            self._redis = connect(redis_url, socket_timeout=10)
             self._reserve = self._redis.register_script(_RESERVE)
         self.used = [0.0] * self.num_resources  # in-memory mode
         self.duals = torch.zeros(self.num_resources, dtype=torch.float64)

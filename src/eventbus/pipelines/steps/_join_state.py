@@ -168,9 +168,9 @@ class JoinState(Protocol):
 
 def connect(redis_url: str) -> Any:
     """A Redis client for step state."""
-    import redis
+    from eventbus._internal.redis_client import connect as connect_redis
 
-    return redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5)
+    return connect_redis(redis_url, socket_timeout=10, socket_connect_timeout=5)
 
 
 def call_script(script: Any, args: list[Any]) -> Any:
