@@ -31,6 +31,7 @@ def test_tls_acl_clients_sync_and_async(redis_tls: RedisTls) -> None:
     r = connect(url)
     assert r.acl_whoami() in ("eventbus", b"eventbus")
     r.set("eventbus:probe", "1")
+    r.close()
 
     async def probe() -> bytes:
         a = connect_async(url)

@@ -116,7 +116,7 @@ class Gateway:
         return True
 
     async def _publish_figures(self, field: str, final: bool = False) -> None:
-        """Write this gateway's sync counts per pipeline to ``eventbus:stats:<pipeline>``
+        """Write this gateway's sync counts per pipeline to ``eventbus:stats:{<pipeline>}``
         (role ``gateway``): every gateway's, so any gateway or ``eventbus status`` shows
         totals that include the sync calls."""
         from eventbus.serving._figures import write_entry

@@ -82,8 +82,10 @@ class ModelRegistry:
         pipe = self._r.pipeline(transaction=True)
         pipe.set(keys.model_blob(name, version), blob)
         pipe.hset(key, f"v:{version}", json.dumps(record))
-        pipe.sadd(keys.MODELS, name)
         pipe.execute()
+        # The name set has its own slot in a Redis Cluster (the model's keys share the
+        # model's hash tag): listed once the version is stored, so a listed model has one.
+        self._r.sadd(keys.MODELS, name)
         return version
 
     def exists(self, name: str) -> bool:

@@ -128,7 +128,7 @@ class Controller:
         if rollback_of is not None:
             record["rollback_of"] = rollback_of
         versions_key = keys.pipeline_versions(name)
-        with self._redis.pipeline() as tx:
+        with self._redis.pipeline(transaction=True) as tx:
             tx.hset(keys.PIPELINES, name, json.dumps(record))
             tx.hset(versions_key, str(version), json.dumps(record))
             tx.hdel(
@@ -294,7 +294,7 @@ class Controller:
             return
         state.update(status=status, reason=reason, ended_at=time.time(), weight=0, **extra)
         log.info("canary of %r %s: %s", name, status, reason)
-        with self._redis.pipeline() as tx:
+        with self._redis.pipeline(transaction=True) as tx:
             tx.set(key, json.dumps(state), ex=7 * 86400)
             tx.delete(keys.canary_figures(name))
             tx.execute()
