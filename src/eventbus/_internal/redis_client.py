@@ -42,6 +42,7 @@ __all__ = [
 #: surface as a ``TypeError`` deep inside the first connection).
 QUERY_PARAMETERS = frozenset(
     {
+        "db",
         "ssl_ca_certs",
         "ssl_ca_path",
         "ssl_certfile",
@@ -100,7 +101,8 @@ def _parse(url: str) -> tuple[str, bool]:
             f"got /{parts.path.strip('/')} (drop the path)"
         )
         raise ConfigError(msg)
-    return urlunsplit(parts._replace(scheme=scheme)), cluster
+    # the URL as given, but for the scheme (urlunsplit would turn unix:///path into unix:/path)
+    return scheme + url[len(parts.scheme) :], cluster
 
 
 def is_cluster(url: str) -> bool:

@@ -49,7 +49,7 @@ def test_unknown_scheme_and_parameter_are_named_with_the_password_redacted() -> 
         connect("redis-cluster://u:hunter2@h:1")
     assert "hunter2" not in str(info.value)
     with pytest.raises(
-        ConfigError, match=re.escape("unknown query parameter(s) ssl_ca; known: health_check")
+        ConfigError, match=re.escape("unknown query parameter(s) ssl_ca; known: db, health_check")
     ) as info:
         connect(URL + "?ssl_ca=/ca.pem")
     assert "hunter2" not in str(info.value) and "eventbus:***@10.0.0.5:6380" in str(info.value)
@@ -99,3 +99,8 @@ def test_every_redis_client_comes_from_the_factory() -> None:
         if makers.search(line)
     ]
     assert found == []
+
+
+def test_unix_socket_urls_are_kept() -> None:
+    r = connect("unix:///tmp/redis.sock?db=2")
+    assert r.connection_pool.connection_kwargs["path"] == "/tmp/redis.sock"
