@@ -12,4 +12,5 @@ pytest_plugins = [
     "tests.fixtures.services",
     "tests.fixtures.ray_stack",
     "tests.fixtures.http_receiver",
+    "tests.fixtures.redis_secure",
 ]

@@ -128,9 +128,9 @@ def read_registry(
     Returns an empty list when nothing was registered yet.
     """
     if keeper_redis is not None:
-        import redis
+        from eventbus._internal.redis_client import connect
 
-        r = redis.Redis.from_url(keeper_redis, socket_timeout=2.0, socket_connect_timeout=2.0)
+        r = connect(keeper_redis, socket_timeout=2.0, socket_connect_timeout=2.0)
         try:
             raw = r.get(KEEPER_KEY)
         finally:

@@ -1,10 +1,17 @@
 """The Redis key layout: every key EventBus reads or writes, one constant or function each.
 
 This module imports nothing from ``eventbus``, so every layer may use it. The key strings are
-a storage format: existing data in users' Redis must stay readable, so a spelling here never
-changes (``tests/unit/test_keys.py`` pins them). ``<pipeline>`` is a pipeline name
+a storage format (``tests/unit/test_keys.py`` pins them). ``<pipeline>`` is a pipeline name
 (``^[a-z][a-z0-9-]{0,47}$``), ``<step>`` a step id (``^[a-z][a-z0-9_]*$``), ``<name>`` a
 model name. Pipeline names and step ids hold no ``:``, so no two families overlap.
+
+Redis Cluster: the part of a key in ``{...}`` (its hash tag) alone picks its slot. Keys that
+one Lua script or one ``MULTI`` transaction touches share a tag, so each touches one slot:
+``{control}`` for the control plane, ``{<pipeline>:<step>}`` for a step's state,
+``{<pipeline>}`` for a pipeline's dedupe marks, ``{<name>}`` for one model. Keys only ever
+touched one at a time (the replay marks) carry no tag and spread over the cluster. The tags
+came in with Redis Cluster support: state written by an earlier EventBus under the old
+untagged names is not read back (see the README's upgrade note).
 
 Control plane (the controller, ``serving``):
 
@@ -77,6 +84,7 @@ __all__ = [
     "canary_pipeline",
     "dedupe_prefix",
     "duals",
+    "hash_tag",
     "join_prefix",
     "model",
     "model_blob",
@@ -92,32 +100,35 @@ PREFIX = "eventbus:"
 
 # -- control plane ---------------------------------------------------------------------------
 
+#: The control plane's hash tag: its transactions span several of its keys.
+_CONTROL = PREFIX + "{control}:"
+
 #: Hash: pipeline name -> JSON record of the deployed pipeline.
-PIPELINES = PREFIX + "pipelines"
+PIPELINES = _CONTROL + "pipelines"
 
 
 def pipeline_versions(name: str) -> str:
     """Hash: version number -> JSON record of every kept version of pipeline ``name``."""
-    return f"{PREFIX}pipeline-versions:{name}"
+    return f"{_CONTROL}pipeline-versions:{name}"
 
 
 def canary(pipeline: str) -> str:
     """String: JSON of the pipeline's running canary (YAML, document, schedule, weight)."""
-    return f"{PREFIX}canary:{pipeline}"
+    return f"{_CONTROL}canary:{pipeline}"
 
 
 #: ``SCAN`` pattern of every :func:`canary` key (not the :func:`canary_figures` ones).
-CANARY_PATTERN = PREFIX + "canary:*"
+CANARY_PATTERN = _CONTROL + "canary:*"
 
 
 def canary_pipeline(key: str) -> str:
     """The pipeline name of a :func:`canary` key (as found by :data:`CANARY_PATTERN`)."""
-    return key[len(PREFIX) + len("canary:") :]
+    return key[len(_CONTROL) + len("canary:") :]
 
 
 def canary_figures(pipeline: str) -> str:
     """Hash: replica id -> JSON of the canary's and the stable version's figures."""
-    return f"{PREFIX}canary-figures:{pipeline}"
+    return f"{_CONTROL}canary-figures:{pipeline}"
 
 
 # -- observability ---------------------------------------------------------------------------
@@ -125,7 +136,7 @@ def canary_figures(pipeline: str) -> str:
 
 def stats(pipeline: str) -> str:
     """Hash: entry id (replica, source actor, gateway) -> JSON of its live or final figures."""
-    return f"{PREFIX}stats:{pipeline}"
+    return f"{PREFIX}stats:{{{pipeline}}}"
 
 
 # -- delivery --------------------------------------------------------------------------------
@@ -134,7 +145,7 @@ def stats(pipeline: str) -> str:
 def dedupe_prefix(pipeline: str) -> str:
     """Prefix of the dedupe keys (strings with a TTL, one per delivered output event; the
     suffix is a digest of its ``source`` + ``id``)."""
-    return f"{PREFIX}dedupe:{pipeline}:"
+    return f"{PREFIX}dedupe:{{{pipeline}}}:"
 
 
 # -- gateway -----------------------------------------------------------------------------------
@@ -142,7 +153,8 @@ def dedupe_prefix(pipeline: str) -> str:
 
 def replay(pipeline: str, signature: str) -> str:
     """String ``1`` with a TTL (the rest of the replay window): a valid HMAC signature of a
-    request to ``pipeline`` (hex, as sent), seen once already."""
+    request to ``pipeline`` (hex, as sent), seen once already. No hash tag: each is set
+    alone (``SET NX``), so they spread over a cluster's slots."""
     return f"{PREFIX}replay:{pipeline}:{signature}"
 
 
@@ -152,7 +164,7 @@ def replay(pipeline: str, signature: str) -> str:
 def join_prefix(pipeline: str, step: str) -> str:
     """Prefix of a join step's state: ``k:<key>`` (hash), ``due`` and ``claim`` (sorted
     sets); the Lua scripts append the suffixes."""
-    return f"{PREFIX}join:{pipeline}:{step}:"
+    return f"{PREFIX}join:{{{pipeline}:{step}}}:"
 
 
 #: The keys of an aggregate step, in the order its Lua scripts declare them as KEYS.
@@ -168,7 +180,7 @@ def aggregate_keys(pipeline: str, step: str) -> list[str]:
 
 
 def _allocate(pipeline: str, step: str, what: str) -> str:
-    return f"{PREFIX}allocate:{pipeline}:{step}:{what}"
+    return f"{PREFIX}allocate:{{{pipeline}:{step}}}:{what}"
 
 
 def allocate_used(pipeline: str, step: str) -> str:
@@ -193,7 +205,7 @@ def allocate_plan_lock(pipeline: str, step: str) -> str:
 
 def duals(pipeline: str, step: str) -> str:
     """String: JSON list of an allocate step's dual prices (λ)."""
-    return f"{PREFIX}duals:{pipeline}:{step}"
+    return f"{PREFIX}duals:{{{pipeline}:{step}}}"
 
 
 # -- models ----------------------------------------------------------------------------------
@@ -205,7 +217,7 @@ MODELS = PREFIX + "models"
 def model(name: str) -> str:
     """Hash: a model's version counter, serving version, split, revision, options and
     version records (``v:<N>``)."""
-    return f"{MODELS}:{name}"
+    return f"{MODELS}:{{{name}}}"
 
 
 def model_blob(name: str, version: int) -> str:
@@ -227,3 +239,14 @@ def model_labelled(name: str) -> str:
 
 #: String: JSON registry of the clusters (in the keeper's Redis).
 KEEPER_CLUSTERS = PREFIX + "keeper:clusters"
+
+
+def hash_tag(key: str) -> str:
+    """The part of ``key`` Redis Cluster hashes to pick its slot (its first ``{...}``, or the
+    whole key when it has none), as the cluster specification defines it."""
+    start = key.find("{")
+    if start >= 0:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            return key[start + 1 : end]
+    return key

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eventbus._internal.redis_client import check_redis, redact
 from eventbus._internal.services import (
     ServiceProcess,
     free_port,
@@ -28,7 +29,7 @@ from eventbus._internal.services import (
 )
 from eventbus.errors import StackError
 
-__all__ = ["Stack", "load_stack", "stack_down", "stack_status", "stack_up"]
+__all__ = ["Stack", "load_stack", "redact", "stack_down", "stack_status", "stack_up"]
 
 #: The environment of the Ray processes EventBus starts. Serve replicas run the pipeline's
 #: code on their own event loop instead of a second thread's (a cross-thread hop per request
@@ -104,7 +105,10 @@ def stack_up(
         home: the state directory (logs, ``stack.json``).
         ray_address: an existing Ray cluster; None starts a local head node.
         kafka_bootstrap: an existing Kafka cluster; None starts the Tansu broker.
-        redis_url: an existing Redis; None starts a local redis-server.
+        redis_url: an existing Redis (``redis://``, ``rediss://`` with TLS, ``USER:PASSWORD@``
+            an ACL user, ``redis+cluster://`` a Redis Cluster: see
+            :mod:`eventbus._internal.redis_client`), pinged first; None starts a local
+            redis-server.
         num_cpus: CPUs the local Ray head offers (default: all).
         gateway: start the HTTP/gRPC gateway too.
         http_port: the gateway's HTTP port (a free one when taken).
@@ -116,7 +120,8 @@ def stack_up(
             an existing cluster; recorded, and handed to the gateway and the controller.
 
     Raises:
-        StackError: a part failed to start; the parts this call started are stopped again.
+        StackError: a part failed to start (or the given Redis refused us: the message names
+            why and the fix); the parts this call started are stopped again.
     """
     existing = load_stack(home)
     if existing is not None and stack_status(home)["healthy"]:
@@ -132,7 +137,9 @@ def stack_up(
             started.append(svc)
             kafka_bootstrap = svc.address
             owned["kafka"] = {"pid": svc.pid, "log": str(svc.log_path)}
-        if redis_url is None:
+        if redis_url is not None:
+            check_redis(redis_url)
+        else:
             svc = start_redis(
                 data_dir=home / "redis",
                 detach=True,
@@ -298,19 +305,6 @@ def _redis_password(home: Path) -> str:
     path = home / "redis_password"
     write_private(path, secrets.token_hex(32), replace=False)
     return path.read_text(encoding="utf-8").strip()
-
-
-def redact(url: str) -> str:
-    """A URL for display: its password (``redis://:PASSWORD@host``) replaced by ``***``."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _make_token(home: Path) -> str:

@@ -58,7 +58,12 @@ err = Console(stderr=True)
 
 RayOpt: Any = typer.Option(None, "--ray-address", help="Ray cluster address (host:port).")
 KafkaOpt: Any = typer.Option(None, "--kafka-bootstrap", help="Kafka bootstrap servers.")
-RedisOpt: Any = typer.Option(None, "--redis-url", help="Redis URL (redis://host:port/db).")
+RedisOpt: Any = typer.Option(
+    None,
+    "--redis-url",
+    help="Redis URL: redis://[USER:PASSWORD@]HOST:PORT/DB, rediss://... (TLS; "
+    "?ssl_ca_certs=CA.pem), redis+cluster://HOST:PORT (Redis Cluster).",
+)
 KafkaConfigOpt: Any = typer.Option(
     None,
     "--kafka-config",

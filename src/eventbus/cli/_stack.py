@@ -49,6 +49,12 @@ def up(
     kafka_bootstrap: str | None = KafkaOpt,
     redis_url: str | None = RedisOpt,
     kafka_config: Path | None = KafkaConfigOpt,
+    redis_ca: Path | None = typer.Option(
+        None,
+        "--redis-ca",
+        help="CA bundle (PEM) that signed the TLS certificate of --redis-url "
+        "(rediss://); the same as ?ssl_ca_certs=FILE in the URL.",
+    ),
     num_cpus: int | None = typer.Option(None, help="CPUs of the local Ray head (default: all)."),
     gateway: bool = typer.Option(
         True, "--gateway/--no-gateway", help="Start the HTTP/gRPC gateway."
@@ -64,6 +70,15 @@ def up(
     from eventbus._internal.stack import stack_status, stack_up
 
     addr = Addresses(ray_address, kafka_bootstrap, redis_url, kafka_config)
+    if redis_ca is not None:
+        from eventbus._internal.redis_client import with_ca
+
+        if addr.redis is None:
+            fail("--redis-ca needs --redis-url (a rediss:// URL of an existing Redis)", EXIT_USAGE)
+        try:
+            addr.redis = with_ca(addr.redis, redis_ca)
+        except EventBusError as exc:
+            fail(str(exc), EXIT_USAGE)
     with out.status("starting the EventBus stack..."):
         try:
             stack_up(
@@ -91,13 +106,13 @@ def _restore_pipelines(addr: Addresses) -> None:
     controller restores them when it starts), before `up` returns."""
     import redis
 
+    from eventbus._internal.redis_client import connect, explain
+
     addr.fill_from_stack(("ray", "kafka", "redis"))
     try:
-        stored = redis.Redis.from_url(addr.redis or "").hlen(keys.PIPELINES)
+        stored = connect(addr.redis or "").hlen(keys.PIPELINES)
     except redis.RedisError as exc:
-        from eventbus._internal.stack import redact
-
-        fail(f"cannot read the pipelines in Redis at {redact(addr.redis or '')}: {exc}")
+        fail(f"cannot read the pipelines: {explain(addr.redis or '', exc)}")
     if not stored:
         return
     with out.status(f"restoring {stored} pipeline(s) from Redis..."):

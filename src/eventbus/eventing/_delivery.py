@@ -133,17 +133,18 @@ def dedupe_key(event: CloudEvent | KafkaRecord) -> str | None:
 
 
 #: Claim outputs before a send: new keys get the pending value (returned as ''), the others
-#: return what they hold ('1': delivered; 'P...': pending, sender unknown).
+#: return what they hold ('1': delivered; 'P...': pending, sender unknown). The keys are
+#: KEYS, all of one pipeline's hash tag (one Redis Cluster slot).
 _CLAIM = """
 local px = ARGV[1]
 local pending = ARGV[2]
 local out = {}
-for i = 3, #ARGV do
-  local cur = redis.call('GET', ARGV[i])
+for i = 1, #KEYS do
+  local cur = redis.call('GET', KEYS[i])
   if cur then
     out[#out + 1] = cur
   else
-    redis.call('SET', ARGV[i], pending, 'PX', px)
+    redis.call('SET', KEYS[i], pending, 'PX', px)
     out[#out + 1] = ''
   end
 end
@@ -152,10 +153,10 @@ return out
 
 _MARK = """
 local px = ARGV[1]
-for i = 2, #ARGV do
-  redis.call('SET', ARGV[i], '1', 'PX', px)
+for i = 1, #KEYS do
+  redis.call('SET', KEYS[i], '1', 'PX', px)
 end
-return #ARGV - 1
+return #KEYS
 """
 
 
@@ -164,14 +165,14 @@ class RedisDeduper:
 
     Args:
         redis_url: the Redis server.
-        pipeline: the pipeline (keys are ``eventbus:dedupe:<pipeline>:<digest>``).
+        pipeline: the pipeline (keys are ``eventbus:dedupe:{<pipeline>}:<digest>``).
         window_s: how long a delivered event is remembered.
     """
 
     def __init__(self, redis_url: str, pipeline: str, window_s: float) -> None:
-        import redis.asyncio as aioredis
+        from eventbus._internal.redis_client import connect_async
 
-        self._redis = aioredis.Redis.from_url(redis_url)
+        self._redis = connect_async(redis_url)
         self._prefix = keys.dedupe_prefix(pipeline)
         self._window_ms = int(window_s * 1000)
         self._mark = self._redis.register_script(_MARK)
@@ -209,7 +210,7 @@ class RedisDeduper:
         where = "" if positions is None else ",".join(f"{p}={o}" for p, o in positions.items())
         own = f"P{os.urandom(6).hex()}|{topic}|{where}"
         try:
-            found = await self._claim(args=[self._window_ms, own, *wanted])
+            found = await self._claim(keys=wanted, args=[self._window_ms, own])
         except Exception as e:  # noqa: BLE001
             self.errors += 1
             log.warning("dedupe: Redis did not answer (%s); delivering without dedupe", e)
@@ -285,9 +286,9 @@ class RedisDeduper:
         if not wanted:
             return
         try:
-            # One script call with every key as an argument: packing thousands of separate
+            # One script call with every key in KEYS: packing thousands of separate
             # SET commands costs more Python time than Redis spends on them.
-            await self._mark(args=[self._window_ms, *wanted])
+            await self._mark(keys=wanted, args=[self._window_ms])
         except Exception as e:  # noqa: BLE001
             self.errors += 1
             log.warning("dedupe: marks not written (%s); a redelivery may duplicate", e)

@@ -1,7 +1,7 @@
 """The gateway's read side of observability: pipelines' figures from Redis, on request.
 
 :class:`Observer` reads the pipelines (``eventbus:pipelines``) and their figures
-(``eventbus:stats:<name>``) with asyncio Redis; :func:`add_observability_routes` serves them
+(``eventbus:stats:{<name>}``) with asyncio Redis; :func:`add_observability_routes` serves them
 as ``/metrics``, ``/v1/stats``, ``/v1/pipelines/{name}/stats`` and the dashboard page.
 """
 

@@ -116,7 +116,7 @@ class Gateway:
         return True
 
     async def _publish_figures(self, field: str, final: bool = False) -> None:
-        """Write this gateway's sync counts per pipeline to ``eventbus:stats:<pipeline>``
+        """Write this gateway's sync counts per pipeline to ``eventbus:stats:{<pipeline>}``
         (role ``gateway``): every gateway's, so any gateway or ``eventbus status`` shows
         totals that include the sync calls."""
         from eventbus.serving._figures import write_entry
@@ -144,9 +144,9 @@ class Gateway:
 
     async def serve(self, on_ready: Callable[[Gateway], None] | None = None) -> None:
         """Serve until :meth:`stop` (or SIGTERM/SIGINT when run by :func:`run_gateway`)."""
-        import redis.asyncio as aioredis
         import uvicorn
 
+        from eventbus._internal.redis_client import connect_async
         from eventbus.gateway._admin import add_admin_routes, admin_token_from, read_token_from
         from eventbus.gateway._auth import RedisReplayCache
         from eventbus.gateway._grpc import build_grpc_server
@@ -155,7 +155,7 @@ class Gateway:
         from eventbus.gateway._observer import Observer
         from eventbus.gateway._protocol import GatewayHttpProtocol
 
-        self._redis = aioredis.Redis.from_url(self.redis_url, decode_responses=True)
+        self._redis = connect_async(self.redis_url, decode_responses=True)
         # signed requests are accepted once, across every gateway of the cluster
         self.ingress.replay = RedisReplayCache(self._redis)
         await self.refresh()

@@ -45,11 +45,11 @@ class ModelRegistry:
     """
 
     def __init__(self, redis_url: str) -> None:
-        import redis
+        from eventbus._internal.redis_client import connect
 
         self.redis_url = redis_url
         # No decode_responses: every reply is bytes (redis's types say ``bytes | str``).
-        self._r = redis.Redis.from_url(redis_url, socket_timeout=10)
+        self._r = connect(redis_url, socket_timeout=10)
 
     # -- versions ---------------------------------------------------------------------------
     def add_version(
@@ -82,8 +82,10 @@ class ModelRegistry:
         pipe = self._r.pipeline(transaction=True)
         pipe.set(keys.model_blob(name, version), blob)
         pipe.hset(key, f"v:{version}", json.dumps(record))
-        pipe.sadd(keys.MODELS, name)
         pipe.execute()
+        # The name set has its own slot in a Redis Cluster (the model's keys share the
+        # model's hash tag): listed once the version is stored, so a listed model has one.
+        self._r.sadd(keys.MODELS, name)
         return version
 
     def exists(self, name: str) -> bool:

@@ -82,11 +82,11 @@ class CanaryRouter:
     """
 
     def __init__(self, runner: Any, redis_url: str, base_dirs: list[str] | None = None) -> None:
-        import redis
+        from eventbus._internal.redis_client import connect
 
         self._stable = runner
         self._redis_url = redis_url
-        self._redis = redis.Redis.from_url(redis_url, decode_responses=True)
+        self._redis = connect(redis_url, decode_responses=True)
         self._base_dirs = base_dirs
         self._key = keys.canary(runner.name)
         self._figures_key = keys.canary_figures(runner.name)

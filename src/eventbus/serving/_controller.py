@@ -16,9 +16,9 @@ import uuid
 from typing import Any
 
 import ray
-import redis
 
 from eventbus._internal import keys
+from eventbus._internal.redis_client import connect
 from eventbus.errors import DeployError, PipelineNotFoundError
 from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.pipelines._config import PipelineConfig
@@ -57,7 +57,7 @@ class Controller:
         self.kafka_client_doc = kafka_client
         self.kafka_client = KafkaClientConfig.model_validate(kafka_client) if kafka_client else None
         self.redis_url = redis_url
-        self._redis = redis.Redis.from_url(redis_url, decode_responses=True)
+        self._redis = connect(redis_url, decode_responses=True)
         self._serve_started = False
         from eventbus.serving._models import ModelControl
 
@@ -128,7 +128,7 @@ class Controller:
         if rollback_of is not None:
             record["rollback_of"] = rollback_of
         versions_key = keys.pipeline_versions(name)
-        with self._redis.pipeline() as tx:
+        with self._redis.pipeline(transaction=True) as tx:
             tx.hset(keys.PIPELINES, name, json.dumps(record))
             tx.hset(versions_key, str(version), json.dumps(record))
             tx.hdel(
@@ -294,7 +294,7 @@ class Controller:
             return
         state.update(status=status, reason=reason, ended_at=time.time(), weight=0, **extra)
         log.info("canary of %r %s: %s", name, status, reason)
-        with self._redis.pipeline() as tx:
+        with self._redis.pipeline(transaction=True) as tx:
             tx.set(key, json.dumps(state), ex=7 * 86400)
             tx.delete(keys.canary_figures(name))
             tx.execute()

@@ -45,6 +45,9 @@ class EventBusClient:
         kafka_client: the stack's Kafka connection settings (TLS, SASL), handed to the
             controller when this call starts it; None: plaintext.
 
+    Raises:
+        StackError: Redis at ``redis_url`` is unreachable or refused the credentials.
+
     Example:
         >>> client = EventBusClient("127.0.0.1:6379", "127.0.0.1:9092", "redis://127.0.0.1:6380/0")  # doctest: +SKIP
         >>> client.deploy("examples/payments/pipeline.yaml")  # doctest: +SKIP
@@ -59,6 +62,10 @@ class EventBusClient:
         ray_env: dict[str, str] | None = None,
         kafka_client: KafkaClientConfig | None = None,
     ) -> None:
+        from eventbus._internal.redis_client import check_redis
+
+        # A refused password fails here, named, and not in a controller restarting forever.
+        check_redis(redis_url)
         for k, v in RAY_ENV.items():
             os.environ.setdefault(k, v)
         os.environ.update(ray_env or {})

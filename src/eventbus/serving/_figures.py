@@ -55,9 +55,9 @@ class ThreadPublisher:
     def __init__(
         self, redis_url: str, pipeline: str, field: str, snapshot: Callable[[], dict[str, Any]]
     ) -> None:
-        import redis
+        from eventbus._internal.redis_client import connect
 
-        self._redis = redis.Redis.from_url(redis_url)
+        self._redis = connect(redis_url)
         self._key = keys.stats(pipeline)
         self.field = field
         self._snapshot = snapshot

@@ -115,7 +115,9 @@ class Keeper:
             return clusters
         import redis
 
-        r = redis.Redis.from_url(self.location, socket_timeout=5.0, socket_connect_timeout=5.0)
+        from eventbus._internal.redis_client import connect
+
+        r = connect(self.location, socket_timeout=5.0, socket_connect_timeout=5.0)
         out: list[list[ClusterInfo]] = []
 
         def tx(pipe: Any) -> None:

@@ -406,9 +406,9 @@ class ReplicaSources:
         if not self._redis_url:
             return
         if self._redis is None:
-            import redis.asyncio as aioredis
+            from eventbus._internal.redis_client import connect_async
 
-            self._redis = aioredis.Redis.from_url(self._redis_url)
+            self._redis = connect_async(self._redis_url)
         key = keys.stats(self._config.name)
         # The runner's snapshot asks stateful steps (join) for their state size in Redis,
         # synchronously: off this loop.

@@ -166,13 +166,12 @@ class SourceActor:
     async def _write_figures(self, final: bool = False) -> None:
         """The source's counters, latency histogram and lag, as the replicas publish theirs
         (the steps' figures come from the replicas, which run them)."""
-        import redis.asyncio as aioredis
-
+        from eventbus._internal.redis_client import connect_async
         from eventbus.serving._figures import entry_id, write_entry
 
         if self._redis is None:
             assert self._redis_url is not None  # figures are published only with a Redis
-            self._redis = aioredis.Redis.from_url(self._redis_url)
+            self._redis = connect_async(self._redis_url)
             self._field = entry_id(f"source{self._index}")
         src = self._source
         body = {

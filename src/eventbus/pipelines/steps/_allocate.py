@@ -106,24 +106,24 @@ def duals_key(pipeline: str, step: str) -> str:
 
 def publish_duals(redis_url: str, pipeline: str, step: str, duals: Any) -> None:
     """Publish λ to a pipeline's ``allocate`` step; replicas pick it up within ``refresh_s``."""
-    import redis
+    from eventbus._internal.redis_client import connect
 
     values = [float(x) for x in (duals.tolist() if hasattr(duals, "tolist") else duals)]
-    redis.Redis.from_url(redis_url).set(duals_key(pipeline, step), json.dumps(values))
+    connect(redis_url).set(duals_key(pipeline, step), json.dumps(values))
 
 
 _RESERVE = """
-local used = ARGV[1]
-local k = tonumber(ARGV[2])
+local used = KEYS[1]
+local k = tonumber(ARGV[1])
 local out = {}
 local current = {}
 for j = 1, k do current[j] = tonumber(redis.call('HGET', used, j) or '0') end
-local base = 3 + k
+local base = 2 + k
 local i = base
 while i <= #ARGV do
   local ok = 1
   for j = 1, k do
-    if current[j] + tonumber(ARGV[i + j - 1]) > tonumber(ARGV[2 + j]) + 1e-9 then ok = 0 break end
+    if current[j] + tonumber(ARGV[i + j - 1]) > tonumber(ARGV[1 + j]) + 1e-9 then ok = 0 break end
   end
   if ok == 1 then
     for j = 1, k do
@@ -207,9 +207,9 @@ class AllocateStep(Step):
         self.memory_seen = 0
         self._duals_key = duals_key(pipeline, step_id)
         if redis_url:
-            import redis
+            from eventbus._internal.redis_client import connect
 
-            self._redis = redis.Redis.from_url(redis_url, socket_timeout=10)
+            self._redis = connect(redis_url, socket_timeout=10)
             self._reserve = self._redis.register_script(_RESERVE)
         self.used = [0.0] * self.num_resources  # in-memory mode
         self.duals = torch.zeros(self.num_resources, dtype=torch.float64)
@@ -366,11 +366,11 @@ class AllocateStep(Step):
                     self.used = [u + x for u, x in zip(self.used, c)]
                 out.append(ok)
             return out
-        args: list[Any] = [self._used_key, self.num_resources, *budget]
+        args: list[Any] = [self.num_resources, *budget]
         for c in consumption:
             args += c
         try:
-            return [bool(x) for x in self._reserve(args=args)]
+            return [bool(x) for x in self._reserve(keys=[self._used_key], args=args)]
         except Exception as e:  # noqa: BLE001
             msg = f"allocate step {self.id!r}: budget safeguard in Redis unavailable ({e}); the batch will be retried"
             raise StateUnavailableError(msg) from None

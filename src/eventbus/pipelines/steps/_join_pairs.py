@@ -1,6 +1,6 @@
 """Join state of ``emit: every`` and ``emit: latest``: every event of a key's window is kept.
 
-Under the join step's prefix (``eventbus:join:<pipeline>:<step>:``), apart from the
+Under the join step's prefix (``eventbus:join:{<pipeline>:<step>}:``), apart from the
 ``emit: first`` families of :mod:`._join_state`:
 
 * ``w:<key>``: the key's open window, a hash of ``__t0`` (first arrival, ms), ``__n`` (events
@@ -32,13 +32,16 @@ __all__ = ["MemoryPairState", "PairItem", "PairState", "RedisPairState", "window
 #: is then the window's bytes).
 PairItem = tuple[int, str, int, list[tuple[str, int, bytes]]]
 
+# KEYS: ``pdue``, ``pclaim``, then one ``w:<key>`` per item; the windows found in the sorted
+# sets and the renamed ``x:<t0>:<key>`` ones are named from the declared keys' prefix (same
+# hash tag, same Redis Cluster slot), as in :mod:`._join_state`.
 _ADD = """
-local prefix = ARGV[1]
-local now = tonumber(ARGV[2])
-local window = tonumber(ARGV[3])
-local maxp = tonumber(ARGV[4])
-local maxb = tonumber(ARGV[5])
-local due, claim = prefix .. 'pdue', prefix .. 'pclaim'
+local due, claim = KEYS[1], KEYS[2]
+local prefix = string.sub(due, 1, -5)
+local now = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local maxp = tonumber(ARGV[3])
+local maxb = tonumber(ARGV[4])
 local function seen_before(h, side, seq)
   local flat = redis.call('HGETALL', h)
   local res, same = {}, 0
@@ -60,11 +63,11 @@ local function seen_before(h, side, seq)
   return same, res
 end
 local out = {}
-for i = 6, #ARGV, 4 do
+for i = 5, #ARGV, 4 do
   local k, side, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local f = side .. '/' .. ARGV[i + 3]
   local m = 'w:' .. k
-  local h = prefix .. m
+  local h = KEYS[3 + (i - 5) / 4]
   local got = redis.call('HMGET', h, '__t0', f, '__evicted', '__b')
   local t0, old, evicted, bytes = got[1], got[2], got[3], tonumber(got[4])
   if t0 and not old and now >= tonumber(t0) + window then
@@ -121,8 +124,9 @@ return out
 """
 
 _CLAIM = """
-local prefix, now, lease, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local due, claim = prefix .. 'pdue', prefix .. 'pclaim'
+local due, claim = KEYS[1], KEYS[2]
+local prefix = string.sub(due, 1, -5)
+local now, lease, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local out = {}
 for _, list in ipairs({redis.call('ZRANGEBYSCORE', claim, '-inf', now, 'LIMIT', 0, limit),
                        redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, limit)}) do
@@ -138,11 +142,13 @@ return out
 
 # A claimed w:<key> may have been renamed x:<t0>:<key> since (the key's next event opened a
 # new window): the claim's t0 tells which window to forget.
+# KEYS: ``pclaim``, then the claimed window's hash per (name, t0) item of ARGV.
 _ACK = """
-local prefix, claim = ARGV[1], ARGV[1] .. 'pclaim'
-for i = 2, #ARGV, 2 do
+local claim = KEYS[1]
+local prefix = string.sub(claim, 1, -7)
+for i = 1, #ARGV, 2 do
   local m, t0 = ARGV[i], ARGV[i + 1]
-  if string.sub(m, 1, 2) == 'w:' and redis.call('HGET', prefix .. m, '__t0') ~= t0 then
+  if string.sub(m, 1, 2) == 'w:' and redis.call('HGET', KEYS[2 + (i - 1) / 2], '__t0') ~= t0 then
     redis.call('ZREM', claim, m)
     m = 'x:' .. t0 .. ':' .. string.sub(m, 3)
   end
@@ -210,11 +216,14 @@ class RedisPairState(PairState):
         max_bytes: int,
         items: Sequence[tuple[str, str, bytes, str]],
     ) -> list[PairItem]:
-        args: list[Any] = [self.prefix, now_ms, window_ms, max_pending, max_bytes]
+        args: list[Any] = [now_ms, window_ms, max_pending, max_bytes]
+        windows = self.prefix + "w:"
+        names = [self.prefix + "pdue", self.prefix + "pclaim"]
         for item in items:
             args += item
+            names.append(windows + item[0])
         out: list[PairItem] = []
-        for code, t0, same, flat in call_script(self._add, args):
+        for code, t0, same, flat in call_script(self._add, names, args):
             others = [_split(flat[j].decode(), flat[j + 1]) for j in range(0, len(flat), 2)]
             out.append((int(code), t0.decode(), int(same), others))
         return out
@@ -222,7 +231,9 @@ class RedisPairState(PairState):
     def claim_due(
         self, now_ms: int, lease_ms: int, limit: int
     ) -> list[tuple[str, dict[str, bytes]]]:
-        flat = call_script(self._claim, [self.prefix, now_ms, lease_ms, limit])
+        flat = call_script(
+            self._claim, [self.prefix + "pdue", self.prefix + "pclaim"], [now_ms, lease_ms, limit]
+        )
         return [
             (
                 flat[i].decode(),
@@ -236,7 +247,8 @@ class RedisPairState(PairState):
 
     def ack(self, claimed: Sequence[tuple[str, str]]) -> None:
         if claimed:
-            call_script(self._ack, [self.prefix, *(x for pair in claimed for x in pair)])
+            names = [self.prefix + "pclaim", *(self.prefix + m for m, _ in claimed)]
+            call_script(self._ack, names, [x for pair in claimed for x in pair])
 
     def pending(self) -> int:
         try:

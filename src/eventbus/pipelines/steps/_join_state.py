@@ -1,6 +1,7 @@
 """Join state: in Redis (Lua scripts, atomic per batch) or in memory (tests, ``eventbus test``).
 
-Per join step, under the prefix ``eventbus:join:<pipeline>:<step>:``:
+Per join step, under the prefix ``eventbus:join:{<pipeline>:<step>}:`` (one hash tag: one
+Redis Cluster slot per step):
 
 * ``k:<key>``: a hash of side name -> the side's event (JSON), ``__t0`` (first arrival, ms),
   ``__done`` once every side arrived and ``__by`` (side/id of the event that completed it),
@@ -35,17 +36,22 @@ __all__ = [
 #: Why an ``emit: first`` event waits (see :meth:`JoinState.join`).
 WAITING, SUPERSEDED, AFTER_MATCH, EVICTED = 0, 1, 2, 3
 
+# Every script declares its keys in KEYS (``due``/``claim`` first, then one ``k:<key>`` per
+# item). The keys a script finds in a sorted set (eviction, claims) are not known before it
+# runs: it names them from the declared ``due`` key's prefix, so they share its hash tag and
+# its Redis Cluster slot (allowed for undeclared keys of the script's own slot).
+
 _JOIN = """
-local prefix = ARGV[1]
-local now = tonumber(ARGV[2])
-local window = tonumber(ARGV[3])
-local nsides = tonumber(ARGV[4])
-local maxp = tonumber(ARGV[5])
-local due = prefix .. 'due'
+local due = KEYS[1]
+local prefix = string.sub(due, 1, -4)
+local now = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local nsides = tonumber(ARGV[3])
+local maxp = tonumber(ARGV[4])
 local out = {}
-for i = 6, #ARGV, 4 do
+for i = 5, #ARGV, 4 do
   local k = ARGV[i]
-  local h = prefix .. 'k:' .. k
+  local h = KEYS[2 + (i - 5) / 4]
   local by = ARGV[i + 1] .. '/' .. ARGV[i + 3]
   if redis.call('HEXISTS', h, '__done') == 1 then
     -- consumed again after a crash: only the event that completed the key emits it again
@@ -86,14 +92,13 @@ return out
 """
 
 _LATEST = """
-local prefix = ARGV[1]
-local window = tonumber(ARGV[2])
-local table_side = ARGV[3]
+local window = tonumber(ARGV[1])
+local table_side = ARGV[2]
 local out = {}
-for i = 4, #ARGV, 3 do
-  local h = prefix .. 'k:' .. ARGV[i]
-  if ARGV[i + 1] == table_side then
-    redis.call('HSET', h, table_side, ARGV[i + 2])
+for i = 3, #ARGV, 2 do
+  local h = KEYS[(i - 1) / 2]
+  if ARGV[i] == table_side then
+    redis.call('HSET', h, table_side, ARGV[i + 1])
     redis.call('PEXPIRE', h, window)
     out[#out + 1] = false
   else
@@ -104,11 +109,11 @@ return out
 """
 
 _CLAIM = """
-local prefix = ARGV[1]
-local now = tonumber(ARGV[2])
-local lease = tonumber(ARGV[3])
-local limit = tonumber(ARGV[4])
-local due, claim = prefix .. 'due', prefix .. 'claim'
+local due, claim = KEYS[1], KEYS[2]
+local prefix = string.sub(due, 1, -4)
+local now = tonumber(ARGV[1])
+local lease = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
 local out = {}
 local lists = {redis.call('ZRANGEBYSCORE', claim, '-inf', now, 'LIMIT', 0, limit),
                redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, limit)}
@@ -124,12 +129,11 @@ return out
 """
 
 _ACK = """
-local prefix = ARGV[1]
-for i = 2, #ARGV do
-  redis.call('ZREM', prefix .. 'claim', ARGV[i])
-  redis.call('DEL', prefix .. 'k:' .. ARGV[i])
+for i = 1, #ARGV do
+  redis.call('ZREM', KEYS[1], ARGV[i])
+  redis.call('DEL', KEYS[1 + i])
 end
-return #ARGV - 1
+return #ARGV
 """
 
 
@@ -168,13 +172,13 @@ class JoinState(Protocol):
 
 def connect(redis_url: str) -> Any:
     """A Redis client for step state."""
-    import redis
+    from eventbus._internal.redis_client import connect as connect_redis
 
-    return redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5)
+    return connect_redis(redis_url, socket_timeout=10, socket_connect_timeout=5)
 
 
-def call_script(script: Any, args: list[Any]) -> Any:
-    """Run a registered Lua script.
+def call_script(script: Any, keys: list[str], args: list[Any]) -> Any:
+    """Run a registered Lua script on ``keys`` (one hash tag: one Redis Cluster slot).
 
     Raises:
         StateUnavailableError: Redis does not answer (the batch is dispatched again later).
@@ -182,7 +186,7 @@ def call_script(script: Any, args: list[Any]) -> Any:
     import redis
 
     try:
-        return script(args=args)
+        return script(keys=keys, args=args)
     except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as e:
         msg = f"join state in Redis is unavailable ({type(e).__name__}: {e}); the batch will be retried"
         raise StateUnavailableError(msg) from None
@@ -210,8 +214,8 @@ class RedisJoinState:
         self._claim = self._redis.register_script(_CLAIM)
         self._ack = self._redis.register_script(_ACK)
 
-    def _call(self, script: Any, args: list[Any]) -> Any:
-        return call_script(script, args)
+    def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        return call_script(script, keys, args)
 
     def join(
         self,
@@ -221,28 +225,38 @@ class RedisJoinState:
         max_pending: int,
         items: Sequence[tuple[str, str, bytes, str]],
     ) -> list[dict[str, bytes] | int]:
-        args: list[Any] = [self.prefix, now_ms, window_ms, nsides, max_pending]
+        args: list[Any] = [now_ms, window_ms, nsides, max_pending]
+        hashes = self.prefix + "k:"
+        names = [self.prefix + "due"]
         for k, side, payload, eid in items:
             args += [k, side, payload, eid]
-        return [r if isinstance(r, int) else _pairs(r) for r in self._call(self._join, args)]
+            names.append(hashes + k)
+        return [r if isinstance(r, int) else _pairs(r) for r in self._call(self._join, names, args)]
 
     def latest(
         self, window_ms: int, table: str, items: Sequence[tuple[str, str, bytes]]
     ) -> list[bytes | None]:
-        args: list[Any] = [self.prefix, window_ms, table]
+        args: list[Any] = [window_ms, table]
+        hashes = self.prefix + "k:"
+        names = []
         for k, side, payload in items:
-            args += [k, side, payload]
-        return list(self._call(self._latest, args))
+            args += [side, payload]
+            names.append(hashes + k)
+        return list(self._call(self._latest, names, args))
 
     def claim_due(
         self, now_ms: int, lease_ms: int, limit: int
     ) -> list[tuple[str, dict[str, bytes]]]:
-        flat = self._call(self._claim, [self.prefix, now_ms, lease_ms, limit])
+        flat = self._call(
+            self._claim, [self.prefix + "due", self.prefix + "claim"], [now_ms, lease_ms, limit]
+        )
         return [(flat[i].decode(), _pairs(flat[i + 1])) for i in range(0, len(flat), 2)]
 
     def ack(self, keys: Sequence[str]) -> None:
         if keys:
-            self._call(self._ack, [self.prefix, *keys])
+            hashes = self.prefix + "k:"
+            names = [self.prefix + "claim", *(hashes + k for k in keys)]
+            self._call(self._ack, names, list(keys))
 
     def pending(self) -> int:
         try:
