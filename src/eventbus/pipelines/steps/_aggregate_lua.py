@@ -269,7 +269,7 @@ class RedisAggregateState:
         self._ack = self._redis.register_script(_ACK)
 
     def _call(self, script: Any, args: list[Any]) -> Any:
-        return call_script(lambda args: script(keys=self.keys, args=args), args)
+        return call_script(script, self.keys, args)
 
     def add(self, now_ms: int, items: Sequence[Item]) -> tuple[list[bool], list[Window | None]]:
         """Merge the batch's window partials; per item whether it was late, and (emit:
@@ -295,7 +295,7 @@ class RedisAggregateState:
 
     def forget_watermark(self) -> None:
         """Start the watermark afresh (after :meth:`AggregateStep.flush`)."""
-        call_script(lambda args: self._redis.hdel(self.keys[0], *args), ["wm", "wmw"])
+        call_script(lambda keys, args: self._redis.hdel(keys[0], *args), self.keys, ["wm", "wmw"])
 
     def figures(self) -> dict[str, int]:
         """Open windows, windows being emitted, and the state's size in hash fields."""
