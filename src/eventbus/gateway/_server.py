@@ -77,6 +77,9 @@ class Gateway:
         from eventbus.observability._metrics import GatewayMetrics
 
         self.figures = GatewayMetrics()
+        from eventbus.serving._figures import ChangeGate
+
+        self._figures_gate = ChangeGate()  # unchanged sync counts: written at the heartbeat
         if isinstance(self.backend, GatewayBackend):
             self.backend.figures = self.figures
 
@@ -121,9 +124,12 @@ class Gateway:
         totals that include the sync calls."""
         from eventbus.serving._figures import write_entry
 
+        gate = self._figures_gate
         live = self.ingress.routes.pipelines
         for pipeline, counts in list(self.figures.sync.items()):
-            if pipeline in live:  # a deleted pipeline's hash is gone: do not write it again
+            # a deleted pipeline's hash is gone: do not write it again; unchanged counts are
+            # written at the heartbeat only (no per-second work per idle pipeline)
+            if pipeline in live and (final or gate.due(pipeline, dict(counts))):
                 await write_entry(
                     self._redis, pipeline, field, {"role": "gateway", "sync": dict(counts)}, final
                 )
