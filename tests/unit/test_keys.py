@@ -19,6 +19,8 @@ def test_control_plane_keys() -> None:
     assert keys.canary("orders") == "eventbus:canary:orders"
     assert keys.canary_figures("orders") == "eventbus:canary-figures:orders"
     assert keys.CANARY_PATTERN == "eventbus:canary:*"
+    assert keys.SCALED_TO_ZERO == "eventbus:scaled-to-zero"
+    assert keys.WAKE == "eventbus:wake"
 
 
 def test_canary_pattern_finds_canaries_only() -> None:

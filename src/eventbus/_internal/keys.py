@@ -89,6 +89,15 @@ PREFIX = "eventbus:"
 PIPELINES = PREFIX + "pipelines"
 
 
+#: Hash: pipeline name -> JSON ``{"since": t, "last_event_at": t}`` of each pipeline whose
+#: replicas the controller scaled to zero (``serving.replicas.min: 0``).
+SCALED_TO_ZERO = PREFIX + "scaled-to-zero"
+
+#: Hash: pipeline name -> time (epoch s) a gateway last took a sync call for it: activity that
+#: keeps a ``min: 0`` pipeline up, and wakes it when it is at zero.
+WAKE = PREFIX + "wake"
+
+
 def pipeline_versions(name: str) -> str:
     """Hash: version number -> JSON record of every kept version of pipeline ``name``."""
     return f"{PREFIX}pipeline-versions:{name}"
