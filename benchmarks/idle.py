@@ -119,7 +119,8 @@ def cpu_times(pids: dict[int, str]) -> dict[int, float]:
 
 
 def measure(home: Path, window_s: float) -> dict[str, Any]:
-    """CPU of the stack over ``window_s``: total and per role, in % of one core."""
+    """CPU of the stack over ``window_s``: total and per role, in % of one core; and the
+    resident memory of its processes at the end (MiB; shared pages counted in each)."""
     pids = stack_processes(home)
     before = cpu_times(pids)
     start = time.monotonic()
@@ -133,8 +134,15 @@ def measure(home: Path, window_s: float) -> dict[str, Any]:
             role = pids[pid] if pids[pid] != "ray-other" else _role(psutil.Process(pid))
             roles[role] = roles.get(role, 0.0) + (t - before[pid])
     total = sum(roles.values())
+    rss = 0
+    for pid in after:
+        try:
+            rss += psutil.Process(pid).memory_info().rss
+        except psutil.Error:
+            continue
     return {
         "cpu_pct": round(100 * total / elapsed, 1),
+        "rss_mb": round(rss / 2**20),
         "by_role_pct": {k: round(100 * v / elapsed, 1) for k, v in sorted(roles.items())},
     }
 

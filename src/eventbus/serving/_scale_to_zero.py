@@ -193,7 +193,11 @@ class ScaleToZero:
         zero = self._redis.hgetall(keys.SCALED_TO_ZERO)
         for w in due:
             w.next_at = now + w.poll_s
-            lag, committed = await self._offsets(w)
+            try:
+                lag, committed = await self._offsets(w)
+            except Exception as e:  # noqa: BLE001 - one pipeline's cluster away: not the others'
+                log.warning("pipeline %r: reading its offsets failed (%s); retrying", w.name, e)
+                continue
             since = json.loads(zero[w.name])["since"] if w.name in zero else None
             replica_lag = 0 if since is not None or lag > 0 else self._replica_lag(w.name)
             action = decide(
