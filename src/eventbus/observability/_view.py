@@ -1,7 +1,7 @@
 """One pipeline's figures, merged from what its replicas published to Redis.
 
 Replicas write ``eventbus:stats:<pipeline>`` (a hash: replica id -> JSON of ``at``, ``final``,
-``sources`` counters and the ``metrics`` snapshot) every second; the controller keeps the
+``sources`` counters and the ``metrics`` snapshot) when they change, or every 5 s; the controller keeps the
 pipeline's record in ``eventbus:pipelines``. :func:`pipeline_view` turns both into the JSON
 the dashboard, ``/metrics`` and ``eventbus status`` show. Entries of replicas that stopped
 cleanly (``final``) keep counting, so totals never drop when a replica is replaced; entries of
