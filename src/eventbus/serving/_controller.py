@@ -415,31 +415,37 @@ class Controller:
         Raises:
             PipelineNotFoundError: no pipeline of that name is deployed.
         """
-        record = self._load(name)
-        if record is None:
-            msg = f"no pipeline named {name!r} is deployed; `eventbus list` shows the deployed ones"
-            raise PipelineNotFoundError(msg)
-        self._stop_sources(name, _consumed(record["document"]))
-        self._delete_app(name)
-        try:
-            self.models.release(
-                name,
-                [json.loads(r)["document"] for r in self._redis.hgetall(keys.PIPELINES).values()],
+        # under the lock: not across a deploy or a scale-to-zero action (a serve.run of
+        # an application being deleted waits for it forever)
+        with self._lock:
+            record = self._load(name)
+            if record is None:
+                msg = f"no pipeline named {name!r} is deployed; `eventbus list` shows the deployed ones"
+                raise PipelineNotFoundError(msg)
+            self._stop_sources(name, _consumed(record["document"]))
+            self._delete_app(name)
+            try:
+                self.models.release(
+                    name,
+                    [
+                        json.loads(r)["document"]
+                        for r in self._redis.hgetall(keys.PIPELINES).values()
+                    ],
+                )
+            except Exception:
+                log.exception("releasing the models of %r failed", name)
+            self.scaler.forget(name)
+            self._redis.hdel(keys.PIPELINES, name)
+            self._redis.hdel(keys.SCALED_TO_ZERO, name)
+            self._redis.hdel(keys.WAKE, name)
+            self._redis.delete(
+                keys.pipeline_versions(name),
+                keys.canary(name),
+                keys.canary_figures(name),
             )
-        except Exception:
-            log.exception("releasing the models of %r failed", name)
-        self.scaler.forget(name)
-        self._redis.hdel(keys.PIPELINES, name)
-        self._redis.hdel(keys.SCALED_TO_ZERO, name)
-        self._redis.hdel(keys.WAKE, name)
-        self._redis.delete(
-            keys.pipeline_versions(name),
-            keys.canary(name),
-            keys.canary_figures(name),
-        )
-        from eventbus.serving._replica_sources import clear_stats
+            from eventbus.serving._replica_sources import clear_stats
 
-        clear_stats(self._redis, name)
+            clear_stats(self._redis, name)
 
     def list(self) -> list[dict[str, Any]]:
         """Every deployed pipeline: name, version, deploy time, Serve status."""
