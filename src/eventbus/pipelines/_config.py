@@ -435,6 +435,13 @@ class ServingConfig(BaseModel):
                 "replicas: {min: ..., max: ...} with min < max, or drop autoscaling"
             )
             raise ValueError(msg)
+        if bounds.scale_to_zero and self.source_placement != "replica":
+            msg = (
+                f"serving.replicas.min is 0 but source_placement is {self.source_placement!r}: "
+                "only replicas that consume scale to zero (source actors keep running); set "
+                "source_placement: replica, or min: 1"
+            )
+            raise ValueError(msg)
         return self
 
     @property

@@ -77,6 +77,14 @@ def test_replicas_min_0_scales_to_zero_and_its_settings_need_it() -> None:
         ReplicasConfig(min=1, max=2, idle_s=5)
 
 
+def test_scale_to_zero_needs_the_replicas_to_consume() -> None:
+    bad = doc({"min": 0, "max": 2})
+    bad["spec"]["serving"]["source_placement"] = "actor"
+    expect = "serving.replicas.min is 0 but source_placement is 'actor'"
+    with pytest.raises(ValueError, match=re.escape(expect)):
+        PipelineConfig.model_validate(bad)
+
+
 def test_serve_runs_at_least_one_replica_until_the_controller_scales_to_zero() -> None:
     from eventbus.serving._deployment import build_app
 
