@@ -114,12 +114,14 @@ class IngressError(EventBusError):
     Args:
         status: the HTTP status code (400, 401, 403, 404, 413, 422, 503, 504).
         message: what is wrong and how to fix it (never a secret).
+        retry_after_s: when to try again (the ``Retry-After`` header of a 503), if known.
     """
 
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(status, message)
+    def __init__(self, status: int, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(status, message, retry_after_s)
         self.status = status
         self.message = message
+        self.retry_after_s = retry_after_s
 
     def __str__(self) -> str:
         return self.message

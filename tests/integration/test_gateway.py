@@ -436,3 +436,48 @@ async def test_gateway_killed_mid_burst_loses_no_accepted_event(
     missing = set(accepted) - set(counts)
     assert not missing, f"{len(missing)} accepted events lost, e.g. {sorted(missing)[:5]}"
     assert all(counts[i] == 1 for i in accepted), "an accepted event arrived twice"
+
+
+async def test_a_pipeline_at_zero_takes_async_and_sync_calls_through_the_gateway(
+    gateway: GatewayProcess, deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str
+) -> None:
+    """Async events wait in the ingress topic and wake the pipeline; a sync call wakes it and
+    is answered within its deadline, or refused with 503 and Retry-After."""
+    from tests.integration.test_autoscaling import replica_count
+    from tests.integration.test_autoscaling import wait_for as wait_for_async
+
+    sink = topic_factory("gw-zero")
+    name = f"gw-zero-{uuid.uuid4().hex[:6]}"
+    deploy_pipeline(
+        doc(
+            name,
+            sink,
+            [{"http": {"mode": "sync", "timeout_ms": 20_000}}],
+            serving={"replicas": {"min": 0, "max": 1, "idle_s": 2, "poll_s": 0.25}},
+        )
+    )
+    await wait_for_async(lambda: replica_count(name) == 0, 30, "the scale to zero")
+    n = 100
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as c:
+        codes = await asyncio.gather(
+            *(
+                c.post(
+                    f"/v1/pipelines/{name}/events?wait=false",
+                    headers=binary(i, 200 + i)[0],
+                    content=binary(i, 200 + i)[1],
+                )
+                for i in range(n)
+            )
+        )
+        assert {r.status_code for r in codes} == {202}
+        out = await collect(kafka_bootstrap, sink, n, timeout_s=40)
+        assert sorted(e.id for e in out) == sorted(f"h{i}" for i in range(n))
+        await wait_for_async(lambda: replica_count(name) == 0, 30, "the second scale to zero")
+        h, body = binary(n, 300)
+        r = await c.post(f"/v1/pipelines/{name}/events?wait=true", headers=h, content=body)
+        assert r.status_code in (200, 503), r.text
+        print(f"a sync call at zero: {r.status_code} after the cold start")
+        if r.status_code == 503:
+            assert int(r.headers["retry-after"]) >= 1 and "scaled to zero" in r.json()["error"]
+        else:
+            assert r.json()["amount_cny"] == 2100.0

@@ -21,6 +21,8 @@ def test_control_plane_keys() -> None:
     assert keys.canary("orders") == "eventbus:{control}:canary:orders"
     assert keys.canary_figures("orders") == "eventbus:{control}:canary-figures:orders"
     assert keys.CANARY_PATTERN == "eventbus:{control}:canary:*"
+    assert keys.SCALED_TO_ZERO == "eventbus:{control}:scaled-to-zero"
+    assert keys.WAKE == "eventbus:wake"
 
 
 def test_canary_pattern_finds_canaries_only() -> None:

@@ -107,6 +107,15 @@ _CONTROL = PREFIX + "{control}:"
 PIPELINES = _CONTROL + "pipelines"
 
 
+#: Hash: pipeline name -> JSON ``{"since": t, "last_event_at": t}`` of each pipeline whose
+#: replicas the controller scaled to zero (``serving.replicas.min: 0``).
+SCALED_TO_ZERO = _CONTROL + "scaled-to-zero"  # in the deploy transaction
+
+#: Hash: pipeline name -> time (epoch s) a gateway last took a sync call for it: activity that
+#: keeps a ``min: 0`` pipeline up, and wakes it when it is at zero.
+WAKE = PREFIX + "wake"
+
+
 def pipeline_versions(name: str) -> str:
     """Hash: version number -> JSON record of every kept version of pipeline ``name``."""
     return f"{_CONTROL}pipeline-versions:{name}"

@@ -30,6 +30,7 @@ from eventbus.gateway._auth import (
 )
 
 __all__ = [
+    "COLD_START_RETRY_S",
     "MAX_ATTRIBUTE_CHARS",
     "MAX_BATCH_EVENTS",
     "Ingress",
@@ -48,6 +49,9 @@ MAX_ATTRIBUTE_CHARS = 1024
 #: Most events of one batch-mode request or ``Publish`` call (400 above): decoding holds the
 #: gateway's loop, ~2 us an event.
 MAX_BATCH_EVENTS = 10_000
+#: The ``Retry-After`` of a sync call that a pipeline at zero could not answer in time: a
+#: replica's start plus a consumer-group join, with margin.
+COLD_START_RETRY_S = 5.0
 
 
 class IngressBackend(Protocol):
@@ -214,6 +218,12 @@ class Ingress:
         self.refresh = refresh
         #: signatures seen within their replay window (a gateway sets a Redis one)
         self.replay: ReplayCache = MemoryReplayCache()
+        #: pipelines whose replicas are scaled to zero now, and those that may be
+        #: (``replicas.min: 0``); a gateway keeps them current
+        self.scaled_to_zero: frozenset[str] = frozenset()
+        self.may_scale_to_zero: frozenset[str] = frozenset()
+        #: records a sync call of a ``min: 0`` pipeline (activity; wakes it at zero)
+        self.wake: Callable[[str], Awaitable[None]] | None = None
 
     async def route(self, kind: str, key: str) -> Route:
         """The route of a pipeline (``kind`` http or grpc) or of an HTTP ``path``.
@@ -336,11 +346,26 @@ class Ingress:
             ) from None
 
     async def invoke(self, route: Route, events: list[CloudEvent]) -> list[Outcome]:
-        """Run events through the pipeline within the route's deadline (504 after)."""
+        """Run events through the pipeline within the route's deadline (504 after; 503 with
+        ``Retry-After`` when the pipeline was scaled to zero and did not wake in time)."""
         timeout_s = route.config.timeout_ms / 1000.0
+        cold = route.pipeline in self.scaled_to_zero
+        if self.wake is not None and route.pipeline in self.may_scale_to_zero | self.scaled_to_zero:
+            try:
+                await self.wake(route.pipeline)
+            except Exception as e:  # noqa: BLE001 - the call itself may still be served
+                log.warning("recording a call of pipeline %r failed: %s", route.pipeline, e)
         try:
             return await asyncio.wait_for(self.backend.invoke(route.pipeline, events), timeout_s)
         except TimeoutError:
+            if cold:
+                raise IngressError(
+                    503,
+                    f"pipeline {route.pipeline!r} was scaled to zero (replicas.min: 0) and is "
+                    f"starting; it did not answer within {route.config.timeout_ms} ms (timeout_ms "
+                    "of its source); retry after Retry-After, or send async (nothing waits then)",
+                    retry_after_s=COLD_START_RETRY_S,
+                ) from None
             raise IngressError(
                 504,
                 f"pipeline {route.pipeline!r} did not answer within {route.config.timeout_ms} ms (timeout_ms of its source); retry, or raise timeout_ms",

@@ -53,7 +53,13 @@ class Observer:
 
     async def _view(self, record: dict[str, Any]) -> dict[str, Any]:
         raw = await self.redis.hgetall(keys.stats(record["name"]))
-        view = pipeline_view(record, list(raw.values()), self._consumed_topics(record))
+        scale = await self.redis.hget(keys.SCALED_TO_ZERO, record["name"])
+        view = pipeline_view(
+            record,
+            list(raw.values()),
+            self._consumed_topics(record),
+            scale=json.loads(scale) if scale else None,
+        )
         if self.gateway is not None:
             view["gateway"] = self.gateway.for_pipeline(record["name"])
         return view

@@ -3,6 +3,8 @@ their Starlette form."""
 
 from __future__ import annotations
 
+import math
+
 import orjson
 from fastapi.responses import Response
 
@@ -15,8 +17,12 @@ JSON_HEADERS = [("content-type", "application/json")]
 
 
 def error_reply(exc: IngressError) -> Reply:
-    """The JSON error answer of an :class:`IngressError`."""
-    return exc.status, JSON_HEADERS, orjson.dumps({"error": exc.message, "status": exc.status})
+    """The JSON error answer of an :class:`IngressError` (with ``Retry-After`` when it says)."""
+    body = orjson.dumps({"error": exc.message, "status": exc.status})
+    if exc.retry_after_s is not None:
+        retry = [("retry-after", str(max(1, math.ceil(exc.retry_after_s))))]
+        return exc.status, [*JSON_HEADERS, *retry], body
+    return exc.status, JSON_HEADERS, body
 
 
 def to_response(reply: Reply) -> Response:

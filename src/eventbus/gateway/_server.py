@@ -77,6 +77,11 @@ class Gateway:
         from eventbus.observability._metrics import GatewayMetrics
 
         self.figures = GatewayMetrics()
+        from eventbus.serving._figures import ChangeGate
+
+        self._figures_gate = ChangeGate()  # unchanged sync counts: written at the heartbeat
+        self._woken: dict[str, float] = {}  # pipeline -> when a sync call was last recorded
+        self.ingress.wake = self._wake
         if isinstance(self.backend, GatewayBackend):
             self.backend.figures = self.figures
 
@@ -84,15 +89,29 @@ class Gateway:
         """Re-read the pipelines from Redis; rebuild the routes when they changed."""
         self._last_refresh = time.monotonic()
         raw: dict[str, str] = await self._redis.hgetall(keys.PIPELINES)
+        zero = await self._redis.hkeys(keys.SCALED_TO_ZERO)
+        self.ingress.scaled_to_zero = frozenset(zero)
         if raw == self._raw:
             return
         self._raw = raw
         docs = [json.loads(v)["document"] for v in raw.values()]
+        self.ingress.may_scale_to_zero = frozenset(
+            d["metadata"]["name"] for d in docs if _min_replicas(d) == 0
+        )
         table = await asyncio.to_thread(RouteTable.from_documents, docs, self._environ)
         self.ingress.routes = table
         if isinstance(self.backend, GatewayBackend):
             self.backend.forget(set(table.pipelines))
         self.figures.forget(set(table.pipelines))
+
+    async def _wake(self, pipeline: str) -> None:
+        """Record a sync call of a ``min: 0`` pipeline for the controller's scale-to-zero
+        watcher (at most once a second per pipeline)."""
+        now = time.monotonic()
+        if now - self._woken.get(pipeline, -1.0) < 1.0:
+            return
+        self._woken[pipeline] = now
+        await self._redis.hset(keys.WAKE, pipeline, str(time.time()))
 
     async def _watch(self) -> None:
         while True:
@@ -121,9 +140,12 @@ class Gateway:
         totals that include the sync calls."""
         from eventbus.serving._figures import write_entry
 
+        gate = self._figures_gate
         live = self.ingress.routes.pipelines
         for pipeline, counts in list(self.figures.sync.items()):
-            if pipeline in live:  # a deleted pipeline's hash is gone: do not write it again
+            # a deleted pipeline's hash is gone: do not write it again; unchanged counts are
+            # written at the heartbeat only (no per-second work per idle pipeline)
+            if pipeline in live and (final or gate.due(pipeline, dict(counts))):
                 await write_entry(
                     self._redis, pipeline, field, {"role": "gateway", "sync": dict(counts)}, final
                 )
@@ -298,3 +320,9 @@ def run_gateway(
             from eventbus.observability._tracing import shutdown_tracing
 
             shutdown_tracing()  # flush the spans still batched
+
+
+def _min_replicas(document: dict[str, Any]) -> int:
+    """``spec.serving.replicas``'s lower bound in a pipeline document (defaults left out)."""
+    replicas = document.get("spec", {}).get("serving", {}).get("replicas", 1)
+    return int(replicas.get("min", 1) if isinstance(replicas, dict) else replicas)

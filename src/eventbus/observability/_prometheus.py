@@ -125,9 +125,22 @@ class _Collector:
         models = InfoMetricFamily(
             "eventbus_model", "The model version a step serves.", labels=["pipeline", "step"]
         )
+        zero = GaugeMetricFamily(
+            "eventbus_pipeline_scaled_to_zero",
+            "1 while the pipeline's replicas are scaled to zero (replicas.min: 0, idle).",
+            labels=["pipeline"],
+        )
+        last_event = GaugeMetricFamily(
+            "eventbus_pipeline_last_event_timestamp_seconds",
+            "When a pipeline at zero last had an event (Unix time).",
+            labels=["pipeline"],
+        )
         for v in self.views:
             p = v["name"]
             replicas.add_metric([p], v["replicas"])
+            zero.add_metric([p], 1 if v.get("state") == "SCALED_TO_ZERO" else 0)
+            if v.get("last_event_at") is not None:
+                last_event.add_metric([p], v["last_event_at"])
             if v.get("version") is not None:
                 version.add_metric([p], v["version"])
             for i, s in enumerate(v["sources"]):
@@ -156,7 +169,7 @@ class _Collector:
                 models.add_metric([p, sid], {"version": ver})
         yield from sources.values()
         yield from steps.values()
-        yield from (latency, batch, batch_s, lag, join, replicas, version, models)
+        yield from (latency, batch, batch_s, lag, join, replicas, version, models, zero, last_event)
         if self.gateway is not None:
             snap = self.gateway.snapshot()
             req = CounterMetricFamily(

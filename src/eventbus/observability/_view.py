@@ -1,7 +1,7 @@
 """One pipeline's figures, merged from what its replicas published to Redis.
 
 Replicas write ``eventbus:stats:<pipeline>`` (a hash: replica id -> JSON of ``at``, ``final``,
-``sources`` counters and the ``metrics`` snapshot) every second; the controller keeps the
+``sources`` counters and the ``metrics`` snapshot) when they change, or every 5 s; the controller keeps the
 pipeline's record in ``eventbus:pipelines``. :func:`pipeline_view` turns both into the JSON
 the dashboard, ``/metrics`` and ``eventbus status`` show. Entries of replicas that stopped
 cleanly (``final``) keep counting, so totals never drop when a replica is replaced; entries of
@@ -105,6 +105,7 @@ def pipeline_view(
     raw_entries: list[str | bytes],
     consumed_topics: list[list[str]] | None = None,
     now: float | None = None,
+    scale: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The figures of one pipeline.
 
@@ -113,6 +114,8 @@ def pipeline_view(
         raw_entries: the values of its ``eventbus:stats:<name>`` hash.
         consumed_topics: per consumed source (the order replicas publish them), its topics.
         now: the current time (tests).
+        scale: the pipeline's entry in ``eventbus:scaled-to-zero`` (``since``,
+            ``last_event_at``) when its replicas are scaled to zero; None: they run.
 
     Returns:
         ``name``, ``version``, ``deployed_at``, ``topology``, ``replicas`` (live ones),
@@ -123,7 +126,8 @@ def pipeline_view(
         filtered, failed, seconds, the step's own stats), ``latency`` (end-to-end histogram
         over every source, ``p50_s``, ``p99_s``), ``batch_size`` (histogram, ``mean``),
         ``lag`` (per partition) and ``lag_total``, ``join_state`` (step -> pending keys),
-        ``models`` (step -> version, for steps reporting one).
+        ``models`` (step -> version, for steps reporting one), ``state`` (``RUNNING`` or
+        ``SCALED_TO_ZERO``), and at zero ``scaled_to_zero_since`` and ``last_event_at``.
     """
     now = time.time() if now is None else now
     entries = []
@@ -252,4 +256,15 @@ def pipeline_view(
         "join_state": join_state,
         "models": models,
         "at": now,
+        **_scale_fields(scale),
+    }
+
+
+def _scale_fields(scale: dict[str, Any] | None) -> dict[str, Any]:
+    if scale is None:
+        return {"state": "RUNNING"}
+    return {
+        "state": "SCALED_TO_ZERO",
+        "scaled_to_zero_since": scale.get("since"),
+        "last_event_at": scale.get("last_event_at"),
     }

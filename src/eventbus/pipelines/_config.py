@@ -23,6 +23,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PositiveFloat,
     PositiveInt,
     StringConstraints,
     create_model,
@@ -286,18 +287,46 @@ class DeliveryConfig(BaseModel):
 
 
 class ReplicasConfig(BaseModel):
-    """Replica bounds; ``min == max`` pins the count, otherwise Serve autoscales."""
+    """Replica bounds; ``min == max`` pins the count, otherwise Serve autoscales. ``min: 0``:
+    the controller scales the replicas to zero after ``idle_s`` without events and back to one
+    when events wait (lag on a source topic) or a sync call comes."""
 
     model_config = _MODEL
-    min: PositiveInt = Field(default=1, description="Fewest replicas.")
+    min: Annotated[int, Field(ge=0)] = Field(
+        default=1,
+        description="Fewest replicas. 0: scale to zero after idle_s without events and lag; "
+        "the pipeline wakes (one replica) when its topics have lag or a sync call comes.",
+    )
     max: PositiveInt = Field(default=1, description="Most replicas.")
+    idle_s: PositiveFloat = Field(
+        default=300,
+        description="With min 0: seconds without events, lag or sync calls before the replicas "
+        "go to zero.",
+    )
+    poll_s: Annotated[float, Field(ge=0.1, le=60)] = Field(
+        default=1.0,
+        description="With min 0: how often the controller compares the source topics' end "
+        "offsets with the committed ones (the wake-up delay of events waiting at zero).",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> ReplicasConfig:
         if self.min > self.max:
             msg = f"replicas.min ({self.min}) is larger than replicas.max ({self.max}); make max >= min"
             raise ValueError(msg)
+        extra = sorted({"idle_s", "poll_s"} & self.model_fields_set)
+        if self.min > 0 and extra:
+            msg = (
+                f"replicas.{extra[0]} is set but replicas.min is {self.min}; it applies to "
+                "scale to zero only: set min: 0, or drop it"
+            )
+            raise ValueError(msg)
         return self
+
+    @property
+    def scale_to_zero(self) -> bool:
+        """Whether the replicas may go to zero (``min: 0``)."""
+        return self.min == 0
 
 
 KAFKA_LINGER_MS = 2
@@ -404,6 +433,13 @@ class ServingConfig(BaseModel):
             msg = (
                 f"serving.autoscaling is set but replicas are pinned at {bounds.min}; give "
                 "replicas: {min: ..., max: ...} with min < max, or drop autoscaling"
+            )
+            raise ValueError(msg)
+        if bounds.scale_to_zero and self.source_placement != "replica":
+            msg = (
+                f"serving.replicas.min is 0 but source_placement is {self.source_placement!r}: "
+                "only replicas that consume scale to zero (source actors keep running); set "
+                "source_placement: replica, or min: 1"
             )
             raise ValueError(msg)
         return self

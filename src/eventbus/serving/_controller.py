@@ -64,7 +64,12 @@ class Controller:
         self.models = ModelControl(redis_url)
         # Deploys come from callers and from the canary loop's promotions: one at a time.
         self._lock = threading.RLock()
+        from eventbus.serving._scale_to_zero import ScaleToZero
+
+        # one watcher for every `replicas.min: 0` pipeline (see _scale_to_zero)
+        self.scaler = ScaleToZero(self._redis, self._scale, kafka_bootstrap, self.kafka_client)
         self.restore()
+        self.scaler.start()
         threading.Thread(target=self._canary_loop, name="eventbus-canary", daemon=True).start()
 
     # -- public operations --------------------------------------------------------------------
@@ -128,7 +133,9 @@ class Controller:
         if rollback_of is not None:
             record["rollback_of"] = rollback_of
         versions_key = keys.pipeline_versions(name)
+        self.scaler.track(config)  # a deploy runs replicas: the idle time starts again
         with self._redis.pipeline(transaction=True) as tx:
+            tx.hdel(keys.SCALED_TO_ZERO, name)
             tx.hset(keys.PIPELINES, name, json.dumps(record))
             tx.hset(versions_key, str(version), json.dumps(record))
             tx.hdel(
@@ -408,28 +415,37 @@ class Controller:
         Raises:
             PipelineNotFoundError: no pipeline of that name is deployed.
         """
-        record = self._load(name)
-        if record is None:
-            msg = f"no pipeline named {name!r} is deployed; `eventbus list` shows the deployed ones"
-            raise PipelineNotFoundError(msg)
-        self._stop_sources(name, _consumed(record["document"]))
-        self._delete_app(name)
-        try:
-            self.models.release(
-                name,
-                [json.loads(r)["document"] for r in self._redis.hgetall(keys.PIPELINES).values()],
+        # under the lock: not across a deploy or a scale-to-zero action (a serve.run of
+        # an application being deleted waits for it forever)
+        with self._lock:
+            record = self._load(name)
+            if record is None:
+                msg = f"no pipeline named {name!r} is deployed; `eventbus list` shows the deployed ones"
+                raise PipelineNotFoundError(msg)
+            self._stop_sources(name, _consumed(record["document"]))
+            self._delete_app(name)
+            try:
+                self.models.release(
+                    name,
+                    [
+                        json.loads(r)["document"]
+                        for r in self._redis.hgetall(keys.PIPELINES).values()
+                    ],
+                )
+            except Exception:
+                log.exception("releasing the models of %r failed", name)
+            self.scaler.forget(name)
+            self._redis.hdel(keys.PIPELINES, name)
+            self._redis.hdel(keys.SCALED_TO_ZERO, name)
+            self._redis.hdel(keys.WAKE, name)
+            self._redis.delete(
+                keys.pipeline_versions(name),
+                keys.canary(name),
+                keys.canary_figures(name),
             )
-        except Exception:
-            log.exception("releasing the models of %r failed", name)
-        self._redis.hdel(keys.PIPELINES, name)
-        self._redis.delete(
-            keys.pipeline_versions(name),
-            keys.canary(name),
-            keys.canary_figures(name),
-        )
-        from eventbus.serving._replica_sources import clear_stats
+            from eventbus.serving._replica_sources import clear_stats
 
-        clear_stats(self._redis, name)
+            clear_stats(self._redis, name)
 
     def list(self) -> list[dict[str, Any]]:
         """Every deployed pipeline: name, version, deploy time, Serve status."""
@@ -441,15 +457,20 @@ class Controller:
                 statuses[app] = str(st.status.value if hasattr(st.status, "value") else st.status)
         except Exception:  # noqa: BLE001, S110 - Serve not started yet
             pass
+        from eventbus.serving._scale_to_zero import SCALED_TO_ZERO
+
+        zero = self._redis.hgetall(keys.SCALED_TO_ZERO)
         out = []
         for raw in self._redis.hgetall(keys.PIPELINES).values():
             rec = json.loads(raw)
+            status = statuses.get(app_name(rec["name"]), "MISSING")
             out.append(
                 {
                     "name": rec["name"],
                     "version": rec["version"],
                     "deployed_at": rec["deployed_at"],
-                    "status": statuses.get(app_name(rec["name"]), "MISSING"),
+                    # at zero Serve says RUNNING (zero of zero replicas): not failed, idle
+                    "status": SCALED_TO_ZERO if rec["name"] in zero else status,
                     "sources": len(rec["document"]["spec"]["sources"]),
                     "steps": len(rec["document"]["spec"].get("steps", [])),
                 }
@@ -475,10 +496,16 @@ class Controller:
             from eventbus.observability._view import pipeline_view
 
             raw = list(self._redis.hgetall(keys.stats(name)).values())
-            figures = pipeline_view(record, raw, [list(s.topics) for s in config.consumed_sources])
+            figures = pipeline_view(
+                record,
+                raw,
+                [list(s.topics) for s in config.consumed_sources],
+                scale=self.scaler.state(name),
+            )
             return {
                 "name": name,
                 "version": record["version"],
+                "state": figures["state"],
                 "sources": stats,
                 "figures": figures,
             }
@@ -493,8 +520,19 @@ class Controller:
         from eventbus.observability._view import pipeline_view
 
         raw = list(self._redis.hgetall(keys.stats(name)).values())
-        figures = pipeline_view(record, raw, [list(s.topics) for s in config.consumed_sources])
-        return {"name": name, "version": record["version"], "sources": sources, "figures": figures}
+        figures = pipeline_view(
+            record,
+            raw,
+            [list(s.topics) for s in config.consumed_sources],
+            scale=self.scaler.state(name),
+        )
+        return {
+            "name": name,
+            "version": record["version"],
+            "state": figures["state"],
+            "sources": sources,
+            "figures": figures,
+        }
 
     def restore(self) -> builtins.list[str]:
         """Reconcile Ray to the stored state: recreate missing apps and source actors."""
@@ -505,6 +543,7 @@ class Controller:
             try:
                 self._create_missing_topics(config)
                 self._ensure(config, rec["python_path"])
+                self.scaler.track(config)
                 restored.append(config.name)
             except Exception:
                 log.exception("could not restore pipeline %r", config.name)
@@ -608,7 +647,33 @@ class Controller:
             )
         )
 
-    def _run_app(self, config: PipelineConfig, python_path: builtins.list[str]) -> None:
+    def _scale(self, name: str, zero: bool, last_event_at: float) -> None:
+        """Scale a ``min: 0`` pipeline's replicas to zero, or back to its configured count
+        (the scale-to-zero watcher's decision), and record it."""
+        with self._lock:  # not across a deploy, which runs replicas and clears the record
+            record = self._load(name)
+            if record is None:
+                return  # deleted meanwhile
+            config = PipelineConfig.model_validate(record["document"])
+            if not config.spec.serving.replica_bounds.scale_to_zero:
+                return  # redeployed without min 0 meanwhile
+            at_zero = bool(self._redis.hexists(keys.SCALED_TO_ZERO, name))
+            if zero == at_zero:
+                return
+            if zero:  # recorded first: a gateway that sees it waits for the wake-up
+                state = {"since": time.time(), "last_event_at": last_event_at}
+                self._redis.hset(keys.SCALED_TO_ZERO, name, json.dumps(state))
+            self._run_app(config, record["python_path"], scaled_to_zero=zero)
+            if not zero:
+                self._redis.hdel(keys.SCALED_TO_ZERO, name)
+
+    def _run_app(
+        self,
+        config: PipelineConfig,
+        python_path: builtins.list[str],
+        *,
+        scaled_to_zero: bool = False,
+    ) -> None:
         from ray import serve
 
         self._start_serve()
@@ -619,7 +684,9 @@ class Controller:
             "redis_url": self.redis_url,
         }
         serve.run(
-            build_app(config, python_path, runtime), name=app_name(config.name), route_prefix=None
+            build_app(config, python_path, runtime, scaled_to_zero=scaled_to_zero),
+            name=app_name(config.name),
+            route_prefix=None,
         )
 
     def _delete_app(self, name: str) -> None:
@@ -674,7 +741,8 @@ class Controller:
         apps = serve.status().applications
         self.models.ensure_apps(config, running=set(apps))
         if app_name(config.name) not in apps:
-            self._run_app(config, python_path)
+            zero = bool(self._redis.hexists(keys.SCALED_TO_ZERO, config.name))
+            self._run_app(config, python_path, scaled_to_zero=zero)
         if config.spec.serving.source_placement != "actor":
             return
         for i in range(len(config.consumed_sources)):

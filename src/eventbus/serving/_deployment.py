@@ -232,7 +232,11 @@ class PipelineDeployment:
 
 
 def build_app(
-    config: PipelineConfig, python_path: list[str], runtime: dict[str, Any] | None = None
+    config: PipelineConfig,
+    python_path: list[str],
+    runtime: dict[str, Any] | None = None,
+    *,
+    scaled_to_zero: bool = False,
 ) -> Application:
     """Build the Serve application of a pipeline.
 
@@ -241,6 +245,9 @@ def build_app(
         python_path: where its functions import from.
         runtime: ``{"run_sources": bool, "kafka_bootstrap": str, "redis_url": str}``; with
             ``run_sources`` every replica consumes the pipeline's sources itself.
+        scaled_to_zero: no replicas (``replicas.min: 0``, idle; the controller's
+            ``ScaleToZero`` watcher decides). Otherwise a ``min: 0`` pipeline runs at least one
+            replica: Serve's own scaling from zero needs requests, and Kafka sources send none.
     """
     serving = config.spec.serving
     bounds = serving.replica_bounds
@@ -254,8 +261,20 @@ def build_app(
         "health_check_period_s": 2,
         "graceful_shutdown_timeout_s": 30,
     }
-    if bounds.min == bounds.max:
-        options["num_replicas"] = bounds.min
+    if scaled_to_zero:
+        # Serve takes no num_replicas 0; autoscaling from 0 on its own request metric makes a
+        # sync call (a DeploymentHandle request) start a replica at once, while the watcher
+        # brings the configured replicas back on lag or on the gateway's wake record.
+        options["autoscaling_config"] = {
+            "min_replicas": 0,
+            "initial_replicas": 0,
+            "max_replicas": 1,
+            "target_ongoing_requests": 1,
+            "upscale_delay_s": 0,
+            "downscale_delay_s": 600,
+        }
+    elif max(1, bounds.min) == bounds.max:
+        options["num_replicas"] = bounds.max
     else:
         options["autoscaling_config"] = autoscaling_options(config)
     # Upgrades replace at most a quarter of the replicas at a time (at least one), starting
@@ -287,7 +306,7 @@ def autoscaling_options(config: PipelineConfig) -> dict[str, Any]:
     bounds = serving.replica_bounds
     auto = serving.autoscaling or AutoscalingConfig()
     return {
-        "min_replicas": bounds.min,
+        "min_replicas": max(1, bounds.min),  # zero is the controller's (scale to zero)
         "max_replicas": bounds.max,
         "target_ongoing_requests": max(1, serving.batch.max_in_flight),
         "metrics_interval_s": auto.metrics_interval_s,

@@ -21,11 +21,53 @@ from typing import Any
 
 from eventbus._internal import keys
 
-__all__ = ["PUBLISH_EVERY_S", "ThreadPublisher", "entry_id", "write_entry"]
+__all__ = [
+    "HEARTBEAT_S",
+    "PUBLISH_EVERY_S",
+    "ChangeGate",
+    "ThreadPublisher",
+    "entry_id",
+    "write_entry",
+]
 
 log = logging.getLogger("eventbus.serving.figures")
 
 PUBLISH_EVERY_S = 1.0
+#: Unchanged figures are written again after this long, so that readers, which drop entries
+#: not refreshed for ``observability._view.STALE_S`` (15 s) as a dead process's, keep them.
+HEARTBEAT_S = 5.0
+
+
+class ChangeGate:
+    """Says when figures are due: when they changed since the last write of their key, or
+    :data:`HEARTBEAT_S` after it.
+
+    Args:
+        heartbeat_s: the longest time between two writes of one key.
+
+    Example:
+        >>> gate = ChangeGate()
+        >>> gate.due("p", (1, 2), now=0.0), gate.due("p", (1, 2), now=1.0)
+        (True, False)
+    """
+
+    def __init__(self, heartbeat_s: float = HEARTBEAT_S) -> None:
+        self.heartbeat_s = heartbeat_s
+        self._last: dict[str, tuple[Any, float]] = {}
+
+    def due(self, key: str, signature: Any, now: float | None = None) -> bool:
+        """Whether ``key``'s figures (summed up by ``signature``, compared with ``==``) should
+        be written now; if so, they count as written."""
+        now = time.monotonic() if now is None else now
+        last = self._last.get(key)
+        if last is not None and last[0] == signature and now - last[1] < self.heartbeat_s:
+            return False
+        self._last[key] = (signature, now)
+        return True
+
+    def forget(self, key: str) -> None:
+        """Forget ``key`` (its next figures are due at once)."""
+        self._last.pop(key, None)
 
 
 def entry_id(role: str) -> str:
@@ -61,6 +103,7 @@ class ThreadPublisher:
         self._key = keys.stats(pipeline)
         self.field = field
         self._snapshot = snapshot
+        self._gate = ChangeGate()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="eventbus-figures", daemon=True)
 
@@ -82,7 +125,10 @@ class ThreadPublisher:
         self._redis.close()
 
     def _write(self, final: bool = False) -> None:
-        value = json.dumps({**self._snapshot(), "at": time.time(), "final": final})
+        body = self._snapshot()
+        if not final and not self._gate.due(self.field, json.dumps(body, sort_keys=True)):
+            return
+        value = json.dumps({**body, "at": time.time(), "final": final})
         self._redis.hset(self._key, self.field, value)
 
     def _loop(self) -> None:

@@ -395,10 +395,17 @@ class ReplicaSources:
         )
 
     async def _publish_stats(self) -> None:
+        from eventbus.serving._figures import ChangeGate
+
+        # Look every second, write when the counters or the lag moved (or at the heartbeat):
+        # the step metrics only change when events flow, which moves the counters.
+        gate = ChangeGate()
         while True:
             await asyncio.sleep(_STATS_EVERY_S)
             try:
-                await self._write_stats()
+                signature = [(s.stats(), s.lag()) for s in self._sources]
+                if gate.due(self.replica_id, signature):
+                    await self._write_stats()
             except Exception:
                 log.debug("publishing counters failed", exc_info=True)
 

@@ -154,12 +154,14 @@ class SourceActor:
                 await self._write_figures(final=True)
 
     async def _publish_figures(self) -> None:
-        from eventbus.serving._figures import PUBLISH_EVERY_S
+        from eventbus.serving._figures import PUBLISH_EVERY_S, ChangeGate
 
+        gate = ChangeGate()
         while True:
             await asyncio.sleep(PUBLISH_EVERY_S)
             try:
-                await self._write_figures()
+                if gate.due("source", (self._source.stats(), self._source.lag())):
+                    await self._write_figures()
             except Exception:
                 log.debug("publishing figures failed", exc_info=True)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from eventbus.eventing._kafka_client import KafkaClientConfig
 
@@ -57,6 +57,16 @@ class KafkaSourceConfig(BaseModel):
         "(a broker that does not wake waiting fetches early, like Tansu, otherwise adds up to "
         "this much); each idle partition costs one fetch per interval.",
     )
+    idle_fetch_max_wait_ms: int = Field(
+        default=500,
+        ge=1,
+        le=30_000,
+        description="Longest a fetch waits for data once the source got no record for 2 s (a long "
+        "poll: an idle source then costs one fetch per interval instead of one per "
+        "fetch_max_wait_ms); the first records switch back to fetch_max_wait_ms. On a broker "
+        "that holds waiting fetches for the whole wait (Tansu) the first event after idleness "
+        "waits up to this much.",
+    )
     offset_gap_wait_ms: int = Field(
         default=1000,
         ge=0,
@@ -67,6 +77,16 @@ class KafkaSourceConfig(BaseModel):
         "fetches again from the gap until it fills. 0: no waiting (for compacted or transactional "
         "topics on a real Kafka, whose gaps are real).",
     )
+
+    @model_validator(mode="after")
+    def _idle_wait_not_shorter(self) -> KafkaSourceConfig:
+        if self.idle_fetch_max_wait_ms < self.fetch_max_wait_ms:
+            msg = (
+                f"idle_fetch_max_wait_ms ({self.idle_fetch_max_wait_ms}) is shorter than "
+                f"fetch_max_wait_ms ({self.fetch_max_wait_ms}); make it at least as long"
+            )
+            raise ValueError(msg)
+        return self
 
     @field_validator("topic")
     @classmethod

@@ -4,8 +4,9 @@ seek back after a rebalance.
 * :class:`OffsetGaps` takes a partition's records only up to a gap in their offsets and seeks
   back to it (Tansu stores concurrent producers' batches out of order).
 * :class:`KafkaFetcher` owns the consumer-group member: it fetches at most once per
-  ``linger_ms`` while records keep coming, and drops what it fetched across a rebalance,
-  putting the partitions it still owns back to their committed offsets.
+  ``linger_ms`` while records keep coming, long-polls (``idle_fetch_max_wait_ms``) once none
+  came for :data:`IDLE_AFTER_S`, and drops what it fetched across a rebalance, putting the
+  partitions it still owns back to their committed offsets.
 """
 
 from __future__ import annotations
@@ -22,12 +23,16 @@ from eventbus.eventing._kafka_client import KafkaClientConfig, kafka_client_kwar
 from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
 from eventbus.eventing.sources._kafka_settings import FetchSettings
 
-__all__ = ["KafkaFetcher", "OffsetGaps"]
+__all__ = ["IDLE_AFTER_S", "KafkaFetcher", "OffsetGaps"]
 
 # One logger for every part of the Kafka source, as when it was one module.
 log = logging.getLogger("eventbus.eventing.sources._kafka")
 
 _GAP_REFETCH_S = 0.005  # between fetches while a partition has a gap
+_POLL_MS = 100  # longest getmany() waits while records flow (bounds how fast stop() is seen)
+
+#: A source that fetched no record for this long is idle: its fetches long-poll.
+IDLE_AFTER_S = 2.0
 
 
 class OffsetGaps:
@@ -154,6 +159,9 @@ class KafkaFetcher:
         self.consumer: AIOKafkaConsumer | None = None
         self._linger_s = settings.linger_ms / 1000
         self._next_fetch_at = 0.0
+        self._last_records_at = 0.0  # loop time of the last fetch that returned records
+        #: whether fetches long-poll now (no record for IDLE_AFTER_S)
+        self.idle = False
         self._generation = 0  # bumped on each revocation: fetched records older are dropped
 
     async def start(
@@ -207,11 +215,17 @@ class KafkaFetcher:
         if wait > 0:  # records keep coming: let more gather at the broker (see linger_ms)
             await asyncio.sleep(wait)
         generation = self._generation
+        poll_ms = self.config.idle_fetch_max_wait_ms if self.idle else _POLL_MS
         data: dict[TopicPartition, list[Any]] = await consumer.getmany(
-            timeout_ms=100, max_records=self.settings.max_batch
+            timeout_ms=poll_ms, max_records=self.settings.max_batch
         )
         if not data:
+            if not self.idle and loop.time() - self._last_records_at >= IDLE_AFTER_S:
+                self._set_idle(consumer, True)
             return {}
+        self._last_records_at = loop.time()
+        if self.idle:
+            self._set_idle(consumer, False)
         count = sum(len(recs) for recs in data.values())
         if count < self.settings.max_batch:
             self._next_fetch_at = loop.time() + self._linger_s
@@ -235,6 +249,28 @@ class KafkaFetcher:
                     )
             return {}
         return data
+
+    def _set_idle(self, consumer: AIOKafkaConsumer, idle: bool) -> None:
+        """Switch the fetch requests between the long poll (idle) and the low-latency wait.
+
+        An idle source that sent a fetch every ``fetch_max_wait_ms`` (10 ms) cost ~6% of a
+        core in the replica and ~4.5% in the broker; a long poll costs a fetch every
+        ``idle_fetch_max_wait_ms``. aiokafka reads the wait when it builds each fetch request,
+        so the next request after the first records is short again. A broker that answers a
+        waiting fetch when data arrives (Kafka) adds no latency; one that holds it for the
+        whole wait (Tansu) delays the first record after idleness by up to the idle wait.
+        """
+        self.idle = idle
+        wait = self.config.idle_fetch_max_wait_ms if idle else self.config.fetch_max_wait_ms
+        fetcher = getattr(consumer, "_fetcher", None)
+        if fetcher is not None and hasattr(fetcher, "_fetch_max_wait_ms"):
+            fetcher._fetch_max_wait_ms = wait
+        log.debug(
+            "kafka source %s: %s (fetch wait %d ms)",
+            self.pipeline,
+            "idle" if idle else "busy",
+            wait,
+        )
 
     def lag(self, committed: Mapping[TopicPartition, int]) -> dict[str, int]:
         """Per assigned partition (``topic[partition]``): the log end the last fetch reported

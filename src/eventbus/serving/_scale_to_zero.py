@@ -1,0 +1,287 @@
+"""Scale to zero (``serving.replicas.min: 0``): one watcher in the controller for every such
+pipeline, as KEDA's Kafka scaler does it.
+
+Every ``poll_s`` the watcher compares, per pipeline, the end offsets of its consumed topics
+(the Kafka sources' and the gateway's ingress topic) with its consumer groups' committed
+offsets: one ``ListOffsets`` for all topics of a cluster and one ``OffsetFetch`` per group, not
+a consumer per pipeline, so a pipeline at zero costs no replica and no group member.
+
+* Up: after ``idle_s`` with no committed offset moving, no lag, and no sync call at a gateway
+  (gateways record those in ``eventbus:wake``), the pipeline's Serve application is set to
+  zero replicas; the replicas drain and commit as on any scale-down. The pipeline is recorded
+  in ``eventbus:scaled-to-zero`` (since, last event time), which status, the dashboard and
+  ``/metrics`` read.
+* At zero: lag on any partition (an end offset past the committed one: events wait, in the
+  source topics or in the ingress topic, where the gateway writes async requests) or a sync
+  call newer than the scale-down brings the application back to its configured replicas.
+  Nothing is lost: what waits in a topic is consumed from the committed offsets.
+
+The end offset is the broker's ``ListOffsets`` answer. Tansu answers it with the last record
+batch's base offset + 1, which can be below the true end; it is above the committed offset as
+soon as a new batch arrives after the committed one, so waking is exact, and scaling down
+also requires the replicas' own lag (from their fetches' high watermarks) to be zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from eventbus._internal import keys
+from eventbus.eventing._kafka_client import KafkaClientConfig, kafka_client_kwargs
+from eventbus.pipelines._config import PipelineConfig
+
+__all__ = ["SCALED_TO_ZERO", "ScaleToZero", "Watched", "decide"]
+
+log = logging.getLogger("eventbus.serving.scale_to_zero")
+
+#: The status of a pipeline whose replicas were scaled to zero.
+SCALED_TO_ZERO = "SCALED_TO_ZERO"
+
+
+@dataclass
+class Watched:
+    """What the watcher knows of one ``min: 0`` pipeline."""
+
+    name: str
+    #: cluster (bootstrap servers) -> consumer group -> topics
+    groups: dict[str, dict[str, list[str]]]
+    clients: dict[str, KafkaClientConfig | None]
+    idle_s: float
+    poll_s: float
+    last_activity: float = field(default_factory=time.monotonic)
+    last_event_at: float = field(default_factory=time.time)
+    committed: dict[str, int] = field(default_factory=dict)
+    wake_at: float = 0.0
+    next_at: float = 0.0
+    busy: bool = False  # a scale action is running
+
+
+def decide(
+    w: Watched,
+    *,
+    now: float,
+    lag: int,
+    committed: dict[str, int],
+    wake_at: float,
+    at_zero_since: float | None,
+    replica_lag: int = 0,
+) -> str | None:
+    """Update ``w`` with one observation; ``"down"``, ``"up"`` or None (nothing to do).
+
+    Args:
+        now: monotonic time.
+        lag: records past the committed offsets, summed over partitions (end - committed).
+        committed: the committed offsets (``topic[partition]`` -> offset).
+        wake_at: the latest sync call a gateway recorded (epoch s).
+        at_zero_since: when the pipeline went to zero (epoch s); None: it runs.
+        replica_lag: the lag the replicas last published (their fetches' view).
+    """
+    moved = bool(w.committed) and committed != w.committed
+    called = wake_at > w.wake_at
+    w.committed, w.wake_at = committed, max(w.wake_at, wake_at)
+    if moved or called or lag > 0 or replica_lag > 0:
+        w.last_activity = now
+        if moved or called:
+            w.last_event_at = time.time()
+    if at_zero_since is not None:
+        return "up" if lag > 0 or wake_at > at_zero_since else None
+    if now - w.last_activity >= w.idle_s:
+        return "down"
+    return None
+
+
+def watched_of(
+    config: PipelineConfig, bootstrap: str, client: KafkaClientConfig | None
+) -> Watched | None:
+    """The watch of a pipeline, or None when it may not scale to zero."""
+    bounds = config.spec.serving.replica_bounds
+    if not bounds.scale_to_zero:
+        return None
+    groups: dict[str, dict[str, list[str]]] = {}
+    clients: dict[str, KafkaClientConfig | None] = {}
+    for src in config.consumed_sources:
+        cluster = src.bootstrap_servers or bootstrap
+        clients.setdefault(cluster, src.client or client)
+        group = src.group or f"eventbus-{config.name}"
+        groups.setdefault(cluster, {}).setdefault(group, []).extend(src.topics)
+    return Watched(config.name, groups, clients, bounds.idle_s, bounds.poll_s)
+
+
+class ScaleToZero:
+    """The watcher: a daemon thread with its own event loop and Kafka clients.
+
+    Args:
+        redis: a sync Redis client (``decode_responses=True``).
+        scale: ``scale(name, zero, last_event_at)`` applies a decision and records it in
+            ``eventbus:scaled-to-zero`` (the controller's, under its lock).
+        bootstrap: the stack's Kafka bootstrap servers.
+        client: the stack's Kafka connection settings.
+    """
+
+    def __init__(
+        self,
+        redis: Any,
+        scale: Callable[[str, bool, float], None],
+        bootstrap: str,
+        client: KafkaClientConfig | None,
+    ) -> None:
+        self._redis = redis
+        self._scale = scale
+        self.bootstrap = bootstrap
+        self.client = client
+        self._watched: dict[str, Watched] = {}
+        self._lock = threading.Lock()
+        self._consumers: dict[str, Any] = {}
+        self._admins: dict[str, Any] = {}
+        self._thread = threading.Thread(
+            target=self._main, name="eventbus-scale-to-zero", daemon=True
+        )
+
+    # -- the controller's side ----------------------------------------------------------------
+    def start(self) -> None:
+        """Start watching."""
+        self._thread.start()
+
+    def track(self, config: PipelineConfig) -> None:
+        """Watch ``config``'s pipeline when it has ``min: 0`` (again from now: a deploy is
+        activity); forget it otherwise."""
+        w = watched_of(config, self.bootstrap, self.client)
+        with self._lock:
+            if w is None:
+                self._watched.pop(config.name, None)
+            else:
+                self._watched[config.name] = w
+
+    def forget(self, name: str) -> None:
+        """Stop watching a pipeline (deleted)."""
+        with self._lock:
+            self._watched.pop(name, None)
+
+    def state(self, name: str) -> dict[str, Any] | None:
+        """``{"since", "last_event_at"}`` of a pipeline at zero, or None."""
+        raw = self._redis.hget(keys.SCALED_TO_ZERO, name)
+        return json.loads(raw) if raw else None
+
+    # -- the thread ---------------------------------------------------------------------------
+    def _main(self) -> None:
+        asyncio.run(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            with self._lock:
+                watched = list(self._watched.values())
+            pause = min((w.poll_s for w in watched), default=1.0)
+            try:
+                await self._tick(watched)
+            except Exception:  # Redis or Kafka away: try again next tick
+                log.warning("scale to zero: a check failed", exc_info=True)
+            await asyncio.sleep(pause)
+
+    async def _tick(self, watched: list[Watched]) -> None:
+        now = time.monotonic()
+        due = [w for w in watched if now >= w.next_at and not w.busy]
+        if not due:
+            return
+        wakes = self._redis.hgetall(keys.WAKE)
+        zero = self._redis.hgetall(keys.SCALED_TO_ZERO)
+        for w in due:
+            w.next_at = now + w.poll_s
+            try:
+                lag, committed = await self._offsets(w)
+            except Exception as e:  # noqa: BLE001 - one pipeline's cluster away: not the others'
+                log.warning("pipeline %r: reading its offsets failed (%s); retrying", w.name, e)
+                continue
+            since = json.loads(zero[w.name])["since"] if w.name in zero else None
+            replica_lag = 0 if since is not None or lag > 0 else self._replica_lag(w.name)
+            action = decide(
+                w,
+                now=now,
+                lag=lag,
+                committed=committed,
+                wake_at=float(wakes.get(w.name, 0)),
+                at_zero_since=since,
+                replica_lag=replica_lag,
+            )
+            if action is not None:
+                w.busy = True
+                asyncio.get_running_loop().run_in_executor(None, self._apply, w, action)
+
+    def _apply(self, w: Watched, action: str) -> None:
+        try:
+            if action == "down":
+                log.info("pipeline %r: idle for %g s, scaling to zero", w.name, w.idle_s)
+                self._scale(w.name, True, w.last_event_at)
+            else:
+                log.info("pipeline %r: events wait, scaling up from zero", w.name)
+                self._scale(w.name, False, w.last_event_at)
+                w.last_activity = time.monotonic()
+        except Exception:
+            log.exception("pipeline %r: scaling %s failed", w.name, action)
+        finally:
+            w.busy = False
+
+    def _replica_lag(self, name: str) -> int:
+        """The lag the pipeline's live replicas last published (0 when none did)."""
+        from eventbus.observability._view import STALE_S
+
+        total = 0
+        now = time.time()
+        for raw in self._redis.hvals(keys.stats(name)):
+            entry = json.loads(raw)
+            if entry.get("final") or now - entry.get("at", 0) > STALE_S:
+                continue
+            for src in (entry.get("metrics") or {}).get("sources") or []:
+                total += sum((src.get("lag") or {}).values())
+        return total
+
+    async def _offsets(self, w: Watched) -> tuple[int, dict[str, int]]:
+        """The lag summed over the pipeline's partitions, and the committed offsets."""
+        from aiokafka import TopicPartition
+
+        lag = 0
+        committed_out: dict[str, int] = {}
+        for cluster, groups in w.groups.items():
+            consumer, admin = await self._clients(cluster, w.clients.get(cluster))
+            for group, topics in groups.items():
+                tps: list[TopicPartition] = []
+                for topic in topics:
+                    parts = consumer.partitions_for_topic(topic)
+                    if not parts:
+                        await consumer._client.force_metadata_update()
+                        parts = consumer.partitions_for_topic(topic) or set()
+                    tps.extend(TopicPartition(topic, p) for p in sorted(parts))
+                if not tps:
+                    continue
+                ends = await consumer.end_offsets(tps)
+                done = await admin.list_consumer_group_offsets(group, partitions=tps)
+                for tp in tps:
+                    meta = done.get(tp)
+                    offset = meta.offset if meta is not None and meta.offset >= 0 else 0
+                    committed_out[f"{group}/{tp.topic}[{tp.partition}]"] = offset
+                    lag += max(0, ends.get(tp, 0) - offset)
+        return lag, committed_out
+
+    async def _clients(self, cluster: str, client: KafkaClientConfig | None) -> tuple[Any, Any]:
+        consumer = self._consumers.get(cluster)
+        if consumer is None:
+            from aiokafka import AIOKafkaConsumer
+            from aiokafka.admin import AIOKafkaAdminClient
+
+            kwargs = kafka_client_kwargs(client)
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=cluster, client_id="eventbus-scale-to-zero", **kwargs
+            )
+            await consumer.start()
+            admin = AIOKafkaAdminClient(
+                bootstrap_servers=cluster, client_id="eventbus-scale-to-zero", **kwargs
+            )
+            await admin.start()
+            self._consumers[cluster], self._admins[cluster] = consumer, admin
+        return consumer, self._admins[cluster]

@@ -1,0 +1,152 @@
+"""Scale to zero without a cluster: the watcher's decisions, the config, the Serve options,
+how status and the gateway show and treat a pipeline at zero."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import pytest
+
+from eventbus.errors import IngressError
+from eventbus.eventing._event import CloudEvent
+from eventbus.eventing._outcome import Outcome
+from eventbus.gateway._ingress import Ingress, RouteTable
+from eventbus.gateway._replies import error_reply
+from eventbus.observability._view import pipeline_view
+from eventbus.pipelines._config import PipelineConfig, ReplicasConfig
+from eventbus.serving._deployment import autoscaling_options
+from eventbus.serving._scale_to_zero import Watched, decide, watched_of
+
+
+def doc(replicas: Any, sources: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "eventbus/v1",
+        "kind": "Pipeline",
+        "metadata": {"name": "orders"},
+        "spec": {
+            "sources": sources or [{"kafka": {"topic": "orders"}}],
+            "steps": [],
+            "sink": {"kafka": {"topic": "out"}},
+            "serving": {"replicas": replicas},
+        },
+    }
+
+
+def watched(idle_s: float = 10.0) -> Watched:
+    return Watched("orders", {}, {}, idle_s=idle_s, poll_s=1.0, last_activity=0.0)
+
+
+def test_idle_for_idle_s_without_lag_scales_down_and_activity_resets_the_clock() -> None:
+    w = watched()
+    c = {"g/t[0]": 5}
+    assert decide(w, now=1, lag=0, committed=c, wake_at=0, at_zero_since=None) is None
+    # the committed offset moved: events flowed at 6 s
+    assert decide(w, now=6, lag=0, committed={"g/t[0]": 9}, wake_at=0, at_zero_since=None) is None
+    assert decide(w, now=15, lag=0, committed={"g/t[0]": 9}, wake_at=0, at_zero_since=None) is None
+    # lag holds it up, as does the replicas' own lag and a sync call
+    assert (
+        decide(w, now=16.5, lag=3, committed={"g/t[0]": 9}, wake_at=0, at_zero_since=None) is None
+    )
+    assert (
+        decide(
+            w, now=26, lag=0, committed={"g/t[0]": 9}, wake_at=0, at_zero_since=None, replica_lag=1
+        )
+        is None
+    )
+    assert (
+        decide(w, now=36, lag=0, committed={"g/t[0]": 9}, wake_at=0, at_zero_since=None) == "down"
+    )
+
+
+def test_at_zero_lag_or_a_sync_call_after_the_scale_down_wakes_the_pipeline() -> None:
+    w = watched()
+    c = {"g/t[0]": 9}
+    assert decide(w, now=1, lag=0, committed=c, wake_at=100.0, at_zero_since=200.0) is None
+    assert decide(w, now=2, lag=1, committed=c, wake_at=100.0, at_zero_since=200.0) == "up"
+    w = watched()
+    assert decide(w, now=2, lag=0, committed=c, wake_at=201.0, at_zero_since=200.0) == "up"
+
+
+def test_replicas_min_0_scales_to_zero_and_its_settings_need_it() -> None:
+    assert ReplicasConfig(min=0, max=2).scale_to_zero
+    assert ReplicasConfig(min=0, max=2).idle_s == 300
+    expect = "replicas.idle_s is set but replicas.min is 1; it applies to scale to zero only: set min: 0, or drop it"
+    with pytest.raises(ValueError, match=re.escape(expect)):
+        ReplicasConfig(min=1, max=2, idle_s=5)
+
+
+def test_scale_to_zero_needs_the_replicas_to_consume() -> None:
+    bad = doc({"min": 0, "max": 2})
+    bad["spec"]["serving"]["source_placement"] = "actor"
+    expect = "serving.replicas.min is 0 but source_placement is 'actor'"
+    with pytest.raises(ValueError, match=re.escape(expect)):
+        PipelineConfig.model_validate(bad)
+
+
+def test_serve_runs_at_least_one_replica_until_the_controller_scales_to_zero() -> None:
+    from eventbus.serving._deployment import build_app
+
+    config = PipelineConfig.model_validate(doc({"min": 0, "max": 3}))
+    assert autoscaling_options(config)["min_replicas"] == 1
+    pinned = PipelineConfig.model_validate(doc({"min": 0, "max": 1}))
+    opts = build_app(pinned, [])._bound_deployment._deployment_config.num_replicas
+    assert opts == 1
+    zero = build_app(pinned, [], scaled_to_zero=True)._bound_deployment
+    auto = zero._deployment_config.autoscaling_config
+    assert (auto.min_replicas, auto.initial_replicas, auto.max_replicas) == (0, 0, 1)
+    assert watched_of(config, "k:9092", None) is not None
+    assert watched_of(PipelineConfig.model_validate(doc(1)), "k:9092", None) is None
+
+
+def test_the_watch_covers_kafka_topics_and_the_ingress_topic_by_group() -> None:
+    config = PipelineConfig.model_validate(
+        doc({"min": 0, "max": 2}, [{"kafka": {"topic": ["a", "b"]}}, {"http": {}}])
+    )
+    w = watched_of(config, "k:9092", None)
+    assert w is not None
+    assert w.groups == {"k:9092": {"eventbus-orders": ["a", "b", "eventbus-ingress-orders"]}}
+
+
+def test_status_shows_a_pipeline_at_zero_as_such() -> None:
+    record = {"name": "orders", "version": 1, "document": doc({"min": 0, "max": 2})}
+    view = pipeline_view(record, [], [["orders"]], scale={"since": 10.0, "last_event_at": 5.0})
+    assert view["state"] == "SCALED_TO_ZERO"
+    assert view["replicas"] == 0 and view["last_event_at"] == 5.0
+    assert pipeline_view(record, [], [["orders"]])["state"] == "RUNNING"
+
+
+class _Hanging:
+    async def publish(self, pipeline: str, events: list[CloudEvent]) -> None:
+        pass
+
+    async def invoke(self, pipeline: str, events: list[CloudEvent]) -> list[Outcome]:
+        await asyncio.Event().wait()  # no replica yet
+        return []
+
+
+def test_a_sync_call_at_zero_wakes_the_pipeline_and_gets_503_with_retry_after() -> None:
+    table = RouteTable.from_documents(
+        [doc({"min": 0, "max": 2}, [{"http": {"mode": "sync", "timeout_ms": 50}}])], {}
+    )
+    ingress = Ingress(_Hanging(), table)
+    ingress.scaled_to_zero = frozenset({"orders"})
+    woken: list[str] = []
+
+    async def wake(name: str) -> None:
+        woken.append(name)
+
+    ingress.wake = wake
+    event = CloudEvent.create(type="t", source="/s", id="1", data={})
+
+    async def call() -> None:
+        await ingress.invoke(table.http_route("orders"), [event])
+
+    with pytest.raises(IngressError) as info:
+        asyncio.run(call())
+    assert woken == ["orders"]
+    assert info.value.status == 503 and info.value.retry_after_s is not None
+    assert "was scaled to zero (replicas.min: 0) and is starting" in info.value.message
+    status, headers, _ = error_reply(info.value)
+    assert status == 503 and ("retry-after", "5") in headers
