@@ -64,8 +64,10 @@ class EventBusClient:
     ) -> None:
         from eventbus._internal.redis_client import check_redis
 
-        # A refused password fails here, named, and not in a controller restarting forever.
-        check_redis(redis_url)
+        # A refused password fails here, named, and not in a controller restarting forever
+        # ("" attaches to a running controller, which has its own URL: nothing to check).
+        if redis_url:
+            check_redis(redis_url)
         for k, v in RAY_ENV.items():
             os.environ.setdefault(k, v)
         os.environ.update(ray_env or {})

@@ -397,13 +397,16 @@ class ReplicaSources:
     async def _publish_stats(self) -> None:
         from eventbus.serving._figures import ChangeGate
 
-        # Look every second, write when the counters or the lag moved (or at the heartbeat):
-        # the step metrics only change when events flow, which moves the counters.
+        # Look every second, write when the counters, the lag or the steps' batch counts moved
+        # (or at the heartbeat): sync calls run the steps without passing a source.
         gate = ChangeGate()
         while True:
             await asyncio.sleep(_STATS_EVERY_S)
             try:
-                signature = [(s.stats(), s.lag()) for s in self._sources]
+                signature = (
+                    [(s.stats(), s.lag()) for s in self._sources],
+                    [c.batches for c in self._runner.counters],
+                )
                 if gate.due(self.replica_id, signature):
                     await self._write_stats()
             except Exception:
