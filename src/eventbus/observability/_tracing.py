@@ -265,10 +265,10 @@ class TracedSink:
         return result
 
 
-def run_traced(runner: Any, events: list[CloudEvent]) -> list[Any]:
-    """``runner.run(events)`` plus the batch's ``process`` spans (tracing on)."""
+def run_traced(runner: Any, events: list[CloudEvent], **options: Any) -> list[Any]:
+    """``runner.run(events, **options)`` plus the batch's ``process`` spans (tracing on)."""
     start = time.time_ns()
-    outcomes: list[Any] = runner.run(events)
+    outcomes: list[Any] = runner.run(events, **options)
     trace_batch(runner.name, events, outcomes, start, time.time_ns())
     return outcomes
 

@@ -55,6 +55,9 @@ class PipelineRunner:
         #: every step is of a pure kind (filter, convert): in-memory work of a few µs per
         #: event, no I/O, nothing that blocks (a caller may run small batches on its loop)
         self.pure = all(step.pure for step in self.steps)
+        #: some step keeps state per source partition (an event-time join's watermark):
+        #: callers that know each event's partition pass ``origins`` to :meth:`run`
+        self.uses_origins = any(step.uses_origins() for step in self.steps)
         # Observability, updated once per batch (see eventbus.observability).
         self.counters: list[StepCounters] = [StepCounters() for _ in self.steps]
         self.batch_sizes = Histogram(BATCH_SIZE_BOUNDS)
@@ -93,13 +96,19 @@ class PipelineRunner:
         return out
 
     def run(
-        self, events: list[CloudEvent], *, trace: dict[str, list[CloudEvent]] | None = None
+        self,
+        events: list[CloudEvent],
+        *,
+        trace: dict[str, list[CloudEvent]] | None = None,
+        origins: list[str] | None = None,
     ) -> list[Outcome]:
         """Run the steps over a batch.
 
         Args:
             events: the input batch.
             trace: when given, filled with each step's output events, by step id.
+            origins: per input event, the source partition it came from
+                (``<topic>[<partition>]``), for steps that keep state per partition.
 
         Returns:
             One outcome per input event, in order: its output events (empty when dropped) or a
@@ -116,7 +125,10 @@ class PipelineRunner:
                     trace[step.id] = []
                 continue
             try:
-                results = step.process(current)
+                if origins is not None and self.uses_origins and step.uses_origins():
+                    results = step.process_from(current, [origins[o] for o in origin])
+                else:
+                    results = step.process(current)
             except StateUnavailableError:
                 raise  # infrastructure, not the events: the whole batch is dispatched again
             except Exception as exc:  # noqa: BLE001 - a step bug fails its events, not the replica

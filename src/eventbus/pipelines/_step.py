@@ -107,6 +107,16 @@ class Step(ABC):
     def process(self, events: list[CloudEvent]) -> list[StepResult]:
         """One result per input event, in order."""
 
+    def uses_origins(self) -> bool:
+        """True when the step wants each event's source partition (:meth:`process_from`):
+        a join on event time keeps its watermark per partition."""
+        return False
+
+    def process_from(self, events: list[CloudEvent], origins: list[str] | None) -> list[StepResult]:
+        """:meth:`process` given each event's source partition (``<topic>[<partition>]``;
+        None when unknown). Called instead of :meth:`process` when :meth:`uses_origins`."""
+        return self.process(events)
+
     def stats(self) -> dict[str, Any] | None:
         """Figures of the step's own state (join keys, model version...), or None."""
         return None

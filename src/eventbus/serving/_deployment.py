@@ -181,7 +181,12 @@ class PipelineDeployment:
             index = [i for i, o in enumerate(outcomes) if o is None]
         self._events += len(records)
         encode = self._encode
-        for i, result in zip(index, self._runner.run(events)):
+        origins = (
+            [f"{records[i].topic}[{records[i].partition}]" for i in index]
+            if self._runner.uses_origins
+            else None
+        )
+        for i, result in zip(index, self._runner.run(events, origins=origins)):
             if type(result) is not list:
                 outcomes[i] = result
                 continue

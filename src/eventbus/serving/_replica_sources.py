@@ -35,6 +35,7 @@ from eventbus.serving._replica_health import SourcesHealth
 __all__ = [
     "ReplicaSources",
     "clear_stats",
+    "decoding_dispatch",
     "delivery_policy",
     "make_sink",
     "read_stats",
@@ -73,6 +74,34 @@ def delivery_policy(config: PipelineConfig, redis_url: str | None) -> DeliveryPo
         retry_max_s=d.backoff.max_ms / 1000,
         dispatch_retries=d.retries,
     )
+
+
+def decoding_dispatch(src: Any, run: Any, blocking: bool) -> Any:
+    """A dispatch of undecoded records (``decode_in_dispatch``) that hands the runner each
+    event's source partition: steps that keep state per partition (an event-time join's
+    watermark) need it. A record that does not decode fails with ``step="decode"``."""
+    from eventbus.eventing._codecs import decode_kafka_records
+    from eventbus.eventing._outcome import Failure
+
+    def call(records: list[Any]) -> list[Outcome]:
+        events, errors = decode_kafka_records(
+            records, default_type=src.type, default_source=src.source
+        )
+        outcomes: list[Any] = [None] * len(records)
+        index: range | list[int] = range(len(records))
+        if errors:
+            for i, exc in errors:
+                outcomes[i] = Failure("decode", "EventDecodeError", str(exc))
+            index = [i for i, o in enumerate(outcomes) if o is None]
+        origins = [f"{records[i].topic}[{records[i].partition}]" for i in index]
+        for i, outcome in zip(index, run(events, origins=origins)):
+            outcomes[i] = outcome
+        return outcomes
+
+    async def dispatch(records: list[Any]) -> list[Outcome]:
+        return await asyncio.to_thread(call, records) if blocking else call(records)
+
+    return dispatch
 
 
 async def sweep_forever(
@@ -330,6 +359,8 @@ class ReplicaSources:
             async def dispatch(events: list[CloudEvent]) -> list[Outcome]:
                 return run(events)
 
+        origins = self._runner.uses_origins
+        blocking = any(s.blocking for s in self._runner.steps)
         for src in self._config.consumed_sources:
             self._sources.append(
                 KafkaSource(
@@ -337,7 +368,7 @@ class ReplicaSources:
                     pipeline=self._config.name,
                     bootstrap_servers=src.bootstrap_servers or self._bootstrap,
                     client=self._kafka_client,
-                    dispatch=dispatch,
+                    dispatch=decoding_dispatch(src, run, blocking) if origins else dispatch,
                     sinks=SourceSinks(
                         sink=sink_of(spec.sink),
                         dead_letter=sink_of(spec.dead_letter) if spec.dead_letter else None,
@@ -346,6 +377,7 @@ class ReplicaSources:
                         max_batch=spec.serving.batch.max_size,
                         linger_ms=self._config.linger_ms_of(src),
                         max_in_flight=spec.serving.batch.max_in_flight,
+                        decode_in_dispatch=origins,
                     ),
                     delivery=delivery_policy(self._config, self._redis_url),
                 )

@@ -141,9 +141,11 @@ def test_latest_mode_enriches_with_the_latest_table_event() -> None:
 
 def test_late_events_fail_with_the_reason() -> None:
     r = runner({"time": "event", "window_s": 60, "allowed_lateness_s": 30, "sides": SIDES})
-    [f, ok] = r.run([order(1, time="2020-01-01T00:00:00Z"), order(2)])
+    assert r.run([order(2, time="2024-01-01T00:10:00Z")]) == [[]]  # the watermark: 00:10
+    [f, ok] = r.run([order(1, time="2024-01-01T00:08:29Z"), order(3, time="2024-01-01T00:08:31Z")])
     assert isinstance(f, Failure) and f.step == "pair" and f.error_type == "LateEventError"
-    assert "beyond the join window (60 s) plus allowed_lateness_s (30 s)" in f.message
+    assert "is late: 91.0 s behind the watermark 2024-01-01T00:10:00" in f.message
+    assert "beyond window_s (60 s) plus allowed_lateness_s (30 s); raise allowed_lateness_s" in f.message
     assert ok == []
 
 

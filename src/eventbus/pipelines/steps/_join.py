@@ -33,13 +33,16 @@ from eventbus.pipelines.steps._join_config import JoinConfig
 from eventbus.pipelines.steps._join_pairs import MemoryPairState, PairState, RedisPairState
 from eventbus.pipelines.steps._join_state import (
     AFTER_MATCH,
+    LATE,
     SUPERSEDED,
     WAITING,
+    Item,
     JoinState,
     MemoryJoinState,
     RedisJoinState,
     now_ms,
 )
+from eventbus.pipelines.steps._join_watermark import NO_LANE, PROCESSING, Clock
 from eventbus.pipelines.steps._values import json_value
 from eventbus.registry import steps
 
@@ -103,7 +106,11 @@ class JoinStep(Step):
         self.type = spec.output.type or f"{step_id}.joined"
         self.source = spec.output.source or f"/eventbus/{pipeline}/{step_id}"
         self._window_ms = int(spec.window_s * 1000)
-        self._late_ms = int((spec.window_s + spec.allowed_lateness_s) * 1000)
+        self.clock = (
+            Clock(True, int(spec.allowed_lateness_s * 1000), int(spec.watermark_idle_s * 1000))
+            if spec.time == "event"
+            else PROCESSING
+        )
         self.counters = {"joined": 0, "timed_out": 0} | {f"absorbed_{r}": 0 for r in REASONS}
 
     @staticmethod
@@ -121,6 +128,10 @@ class JoinStep(Step):
         """Count ``n`` events that emitted nothing, for ``reason`` (one of :data:`REASONS`)."""
         self.counters[f"absorbed_{reason}"] += n
 
+    def uses_origins(self) -> bool:
+        """``time: event``: the watermark is kept per source partition."""
+        return self.clock.event
+
     def process(self, events: list[CloudEvent]) -> list[Any]:
         """One result per event: the joined event(s), [] while waiting, the event itself when
         it matches no side, or a failure (key error, late event, key full).
@@ -128,11 +139,16 @@ class JoinStep(Step):
         Raises:
             StateUnavailableError: the state store does not answer (the batch is retried).
         """
+        return self.process_from(events, None)
+
+    def process_from(self, events: list[CloudEvent], origins: list[str] | None) -> list[Any]:
+        """:meth:`process` with each event's source partition (``<topic>[<partition>]``), the
+        lane of the event-time watermark it moves (None: all in one lane)."""
         results: list[Any] = [None] * len(events)
-        items: list[tuple[str, str, bytes, str]] = []
+        items: list[Item] = []
         where: list[int] = []
         now = self.now()
-        event_time = self.spec.time == "event"
+        event_time = self.clock.event
         for i, e in enumerate(events):
             try:
                 act = self._build(e)
@@ -144,26 +160,19 @@ class JoinStep(Step):
                 if not isinstance(key, (str, int)) or isinstance(key, bool):
                     msg = f"join key of side {side!r} is {key!r} ({type(key).__name__}); a key must be a string or an integer"
                     raise TypeError(msg)
-                if event_time and "time" in e.attributes:
-                    t = int(parse_time(e.attributes["time"]).timestamp() * 1000)
-                    if t < now - self._late_ms:
-                        self.absorb("late")
-                        msg = (
-                            f"event time {e.attributes['time']} is {(now - t) / 1000:.1f} s old, beyond the join window "
-                            f"({self.spec.window_s:g} s) plus allowed_lateness_s ({self.spec.allowed_lateness_s:g} s)"
-                        )
-                        raise LateEventError(msg)
+                t = event_ms(e) if event_time else now
                 payload = event_to_json(e)
                 if len(payload) > self.spec.max_key_bytes:
                     raise self._full(str(key), len(payload), 0)
-                items.append((str(key), side, payload, str(e.attributes["id"])))
+                lane = origins[i] if origins is not None else NO_LANE
+                items.append((str(key), side, payload, str(e.attributes["id"]), t, lane))
                 where.append(i)
             except (cel.CELError, ValueError, TypeError) as exc:
                 results[i] = self._failure(exc)
         if not items:
             return results
         if self.spec.mode == "latest":
-            self._latest(events, results, items, where)
+            self._latest(events, results, items, where, now)
         elif self.stream:
             self._combinations(now, results, items, where)
         else:
@@ -178,17 +187,34 @@ class JoinStep(Step):
         )
         return JoinKeyFullError(msg)
 
+    def _late(self, key: str, t: int, watermark: int | None) -> LateEventError:
+        self.absorb("late")
+        behind = (
+            ""
+            if watermark is None
+            else f"{(watermark - t) / 1000:.1f} s behind the watermark {format_time_ms(watermark)}, "
+        )
+        msg = (
+            f"join key {key!r}: event time {format_time_ms(t)} is late: {behind}beyond window_s "
+            f"({self.spec.window_s:g} s) plus allowed_lateness_s ({self.spec.allowed_lateness_s:g} s); "
+            "raise allowed_lateness_s to join events this late"
+        )
+        return LateEventError(msg)
+
     def _first(
         self,
         now: int,
         results: list[Any],
-        items: list[tuple[str, str, bytes, str]],
+        items: list[Item],
         where: list[int],
     ) -> None:
         states = self.state.join(
-            now, self._window_ms, len(self._sides), self.spec.max_pending, items
+            now, self._window_ms, len(self._sides), self.spec.max_pending, items, self.clock
         )
-        for i, (key, _, _, _), h in zip(where, items, states):
+        for i, (key, _, _, _, t, _), h in zip(where, items, states):
+            if not isinstance(h, dict) and h == LATE:
+                results[i] = self._failure(self._late(key, t, None))
+                continue
             if isinstance(h, dict):
                 self.counters["joined"] += 1
                 results[i] = [self.output(key, h, now)]
@@ -206,14 +232,19 @@ class JoinStep(Step):
         self,
         now: int,
         results: list[Any],
-        items: list[tuple[str, str, bytes, str]],
+        items: list[Item],
         where: list[int],
     ) -> None:
         added = self.pairs.add(
-            now, self._window_ms, self.spec.max_pending, self.spec.max_key_bytes, items
+            now, self._window_ms, self.spec.max_pending, self.spec.max_key_bytes, items, self.clock
         )
         latest = self.spec.emit == "latest"
-        for i, (key, side, payload, eid), (code, t0, same, others) in zip(where, items, added):
+        for i, (key, side, payload, eid, t, _), (code, t0, same, others) in zip(
+            where, items, added
+        ):
+            if code == -3:
+                results[i] = self._failure(self._late(key, t, int(t0)))
+                continue
             if code == -2:
                 results[i] = self._failure(self._full(key, len(payload), same))
                 continue
@@ -249,14 +280,17 @@ class JoinStep(Step):
         self,
         events: list[CloudEvent],
         results: list[Any],
-        items: list[tuple[str, str, bytes, str]],
+        items: list[Item],
         where: list[int],
+        now: int,
     ) -> None:
         table = self.spec.table
         assert table is not None
-        found = self.state.latest(self._window_ms, table, [(k, s, p) for k, s, p, _ in items])
-        now = self.now()
-        for i, (key, side, _, _), t in zip(where, items, found):
+        found = self.state.latest(self._window_ms, table, items, now, self.clock)
+        for i, (key, side, _, _, te, _), t in zip(where, items, found):
+            if isinstance(t, int):
+                results[i] = self._failure(self._late(key, te, None))
+                continue
             if side == table:
                 results[i] = []
                 continue
@@ -311,6 +345,19 @@ class JoinStep(Step):
         from eventbus.pipelines.steps._join_sweep import JoinSweeper
 
         return [JoinSweeper(self)]
+
+
+def event_ms(e: CloudEvent) -> int:
+    """The event's CloudEvent ``time`` in epoch milliseconds.
+
+    Raises:
+        ValueError: the event has no ``time`` (``time: event`` needs one).
+    """
+    t = e.attributes.get("time")
+    if not t:
+        msg = f"event {e.attributes.get('id')!r} has no 'time' attribute; a join with time: event windows by it: set it at the source, or use time: processing"
+        raise ValueError(msg)
+    return int(parse_time(t).timestamp() * 1000)
 
 
 def format_time_ms(ms: int) -> str:

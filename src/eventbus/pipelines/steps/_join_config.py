@@ -82,11 +82,24 @@ class JoinConfig(BaseModel):
     )
     time: Literal["processing", "event"] = Field(
         default="processing",
-        description="event: an event whose CloudEvent time is older than window_s + allowed_lateness_s "
-        "is late and goes to the dead-letter sink; processing: no event is late.",
+        description="processing: windows by the wall clock (a key's window opens at its first event's "
+        "arrival), no event is late. event: windows by the events' CloudEvent time (a key's window "
+        "opens at its first event's time) and a watermark per source partition (the smallest latest "
+        "event time over the partitions that sent events within watermark_idle_s); a window closes "
+        "when the watermark passes its start + window_s + allowed_lateness_s, and an event whose time "
+        "+ window_s + allowed_lateness_s is before the watermark is late: counted (absorbed_late) and "
+        "dead-lettered (LateEventError).",
     )
-    allowed_lateness_s: Annotated[float, Field(ge=0)] = Field(
-        default=0, description="Extra lateness tolerated in event-time mode."
+    allowed_lateness_s: Annotated[float, Field(ge=0, le=7 * 86400)] = Field(
+        default=0,
+        description="time: event: how far behind the watermark an event may be and still join "
+        "(windows stay open this much longer).",
+    )
+    watermark_idle_s: Annotated[float, Field(gt=0, le=86400)] = Field(
+        default=30,
+        description="time: event: a source partition that sent no event for this long stops holding "
+        "the watermark back; when all are idle, the watermark moves on with the wall clock (so the "
+        "last windows close). Longer than the longest pause of a partition (a replica restart).",
     )
     max_pending: Annotated[int, Field(ge=1, le=100_000_000)] = Field(
         default=1_000_000,
@@ -119,4 +132,9 @@ class JoinConfig(BaseModel):
         elif self.table is not None:
             msg = f"'table:' is for mode 'latest'; mode is {self.mode!r}: remove it or set mode: latest"
             raise ValueError(msg)
+        if self.time == "processing":
+            for name in ("allowed_lateness_s", "watermark_idle_s"):
+                if name in self.model_fields_set:
+                    msg = f"'{name}' is for 'time: event'; time is 'processing' (no event is late): remove it or set time: event"
+                    raise ValueError(msg)
         return self

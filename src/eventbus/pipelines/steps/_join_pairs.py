@@ -23,25 +23,35 @@ from collections.abc import Sequence
 from typing import Any
 
 from eventbus.pipelines.steps._join_state import call_script, connect
+from eventbus.pipelines.steps._join_watermark import LUA, PROCESSING, Clock, Watermark
 
-__all__ = ["MemoryPairState", "PairItem", "PairState", "RedisPairState", "window_key"]
+__all__ = ["Item", "MemoryPairState", "PairItem", "PairState", "RedisPairState", "window_key"]
 
 #: Per item: (code, t0, same-side events before it, [(side/id, seq, JSON) of the other sides]).
 #: code 1: stored now; 2: stored before (consumed again); -1: its window was evicted (kept
 #: for the dead-letter sink); -2: the window is full (max_key_bytes), not stored (the count
-#: is then the window's bytes).
+#: is then the window's bytes); -3: late by the watermark (event time), not stored (t0 is
+#: then the watermark).
 PairItem = tuple[int, str, int, list[tuple[str, int, bytes]]]
 
-# KEYS: ``pdue``, ``pclaim``, then one ``w:<key>`` per item; the windows found in the sorted
+#: What a batch adds: (key, side, event JSON, event id, time ms, lane).
+Item = tuple[str, str, bytes, str, int, str]
+
+# KEYS: ``pdue``, ``pclaim``, ``wm`` (:mod:`._join_watermark`), then one ``w:<key>`` per item; the windows found in the sorted
 # sets and the renamed ``x:<t0>:<key>`` ones are named from the declared keys' prefix (same
 # hash tag, same Redis Cluster slot), as in :mod:`._join_state`.
-_ADD = """
-local due, claim = KEYS[1], KEYS[2]
+_ADD = (
+    LUA
+    + """
+local due, claim, WM = KEYS[1], KEYS[2], KEYS[3]
 local prefix = string.sub(due, 1, -5)
 local now = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local maxp = tonumber(ARGV[3])
 local maxb = tonumber(ARGV[4])
+local event, lateness, idle = ARGV[5] == '1', tonumber(ARGV[6]), tonumber(ARGV[7])
+local w0 = event and wm_read(WM, now, idle)
+local seen = {}
 local function seen_before(h, side, seq)
   local flat = redis.call('HGETALL', h)
   local res, same = {}, 0
@@ -63,14 +73,23 @@ local function seen_before(h, side, seq)
   return same, res
 end
 local out = {}
-for i = 5, #ARGV, 4 do
+for i = 8, #ARGV, 6 do
   local k, side, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local f = side .. '/' .. ARGV[i + 3]
+  local t = tonumber(ARGV[i + 4])
   local m = 'w:' .. k
-  local h = KEYS[3 + (i - 5) / 4]
+  local h = KEYS[4 + (i - 8) / 6]
   local got = redis.call('HMGET', h, '__t0', f, '__evicted', '__b')
   local t0, old, evicted, bytes = got[1], got[2], got[3], tonumber(got[4])
-  if t0 and not old and now >= tonumber(t0) + window then
+  if not old and w0 and t + window + lateness < w0 then
+    -- late by the watermark of the batches before (an event stored before is not: it is
+    -- consumed again and re-emits what it emitted)
+    out[#out + 1] = {-3, string.format('%d', w0), 0, {}}
+  else
+  if event and not old and (not seen[ARGV[i + 5]] or seen[ARGV[i + 5]] < t) then
+    seen[ARGV[i + 5]] = t
+  end
+  if t0 and not old and t >= tonumber(t0) + window then
     -- closed but not swept yet: it goes on as x:<t0>:<key>, this event opens a new window
     local x = 'x:' .. t0 .. ':' .. k
     redis.call('RENAME', h, prefix .. x)
@@ -80,13 +99,13 @@ for i = 5, #ARGV, 4 do
       redis.call('ZREM', claim, m)
       redis.call('ZADD', claim, leased, x)
     else
-      redis.call('ZADD', due, tonumber(t0) + window, x)
+      redis.call('ZADD', due, tonumber(t0) + window + lateness, x)
     end
     t0 = false
   end
   if not t0 then
     -- a new window: nothing to pair with yet
-    t0 = tostring(now)
+    t0 = string.format('%d', t)
     if #payload > maxb then
       redis.call('HSET', h, '__t0', t0, '__n', 0, '__b', 0)
       out[#out + 1] = {-2, t0, 0, {}}
@@ -94,8 +113,11 @@ for i = 5, #ARGV, 4 do
       redis.call('HSET', h, '__t0', t0, '__n', 1, '__b', #payload, f, '1,' .. payload)
       out[#out + 1] = {1, t0, 0, {}}
     end
-    redis.call('ZADD', due, now + window, m)
-    redis.call('PEXPIRE', h, 2 * window + 60000)
+    redis.call('ZADD', due, t + window + lateness, m)
+    if not event then
+      -- event time: the window lives until the watermark passes (the sweeper removes it)
+      redis.call('PEXPIRE', h, 2 * window + 60000)
+    end
   elseif old then
     local seq = tonumber(string.sub(old, 1, string.find(old, ',', 1, true) - 1))
     local same, res = seen_before(h, side, seq)
@@ -112,7 +134,9 @@ for i = 5, #ARGV, 4 do
     local same, res = seen_before(h, side, seq)
     out[#out + 1] = {1, t0, same, res}
   end
+  end
 end
+if event then wm_advance(WM, seen, now, idle) end
 local over = redis.call('ZCARD', due) - maxp
 if over > 0 then
   for _, m in ipairs(redis.call('ZRANGE', due, 0, over - 1)) do
@@ -122,14 +146,20 @@ if over > 0 then
 end
 return out
 """
+)
 
-_CLAIM = """
-local due, claim = KEYS[1], KEYS[2]
+_CLAIM = (
+    LUA
+    + """
+local due, claim, WM = KEYS[1], KEYS[2], KEYS[3]
 local prefix = string.sub(due, 1, -5)
 local now, lease, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+-- event time: windows are due by the watermark (none before the first event)
+local upto = now
+if ARGV[4] == '1' then upto = wm_advance(WM, {}, now, tonumber(ARGV[5])) or -1 end
 local out = {}
 for _, list in ipairs({redis.call('ZRANGEBYSCORE', claim, '-inf', now, 'LIMIT', 0, limit),
-                       redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, limit)}) do
+                       redis.call('ZRANGEBYSCORE', due, '-inf', upto, 'LIMIT', 0, limit)}) do
   for _, m in ipairs(list) do
     redis.call('ZREM', due, m)
     redis.call('ZADD', claim, now + lease, m)
@@ -139,6 +169,7 @@ for _, list in ipairs({redis.call('ZRANGEBYSCORE', claim, '-inf', now, 'LIMIT', 
 end
 return out
 """
+)
 
 # A claimed w:<key> may have been renamed x:<t0>:<key> since (the key's next event opened a
 # new window): the claim's t0 tells which window to forget.
@@ -178,15 +209,18 @@ class PairState:
         window_ms: int,
         max_pending: int,
         max_bytes: int,
-        items: Sequence[tuple[str, str, bytes, str]],
+        items: Sequence[Item],
+        clock: Clock = PROCESSING,
     ) -> list[PairItem]:
-        """Add (key, side, event JSON, event id) items, one :data:`PairItem` each."""
+        """Add (key, side, event JSON, event id, time ms, lane) items, one :data:`PairItem`
+        each (the time is the wall clock's ``now_ms`` with ``time: processing``)."""
         raise NotImplementedError
 
     def claim_due(
-        self, now_ms: int, lease_ms: int, limit: int
+        self, now_ms: int, lease_ms: int, limit: int, clock: Clock = PROCESSING
     ) -> list[tuple[str, dict[str, bytes]]]:
-        """Take the windows that closed (or were evicted): (window name, hash) each."""
+        """Take the windows that closed (by the watermark with ``clock.event``) or were
+        evicted: (window name, hash) each."""
         raise NotImplementedError
 
     def ack(self, claimed: Sequence[tuple[str, str]]) -> None:
@@ -214,11 +248,12 @@ class RedisPairState(PairState):
         window_ms: int,
         max_pending: int,
         max_bytes: int,
-        items: Sequence[tuple[str, str, bytes, str]],
+        items: Sequence[Item],
+        clock: Clock = PROCESSING,
     ) -> list[PairItem]:
-        args: list[Any] = [now_ms, window_ms, max_pending, max_bytes]
+        args: list[Any] = [now_ms, window_ms, max_pending, max_bytes, *clock.args()]
         windows = self.prefix + "w:"
-        names = [self.prefix + "pdue", self.prefix + "pclaim"]
+        names = [self.prefix + "pdue", self.prefix + "pclaim", self.prefix + "wm"]
         for item in items:
             args += item
             names.append(windows + item[0])
@@ -229,10 +264,12 @@ class RedisPairState(PairState):
         return out
 
     def claim_due(
-        self, now_ms: int, lease_ms: int, limit: int
+        self, now_ms: int, lease_ms: int, limit: int, clock: Clock = PROCESSING
     ) -> list[tuple[str, dict[str, bytes]]]:
         flat = call_script(
-            self._claim, [self.prefix + "pdue", self.prefix + "pclaim"], [now_ms, lease_ms, limit]
+            self._claim,
+            [self.prefix + "pdue", self.prefix + "pclaim", self.prefix + "wm"],
+            [now_ms, lease_ms, limit, int(clock.event), clock.idle_ms],
         )
         return [
             (
@@ -264,6 +301,12 @@ class MemoryPairState(PairState):
         self.hashes: dict[str, dict[str, bytes]] = {}
         self.due: dict[str, int] = {}
         self.claimed: dict[str, int] = {}
+        self.watermark: Watermark | None = None
+
+    def _watermark(self, clock: Clock) -> Watermark:
+        if self.watermark is None:
+            self.watermark = Watermark(clock.idle_ms)
+        return self.watermark
 
     def _before(
         self, h: dict[str, bytes], side: str, seq: int
@@ -286,25 +329,35 @@ class MemoryPairState(PairState):
         window_ms: int,
         max_pending: int,
         max_bytes: int,
-        items: Sequence[tuple[str, str, bytes, str]],
+        items: Sequence[Item],
+        clock: Clock = PROCESSING,
     ) -> list[PairItem]:
         out: list[PairItem] = []
-        for k, side, payload, eid in items:
+        lateness = clock.lateness_ms
+        wm = self._watermark(clock)
+        w0 = wm.read(now_ms) if clock.event else None
+        seen: list[tuple[str, int]] = []
+        for k, side, payload, eid, t, lane in items:
             f, m = f"{side}/{eid}", f"w:{k}"
             h = self.hashes.get(m)
             old = h.get(f) if h is not None else None
-            if h is not None and old is None and now_ms >= int(h["__t0"]) + window_ms:
+            if old is None and w0 is not None and t + window_ms + lateness < w0:
+                out.append((-3, str(w0), 0, []))
+                continue
+            if clock.event and old is None:
+                seen.append((lane, t))
+            if h is not None and old is None and t >= int(h["__t0"]) + window_ms:
                 x = f"x:{h['__t0'].decode()}:{k}"
                 self.hashes[x] = self.hashes.pop(m)
                 self.due.pop(m, None)
                 if m in self.claimed:
                     self.claimed[x] = self.claimed.pop(m)
                 else:
-                    self.due[x] = int(h["__t0"]) + window_ms
+                    self.due[x] = int(h["__t0"]) + window_ms + lateness
                 h = None
             if h is None:
-                h = self.hashes[m] = {"__t0": str(now_ms).encode(), "__n": b"0", "__b": b"0"}
-                self.due[m] = now_ms + window_ms
+                h = self.hashes[m] = {"__t0": str(t).encode(), "__n": b"0", "__b": b"0"}
+                self.due[m] = t + window_ms + lateness
             t0 = h["__t0"].decode()
             if old is not None:
                 seq = int(old.partition(b",")[0])
@@ -320,6 +373,8 @@ class MemoryPairState(PairState):
                 h["__b"] = str(int(h["__b"]) + len(payload)).encode()
                 h[f] = str(seq).encode() + b"," + payload
                 out.append((1, t0, *self._before(h, side, seq)))
+        if clock.event:
+            wm.advance(seen, now_ms)
         over = len(self.due) - max_pending
         if over > 0:
             for m in sorted(self.due, key=lambda m: (self.due[m], m))[:over]:
@@ -328,10 +383,14 @@ class MemoryPairState(PairState):
         return out
 
     def claim_due(
-        self, now_ms: int, lease_ms: int, limit: int
+        self, now_ms: int, lease_ms: int, limit: int, clock: Clock = PROCESSING
     ) -> list[tuple[str, dict[str, bytes]]]:
+        upto = now_ms
+        if clock.event:
+            w = self._watermark(clock).advance((), now_ms)
+            upto = -1 if w is None else w
         names = [m for m, t in self.claimed.items() if t <= now_ms][:limit]
-        names += [m for m, t in self.due.items() if t <= now_ms][:limit]
+        names += [m for m, t in self.due.items() if t <= upto][:limit]
         out = []
         for m in names:
             self.due.pop(m, None)

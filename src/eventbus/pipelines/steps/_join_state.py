@@ -20,10 +20,12 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from eventbus.errors import StateUnavailableError
+from eventbus.pipelines.steps._join_watermark import LUA, PROCESSING, Clock, Watermark
 
 __all__ = [
     "AFTER_MATCH",
     "EVICTED",
+    "LATE",
     "SUPERSEDED",
     "WAITING",
     "JoinState",
@@ -33,26 +35,36 @@ __all__ = [
     "connect",
 ]
 
-#: Why an ``emit: first`` event waits (see :meth:`JoinState.join`).
-WAITING, SUPERSEDED, AFTER_MATCH, EVICTED = 0, 1, 2, 3
+#: What a batch adds: (key, side, event JSON, event id, time ms, lane).
+Item = tuple[str, str, bytes, str, int, str]
+
+#: Why an ``emit: first`` event waits (see :meth:`JoinState.join`); LATE: not stored, late
+#: by the watermark (``time: event``; also what :meth:`JoinState.latest` gives a late event).
+WAITING, SUPERSEDED, AFTER_MATCH, EVICTED, LATE = 0, 1, 2, 3, 4
 
 # Every script declares its keys in KEYS (``due``/``claim`` first, then one ``k:<key>`` per
 # item). The keys a script finds in a sorted set (eviction, claims) are not known before it
 # runs: it names them from the declared ``due`` key's prefix, so they share its hash tag and
 # its Redis Cluster slot (allowed for undeclared keys of the script's own slot).
 
-_JOIN = """
-local due = KEYS[1]
+_JOIN = (
+    LUA
+    + """
+local due, WM = KEYS[1], KEYS[2]
 local prefix = string.sub(due, 1, -4)
 local now = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local nsides = tonumber(ARGV[3])
 local maxp = tonumber(ARGV[4])
+local event, lateness, idle = ARGV[5] == '1', tonumber(ARGV[6]), tonumber(ARGV[7])
+local w0 = event and wm_read(WM, now, idle)
+local seen = {}
 local out = {}
-for i = 5, #ARGV, 4 do
+for i = 8, #ARGV, 6 do
   local k = ARGV[i]
-  local h = KEYS[2 + (i - 5) / 4]
+  local h = KEYS[3 + (i - 8) / 6]
   local by = ARGV[i + 1] .. '/' .. ARGV[i + 3]
+  local t = tonumber(ARGV[i + 4])
   if redis.call('HEXISTS', h, '__done') == 1 then
     -- consumed again after a crash: only the event that completed the key emits it again
     if redis.call('HGET', h, '__by') == by then
@@ -60,27 +72,31 @@ for i = 5, #ARGV, 4 do
     else
       out[#out + 1] = 2
     end
+  elseif w0 and t + window + lateness < w0 and redis.call('HGET', h, ARGV[i + 1]) ~= ARGV[i + 2] then
+    out[#out + 1] = 4  -- late (an event stored before is consumed again, not late)
   elseif redis.call('HEXISTS', h, '__evicted') == 1 then
     redis.call('HSET', h, ARGV[i + 1], ARGV[i + 2])
     out[#out + 1] = 3
   else
+    if event and (not seen[ARGV[i + 5]] or seen[ARGV[i + 5]] < t) then seen[ARGV[i + 5]] = t end
     local new = redis.call('EXISTS', h) == 0
     local added = redis.call('HSET', h, ARGV[i + 1], ARGV[i + 2])
     if new then
-      redis.call('HSET', h, '__t0', now)
-      redis.call('ZADD', due, now + window, k)
-      redis.call('PEXPIRE', h, 2 * window + 60000)
+      redis.call('HSET', h, '__t0', t)
+      redis.call('ZADD', due, t + window + lateness, k)
+      if not event then redis.call('PEXPIRE', h, 2 * window + 60000) end
     end
     if redis.call('HLEN', h) - 1 >= nsides then
       redis.call('HSET', h, '__done', '1', '__by', by)
       redis.call('ZREM', due, k)
-      redis.call('PEXPIRE', h, window + 60000)
+      redis.call('PEXPIRE', h, window + lateness + 60000)
       out[#out + 1] = redis.call('HGETALL', h)
     else
       out[#out + 1] = 1 - added
     end
   end
 end
+if event then wm_advance(WM, seen, now, idle) end
 local over = redis.call('ZCARD', due) - maxp
 if over > 0 then
   for _, k in ipairs(redis.call('ZRANGE', due, 0, over - 1)) do
@@ -90,33 +106,54 @@ if over > 0 then
 end
 return out
 """
+)
 
-_LATEST = """
+# mode latest: the table side's latest event per key (it lives window_s); with event time an
+# event (of any side) late by the watermark gets 4 and is not stored.
+_LATEST = (
+    LUA
+    + """
+local WM = KEYS[1]
 local window = tonumber(ARGV[1])
 local table_side = ARGV[2]
+local now, event, lateness, idle = tonumber(ARGV[3]), ARGV[4] == '1', tonumber(ARGV[5]), tonumber(ARGV[6])
+local w0 = event and wm_read(WM, now, idle)
+local seen = {}
 local out = {}
-for i = 3, #ARGV, 2 do
-  local h = KEYS[(i - 1) / 2]
-  if ARGV[i] == table_side then
-    redis.call('HSET', h, table_side, ARGV[i + 1])
-    redis.call('PEXPIRE', h, window)
-    out[#out + 1] = false
+for i = 7, #ARGV, 4 do
+  local h = KEYS[2 + (i - 7) / 4]
+  local t, lane = tonumber(ARGV[i + 2]), ARGV[i + 3]
+  if w0 and t + window + lateness < w0 then
+    out[#out + 1] = 4
   else
-    out[#out + 1] = redis.call('HGET', h, table_side)
+    if event and (not seen[lane] or seen[lane] < t) then seen[lane] = t end
+    if ARGV[i] == table_side then
+      redis.call('HSET', h, table_side, ARGV[i + 1])
+      redis.call('PEXPIRE', h, window)
+      out[#out + 1] = false
+    else
+      out[#out + 1] = redis.call('HGET', h, table_side)
+    end
   end
 end
+if event then wm_advance(WM, seen, now, idle) end
 return out
 """
+)
 
-_CLAIM = """
-local due, claim = KEYS[1], KEYS[2]
+_CLAIM = (
+    LUA
+    + """
+local due, claim, WM = KEYS[1], KEYS[2], KEYS[3]
 local prefix = string.sub(due, 1, -4)
 local now = tonumber(ARGV[1])
 local lease = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
+local upto = now
+if ARGV[4] == '1' then upto = wm_advance(WM, {}, now, tonumber(ARGV[5])) or -1 end
 local out = {}
 local lists = {redis.call('ZRANGEBYSCORE', claim, '-inf', now, 'LIMIT', 0, limit),
-               redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, limit)}
+               redis.call('ZRANGEBYSCORE', due, '-inf', upto, 'LIMIT', 0, limit)}
 for _, list in ipairs(lists) do
   for _, k in ipairs(list) do
     redis.call('ZREM', due, k)
@@ -127,6 +164,7 @@ for _, list in ipairs(lists) do
 end
 return out
 """
+)
 
 _ACK = """
 for i = 1, #ARGV do
@@ -146,22 +184,31 @@ class JoinState(Protocol):
         window_ms: int,
         nsides: int,
         max_pending: int,
-        items: Sequence[tuple[str, str, bytes, str]],
+        items: Sequence[Item],
+        clock: Clock = PROCESSING,
     ) -> list[dict[str, bytes] | int]:
-        """Add (key, side, event JSON, event id) items; per item the key's hash when this item
-        completes the key (or is the completing event consumed again), else why it waits:
-        :data:`WAITING`, :data:`SUPERSEDED` (it replaced an earlier event of its side),
-        :data:`AFTER_MATCH` (the key had matched already: ignored) or :data:`EVICTED`."""
+        """Add (key, side, event JSON, event id, time ms, lane) items; per item the key's
+        hash when this item completes the key (or is the completing event consumed again),
+        else why it waits: :data:`WAITING`, :data:`SUPERSEDED` (it replaced an earlier event
+        of its side), :data:`AFTER_MATCH` (the key had matched already: ignored),
+        :data:`EVICTED`, or :data:`LATE` (not stored)."""
 
     def latest(
-        self, window_ms: int, table: str, items: Sequence[tuple[str, str, bytes]]
-    ) -> list[bytes | None]:
-        """Store table-side items; per other item the table's latest event for its key."""
+        self,
+        window_ms: int,
+        table: str,
+        items: Sequence[Item],
+        now_ms: int = 0,
+        clock: Clock = PROCESSING,
+    ) -> list[bytes | int | None]:
+        """Store table-side items; per other item the table's latest event for its key;
+        :data:`LATE` for an item late by the watermark."""
 
     def claim_due(
-        self, now_ms: int, lease_ms: int, limit: int
+        self, now_ms: int, lease_ms: int, limit: int, clock: Clock = PROCESSING
     ) -> list[tuple[str, dict[str, bytes]]]:
-        """Take the keys whose window closed (or were evicted); (key, hash) each."""
+        """Take the keys whose window closed (by the watermark with ``clock.event``) or
+        were evicted; (key, hash) each."""
 
     def ack(self, keys: Sequence[str]) -> None:
         """Forget claimed keys once their results were delivered."""
@@ -223,32 +270,40 @@ class RedisJoinState:
         window_ms: int,
         nsides: int,
         max_pending: int,
-        items: Sequence[tuple[str, str, bytes, str]],
+        items: Sequence[Item],
+        clock: Clock = PROCESSING,
     ) -> list[dict[str, bytes] | int]:
-        args: list[Any] = [now_ms, window_ms, nsides, max_pending]
+        args: list[Any] = [now_ms, window_ms, nsides, max_pending, *clock.args()]
         hashes = self.prefix + "k:"
-        names = [self.prefix + "due"]
-        for k, side, payload, eid in items:
-            args += [k, side, payload, eid]
-            names.append(hashes + k)
+        names = [self.prefix + "due", self.prefix + "wm"]
+        for item in items:
+            args += item
+            names.append(hashes + item[0])
         return [r if isinstance(r, int) else _pairs(r) for r in self._call(self._join, names, args)]
 
     def latest(
-        self, window_ms: int, table: str, items: Sequence[tuple[str, str, bytes]]
-    ) -> list[bytes | None]:
-        args: list[Any] = [window_ms, table]
+        self,
+        window_ms: int,
+        table: str,
+        items: Sequence[Item],
+        now_ms: int = 0,
+        clock: Clock = PROCESSING,
+    ) -> list[bytes | int | None]:
+        args: list[Any] = [window_ms, table, now_ms, *clock.args()]
         hashes = self.prefix + "k:"
-        names = []
-        for k, side, payload in items:
-            args += [side, payload]
+        names = [self.prefix + "wm"]
+        for k, side, payload, _, t, lane in items:
+            args += [side, payload, t, lane]
             names.append(hashes + k)
         return list(self._call(self._latest, names, args))
 
     def claim_due(
-        self, now_ms: int, lease_ms: int, limit: int
+        self, now_ms: int, lease_ms: int, limit: int, clock: Clock = PROCESSING
     ) -> list[tuple[str, dict[str, bytes]]]:
         flat = self._call(
-            self._claim, [self.prefix + "due", self.prefix + "claim"], [now_ms, lease_ms, limit]
+            self._claim,
+            [self.prefix + "due", self.prefix + "claim", self.prefix + "wm"],
+            [now_ms, lease_ms, limit, int(clock.event), clock.idle_ms],
         )
         return [(flat[i].decode(), _pairs(flat[i + 1])) for i in range(0, len(flat), 2)]
 
@@ -272,6 +327,12 @@ class MemoryJoinState:
         self.hashes: dict[str, dict[str, bytes]] = {}
         self.due: dict[str, int] = {}
         self.claimed: dict[str, int] = {}
+        self.watermark: Watermark | None = None
+
+    def _watermark(self, clock: Clock) -> Watermark:
+        if self.watermark is None:
+            self.watermark = Watermark(clock.idle_ms)
+        return self.watermark
 
     def join(
         self,
@@ -279,18 +340,32 @@ class MemoryJoinState:
         window_ms: int,
         nsides: int,
         max_pending: int,
-        items: Sequence[tuple[str, str, bytes, str]],
+        items: Sequence[Item],
+        clock: Clock = PROCESSING,
     ) -> list[dict[str, bytes] | int]:
         out: list[dict[str, bytes] | int] = []
-        for k, side, payload, eid in items:
+        wm = self._watermark(clock)
+        w0 = wm.read(now_ms) if clock.event else None
+        lateness = clock.lateness_ms
+        seen: list[tuple[str, int]] = []
+        for k, side, payload, eid, t, lane in items:
             by = f"{side}/{eid}".encode()
             h = self.hashes.get(k)
             if h is not None and "__done" in h:
                 out.append(dict(h) if h.get("__by") == by else AFTER_MATCH)
                 continue
+            if (
+                w0 is not None
+                and t + window_ms + lateness < w0
+                and (h is None or h.get(side) != payload)
+            ):
+                out.append(LATE)
+                continue
+            if clock.event and (h is None or "__evicted" not in h):
+                seen.append((lane, t))
             if h is None:
-                h = self.hashes[k] = {"__t0": str(now_ms).encode()}
-                self.due[k] = now_ms + window_ms
+                h = self.hashes[k] = {"__t0": str(t).encode()}
+                self.due[k] = t + window_ms + lateness
             replaced = side in h
             h[side] = payload
             if "__evicted" in h:
@@ -302,6 +377,8 @@ class MemoryJoinState:
                 out.append(dict(h))
             else:
                 out.append(SUPERSEDED if replaced else WAITING)
+        if clock.event:
+            wm.advance(seen, now_ms)
         over = len(self.due) - max_pending
         if over > 0:
             for k in sorted(self.due, key=self.due.__getitem__)[:over]:
@@ -310,22 +387,40 @@ class MemoryJoinState:
         return out
 
     def latest(
-        self, window_ms: int, table: str, items: Sequence[tuple[str, str, bytes]]
-    ) -> list[bytes | None]:
-        out: list[bytes | None] = []
-        for k, side, payload in items:
+        self,
+        window_ms: int,
+        table: str,
+        items: Sequence[Item],
+        now_ms: int = 0,
+        clock: Clock = PROCESSING,
+    ) -> list[bytes | int | None]:
+        out: list[bytes | int | None] = []
+        wm = self._watermark(clock)
+        w0 = wm.read(now_ms) if clock.event else None
+        seen: list[tuple[str, int]] = []
+        for k, side, payload, _, t, lane in items:
+            if w0 is not None and t + window_ms + clock.lateness_ms < w0:
+                out.append(LATE)
+                continue
+            seen.append((lane, t))
             if side == table:
                 self.hashes.setdefault(k, {})[table] = payload
                 out.append(None)
             else:
                 out.append(self.hashes.get(k, {}).get(table))
+        if clock.event:
+            wm.advance(seen, now_ms)
         return out
 
     def claim_due(
-        self, now_ms: int, lease_ms: int, limit: int
+        self, now_ms: int, lease_ms: int, limit: int, clock: Clock = PROCESSING
     ) -> list[tuple[str, dict[str, bytes]]]:
+        upto = now_ms
+        if clock.event:
+            w = self._watermark(clock).advance((), now_ms)
+            upto = -1 if w is None else w
         keys = [k for k, t in self.claimed.items() if t <= now_ms] + [
-            k for k, t in self.due.items() if t <= now_ms
+            k for k, t in self.due.items() if t <= upto
         ]
         out = []
         for k in keys[:limit]:

@@ -44,7 +44,7 @@ class JoinSweeper(Timer):
         outputs: list[CloudEvent] = []
         dead: list[CloudEvent] = []
         claimed: list[Any] = []
-        for key, h in step.state.claim_due(now, self._lease_ms, limit):
+        for key, h in step.state.claim_due(now, self._lease_ms, limit, step.clock):
             claimed.append(key)
             if not h:
                 continue  # expired already
@@ -66,7 +66,7 @@ class JoinSweeper(Timer):
         outputs: list[CloudEvent] = []
         dead: list[CloudEvent] = []
         claimed: list[Any] = []
-        for member, h in step.pairs.claim_due(now, self._lease_ms, limit):
+        for member, h in step.pairs.claim_due(now, self._lease_ms, limit, step.clock):
             if not h:
                 claimed.append((member, ""))
                 continue  # expired already
