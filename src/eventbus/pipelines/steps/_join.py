@@ -33,7 +33,6 @@ from eventbus.pipelines.steps._join_config import JoinConfig
 from eventbus.pipelines.steps._join_pairs import MemoryPairState, PairState, RedisPairState
 from eventbus.pipelines.steps._join_state import (
     AFTER_MATCH,
-    LATE,
     SUPERSEDED,
     WAITING,
     Item,
@@ -187,17 +186,13 @@ class JoinStep(Step):
         )
         return JoinKeyFullError(msg)
 
-    def _late(self, key: str, t: int, watermark: int | None) -> LateEventError:
+    def _late(self, key: str, t: int, watermark: int) -> LateEventError:
         self.absorb("late")
-        behind = (
-            ""
-            if watermark is None
-            else f"{(watermark - t) / 1000:.1f} s behind the watermark {format_time_ms(watermark)}, "
-        )
         msg = (
-            f"join key {key!r}: event time {format_time_ms(t)} is late: {behind}beyond window_s "
-            f"({self.spec.window_s:g} s) plus allowed_lateness_s ({self.spec.allowed_lateness_s:g} s); "
-            "raise allowed_lateness_s to join events this late"
+            f"join key {key!r}: event time {format_time_ms(t)} is late: {(watermark - t) / 1000:.1f} s "
+            f"behind the watermark {format_time_ms(watermark)}, beyond window_s ({self.spec.window_s:g} s) "
+            f"plus allowed_lateness_s ({self.spec.allowed_lateness_s:g} s); raise allowed_lateness_s "
+            "to join events this late"
         )
         return LateEventError(msg)
 
@@ -212,8 +207,8 @@ class JoinStep(Step):
             now, self._window_ms, len(self._sides), self.spec.max_pending, items, self.clock
         )
         for i, (key, _, _, _, t, _), h in zip(where, items, states):
-            if not isinstance(h, dict) and h == LATE:
-                results[i] = self._failure(self._late(key, t, None))
+            if not isinstance(h, dict) and h < 0:
+                results[i] = self._failure(self._late(key, t, -h))
                 continue
             if isinstance(h, dict):
                 self.counters["joined"] += 1
@@ -289,7 +284,7 @@ class JoinStep(Step):
         found = self.state.latest(self._window_ms, table, items, now, self.clock)
         for i, (key, side, _, _, te, _), t in zip(where, items, found):
             if isinstance(t, int):
-                results[i] = self._failure(self._late(key, te, None))
+                results[i] = self._failure(self._late(key, te, -t))
                 continue
             if side == table:
                 results[i] = []

@@ -25,7 +25,6 @@ from eventbus.pipelines.steps._join_watermark import LUA, PROCESSING, Clock, Wat
 __all__ = [
     "AFTER_MATCH",
     "EVICTED",
-    "LATE",
     "SUPERSEDED",
     "WAITING",
     "JoinState",
@@ -38,9 +37,9 @@ __all__ = [
 #: What a batch adds: (key, side, event JSON, event id, time ms, lane).
 Item = tuple[str, str, bytes, str, int, str]
 
-#: Why an ``emit: first`` event waits (see :meth:`JoinState.join`); LATE: not stored, late
-#: by the watermark (``time: event``; also what :meth:`JoinState.latest` gives a late event).
-WAITING, SUPERSEDED, AFTER_MATCH, EVICTED, LATE = 0, 1, 2, 3, 4
+#: Why an ``emit: first`` event waits (see :meth:`JoinState.join`); an event late by the
+#: watermark (``time: event``) is not stored and gets the watermark negated (a number < 0).
+WAITING, SUPERSEDED, AFTER_MATCH, EVICTED = 0, 1, 2, 3
 
 # Every script declares its keys in KEYS (``due``/``claim`` first, then one ``k:<key>`` per
 # item). The keys a script finds in a sorted set (eviction, claims) are not known before it
@@ -73,7 +72,7 @@ for i = 8, #ARGV, 6 do
       out[#out + 1] = 2
     end
   elseif w0 and t + window + lateness < w0 and redis.call('HGET', h, ARGV[i + 1]) ~= ARGV[i + 2] then
-    out[#out + 1] = 4  -- late (an event stored before is consumed again, not late)
+    out[#out + 1] = -w0  -- late (an event stored before is consumed again, not late)
   elseif redis.call('HEXISTS', h, '__evicted') == 1 then
     redis.call('HSET', h, ARGV[i + 1], ARGV[i + 2])
     out[#out + 1] = 3
@@ -109,7 +108,7 @@ return out
 )
 
 # mode latest: the table side's latest event per key (it lives window_s); with event time an
-# event (of any side) late by the watermark gets 4 and is not stored.
+# event (of any side) late by the watermark gets the watermark negated and is not stored.
 _LATEST = (
     LUA
     + """
@@ -124,7 +123,7 @@ for i = 7, #ARGV, 4 do
   local h = KEYS[2 + (i - 7) / 4]
   local t, lane = tonumber(ARGV[i + 2]), ARGV[i + 3]
   if w0 and t + window + lateness < w0 then
-    out[#out + 1] = 4
+    out[#out + 1] = -w0
   else
     if event and (not seen[lane] or seen[lane] < t) then seen[lane] = t end
     if ARGV[i] == table_side then
@@ -191,7 +190,7 @@ class JoinState(Protocol):
         hash when this item completes the key (or is the completing event consumed again),
         else why it waits: :data:`WAITING`, :data:`SUPERSEDED` (it replaced an earlier event
         of its side), :data:`AFTER_MATCH` (the key had matched already: ignored),
-        :data:`EVICTED`, or :data:`LATE` (not stored)."""
+        :data:`EVICTED`, or the watermark negated (late: not stored)."""
 
     def latest(
         self,
@@ -202,7 +201,7 @@ class JoinState(Protocol):
         clock: Clock = PROCESSING,
     ) -> list[bytes | int | None]:
         """Store table-side items; per other item the table's latest event for its key;
-        :data:`LATE` for an item late by the watermark."""
+        the watermark negated for an item late by it."""
 
     def claim_due(
         self, now_ms: int, lease_ms: int, limit: int, clock: Clock = PROCESSING
@@ -359,7 +358,7 @@ class MemoryJoinState:
                 and t + window_ms + lateness < w0
                 and (h is None or h.get(side) != payload)
             ):
-                out.append(LATE)
+                out.append(-w0)
                 continue
             if clock.event and (h is None or "__evicted" not in h):
                 seen.append((lane, t))
@@ -400,7 +399,7 @@ class MemoryJoinState:
         seen: list[tuple[str, int]] = []
         for k, side, payload, _, t, lane in items:
             if w0 is not None and t + window_ms + clock.lateness_ms < w0:
-                out.append(LATE)
+                out.append(-w0)
                 continue
             seen.append((lane, t))
             if side == table:
