@@ -4,8 +4,8 @@ Orders on two partitions, payments on one (three lanes). Once partition 0 of the
 ten minutes ahead, a payment of partition-1-time still joins (one watermark for the step
 would have made it late); when every lane moved on, the windows the watermark passed close
 (outer: their partials are emitted) and an event behind it goes to the dead-letter topic with
-the reason. Run with the sources in the replicas (they decode in dispatch to know each
-record's partition) and in source actors (the replica decodes the records it is sent).
+the reason. The sources run in the replica (the default placement), which decodes the
+records in dispatch to know each one's partition.
 """
 
 from __future__ import annotations
@@ -106,9 +106,7 @@ async def wait_lane(redis_url: str, name: str, lane: str, minute: int) -> None:
         await asyncio.sleep(0.1)
 
 
-@pytest.mark.parametrize("placement", ["replica"])
 async def test_watermark_per_partition_closes_windows_and_dead_letters_late_events(
-    placement: str,
     deploy_pipeline: Any,
     topic_factory: Any,
     kafka_bootstrap: str,
@@ -116,8 +114,8 @@ async def test_watermark_per_partition_closes_windows_and_dead_letters_late_even
 ) -> None:
     orders, payments = topic_factory("orders", partitions=2), topic_factory("payments")
     sink, dlq = topic_factory("paid"), topic_factory("dlq")
-    name = f"join-et-{placement}-{uuid.uuid4().hex[:6]}"
-    deploy_pipeline(doc(name, orders, payments, sink, dlq, placement))
+    name = f"join-et-{uuid.uuid4().hex[:6]}"
+    deploy_pipeline(doc(name, orders, payments, sink, dlq, "replica"))
     o0, o1, p0 = f"{orders}[0]", f"{orders}[1]", f"{payments}[0]"
 
     # every lane at 12:00
