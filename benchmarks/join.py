@@ -7,14 +7,14 @@ broker and keep their state in the same real Redis:
 * baseline: one asyncio process: ``getmany(2000)`` over both topics → per batch one pipelined
   round trip of ``HSET key side event; PEXPIRE key; HGETALL key`` per event (redis.asyncio) →
   a joined event for each key that now has both sides → ``send_batch`` → acks → commit;
-* EventBus: the ``join`` step (inner mode, one Lua call per batch) on a Serve replica, with
-  sink dedupe off and on.
+* EventBus: the ``join`` step (inner mode, ``emit`` from ``--emit``, default ``every``; one
+  Lua call per batch) on a Serve replica, with sink dedupe off and on.
 
 Throughput: joined pairs per second between the first and last output record (broker
 timestamps), median of rounds. Last line: one JSON object with the figures and ``ratio``
 (EventBus / baseline pairs/s).
 
-Run: ``.venv/bin/python benchmarks/join.py [--pairs 50000] [--rounds 3]``
+Run: ``.venv/bin/python benchmarks/join.py [--pairs 50000] [--rounds 3] [--emit every|first|latest]``
 """
 
 from __future__ import annotations
@@ -170,6 +170,7 @@ spec:
   steps:
     - id: paid
       join:
+        emit: {emit}
         sides:
           - {{name: order, when: "type == 'order.created'", key: data.order_id}}
           - {{name: payment, when: "type == 'payment.created'", key: data.order_id}}
@@ -183,6 +184,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=50_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--emit",
+        choices=("every", "first", "latest"),
+        default="every",
+        help="the join's emit mode (one payment per order: each emits every pair once)",
+    )
     args = ap.parse_args()
     n = args.pairs
     work = Path(tempfile.mkdtemp(prefix="eb-join-bench-"))
@@ -227,7 +234,9 @@ def main() -> None:
                 name = f"joinbench{next(counter)}"
                 path = work / f"{name}.yaml"
                 path.write_text(
-                    PIPELINE.format(name=name, orders=o, payments=p, sink=s, delivery=delivery)
+                    PIPELINE.format(
+                        name=name, orders=o, payments=p, sink=s, delivery=delivery, emit=args.emit
+                    )
                 )
                 client.deploy(path)
                 _, span = asyncio.run(sink_span(bootstrap, s, n))
@@ -249,6 +258,7 @@ def main() -> None:
         json.dumps(
             {
                 "benchmark": "join",
+                "emit": args.emit,
                 "pairs": n,
                 "rounds": args.rounds,
                 "baseline_pairs_per_s": round(med["baseline"]),
