@@ -39,8 +39,9 @@ Step state (``pipelines``):
 
 * :func:`join_prefix` + ``k:<key>`` (hash), ``due`` (sorted set), ``claim`` (sorted set):
   a join step's pending keys with ``emit: first``; ``w:<key>`` and ``x:<t0>:<key>`` (hashes),
-  ``pdue``, ``pclaim`` (sorted sets): its windows with ``emit: every`` or ``latest`` (the Lua
-  scripts add the suffixes).
+  ``pdue``, ``pclaim`` (sorted sets): its windows with ``emit: every`` or ``latest``; ``wm``
+  (hash): its event-time watermark per source partition (``time: event``) (the Lua scripts
+  add the suffixes).
 * :func:`aggregate_keys` (hash ``w``, sorted sets ``due`` and ``claim``, strings ``hll`` and
   ``hll2``): an aggregate step's open windows, their close deadlines and claims, and two
   scratch strings its scripts load HyperLogLogs into. All five share one hash tag
