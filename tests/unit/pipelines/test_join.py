@@ -145,7 +145,10 @@ def test_late_events_fail_with_the_reason() -> None:
     [f, ok] = r.run([order(1, time="2024-01-01T00:08:29Z"), order(3, time="2024-01-01T00:08:31Z")])
     assert isinstance(f, Failure) and f.step == "pair" and f.error_type == "LateEventError"
     assert "is late: 91.0 s behind the watermark 2024-01-01T00:10:00" in f.message
-    assert "beyond window_s (60 s) plus allowed_lateness_s (30 s); raise allowed_lateness_s" in f.message
+    assert (
+        "beyond window_s (60 s) plus allowed_lateness_s (30 s); raise allowed_lateness_s"
+        in f.message
+    )
     assert ok == []
 
 

@@ -245,3 +245,47 @@ def test_redis_and_memory_agree(redis_url: str, emit: str) -> None:
         by_key = Counter((e.type[0], e.data["order_id"]) for b in batches for e in b)
         total = sum(by_key[("o", k)] * by_key[("p", k)] for k in {k for _, k in by_key})
         assert sum(len(o) for o in outs[0][0]) == total > 0
+
+
+@pytest.mark.parametrize("emit", ["first", "latest"])
+def test_three_sides_in_the_other_emit_modes(store: str | None, emit: str) -> None:
+    sides = [*SIDES, {"name": "ship", "when": "type == 'ship'", "key": "data.order_id"}]
+    r = make(store, sides, emit=emit)
+    ship = CloudEvent.create(type="ship", source="/s", id="s1", data={"order_id": "k1"})
+    out = r.run([ev("o", "1"), ev("p", "1"), ev("o", "2"), ship, ev("p", "2")])
+    got = [
+        [
+            (
+                e.data["order"]["n"],
+                e.data["payment"]["n"],
+                e.data["ship"].get("n", "s"),
+            )
+            for e in o
+        ]
+        for o in out
+    ]  # type: ignore[union-attr]
+    if emit == "first":  # one event, when the third side arrives; o2 had superseded o1
+        assert got == [[], [], [], [("2", "1", "s")], []]
+        assert stats(r) == {
+            "absorbed_waiting": 2,
+            "absorbed_superseded": 1,
+            "absorbed_after_match": 1,
+        }
+    else:  # each event with the latest of every other side, once all are present
+        assert got == [[], [], [], [("2", "1", "s")], [("2", "2", "s")]]
+
+
+def test_three_sides_outer_emits_every_combination_of_what_is_present(
+    store: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sides = [*SIDES, {"name": "ship", "when": "type == 'ship'", "key": "data.order_id"}]
+    r = make(store, sides, mode="outer", window_s=60)
+    r.run([ev("o", "1"), ev("o", "2"), ev("p", "1")])  # no shipment
+    later(monkeypatch, 61)
+    [sweeper] = r.timers()
+    outputs, dead, _ = sweeper.sweep()
+    assert dead == [] and all(e.data["_missing"] == ["ship"] for e in outputs)
+    assert sorted((e.data["order"]["n"], e.data["payment"]["n"]) for e in outputs) == [
+        ("1", "1"),
+        ("2", "1"),
+    ]

@@ -33,7 +33,7 @@ class Clock:
     """The join step's wall clock, moved by the test."""
 
     def __init__(self) -> None:
-        self.ms = 1_700_000_000_000
+        self.ms = 1_714_564_800_000  # 2024-05-01T12:00:00Z, the events' hour
 
     def __call__(self) -> int:
         return self.ms
@@ -212,3 +212,49 @@ def test_event_time_fields_need_time_event(field: str) -> None:
     }
     with pytest.raises((PipelineConfigError, ValueError), match=f"'{field}' is for 'time: event'"):
         PipelineConfig.model_validate(doc)
+
+
+def test_an_event_far_ahead_of_the_wall_clock_cannot_poison_the_watermark(
+    store: str | None,
+) -> None:
+    clock = Clock()
+    clock.ms = 1_700_000_000_000  # 2023-11-14T22:13:20Z
+    r = make(store, clock, max_ahead_s=600)
+    [f] = r.run([ev("o", 1, 0)])  # 2024-05-01: months ahead of this wall clock
+    assert isinstance(f, Failure) and f.error_type == "EventTimeAheadError"
+    assert "ahead of the wall clock (2023-11-14T22:13:20Z), beyond max_ahead_s (600 s)" in f.message
+    assert absorbed(r) == {"absorbed_ahead": 1}
+    clock.ms = 1_714_564_800_000  # 2024-05-01T12:00:00Z: the same events are fine now
+    assert r.run([ev("o", 1, 0), ev("p", 1, 0.5)])[1][0].data["payment"]["n"] == 1  # type: ignore[index,union-attr]
+
+
+@pytest.mark.parametrize(
+    ("time", "message"),
+    [
+        ("yesterday", "time 'yesterday' is not an RFC 3339 timestamp"),
+        ("2024-05-01T12:00:00", "has no UTC offset"),
+        (1714564800, "has time 1714564800 (int); it must be an RFC 3339 string"),
+    ],
+)
+def test_a_malformed_time_fails_only_its_event(store: str | None, time: Any, message: str) -> None:
+    clock = Clock()
+    r = make(store, clock)
+    bad = ev("o", 2, 0)
+    bad.attributes["time"] = time
+    out = r.run([ev("o", 1, 0), bad, ev("p", 1, 0)])
+    assert out[0] == [] and len(out[2]) == 1  # type: ignore[arg-type]
+    assert isinstance(out[1], Failure) and message in out[1].message
+
+
+def test_many_lanes_and_a_large_batch_stay_fast(store: str | None) -> None:
+    """5,000 events over 200 partitions in one batch: one script call, every pair."""
+    clock = Clock()
+    r = make(store, clock, window_s=3600)
+    evs = [ev("o" if i % 2 == 0 else "p", i, (i % 600) / 60, key=f"k{i // 2}") for i in range(5000)]
+    lanes_of = [f"t[{i % 200}]" for i in range(5000)]
+    import time as wall
+
+    started = wall.perf_counter()
+    out = r.run(evs, origins=lanes_of)
+    assert wall.perf_counter() - started < 10
+    assert sum(len(o) for o in out) == 2500  # type: ignore[arg-type]

@@ -45,14 +45,27 @@ from eventbus.pipelines.steps._join_watermark import NO_LANE, PROCESSING, Clock
 from eventbus.pipelines.steps._values import json_value
 from eventbus.registry import steps
 
-__all__ = ["JoinKeyFullError", "JoinStep", "LateEventError"]
+__all__ = ["EventTimeAheadError", "JoinKeyFullError", "JoinStep", "LateEventError"]
 
 #: Why events emitted nothing: each a counter ``absorbed_<reason>`` in the step's stats.
-REASONS = ("waiting", "superseded", "after_match", "late", "key_full", "evicted", "expired")
+REASONS = (
+    "waiting",
+    "superseded",
+    "after_match",
+    "late",
+    "ahead",
+    "key_full",
+    "evicted",
+    "expired",
+)
 
 
 class LateEventError(ValueError):
     """An event's time is older than the join window plus the allowed lateness."""
+
+
+class EventTimeAheadError(ValueError):
+    """An event's time is further ahead of the wall clock than ``max_ahead_s`` (event time)."""
 
 
 class JoinKeyFullError(ValueError):
@@ -110,6 +123,7 @@ class JoinStep(Step):
             if spec.time == "event"
             else PROCESSING
         )
+        self._ahead_ms = int(spec.max_ahead_s * 1000)
         self.counters = {"joined": 0, "timed_out": 0} | {f"absorbed_{r}": 0 for r in REASONS}
 
     @staticmethod
@@ -160,6 +174,8 @@ class JoinStep(Step):
                     msg = f"join key of side {side!r} is {key!r} ({type(key).__name__}); a key must be a string or an integer"
                     raise TypeError(msg)
                 t = event_ms(e) if event_time else now
+                if t > now + self._ahead_ms:
+                    raise self._ahead(str(key), t, now)
                 payload = event_to_json(e)
                 if len(payload) > self.spec.max_key_bytes:
                     raise self._full(str(key), len(payload), 0)
@@ -185,6 +201,15 @@ class JoinStep(Step):
             f"and max_key_bytes is {self.spec.max_key_bytes}; raise max_key_bytes or shorten window_s"
         )
         return JoinKeyFullError(msg)
+
+    def _ahead(self, key: str, t: int, now: int) -> EventTimeAheadError:
+        self.absorb("ahead")
+        msg = (
+            f"join key {key!r}: event time {format_time_ms(t)} is {(t - now) / 1000:.0f} s ahead of the "
+            f"wall clock ({format_time_ms(now)}), beyond max_ahead_s ({self.spec.max_ahead_s:g} s): fix the "
+            "producer's clock or the event's time, or raise max_ahead_s"
+        )
+        return EventTimeAheadError(msg)
 
     def _late(self, key: str, t: int, watermark: int) -> LateEventError:
         self.absorb("late")
@@ -351,6 +376,9 @@ def event_ms(e: CloudEvent) -> int:
     t = e.attributes.get("time")
     if not t:
         msg = f"event {e.attributes.get('id')!r} has no 'time' attribute; a join with time: event windows by it: set it at the source, or use time: processing"
+        raise ValueError(msg)
+    if not isinstance(t, str):
+        msg = f"event {e.attributes.get('id')!r} has time {t!r} ({type(t).__name__}); it must be an RFC 3339 string like '2024-05-01T12:00:00Z'"
         raise ValueError(msg)
     return int(parse_time(t).timestamp() * 1000)
 

@@ -95,6 +95,12 @@ class JoinConfig(BaseModel):
         description="time: event: how far behind the watermark an event may be and still join "
         "(windows stay open this much longer).",
     )
+    max_ahead_s: Annotated[float, Field(gt=0, le=366 * 86400)] = Field(
+        default=3600,
+        description="time: event: an event whose time is more than this ahead of the wall clock fails "
+        "(EventTimeAheadError, dead-lettered, counted absorbed_ahead): one event from a wrong clock "
+        "would otherwise move its partition's watermark into the future and make what follows late.",
+    )
     watermark_idle_s: Annotated[float, Field(gt=0, le=86400)] = Field(
         default=30,
         description="time: event: a source partition that sent no event for this long stops holding "
@@ -133,7 +139,7 @@ class JoinConfig(BaseModel):
             msg = f"'table:' is for mode 'latest'; mode is {self.mode!r}: remove it or set mode: latest"
             raise ValueError(msg)
         if self.time == "processing":
-            for name in ("allowed_lateness_s", "watermark_idle_s"):
+            for name in ("allowed_lateness_s", "watermark_idle_s", "max_ahead_s"):
                 if name in self.model_fields_set:
                     msg = f"'{name}' is for 'time: event'; time is 'processing' (no event is late): remove it or set time: event"
                     raise ValueError(msg)
