@@ -30,14 +30,14 @@ from eventbus.eventing._event import CloudEvent, format_time, parse_time
 from eventbus.pipelines._activation import activation_builder, check_identifiers
 from eventbus.pipelines._step import Step, StepContext, Timer
 from eventbus.pipelines.steps._join_config import JoinConfig
-from eventbus.pipelines.steps._join_pairs import MemoryPairState, PairState, RedisPairState
+from eventbus.pipelines.steps._join_memory import MemoryJoinState, MemoryPairState
+from eventbus.pipelines.steps._join_pairs import PairState, RedisPairState
 from eventbus.pipelines.steps._join_state import (
     AFTER_MATCH,
     SUPERSEDED,
     WAITING,
     Item,
     JoinState,
-    MemoryJoinState,
     RedisJoinState,
     now_ms,
 )

@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from eventbus.pipelines.steps._join_state import call_script, connect
-from eventbus.pipelines.steps._join_watermark import LUA, PROCESSING, Clock, Watermark
+from eventbus.pipelines.steps._join_watermark import LUA, PROCESSING, Clock
 
-__all__ = ["Item", "MemoryPairState", "PairItem", "PairState", "RedisPairState", "window_key"]
+__all__ = ["Item", "PairItem", "PairState", "RedisPairState", "split_field", "window_key"]
 
 #: Per item: (code, t0, same-side events before it, [(side/id, seq, JSON) of the other sides]).
 #: code 1: stored now; 2: stored before (consumed again); -1: its window was evicted (kept
@@ -195,7 +195,7 @@ def window_key(member: str) -> str:
     return member[2:] if member.startswith("w:") else member.split(":", 2)[2]
 
 
-def _split(field: str, value: bytes) -> tuple[str, int, bytes]:
+def split_field(field: str, value: bytes) -> tuple[str, int, bytes]:
     seq, _, payload = value.partition(b",")
     return field, int(seq), payload
 
@@ -259,7 +259,7 @@ class RedisPairState(PairState):
             names.append(windows + item[0])
         out: list[PairItem] = []
         for code, t0, same, flat in call_script(self._add, names, args):
-            others = [_split(flat[j].decode(), flat[j + 1]) for j in range(0, len(flat), 2)]
+            others = [split_field(flat[j].decode(), flat[j + 1]) for j in range(0, len(flat), 2)]
             out.append((int(code), t0.decode(), int(same), others))
         return out
 
@@ -292,120 +292,3 @@ class RedisPairState(PairState):
             return int(self._redis.zcard(self.prefix + "pdue"))
         except Exception:  # noqa: BLE001 - a gauge
             return -1
-
-
-class MemoryPairState(PairState):
-    """The same semantics in process memory (pipeline tests without a stack)."""
-
-    def __init__(self) -> None:
-        self.hashes: dict[str, dict[str, bytes]] = {}
-        self.due: dict[str, int] = {}
-        self.claimed: dict[str, int] = {}
-        self.watermark: Watermark | None = None
-
-    def _watermark(self, clock: Clock) -> Watermark:
-        if self.watermark is None:
-            self.watermark = Watermark(clock.idle_ms)
-        return self.watermark
-
-    def _before(
-        self, h: dict[str, bytes], side: str, seq: int
-    ) -> tuple[int, list[tuple[str, int, bytes]]]:
-        same, others = 0, []
-        for f, v in h.items():
-            if f.startswith("__"):
-                continue
-            item = _split(f, v)
-            if 0 < item[1] < seq:
-                if f.partition("/")[0] == side:
-                    same += 1
-                else:
-                    others.append(item)
-        return same, others
-
-    def add(
-        self,
-        now_ms: int,
-        window_ms: int,
-        max_pending: int,
-        max_bytes: int,
-        items: Sequence[Item],
-        clock: Clock = PROCESSING,
-    ) -> list[PairItem]:
-        out: list[PairItem] = []
-        lateness = clock.lateness_ms
-        wm = self._watermark(clock)
-        w0 = wm.read(now_ms) if clock.event else None
-        seen: list[tuple[str, int]] = []
-        for k, side, payload, eid, t, lane in items:
-            f, m = f"{side}/{eid}", f"w:{k}"
-            h = self.hashes.get(m)
-            old = h.get(f) if h is not None else None
-            if old is None and w0 is not None and t + window_ms + lateness < w0:
-                out.append((-3, str(w0), 0, []))
-                continue
-            if clock.event and old is None:
-                seen.append((lane, t))
-            if h is not None and old is None and t >= int(h["__t0"]) + window_ms:
-                x = f"x:{h['__t0'].decode()}:{k}"
-                self.hashes[x] = self.hashes.pop(m)
-                self.due.pop(m, None)
-                if m in self.claimed:
-                    self.claimed[x] = self.claimed.pop(m)
-                else:
-                    self.due[x] = int(h["__t0"]) + window_ms + lateness
-                h = None
-            if h is None:
-                h = self.hashes[m] = {"__t0": str(t).encode(), "__n": b"0", "__b": b"0"}
-                self.due[m] = t + window_ms + lateness
-            t0 = h["__t0"].decode()
-            if old is not None:
-                seq = int(old.partition(b",")[0])
-                out.append((2, t0, *self._before(h, side, seq)))
-            elif "__evicted" in h:
-                h[f] = b"0," + payload
-                out.append((-1, t0, 0, []))
-            elif int(h["__b"]) + len(payload) > max_bytes:
-                out.append((-2, t0, int(h["__b"]), []))
-            else:
-                seq = int(h["__n"]) + 1
-                h["__n"] = str(seq).encode()
-                h["__b"] = str(int(h["__b"]) + len(payload)).encode()
-                h[f] = str(seq).encode() + b"," + payload
-                out.append((1, t0, *self._before(h, side, seq)))
-        if clock.event:
-            wm.advance(seen, now_ms)
-        over = len(self.due) - max_pending
-        if over > 0:
-            for m in sorted(self.due, key=lambda m: (self.due[m], m))[:over]:
-                self.hashes[m]["__evicted"] = b"1"
-                self.due[m] = 0
-        return out
-
-    def claim_due(
-        self, now_ms: int, lease_ms: int, limit: int, clock: Clock = PROCESSING
-    ) -> list[tuple[str, dict[str, bytes]]]:
-        upto = now_ms
-        if clock.event:
-            w = self._watermark(clock).advance((), now_ms)
-            upto = -1 if w is None else w
-        names = [m for m, t in self.claimed.items() if t <= now_ms][:limit]
-        names += [m for m, t in self.due.items() if t <= upto][:limit]
-        out = []
-        for m in names:
-            self.due.pop(m, None)
-            self.claimed[m] = now_ms + lease_ms
-            out.append((m, dict(self.hashes.get(m, {}))))
-        return out
-
-    def ack(self, claimed: Sequence[tuple[str, str]]) -> None:
-        for m, t0 in claimed:
-            h = self.hashes.get(m)
-            if m.startswith("w:") and (h is None or h["__t0"].decode() != t0):
-                self.claimed.pop(m, None)
-                m = f"x:{t0}:{m[2:]}"
-            self.claimed.pop(m, None)
-            self.hashes.pop(m, None)
-
-    def pending(self) -> int:
-        return len(self.due)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from eventbus.errors import StateUnavailableError
-from eventbus.pipelines.steps._join_watermark import LUA, PROCESSING, Clock, Watermark
+from eventbus.pipelines.steps._join_watermark import LUA, PROCESSING, Clock
 
 __all__ = [
     "AFTER_MATCH",
@@ -28,7 +28,6 @@ __all__ = [
     "SUPERSEDED",
     "WAITING",
     "JoinState",
-    "MemoryJoinState",
     "RedisJoinState",
     "call_script",
     "connect",
@@ -317,124 +316,6 @@ class RedisJoinState:
             return int(self._redis.zcard(self.prefix + "due"))
         except Exception:  # noqa: BLE001 - a gauge
             return -1
-
-
-class MemoryJoinState:
-    """The same semantics in process memory (pipeline tests without a stack)."""
-
-    def __init__(self) -> None:
-        self.hashes: dict[str, dict[str, bytes]] = {}
-        self.due: dict[str, int] = {}
-        self.claimed: dict[str, int] = {}
-        self.watermark: Watermark | None = None
-
-    def _watermark(self, clock: Clock) -> Watermark:
-        if self.watermark is None:
-            self.watermark = Watermark(clock.idle_ms)
-        return self.watermark
-
-    def join(
-        self,
-        now_ms: int,
-        window_ms: int,
-        nsides: int,
-        max_pending: int,
-        items: Sequence[Item],
-        clock: Clock = PROCESSING,
-    ) -> list[dict[str, bytes] | int]:
-        out: list[dict[str, bytes] | int] = []
-        wm = self._watermark(clock)
-        w0 = wm.read(now_ms) if clock.event else None
-        lateness = clock.lateness_ms
-        seen: list[tuple[str, int]] = []
-        for k, side, payload, eid, t, lane in items:
-            by = f"{side}/{eid}".encode()
-            h = self.hashes.get(k)
-            if h is not None and "__done" in h:
-                out.append(dict(h) if h.get("__by") == by else AFTER_MATCH)
-                continue
-            if (
-                w0 is not None
-                and t + window_ms + lateness < w0
-                and (h is None or h.get(side) != payload)
-            ):
-                out.append(-w0)
-                continue
-            if clock.event and (h is None or "__evicted" not in h):
-                seen.append((lane, t))
-            if h is None:
-                h = self.hashes[k] = {"__t0": str(t).encode()}
-                self.due[k] = t + window_ms + lateness
-            replaced = side in h
-            h[side] = payload
-            if "__evicted" in h:
-                out.append(EVICTED)
-            elif len(h) - 1 >= nsides:
-                h["__done"] = b"1"
-                h["__by"] = by
-                self.due.pop(k, None)
-                out.append(dict(h))
-            else:
-                out.append(SUPERSEDED if replaced else WAITING)
-        if clock.event:
-            wm.advance(seen, now_ms)
-        over = len(self.due) - max_pending
-        if over > 0:
-            for k in sorted(self.due, key=self.due.__getitem__)[:over]:
-                self.hashes[k]["__evicted"] = b"1"
-                self.due[k] = 0
-        return out
-
-    def latest(
-        self,
-        window_ms: int,
-        table: str,
-        items: Sequence[Item],
-        now_ms: int = 0,
-        clock: Clock = PROCESSING,
-    ) -> list[bytes | int | None]:
-        out: list[bytes | int | None] = []
-        wm = self._watermark(clock)
-        w0 = wm.read(now_ms) if clock.event else None
-        seen: list[tuple[str, int]] = []
-        for k, side, payload, _, t, lane in items:
-            if w0 is not None and t + window_ms + clock.lateness_ms < w0:
-                out.append(-w0)
-                continue
-            seen.append((lane, t))
-            if side == table:
-                self.hashes.setdefault(k, {})[table] = payload
-                out.append(None)
-            else:
-                out.append(self.hashes.get(k, {}).get(table))
-        if clock.event:
-            wm.advance(seen, now_ms)
-        return out
-
-    def claim_due(
-        self, now_ms: int, lease_ms: int, limit: int, clock: Clock = PROCESSING
-    ) -> list[tuple[str, dict[str, bytes]]]:
-        upto = now_ms
-        if clock.event:
-            w = self._watermark(clock).advance((), now_ms)
-            upto = -1 if w is None else w
-        keys = [k for k, t in self.claimed.items() if t <= now_ms] + [
-            k for k, t in self.due.items() if t <= upto
-        ]
-        out = []
-        for k in keys[:limit]:
-            self.due.pop(k, None)
-            self.claimed[k] = now_ms + lease_ms
-            out.append((k, dict(self.hashes.get(k, {}))))
-        return out
-
-    def ack(self, keys: Sequence[str]) -> None:
-        for k in keys:
-            self.claimed.pop(k, None)
-            self.hashes.pop(k, None)
-
-    def pending(self) -> int:
-        return len(self.due)
 
 
 def now_ms() -> int:
