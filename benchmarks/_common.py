@@ -287,3 +287,19 @@ async def run_baseline_latency(
     stop.set()
     await task
     return lat
+
+
+def start_eventbus(bootstrap: str, redis_url: str) -> Any:
+    """A local Ray cluster (2 CPUs, no dashboard) and an EventBus client on it."""
+    import ray
+
+    from eventbus.serving import EventBusClient
+
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        namespace="eventbus",
+        logging_level="ERROR",
+        log_to_driver=False,
+    )
+    return EventBusClient(None, bootstrap, redis_url)

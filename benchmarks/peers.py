@@ -1,0 +1,233 @@
+"""EventBus against what a user would pick instead, on the same events and the same broker.
+
+The pipeline of ``kafka_pipeline.py`` (keep ``payment.created`` with amount > 100 in CNY/USD,
+add ``amount_cny``, retype to ``payment.large``, write to a sink topic), run by:
+
+* EventBus with 1 and with 2 replicas (Ray Serve, as ``kafka_pipeline.py`` deploys it);
+* Quix Streams, Bytewax (its Kafka connector) and Faust (faust-streaming), each written as its
+  documentation shows (``peer_apps/``), each in a venv of its own under ``.venv-bench``;
+* the hand-written loops: aiokafka (``kafka_pipeline.py``'s baseline) and confluent-kafka.
+
+Throughput: each round pre-produces ``--events`` events on a fresh topic, starts the system,
+and times the first to the last output by the wall clock at the sink (``_peer_systems.py``);
+events/s is the median of the rounds, which run the systems in turn so that the machine's
+noise spreads over all of them. Every round's outputs are read back and checked (count,
+converted amount, new type). Latency: the system is started on fresh topics, probed until it
+answers, then fed at half of its own median maximum; a tail consumer takes produce time →
+arrival by the wall clock, p50/p99. A system that cannot run here is reported with its error.
+
+Last line: one JSON object with every figure and EventBus's ratios to each system.
+
+Run: ``.venv/bin/python benchmarks/peers.py [--events 100000] [--rounds 3] [--only quixstreams,eventbus_1]``
+(``make bench`` installs the peers first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import PARTITIONS, expected_outputs, pct, produce_all, start_eventbus
+from _peer_systems import (
+    FRAMEWORKS,
+    LOOPS,
+    PROCESS_PEERS,
+    PeerError,
+    Systems,
+    measured_latency,
+    read_clock,
+    start_clock,
+    verify_sink,
+)
+
+from eventbus._internal.services import create_topics, start_redis, start_tansu
+
+SYSTEMS = ("eventbus_1", "eventbus_2", *PROCESS_PEERS)
+
+
+def requirement_pins() -> dict[str, str]:
+    pins = {}
+    for req in sorted((Path(__file__).parent / "peer_apps").glob("requirements-*.txt")):
+        for line in req.read_text().splitlines():
+            if "==" in line and not line.startswith("#"):
+                name, version = line.split("==")
+                pins[name] = version
+    return pins
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
+
+
+def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    rate = {k: v.get("events_per_s") for k, v in results.items()}
+    p99 = {k: v.get("p99_ms") for k, v in results.items()}
+    ratios = {
+        f"{eb}_vs_{other}": ratio(rate.get(eb), rate.get(other))
+        for eb in ("eventbus_1", "eventbus_2")
+        for other in results
+        if not other.startswith("eventbus")
+    }
+    frameworks = [rate[k] for k in FRAMEWORKS if rate.get(k)]
+    loops = [rate[k] for k in LOOPS if rate.get(k)]
+    eb_best = max((rate[k] for k in ("eventbus_1", "eventbus_2") if rate.get(k)), default=None)
+    fw_best = max(frameworks, default=None)
+    fw_p99 = min((p99[k] for k in FRAMEWORKS if p99.get(k) is not None), default=None)
+    loop_best = max(loops, default=None)
+    targets = {
+        "eventbus_vs_best_framework": ratio(eb_best, fw_best),
+        "eventbus_vs_best_framework_target": 2.0,
+        "eventbus_1_p99_ms": p99.get("eventbus_1"),
+        "best_framework_p99_ms": fw_p99,
+        "eventbus_1_vs_best_loop": ratio(rate.get("eventbus_1"), loop_best),
+        "eventbus_1_vs_best_loop_target": 0.9,
+        "eventbus_2_vs_best_loop": ratio(rate.get("eventbus_2"), loop_best),
+        "eventbus_2_vs_best_loop_target": 1.2,
+        "eventbus_1_p99_target_ms": 30,
+    }
+    return {
+        "benchmark": "peers",
+        "scenario": "filter_convert",
+        "events": args.events,
+        "rounds": args.rounds,
+        "outputs_per_round": expected_outputs(args.events),
+        "versions": requirement_pins(),
+        "systems": results,
+        "ratios": ratios,
+        "targets": targets,
+    }
+
+
+def table(results: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        "| system | events/s (median) | rounds | p50 ms | p99 ms | at events/s |",
+        "| --- | ---: | --- | ---: | ---: | ---: |",
+    ]
+    for name, r in results.items():
+        if "error" in r and not r.get("events_per_s"):
+            lines.append(f"| {name} | error: {r['error'][:120]} | | | | |")
+            continue
+        rounds = ", ".join(f"{x / 1000:.1f}k" for x in r.get("rates", []))
+        lines.append(
+            f"| {name} | {r['events_per_s']:,} | {rounds} | {r.get('p50_ms', '-')} | "
+            f"{r.get('p99_ms', '-')} | {r.get('latency_rate', '-'):,} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--events", type=int, default=100_000, help="events per round")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--latency-seconds", type=float, default=8.0)
+    ap.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(SYSTEMS)}")
+    args = ap.parse_args()
+    only = [s for s in args.only.split(",") if s] or list(SYSTEMS)
+    unknown = sorted(set(only) - set(SYSTEMS))
+    if unknown:
+        ap.error(f"--only: unknown system(s) {unknown}; choose from {', '.join(SYSTEMS)}")
+    n, expect = args.events, expected_outputs(args.events)
+    work = Path(tempfile.mkdtemp(prefix="eb-peers-"))
+    tansu = start_tansu(log_dir=work)
+    redis = start_redis(data_dir=work / "redis")
+    bootstrap = tansu.address
+    counter = iter(range(100_000))
+
+    async def topics() -> tuple[str, str]:
+        k = next(counter)
+        src, sink = f"peers-in-{k}", f"peers-out-{k}"
+        await create_topics(bootstrap, [src, sink], partitions=PARTITIONS)
+        return src, sink
+
+    ray_needed = any(s.startswith("eventbus") for s in only)
+    client = start_eventbus(bootstrap, redis.address) if ray_needed else None
+    systems = Systems(bootstrap, work, client)
+    rates: dict[str, list[float]] = {s: [] for s in only}
+    errors: dict[str, str] = {}
+
+    def one_round(name: str) -> float:
+        src, sink = asyncio.run(topics())
+        asyncio.run(produce_all(bootstrap, src, n))
+        clock = start_clock(bootstrap, sink, expect)
+        try:
+            run = systems.start(name, src, sink)
+        except BaseException:
+            clock.kill()
+            raise
+        try:
+            first, last = read_clock(clock, run, expect)
+        finally:
+            systems.stop(run)
+        asyncio.run(verify_sink(bootstrap, sink, expect, name))
+        return n / max(last - first, 1e-3)
+
+    try:
+        if ray_needed:  # Ray's agents settle after start: one unmeasured EventBus round
+            one_round(next(s for s in only if s.startswith("eventbus")))
+        for rnd in range(args.rounds):
+            for name in only:
+                if name in errors:
+                    continue
+                try:
+                    rates[name].append(one_round(name))
+                except (PeerError, RuntimeError, OSError) as e:
+                    errors[name] = f"{type(e).__name__}: {e}"
+                    print(f"{name}: cannot run: {errors[name]}", flush=True)
+                    continue
+                print(f"round {rnd}: {name} {rates[name][-1]:,.0f} events/s", flush=True)
+        results: dict[str, dict[str, Any]] = {}
+        for name in only:
+            r: dict[str, Any] = {}
+            if rates[name]:
+                r["events_per_s"] = round(statistics.median(rates[name]))
+                r["rates"] = [round(x) for x in rates[name]]
+            if name in errors:
+                r["error"] = errors[name]
+            results[name] = r
+        for name in only:
+            if not rates[name]:
+                continue
+            rate = statistics.median(rates[name]) / 2
+            src, sink = asyncio.run(topics())
+            run = systems.start(name, src, sink)
+            t0 = time.monotonic()
+            try:
+                lat = asyncio.run(
+                    measured_latency(bootstrap, src, sink, run, rate, args.latency_seconds)
+                )
+            except (PeerError, RuntimeError, OSError) as e:
+                results[name]["latency_error"] = f"{type(e).__name__}: {e}"
+                continue
+            finally:
+                systems.stop(run)
+            results[name].update(
+                latency_rate=round(rate),
+                p50_ms=round(pct(lat, 0.5), 1),
+                p99_ms=round(pct(lat, 0.99), 1),
+                latency_samples=len(lat),
+                latency_expected=int(rate * args.latency_seconds) // 2,
+            )
+            print(
+                f"latency {name} at {rate:,.0f}/s: p50 {results[name]['p50_ms']} ms, "
+                f"p99 {results[name]['p99_ms']} ms ({time.monotonic() - t0:.0f} s)",
+                flush=True,
+            )
+    finally:
+        if client is not None:
+            import ray
+
+            ray.shutdown()
+        tansu.stop()
+        redis.stop()
+    print(table(results), flush=True)
+    print(json.dumps(report(results, args)))
+
+
+if __name__ == "__main__":
+    main()
