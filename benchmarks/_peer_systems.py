@@ -67,6 +67,21 @@ def tail(path: Path | None, lines: int = 6) -> str:
     return " | ".join(line.strip() for line in text[-lines:])
 
 
+def pids(run: Running) -> list[int]:
+    """The processes that run ``run``'s pipeline: the peer's, or EventBus's Serve replicas."""
+    if run.proc is not None:
+        return [run.proc.pid]
+    import psutil
+
+    prefix = f"ray::ServeReplica:eventbus-{run.pipeline}:"
+    # descendants only: other Ray clusters on the machine may run replicas of the same name
+    return [
+        p.pid
+        for p in psutil.Process().children(recursive=True)
+        if (p.cmdline() or [""])[0].startswith(prefix)
+    ]
+
+
 class Systems:
     """Starts and stops the systems on one broker (and, for EventBus, one Ray cluster)."""
 
@@ -104,7 +119,7 @@ class Systems:
             proc = subprocess.Popen(
                 # bytewax.run takes the flow's import string alone: the flow reads PEER_* env
                 [python, *cmd] + ([] if name == "bytewax" else [self.bootstrap, src, sink, group]),
-                cwd=APPS,
+                cwd=self.work,  # where Quix and Faust keep their state directories
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -196,8 +211,12 @@ async def verify_sink(bootstrap: str, sink: str, expect: int, name: str) -> None
 
 async def wait_ready(
     bootstrap: str, src: str, sink: str, run: Running, timeout_s: float = 90
-) -> None:
-    """Send probe events until each comes out at the sink: the system has joined and runs."""
+) -> int:
+    """Send probe events until each comes out at the sink (the system has joined and runs).
+
+    Returns:
+        How many probes came out.
+    """
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest"
@@ -224,7 +243,7 @@ async def wait_ready(
                 batch = await consumer.getmany(timeout_ms=50)
                 arrived += sum(len(records) for records in batch.values())
                 if arrived >= sent:
-                    return
+                    return arrived
                 run.check_alive()
         msg = f"{run.name}: no probe event came out within {timeout_s:.0f} s"
         raise PeerError(msg)

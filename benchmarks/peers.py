@@ -29,7 +29,6 @@ import asyncio
 import json
 import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +40,13 @@ from _peer_systems import (
     PeerError,
     Systems,
     measured_latency,
+    pids,
     read_clock,
     start_clock,
     verify_sink,
+    wait_ready,
 )
+from _profile import finish, record, render
 
 from eventbus._internal.services import create_topics, start_redis, start_tansu
 
@@ -121,112 +123,155 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+class Bench:
+    """One broker (and Ray, for EventBus) and the rounds run on it."""
+
+    def __init__(self, args: argparse.Namespace, only: list[str]) -> None:
+        self.args, self.n = args, args.events
+        self.expect = expected_outputs(self.n)
+        self.work = Path(tempfile.mkdtemp(prefix="eb-peers-"))
+        self.tansu = start_tansu(log_dir=self.work)
+        self.redis = start_redis(data_dir=self.work / "redis")
+        self.bootstrap = self.tansu.address
+        self.client = None
+        if any(s.startswith("eventbus") for s in only):
+            self.client = start_eventbus(self.bootstrap, self.redis.address)
+        self.systems = Systems(self.bootstrap, self.work, self.client)
+        self._topics = iter(range(100_000))
+
+    def close(self) -> None:
+        if self.client is not None:
+            import ray
+
+            ray.shutdown()
+        self.tansu.stop()
+        self.redis.stop()
+
+    def topics(self) -> tuple[str, str]:
+        k = next(self._topics)
+        src, sink = f"peers-in-{k}", f"peers-out-{k}"
+        asyncio.run(create_topics(self.bootstrap, [src, sink], partitions=PARTITIONS))
+        return src, sink
+
+    def throughput(self, name: str) -> float:
+        """Events/s of one round over pre-produced events; the outputs are checked after."""
+        src, sink = self.topics()
+        asyncio.run(produce_all(self.bootstrap, src, self.n))
+        clock = start_clock(self.bootstrap, sink, self.expect)
+        try:
+            run = self.systems.start(name, src, sink)
+        except BaseException:
+            clock.kill()
+            raise
+        try:
+            first, last = read_clock(clock, run, self.expect)
+        finally:
+            self.systems.stop(run)
+        asyncio.run(verify_sink(self.bootstrap, sink, self.expect, name))
+        return self.n / max(last - first, 1e-3)
+
+    def latency(self, name: str, rate: float) -> dict[str, Any]:
+        src, sink = self.topics()
+        run = self.systems.start(name, src, sink)
+        try:
+            seconds = self.args.latency_seconds
+            lat = asyncio.run(measured_latency(self.bootstrap, src, sink, run, rate, seconds))
+        finally:
+            self.systems.stop(run)
+        return {
+            "latency_rate": round(rate),
+            "p50_ms": round(pct(lat, 0.5), 1),
+            "p99_ms": round(pct(lat, 0.99), 1),
+            "latency_samples": len(lat),
+            "latency_expected": int(rate * self.args.latency_seconds) // 2,
+        }
+
+    def profile(self, name: str, out: Path) -> str:
+        """py-spy over the system's processes while it runs ``--events`` events at full speed."""
+        src, sink = self.topics()
+        run = self.systems.start(name, src, sink)
+        try:
+            probes = asyncio.run(wait_ready(self.bootstrap, src, sink, run))
+            clock = start_clock(self.bootstrap, sink, self.expect + probes)
+            spies = [(pid, record(pid, out / f"{name}-{pid}.raw")) for pid in pids(run)]
+            asyncio.run(produce_all(self.bootstrap, src, self.n))
+            first, last = read_clock(clock, run, self.expect + probes)
+            for _, spy in spies:
+                finish(spy)
+        finally:
+            self.systems.stop(run)
+        rate = f"{self.n / max(last - first, 1e-3):,.0f} events/s while sampled"
+        return "\n\n".join(
+            render(f"{name}, process {pid} ({rate})", out / f"{name}-{pid}.raw") for pid, _ in spies
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--events", type=int, default=100_000, help="events per round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--latency-seconds", type=float, default=8.0)
     ap.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(SYSTEMS)}")
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="a folder: instead of measuring, py-spy each system (its top frames go there)",
+    )
     args = ap.parse_args()
     only = [s for s in args.only.split(",") if s] or list(SYSTEMS)
     unknown = sorted(set(only) - set(SYSTEMS))
     if unknown:
         ap.error(f"--only: unknown system(s) {unknown}; choose from {', '.join(SYSTEMS)}")
-    n, expect = args.events, expected_outputs(args.events)
-    work = Path(tempfile.mkdtemp(prefix="eb-peers-"))
-    tansu = start_tansu(log_dir=work)
-    redis = start_redis(data_dir=work / "redis")
-    bootstrap = tansu.address
-    counter = iter(range(100_000))
-
-    async def topics() -> tuple[str, str]:
-        k = next(counter)
-        src, sink = f"peers-in-{k}", f"peers-out-{k}"
-        await create_topics(bootstrap, [src, sink], partitions=PARTITIONS)
-        return src, sink
-
-    ray_needed = any(s.startswith("eventbus") for s in only)
-    client = start_eventbus(bootstrap, redis.address) if ray_needed else None
-    systems = Systems(bootstrap, work, client)
-    rates: dict[str, list[float]] = {s: [] for s in only}
-    errors: dict[str, str] = {}
-
-    def one_round(name: str) -> float:
-        src, sink = asyncio.run(topics())
-        asyncio.run(produce_all(bootstrap, src, n))
-        clock = start_clock(bootstrap, sink, expect)
-        try:
-            run = systems.start(name, src, sink)
-        except BaseException:
-            clock.kill()
-            raise
-        try:
-            first, last = read_clock(clock, run, expect)
-        finally:
-            systems.stop(run)
-        asyncio.run(verify_sink(bootstrap, sink, expect, name))
-        return n / max(last - first, 1e-3)
-
+    bench = Bench(args, only)
     try:
-        if ray_needed:  # Ray's agents settle after start: one unmeasured EventBus round
-            one_round(next(s for s in only if s.startswith("eventbus")))
-        for rnd in range(args.rounds):
+        if args.profile is not None:
+            args.profile.mkdir(parents=True, exist_ok=True)
             for name in only:
-                if name in errors:
-                    continue
-                try:
-                    rates[name].append(one_round(name))
-                except (PeerError, RuntimeError, OSError) as e:
-                    errors[name] = f"{type(e).__name__}: {e}"
-                    print(f"{name}: cannot run: {errors[name]}", flush=True)
-                    continue
-                print(f"round {rnd}: {name} {rates[name][-1]:,.0f} events/s", flush=True)
-        results: dict[str, dict[str, Any]] = {}
-        for name in only:
-            r: dict[str, Any] = {}
-            if rates[name]:
-                r["events_per_s"] = round(statistics.median(rates[name]))
-                r["rates"] = [round(x) for x in rates[name]]
-            if name in errors:
-                r["error"] = errors[name]
-            results[name] = r
-        for name in only:
-            if not rates[name]:
-                continue
-            rate = statistics.median(rates[name]) / 2
-            src, sink = asyncio.run(topics())
-            run = systems.start(name, src, sink)
-            t0 = time.monotonic()
-            try:
-                lat = asyncio.run(
-                    measured_latency(bootstrap, src, sink, run, rate, args.latency_seconds)
-                )
-            except (PeerError, RuntimeError, OSError) as e:
-                results[name]["latency_error"] = f"{type(e).__name__}: {e}"
-                continue
-            finally:
-                systems.stop(run)
-            results[name].update(
-                latency_rate=round(rate),
-                p50_ms=round(pct(lat, 0.5), 1),
-                p99_ms=round(pct(lat, 0.99), 1),
-                latency_samples=len(lat),
-                latency_expected=int(rate * args.latency_seconds) // 2,
-            )
-            print(
-                f"latency {name} at {rate:,.0f}/s: p50 {results[name]['p50_ms']} ms, "
-                f"p99 {results[name]['p99_ms']} ms ({time.monotonic() - t0:.0f} s)",
-                flush=True,
-            )
+                text = bench.profile(name, args.profile)
+                (args.profile / f"{name}.md").write_text(text + "\n")
+                print(text, flush=True)
+            return
+        results = measure(bench, only)
     finally:
-        if client is not None:
-            import ray
-
-            ray.shutdown()
-        tansu.stop()
-        redis.stop()
+        bench.close()
     print(table(results), flush=True)
     print(json.dumps(report(results, args)))
+
+
+def measure(bench: Bench, only: list[str]) -> dict[str, dict[str, Any]]:
+    rates: dict[str, list[float]] = {s: [] for s in only}
+    results: dict[str, dict[str, Any]] = {s: {} for s in only}
+    if bench.client is not None:  # Ray's agents settle after start: one unmeasured round
+        bench.throughput(next(s for s in only if s.startswith("eventbus")))
+    for rnd in range(bench.args.rounds):
+        for name in only:
+            if "error" in results[name]:
+                continue
+            try:
+                rates[name].append(bench.throughput(name))
+            except (PeerError, RuntimeError, OSError) as e:
+                results[name]["error"] = f"{type(e).__name__}: {e}"
+                print(f"{name}: cannot run: {results[name]['error']}", flush=True)
+                continue
+            print(f"round {rnd}: {name} {rates[name][-1]:,.0f} events/s", flush=True)
+    for name in only:
+        if not rates[name]:
+            continue
+        results[name]["events_per_s"] = round(statistics.median(rates[name]))
+        results[name]["rates"] = [round(x) for x in rates[name]]
+        if "error" in results[name]:  # a later round failed: no latency run
+            continue
+        try:
+            results[name].update(bench.latency(name, statistics.median(rates[name]) / 2))
+        except (PeerError, RuntimeError, OSError) as e:
+            results[name]["latency_error"] = f"{type(e).__name__}: {e}"
+            continue
+        r = results[name]
+        print(
+            f"latency {name} at {r['latency_rate']:,}/s: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms"
+        )
+    return results
 
 
 if __name__ == "__main__":
