@@ -142,7 +142,7 @@ class Systems:
 
 
 def start_clock(
-    bootstrap: str, sink: str, expect: int, timeout_s: float = 150
+    bootstrap: str, sink: str, expect: int, timeout_s: float = 40
 ) -> subprocess.Popen[bytes]:
     """Start ``peer_apps/tail_clock.py`` on ``sink``; returns once it fetches."""
     python = VENVS / "confluent" / "bin" / "python"
@@ -160,8 +160,10 @@ def start_clock(
     return proc
 
 
-def read_clock(clock: subprocess.Popen[bytes], run: Running, expect: int) -> tuple[float, float]:
-    """Wait for the clock's answer, failing fast if the system under test exits."""
+def read_clock(
+    clock: subprocess.Popen[bytes], run: Running, expect: int
+) -> tuple[float, float, int]:
+    """Wait for the clock's answer (first, last, count), failing fast if the system exits."""
     while clock.poll() is None:
         try:
             run.check_alive()
@@ -172,14 +174,17 @@ def read_clock(clock: subprocess.Popen[bytes], run: Running, expect: int) -> tup
         time.sleep(0.05)  # a poll of two processes' exit: the clock itself does the timing
     assert clock.stdout is not None
     out = json.loads(clock.stdout.read().decode().strip().splitlines()[-1])
-    if out["count"] < expect:
+    if out["count"] < max(1, expect // 20):  # too few to time: it did not really run
         msg = f"{run.name}: {out['count']} of {expect} outputs arrived; {tail(run.log)}"
         raise PeerError(msg)
-    return float(out["first"]), float(out["last"])
+    return float(out["first"]), float(out["last"]), int(out["count"])
 
 
-async def verify_sink(bootstrap: str, sink: str, expect: int, name: str) -> None:
-    """Read the sink back: exactly ``expect`` records, each converted and retyped."""
+async def verify_sink(
+    bootstrap: str, sink: str, expect: int, name: str, *, at_least: int | None = None
+) -> None:
+    """Read the sink back: ``expect`` records (``at_least`` of them, when the round was cut
+    short), each converted and retyped."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest"
     )
@@ -192,7 +197,7 @@ async def verify_sink(bootstrap: str, sink: str, expect: int, name: str) -> None
         # Tansu's end offsets are its last batch's base offset: read until the topic is quiet
         while time.monotonic() < deadline:
             batch = await consumer.getmany(timeout_ms=500, max_records=20000)
-            if not batch and seen >= expect:
+            if not batch and seen >= (expect if at_least is None else at_least):
                 break
             for records in batch.values():
                 for r in records:
@@ -204,7 +209,7 @@ async def verify_sink(bootstrap: str, sink: str, expect: int, name: str) -> None
                         raise PeerError(msg)
     finally:
         await consumer.stop()
-    if seen != expect:
+    if seen > expect or seen < (expect if at_least is None else at_least):
         msg = f"{name}: {seen} outputs on {sink}, expected {expect}"
         raise PeerError(msg)
 
