@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import statistics
 import sys
@@ -102,6 +103,9 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> dict
         "rounds": args.rounds,
         "outputs_per_round": expected_outputs(args.events),
         "versions": requirement_pins(),
+        # the machine's load (1-minute average) when the run ended: on a shared 2-core machine
+        # a system with more threads gets a larger share of the CPU as the load grows
+        "load_average_1m": round(os.getloadavg()[0], 1),
         "systems": results,
         "ratios": ratios,
         "targets": targets,
