@@ -74,12 +74,18 @@ def pids(run: Running) -> list[int]:
     import psutil
 
     prefix = f"ray::ServeReplica:eventbus-{run.pipeline}:"
+    found = []
     # descendants only: other Ray clusters on the machine may run replicas of the same name
-    return [
-        p.pid
-        for p in psutil.Process().children(recursive=True)
-        if (p.cmdline() or [""])[0].startswith(prefix)
-    ]
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if (p.cmdline() or [""])[0].startswith(prefix):
+                found.append(p.pid)
+        except psutil.Error:  # a worker that exited meanwhile
+            continue
+    if not found:
+        msg = f"{run.name}: no replica process {prefix}* among this benchmark's processes"
+        raise PeerError(msg)
+    return found
 
 
 class Systems:
