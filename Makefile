@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: system-deps setup demo lint test test-unit test-integration bench proto schema down clean
+.PHONY: system-deps setup demo lint test test-unit test-integration bench bench-peers proto schema down clean
 
 setup: $(VENV)/.installed
 
@@ -47,11 +47,26 @@ test-unit: setup system-deps
 test-integration: setup system-deps
 	$(PY) -m pytest -q -m integration
 
-bench: setup
+bench: setup bench-peers
 	command -v wrk >/dev/null || { apt-get update -q && apt-get install -y -q wrk; }
 	$(PY) benchmarks/expressions.py
 	$(PY) benchmarks/kafka_pipeline.py
 	$(PY) benchmarks/http_ingress.py
+	$(PY) benchmarks/peers.py
+
+# The peers of benchmarks/peers.py (Quix Streams, Bytewax, Faust, the confluent-kafka loop), one
+# venv each under .venv-bench: their pins (Quix's confluent-kafka 2.12, Faust's aiokafka) stay
+# out of the project's dependencies and out of each other's. py-spy (peers.py --profile) goes
+# into the project's venv: it is a binary, with no Python dependencies.
+BENCH_VENV := .venv-bench
+BENCH_PEERS := quixstreams bytewax faust confluent
+bench-peers: setup $(foreach p,$(BENCH_PEERS),$(BENCH_VENV)/$(p)/.installed)
+	$(PY) -m pip install -q py-spy==0.4.3
+
+$(BENCH_VENV)/%/.installed: benchmarks/peer_apps/requirements-%.txt
+	test -x $(BENCH_VENV)/$*/bin/python || $(PYTHON) -m venv $(BENCH_VENV)/$*
+	$(BENCH_VENV)/$*/bin/python -m pip install -q -r $<
+	touch $@
 
 # Regenerate the protobuf/gRPC modules from src/eventbus/eventing/_proto/*.proto
 proto: setup
@@ -65,4 +80,4 @@ down:
 	$(VENV)/bin/eventbus down
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info
