@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import calendar
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone, tzinfo
+from datetime import UTC, date, datetime, timedelta, tzinfo
 
 __all__ = ["Cron", "CronError"]
 
@@ -37,7 +37,7 @@ _MACROS = {
 _MONTHS = {m.upper(): i for i, m in enumerate(calendar.month_abbr) if m}
 _DAYS = {d.upper(): (i + 1) % 7 for i, d in enumerate(calendar.day_abbr)}  # SUN=0
 # (name, lowest, highest, names)
-_FIELDS = (
+_FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
     ("minute", 0, 59, {}),
     ("hour", 0, 23, {}),
     ("day of month", 1, 31, {}),
@@ -103,7 +103,9 @@ class Cron:
         if cron.any_weekday and not cron.any_day:  # days of month alone pick the days
             longest = max(_month_days(m) for m in cron.months)
             if min(cron.days) > longest:
-                msg = f"cron {text!r} never fires: no month of {parts[3]!r} has day {min(cron.days)}"
+                msg = (
+                    f"cron {text!r} never fires: no month of {parts[3]!r} has day {min(cron.days)}"
+                )
                 raise CronError(msg)
         return cron
 
@@ -120,7 +122,7 @@ class Cron:
             return dom
         return dom or dow
 
-    def next_after(self, at: float, tz: tzinfo = timezone.utc) -> float:
+    def next_after(self, at: float, tz: tzinfo = UTC) -> float:
         """The first fire time strictly after ``at`` (epoch seconds), as epoch seconds."""
         local = datetime.fromtimestamp(at, tz)
         day = local.date()
@@ -167,8 +169,9 @@ def _field(text: str, part: str, name: str, low: int, high: int, names: dict[str
             first, last = low, high
         elif "-" in body:
             a, _, b = body.partition("-")
-            first, last = _value(text, a, name, low, high, names), _value(
-                text, b, name, low, high, names
+            first, last = (
+                _value(text, a, name, low, high, names),
+                _value(text, b, name, low, high, names),
             )
             if first > last:
                 msg = f"cron {text!r}: range {body!r} in the {name} field runs backwards; write {last}-{first}"

@@ -23,6 +23,7 @@ its lease while sending, lets the next holder write the same event again, and th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -97,7 +98,9 @@ class Due:
     more: bool = False
 
 
-def _ticks(config: ScheduleSourceConfig, cron: Cron | None, after_ms: int, until_ms: int) -> list[int]:
+def _ticks(
+    config: ScheduleSourceConfig, cron: Cron | None, after_ms: int, until_ms: int
+) -> list[int]:
     """Tick times in ``(after_ms, until_ms]``, at most ``_CAP``."""
     if config.every_s is not None:
         every = round(config.every_s * 1000)
@@ -213,7 +216,9 @@ class ScheduleRunner:
         through = int(value)
         due = await asyncio.to_thread(due_ticks, self.config, through, now_ms, self._cron)
         if due.emit:
-            events = [(tick_event(self.config, self.pipeline, t), self._key_bytes) for t in due.emit]
+            events = [
+                (tick_event(self.config, self.pipeline, t), self._key_bytes) for t in due.emit
+            ]
             await self._sink.send(events)
         if due.through != through:
             ok = await self._advance(
@@ -244,7 +249,9 @@ class ScheduleRunner:
         if due.more:
             return 0.0
         after = max(due.through, now_ms) / 1000
-        upcoming = _ticks(self.config, self._cron, round(after * 1000), round((after + LEASE_S) * 1000))
+        upcoming = _ticks(
+            self.config, self._cron, round(after * 1000), round((after + LEASE_S) * 1000)
+        )
         wait = LEASE_S / 3
         if upcoming:
             wait = min(wait, upcoming[0] / 1000 - self._clock())
@@ -269,10 +276,8 @@ class ScheduleRunner:
                     )
                     wait = 1.0
                 if wait > 0:
-                    try:
+                    with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), wait)
-                    except TimeoutError:
-                        pass
         finally:
             await self.release()
 
