@@ -45,6 +45,7 @@ class ScheduleSourceConfig(BaseModel):
     )
     cron: str | None = Field(
         default=None,
+        max_length=200,
         description="Cron expression (minute hour day-of-month month day-of-week, or @hourly, "
         "@daily...), in `timezone`.",
     )
