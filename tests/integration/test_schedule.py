@@ -89,7 +89,10 @@ async def test_runners_share_each_tick_across_stops_and_restarts(
         events = await collect(kafka_bootstrap, topic, emitted, timeout_s=30)
         assert check_each_tick_once(events, through, 1000) == emitted == len(events)
         assert int(await redis.hget(state, "missed") or 0) == 0
-        assert events[0].data == {"job": "x"} and events[0].source == f"/eventbus/{pipeline}/schedules/tick"
+        assert (
+            events[0].data == {"job": "x"}
+            and events[0].source == f"/eventbus/{pipeline}/schedules/tick"
+        )
         assert await redis.ttl(state) > 86400  # the state expires when no replica runs it
     finally:
         await sink.stop()
