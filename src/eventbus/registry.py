@@ -309,6 +309,7 @@ sources: Registry[Callable[..., Any]] = Registry(
         "kafka": "eventbus.eventing.sources._kafka",
         "http": "eventbus.eventing.sources._http_config",
         "grpc": "eventbus.eventing.sources._http_config",
+        "schedule": "eventbus.eventing.sources._schedule_config",
     },
 )
 

@@ -51,3 +51,19 @@ def io_wait(events: list[CloudEvent]) -> list[CloudEvent]:
 
     time.sleep(sum(float((e.data or {}).get("wait_ms", 2.0)) for e in events) / 1000)
     return events
+
+
+@eventbus.function(batch=True)
+def fails_while_flagged(events: list[CloudEvent]) -> list[CloudEvent]:
+    """Raises on events whose ``data.flag`` names a file that exists (the test's "bug",
+    fixed by removing the file); the others pass with a mark."""
+    import os
+
+    out = []
+    for e in events:
+        flag = (e.data or {}).get("flag")
+        if flag and os.path.exists(flag):
+            msg = f"flag {flag} is set"
+            raise RuntimeError(msg)
+        out.append(e.replace(data={**e.data, "ok": True}))
+    return out

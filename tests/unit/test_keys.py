@@ -36,6 +36,7 @@ def test_canary_pattern_finds_canaries_only() -> None:
 def test_observability_and_delivery_keys() -> None:
     assert keys.stats("orders") == "eventbus:stats:{orders}"
     assert keys.dedupe_prefix("orders") == "eventbus:dedupe:{orders}:"
+    assert keys.schedule("orders", "nightly") == "eventbus:schedule:{orders}:nightly"
 
 
 def test_gateway_keys() -> None:

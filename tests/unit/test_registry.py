@@ -45,7 +45,7 @@ def test_builtins_in_their_order() -> None:
         "model",
         "ensemble",
     ]
-    assert sources.names()[:3] == ["kafka", "http", "grpc"]
+    assert sources.names()[:4] == ["kafka", "http", "grpc", "schedule"]
     assert sinks.names()[:2] == ["kafka", "http"]
     assert all(r.origin == "builtin" for r in steps if r.name in steps.names()[:8])
 

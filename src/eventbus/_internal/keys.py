@@ -30,6 +30,11 @@ Delivery (``eventing``):
 * :func:`dedupe_prefix` + digest (string ``1`` or a pending claim, with a TTL): an output
   event delivered (or being delivered) within the dedupe window.
 
+Schedules (``eventing``, the schedule source):
+
+* :func:`schedule` (hash ``owner``, ``until``, ``through``, ``emitted``, ``missed``, with a
+  TTL): which replica holds a schedule's lease, until when, and the last tick emitted.
+
 Gateway (``gateway``):
 
 * :func:`replay` (string ``1`` with a TTL): a signed request's signature, seen within its
@@ -93,6 +98,7 @@ __all__ = [
     "model_recent",
     "pipeline_versions",
     "replay",
+    "schedule",
     "stats",
 ]
 
@@ -156,6 +162,15 @@ def dedupe_prefix(pipeline: str) -> str:
     """Prefix of the dedupe keys (strings with a TTL, one per delivered output event; the
     suffix is a digest of its ``source`` + ``id``)."""
     return f"{PREFIX}dedupe:{{{pipeline}}}:"
+
+
+# -- schedules -------------------------------------------------------------------------------
+
+
+def schedule(pipeline: str, name: str) -> str:
+    """Hash: a schedule source's lease (``owner``, ``until``), progress (``through``, epoch ms)
+    and counters (``emitted``, ``missed``). One key per script call; tagged by pipeline."""
+    return f"{PREFIX}schedule:{{{pipeline}}}:{name}"
 
 
 # -- gateway -----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Events on topics: ``eventbus publish``, ``tail``, ``replay``."""
+"""Events on topics: ``eventbus publish``, ``tail``, ``replay``, ``redrive``."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ def register(app: typer.Typer) -> None:
     app.command()(publish)
     app.command()(tail)
     app.command()(replay)
+    app.command()(redrive)
 
 
 def publish(
@@ -214,6 +215,109 @@ def replay(
     out.print(
         f"replayed {stats.replayed} events of {topic} through {pipeline}: {stats.outputs} outputs, "
         f"{stats.dropped} filtered, {stats.dead_lettered} dead letters, {stats.duplicates} duplicates skipped"
+    )
+
+
+def redrive(
+    pipeline: str = typer.Argument(
+        ..., help="The deployed pipeline whose dead letters to redrive."
+    ),
+    since: str | None = typer.Option(
+        None, "--since", help="Only dead letters written at or after: RFC 3339 or epoch ms."
+    ),
+    filter_: str | None = typer.Option(
+        None,
+        "--filter",
+        help="CEL over the dead letter, eb* attributes included (e.g. \"ebstep == 'score'\").",
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Count what would be redriven."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
+    ray_address: str | None = RayOpt,
+    kafka_bootstrap: str | None = KafkaOpt,
+    kafka_config: Path | None = KafkaConfigOpt,
+    redis_url: str | None = RedisOpt,
+) -> None:
+    """Send a pipeline's dead letters back through its steps (eb* attributes removed, outputs
+    deduped), and report how many went where."""
+    from eventbus.pipelines import PipelineConfig
+    from eventbus.serving._redrive import compile_where
+    from eventbus.serving._redrive import redrive as run_redrive
+    from eventbus.serving._replay import parse_time_arg
+
+    try:  # input mistakes first, before connecting to anything
+        since_ms = parse_time_arg(since.strip()) if since is not None else None
+        if filter_ is not None:
+            compile_where(filter_)
+    except EventBusError as exc:
+        fail(str(exc).replace("time ", "--since ", 1) if since else str(exc))
+    addr = Addresses(ray_address, kafka_bootstrap, redis_url, kafka_config)
+    client = controller_client(addr)
+    try:
+        config = PipelineConfig.model_validate(client.get(pipeline)["document"])
+    except EventBusError as exc:
+        fail(str(exc))
+    from ray import serve
+
+    from eventbus.serving import app_name
+
+    handle = serve.get_app_handle(app_name(pipeline))
+
+    async def dispatch(events: list[Any]) -> Any:
+        return await handle.process.remote(events)
+
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), console=err, transient=True
+    ) as bar:
+        task = bar.add_task("redriving...", total=None)
+
+        def show(r: Any) -> None:
+            bar.update(task, description=f"read {r.read:,} dead letters, redriven {r.redriven:,}")
+
+        try:
+            report = asyncio.run(
+                run_redrive(
+                    config,
+                    bootstrap=addr.kafka or "",
+                    redis_url=addr.redis,
+                    dispatch=dispatch,
+                    since_ms=since_ms,
+                    where=filter_,
+                    dry_run=dry_run,
+                    progress=show,
+                    kafka_client=addr.kafka_client,
+                )
+            )
+        except EventBusError as exc:
+            fail(str(exc))
+    if as_json:
+        plain(out, json.dumps(report.as_dict(), sort_keys=True))
+        return
+    plain(out, _redrive_summary(pipeline, report))
+
+
+def _redrive_summary(pipeline: str, r: Any) -> str:
+    if r.read == 0:
+        return f"nothing to redrive: the dead-letter topic {r.topic} of {pipeline} is empty"
+    left = {
+        "written before --since": r.before_since,
+        "of other pipelines": r.other_pipeline,
+        "not matching --filter": r.not_matched,
+        "not EventBus dead letters": r.undecodable + r.not_dead_letters,
+        "repeats of one dead letter": r.repeats,
+    }
+    left_text = ", ".join(f"{n} {why}" for why, n in left.items() if n) or "none"
+    steps = ", ".join(f"{s}: {n}" for s, n in sorted(r.by_step.items())) or "-"
+    if r.dry_run:
+        return (
+            f"dry run: {r.redriven} of {r.read} dead letters in {r.topic} would be redriven "
+            f"through {pipeline} (failed in {steps}); left alone: {left_text}"
+        )
+    return (
+        f"redrove {r.redriven} of {r.read} dead letters in {r.topic} through {pipeline} "
+        f"(failed in {steps}): {r.outputs} to the sink, {r.duplicates} already there (dedupe), "
+        f"{r.filtered} filtered, {r.dead_lettered} dead-lettered again; left alone: {left_text}"
     )
 
 

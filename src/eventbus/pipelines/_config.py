@@ -489,6 +489,15 @@ class PipelineSpecConfig(BaseModel):
             check = registry.sources.get(kind).trait("check_all")
             if check is not None:
                 check(configs)
+            if (
+                registry.sources.get(kind).trait("needs_replicas")
+                and self.serving.replica_bounds.min == 0
+            ):
+                msg = (
+                    f"a {kind} source runs on the pipeline's replicas, but serving.replicas.min "
+                    f"is 0 (scaled to zero, it would not run); set serving.replicas.min: 1"
+                )
+                raise ValueError(msg)
         return self
 
 

@@ -221,6 +221,7 @@ class ReplicaSources:
         self._stop_event: asyncio.Event | None = None
         self._redis: Any = None  # redis.asyncio client for the counters, made on first use
         self.health = SourcesHealth(config.name)
+        self.schedules: list[Any] = []  # the schedule runners (their counters)
 
     def start(self, timeout_s: float = 60.0) -> None:
         """Start consuming; returns once every source joined its group.
@@ -397,7 +398,10 @@ class ReplicaSources:
         collector = asyncio.create_task(collect_periodically())
         stopper = asyncio.create_task(self._stop_event.wait())
         heartbeat = asyncio.create_task(self.health.beat_forever())
+        schedules = asyncio.create_task(self._run_schedules())
         await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+        self._stop_event.set()  # the schedules give their leases back
+        await asyncio.gather(schedules, return_exceptions=True)
         for task in tasks:  # a source that stopped by itself: keep why, for check_health
             if task.done() and not task.cancelled() and task.exception() is not None:
                 self._error = task.exception()
@@ -410,6 +414,25 @@ class ReplicaSources:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
         await self._write_stats(final=True)
+
+    async def _run_schedules(self) -> None:
+        """Emit the pipeline's schedule ticks into its ingress topic (one replica at a time
+        holds each schedule; see ``_schedules``)."""
+        from eventbus.serving._schedules import run_schedules
+
+        assert self._stop_event is not None
+        try:
+            await run_schedules(
+                self._config,
+                bootstrap=self._bootstrap,
+                redis_url=self._redis_url,
+                stop=self._stop_event,
+                kafka_client=self._kafka_client,
+                runners=self.schedules,
+            )
+        except Exception:
+            log.exception("the schedules of pipeline %r stopped", self._config.name)
+            raise
 
     async def _sweep_joins(self) -> None:
         """Close join windows on a timer: outer-join results to the sink, evicted keys to the

@@ -132,6 +132,22 @@ class SourceActor:
                         kafka_client=self._kafka_client,
                     )
                 )
+        schedules_stop = asyncio.Event()
+        schedules = None
+        from eventbus.eventing.sources._http_config import ingress_topic
+
+        if ingress_topic(self._config.name) in src.topics:  # it runs the schedules too
+            from eventbus.serving._schedules import run_schedules
+
+            schedules = asyncio.get_running_loop().create_task(
+                run_schedules(
+                    self._config,
+                    bootstrap=self._bootstrap,
+                    redis_url=self._redis_url,
+                    stop=schedules_stop,
+                    kafka_client=self._kafka_client,
+                )
+            )
         publisher = None
         try:  # the source starts and stops its sinks
             await self._source.start()
@@ -146,6 +162,9 @@ class SourceActor:
             )
             raise
         finally:
+            schedules_stop.set()  # they give their leases back
+            if schedules is not None:
+                await asyncio.gather(schedules, return_exceptions=True)
             if sweeper is not None:
                 sweeper.cancel()
             if publisher is not None:

@@ -1,4 +1,4 @@
-"""Sources: where events come from (Kafka topics; HTTP and gRPC through the gateway)."""
+"""Sources: where events come from (Kafka topics; HTTP and gRPC through the gateway; schedules)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from eventbus.eventing.sources._kafka import (
     KafkaSourceConfig,
     SourceSinks,
 )
+from eventbus.eventing.sources._schedule_config import ScheduleSourceConfig
 
 __all__ = [
     "AuthConfig",
@@ -32,6 +33,7 @@ __all__ = [
     "HttpSourceConfig",
     "KafkaSource",
     "KafkaSourceConfig",
+    "ScheduleSourceConfig",
     "Source",
     "SourceSinks",
     "ingress_topic",
