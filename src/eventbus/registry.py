@@ -309,6 +309,7 @@ sources: Registry[Callable[..., Any]] = Registry(
         "kafka": "eventbus.eventing.sources._kafka",
         "http": "eventbus.eventing.sources._http_config",
         "grpc": "eventbus.eventing.sources._http_config",
+        "pipeline": "eventbus.eventing.sinks._pipeline",
     },
 )
 
@@ -316,7 +317,11 @@ sources: Registry[Callable[..., Any]] = Registry(
 sinks: Registry[Callable[..., Any]] = Registry(
     "sink",
     "eventbus.sinks",
-    {"kafka": "eventbus.eventing.sinks._kafka", "http": "eventbus.eventing.sinks._http"},
+    {
+        "kafka": "eventbus.eventing.sinks._kafka",
+        "http": "eventbus.eventing.sinks._http",
+        "pipeline": "eventbus.eventing.sinks._pipeline",
+    },
 )
 
 
