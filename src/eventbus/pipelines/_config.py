@@ -521,7 +521,9 @@ class PipelineSpecConfig(BaseModel):
 
     def output_paths(self) -> dict[str, SinkConfig]:
         """Every sink by its YAML path (``sink``, ``sinks.NAME``, ``dead_letter``)."""
-        out = {("sink" if self.sinks is None else f"sinks.{k}"): v for k, v in self.outputs().items()}
+        out = {
+            ("sink" if self.sinks is None else f"sinks.{k}"): v for k, v in self.outputs().items()
+        }
         if self.dead_letter is not None:
             out["dead_letter"] = self.dead_letter
         return out

@@ -161,9 +161,7 @@ def _located_lines(err: Any, message: str, root: yaml.Node, filename: str) -> li
         m = _LINE_PATH.match(line)
         if m is None:
             return []
-        rel: list[int | str] = [
-            int(i) if i else k for i, k in _SEGMENT.findall(m.group(1))
-        ]
+        rel: list[int | str] = [int(i) if i else k for i, k in _SEGMENT.findall(m.group(1))]
         loc = (*err["loc"], *rel)
         out.append(_problem_at(root, filename, loc, m.group(2)))
     return out

@@ -71,7 +71,7 @@ class RouteConfig(BaseModel):
             raise ValueError(msg)
         if not self.default and self.when is None:
             msg = (
-                "a route needs when (a CEL expression) or default: true; add when: \"type == "
+                'a route needs when (a CEL expression) or default: true; add when: "type == '
                 "'...'\", or default: true for the events no other route takes"
             )
             raise ValueError(msg)
@@ -113,7 +113,9 @@ def route_problems(
         return []
     assert sinks is not None
     if not sinks:
-        return ["sinks: no sinks given; name at least one, e.g. sinks: {out: {kafka: {topic: out}}}"]
+        return [
+            "sinks: no sinks given; name at least one, e.g. sinks: {out: {kafka: {topic: out}}}"
+        ]
     if not routes:
         names = ", ".join(sorted(sinks))
         return [
@@ -151,7 +153,9 @@ def route_problems(
                 )
                 continue
             if name in seen:
-                problems.append(f"{where}: sink {name!r} is named twice in this route; name it once")
+                problems.append(
+                    f"{where}: sink {name!r} is named twice in this route; name it once"
+                )
             seen.add(name)
             used.add(name)
             if _reply_of(sinks[name]) and j == len(route.sinks) - 1:

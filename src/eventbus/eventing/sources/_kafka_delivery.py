@@ -187,9 +187,9 @@ class Delivery:
             else:
                 dropped += 1
         plan = self._fanout.routing.plan([o for o, _ in outputs])
-        for j, error in plan.errors.items():  # a route's predicate failed on the output
+        for j, route_error in plan.errors.items():  # a route's predicate failed on the output
             failed += 1
-            failure = Failure(error.route, "RouteError", str(error))
+            failure = Failure(route_error.route, "RouteError", str(route_error))
             self._dead_letter_failure(batch, origins[j], failure, dead)
         if plan.unrouted:
             # No route took them and there is no default route: counted, never silent.

@@ -81,7 +81,9 @@ class FanOut:
                 finished).
         """
         jobs = [
-            self._to_sink(name, [(outputs[i], then) for i, then in items], [i for i, _ in items], seq, turn)
+            self._to_sink(
+                name, [(outputs[i], then) for i, then in items], [i for i, _ in items], seq, turn
+            )
             for name, items in by_sink.items()
         ]
         results = await asyncio.gather(*jobs, return_exceptions=True)
@@ -154,6 +156,11 @@ class FanOut:
         for j, then in enumerate(thens):
             reply = replies[j]
             if then is None or reply is None or j in unencodable:
+                continue
+            if isinstance(reply, Exception):  # a reply that cannot be used: say so
+                attributes = {"ebsink": name} if self._routed else {}
+                failure = Failure("sink", type(reply).__name__, str(reply))
+                failures.append(SinkFailure(origins[j], failure, attributes))
                 continue
             nxt = onward.setdefault(then, ([], []))
             nxt[0].append(((reply, keyed[j][1]), self.routing.reply_route(name, then)))
