@@ -175,3 +175,27 @@ def test_a_huge_route_list_is_refused_fast() -> None:
     routes = "".join(f"  - {{when: 'data.n == {i}', sinks: [b]}}\n" for i in range(65))
     found = problems(spec("sinks: {b: {kafka: {topic: b}}}\nroutes:\n" + routes))
     assert any("spec.routes: list should have at most 64 items" in p for p in found), found
+
+
+def test_eventbus_test_checks_what_each_sink_gets(tmp_path) -> None:
+    from pathlib import Path
+
+    from eventbus.pipelines._testing import run_test_file
+
+    example = Path(__file__).resolve().parents[3] / "examples" / "routes"
+    assert all(r.passed for r in run_test_file(example / "orders_test.yaml"))
+    (tmp_path / "orders.yaml").write_text((example / "orders.yaml").read_text())
+    (tmp_path / "orders_test.yaml").write_text(
+        textwrap.dedent(
+            """\
+            tests:
+              - name: wrong
+                input: [{type: order.cancelled, id: c1, data: {qty: 1, price: 5}}]
+                routes: {hook: [{id: c1}], nope: []}
+            """
+        )
+    )
+    [result] = run_test_file(tmp_path / "orders_test.yaml")
+    assert not result.passed
+    assert "+++ routes.hook (actual)" in result.diffs[0] and "-- id: c1" in result.diffs[0]
+    assert result.diffs[1] == "routes.nope: no such sink (sinks: hook, scored, archive, billing)"
