@@ -132,7 +132,7 @@ async def test_a_blocked_sink_holds_back_only_its_own_deliveries_and_keeps_batch
         [Route("routes[0]", ("fast",)), Route("routes[1]", ("slow",), ordered=True)],
     )
     maker, delivery, stats = _parts(routing, ListSink())
-    b1, b2 = _batch(maker, range(0, 3)), _batch(maker, range(3, 6))
+    b1, b2 = _batch(maker, range(3)), _batch(maker, range(3, 6))
     t1, t2 = delivery.reserve(), delivery.reserve()
 
     async def deliver(batch: KafkaBatch, turn: Any) -> None:
@@ -239,9 +239,28 @@ async def test_replies_of_an_http_subscriber_go_on_to_the_next_sink(receiver_fac
     assert (reply.id, reply.type, reply.data) == ("r0", "t.reply", {"enriched": True})
     [dead] = dlq.events  # a 2xx claiming a CloudEvent that is not one
     assert (dead.id, dead["eberrortype"], dead["ebsink"]) == ("e2", "ReplyError", "hook")
-    assert hook.take_replies([e for e in batch.events]) == [None, None, None]  # all taken
+    assert hook.take_replies(list(batch.events)) == [None, None, None]  # all taken
 
 
 def test_reply_needs_one_event_per_request() -> None:
     with pytest.raises(ValueError, match="reply: true takes one event per request"):
         HttpSinkConfig(url="http://127.0.0.1:1/h", reply=True, mode="batch")
+
+
+async def test_a_reply_over_max_reply_bytes_is_cut_off_and_refused_fast(receiver_factory) -> None:
+    head = [("ce-specversion", "1.0"), ("ce-id", "r"), ("ce-source", "/s"), ("ce-type", "t")]
+    r = receiver_factory(lambda req, n: Reply(200, headers=head, body_size=20 * 1024 * 1024))
+    sink = HttpSink(HttpSinkConfig(url=r.url, reply=True, max_reply_bytes=4096, timeout_s=5))
+    await sink.start()
+    try:
+        items = [(ev(0), None)]
+        started = time.monotonic()
+        await sink.send(items)
+        [reply] = sink.take_replies([items[0][0]])
+    finally:
+        await sink.stop()
+    assert time.monotonic() - started < 2  # 20 MB not read: the connection is dropped
+    assert (
+        str(reply)
+        == f"http sink {r.url} answered with a reply that cannot be used: larger than max_reply_bytes=4096"
+    )

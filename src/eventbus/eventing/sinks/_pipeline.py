@@ -44,6 +44,12 @@ class PipelineSinkConfig(BaseModel):
     def _from_name(cls, value: Any) -> Any:
         return {"name": value} if isinstance(value, str) else value
 
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> Any:
+        # the short form, ``pipeline: NAME``, is valid too
+        full = handler(core_schema)
+        return {"anyOf": [{"type": "string", "pattern": _NAME}, full]}
+
     @property
     def topic(self) -> str:
         """The target pipeline's ingress topic."""
