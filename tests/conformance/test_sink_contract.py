@@ -75,11 +75,10 @@ def _http(request: pytest.FixtureRequest, tmp: Path) -> tuple[Sink, ReadBack]:
 
 
 def _pipeline(request: pytest.FixtureRequest, tmp: Path) -> tuple[Sink, ReadBack]:
-    from tests.integration.kafka_helpers import collect
-
     import uuid
 
     from eventbus._internal.services import create_topics
+    from tests.integration.kafka_helpers import collect
 
     bootstrap = request.getfixturevalue("kafka_bootstrap")
     target = f"target-{uuid.uuid4().hex[:8]}"  # the pipeline whose ingress topic it writes

@@ -172,6 +172,7 @@ async def test_routes_fan_out_to_http_and_kafka_elsewhere_through_a_kill_9(
             },
         }
     )
+    deployed = time.monotonic()
     victim = await asyncio.to_thread(replica_pid, name)
     progress = [0]
     producer = asyncio.create_task(produce_paced(kafka_bootstrap, src, 4.0, progress))
@@ -181,7 +182,9 @@ async def test_routes_fan_out_to_http_and_kafka_elsewhere_through_a_kill_9(
     os.kill(victim, signal.SIGKILL)
     await producer
 
+    produced = time.monotonic()
     archived = await collect(other_cluster, archive, N, timeout_s=120)
+    archived_at = time.monotonic()
     dead = await collect(kafka_bootstrap, dlq, len(BAD), timeout_s=60)
     await wait_committed(kafka_bootstrap, f"eventbus-{name}", src, timeout_s=60)
     took = time.monotonic() - started
@@ -220,7 +223,8 @@ async def test_routes_fan_out_to_http_and_kafka_elsewhere_through_a_kill_9(
     print(
         f"\nroutes: {N} events, {len(ORDERS)} orders to the subscriber ({len(repeats)} repeated, "
         f"{by_kill} of them taken before the kill), {N} to the other cluster; {took:.1f} s "
-        "from deploy to all committed"
+        f"from deploy to all committed (deploy {deployed - started:.1f} s, produce "
+        f"{produced - deployed:.1f} s, archive complete after {archived_at - produced:.1f} s more)"
     )
 
 
