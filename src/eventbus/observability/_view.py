@@ -38,6 +38,7 @@ _TOTALS = (
     "committed",
     "decode_errors",
     "duplicates",
+    "unrouted",
     "retries",
     "batches",
     "poison",
