@@ -8,14 +8,16 @@ topic exactly once, the subscriber once by ``ce-id`` (repeats only of requests i
 kill, which no sender can know were taken), the 400s are in the dead-letter topic with their
 status and sink, per-key order holds at both sinks, and the offsets are committed.
 
-Then chained pipelines (``pipeline: NAME`` sinks): refused at deploy while the target is
-missing; once it is deployed (with a ``pipeline: {}`` source), events flow through both. (A
-target that does not consume its ingress topic is refused too: tests/unit/serving.)
+Then chained pipelines (``pipeline: NAME`` sinks) with a reply on the way: refused at deploy
+while the target is missing; once it is deployed (with a ``pipeline: {}`` source), each event
+goes to a subscriber with ``reply: true`` and its reply on into the target pipeline. (A target
+that does not consume its ingress topic is refused too: tests/unit/serving.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import threading
@@ -34,7 +36,7 @@ from eventbus._internal.services import create_topics, start_tansu
 from eventbus.errors import DeployError
 from eventbus.eventing._codecs import encode_kafka_binary
 from tests.fixtures.http_receiver import Received, Reply
-from tests.integration.kafka_helpers import collect, wait_committed
+from tests.integration.kafka_helpers import collect, produce, wait_committed
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.ray, pytest.mark.redis]
 
@@ -228,7 +230,7 @@ async def test_routes_fan_out_to_http_and_kafka_elsewhere_through_a_kill_9(
     )
 
 
-def chain_doc(name: str, sources: list[Any], sink: dict[str, Any]) -> dict[str, Any]:
+def chain_doc(name: str, sources: list[Any], **outputs: Any) -> dict[str, Any]:
     return {
         "apiVersion": "eventbus/v1",
         "kind": "Pipeline",
@@ -236,31 +238,55 @@ def chain_doc(name: str, sources: list[Any], sink: dict[str, Any]) -> dict[str, 
         "spec": {
             "sources": sources,
             "steps": [{"id": "hop", "convert": {"set": {f"data.{name.split('-')[0]}": "true"}}}],
-            "sink": sink,
+            **outputs,
             "serving": {"replicas": 1, "batch": {"max_size": 500, "linger_ms": 5}},
         },
     }
 
 
-async def test_pipelines_chain_through_pipeline_sinks(
-    deploy_pipeline: Any, kafka_bootstrap: str, topic_factory: Any
+async def test_pipelines_chain_through_pipeline_sinks_and_replies_go_on(
+    deploy_pipeline: Any, kafka_bootstrap: str, topic_factory: Any, receiver_factory: Any
 ) -> None:
+    """first -> a subscriber with reply: true -> its replies -> pipeline: second -> Kafka."""
+
+    def enrich(req: Received, n: int) -> Reply:  # answers every event with a reply event
+        head = [
+            ("ce-specversion", "1.0"),
+            ("ce-id", f"r-{req.headers['ce-id']}"),
+            ("ce-source", "/subscriber"),
+            ("ce-type", "c.enriched"),
+            ("content-type", "application/json"),
+        ]
+        data = req.events[0].data
+        return Reply(200, headers=head, body=json.dumps({**data, "enriched": True}).encode())
+
+    receiver = receiver_factory(enrich)
     src, out = topic_factory("ch-in"), topic_factory("ch-out")
     tag = uuid.uuid4().hex[:6]
     first, second = f"first-{tag}", f"second-{tag}"
-    upstream = chain_doc(first, [{"kafka": {"topic": src}}], {"pipeline": second})
+    upstream = chain_doc(
+        first,
+        [{"kafka": {"topic": src}}],
+        sinks={
+            "enrich": {"http": {"url": receiver.url, "reply": True}},
+            "next": {"pipeline": second},
+        },
+        routes=[{"default": True, "sinks": ["enrich", "next"]}],
+    )
 
     with pytest.raises(DeployError, match=f"names pipeline '{second}', which is not deployed"):
         deploy_pipeline(upstream)
-    deploy_pipeline(chain_doc(second, [{"pipeline": {}}], {"kafka": {"topic": out}}))
+    deploy_pipeline(chain_doc(second, [{"pipeline": {}}], sink={"kafka": {"topic": out}}))
     deploy_pipeline(upstream)
     events = [
         CloudEvent.create(type="c", source="/it/chain", id=f"c{i}", data={"i": i})
         for i in range(300)
     ]
-    from tests.integration.kafka_helpers import produce
-
     await produce(kafka_bootstrap, src, events)
     got = await collect(kafka_bootstrap, out, len(events), timeout_s=60)
-    assert sorted(e.id for e in got) == sorted(e.id for e in events)
-    assert all(e.data["first"] is True and e.data["second"] is True for e in got)
+    assert sorted(receiver.ids()) == sorted(e.id for e in events)
+    # only the replies went on (the route's next sink gets them instead of the events)
+    assert sorted(e.id for e in got) == sorted(f"r-{e.id}" for e in events)
+    for e in got:
+        assert e.type == "c.enriched" and e.source == "/subscriber"
+        assert e.data["first"] is True and e.data["enriched"] is True and e.data["second"] is True
