@@ -264,3 +264,21 @@ async def test_a_reply_over_max_reply_bytes_is_cut_off_and_refused_fast(receiver
         str(reply)
         == f"http sink {r.url} answered with a reply that cannot be used: larger than max_reply_bytes=4096"
     )
+
+
+async def test_outputs_a_replica_encoded_reach_a_structured_sink_as_events() -> None:
+    from types import SimpleNamespace
+
+    from eventbus.eventing._codecs import KafkaRecord, encode_kafka_binary
+
+    structured, binary = ListSink(), ListSink()
+    structured.config = SimpleNamespace(mode="structured")  # type: ignore[attr-defined]
+    routing = Routing({"s": structured, "b": binary}, [Route("routes[0]", ("s", "b"))])
+    maker, delivery, _ = _parts(routing, ListSink())
+    batch = _batch(maker, range(2))
+    records = [KafkaRecord(*encode_kafka_binary(e), None) for e in batch.events]  # type: ignore[arg-type]
+    items = [(i, [r], 1) for i, r in enumerate(records)]
+    await delivery.send(batch, items, [], delivery.reserve())  # type: ignore[arg-type]
+    assert [type(e) for e in structured.events] == [CloudEvent, CloudEvent]
+    assert [e.id for e in structured.events] == ["e0", "e1"]
+    assert binary.events == records  # a binary Kafka sink sends them as they are

@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from eventbus.eventing._codecs import KafkaRecord
 from eventbus.eventing._delivery import RedisDeduper, dedupe_key, injected_fault
 from eventbus.eventing._outcome import Failure
-from eventbus.eventing._routing import Routing, Turn
+from eventbus.eventing._routing import Routing, Turn, as_event
 from eventbus.eventing.sources._kafka_batch import Keyed
 from eventbus.eventing.sources._kafka_send import send_bounded
 from eventbus.eventing.sources._kafka_settings import DeliveryPolicy
@@ -111,6 +112,10 @@ class FanOut:
             await turn.wait(name)
         keyed = [k for k, _ in items]
         thens = [t for _, t in items]
+        if self._routed and getattr(getattr(sink, "config", None), "mode", None) == "structured":
+            # a replica encodes outputs for Kafka in binary mode (source_placement: actor):
+            # decoded back for a sink that writes structured events
+            keyed = [(as_event(e), k) if isinstance(e, KafkaRecord) else (e, k) for e, k in keyed]
         keys: list[str | None] = []
         dedupe = self._dedupe
         if dedupe is not None and keyed:
