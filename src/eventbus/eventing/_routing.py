@@ -189,12 +189,24 @@ class Turn:
         prev = slot[0]
         await asyncio.shield(prev)
 
+    def release_one(self, sink: str) -> None:
+        """This batch is done with ``sink`` (the next batch may send there once the ones
+        before this one are done too)."""
+        slot = self.slots.get(sink)
+        if slot is not None:
+            self._release(*slot, None)
+
     def release(self, error: BaseException | None = None) -> None:
         """This batch is done with every sink (``error``: it failed there, and so do the
         batches after it)."""
         for prev, own in self.slots.values():
-            if own.done():
-                continue
+            self._release(prev, own, error)
+
+    @staticmethod
+    def _release(
+        prev: asyncio.Future[None] | None, own: asyncio.Future[None], error: BaseException | None
+    ) -> None:
+        if not own.done():
             if isinstance(error, asyncio.CancelledError):
                 own.cancel()
             elif error is not None:

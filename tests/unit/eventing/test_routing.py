@@ -129,19 +129,21 @@ async def test_a_blocked_sink_holds_back_only_its_own_deliveries_and_keeps_batch
     fast, slow = ListSink(), GatedSink()
     routing = Routing(
         {"fast": fast, "slow": slow},
-        [Route("routes[0]", ("fast",)), Route("routes[1]", ("slow",), ordered=True)],
+        [Route("routes[0]", ("fast", "slow"), ordered=True)],  # both sinks keep batch order
     )
     maker, delivery, stats = _parts(routing, ListSink())
     b1, b2 = _batch(maker, range(3)), _batch(maker, range(3, 6))
     t1, t2 = delivery.reserve(), delivery.reserve()
 
     async def deliver(batch: KafkaBatch, turn: Any) -> None:
-        await delivery.send(batch, [(i, [e], 1) for i, e in enumerate(batch.events)], [], turn)
+        items = [(i, [e], 1) for i, e in enumerate(batch.events)]
+        await delivery.send(batch, items, [], turn, last=True)
         turn.release()
 
     second = asyncio.create_task(deliver(b2, t2))  # the later batch is dispatched first
     first = asyncio.create_task(deliver(b1, t1))
     await _until(lambda: len(fast.events) == 6)  # both batches reached the healthy sink
+    assert [e.id for e in fast.events] == [f"e{i}" for i in range(6)]  # in batch order
     assert slow.events == [] and not first.done() and not second.done()
     slow.gate.set()
     await asyncio.gather(first, second)

@@ -342,7 +342,7 @@ class KafkaSource(Source):
         try:
             outcomes: list[Outcome] = await batch.task if batch.task is not None else []
             settled, pending = self._retries.split(outcomes)
-            await self._delivery.send(batch, settled, list(batch.dead), turn)
+            await self._delivery.send(batch, settled, list(batch.dead), turn, not pending)
             if pending:
                 rounds = self._retries.rounds(batch.events, pending, batch.seq)
                 async with aclosing(rounds) as later_rounds:

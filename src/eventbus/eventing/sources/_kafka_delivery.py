@@ -149,7 +149,12 @@ class Delivery:
         return CloudEvent(attrs, None if value is None else bytes(value)), record.key
 
     async def send(
-        self, batch: KafkaBatch, items: Settled, dead: list[Keyed], turn: Turn | None = None
+        self,
+        batch: KafkaBatch,
+        items: Settled,
+        dead: list[Keyed],
+        turn: Turn | None = None,
+        last: bool = False,
     ) -> None:
         """Send the outputs and dead letters of some events of a batch; wait for the acks.
 
@@ -159,6 +164,8 @@ class Delivery:
             dead: dead letters to send along (the batch's undecodable records); more are
                 appended.
             turn: the batch's place in line at the ordered sinks (:meth:`reserve`).
+            last: the batch sends nothing more after this (no events left to retry): its turn
+                at each sink is given up as soon as it is done there.
         """
         outputs: list[Keyed] = []
         origins: list[int] = []  # per output: the index of its input event
@@ -203,7 +210,7 @@ class Delivery:
             )
         dead_task = asyncio.ensure_future(self._send_dead(dead, batch.seq))
         try:
-            refused = await self._fanout.send(outputs, plan.by_sink, batch.seq, turn)
+            refused = await self._fanout.send(outputs, plan.by_sink, batch.seq, turn, last)
         finally:
             dead_lettered = await dead_task
         if refused:

@@ -40,6 +40,16 @@ class SinkFailure:
     attributes: dict[str, Any]
 
 
+class _Releasing:
+    """A batch's turn, given up at each sink as soon as the batch is done with it."""
+
+    def __init__(self, turn: Turn) -> None:
+        self.turn = turn
+
+    async def wait(self, sink: str) -> None:
+        await self.turn.wait(sink)
+
+
 class FanOut:
     """Sends outputs to their sinks (see the module docstring).
 
@@ -73,17 +83,30 @@ class FanOut:
         by_sink: dict[str, list[tuple[int, str | None]]],
         seq: int,
         turn: Turn | None,
+        release: bool = False,
     ) -> list[SinkFailure]:
         """Deliver ``outputs`` as planned (``by_sink``: per sink, output indexes and where the
         sink's replies go); return what some sink will never take.
+
+        With ``release`` (the batch sends nothing more), the batch's turn at each ordered sink
+        is given up as soon as it is done with that sink, so a sink that is down does not hold
+        back the next batches' sends to the others.
 
         Raises:
             SourceStalledError: a sink kept failing for ``give_up_s`` (after the other sinks
                 finished).
         """
+        if release and turn is not None:
+            replied = {t for r in self.routing.routes for t in r.replies.values()}
+            for name in self.routing.ordered - set(by_sink) - replied:
+                turn.release_one(name)  # nothing for it in this batch
         jobs = [
             self._to_sink(
-                name, [(outputs[i], then) for i, then in items], [i for i, _ in items], seq, turn
+                name,
+                [(outputs[i], then) for i, then in items],
+                [i for i, _ in items],
+                seq,
+                _Releasing(turn) if release and turn is not None else turn,
             )
             for name, items in by_sink.items()
         ]
@@ -105,7 +128,7 @@ class FanOut:
         items: list[tuple[Keyed, str | None]],
         origins: list[int],
         seq: int,
-        turn: Turn | None,
+        turn: Turn | _Releasing | None,
     ) -> list[SinkFailure]:
         sink = self.routing.sinks[name]
         if turn is not None:
@@ -143,6 +166,19 @@ class FanOut:
             injected_fault(self._pipeline, "after-sink-ack")
             await dedupe.mark([k for j, k in enumerate(keys) if j not in unencodable], hashed=True)
         self._stats["outputs"] += len(keyed) - len(unencodable)
+        failures = self._refused(name, unencodable, refusals, origins)
+        failures += await self._replies(sink, name, keyed, thens, origins, unencodable, seq, turn)
+        if isinstance(turn, _Releasing):
+            turn.turn.release_one(name)
+        return failures
+
+    def _refused(
+        self,
+        name: str,
+        unencodable: dict[int, tuple[str, str]],
+        refusals: dict[int, dict[str, Any]],
+        origins: list[int],
+    ) -> list[SinkFailure]:
         failures = []
         for j, (error_type, message) in unencodable.items():
             if error_type == "RecordTooLargeError":
@@ -153,6 +189,21 @@ class FanOut:
             failures.append(
                 SinkFailure(origins[j], Failure("sink", error_type, message), attributes)
             )
+        return failures
+
+    async def _replies(
+        self,
+        sink: Any,
+        name: str,
+        keyed: list[Keyed],
+        thens: list[str | None],
+        origins: list[int],
+        unencodable: dict[int, tuple[str, str]],
+        seq: int,
+        turn: Turn | _Releasing | None,
+    ) -> list[SinkFailure]:
+        """Send the replies of a ``reply: true`` sink on to the next sinks of their routes."""
+        failures: list[SinkFailure] = []
         take = getattr(sink, "take_replies", None)
         if take is None:
             return failures
