@@ -310,6 +310,7 @@ sources: Registry[Callable[..., Any]] = Registry(
         "http": "eventbus.eventing.sources._http_config",
         "grpc": "eventbus.eventing.sources._http_config",
         "schedule": "eventbus.eventing.sources._schedule_config",
+        "pipeline": "eventbus.eventing.sinks._pipeline",
     },
 )
 
@@ -317,7 +318,11 @@ sources: Registry[Callable[..., Any]] = Registry(
 sinks: Registry[Callable[..., Any]] = Registry(
     "sink",
     "eventbus.sinks",
-    {"kafka": "eventbus.eventing.sinks._kafka", "http": "eventbus.eventing.sinks._http"},
+    {
+        "kafka": "eventbus.eventing.sinks._kafka",
+        "http": "eventbus.eventing.sinks._http",
+        "pipeline": "eventbus.eventing.sinks._pipeline",
+    },
 )
 
 

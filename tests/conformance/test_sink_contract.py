@@ -74,11 +74,31 @@ def _http(request: pytest.FixtureRequest, tmp: Path) -> tuple[Sink, ReadBack]:
     return sink, read
 
 
+def _pipeline(request: pytest.FixtureRequest, tmp: Path) -> tuple[Sink, ReadBack]:
+    import uuid
+
+    from eventbus._internal.services import create_topics
+    from tests.integration.kafka_helpers import collect
+
+    bootstrap = request.getfixturevalue("kafka_bootstrap")
+    target = f"target-{uuid.uuid4().hex[:8]}"  # the pipeline whose ingress topic it writes
+    asyncio.run(create_topics(bootstrap, [f"eventbus-ingress-{target}"], 1))
+    kind = sinks.get("pipeline")
+    sink = kind.factory(kind.config.model_validate(target), default_bootstrap=bootstrap)
+
+    async def read(n: int) -> list[CloudEvent]:
+        topic = f"eventbus-ingress-{target}"
+        return await collect(bootstrap, topic, n, timeout_s=30) if n else []
+
+    return sink, read
+
+
 BINDINGS: dict[str, tuple[Binding, list[Any]]] = {
     "memory": (_memory, []),
     "kafka": (_kafka, [pytest.mark.integration, pytest.mark.kafka]),
     "jsonl": (_jsonl, []),
     "http": (_http, []),
+    "pipeline": (_pipeline, [pytest.mark.integration, pytest.mark.kafka]),
 }
 
 

@@ -45,8 +45,8 @@ def test_builtins_in_their_order() -> None:
         "model",
         "ensemble",
     ]
-    assert sources.names()[:4] == ["kafka", "http", "grpc", "schedule"]
-    assert sinks.names()[:2] == ["kafka", "http"]
+    assert sources.names()[:5] == ["kafka", "http", "grpc", "schedule", "pipeline"]
+    assert sinks.names()[:3] == ["kafka", "http", "pipeline"]
     assert all(r.origin == "builtin" for r in steps if r.name in steps.names()[:8])
 
 

@@ -99,8 +99,8 @@ def _kafka_client_problems(config: Any) -> list[str]:
     for i, src in enumerate(spec.sources):
         if src.kafka is not None:
             lines += kafka_client_problems(src.kafka.client, f"spec.sources[{i}].kafka.client")
-    for name, sink in (("sink", spec.sink), ("dead_letter", spec.dead_letter)):
-        if sink is not None and sink.kafka is not None:
+    for name, sink in spec.output_paths().items():
+        if sink.kafka is not None:
             lines += kafka_client_problems(sink.kafka.client, f"spec.{name}.kafka.client")
     return lines
 

@@ -24,7 +24,14 @@ _SOURCE_COUNTERS = {
         "eventbus_events_in",
         "Events consumed by the pipeline's sources (records, decodable or not).",
     ),
-    "outputs": ("eventbus_events_out", "Events delivered to the sink."),
+    "outputs": (
+        "eventbus_events_out",
+        "Events delivered to the sink (with routes: (event, sink) deliveries).",
+    ),
+    "unrouted": (
+        "eventbus_events_unrouted",
+        "Outputs no route took (the pipeline has routes and no default route).",
+    ),
     "dropped": ("eventbus_events_filtered", "Input events that produced no output (filtered)."),
     "failed": ("eventbus_events_failed", "Input events that failed (after retries)."),
     "dead_lettered": ("eventbus_dead_letters", "Events written to the dead-letter sink."),

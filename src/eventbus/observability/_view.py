@@ -38,6 +38,7 @@ _TOTALS = (
     "committed",
     "decode_errors",
     "duplicates",
+    "unrouted",
     "retries",
     "batches",
     "poison",
@@ -67,6 +68,19 @@ def _label(family: str, kind_and_config: dict[str, Any]) -> dict[str, Any]:
     return {"kind": kind, "detail": _detail(family, kind, kind_and_config[kind])}
 
 
+def _routed(spec: dict[str, Any]) -> dict[str, Any] | None:
+    """Named sinks behind routes, as one label: ``N routes`` and each sink's kind and detail."""
+    named = spec.get("sinks")
+    if not isinstance(named, dict) or not named:
+        return None
+    parts = []
+    for name, sink in named.items():
+        label = _label("sink", sink)
+        parts.append(f"{name}: {label['kind']} {label['detail']}".rstrip())
+    routes = len(spec.get("routes") or [])
+    return {"kind": f"{routes} routes", "detail": "; ".join(parts)[:300]}
+
+
 def topology(document: dict[str, Any]) -> dict[str, Any]:
     """Sources, steps (id, template, a short detail) and sinks of a pipeline document."""
     spec = document.get("spec", {})
@@ -79,7 +93,7 @@ def topology(document: dict[str, Any]) -> dict[str, Any]:
     return {
         "sources": [_label("source", s) for s in spec.get("sources", [])],
         "steps": steps,
-        "sink": _label("sink", spec["sink"]) if spec.get("sink") else None,
+        "sink": _label("sink", spec["sink"]) if spec.get("sink") else _routed(spec),
         "dead_letter": _label("sink", dead) if dead else None,
     }
 

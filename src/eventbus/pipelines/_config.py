@@ -36,6 +36,12 @@ from eventbus.eventing.sources._http_config import ingress_topic
 from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
 from eventbus.observability._config import ObservabilityConfig
 from eventbus.pipelines._autoscaling_config import AutoscalingConfig
+from eventbus.pipelines._routes_config import (
+    RouteConfig,
+    SinkName,
+    loop_problems,
+    route_problems,
+)
 from eventbus.pipelines.steps._allocate import AllocateConfig
 from eventbus.pipelines.steps._convert import ConvertConfig
 from eventbus.pipelines.steps._filter import FilterDialect
@@ -68,6 +74,7 @@ __all__ = [
     "PipelineConfig",
     "PipelineSpecConfig",
     "ReplicasConfig",
+    "RouteConfig",
     "ServingConfig",
     "SinkConfig",
     "SourceConfig",
@@ -462,7 +469,19 @@ class PipelineSpecConfig(BaseModel):
     steps: list[StepConfig] = Field(
         default_factory=list, description="Steps, run in order over each batch."
     )
-    sink: SinkConfig = Field(description="Where output events go.")
+    sink: SinkConfig | None = Field(
+        default=None,
+        description="Where every output event goes (one sink); or give sinks with routes.",
+    )
+    sinks: dict[SinkName, SinkConfig] | None = Field(
+        default=None,
+        description="Named sinks that routes send output events to (instead of sink).",
+    )
+    routes: Annotated[list[RouteConfig], Field(min_length=1, max_length=64)] | None = Field(
+        default=None,
+        description="Which events go to which of sinks: every route whose 'when' holds gets "
+        "the event; the default route gets those no other route took.",
+    )
     dead_letter: SinkConfig | None = Field(
         default=None, description="Where failed events go, with the error."
     )
@@ -482,6 +501,9 @@ class PipelineSpecConfig(BaseModel):
                 msg = f"step id {step.id!r} is used twice; step ids must be unique in a pipeline"
                 raise ValueError(msg)
             seen.add(step.id)
+        problems = route_problems(self.routes, self.sinks, self.sink)
+        if problems:
+            raise ValueError("\n".join(problems))
         by_kind: dict[str, list[Any]] = {}
         for src in self.sources:
             by_kind.setdefault(src.kind, []).append(src.options)
@@ -500,6 +522,21 @@ class PipelineSpecConfig(BaseModel):
                 raise ValueError(msg)
         return self
 
+    def outputs(self) -> dict[str, SinkConfig]:
+        """The output sinks by name: ``sinks``, or ``{"sink": sink}`` for a single sink."""
+        if self.sinks is not None:
+            return dict(self.sinks)
+        return {"sink": self.sink} if self.sink is not None else {}
+
+    def output_paths(self) -> dict[str, SinkConfig]:
+        """Every sink by its YAML path (``sink``, ``sinks.NAME``, ``dead_letter``)."""
+        out = {
+            ("sink" if self.sinks is None else f"sinks.{k}"): v for k, v in self.outputs().items()
+        }
+        if self.dead_letter is not None:
+            out["dead_letter"] = self.dead_letter
+        return out
+
 
 class PipelineConfig(BaseModel):
     """A pipeline document (``apiVersion: eventbus/v1``, ``kind: Pipeline``)."""
@@ -511,6 +548,13 @@ class PipelineConfig(BaseModel):
     kind: Literal["Pipeline"] = Field(description="Always 'Pipeline'.")
     metadata: MetadataConfig = Field(description="Name and description.")
     spec: PipelineSpecConfig = Field(description="Sources, steps, sink, delivery, serving.")
+
+    @model_validator(mode="after")
+    def _no_loop(self) -> PipelineConfig:
+        problems = loop_problems(self.spec.output_paths(), self.name)
+        if problems:
+            raise ValueError("\n".join(f"spec.{p}" for p in problems))
+        return self
 
     @property
     def name(self) -> str:

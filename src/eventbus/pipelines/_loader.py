@@ -8,6 +8,7 @@ skipping the loc segments that are not in the data (union branch tags).
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from eventbus.errors import FunctionError, PipelineConfigError
 from eventbus.pipelines._config import PipelineConfig
+from eventbus.pipelines._routes_config import MISSING_SINK
 from eventbus.pipelines._yaml import load_yaml
 
 __all__ = ["Problem", "load_pipeline", "load_pipeline_text", "validate_pipeline_text"]
@@ -96,6 +98,8 @@ def validate_pipeline_text(
         config = PipelineConfig.model_validate(data)
     except ValidationError as exc:
         problems = _validation_problems(exc, data, root, filename) + problems
+        unique = {(p.path, p.message): p for p in reversed(problems)}  # first of each kept
+        problems = list(unique.values())
         problems.sort(key=lambda p: (p.line, p.col))
         return None, problems
     return (None if problems else config), problems
@@ -115,6 +119,13 @@ def _validation_problems(
             continue  # an error of a union branch that does not match the data's shape
         path, node, value, present = resolved
         message = _message(err, value, present)
+        located = _located_lines(err, message, root, filename)
+        if located:  # a cross-field check that found several problems, each with its path
+            for problem in located:
+                if (problem.path, problem.message) not in seen:
+                    seen.add((problem.path, problem.message))
+                    out.append(problem)
+            continue
         if (path, message) in seen:
             continue
         seen.add((path, message))
@@ -132,6 +143,27 @@ def _validation_problems(
                 )
             )
     out.sort(key=lambda p: (p.line, p.col))
+    return out
+
+
+#: ``routes[1].sinks[0]: message``: a line of a cross-field check, led by its relative path.
+_LINE_PATH = re.compile(r"^([a-z_]+(?:\[\d+\]|\.[a-z_][a-z0-9_]*)*): (.+)$", re.DOTALL)
+_SEGMENT = re.compile(r"\[(\d+)\]|\.?([a-z_][a-z0-9_]*)")
+
+
+def _located_lines(err: Any, message: str, root: yaml.Node, filename: str) -> list[Problem]:
+    """Problems of a model validator's message whose lines each start with a path relative
+    to the model (``route_problems``), positioned at that path; [] for other messages."""
+    if err["type"] != "value_error":
+        return []
+    out = []
+    for line in message.split("\n"):
+        m = _LINE_PATH.match(line)
+        if m is None:
+            return []
+        rel: list[int | str] = [int(i) if i else k for i, k in _SEGMENT.findall(m.group(1))]
+        loc = (*err["loc"], *rel)
+        out.append(_problem_at(root, filename, loc, m.group(2)))
     return out
 
 
@@ -266,12 +298,16 @@ def _semantic_problems(
     """Compile every CEL expression and import every function, on the raw data, so that these
     problems are reported together with the schema problems."""
     spec = data.get("spec")
+    problems: list[Problem] = []
+    if isinstance(spec, dict) and "sink" not in spec and "sinks" not in spec:
+        # reported with the schema's problems (a model validator runs only when they are none)
+        at = _problem_at(root, filename, ("spec",), MISSING_SINK)
+        problems.append(Problem(at.file, at.line, at.col, "spec.sink", MISSING_SINK))
     steps = spec.get("steps") if isinstance(spec, dict) else None
     if not isinstance(steps, list):
-        return []
+        return problems
     from eventbus.registry import steps as kinds
 
-    problems: list[Problem] = []
     for i, step in enumerate(steps):
         if not isinstance(step, dict):
             continue

@@ -16,6 +16,9 @@ events expected to fail (``failed``). They run in process, without the stack::
             - {type: payment.created}
         failed:
           - {index: 0, step: score, error: "division by zero"}
+        routes:                      # pipelines with routes: what each named sink gets
+          hook: [{type: payment.large}]
+          archive: []
 
 An expected event matches when every attribute it names equals the actual one and, if it
 names ``data``, the data are equal.
@@ -161,6 +164,34 @@ def run_test_file(path: Path) -> list[CaseResult]:
     return results
 
 
+def _route_diffs(runner: PipelineRunner, expected: Any, outputs: list[CloudEvent]) -> list[str]:
+    """Compare what the routes send each named sink (``routes: {sink: [events]}``) with the
+    case's expectation; replies of ``reply: true`` sinks are not simulated."""
+    if expected is None:
+        return []
+    from eventbus.pipelines._routes import build_routing
+
+    routing = build_routing(runner.config, lambda sink: sink)
+    if routing is None:
+        return ["routes: the pipeline has no routes (it has one sink); use output instead"]
+    if not isinstance(expected, dict):
+        return ["routes: a mapping of sink name to the events it gets, e.g. {hook: [{type: t}]}"]
+    plan = routing.plan(outputs)
+    diffs = []
+    for name, events in expected.items():
+        if name not in routing.sinks:
+            known = ", ".join(routing.sinks)
+            diffs.append(f"routes.{name}: no such sink (sinks: {known})")
+            continue
+        got = [outputs[i] for i, _ in plan.by_sink.get(name, [])]
+        d = _compare(f"routes.{name}", events or [], got)
+        if d:
+            diffs.append(d)
+    for i, error in plan.errors.items():
+        diffs.append(f"routes: output {i} ({outputs[i].attributes.get('id')}): {error}")
+    return diffs
+
+
 def _run_case(runner: PipelineRunner, case: Any, where: str, index: int) -> CaseResult:
     if not isinstance(case, dict) or not isinstance(case.get("input"), list):
         msg = f"{where}: tests[{index}] needs an 'input' list of events"
@@ -176,6 +207,7 @@ def _run_case(runner: PipelineRunner, case: Any, where: str, index: int) -> Case
         d = _compare("output", case["output"] or [], outputs)
         if d:
             diffs.append(d)
+    diffs += _route_diffs(runner, case.get("routes"), outputs)
     for step_id, expected in (case.get("steps") or {}).items():
         if step_id not in trace:
             diffs.append(f"steps.{step_id}: no such step (steps: {', '.join(trace)})")

@@ -98,6 +98,7 @@ class Controller:
         """
         config = load_pipeline_text(text, filename, check_functions=False)
         name = config.name
+        self._check_chained(config)
         previous = self._load(name)
         version = (previous["version"] + 1) if previous else 1
         self._stop_sources(name, _consumed(previous["document"]) if previous else 0)
@@ -612,8 +613,8 @@ class Controller:
                 clients.setdefault(
                     src.kafka.bootstrap_servers or self.kafka_bootstrap, src.kafka.client
                 )
-        for sink in (spec.sink, spec.dead_letter):
-            if sink is not None and sink.kafka is not None:
+        for sink in spec.output_paths().values():
+            if sink.kafka is not None:
                 wanted.setdefault(sink.kafka.bootstrap_servers or self.kafka_bootstrap, []).append(
                     sink.kafka.topic
                 )
@@ -624,6 +625,36 @@ class Controller:
             client = clients.get(bootstrap) or self.kafka_client
             asyncio.run(create_topics(bootstrap, topics, partitions, client=client))
         self._create_ingress_topic(config)
+
+    def _check_chained(self, config: PipelineConfig) -> None:
+        """Every ``pipeline:`` sink names a deployed pipeline that consumes its ingress topic.
+
+        Raises:
+            DeployError: naming the sink, the pipeline and the fix (nothing is deployed).
+        """
+        from eventbus.registry import sources
+
+        for path, sink in config.spec.output_paths().items():
+            if sink.kind != "pipeline":
+                continue
+            target = sink.options.name
+            record = self._load(target)
+            if record is None:
+                deployed = ", ".join(sorted(self._redis.hkeys(keys.PIPELINES))) or "none"
+                msg = (
+                    f"pipeline {config.name!r} could not be deployed: spec.{path}.pipeline names "
+                    f"pipeline {target!r}, which is not deployed (deployed: {deployed}); deploy "
+                    f"{target!r} first, or fix the name"
+                )
+                raise DeployError(msg)
+            kinds = [next(iter(s)) for s in record["document"]["spec"]["sources"]]
+            if not any(sources.get(k).trait("ingress") for k in kinds if k in sources):
+                msg = (
+                    f"pipeline {config.name!r} could not be deployed: spec.{path}.pipeline names "
+                    f"pipeline {target!r}, which has no http, grpc or pipeline source, so nothing "
+                    f"consumes what is sent to it; add '- pipeline: {{}}' to the sources of {target!r}"
+                )
+                raise DeployError(msg)
 
     def _create_ingress_topic(self, config: PipelineConfig) -> None:
         """Create the topic the gateway writes the pipeline's HTTP/gRPC events to, with one

@@ -72,7 +72,7 @@ class PipelineDeployment:
         self._events = 0
         self._in_flight = 0  # process/process_records calls running (actor placement)
         self._load_prev: tuple[float, int] | None = None
-        sink = config.spec.sink.kafka
+        sink = config.spec.sink.kafka if config.spec.sink is not None else None
         self._encode = (
             encode_kafka_structured
             if sink is not None and sink.mode == "structured"

@@ -131,10 +131,10 @@ async def replay(
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.errors import KafkaError
 
-    from eventbus.eventing._delivery import RedisDeduper, dedupe_key
+    from eventbus.eventing._delivery import RedisDeduper
     from eventbus.eventing._kafka_client import kafka_client_kwargs, kafka_connect_error
     from eventbus.eventing.sources._kafka_delivery import dead_letter_event
-    from eventbus.serving._replica_sources import make_sink
+    from eventbus.serving._outputs import make_sink, send_deduped, source_sinks
 
     rng.check()
     spec = config.spec
@@ -152,12 +152,12 @@ async def replay(
         raise await kafka_connect_error(
             f"replay of {topic!r}", bootstrap, kafka_client, start_error
         ) from start_error
-    sink = make_sink(spec.sink, default_bootstrap=bootstrap, default_client=kafka_client)
-    dlq = (
-        make_sink(spec.dead_letter, default_bootstrap=bootstrap, default_client=kafka_client)
-        if spec.dead_letter
-        else None
+    sinks = source_sinks(
+        config,
+        lambda cfg: make_sink(cfg, default_bootstrap=bootstrap, default_client=kafka_client),
     )
+    outs = sinks.routing.sinks if sinks.routing is not None else {None: sinks.sink}
+    dlq = sinks.dead_letter
     deduper = None
     if dedupe:
         if not redis_url:
@@ -180,7 +180,8 @@ async def replay(
             # From a time: scan from the start (offset 0, or the earliest retained through
             # auto_offset_reset), since ListOffsets by time is not served by every broker.
             consumer.seek(tp, rng.from_offset if rng.from_offset is not None else 0)
-        await sink.start()
+        for sink in outs.values():
+            await sink.start()
         if dlq is not None:
             await dlq.start()
         open_parts = set(tps)
@@ -241,25 +242,30 @@ async def replay(
                     stats.per_partition[tp.partition] = stats.per_partition.get(tp.partition, 0) + 1
             outcomes: list[Outcome] = await dispatch(events) if events else []
             outputs: list[tuple[CloudEvent, bytes | None]] = []
+            origins: list[tuple[CloudEvent, str, int, int]] = []  # per output: its input
             for e, (t, p, o, key), outcome in zip(events, where, outcomes):
                 if isinstance(outcome, Failure):
                     dead.append((dead_letter_event(e, config.name, outcome, t, p, o), key))
                 elif outcome:
                     outputs.extend((out, key) for out in outcome)
+                    origins.extend((e, t, p, o) for _ in outcome)
                 else:
                     stats.dropped += 1
-            keys: list[str | None] = []
-            if deduper is not None and outputs:
-                keys = deduper.digests([dedupe_key(o) for o, _ in outputs])
-                seen = await deduper.claim(keys, sink)
-                stats.duplicates += sum(seen)
-                outputs = [x for x, s in zip(outputs, seen) if not s]
-                keys = [k for k, s in zip(keys, seen) if not s]
-            await asyncio.gather(
-                sink.send(outputs), dlq.send(dead) if dlq is not None and dead else asyncio.sleep(0)
-            )
-            if deduper is not None:
-                await deduper.mark(keys, hashed=True)
+            shares: dict[str | None, list[tuple[CloudEvent, bytes | None]]] = {None: outputs}
+            if sinks.routing is not None:
+                plan = sinks.routing.plan([o for o, _ in outputs])
+                shares = {n: [outputs[i] for i, _ in v] for n, v in plan.by_sink.items()}
+                stats.dropped += len(plan.unrouted)  # no route took them
+                for i, err in plan.errors.items():
+                    failure = Failure(err.route, "RouteError", str(err))
+                    e, t, p, o = origins[i]
+                    letter = dead_letter_event(e, config.name, failure, t, p, o)
+                    dead.append((letter, outputs[i][1]))
+            sends = [send_deduped(outs[n], n, share, deduper) for n, share in shares.items()]
+            if dlq is not None and dead:
+                sends.append(dlq.send(dead))
+            done = await asyncio.gather(*sends)
+            stats.duplicates += sum(d for d in done if isinstance(d, int))
             stats.replayed += len(events)
             stats.outputs += len(outputs)
             stats.dead_lettered += len(dead) if dlq is not None else 0
@@ -267,7 +273,8 @@ async def replay(
                 progress(stats)
     finally:
         await consumer.stop()
-        await sink.stop()
+        for sink in outs.values():
+            await sink.stop()
         if dlq is not None:
             await dlq.stop()
         if deduper is not None:

@@ -29,7 +29,7 @@ from eventbus.eventing._outcome import Outcome
 from eventbus.eventing.sources._kafka_settings import DeliveryPolicy
 from eventbus.pipelines._config import PipelineConfig, SinkConfig
 from eventbus.pipelines._runner import PipelineRunner
-from eventbus.pipelines._step import Timer
+from eventbus.serving._outputs import make_sink, source_sinks, sweep_forever
 from eventbus.serving._replica_health import SourcesHealth
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "delivery_policy",
     "make_sink",
     "read_stats",
+    "source_sinks",
     "sweep_forever",
 ]
 
@@ -102,90 +103,6 @@ def decoding_dispatch(src: Any, run: Any, blocking: bool) -> Any:
         return await asyncio.to_thread(call, records) if blocking else call(records)
 
     return dispatch
-
-
-async def sweep_forever(
-    timers: list[Timer],
-    config: PipelineConfig,
-    bootstrap: str,
-    redis_url: str | None = None,
-    every_s: float = 1.0,
-    kafka_client: KafkaClientConfig | None = None,
-) -> None:
-    """Fire the steps' timers every ``every_s`` until cancelled, delivering what they return
-    (through the pipeline's dedupe, when it has one, like the sources' outputs)."""
-    from eventbus.eventing._delivery import dedupe_key
-
-    spec = config.spec
-    dedupe = delivery_policy(config, redis_url).dedupe if redis_url else None
-    sink = make_sink(spec.sink, default_bootstrap=bootstrap, default_client=kafka_client)
-    dlq = (
-        make_sink(spec.dead_letter, default_bootstrap=bootstrap, default_client=kafka_client)
-        if spec.dead_letter
-        else None
-    )
-    await sink.start()
-    if dlq is not None:
-        await dlq.start()
-    try:
-        while True:
-            await asyncio.sleep(every_s)
-            for timer in timers:
-                try:
-                    fired = await asyncio.to_thread(timer.fire)
-                    if fired is None:
-                        continue
-                    outputs, dead = fired.outputs, fired.dead
-                    if outputs and dedupe is not None:
-                        digests = dedupe.digests([dedupe_key(e) for e in outputs])
-                        seen = await dedupe.claim(digests, sink)
-                        outputs = [e for e, s in zip(outputs, seen) if not s]
-                        digests = [d for d, s in zip(digests, seen) if not s]
-                    if outputs:
-                        await sink.send([(e, None) for e in outputs])
-                        if dedupe is not None:
-                            await dedupe.mark(digests, hashed=True)
-                    if dead:
-                        if dlq is not None:
-                            await dlq.send([(e, None) for e in dead])
-                        else:
-                            log.error(
-                                "pipeline %r: %d events of a step's timer dead-lettered and no dead_letter sink is configured",
-                                config.name,
-                                len(dead),
-                            )
-                    await asyncio.to_thread(timer.ack, fired)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as e:  # noqa: BLE001 - the claims' leases expire: retried later
-                    log.warning("pipeline %r: a step's timer failed: %s", config.name, e)
-    finally:
-        await sink.stop()
-        if dlq is not None:
-            await dlq.stop()
-        if dedupe is not None:
-            await dedupe.close()
-
-
-def make_sink(
-    config: SinkConfig, *, default_bootstrap: str, default_client: KafkaClientConfig | None = None
-) -> Any:
-    """Build the runtime sink of a sink config (its kind's factory).
-
-    ``default_client`` (the stack's Kafka TLS/SASL settings) goes to factories that take a
-    ``default_client`` argument (the kafka sink's); factories written before it existed
-    (``(config, *, default_bootstrap)``) keep working.
-    """
-    import inspect
-
-    from eventbus.registry import sinks
-
-    factory = sinks.get(config.kind).factory
-    if "default_client" in inspect.signature(factory).parameters:
-        return factory(
-            config.options, default_bootstrap=default_bootstrap, default_client=default_client
-        )
-    return factory(config.options, default_bootstrap=default_bootstrap)
 
 
 class ReplicaSources:
@@ -324,7 +241,7 @@ class ReplicaSources:
             self._started.set()
 
     async def _run(self) -> None:
-        from eventbus.eventing.sources._kafka import FetchSettings, KafkaSource, SourceSinks
+        from eventbus.eventing.sources._kafka import FetchSettings, KafkaSource
 
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
@@ -370,10 +287,7 @@ class ReplicaSources:
                     bootstrap_servers=src.bootstrap_servers or self._bootstrap,
                     client=self._kafka_client,
                     dispatch=decoding_dispatch(src, run, blocking) if origins else dispatch,
-                    sinks=SourceSinks(
-                        sink=sink_of(spec.sink),
-                        dead_letter=sink_of(spec.dead_letter) if spec.dead_letter else None,
-                    ),
+                    sinks=source_sinks(self._config, sink_of),
                     fetch=FetchSettings(
                         max_batch=spec.serving.batch.max_size,
                         linger_ms=self._config.linger_ms_of(src),

@@ -16,7 +16,7 @@ from eventbus._internal.gc import tune_gc
 from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.eventing._outcome import Outcome
 from eventbus.pipelines._config import PipelineConfig
-from eventbus.serving._replica_sources import delivery_policy, make_sink
+from eventbus.serving._replica_sources import delivery_policy, make_sink, source_sinks
 
 __all__ = ["SourceActor"]
 
@@ -72,7 +72,7 @@ class SourceActor:
     async def _run(self) -> None:
         from ray import serve
 
-        from eventbus.eventing.sources._kafka import FetchSettings, KafkaSource, SourceSinks
+        from eventbus.eventing.sources._kafka import FetchSettings, KafkaSource
 
         spec = self._config.spec
         src = self._config.consumed_sources[self._index]
@@ -96,17 +96,11 @@ class SourceActor:
             bootstrap_servers=src.bootstrap_servers or self._bootstrap,
             client=self._kafka_client,
             dispatch=dispatch,
-            sinks=SourceSinks(
-                sink=make_sink(
-                    spec.sink, default_bootstrap=self._bootstrap, default_client=self._kafka_client
+            sinks=source_sinks(
+                self._config,
+                lambda cfg: make_sink(
+                    cfg, default_bootstrap=self._bootstrap, default_client=self._kafka_client
                 ),
-                dead_letter=make_sink(
-                    spec.dead_letter,
-                    default_bootstrap=self._bootstrap,
-                    default_client=self._kafka_client,
-                )
-                if spec.dead_letter
-                else None,
             ),
             fetch=FetchSettings(
                 max_batch=batch.max_size,

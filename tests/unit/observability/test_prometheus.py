@@ -28,6 +28,7 @@ def view() -> dict:
                 "too_large": 1,
                 "dead_letters_truncated": 1,
                 "revoke_timeouts": 3,
+                "unrouted": 4,
             }
         ],
         "metrics": {
@@ -88,6 +89,7 @@ def test_metrics_cover_pipelines_steps_histograms_lag_and_gateway() -> None:
     assert s[("eventbus_dead_letters_truncated_total", src)] == 1
     assert s[("eventbus_dead_letters_lost_total", src)] == 0
     assert s[("eventbus_revoke_timeouts_total", src)] == 3
+    assert s[("eventbus_events_unrouted_total", src)] == 4
     step = (("pipeline", "orders"), ("step", "large"), ("template", "filter"))
     assert s[("eventbus_step_events_in_total", step)] == 40
     assert s[("eventbus_step_events_filtered_total", step)] == 10

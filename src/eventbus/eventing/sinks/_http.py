@@ -7,6 +7,10 @@ good, and the source dead-letters their inputs with ``ebhttpstatus`` and ``ebhtt
 first bytes of the answer). A send with anything pending or refused raises
 :class:`~eventbus.eventing.sinks.SinkPartialError` naming which.
 
+With ``reply: true``, a 2xx answer that is a CloudEvent (binary ``ce-`` headers, or
+structured ``application/cloudevents+json``) is kept as the event's reply: the source takes it
+(:meth:`HttpSink.take_replies`) and sends it on to the next sink of the route.
+
 Requests share one connection pool (``httpx.AsyncClient``); at most ``max_concurrency`` are
 in flight and ``max_rate`` events/s start. Events with the same key go one after another.
 """
@@ -25,6 +29,7 @@ from urllib.parse import urlsplit
 from eventbus.eventing._codecs import KafkaRecord, decode_kafka
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._http_codec import (
+    decode_http,
     encode_http_batch,
     encode_http_binary,
     encode_http_structured,
@@ -35,7 +40,7 @@ from eventbus.eventing.sinks._base import Sink, SinkEncodeError, SinkPartialErro
 from eventbus.eventing.sinks._http_config import HttpSinkConfig
 from eventbus.registry import sinks
 
-__all__ = ["HttpSink", "safe_url"]
+__all__ = ["HttpSink", "ReplyError", "safe_url"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +64,20 @@ class _Request:
     indexes: list[int]  # the items of the send call this request carries
     events: list[CloudEvent]
     encoded: tuple[list[tuple[str, str]], bytes] | None = None  # one event, encoded already
+    item: Any = None  # the item of the send call (reply: true keys the reply by it)
+
+
+class ReplyError(Exception):
+    """A subscriber's 2xx answer claimed to be a CloudEvent reply but is not a valid one (or
+    is larger than ``max_reply_bytes``): the event's input is dead-lettered with the reason."""
+
+    def __init__(self, sink: str, detail: str) -> None:
+        super().__init__(sink, detail)
+        self.sink = sink
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"{self.sink} answered with a reply that cannot be used: {self.detail}"
 
 
 @dataclass(slots=True)
@@ -67,6 +86,7 @@ class _Answer:
     detail: str
     body: bytes = b""
     retry_after_s: float | None = None
+    reply: CloudEvent | ReplyError | None = None
 
 
 def parse_retry_after(value: str | None, cap_s: float, now: float | None = None) -> float | None:
@@ -106,6 +126,8 @@ class HttpSink(Sink):
         self._hmac: bytes | None = None
         self._semaphore: asyncio.Semaphore | None = None
         self._next_start = 0.0  # the rate limit: when the next event may go
+        # reply: true: per item sent (by identity), the subscriber's reply, until taken
+        self._replies: dict[int, CloudEvent | ReplyError] = {}
 
     async def start(self) -> None:
         """Resolve the auth secret and open the connection pool (idempotent).
@@ -133,6 +155,12 @@ class HttpSink(Sink):
             verify=self.config.verify_tls,
             trust_env=False,
         )
+
+    def take_replies(self, items: Sequence[Any]) -> list[CloudEvent | ReplyError | None]:
+        """With ``reply: true``: per item of earlier :meth:`send` calls (the same objects),
+        the reply its subscriber answered with (a CloudEvent), the reason it was unusable
+        (:class:`ReplyError`), or None (no reply, or not acknowledged); forgotten once taken."""
+        return [self._replies.pop(id(item), None) for item in items]
 
     async def stop(self) -> None:
         """Close the connection pool (idempotent)."""
@@ -184,6 +212,7 @@ class HttpSink(Sink):
         encoded: list[tuple[list[tuple[str, str]], bytes] | None] = []
         failures: dict[int, tuple[str, str]] = {}
         keys: list[Any] = []
+        originals: list[Any] = []
         binary = self.config.mode == "binary"
         encode = encode_http_binary if binary else encode_http_structured
         for i, (item, key) in enumerate(items):
@@ -195,6 +224,7 @@ class HttpSink(Sink):
                 event = CloudEvent({}, None)
                 encoded.append(None)
             events.append(event)
+            originals.append(item)
             pkey = event.attributes.get("partitionkey")
             keys.append(key if pkey is None else str(pkey))
         if self.config.mode == "batch":
@@ -204,12 +234,12 @@ class HttpSink(Sink):
             ]
             lanes = [[_Request(c, [events[i] for i in c]) for c in chunks]]
         elif self.config.max_concurrency == 1:
-            lanes = [[_Request([i], [e], encoded[i]) for i, e in enumerate(events)]]
+            lanes = [[_Request([i], [e], encoded[i], originals[i]) for i, e in enumerate(events)]]
         else:
             by_key: dict[Any, list[_Request]] = {}
             lanes = []
             for i, (event, key) in enumerate(zip(events, keys)):
-                request = _Request([i], [event], encoded[i])
+                request = _Request([i], [event], encoded[i], originals[i])
                 if key is None:
                     lanes.append([request])
                 else:
@@ -229,6 +259,8 @@ class HttpSink(Sink):
             answer = await self._post(request)
             status = answer.status
             if status is not None and 200 <= status < 300:
+                if answer.reply is not None and request.item is not None:
+                    self._replies[id(request.item)] = answer.reply
                 continue
             if status == 413 and len(request.events) > 1:  # a batch too large: halves
                 half = len(request.events) // 2
@@ -271,11 +303,13 @@ class HttpSink(Sink):
         client = self._client
         async with client.stream("POST", self.config.url, headers=headers, content=body) as r:
             answer = bytearray()
+            status = r.status_code
+            replying = self.config.reply and 200 <= status < 300
+            cap = self.config.max_reply_bytes + 1 if replying else _MAX_ANSWER_BYTES
             async for chunk in r.aiter_raw():
                 answer += chunk
-                if len(answer) >= _MAX_ANSWER_BYTES:
+                if len(answer) >= cap:
                     break  # a huge answer: the connection is dropped, not read to the end
-            status = r.status_code
             detail = f"{status} {r.reason_phrase}".strip()
             if 300 <= status < 400:
                 location = safe_url(r.headers.get("location", "")) or "none"
@@ -286,7 +320,27 @@ class HttpSink(Sink):
             after = parse_retry_after(raw_after, self.config.max_retry_after_s)
             if raw_after is not None and after is None:
                 detail += f" (Retry-After {raw_after[:40]!r} is malformed; the backoff applies)"
-            return _Answer(status, detail, bytes(answer), after)
+            reply = self._reply(r.headers, bytes(answer)) if replying else None
+            return _Answer(status, detail, bytes(answer), after, reply)
+
+    def _reply(self, headers: Any, body: bytes) -> CloudEvent | ReplyError | None:
+        """The CloudEvent a 2xx answer carries (reply: true), or None when it carries none."""
+        wanted = {k.lower(): v for k, v in headers.items()}
+        ctype = wanted.get("content-type", "").split(";")[0].strip().lower()
+        if "ce-id" not in wanted and ctype != "application/cloudevents+json":
+            return None  # an acknowledgement without a reply
+        if len(body) > self.config.max_reply_bytes:
+            limit = self.config.max_reply_bytes
+            return ReplyError(self.target, f"larger than max_reply_bytes={limit}")
+        try:
+            events, _ = decode_http(
+                wanted, body, default_type="eventbus.reply", default_source=self.target
+            )
+        except Exception as e:  # noqa: BLE001 - the event's input is dead-lettered with it
+            return ReplyError(self.target, f"{type(e).__name__}: {e}")
+        if len(events) != 1:
+            return ReplyError(self.target, f"{len(events)} events; a reply is one event")
+        return events[0]
 
     async def _pace(self, n: int) -> None:
         rate = self.config.max_rate

@@ -97,3 +97,24 @@ class HttpSinkConfig(BaseModel):
         default=60.0, description="Cap on a subscriber's Retry-After."
     )
     verify_tls: bool = Field(default=True, description="Check the server's TLS certificate.")
+    reply: bool = Field(
+        default=False,
+        description="A 2xx answer that is a CloudEvent (binary ce- headers or structured "
+        "application/cloudevents+json) continues to the next sink of the route, as a Knative "
+        "reply; an answer without one ends there. Binary or structured mode only.",
+    )
+    max_reply_bytes: Annotated[int, Field(ge=1, le=64 * 1024 * 1024)] = Field(
+        default=1024 * 1024,
+        description="Largest reply read (with reply: true); a larger one dead-letters the "
+        "event's input with the reason.",
+    )
+
+    @model_validator(mode="after")
+    def _reply_mode(self) -> HttpSinkConfig:
+        if self.reply and self.mode == "batch":
+            msg = (
+                "reply: true takes one event per request (mode binary or structured); got mode "
+                "'batch'; set mode: binary, or drop reply"
+            )
+            raise ValueError(msg)
+        return self

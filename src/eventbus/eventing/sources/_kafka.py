@@ -41,6 +41,7 @@ from aiokafka.errors import KafkaError
 from eventbus.errors import ConfigError
 from eventbus.eventing._kafka_client import KafkaClientConfig, kafka_connect_error
 from eventbus.eventing._outcome import Dispatch, Outcome
+from eventbus.eventing._routing import Turn
 from eventbus.eventing.sources._base import Source
 from eventbus.eventing.sources._kafka_batch import BatchMaker, KafkaBatch
 from eventbus.eventing.sources._kafka_commit import Committer
@@ -76,6 +77,7 @@ _STAT_NAMES = (
     "dispatch_retries",
     "retries",
     "duplicates",
+    "unrouted",
     # why events were dead-lettered or lost, beyond a step's failure (see _kafka_errors)
     "poison",
     "too_large",
@@ -259,6 +261,7 @@ class KafkaSource(Source):
                     self._drain_timeout_s,
                 )
         tasks: list[asyncio.Task[Any]] = [b.task for b in self._queue if b.task is not None]
+        tasks += [b.delivery for b in self._queue if b.delivery is not None]
         if self._deliverer is not None:
             tasks.append(self._deliverer)
         for task in tasks:
@@ -276,7 +279,8 @@ class KafkaSource(Source):
     def stats(self) -> dict[str, int]:
         """Counters since start: consumed, decode_errors, batches, outputs, dropped, failed,
         dead_lettered, committed (records whose offsets were committed), in_flight (batches),
-        dispatch_retries, retries, duplicates; and the reasons beyond a step's failure:
+        dispatch_retries, retries, duplicates, unrouted (outputs no route took, when there is no
+        default route; outputs count (output, sink) deliveries); and the reasons beyond a step's failure:
         poison (events a dispatch failed on alone, dead-lettered), too_large (outputs the sink
         refused as too large, their inputs dead-lettered), dead_letters_truncated (dead letters
         sent cut down), dead_letters_lost (dead letters refused even cut down), revoke_timeouts
@@ -303,6 +307,9 @@ class KafkaSource(Source):
         if batch.events:
             self._stats["batches"] += 1
             batch.task = asyncio.create_task(self._redispatch(batch.events, batch.seq))
+        # Delivery starts as soon as the dispatch is done: a batch waits for the one before
+        # it only at the ordered sinks (see _routing.Turns), and commits in order.
+        batch.delivery = asyncio.create_task(self._deliver(batch, self._delivery.reserve()))
         self._queue.append(batch)
         self._progress.set()
 
@@ -315,8 +322,9 @@ class KafkaSource(Source):
                     await self._progress.wait()
                     continue
                 batch = self._queue[0]
-                outcomes: list[Outcome] = await batch.task if batch.task is not None else []
-                await self._deliver(batch, outcomes)
+                assert batch.delivery is not None
+                await batch.delivery
+                self._commits.add(batch)
                 self._queue.popleft()
                 self._progress.set()
         except asyncio.CancelledError:
@@ -327,17 +335,23 @@ class KafkaSource(Source):
             self._stopping = True
             self._progress.set()
 
-    async def _deliver(self, batch: KafkaBatch, outcomes: list[Outcome]) -> None:
+    async def _deliver(self, batch: KafkaBatch, turn: Turn) -> None:
         # Batch-mates go out at once; events whose step failed and may be retried are
         # dispatched again alone (after a backoff) and delivered when they settle; the
-        # batch's offsets are committed only once every event has.
-        settled, pending = self._retries.split(outcomes)
-        await self._delivery.send(batch, settled, list(batch.dead))
-        if pending:
-            async with aclosing(self._retries.rounds(batch.events, pending, batch.seq)) as rounds:
-                async for later in rounds:
-                    await self._delivery.send(batch, later, [])
-        self._commits.add(batch)
+        # batch's offsets are committed (by the deliver loop, in order) once every event has.
+        try:
+            outcomes: list[Outcome] = await batch.task if batch.task is not None else []
+            settled, pending = self._retries.split(outcomes)
+            await self._delivery.send(batch, settled, list(batch.dead), turn, not pending)
+            if pending:
+                rounds = self._retries.rounds(batch.events, pending, batch.seq)
+                async with aclosing(rounds) as later_rounds:
+                    async for later in later_rounds:
+                        await self._delivery.send(batch, later, [], turn)
+        except BaseException as e:
+            turn.release(e)
+            raise
+        turn.release()
 
     # -- rebalancing -------------------------------------------------------------------------
     async def _wait_drained(self) -> None:

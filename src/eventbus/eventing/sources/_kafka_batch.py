@@ -35,6 +35,7 @@ class KafkaBatch:
     dead: list[Keyed]  # undecodable records as dead-letter events
     offsets: dict[Any, int]  # next offset to commit, per TopicPartition
     task: asyncio.Task[list[Outcome]] | None = field(default=None)
+    delivery: asyncio.Task[None] | None = field(default=None)  # outputs to sinks, not the commit
     oldest_ms: int = 0  # the oldest record's timestamp (end-to-end latency, per batch)
 
 

@@ -1,4 +1,9 @@
-"""Delivery of the Kafka source: outputs to the sink, failures to the dead-letter sink, dedupe.
+"""Delivery of the Kafka source: outputs to the sinks, failures to the dead-letter sink, dedupe.
+
+With routes, each output goes to the sinks its routes name, each (output, sink) pair claimed,
+sent, retried and marked on its own (``_kafka_fanout``); an output no route takes is counted in
+``unrouted``; one whose route predicate fails dead-letters its input with ``ebstep`` naming
+the route. Dead letters of outputs a named sink refused carry ``ebsink``.
 
 :meth:`Delivery.send` takes some settled events of a batch and returns once the sink and the
 dead-letter sink acknowledged everything it sent (a send that is not acknowledged is retried
@@ -22,9 +27,9 @@ from typing import Any, cast
 
 from eventbus.errors import EventDecodeError
 from eventbus.eventing._codecs import RawRecord, decode_kafka_records
-from eventbus.eventing._delivery import dedupe_key, injected_fault
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure
+from eventbus.eventing._routing import Route, Routing, Turn, Turns
 from eventbus.eventing.sinks._base import Sink
 from eventbus.eventing.sources._kafka_batch import KafkaBatch, Keyed
 from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
@@ -33,6 +38,7 @@ from eventbus.eventing.sources._kafka_dead import (
     dead_letter_event,
     truncated_dead_letter,
 )
+from eventbus.eventing.sources._kafka_fanout import SINGLE, FanOut
 from eventbus.eventing.sources._kafka_retry import Settled
 from eventbus.eventing.sources._kafka_send import send_bounded
 from eventbus.eventing.sources._kafka_settings import DeliveryPolicy, SourceSinks
@@ -74,21 +80,31 @@ class Delivery:
     ) -> None:
         self._config = config
         self._pipeline = pipeline
-        self._sink = sinks.sink
+        routing = sinks.routing
+        if routing is None:  # one sink for every output, in batch order
+            routing = Routing({SINGLE: sinks.sink}, [Route(SINGLE, (SINGLE,), ordered=True)])
+        self._fanout = FanOut(routing, sinks.routing is not None, pipeline, policy, stats)
+        self._turns = Turns(routing.ordered)
         self._dead_letter = sinks.dead_letter
         self._dedupe = policy.dedupe
         self._policy = policy
         self._stats = stats
 
+    def reserve(self) -> Turn:
+        """A new batch's place in line at the ordered sinks; call it in batch order."""
+        return self._turns.reserve()
+
     async def start(self) -> None:
         """Start the sinks."""
-        await self._sink.start()
+        for sink in self._fanout.routing.sinks.values():
+            await sink.start()
         if self._dead_letter is not None:
             await self._dead_letter.start()
 
     async def stop_sinks(self) -> None:
         """Stop the sinks."""
-        await self._sink.stop()
+        for sink in self._fanout.routing.sinks.values():
+            await sink.stop()
         if self._dead_letter is not None:
             await self._dead_letter.stop()
 
@@ -132,7 +148,14 @@ class Delivery:
         )
         return CloudEvent(attrs, None if value is None else bytes(value)), record.key
 
-    async def send(self, batch: KafkaBatch, items: Settled, dead: list[Keyed]) -> None:
+    async def send(
+        self,
+        batch: KafkaBatch,
+        items: Settled,
+        dead: list[Keyed],
+        turn: Turn | None = None,
+        last: bool = False,
+    ) -> None:
         """Send the outputs and dead letters of some events of a batch; wait for the acks.
 
         Args:
@@ -140,6 +163,9 @@ class Delivery:
             items: settled events of it: (index, outcome, tries).
             dead: dead letters to send along (the batch's undecodable records); more are
                 appended.
+            turn: the batch's place in line at the ordered sinks (:meth:`reserve`).
+            last: the batch sends nothing more after this (no events left to retry): its turn
+                at each sink is given up as soon as it is done there.
         """
         outputs: list[Keyed] = []
         origins: list[int] = []  # per output: the index of its input event
@@ -167,45 +193,36 @@ class Delivery:
                     origins.append(i)
             else:
                 dropped += 1
-        keys: list[str | None] = []
-        dedupe = self._dedupe
-        if dedupe is not None and outputs:
-            keys = dedupe.digests([dedupe_key(o) for o, _ in outputs])
-            seen = await dedupe.claim(keys, self._sink)
-            injected_fault(self._pipeline, "after-claim")
-            if any(seen):
-                self._stats["duplicates"] += sum(seen)
-                keep = [j for j, s in enumerate(seen) if not s]
-                outputs = [outputs[j] for j in keep]
-                origins = [origins[j] for j in keep]
-                keys = [keys[j] for j in keep]
-        dead_task = asyncio.ensure_future(self._send_dead(dead, batch.seq))
-        refusals: dict[int, dict[str, Any]] = {}  # per refused output: eb* attributes
-        try:
-            unencodable = await send_bounded(
-                self._sink, outputs, "sink", batch.seq, self._policy, self._pipeline, refusals
+        plan = self._fanout.routing.plan([o for o, _ in outputs])
+        for j, route_error in plan.errors.items():  # a route's predicate failed on the output
+            failed += 1
+            failure = Failure(route_error.route, "RouteError", str(route_error))
+            self._dead_letter_failure(batch, origins[j], failure, dead)
+        if plan.unrouted:
+            # No route took them and there is no default route: counted, never silent.
+            self._stats["unrouted"] += len(plan.unrouted)
+            log.info(
+                "kafka source %s: %d outputs of batch %d matched no route (no default route); "
+                "counted in unrouted",
+                self._pipeline,
+                len(plan.unrouted),
+                batch.seq,
             )
-            if dedupe is not None and keys:
-                # A process killed before this mark leaves the outputs pending: the next owner
-                # of the batch searches the sink for them (see _delivery).
-                injected_fault(self._pipeline, "after-sink-ack")
-                await dedupe.mark(
-                    [k for j, k in enumerate(keys) if j not in unencodable], hashed=True
-                )
+        dead_task = asyncio.ensure_future(self._send_dead(dead, batch.seq))
+        try:
+            refused = await self._fanout.send(outputs, plan.by_sink, batch.seq, turn, last)
         finally:
             dead_lettered = await dead_task
-        if unencodable:
-            # Outputs the sink cannot encode or that are too large will never go through:
-            # dead-letter their inputs, and the batch commits past them.
+        if refused:
+            # Outputs a sink cannot encode, finds too large or refuses for good will never go
+            # through: dead-letter their inputs (once per sink), and the batch commits past them.
             more: list[Keyed] = []
-            for index, (error_type, message) in unencodable.items():
+            for r in refused:
                 failed += 1
-                if error_type == "RecordTooLargeError":
-                    self._stats["too_large"] += 1
-                failure = Failure("sink", error_type, message)
-                self._dead_letter_failure(batch, origins[index], failure, more, refusals.get(index))
+                self._dead_letter_failure(
+                    batch, origins[r.origin], r.failure, more, r.attributes or None
+                )
             dead_lettered += await self._send_dead(more, batch.seq)
-        self._stats["outputs"] += len(outputs) - len(unencodable)
         self._stats["dead_lettered"] += dead_lettered
         self._stats["dropped"] += dropped
         self._stats["failed"] += failed

@@ -14,6 +14,7 @@ from eventbus.eventing.sources._kafka_errors import GIVE_UP_S
 
 if TYPE_CHECKING:
     from eventbus.eventing._delivery import RedisDeduper, RetryPolicy
+    from eventbus.eventing._routing import Routing
     from eventbus.eventing.sinks._base import Sink
 
 __all__ = ["DeliveryPolicy", "FetchSettings", "SourceSinks"]
@@ -26,6 +27,8 @@ class SourceSinks:
     Args:
         sink: where output events go.
         dead_letter: where failed and undecodable events go; None logs and counts them.
+        routing: named sinks and the routes over them; when given, ``sink`` is unused (pass
+            any of them) and outputs go where the routes say.
 
     Example:
         >>> SourceSinks(sink=my_sink, dead_letter=None)  # doctest: +SKIP
@@ -33,6 +36,7 @@ class SourceSinks:
 
     sink: Sink
     dead_letter: Sink | None = None
+    routing: Routing | None = None
 
 
 @dataclass(frozen=True, slots=True)

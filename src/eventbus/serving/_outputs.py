@@ -1,0 +1,166 @@
+"""Where a pipeline's outputs go at run time: its sinks built from the config (the single
+``sink`` or the routed named ``sinks``, and the dead-letter sink), and the steps' timers
+(join and aggregate windows closing), whose outputs go out the same way as the sources'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from eventbus.eventing._event import CloudEvent
+from eventbus.eventing._kafka_client import KafkaClientConfig
+from eventbus.pipelines._config import PipelineConfig, SinkConfig
+from eventbus.pipelines._step import Timer
+
+__all__ = ["make_sink", "send_deduped", "source_sinks", "sweep_forever"]
+
+log = logging.getLogger("eventbus.serving.sources")
+
+
+async def sweep_forever(
+    timers: list[Timer],
+    config: PipelineConfig,
+    bootstrap: str,
+    redis_url: str | None = None,
+    every_s: float = 1.0,
+    kafka_client: KafkaClientConfig | None = None,
+) -> None:
+    """Fire the steps' timers every ``every_s`` until cancelled, delivering what they return
+    (routed, and through the pipeline's dedupe when it has one, like the sources' outputs)."""
+    from eventbus.serving._replica_sources import delivery_policy
+
+    dedupe = delivery_policy(config, redis_url).dedupe if redis_url else None
+    sinks = source_sinks(
+        config,
+        lambda cfg: make_sink(cfg, default_bootstrap=bootstrap, default_client=kafka_client),
+    )
+    outs = sinks.routing.sinks if sinks.routing is not None else {None: sinks.sink}
+    dlq = sinks.dead_letter
+    for sink in outs.values():
+        await sink.start()
+    if dlq is not None:
+        await dlq.start()
+    try:
+        while True:
+            await asyncio.sleep(every_s)
+            for timer in timers:
+                try:
+                    fired = await asyncio.to_thread(timer.fire)
+                    if fired is None:
+                        continue
+                    outputs, dead = list(fired.outputs), list(fired.dead)
+                    shares: dict[str | None, list[CloudEvent]] = {None: outputs}
+                    if sinks.routing is not None:  # a step's timer's outputs are routed too
+                        plan = sinks.routing.plan(outputs)
+                        shares = {n: [outputs[i] for i, _ in v] for n, v in plan.by_sink.items()}
+                        dead += [
+                            e.replace(ebpipeline=config.name, ebstep=err.route, eberror=str(err))
+                            for i, err in plan.errors.items()
+                            for e in (outputs[i],)
+                        ]
+                        if plan.unrouted:
+                            log.info(
+                                "pipeline %r: %d timer outputs matched no route (no default route)",
+                                config.name,
+                                len(plan.unrouted),
+                            )
+                    for name, share in shares.items():
+                        await send_deduped(outs[name], name, share, dedupe)
+                    if dead:
+                        if dlq is not None:
+                            await dlq.send([(e, None) for e in dead])
+                        else:
+                            log.error(
+                                "pipeline %r: %d events of a step's timer dead-lettered and no dead_letter sink is configured",
+                                config.name,
+                                len(dead),
+                            )
+                    await asyncio.to_thread(timer.ack, fired)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - the claims' leases expire: retried later
+                    log.warning("pipeline %r: a step's timer failed: %s", config.name, e)
+    finally:
+        for sink in outs.values():
+            await sink.stop()
+        if dlq is not None:
+            await dlq.stop()
+        if dedupe is not None:
+            await dedupe.close()
+
+
+async def send_deduped(sink: Any, name: str | None, outputs: list[Any], dedupe: Any) -> int:
+    """Send outputs (events, or ``(event, key)`` pairs) to one sink, through the pipeline's
+    dedupe when it has one (keys of a named sink carry its name, as the sources' do); return
+    how many were skipped as delivered already."""
+    from eventbus.eventing._delivery import dedupe_key
+
+    if not outputs:
+        return 0
+    pairs = [o if isinstance(o, tuple) else (o, None) for o in outputs]
+    digests: list[str | None] = []
+    skipped = 0
+    if dedupe is not None:
+        raw = [dedupe_key(e) for e, _ in pairs]
+        if name is not None:
+            raw = [None if k is None else f"{name}\x00{k}" for k in raw]
+        digests = dedupe.digests(raw)
+        seen = await dedupe.claim(digests, sink)
+        skipped = sum(seen)
+        pairs = [e for e, s in zip(pairs, seen) if not s]
+        digests = [d for d, s in zip(digests, seen) if not s]
+    if pairs:
+        await sink.send(pairs)
+        if dedupe is not None:
+            await dedupe.mark(digests, hashed=True)
+        take = getattr(sink, "take_replies", None)
+        replies = take([e for e, _ in pairs]) if take is not None else []
+        if any(r is not None for r in replies):
+            log.warning(
+                "sink %r: %d replies to events of a step's timer or a replay are not sent on "
+                "(replies continue from the sources' deliveries only)",
+                name,
+                sum(r is not None for r in replies),
+            )
+    return skipped
+
+
+def source_sinks(config: PipelineConfig, make: Callable[[SinkConfig], Any]) -> Any:
+    """A Kafka source's sinks (a new set per source: each source owns their lifecycle): the
+    single sink or the routed named sinks, and the dead-letter sink."""
+    from eventbus.eventing.sources._kafka_settings import SourceSinks
+    from eventbus.pipelines._routes import build_routing
+
+    spec = config.spec
+    routing = build_routing(config, make)
+    if routing is not None:
+        sink = next(iter(routing.sinks.values()))
+    else:
+        assert spec.sink is not None  # validated: sink or sinks
+        sink = make(spec.sink)
+    dead_letter = make(spec.dead_letter) if spec.dead_letter else None
+    return SourceSinks(sink=sink, dead_letter=dead_letter, routing=routing)
+
+
+def make_sink(
+    config: SinkConfig, *, default_bootstrap: str, default_client: KafkaClientConfig | None = None
+) -> Any:
+    """Build the runtime sink of a sink config (its kind's factory).
+
+    ``default_client`` (the stack's Kafka TLS/SASL settings) goes to factories that take a
+    ``default_client`` argument (the kafka sink's); factories written before it existed
+    (``(config, *, default_bootstrap)``) keep working.
+    """
+    import inspect
+
+    from eventbus.registry import sinks
+
+    factory = sinks.get(config.kind).factory
+    if "default_client" in inspect.signature(factory).parameters:
+        return factory(
+            config.options, default_bootstrap=default_bootstrap, default_client=default_client
+        )
+    return factory(config.options, default_bootstrap=default_bootstrap)
