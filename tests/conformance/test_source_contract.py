@@ -29,6 +29,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "http": {"path": "/orders"},
     "grpc": {},
     "pipeline": {},
+    "schedule": {"every_s": 60, "data": {"report": "daily"}},
 }
 
 

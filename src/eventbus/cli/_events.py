@@ -317,7 +317,9 @@ def _redrive_summary(pipeline: str, r: Any) -> str:
     return (
         f"redrove {r.redriven} of {r.read} dead letters in {r.topic} through {pipeline} "
         f"(failed in {steps}): {r.outputs} to the sink, {r.duplicates} already there (dedupe), "
-        f"{r.filtered} filtered, {r.dead_lettered} dead-lettered again; left alone: {left_text}"
+        f"{r.filtered} filtered, "
+        + (f"{r.unrouted} matched no route, " if r.unrouted else "")
+        + f"{r.dead_lettered} dead-lettered again; left alone: {left_text}"
     )
 
 

@@ -53,6 +53,7 @@ class RedriveReport:
         outputs: outputs delivered to the sink.
         duplicates: outputs the sink already had (dedupe): not sent again.
         filtered: dropped by a filter step.
+        unrouted: outputs no route took (a pipeline with ``routes:`` and no default route).
         dead_lettered: failed again, written to the dead-letter topic anew.
         by_step: redriven dead letters per step they had failed in (``ebstep``).
         dry_run: nothing was sent.
@@ -70,6 +71,7 @@ class RedriveReport:
     outputs: int = 0
     duplicates: int = 0
     filtered: int = 0
+    unrouted: int = 0
     dead_lettered: int = 0
     by_step: dict[str, int] = field(default_factory=dict)
     dry_run: bool = False
@@ -305,49 +307,68 @@ class _Delivery:
         kafka_client: KafkaClientConfig | None,
     ) -> None:
         from eventbus.eventing._delivery import RedisDeduper
-        from eventbus.serving._replica_sources import make_sink
+        from eventbus.serving._outputs import make_sink, source_sinks
 
         spec = config.spec
         assert spec.dead_letter is not None and redis_url
         self._config = config
-        self._sink = make_sink(spec.sink, default_bootstrap=bootstrap, default_client=kafka_client)
-        self._dlq = make_sink(
-            spec.dead_letter, default_bootstrap=bootstrap, default_client=kafka_client
+        # the pipeline's sink, or its named sinks behind its routes (as the sources route)
+        self._sinks = source_sinks(
+            config,
+            lambda cfg: make_sink(cfg, default_bootstrap=bootstrap, default_client=kafka_client),
         )
+        routing = self._sinks.routing
+        self._outs: dict[str | None, Any] = (
+            dict(routing.sinks) if routing is not None else {None: self._sinks.sink}
+        )
+        self._dlq = self._sinks.dead_letter
         window = spec.delivery.dedupe.window_s if spec.delivery.dedupe else 600.0
         self._dedupe = RedisDeduper(redis_url, config.name, window)
 
     async def start(self) -> None:
-        await self._sink.start()
+        for sink in self._outs.values():
+            await sink.start()
         await self._dlq.start()
 
     async def stop(self) -> None:
-        await self._sink.stop()
+        for sink in self._outs.values():
+            await sink.stop()
         await self._dlq.stop()
         await self._dedupe.close()
 
     async def run(self, items: list[Item], dispatch: Any, report: RedriveReport) -> None:
-        from eventbus.eventing._delivery import dedupe_key
         from eventbus.eventing.sources._kafka_delivery import dead_letter_event
+        from eventbus.serving._outputs import send_deduped
 
         outcomes: list[Outcome] = await dispatch([e for e, _, _ in items])
         outputs: list[tuple[CloudEvent, bytes | None]] = []
+        origins: list[tuple[CloudEvent, str, int, int]] = []  # per output: its input
         dead: list[tuple[CloudEvent, bytes | None]] = []
         for (e, key, (t, p, o)), outcome in zip(items, outcomes):
             if isinstance(outcome, Failure):
                 dead.append((dead_letter_event(e, self._config.name, outcome, t, p, o), key))
             elif outcome:
                 outputs.extend((out, key) for out in outcome)
+                origins.extend((e, t, p, o) for _ in outcome)
             else:
                 report.filtered += 1
-        digests = self._dedupe.digests([dedupe_key(o) for o, _ in outputs])
-        seen = await self._dedupe.claim(digests, self._sink) if outputs else []
-        report.duplicates += sum(seen)
-        outputs = [x for x, s in zip(outputs, seen) if not s]
-        digests = [d for d, s in zip(digests, seen) if not s]
-        await asyncio.gather(self._sink.send(outputs), self._dlq.send(dead))
-        await self._dedupe.mark(digests, hashed=True)
-        report.outputs += len(outputs)
+        shares: dict[str | None, list[tuple[CloudEvent, bytes | None]]] = {None: outputs}
+        routing = self._sinks.routing
+        if routing is not None:  # routed as the sources route: per sink, deduped per sink
+            plan = routing.plan([out for out, _ in outputs])
+            shares = {n: [outputs[i] for i, _ in v] for n, v in plan.by_sink.items()}
+            report.unrouted += len(plan.unrouted)
+            for i, err in plan.errors.items():
+                e, t, p, o = origins[i]
+                failure = Failure(err.route, "RouteError", str(err))
+                dead.append((dead_letter_event(e, self._config.name, failure, t, p, o), None))
+        skipped = await asyncio.gather(
+            *(send_deduped(self._outs[n], n, share, self._dedupe) for n, share in shares.items())
+        )
+        if dead:
+            await self._dlq.send(dead)
+        report.duplicates += sum(skipped)
+        report.outputs += sum(len(share) for share in shares.values()) - sum(skipped)
         report.dead_lettered += len(dead)
 
 
