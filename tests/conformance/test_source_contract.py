@@ -55,7 +55,7 @@ def test_kind_validates_and_says_what_it_consumes(name: str) -> None:
 
 def test_two_kinds_in_one_source_are_refused_naming_the_kinds() -> None:
     with pytest.raises(
-        ValueError, match=r"exactly one transport key \(kafka, http, grpc or pipeline\)"
+        ValueError, match=r"exactly one transport key \(kafka, http, grpc, schedule or pipeline\)"
     ):
         SourceConfig.model_validate({"kafka": {"topic": "a"}, "http": {}})
 
