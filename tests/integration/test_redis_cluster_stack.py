@@ -135,7 +135,9 @@ def test_stack_on_redis_cluster_join_dedupe_and_replica_kill(
 
         out = asyncio.run(run())
         check_pairs(out, PAIRS)
-        print(f"up+deploy {t_deployed - t0:.1f} s, {PAIRS} pairs {time.monotonic() - t_deployed:.1f} s")
+        print(
+            f"up+deploy {t_deployed - t0:.1f} s, {PAIRS} pairs {time.monotonic() - t_deployed:.1f} s"
+        )
         assert wait_for(
             lambda: [p for p in replica_pids(f"eventbus-{name}") if p != victim],
             60,
