@@ -14,7 +14,9 @@ Throughput: joined pairs per second between the first and last output record (br
 timestamps), median of rounds. Last line: one JSON object with the figures and ``ratio``
 (EventBus / baseline pairs/s).
 
-Run: ``.venv/bin/python benchmarks/join.py [--pairs 50000] [--rounds 3] [--emit every|first|latest]``
+Run: ``.venv/bin/python benchmarks/join.py [--pairs 50000] [--rounds 3] [--emit every|first|latest]``;
+with ``--redis-cluster`` it compares the state operations on a Redis Cluster with one Redis
+instead (see ``benchmarks/_join_cluster.py``).
 """
 
 from __future__ import annotations
@@ -190,9 +192,20 @@ def main() -> None:
         default="every",
         help="the join's emit mode (one payment per order: each emits every pair once)",
     )
+    ap.add_argument(
+        "--redis-cluster",
+        action="store_true",
+        help="Compare the join's and dedupe's state operations on a three-master Redis "
+        "Cluster with one Redis (benchmarks/_join_cluster.py) instead.",
+    )
     args = ap.parse_args()
     n = args.pairs
     work = Path(tempfile.mkdtemp(prefix="eb-join-bench-"))
+    if args.redis_cluster:
+        from _join_cluster import compare
+
+        print(json.dumps(compare(n, args.rounds)))
+        return
     tansu = start_tansu(log_dir=work)
     redis = start_redis(data_dir=work / "redis")
     bootstrap = tansu.address

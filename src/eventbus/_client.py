@@ -66,6 +66,8 @@ class ClusterInfo:
         redis: its Redis URL (for deploys).
         home: an ``EVENTBUS_HOME`` whose ``stack.json`` describes it (for deploys).
         ray_token_file: the Ray auth token file of the cluster (a path on the keeper's host).
+        kafka_config: its Kafka connection settings file (``--kafka-config``: TLS, SASL; secrets
+            by reference), a path on the keeper's host, for deploys.
         weight: relative share of the traffic (0: none unless every other cluster is down).
         local: clients prefer this cluster while its weight is above 0.
     """
@@ -78,6 +80,7 @@ class ClusterInfo:
     redis: str | None = None
     home: str | None = None
     ray_token_file: str | None = None
+    kafka_config: str | None = None
     weight: int = 100
     local: bool = False
 

@@ -629,3 +629,41 @@ def test_keeper_cli_on_a_file_registry(tmp_path: Path) -> None:
     ] == ["green"]
     res = runner.invoke(app, ["keeper", "list"], env={"EVENTBUS_KEEPER_REDIS": ""})
     assert res.exit_code == 2 and "no keeper registry" in res.output
+
+
+def test_keeper_passes_each_clusters_kafka_config_to_its_deploy(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from eventbus.cli import app
+
+    runner = CliRunner()
+    env = {"EVENTBUS_KEEPER_REDIS": str(tmp_path / "k.json"), "COLUMNS": "200"}
+    config = tmp_path / "kafka.yaml"
+    config.write_text("security_protocol: SSL\nca_file: /etc/ssl/certs/ca-certificates.crt\n")
+    addresses = ["--ray-address", "127.0.0.1:1", "--kafka-bootstrap", "127.0.0.1:2"]
+    addresses += ["--redis-url", "redis://127.0.0.1:3/0", "--gateway", "http://127.0.0.1:4"]
+    res = runner.invoke(
+        app, ["keeper", "add", "tls", *addresses, "--kafka-config", str(config)], env=env
+    )
+    assert res.exit_code == 0, res.output
+    [cluster] = json.loads(runner.invoke(app, ["keeper", "list", "--json"], env=env).output)[
+        "clusters"
+    ]
+    assert cluster["kafka_config"] == str(config.resolve())
+
+    # an invalid file is refused when the cluster is added, naming the field
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("security_protocol: TLS\n")
+    res = runner.invoke(
+        app, ["keeper", "add", "bad", *addresses, "--kafka-config", str(bad)], env=env
+    )
+    assert res.exit_code == 1 and "security_protocol" in res.output, res.output
+
+    # the deploy subprocess reads the cluster's own file: broken since, it names it
+    from eventbus.serving._keeper import Keeper
+
+    config.write_text("security_protocol: [")
+    [result] = Keeper(str(tmp_path / "k.json")).deploy(tmp_path / "p.yaml", timeout_s=60)
+    assert not result.ok and f"kafka config {config.resolve()}: cannot read it" in result.output, (
+        result.output
+    )

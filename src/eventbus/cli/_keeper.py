@@ -82,6 +82,11 @@ def add(
     ray_token_file: str | None = typer.Option(
         None, "--ray-token-file", help="Its Ray auth token file (for deploys)."
     ),
+    kafka_config: Path | None = typer.Option(
+        None,
+        "--kafka-config",
+        help="Its Kafka connection settings file (TLS, SASL; secrets by reference), for deploys.",
+    ),
     weight: int = typer.Option(
         100,
         "--weight",
@@ -105,6 +110,7 @@ def add(
         "kafka": kafka_bootstrap,
         "redis": redis_url,
         "ray_token_file": ray_token_file,
+        "kafka_config": _checked_kafka_config(kafka_config),
         "weight": weight,
         "local": local,
     }
@@ -120,6 +126,19 @@ def add(
         f"{'added' if new else 'updated'} cluster {name}: gateway {cluster.gateway or '-'}, gRPC {cluster.grpc or '-'}, weight {cluster.weight}",
         highlight=False,
     )
+
+
+def _checked_kafka_config(path: Path | None) -> str | None:
+    """The absolute path of a valid Kafka config file (checked now, not at the first deploy)."""
+    if path is None:
+        return None
+    from eventbus.eventing._kafka_client import load_kafka_client_config
+
+    try:
+        load_kafka_client_config(path)
+    except EventBusError as exc:
+        fail(str(exc))
+    return str(path.resolve())
 
 
 @keeper_app.command("list")

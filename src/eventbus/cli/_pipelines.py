@@ -121,9 +121,10 @@ def deploy(
     ray_address: str | None = RayOpt,
     kafka_bootstrap: str | None = KafkaOpt,
     redis_url: str | None = RedisOpt,
+    kafka_config: Path | None = KafkaConfigOpt,
 ) -> None:
     """Validate and deploy (or redeploy) a pipeline, at once or as a canary."""
-    client = controller_client(Addresses(ray_address, kafka_bootstrap, redis_url))
+    client = controller_client(Addresses(ray_address, kafka_bootstrap, redis_url, kafka_config))
     try:
         if canary is not None:
             weights = sorted({canary, *(w for w in (50, 100) if w > canary)})

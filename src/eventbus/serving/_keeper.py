@@ -283,6 +283,7 @@ def _deploy_one(
         ("--ray-address", cluster.ray_address),
         ("--kafka-bootstrap", cluster.kafka),
         ("--redis-url", cluster.redis),
+        ("--kafka-config", cluster.kafka_config),
     ):
         if value is not None:
             argv += [flag, value]
