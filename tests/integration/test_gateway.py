@@ -481,3 +481,65 @@ async def test_a_pipeline_at_zero_takes_async_and_sync_calls_through_the_gateway
             assert int(r.headers["retry-after"]) >= 1 and "scaled to zero" in r.json()["error"]
         else:
             assert r.json()["amount_cny"] == 2100.0
+
+
+async def test_grpc_invoke_at_zero_waits_for_the_cold_start_or_says_when_to_retry(
+    gateway: GatewayProcess, deploy_pipeline: Any, topic_factory: Any
+) -> None:
+    """A gRPC ``Invoke`` of a pipeline scaled to zero wakes it: with a deadline long enough
+    it is answered after the cold start; with one too short it gets UNAVAILABLE before its
+    deadline, with ``retry-after`` and ``grpc-retry-pushback-ms``, and a retry is answered."""
+    from tests.integration.test_autoscaling import replica_count
+    from tests.integration.test_autoscaling import wait_for as wait_for_async
+
+    sink = topic_factory("gw-zero-grpc")
+    name = f"gw-zgrpc-{uuid.uuid4().hex[:6]}"
+    deploy_pipeline(
+        doc(
+            name,
+            sink,
+            [{"grpc": {"mode": "sync", "timeout_ms": 30_000}}],
+            serving={"replicas": {"min": 0, "max": 1, "idle_s": 2, "poll_s": 0.25}},
+        )
+    )
+    md = [("x-eventbus-pipeline", name)]
+    event = CloudEvent.create(type="payment.created", source="/grpc", id="z1", data={"amount": 150})
+
+    async def at_zero() -> None:
+        await wait_for_async(lambda: replica_count(name) == 0, 30, "the scale to zero")
+        # the gateway reads the state from Redis every 0.5 s
+        await wait_for_async(
+            lambda: name in scaled_to_zero(gateway), 10, "the gateway to see the pipeline at zero"
+        )
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{gateway.grpc_port}") as channel:
+        stub = eventbus_pb2_grpc.EventBusStub(channel)
+        await at_zero()
+        started = time.monotonic()
+        out = await stub.Invoke(event_to_proto(event), metadata=md, timeout=30)
+        cold_s = time.monotonic() - started
+        (e,) = [event_from_proto(m) for m in out.events]
+        assert (e.id, e.data["amount_cny"]) == ("z1", 1050.0)
+
+        await at_zero()
+        started = time.monotonic()
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Invoke(event_to_proto(event.replace(id="z2")), metadata=md, timeout=1.0)
+        refused_s = time.monotonic() - started
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE, info.value.details()
+        assert "scaled to zero" in (info.value.details() or "")
+        trailing = dict(info.value.trailing_metadata() or ())
+        assert int(trailing["retry-after"]) >= 1 and int(trailing["grpc-retry-pushback-ms"]) >= 1000
+        assert refused_s < 1.0  # before the caller's own deadline
+        # the refused call woke it: the retry is answered (waiting out the rest of the start)
+        out = await stub.Invoke(event_to_proto(event.replace(id="z3")), metadata=md, timeout=30)
+        assert [event_from_proto(m).id for m in out.events] == ["z3"]
+    print(
+        f"gRPC Invoke at zero: answered after {cold_s:.2f} s; a 1 s deadline refused after {refused_s:.2f} s"
+    )
+
+
+def scaled_to_zero(gateway: GatewayProcess) -> set[str]:
+    """The pipelines the gateway's stats show at zero."""
+    views = httpx.get(f"{gateway.url}/v1/stats", timeout=5).json()
+    return {v["name"] for v in views if v.get("state") == "SCALED_TO_ZERO"}
