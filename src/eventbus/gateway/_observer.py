@@ -22,7 +22,13 @@ from fastapi.responses import Response
 from eventbus._internal import keys
 from eventbus.errors import IngressError
 from eventbus.gateway._replies import error_reply, to_response
-from eventbus.observability._history import BUCKET_S, WINDOW_S, read_history
+from eventbus.observability._history import (
+    BUCKET_S,
+    WINDOW_S,
+    history_columns,
+    read_rows,
+    settled_starts,
+)
 from eventbus.observability._metrics import GatewayMetrics
 from eventbus.observability._prometheus import render_prometheus
 from eventbus.observability._view import pipeline_view
@@ -50,6 +56,9 @@ class Observer:
         self.gateway = gateway
         self._topics: dict[tuple[str, int], list[list[str]]] = {}
         self._history: dict[str, tuple[float, asyncio.Future[dict[str, Any]]]] = {}
+        #: pipeline -> (its deploy time, settled bucket start -> row): settled buckets do
+        #: not change, so each is read from Redis once, and a poll reads only the new ones
+        self._rows: dict[str, tuple[Any, dict[int, list[int]]]] = {}
 
     def _consumed_topics(self, record: dict[str, Any]) -> list[list[str]]:
         key = (record["name"], int(record.get("version") or 0))
@@ -86,7 +95,19 @@ class Observer:
         records = [json.loads(v) for v in (await self.redis.hgetall(keys.PIPELINES)).values()]
         return [await self._view(r) for r in sorted(records, key=lambda r: r["name"])]
 
-    async def _full_history(self, name: str) -> dict[str, Any]:
+    async def _read_history(self, name: str, deployed: Any) -> dict[str, Any]:
+        now = time.time()
+        starts = settled_starts(now)
+        cached = self._rows.get(name)
+        rows = cached[1] if cached is not None and cached[0] == deployed else {}
+        missing = [t for t in starts if t not in rows]
+        rows.update(zip(missing, await read_rows(self.redis, name, missing)))
+        for t in [t for t in rows if t < starts[0]]:
+            del rows[t]
+        self._rows[name] = (deployed, rows)
+        return history_columns([(t, rows[t]) for t in starts], now)
+
+    async def _full_history(self, name: str, deployed: Any) -> dict[str, Any]:
         now = time.monotonic()
         hit = self._history.get(name)
         if (
@@ -94,25 +115,30 @@ class Observer:
             or now - hit[0] >= _HISTORY_CACHE_S
             or (hit[1].done() and hit[1].exception() is not None)
         ):
-            hit = self._history[name] = (
-                now,
-                asyncio.ensure_future(read_history(self.redis, name)),
-            )
+            task = asyncio.ensure_future(self._read_history(name, deployed))
+            hit = self._history[name] = (now, task)
         return await asyncio.shield(hit[1])
 
     async def history(self, name: str, window_s: int = WINDOW_S) -> dict[str, Any] | None:
         """A pipeline's last ``window_s`` seconds (``observability._history`` columns, with
         ``name``), or None when no pipeline of that name is deployed."""
-        if not await self.redis.hexists(keys.PIPELINES, name):
+        raw = await self.redis.hget(keys.PIPELINES, name)
+        if raw is None:
             return None
-        return {"name": name, **_window(await self._full_history(name), window_s)}
+        deployed = json.loads(raw).get("deployed_at")
+        return {"name": name, **_window(await self._full_history(name, deployed), window_s)}
 
     async def histories(self, window_s: int = WINDOW_S) -> list[dict[str, Any]]:
         """Every deployed pipeline's history, by name."""
-        names = sorted(await self.redis.hkeys(keys.PIPELINES))
+        records = await self.redis.hgetall(keys.PIPELINES)
+        names = sorted(records)
         for gone in set(self._history) - set(names):
             del self._history[gone]
-        full = await asyncio.gather(*(self._full_history(n) for n in names))
+        for gone in set(self._rows) - set(names):
+            del self._rows[gone]
+        full = await asyncio.gather(
+            *(self._full_history(n, json.loads(records[n]).get("deployed_at")) for n in names)
+        )
         return [{"name": n, **_window(h, window_s)} for n, h in zip(names, full)]
 
     async def metrics(self) -> bytes:

@@ -18,7 +18,7 @@ import pytest
 from eventbus._internal import keys
 from eventbus.gateway._http import build_http_app
 from eventbus.gateway._observer import Observer
-from eventbus.observability._history import BUCKET_S, WINDOW_S, HistoryRecorder
+from eventbus.observability._history import BUCKET_S, WINDOW_S, HistoryRecorder, bucket_row
 
 
 class HashRedis:
@@ -27,6 +27,7 @@ class HashRedis:
     def __init__(self) -> None:
         self.hashes: dict[str, dict[str, str]] = {}
         self.round_trips = 0
+        self.keys_read = 0
 
     async def hgetall(self, key: str) -> dict[str, str]:
         return dict(self.hashes.get(key, {}))
@@ -40,35 +41,20 @@ class HashRedis:
     async def hkeys(self, key: str) -> list[str]:
         return list(self.hashes.get(key, {}))
 
-    def pipeline(self, transaction: bool = True) -> Any:
-        return _Pipe(self)
-
-
-class _Pipe:
-    def __init__(self, redis: HashRedis) -> None:
-        self.redis = redis
-        self.queued: list[tuple[str, tuple[Any, ...]]] = []
-
-    def __getattr__(self, method: str) -> Any:
-        return lambda *args: self.queued.append((method, args))
-
-    async def execute(self) -> list[Any]:
-        self.redis.round_trips += 1
+    async def eval(self, script: str, numkeys: int, *args: Any) -> list[list[int]]:
+        """The read script (the Python twin of its Lua: ``bucket_row``)."""
+        self.round_trips += 1
+        self.keys_read += numkeys
         await asyncio.sleep(0.01)  # a round trip: concurrent readers overlap it
-        out: list[Any] = []
-        for method, args in self.queued:
-            h = self.redis.hashes.setdefault(args[0], {})
-            if method == "hgetall":
-                out.append(dict(h))
-            elif method == "hincrby":
-                h[args[1]] = str(int(h.get(args[1], 0)) + args[2])
-                out.append(int(h[args[1]]))
+        return [bucket_row(self.hashes.get(k, {})) for k in args[:numkeys]]
+
+    def apply(self, cmds: list[tuple[Any, ...]]) -> None:
+        for method, key, *args in cmds:
+            h = self.hashes.setdefault(key, {})
+            if method == "hincrby":
+                h[args[0]] = str(int(h.get(args[0], 0)) + args[1])
             elif method == "hset":
-                h[args[1]] = str(args[2])
-                out.append(1)
-            else:
-                out.append(True)
-        return out
+                h[args[0]] = str(args[1])
 
 
 def record(name: str) -> str:
@@ -95,12 +81,6 @@ def client(ingress_factory, redis: HashRedis) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
 
 
-async def write(redis: HashRedis, recorder: HistoryRecorder, body: dict[str, Any], t: float):
-    pipe = redis.pipeline(transaction=False)
-    recorder.queue(pipe, body, t)
-    await pipe.execute()
-
-
 async def test_history_of_a_pipeline_is_its_buckets_as_columns(client, redis) -> None:
     now = time.time()
     t = (int(now) // BUCKET_S - 3) * BUCKET_S  # a settled bucket
@@ -109,7 +89,7 @@ async def test_history_of_a_pipeline_is_its_buckets_as_columns(client, redis) ->
         "sources": [{"consumed": 50, "outputs": 40}],
         "metrics": {"sources": [{"lag": {"t[0]": 12}}]},
     }
-    await write(redis, rec, body, t + 1)
+    redis.apply(rec.commands(body, t + 1))
     async with client as c:
         r = await c.get("/v1/pipelines/orders/history?window_s=60")
         assert r.status_code == 200, r.text
@@ -171,3 +151,20 @@ async def test_many_concurrent_readers_share_one_redis_read(client, redis) -> No
     assert {r.status_code for r in rs} == {200}
     assert [len(r.json()["t"]) for r in rs[:3]] == [1, 2, 3]
     assert redis.round_trips == 1  # one read of the 90 buckets, shared
+    assert redis.keys_read == WINDOW_S // BUCKET_S
+
+
+async def test_settled_buckets_are_read_once(redis) -> None:
+    """A poll after the cache expired reads only the buckets that settled since (none or
+    one here), not the whole window again; a redeploy reads it all anew."""
+    observer = Observer(redis)
+    assert len((await observer.history("orders"))["t"]) == WINDOW_S // BUCKET_S
+    observer._history.clear()  # as after _HISTORY_CACHE_S
+    await observer.history("orders")
+    assert redis.round_trips <= 2 and redis.keys_read <= WINDOW_S // BUCKET_S + 1
+    before = redis.keys_read
+    record = json.loads(redis.hashes[keys.PIPELINES]["orders"])
+    redis.hashes[keys.PIPELINES]["orders"] = json.dumps({**record, "deployed_at": 1.0})
+    observer._history.clear()
+    await observer.history("orders")
+    assert redis.keys_read - before == WINDOW_S // BUCKET_S
