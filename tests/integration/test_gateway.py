@@ -489,7 +489,8 @@ async def test_grpc_invoke_at_zero_waits_for_the_cold_start_or_says_when_to_retr
     """A gRPC ``Invoke`` of a pipeline scaled to zero wakes it: with a deadline too short for
     the cold start it gets UNAVAILABLE before its deadline, with ``retry-after`` and
     ``grpc-retry-pushback-ms``; a call with a deadline long enough waits for the cold start
-    and is answered (the unit tests time both against a simulated start)."""
+    and is answered (the unit tests time both against a simulated start). The dashboard's
+    history (``/v1/pipelines/{name}/history``) shows the scale to zero and the cold start."""
     from tests.integration.test_autoscaling import replica_count
     from tests.integration.test_autoscaling import wait_for as wait_for_async
 
@@ -518,6 +519,13 @@ async def test_grpc_invoke_at_zero_waits_for_the_cold_start_or_says_when_to_retr
         t0 = time.monotonic()
         await at_zero()
         zero_s = time.monotonic() - t0
+        # the dashboard's history shows the scale to zero: a settled 10 s bucket without a
+        # replica after buckets with one
+        await wait_for_async(
+            lambda: _went_to_zero(history(gateway, name)["replicas"]),
+            25,
+            "the history to show the scale to zero",
+        )
         started = time.monotonic()
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await stub.Invoke(event_to_proto(event), metadata=md, timeout=1.0)
@@ -534,10 +542,34 @@ async def test_grpc_invoke_at_zero_waits_for_the_cold_start_or_says_when_to_retr
         cold_s = time.monotonic() - started
         (e,) = [event_from_proto(m) for m in out.events]
         assert (e.id, e.data["amount_cny"]) == ("z2", 1050.0)
+
+    # ... and the cold start: after the bucket(s) at zero, one with a replica that ran events
+    def woke() -> bool:
+        h = history(gateway, name)
+        zero = _went_to_zero(h["replicas"])
+        return zero is not None and any(
+            r >= 1 and n > 0 for r, n in zip(h["replicas"][zero:], h["in_per_s"][zero:])
+        )
+
+    await wait_for_async(woke, 25, "the history to show the cold start")
     print(
         f"gRPC Invoke at zero (after {zero_s:.1f} s to zero): a 1 s deadline refused after "
         f"{refused_s:.2f} s; the next call answered {cold_s:.2f} s after the first"
     )
+
+
+def history(gateway: GatewayProcess, name: str) -> dict[str, Any]:
+    r = httpx.get(f"{gateway.url}/v1/pipelines/{name}/history?window_s=300", timeout=5)
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def _went_to_zero(replicas: list[int]) -> int | None:
+    """The index of the first bucket without a replica after one with a replica, if any."""
+    up = next((i for i, n in enumerate(replicas) if n >= 1), None)
+    if up is None:
+        return None
+    return next((i for i in range(up + 1, len(replicas)) if replicas[i] == 0), None)
 
 
 def scaled_to_zero(gateway: GatewayProcess) -> set[str]:
