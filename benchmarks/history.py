@@ -67,6 +67,27 @@ async def time_writes(redis: Any, n: int, with_history: bool, busy: bool) -> flo
     return statistics.median(took) * 1e6
 
 
+async def longest_stall(work: Any) -> float:
+    """Run ``work`` while a 1 ms ticker measures the event loop's longest stall (s)."""
+    worst = 0.0
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal worst
+        while not done.is_set():
+            t = time.perf_counter()
+            await asyncio.sleep(0.001)
+            worst = max(worst, time.perf_counter() - t)
+
+    task = asyncio.create_task(ticker())
+    try:
+        await work
+    finally:
+        done.set()
+        await task
+    return worst
+
+
 async def fill(redis: Any, pipeline: str, now: float) -> None:
     """15 minutes of a busy replica (a write a second) and a gateway (every 5 s)."""
     rep, gw = HistoryRecorder(pipeline, "replica-1"), HistoryRecorder(pipeline, "gateway-1")
@@ -109,12 +130,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 h = await read_history(redis, names[0], now=now)
                 reads.append(time.perf_counter() - start)
             assert sum(h["in_per_s"]) > 0 and h["replicas"][-1] == 1
-            alls, warm = [], []
+            alls, warm, stalls, idle_stalls = [], [], [], []
             for _ in range(5):
                 observer = Observer(redis)  # a cold cache: every bucket is read
+                idle_stalls.append(await longest_stall(asyncio.sleep(0.5)))
                 start = time.perf_counter()
-                got = await observer.histories()
+                stall = longest_stall(observer.histories())
+                stalls.append(await stall)
                 alls.append(time.perf_counter() - start)
+                got = await observer.histories()
                 observer._history.clear()  # the 2 s cache expired: a dashboard's next poll
                 start = time.perf_counter()
                 await observer.histories()
@@ -135,6 +159,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 f"read_{args.pipelines}_pipelines_warm_ms": round(
                     statistics.median(warm) * 1000, 1
                 ),
+                # the gateway loop's longest stall during a cold read, and while idle (the
+                # machine's own noise), both in the same run
+                "cold_read_longest_loop_stall_ms": round(statistics.median(stalls) * 1000, 1),
+                "idle_longest_loop_stall_ms": round(statistics.median(idle_stalls) * 1000, 1),
                 "bytes_per_pipeline": memory,
                 "buckets_per_pipeline": sum([await redis.exists(k) for k in bucket_keys]),
             }

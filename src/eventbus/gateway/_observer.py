@@ -41,6 +41,9 @@ _DASHBOARD = Path(__file__).resolve().parents[1] / "observability" / "dashboard.
 #: its buckets settle every 10 s, and a page polls every few seconds.
 _HISTORY_CACHE_S = 2.0
 _HISTORY_PARAMS = ("window_s",)
+#: History reads from Redis at once (the first read of a pipeline fetches all its buckets:
+#: with many pipelines, a few at a time keep the loop and the Redis connections free).
+_HISTORY_READS = 2
 
 
 class Observer:
@@ -59,6 +62,7 @@ class Observer:
         #: pipeline -> (its deploy time, settled bucket start -> row): settled buckets do
         #: not change, so each is read from Redis once, and a poll reads only the new ones
         self._rows: dict[str, tuple[Any, dict[int, list[int]]]] = {}
+        self._reads = asyncio.Semaphore(_HISTORY_READS)
 
     def _consumed_topics(self, record: dict[str, Any]) -> list[list[str]]:
         key = (record["name"], int(record.get("version") or 0))
@@ -101,7 +105,9 @@ class Observer:
         cached = self._rows.get(name)
         rows = cached[1] if cached is not None and cached[0] == deployed else {}
         missing = [t for t in starts if t not in rows]
-        rows.update(zip(missing, await read_rows(self.redis, name, missing)))
+        if missing:
+            async with self._reads:  # a cold read of many pipelines: a few at a time
+                rows.update(zip(missing, await read_rows(self.redis, name, missing)))
         for t in [t for t in rows if t < starts[0]]:
             del rows[t]
         self._rows[name] = (deployed, rows)
