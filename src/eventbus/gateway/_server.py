@@ -104,6 +104,8 @@ class Gateway:
         if isinstance(self.backend, GatewayBackend):
             self.backend.forget(set(table.pipelines))
         self.figures.forget(set(table.pipelines))
+        for gone in set(self._history) - set(table.pipelines):
+            del self._history[gone]  # a pipeline deployed again under the name starts anew
 
     async def _wake(self, pipeline: str) -> None:
         """Record a sync call of a ``min: 0`` pipeline for the controller's scale-to-zero

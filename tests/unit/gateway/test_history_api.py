@@ -140,6 +140,18 @@ async def test_hostile_window_parameters_get_a_400_naming_them(client, query, me
             assert r.json()["error"].startswith(message.replace("/v1/history", path))
 
 
+async def test_hostile_pipeline_names_get_a_short_404(client) -> None:
+    async with client as c:
+        for name in ("x" * 5000, "%00", "a%20b", "ORDERS", "orders%2F"):
+            r = await c.get(f"/v1/pipelines/{name}/history")
+            assert r.status_code == 404, name
+            assert r.json()["error"].startswith("no pipeline named ")
+            assert len(r.json()["error"]) < 200
+        # a path that leaves the route is no history request: refused, never a 5xx
+        r = await c.get("/v1/pipelines/..%2F..%2Fetc/history")
+        assert r.status_code in (404, 405)
+
+
 async def test_many_concurrent_readers_share_one_redis_read(client, redis) -> None:
     async with client as c:
         rs = await asyncio.gather(
