@@ -186,10 +186,10 @@ async def test_many_calls_at_zero_each_get_their_answer_or_their_retry(cold_stub
     """200 concurrent calls while the pipeline wakes: short deadlines are told to retry,
     long ones are answered; none hangs past its deadline."""
     md = [("x-eventbus-pipeline", "echo")]
-    cold_stub.cold.start_s = 1.5
+    cold_stub.cold.start_s = 2.5
 
     async def one(i: int) -> str:
-        timeout = 1.0 if i % 2 else 5.0
+        timeout = 1.5 if i % 2 else 8.0
         try:
             out = await cold_stub.Invoke(event_to_proto(ev(i, 500)), metadata=md, timeout=timeout)
             return "ok" if len(out.events) == 1 else "empty"
@@ -198,5 +198,9 @@ async def test_many_calls_at_zero_each_get_their_answer_or_their_retry(cold_stub
 
     started = time.monotonic()
     codes = await asyncio.gather(*(one(i) for i in range(200)))
-    assert codes == ["ok" if i % 2 == 0 else "UNAVAILABLE" for i in range(200)]
-    assert time.monotonic() - started < 4.0
+    assert codes[::2] == ["ok"] * 100
+    # the gateway answers 250 ms before each short deadline: on a machine so loaded that its
+    # loop stalls longer than that, a caller's own deadline may fire first (still no hang)
+    assert set(codes[1::2]) <= {"UNAVAILABLE", "DEADLINE_EXCEEDED"}
+    assert codes[1::2].count("UNAVAILABLE") >= 90, codes[1::2]
+    assert time.monotonic() - started < 7.0
