@@ -319,6 +319,33 @@ def test_stats_api_reports_topology_counters_latency_and_lag(
     assert httpx.get(f"{gateway.url}/v1/pipelines/nope-{name}/stats").status_code == 404
 
 
+def test_history_api_adds_up_to_the_totals(gateway: Gateway, deployed: dict[str, Any]) -> None:
+    """The 15-minute history in Redis (10 s buckets, written with the figures) holds every
+    event the totals count, once: its rates times the bucket length sum to the totals."""
+    name = deployed["name"]
+    url = f"{gateway.url}/v1/pipelines/{name}/history"
+
+    def summed() -> tuple[int, int, int]:
+        h = httpx.get(url, timeout=5).json()
+        return tuple(  # type: ignore[return-value]
+            round(sum(h[k]) * h["bucket_s"]) for k in ("in_per_s", "out_per_s", "failed_per_s")
+        )
+
+    # 83 in (80 Kafka + 3 sync), 65 out, 6 failed; buckets settle 10-12 s after their start
+    wait_for(lambda: summed() == (83, 65, 6), 40, summed)
+    h = httpx.get(url, timeout=5).json()
+    assert h["window_s"] == 900 and len(h["t"]) == 90 and h["bucket_s"] == 10
+    assert h["replicas"][-1] == 1 and 0 in h["replicas"]  # none before the deploy
+    delivered = [p for p in h["p99_s"] if p is not None]
+    assert delivered and all(0 < p < 60 for p in delivered)
+    assert h["lag"][-1] == 0
+    short = httpx.get(url + "?window_s=60", timeout=5).json()
+    assert short["t"] == h["t"][-6:] and short["in_per_s"] == h["in_per_s"][-6:]
+    r = httpx.get(url + "?window_s=5", timeout=5)
+    assert r.status_code == 400 and "window_s 5 is out of range" in r.json()["error"]
+    assert httpx.get(f"{gateway.url}/v1/pipelines/nope-{name}/history").status_code == 404
+
+
 def test_metrics_endpoint_exposes_the_same_figures(
     gateway: Gateway, deployed: dict[str, Any]
 ) -> None:
@@ -455,6 +482,51 @@ def test_dashboard_shows_the_pipeline_and_sends_a_test_event(
     ):
         assert part in c["topology"]
     assert c["rows"]["large"][:6] == ["large", "filter", "83", "71", "12", "0"]
+
+    # The charts of the last 15 minutes: inline SVG drawn from /v1/history, with data.
+    read_charts = """
+        const card = document.querySelector(arguments[0]);
+        if (!card) return null;
+        const out = {};
+        for (const chart of card.querySelectorAll("svg[data-chart]")) {
+            const box = chart.getBoundingClientRect();
+            const base = chart.querySelector("line.axis").y1.baseVal.value;
+            const series = {};
+            for (const g of chart.querySelectorAll("g[data-series]")) {
+                const ys = [];
+                for (const line of g.querySelectorAll("polyline"))
+                    for (let i = 0; i < line.points.numberOfItems; i++) ys.push(line.points.getItem(i).y);
+                for (const dot of g.querySelectorAll("circle")) ys.push(dot.cy.baseVal.value);
+                series[g.dataset.series] = {
+                    points: ys.length,
+                    above: ys.filter(y => y < base - 0.5).length,
+                    levels: [...new Set(ys.map(y => Math.round(y)))].length,
+                };
+            }
+            out[chart.dataset.chart] = {width: box.width, height: box.height, series};
+        }
+        return out;
+    """
+
+    def charts() -> dict[str, Any] | None:
+        got = browser.execute_script(read_charts, card_css)
+        return (
+            got
+            if got and got.get("rate", {}).get("series", {}).get("in", {}).get("above")
+            else None
+        )
+
+    drawn = wait.until(lambda d: charts())
+    assert set(drawn) == {"rate", "latency", "lag", "replicas"}
+    for chart_id, chart in drawn.items():
+        assert chart["width"] > 200 and chart["height"] > 50, (chart_id, chart)
+    rate, latency = drawn["rate"]["series"], drawn["latency"]["series"]
+    assert rate["in"]["above"] >= 1 and rate["out"]["above"] >= 1 and rate["failed"]["above"] >= 1
+    assert rate["in"]["points"] >= 90  # one per bucket of the 15 minutes
+    assert latency["p50"]["above"] >= 1 and latency["p99"]["above"] >= 1
+    assert drawn["lag"]["series"]["lag"]["points"] >= 1
+    # the deploy is a step from zero replicas (before it) to one
+    assert drawn["replicas"]["series"]["replicas"]["levels"] == 2
 
     Select(browser.find_element(By.ID, "test-pipeline")).select_by_value(name)
     body = browser.find_element(By.ID, "test-body")

@@ -481,3 +481,98 @@ async def test_a_pipeline_at_zero_takes_async_and_sync_calls_through_the_gateway
             assert int(r.headers["retry-after"]) >= 1 and "scaled to zero" in r.json()["error"]
         else:
             assert r.json()["amount_cny"] == 2100.0
+
+
+async def test_grpc_invoke_at_zero_waits_for_the_cold_start_or_says_when_to_retry(
+    gateway: GatewayProcess, deploy_pipeline: Any, topic_factory: Any
+) -> None:
+    """A gRPC ``Invoke`` of a pipeline scaled to zero wakes it: with a deadline too short for
+    the cold start it gets UNAVAILABLE before its deadline, with ``retry-after`` and
+    ``grpc-retry-pushback-ms``; a call with a deadline long enough waits for the cold start
+    and is answered (the unit tests time both against a simulated start). The dashboard's
+    history (``/v1/pipelines/{name}/history``) shows the scale to zero and the cold start."""
+    from tests.integration.test_autoscaling import replica_count
+    from tests.integration.test_autoscaling import wait_for as wait_for_async
+
+    sink = topic_factory("gw-zero-grpc")
+    name = f"gw-zgrpc-{uuid.uuid4().hex[:6]}"
+    deploy_pipeline(
+        doc(
+            name,
+            sink,
+            [{"grpc": {"mode": "sync", "timeout_ms": 30_000}}],
+            serving={"replicas": {"min": 0, "max": 1, "idle_s": 2, "poll_s": 0.25}},
+        )
+    )
+    md = [("x-eventbus-pipeline", name)]
+    event = CloudEvent.create(type="payment.created", source="/grpc", id="z1", data={"amount": 150})
+
+    async def at_zero() -> None:
+        await wait_for_async(lambda: replica_count(name) == 0, 30, "the scale to zero")
+        # the gateway reads the state from Redis every 0.5 s
+        await wait_for_async(
+            lambda: name in scaled_to_zero(gateway), 10, "the gateway to see the pipeline at zero"
+        )
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{gateway.grpc_port}") as channel:
+        stub = eventbus_pb2_grpc.EventBusStub(channel)
+        t0 = time.monotonic()
+        await at_zero()
+        zero_s = time.monotonic() - t0
+        # the dashboard's history shows the scale to zero: a settled 10 s bucket without a
+        # replica after buckets with one
+        await wait_for_async(
+            lambda: _went_to_zero(history(gateway, name)["replicas"]),
+            25,
+            "the history to show the scale to zero",
+        )
+        started = time.monotonic()
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Invoke(event_to_proto(event), metadata=md, timeout=1.0)
+        refused_s = time.monotonic() - started
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE, info.value.details()
+        assert "scaled to zero" in (info.value.details() or "")
+        trailing = dict(info.value.trailing_metadata() or ())
+        assert int(trailing["retry-after"]) >= 1
+        assert int(trailing["grpc-retry-pushback-ms"]) >= 1000
+        assert refused_s < 1.0  # before the caller's own deadline
+        # The refused call woke the pipeline; a call with a deadline long enough waits out
+        # the cold start and is answered.
+        out = await stub.Invoke(event_to_proto(event.replace(id="z2")), metadata=md, timeout=30)
+        cold_s = time.monotonic() - started
+        (e,) = [event_from_proto(m) for m in out.events]
+        assert (e.id, e.data["amount_cny"]) == ("z2", 1050.0)
+
+    # ... and the cold start: after the bucket(s) at zero, one with a replica that ran events
+    def woke() -> bool:
+        h = history(gateway, name)
+        zero = _went_to_zero(h["replicas"])
+        return zero is not None and any(
+            r >= 1 and n > 0 for r, n in zip(h["replicas"][zero:], h["in_per_s"][zero:])
+        )
+
+    await wait_for_async(woke, 25, "the history to show the cold start")
+    print(
+        f"gRPC Invoke at zero (after {zero_s:.1f} s to zero): a 1 s deadline refused after "
+        f"{refused_s:.2f} s; the next call answered {cold_s:.2f} s after the first"
+    )
+
+
+def history(gateway: GatewayProcess, name: str) -> dict[str, Any]:
+    r = httpx.get(f"{gateway.url}/v1/pipelines/{name}/history?window_s=300", timeout=5)
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def _went_to_zero(replicas: list[int]) -> int | None:
+    """The index of the first bucket without a replica after one with a replica, if any."""
+    up = next((i for i, n in enumerate(replicas) if n >= 1), None)
+    if up is None:
+        return None
+    return next((i for i in range(up + 1, len(replicas)) if replicas[i] == 0), None)
+
+
+def scaled_to_zero(gateway: GatewayProcess) -> set[str]:
+    """The pipelines the gateway's stats show at zero."""
+    views = httpx.get(f"{gateway.url}/v1/stats", timeout=5).json()
+    return {v["name"] for v in views if v.get("state") == "SCALED_TO_ZERO"}

@@ -122,3 +122,10 @@ def test_control_plane_transaction_and_canary_scan_on_cluster(
     r.delete(keys.pipeline_versions(name), keys.canary(name), keys.canary_figures(name))
     assert r.get(keys.canary(name)) is None
     r.close()
+
+
+def test_history_on_cluster(redis_cluster: RedisCluster) -> None:
+    # a pipeline's stats entry and its history buckets share a slot: one pipeline, two EVALs
+    from tests.integration.test_history_redis import write_and_read
+
+    asyncio.run(write_and_read(redis_cluster.url))

@@ -35,6 +35,7 @@ def test_canary_pattern_finds_canaries_only() -> None:
 
 def test_observability_and_delivery_keys() -> None:
     assert keys.stats("orders") == "eventbus:stats:{orders}"
+    assert keys.history("orders", 1700000000) == "eventbus:history:{orders}:1700000000"
     assert keys.dedupe_prefix("orders") == "eventbus:dedupe:{orders}:"
     assert keys.schedule("orders", "nightly") == "eventbus:schedule:{orders}:nightly"
 
@@ -116,6 +117,8 @@ def test_keys_of_one_script_or_transaction_share_one_slot() -> None:
         keys.allocate_plan_lock("ads", "coupon"),
         keys.duals("ads", "coupon"),
     )
+    # a writer's stats entry and its history bucket: one pipeline (one round trip)
+    assert one_slot(keys.stats("orders"), keys.history("orders", 0), keys.history("orders", 10))
     assert one_slot(keys.dedupe_prefix("orders") + "ab", keys.dedupe_prefix("orders") + "cd")
     assert one_slot(
         keys.model("fraud"),

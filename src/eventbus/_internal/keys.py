@@ -24,6 +24,9 @@ Control plane (the controller, ``serving``):
 Observability (replicas, source actors and gateways write; gateways and ``status`` read):
 
 * :func:`stats` (hash): entry id (replica, source actor or gateway) -> JSON of its figures.
+* :func:`history` (hash with a TTL): one 10-second bucket of a pipeline's last 15 minutes
+  (events in/out/failed, latency histogram counts, each writer's lag and liveness); same hash
+  tag as :func:`stats`, written with it in one round trip.
 
 Delivery (``eventing``):
 
@@ -91,6 +94,7 @@ __all__ = [
     "dedupe_prefix",
     "duals",
     "hash_tag",
+    "history",
     "join_prefix",
     "model",
     "model_blob",
@@ -153,6 +157,13 @@ def canary_figures(pipeline: str) -> str:
 def stats(pipeline: str) -> str:
     """Hash: entry id (replica, source actor, gateway) -> JSON of its live or final figures."""
     return f"{PREFIX}stats:{{{pipeline}}}"
+
+
+def history(pipeline: str, bucket: int) -> str:
+    """Hash (expires): the figures of the pipeline's history bucket starting at ``bucket``
+    (epoch s, a multiple of the bucket length): counters added by every writer, and a
+    ``lag:<entry id>``/``up:<entry id>`` field per writer (``observability._history``)."""
+    return f"{PREFIX}history:{{{pipeline}}}:{bucket}"
 
 
 # -- delivery --------------------------------------------------------------------------------

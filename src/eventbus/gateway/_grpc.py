@@ -5,11 +5,16 @@
 pipeline is named in the ``x-eventbus-pipeline`` metadata. Status codes mirror the HTTP ones:
 400 INVALID_ARGUMENT, 401 UNAUTHENTICATED, 403 PERMISSION_DENIED, 404 NOT_FOUND,
 413 RESOURCE_EXHAUSTED, 422 FAILED_PRECONDITION, 503 UNAVAILABLE, 504 DEADLINE_EXCEEDED.
+
+``Invoke`` of a pipeline scaled to zero (``replicas.min: 0``) wakes it and waits for the cold
+start within the call's deadline (and the source's ``timeout_ms``); when that is too short it
+answers UNAVAILABLE just before the deadline, with ``retry-after`` (seconds) and
+``grpc-retry-pushback-ms`` trailing metadata, as HTTP answers 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
 
-import asyncio
+import math
 from typing import Any
 
 import grpc
@@ -31,9 +36,19 @@ from eventbus.gateway._ingress import (
     split_outcomes,
 )
 
-__all__ = ["PIPELINE_METADATA", "build_grpc_server", "grpc_status"]
+__all__ = [
+    "DEADLINE_MARGIN_S",
+    "PIPELINE_METADATA",
+    "build_grpc_server",
+    "grpc_status",
+    "retry_metadata",
+]
 
 PIPELINE_METADATA = "x-eventbus-pipeline"
+#: ``Invoke`` answers this long (at most a quarter of the call's time) before the call's
+#: deadline: a pipeline still waking gets UNAVAILABLE with its retry metadata, which the
+#: caller receives, rather than the caller's own DEADLINE_EXCEEDED without them.
+DEADLINE_MARGIN_S = 0.25
 _MAX_MESSAGE = 64 * 1024 * 1024
 #: Most bytes of a call's metadata (as the HTTP face's header limit); grpc refuses a larger
 #: call with RESOURCE_EXHAUSTED before it reaches the servicer.
@@ -48,6 +63,22 @@ _CODES = {
     503: grpc.StatusCode.UNAVAILABLE,
     504: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
+
+
+def retry_metadata(exc: IngressError) -> tuple[tuple[str, str], ...]:
+    """The trailing metadata of an error that says when to retry (a pipeline at zero, waking):
+    ``retry-after`` in whole seconds (as the HTTP face's header) and
+    ``grpc-retry-pushback-ms``, which gRPC clients with a retry policy wait before retrying."""
+    if exc.retry_after_s is None:
+        return ()
+    return (
+        ("retry-after", str(max(1, math.ceil(exc.retry_after_s)))),
+        ("grpc-retry-pushback-ms", str(max(0, round(exc.retry_after_s * 1000)))),
+    )
+
+
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: IngressError) -> None:
+    await context.abort(grpc_status(exc.status), exc.message, trailing_metadata=retry_metadata(exc))
 
 
 def grpc_status(http_status: int) -> grpc.StatusCode:
@@ -102,7 +133,7 @@ class _Servicer(eventbus_pb2_grpc.EventBusServicer):
             await self._ingress.publish(route, events)
             return eventbus_pb2.PublishReply(accepted=len(events))
         except IngressError as e:
-            await context.abort(grpc_status(e.status), e.message)
+            await _abort(context, e)
             raise  # unreachable: abort raises
 
     async def Invoke(
@@ -116,21 +147,16 @@ class _Servicer(eventbus_pb2_grpc.EventBusServicer):
             except EventDecodeError as e:
                 raise IngressError(400, str(e)) from None
             self._ingress.validate(route, [event])
+            # Answer before the caller gives up: a pipeline scaled to zero gets the deadline
+            # for its cold start, less a margin for the answer to travel back.
             remaining = context.time_remaining()
-            call = self._ingress.invoke(route, [event])
+            deadline_s = None
             if remaining is not None:
-                try:
-                    outcomes = await asyncio.wait_for(call, max(0.0, remaining))
-                except TimeoutError:
-                    raise IngressError(
-                        504,
-                        f"pipeline {route.pipeline!r} did not answer within the call's deadline",
-                    ) from None
-            else:
-                outcomes = await call
+                deadline_s = remaining - min(DEADLINE_MARGIN_S, remaining / 4)
+            outcomes = await self._ingress.invoke(route, [event], deadline_s=deadline_s)
             return events_to_proto_batch(split_outcomes(route.pipeline, [event], outcomes))
         except IngressError as e:
-            await context.abort(grpc_status(e.status), e.message)
+            await _abort(context, e)
             raise
 
 

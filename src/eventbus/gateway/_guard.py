@@ -2,8 +2,8 @@
 state-changing requests. An ASGI wrapper around the whole HTTP app (event routes included).
 
 Read token (optional; ``eventbus gateway --read-token-file F`` or ``EVENTBUS_READ_TOKEN``):
-``GET /metrics``, ``/v1/stats``, ``/v1/pipelines``, ``/v1/pipelines/{name}/stats`` and
-``/dashboard`` show the pipelines' names, paths, topics and filters; with a read token set
+``GET /metrics``, ``/v1/stats``, ``/v1/history``, ``/v1/pipelines``,
+``/v1/pipelines/{name}/stats``, ``/v1/pipelines/{name}/history`` and ``/dashboard`` show the pipelines' names, paths, topics and filters; with a read token set
 they need ``Authorization: Bearer <token>`` (the admin token is accepted too). A browser opens
 ``/dashboard?token=<token>`` once: the gateway answers with a cookie (``HttpOnly``,
 ``SameSite=Strict``) and a redirect to ``/dashboard``, and the page's own requests carry the
@@ -30,14 +30,14 @@ __all__ = ["READ_COOKIE", "guard"]
 #: The cookie the dashboard's requests carry the read token in.
 READ_COOKIE = "eventbus_read"
 
-_READ_PATHS = frozenset(("/metrics", "/v1/stats", "/v1/pipelines", "/dashboard"))
+_READ_PATHS = frozenset(("/metrics", "/v1/stats", "/v1/history", "/v1/pipelines", "/dashboard"))
 _CHANGING = frozenset(("POST", "PUT", "PATCH", "DELETE"))
 
 
 def _is_read_path(path: str) -> bool:
     if path in _READ_PATHS:
         return True
-    return path.startswith("/v1/pipelines/") and path.endswith("/stats")
+    return path.startswith("/v1/pipelines/") and path.endswith(("/stats", "/history"))
 
 
 def _header(scope: Any, name: bytes) -> str | None:

@@ -345,10 +345,18 @@ class Ingress:
                 f"pipeline {route.pipeline!r}: the events could not be written to its ingress topic ({type(e).__name__}: {e}); nothing was accepted, retry",
             ) from None
 
-    async def invoke(self, route: Route, events: list[CloudEvent]) -> list[Outcome]:
-        """Run events through the pipeline within the route's deadline (504 after; 503 with
-        ``Retry-After`` when the pipeline was scaled to zero and did not wake in time)."""
+    async def invoke(
+        self, route: Route, events: list[CloudEvent], deadline_s: float | None = None
+    ) -> list[Outcome]:
+        """Run events through the pipeline within the route's ``timeout_ms``, or the caller's
+        own deadline when that is sooner (a gRPC call's): 504 after it, or 503 with
+        ``Retry-After`` when the pipeline was scaled to zero and its cold start did not end
+        in time (the call woke it: a retry after that finds it up)."""
         timeout_s = route.config.timeout_ms / 1000.0
+        within = f"{route.config.timeout_ms} ms (timeout_ms of its source)"
+        if deadline_s is not None and deadline_s < timeout_s:
+            timeout_s = max(0.0, deadline_s)
+            within = f"the call's deadline ({timeout_s * 1000:.0f} ms were left)"
         cold = route.pipeline in self.scaled_to_zero
         if self.wake is not None and route.pipeline in self.may_scale_to_zero | self.scaled_to_zero:
             try:
@@ -362,13 +370,14 @@ class Ingress:
                 raise IngressError(
                     503,
                     f"pipeline {route.pipeline!r} was scaled to zero (replicas.min: 0) and is "
-                    f"starting; it did not answer within {route.config.timeout_ms} ms (timeout_ms "
-                    "of its source); retry after Retry-After, or send async (nothing waits then)",
+                    f"starting; it did not answer within {within}; retry after Retry-After, or "
+                    "send async (nothing waits then)",
                     retry_after_s=COLD_START_RETRY_S,
                 ) from None
+            fix = "raise timeout_ms" if deadline_s is None else "give the call a longer deadline"
             raise IngressError(
                 504,
-                f"pipeline {route.pipeline!r} did not answer within {route.config.timeout_ms} ms (timeout_ms of its source); retry, or raise timeout_ms",
+                f"pipeline {route.pipeline!r} did not answer within {within}; retry, or {fix}",
             ) from None
         except IngressError:
             raise

@@ -80,6 +80,7 @@ class Gateway:
         from eventbus.serving._figures import ChangeGate
 
         self._figures_gate = ChangeGate()  # unchanged sync counts: written at the heartbeat
+        self._history: dict[str, Any] = {}  # pipeline -> its HistoryRecorder
         self._woken: dict[str, float] = {}  # pipeline -> when a sync call was last recorded
         self.ingress.wake = self._wake
         if isinstance(self.backend, GatewayBackend):
@@ -103,6 +104,8 @@ class Gateway:
         if isinstance(self.backend, GatewayBackend):
             self.backend.forget(set(table.pipelines))
         self.figures.forget(set(table.pipelines))
+        for gone in set(self._history) - set(table.pipelines):
+            del self._history[gone]  # a pipeline deployed again under the name starts anew
 
     async def _wake(self, pipeline: str) -> None:
         """Record a sync call of a ``min: 0`` pipeline for the controller's scale-to-zero
@@ -138,6 +141,7 @@ class Gateway:
         """Write this gateway's sync counts per pipeline to ``eventbus:stats:{<pipeline>}``
         (role ``gateway``): every gateway's, so any gateway or ``eventbus status`` shows
         totals that include the sync calls."""
+        from eventbus.observability._history import HistoryRecorder
         from eventbus.serving._figures import write_entry
 
         gate = self._figures_gate
@@ -146,9 +150,11 @@ class Gateway:
             # a deleted pipeline's hash is gone: do not write it again; unchanged counts are
             # written at the heartbeat only (no per-second work per idle pipeline)
             if pipeline in live and (final or gate.due(pipeline, dict(counts))):
-                await write_entry(
-                    self._redis, pipeline, field, {"role": "gateway", "sync": dict(counts)}, final
-                )
+                history = self._history.get(pipeline)
+                if history is None:
+                    history = self._history[pipeline] = HistoryRecorder(pipeline, field)
+                body = {"role": "gateway", "sync": dict(counts)}
+                await write_entry(self._redis, pipeline, field, body, final, history=history)
 
     async def _publish_forever(self, field: str) -> None:
         from eventbus.serving._figures import PUBLISH_EVERY_S

@@ -4,8 +4,10 @@
 Replicas that run their sources publish from the sources' loop (``_replica_sources``); the
 source actors and the gateway from their own loops with :func:`write_entry`; replicas without
 sources (``source_placement: actor``) from a daemon thread (:class:`ThreadPublisher`). Each
-writes once a second, never per batch or event, and a last time with ``final`` when it stops,
-so that totals do not drop when it goes away.
+writes when its figures changed (looking once a second) or at the :data:`HEARTBEAT_S`
+heartbeat, never per batch or event, and a last time with ``final`` when it stops, so that
+totals do not drop when it goes away. Each write also adds what is new to the pipeline's
+15-minute history (:mod:`eventbus.observability._history`) in the same round trip.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from eventbus._internal import keys
+from eventbus.observability._history import HistoryRecorder
 
 __all__ = [
     "HEARTBEAT_S",
@@ -76,11 +79,25 @@ def entry_id(role: str) -> str:
 
 
 async def write_entry(
-    redis: Any, pipeline: str, field: str, body: dict[str, Any], final: bool = False
+    redis: Any,
+    pipeline: str,
+    field: str,
+    body: dict[str, Any],
+    final: bool = False,
+    history: HistoryRecorder | None = None,
 ) -> None:
-    """Write one entry (``redis.asyncio`` client): ``body`` plus ``at`` and ``final``."""
-    value = json.dumps({**body, "at": time.time(), "final": final})
-    await redis.hset(keys.stats(pipeline), field, value)
+    """Write one entry (``redis.asyncio`` client): ``body`` plus ``at`` and ``final``; with a
+    ``history`` recorder, what is new since its last write goes to the pipeline's history in
+    the same round trip."""
+    now = time.time()
+    value = json.dumps({**body, "at": now, "final": final})
+    if history is None:
+        await redis.hset(keys.stats(pipeline), field, value)
+        return
+    pipe = redis.pipeline(transaction=False)
+    pipe.hset(keys.stats(pipeline), field, value)
+    history.queue(pipe, body, now)
+    await pipe.execute()
 
 
 class ThreadPublisher:
@@ -104,6 +121,7 @@ class ThreadPublisher:
         self.field = field
         self._snapshot = snapshot
         self._gate = ChangeGate()
+        self._history = HistoryRecorder(pipeline, field)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="eventbus-figures", daemon=True)
 
@@ -128,8 +146,11 @@ class ThreadPublisher:
         body = self._snapshot()
         if not final and not self._gate.due(self.field, json.dumps(body, sort_keys=True)):
             return
-        value = json.dumps({**body, "at": time.time(), "final": final})
-        self._redis.hset(self._key, self.field, value)
+        now = time.time()
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hset(self._key, self.field, json.dumps({**body, "at": now, "final": final}))
+        self._history.queue(pipe, body, now)
+        pipe.execute()
 
     def _loop(self) -> None:
         while not self._stop.wait(PUBLISH_EVERY_S):

@@ -27,6 +27,7 @@ from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.eventing._outcome import Outcome
 from eventbus.eventing.sources._kafka_settings import DeliveryPolicy
+from eventbus.observability._history import HistoryRecorder
 from eventbus.pipelines._config import PipelineConfig, SinkConfig
 from eventbus.pipelines._runner import PipelineRunner
 from eventbus.serving._outputs import make_sink, source_sinks, sweep_forever
@@ -130,6 +131,7 @@ class ReplicaSources:
         self._kafka_client = kafka_client
         self._redis_url = redis_url
         self.replica_id = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._history = HistoryRecorder(config.name, self.replica_id)
         self._sources: list[Any] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -393,10 +395,12 @@ class ReplicaSources:
         # synchronously: off this loop.
         metrics = await asyncio.to_thread(self._runner.metrics)
         metrics["sources"] = [s.metrics() for s in self._sources]
-        value = json.dumps(
-            {"at": time.time(), "final": final, "sources": self.stats(), "metrics": metrics}
-        )
-        await self._redis.hset(key, self.replica_id, value)
+        body = {"sources": self.stats(), "metrics": metrics}
+        now = time.time()
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hset(key, self.replica_id, json.dumps({**body, "at": now, "final": final}))
+        self._history.queue(pipe, body, now)  # the same round trip
+        await pipe.execute()
         if final:
             await self._redis.aclose()
             self._redis = None
@@ -441,5 +445,7 @@ def read_stats(redis_client: Any, pipeline: str, num_sources: int) -> list[dict[
 
 
 def clear_stats(redis_client: Any, pipeline: str) -> None:
-    """Forget a pipeline's counters (on delete)."""
-    redis_client.delete(keys.stats(pipeline))
+    """Forget a pipeline's counters and history (on delete): one ``DEL`` (one hash tag)."""
+    from eventbus.observability._history import bucket_keys
+
+    redis_client.delete(keys.stats(pipeline), *bucket_keys(pipeline))

@@ -62,6 +62,7 @@ class SourceActor:
         self._source: Any = None
         self._redis: Any = None  # redis.asyncio client for the figures, made on first use
         self._field = ""
+        self._history: Any = None  # its HistoryRecorder, made with the client
         self._error: str | None = None
         self._started = asyncio.Event()
         # An async actor's __init__ runs on its event loop. Ray restarts a dead actor by
@@ -182,12 +183,14 @@ class SourceActor:
         """The source's counters, latency histogram and lag, as the replicas publish theirs
         (the steps' figures come from the replicas, which run them)."""
         from eventbus._internal.redis_client import connect_async
+        from eventbus.observability._history import HistoryRecorder
         from eventbus.serving._figures import entry_id, write_entry
 
         if self._redis is None:
             assert self._redis_url is not None  # figures are published only with a Redis
             self._redis = connect_async(self._redis_url)
             self._field = entry_id(f"source{self._index}")
+            self._history = HistoryRecorder(self._config.name, self._field)
         src = self._source
         body = {
             "role": "source",
@@ -195,7 +198,9 @@ class SourceActor:
             "sources": [src.stats()],
             "metrics": {"sources": [src.metrics()]},
         }
-        await write_entry(self._redis, self._config.name, self._field, body, final)
+        await write_entry(
+            self._redis, self._config.name, self._field, body, final, history=self._history
+        )
         if final:
             await self._redis.aclose()
             self._redis = None

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import grpc
 import pytest
 
@@ -107,3 +110,97 @@ async def test_bearer_token_passes(stub) -> None:
         timeout=5,
     )
     assert len(out.events) == 1
+
+
+class _ColdBackend:
+    """A pipeline's replicas starting: every invoke waits ``start_s``, then runs the steps."""
+
+    def __init__(self, inner, start_s: float) -> None:
+        self.inner = inner
+        self.start_s = start_s
+
+    async def publish(self, pipeline, events):
+        await self.inner.publish(pipeline, events)
+
+    async def invoke(self, pipeline, events):
+        await asyncio.sleep(self.start_s)
+        return await self.inner.invoke(pipeline, events)
+
+
+@pytest.fixture
+async def cold_stub(ingress_factory):
+    """A gateway whose pipeline ``echo`` is scaled to zero; ``stub.start_s`` is its cold start."""
+    ingress, backend = ingress_factory()
+    cold = _ColdBackend(backend, start_s=0.4)
+    ingress.backend = cold
+    ingress.scaled_to_zero = frozenset({"echo"})
+    woken: list[str] = []
+
+    async def wake(name: str) -> None:
+        woken.append(name)
+
+    ingress.wake = wake
+    server, port = build_grpc_server(ingress, "127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    s = eventbus_pb2_grpc.EventBusStub(channel)
+    s.cold, s.woken, s.ingress = cold, woken, ingress
+    yield s
+    await channel.close()
+    await server.stop(0)
+
+
+async def test_invoke_at_zero_waits_for_the_cold_start_within_the_deadline(cold_stub) -> None:
+    md = [("x-eventbus-pipeline", "echo")]
+    out = await cold_stub.Invoke(event_to_proto(ev(1, 500)), metadata=md, timeout=3)
+    (e,) = [event_from_proto(m) for m in out.events]
+    assert e.data["amount_cny"] == 3500.0 and cold_stub.woken == ["echo"]
+
+
+async def test_invoke_at_zero_past_the_deadline_is_unavailable_with_retry_metadata(
+    cold_stub,
+) -> None:
+    cold_stub.cold.start_s = 30.0
+    md = [("x-eventbus-pipeline", "echo")]
+    started = time.monotonic()
+    call = cold_stub.Invoke(event_to_proto(ev(1, 500)), metadata=md, timeout=1.0)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call
+    took = time.monotonic() - started
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE, info.value.details()
+    assert "was scaled to zero (replicas.min: 0) and is starting" in info.value.details()
+    assert "the call's deadline" in info.value.details()
+    trailing = dict(info.value.trailing_metadata() or ())
+    assert trailing["retry-after"] == "5" and trailing["grpc-retry-pushback-ms"] == "5000"
+    assert 0.7 <= took < 1.0  # answered before the caller's deadline, a margin short of it
+    # a warm pipeline past the call's deadline: DEADLINE_EXCEEDED from the gateway, no retry
+    cold_stub.ingress.scaled_to_zero = frozenset()
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await cold_stub.Invoke(event_to_proto(ev(2, 500)), metadata=md, timeout=0.5)
+    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert "did not answer within the call's deadline" in info.value.details()
+    assert "retry-after" not in dict(info.value.trailing_metadata() or ())
+
+
+async def test_many_calls_at_zero_each_get_their_answer_or_their_retry(cold_stub) -> None:
+    """200 concurrent calls while the pipeline wakes: short deadlines are told to retry,
+    long ones are answered; none hangs past its deadline."""
+    md = [("x-eventbus-pipeline", "echo")]
+    cold_stub.cold.start_s = 2.5
+
+    async def one(i: int) -> str:
+        timeout = 1.5 if i % 2 else 8.0
+        try:
+            out = await cold_stub.Invoke(event_to_proto(ev(i, 500)), metadata=md, timeout=timeout)
+            return "ok" if len(out.events) == 1 else "empty"
+        except grpc.aio.AioRpcError as e:
+            return e.code().name
+
+    started = time.monotonic()
+    codes = await asyncio.gather(*(one(i) for i in range(200)))
+    assert codes[::2] == ["ok"] * 100
+    # the gateway answers 250 ms before each short deadline: on a machine so loaded that its
+    # loop stalls longer than that, a caller's own deadline may fire first (still no hang)
+    assert set(codes[1::2]) <= {"UNAVAILABLE", "DEADLINE_EXCEEDED"}
+    assert codes[1::2].count("UNAVAILABLE") >= 90, codes[1::2]
+    assert time.monotonic() - started < 7.0
