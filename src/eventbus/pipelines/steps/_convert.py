@@ -121,7 +121,7 @@ class ConvertStep(Step):
                     data = value
                 elif len(path) == 1 and data.__class__ is dict:  # data.x: one copy of data
                     if id(data) not in copied:
-                        data = data.copy()  # type: ignore[union-attr]
+                        data = data.copy()
                         copied.add(id(data))
                     data[path[0]] = value
                 else:
