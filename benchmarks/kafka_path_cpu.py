@@ -39,7 +39,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import orjson
 from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.structs import ConsumerRecord, RecordMetadata, TopicPartition
-from kafka_pipeline import PARTITIONS, PIPELINE, make_values
 
 from eventbus.eventing.sinks._kafka import KafkaSink, KafkaSinkConfig
 from eventbus.eventing.sources._kafka_batch import BatchMaker
@@ -49,6 +48,11 @@ from eventbus.eventing.sources._kafka_retry import EventRetries
 from eventbus.eventing.sources._kafka_settings import DeliveryPolicy, SourceSinks
 from eventbus.pipelines._loader import load_pipeline_text
 from eventbus.pipelines._runner import PipelineRunner
+
+try:  # the events and pipeline of kafka_pipeline.py, wherever they are defined
+    from _common import PARTITIONS, PIPELINE, make_values
+except ImportError:
+    from kafka_pipeline import PARTITIONS, PIPELINE, make_values
 
 BATCH = 2000
 _BATCH_BYTES = 512 * 1024
