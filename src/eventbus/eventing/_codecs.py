@@ -790,18 +790,24 @@ def encode_kafka_binary(event: CloudEvent) -> tuple[list[tuple[str, bytes]], byt
         ``(headers, value)``.
     """
     names = _HEADER_NAMES
-    headers: list[tuple[str, bytes]] = []
-    for name, value in event.attributes.items():
-        hname = names.get(name)
-        if hname is None:
-            hname = "content-type" if name == "datacontenttype" else "ce_" + name
-            if len(names) < _VALID_NAMES_MAX:
-                names[name] = hname
-        if value.__class__ is str:
-            headers.append((hname, value.encode()))
-        elif value is not None:
-            headers.append((hname, _header_value(value)))
+    try:
+        # The usual event: every attribute a string whose header name is known already.
+        headers = [(names[name], value.encode()) for name, value in event.attributes.items()]
+    except (KeyError, AttributeError):
+        headers = []
+        for name, value in event.attributes.items():
+            hname = names.get(name)
+            if hname is None:
+                hname = "content-type" if name == "datacontenttype" else "ce_" + name
+                if len(names) < _VALID_NAMES_MAX:
+                    names[name] = hname
+            if value.__class__ is str:
+                headers.append((hname, value.encode()))
+            elif value is not None:
+                headers.append((hname, _header_value(value)))
     data = event.data
+    if data.__class__ is dict:
+        return headers, orjson.dumps(data, option=_DUMPS)
     if data is None:
         return headers, None
     if isinstance(data, (bytes, bytearray, memoryview)):

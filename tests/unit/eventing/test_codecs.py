@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import re
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -707,3 +708,35 @@ def test_records_path_takes_consumer_records() -> None:
     )
     assert errors == []
     assert events[0].attributes == decode(value, headers, key).attributes
+
+
+def test_binary_headers_of_new_names_and_non_string_values_take_the_general_path() -> None:
+    # The per-event fast path covers string attributes of known header names; anything else
+    # (a name first seen, None, bytes, a datetime) is encoded by the general loop.
+    name = "fresh" + uuid.uuid4().hex[:8]  # a name no earlier encode saw
+    event = CloudEvent(
+        {
+            "specversion": "1.0",
+            "id": "1",
+            "source": "/s",
+            "type": "t",
+            name: "v",
+            "skipped": None,
+            "blob": b"ab",
+            "when": datetime(2024, 5, 1, 12, tzinfo=UTC),
+        },
+        [1, 2],
+    )
+    headers, value = encode_kafka_binary(event)
+    assert headers == [
+        ("ce_specversion", b"1.0"),
+        ("ce_id", b"1"),
+        ("ce_source", b"/s"),
+        ("ce_type", b"t"),
+        (f"ce_{name}", b"v"),
+        ("ce_blob", b"YWI="),
+        ("ce_when", b"2024-05-01T12:00:00Z"),
+    ]
+    assert value == b"[1,2]"
+    again, _ = encode_kafka_binary(CloudEvent({"id": "2", name: "w"}, {"a": 1}))
+    assert again == [("ce_id", b"2"), (f"ce_{name}", b"w")]  # the name is known now

@@ -130,6 +130,41 @@ def test_convert_attribute_must_be_string() -> None:
     assert f.message == "attribute 'type' must be a non-empty string; the expression gave 2"
 
 
+def test_convert_values_that_are_not_scalars_or_strings_take_the_checked_path() -> None:
+    # The per-event fast path passes scalars and non-empty strings through as they are; every
+    # other value still gets json_value (data) or attribute_value (attributes).
+    r = pipeline(
+        """\
+        - id: c
+          convert:
+            set:
+              data.when: "timestamp('2024-05-01T10:00:00Z')"
+              data.took: "duration('90s')"
+              data.raw: "b'ab'"
+              data.pair: "[1, 'x']"
+              data.top: "'scalar'"
+              count: "data.n + 1"
+              flag: "true"
+        """
+    )
+    [[out]] = r.run([ev(0, n=1)])  # type: ignore[misc]
+    assert out.data == {
+        "n": 1,
+        "when": "2024-05-01T10:00:00Z",
+        "took": "90s",
+        "raw": "YWI=",
+        "pair": [1, "x"],
+        "top": "scalar",
+    }
+    assert out.attributes["count"] == 2 and out.attributes["flag"] is True
+    [f] = r.run([CloudEvent.create(type="t", source="/s", id="2", data=7)])
+    assert isinstance(f, Failure) and "data is int, not an object" in f.message
+    empty = pipeline("- id: c\n  convert: {set: {subject: \"''\"}}\n")
+    [g] = empty.run([ev(2)])
+    assert isinstance(g, Failure)
+    assert g.message == "attribute 'subject' must be a non-empty string; the expression gave ''"
+
+
 def test_function_steps_per_event_and_batch_fanout() -> None:
     r = pipeline(
         """\

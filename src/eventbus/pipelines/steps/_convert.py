@@ -64,6 +64,8 @@ class ConvertConfig(BaseModel):
 
 
 _PLAIN = (str, int, float, bool, type(None))
+#: Classes whose values JSON holds as they are (json_value returns them unchanged).
+_SCALARS = frozenset(_PLAIN)
 
 
 class ConvertStep(Step):
@@ -77,6 +79,12 @@ class ConvertStep(Step):
         super().__init__(step_id)
         self._data = compile_cel(spec.data) if spec.data is not None else None
         self._sets = [(path.split("."), compile_cel(src)) for path, src in spec.set.items()]
+        # Per set, resolved once: (attribute name or None for data, the data path under
+        # ``data`` (empty: data itself), the compiled expression's evaluate).
+        self._plan = [
+            (None if keys[0] == "data" else keys[0], keys[1:], prog.evaluate)
+            for keys, prog in self._sets
+        ]
         self._removes = [path.split(".") for path in spec.remove]
         used: frozenset[str] = frozenset()
         for prog in [*(p for _, p in self._sets), *([self._data] if self._data else [])]:
@@ -94,22 +102,34 @@ class ConvertStep(Step):
 
     def _convert(self, e: CloudEvent) -> CloudEvent:
         act = self._build(e)
-        attrs = dict(e.attributes)
+        attrs = e.attributes.copy()
         data = e.data
         if self._data is not None:
             data = self._data.evaluate(act)
             if not isinstance(data, _PLAIN) or isinstance(data, (dict, list)):
                 data = json_value(data)
         copied: set[int] = set()
-        for keys, prog in self._sets:
-            value = prog.evaluate(act)
-            if keys[0] == "data":
-                if len(keys) == 1:
-                    data = json_value(value)
+        # Per event and set: scalars (the usual values) skip the conversions, which change
+        # only datetimes, durations, bytes and containers; non-empty strings are valid for
+        # every attribute (attribute_value checks the rest).
+        for name, path, evaluate in self._plan:
+            value = evaluate(act)
+            if name is None:
+                if value.__class__ not in _SCALARS:
+                    value = json_value(value)
+                if not path:
+                    data = value
+                elif len(path) == 1 and data.__class__ is dict:  # data.x: one copy of data
+                    if id(data) not in copied:
+                        data = data.copy()
+                        copied.add(id(data))
+                    data[path[0]] = value
                 else:
-                    data = set_path(data, keys[1:], json_value(value), copied, e)
+                    data = set_path(data, path, value, copied, e)
+            elif value.__class__ is str and value:
+                attrs[name] = value
             else:
-                attrs[keys[0]] = attribute_value(keys[0], value)
+                attrs[name] = attribute_value(name, value)
         for keys in self._removes:
             if keys[0] == "data":
                 data = None if len(keys) == 1 else remove_path(data, keys[1:], copied)
