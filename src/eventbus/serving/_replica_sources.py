@@ -13,6 +13,7 @@ stays free for requests (HTTP/gRPC invocations and ``stats``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -177,6 +178,7 @@ class ReplicaSources:
         kafka_bootstrap: str,
         redis_url: str | None,
         kafka_client: KafkaClientConfig | None = None,
+        init_at: float | None = None,
     ) -> None:
         self._runner = runner
         self._config = config
@@ -192,6 +194,10 @@ class ReplicaSources:
         self._stop_event: asyncio.Event | None = None
         self._redis: Any = None  # redis.asyncio client for the counters, made on first use
         self.health = SourcesHealth(config.name)
+        #: When this replica started its parts (epoch s), published with its figures: the
+        #: replica's constructor (``init_at``), the sources' start (``started_at``) and their
+        #: consumer groups' first assignment (``assigned_at``), for a cold start's breakdown.
+        self.startup: dict[str, float] = {"init_at": init_at or time.time()}
 
     def start(self, timeout_s: float = 60.0) -> None:
         """Start consuming; returns once every source joined its group.
@@ -359,6 +365,8 @@ class ReplicaSources:
                 await s.stop(drain=False)
             raise
         self._started.set()
+        self.startup["started_at"] = time.time()
+        noted = asyncio.create_task(self._note_assigned())
         tasks = [asyncio.create_task(s.run()) for s in self._sources]
         publisher = asyncio.create_task(self._publish_stats())
         sweeper = asyncio.create_task(self._sweep_joins())
@@ -373,11 +381,24 @@ class ReplicaSources:
         for s in self._sources:
             await s.stop(drain=True)
         await asyncio.gather(*tasks, return_exceptions=True)
-        background = (publisher, collector, sweeper, heartbeat)
+        background = (publisher, collector, sweeper, heartbeat, noted)
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
         await self._write_stats(final=True)
+
+    async def _note_assigned(self, timeout_s: float = 120.0) -> None:
+        """Record when every source got its first partitions (the consumer-group join), and
+        publish it at once."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            consumers = [getattr(getattr(s, "_fetcher", None), "consumer", None) for s in self._sources]
+            if all(c is None or c.assignment() for c in consumers):
+                self.startup["assigned_at"] = time.time()
+                with contextlib.suppress(Exception):
+                    await self._write_stats()
+                return
+            await asyncio.sleep(0.02)
 
     async def _sweep_joins(self) -> None:
         """Close join windows on a timer: outer-join results to the sink, evicted keys to the
@@ -425,7 +446,13 @@ class ReplicaSources:
         metrics = await asyncio.to_thread(self._runner.metrics)
         metrics["sources"] = [s.metrics() for s in self._sources]
         value = json.dumps(
-            {"at": time.time(), "final": final, "sources": self.stats(), "metrics": metrics}
+            {
+                "at": time.time(),
+                "final": final,
+                "sources": self.stats(),
+                "metrics": metrics,
+                "startup": self.startup,
+            }
         )
         await self._redis.hset(key, self.replica_id, value)
         if final:
