@@ -122,6 +122,12 @@ def _role(p: psutil.Process) -> str:
         ("Controller", "eventbus-controller"),
         ("gcs_server", "ray-gcs"),
         ("raylet", "raylet"),
+        ("ray::IDLE", "ray-idle-worker"),
+        ("DashboardAgent", "ray-agent"),
+        ("RuntimeEnvAgent", "ray-agent"),
+        ("dashboard/dashboard.py", "ray-dashboard"),
+        ("autoscaler/_private/monitor.py", "ray-autoscaler"),
+        ("log_monitor.py", "ray-log-monitor"),
     ):
         if key in cmd or key in title:
             return role
@@ -152,7 +158,9 @@ def measure(home: Path, window_s: float) -> dict[str, Any]:
     roles: dict[str, float] = {}
     for pid, t in after.items():
         if pid in before:
-            role = pids[pid] if pids[pid] != "ray-other" else _role(psutil.Process(pid))
+            # a Ray worker's title changes when it becomes an actor: named at the end
+            owned = pids[pid] in ("kafka", "redis", "gateway")
+            role = pids[pid] if owned else _role(psutil.Process(pid))
             roles[role] = roles.get(role, 0.0) + (t - before[pid])
     total = sum(roles.values())
     rss = 0
@@ -209,7 +217,9 @@ class Admin:
 def redis_of(home: Path) -> Any:
     from eventbus._internal.redis_client import connect
 
-    return connect(json.loads((home / "stack.json").read_text())["redis_url"])
+    return connect(
+        json.loads((home / "stack.json").read_text())["redis_url"], decode_responses=True
+    )
 
 
 def at_zero(redis: Any) -> set[str]:
@@ -336,7 +346,13 @@ def main() -> None:
 
         warm = [f"w-{tag}-{i}" for i in range(args.warm)]
         for i, name in enumerate(warm):
-            admin.deploy(pipeline_doc(name, {"replicas": {"min": 1, "max": 1}}))
+            doc = pipeline_doc(name, {"replicas": {"min": 1, "max": 1}})
+            if i == 0:  # the CLI starts the controller (the admin API needs it running)
+                path = home / f"{name}.yaml"
+                path.write_text(yaml.safe_dump(doc))
+                eventbus(home, "deploy", str(path))
+            else:
+                admin.deploy(doc)
             if i == 0:
                 time.sleep(args.settle_s)
                 result["warm_1"] = measure(home, args.window_s)
