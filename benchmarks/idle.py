@@ -19,10 +19,12 @@ pipeline, measured first in the same run, is the baseline of the per-pipeline fi
    zero after ``idle_s``); CPU once all are at zero.
 3. Cold start (``--cold-rounds``): one event to a pipeline at zero, and the time to its
    output, broken down: ``detect`` (event produced -> the controller's watcher starts the
-   wake-up), ``schedule`` (-> the replica's process exists), ``boot`` (-> the replica's
-   constructor runs: Ray worker start and imports), ``init`` (-> its sources start: the
-   pipeline's runner, sinks), ``join`` (-> its consumer group assigned partitions), ``first``
-   (-> the output is read).
+   wake-up), ``schedule`` (-> the replica's worker process exists) and ``boot`` (-> the
+   replica's constructor runs: Ray worker start, imports, Serve's replica set-up), or
+   ``start`` for both when Ray reused a worker process it had started before, ``init`` (->
+   its sources start: the pipeline's runner and canary router), ``join`` (-> its consumer
+   group assigned partitions: sinks, consumer start, group join), ``first`` (-> the output is
+   read).
 
 Last line: one JSON object with every figure (each CPU figure with its per-role split).
 
@@ -299,11 +301,15 @@ def cold_start(home: Path, redis: Any, bootstrap: str, name: str) -> dict[str, f
         proc_at = psutil.Process(pid).create_time() if pid else None
     except psutil.Error:
         proc_at = None
-    marks = [
-        ("detect_s", waking_at),
-        ("schedule_s", proc_at),
-        ("boot_s", startup.get("init_at")),
-        ("init_s", startup.get("started_at")),
+    marks = [("detect_s", waking_at)]
+    if proc_at is not None and waking_at is not None and proc_at > waking_at:
+        marks += [("schedule_s", proc_at), ("boot_s", startup.get("init_at"))]
+        out["new_worker_process"] = 1
+    else:  # Ray gave the replica a worker process it had started before (its pool)
+        marks += [("start_s", startup.get("init_at"))]
+        out["new_worker_process"] = 0
+    marks += [
+        ("init_s", startup.get("sources_at")),
         ("join_s", startup.get("assigned_at")),
         ("first_s", wall0 + total),
     ]

@@ -195,8 +195,9 @@ class ReplicaSources:
         self._redis: Any = None  # redis.asyncio client for the counters, made on first use
         self.health = SourcesHealth(config.name)
         #: When this replica started its parts (epoch s), published with its figures: the
-        #: replica's constructor (``init_at``), the sources' start (``started_at``) and their
-        #: consumer groups' first assignment (``assigned_at``), for a cold start's breakdown.
+        #: replica's constructor (``init_at``), the sources' start (``sources_at``), their
+        #: consumers running (``started_at``) and their consumer groups' first assignment
+        #: (``assigned_at``), for a cold start's breakdown (``benchmarks/idle.py``).
         self.startup: dict[str, float] = {"init_at": init_at or time.time()}
 
     def start(self, timeout_s: float = 60.0) -> None:
@@ -206,6 +207,7 @@ class ReplicaSources:
             RuntimeError: a source could not start (broker unreachable...).
         """
         _normal_priority()
+        self.startup["sources_at"] = time.time()
         self._thread = threading.Thread(target=self._main, name="eventbus-sources", daemon=True)
         self._thread.start()
         if not self._started.wait(timeout_s):
@@ -392,7 +394,9 @@ class ReplicaSources:
         publish it at once."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            consumers = [getattr(getattr(s, "_fetcher", None), "consumer", None) for s in self._sources]
+            consumers = [
+                getattr(getattr(s, "_fetcher", None), "consumer", None) for s in self._sources
+            ]
             if all(c is None or c.assignment() for c in consumers):
                 self.startup["assigned_at"] = time.time()
                 with contextlib.suppress(Exception):
