@@ -194,7 +194,7 @@ def test_the_watcher_reads_every_pipeline_at_zero_with_one_list_offsets() -> Non
     watcher._consumers["b:9092"], watcher._admins["b:9092"] = consumer, admin
     ws = [Watched(n, {"b:9092": {f"g-{n}": [f"t-{n}"]}}, {}, idle_s=5, poll_s=1) for n in names]
     since = time.time() - 2 * SETTLE_S
-    zero = {n: since for n in names[:-1]}  # the last one runs
+    zero = dict.fromkeys(names[:-1], since)  # the last one runs
 
     first = asyncio.run(watcher.observe(ws, zero))
     assert len(consumer.list_offsets) == 1 and len(consumer.list_offsets[0]) == 100
