@@ -1,19 +1,34 @@
-"""What an idle EventBus costs: CPU of the stack's processes with 0, 1 and 10 idle pipelines,
-and the latency of the first event after a while of idleness.
+"""What an idle EventBus costs: CPU of the stack's processes with 0, 1 and 10 idle warm
+pipelines and 50 pipelines scaled to zero, the latency of the first event after a while of
+idleness (warm), and the cold start from zero with its breakdown.
 
 The stack is ``eventbus up`` in a fresh ``EVENTBUS_HOME`` (Tansu, Redis, a Ray head, the
-gateway); pipelines are filter-only (kafka → filter → kafka), deployed with ``eventbus deploy``
-(the CLI's Ray driver leaves before anything is measured). CPU is the user+system time of the
-stack's processes (the broker, Redis, the gateway, and every process under the Ray head's temp
-directory with their children: GCS, raylet, Serve's controller, the EventBus controller,
-replicas) over ``--window-s`` seconds, in percent of one core; other processes on the machine
-are not counted. After the measurements, one event is produced to the first pipeline's topic
-``--idle-s`` after anything happened, and the time until its output is read from the sink is
-the first-event latency (the rounds' median).
+gateway); pipelines are filter-only (kafka -> filter -> kafka), deployed through the gateway's
+admin API (``POST /v1/admin/pipelines``, what ``eventbus deploy`` does without starting a Ray
+driver each time). CPU is the user+system time of the stack's processes (the broker, Redis,
+the gateway, and every process under the Ray head's temp directory with their children: GCS,
+raylet, Serve's controller, the EventBus controller, replicas) over ``--window-s`` seconds, in
+percent of one core; other processes on the machine are not counted. The stack with no
+pipeline, measured first in the same run, is the baseline of the per-pipeline figures.
 
-Last line: one JSON object with the figures.
+1. ``--warm`` (10) pipelines with ``replicas: {min: 1}``: CPU with the first one deployed and
+   with all; then, ``--idle-s`` after anything happened, one event to the first pipeline and
+   the time until its output is read from the sink (``--rounds``, median).
+2. The warm pipelines are deleted and ``--zero`` (50) pipelines with ``replicas: {min: 0,
+   idle_s: --zero-idle-s}`` deployed (a few at a time: each starts with one replica and goes to
+   zero after ``idle_s``); CPU once all are at zero.
+3. Cold start (``--cold-rounds``): one event to a pipeline at zero, and the time to its
+   output, broken down: ``detect`` (event produced -> the controller's watcher starts the
+   wake-up), ``schedule`` (-> the replica's worker process exists) and ``boot`` (-> the
+   replica's constructor runs: Ray worker start, imports, Serve's replica set-up), or
+   ``start`` for both when Ray reused a worker process it had started before, ``init`` (->
+   its sources start: the pipeline's runner and canary router), ``join`` (-> its consumer
+   group assigned partitions: sinks, consumer start, group join), ``first`` (-> the output is
+   read).
 
-Run: ``.venv/bin/python benchmarks/idle.py [--window-s 30] [--idle-s 20] [--rounds 3]``
+Last line: one JSON object with every figure (each CPU figure with its per-role split).
+
+Run: ``.venv/bin/python benchmarks/idle.py [--window-s 30] [--idle-s 15] [--zero 50]``
 """
 
 from __future__ import annotations
@@ -36,8 +51,16 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+import httpx  # noqa: E402
 import psutil  # noqa: E402
 import yaml  # noqa: E402
+
+TARGETS = {
+    "warm_10_cpu_pct": 10.0,
+    "first_event_ms": 100.0,
+    "zero_50_cpu_pct": 5.0,
+    "cold_start_s": 3.0,
+}
 
 
 def eventbus(home: Path, *args: str, timeout: float = 300) -> str:
@@ -101,6 +124,12 @@ def _role(p: psutil.Process) -> str:
         ("Controller", "eventbus-controller"),
         ("gcs_server", "ray-gcs"),
         ("raylet", "raylet"),
+        ("ray::IDLE", "ray-idle-worker"),
+        ("DashboardAgent", "ray-agent"),
+        ("RuntimeEnvAgent", "ray-agent"),
+        ("dashboard/dashboard.py", "ray-dashboard"),
+        ("autoscaler/_private/monitor.py", "ray-autoscaler"),
+        ("log_monitor.py", "ray-log-monitor"),
     ):
         if key in cmd or key in title:
             return role
@@ -131,7 +160,9 @@ def measure(home: Path, window_s: float) -> dict[str, Any]:
     roles: dict[str, float] = {}
     for pid, t in after.items():
         if pid in before:
-            role = pids[pid] if pids[pid] != "ray-other" else _role(psutil.Process(pid))
+            # a Ray worker's title changes when it becomes an actor: named at the end
+            owned = pids[pid] in ("kafka", "redis", "gateway")
+            role = pids[pid] if owned else _role(psutil.Process(pid))
             roles[role] = roles.get(role, 0.0) + (t - before[pid])
     total = sum(roles.values())
     rss = 0
@@ -147,22 +178,73 @@ def measure(home: Path, window_s: float) -> dict[str, Any]:
     }
 
 
-def pipeline_doc(name: str, src: str, sink: str, extra: dict[str, Any]) -> dict[str, Any]:
+def pipeline_doc(name: str, serving: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "eventbus/v1",
         "kind": "Pipeline",
         "metadata": {"name": name},
         "spec": {
-            "sources": [{"kafka": {"topic": src}}],
+            "sources": [{"kafka": {"topic": f"{name}-in"}}],
             "steps": [{"id": "keep", "filter": "type != 'drop'"}],
-            "sink": {"kafka": {"topic": sink}},
-            **extra,
+            "sink": {"kafka": {"topic": f"{name}-out"}},
+            "serving": serving,
         },
     }
 
 
-async def first_event_latency(bootstrap: str, src: str, sink: str) -> float:
-    """Seconds from producing one event to ``src`` to reading its output from ``sink``."""
+class Admin:
+    """The gateway's admin API of the stack in ``home``."""
+
+    def __init__(self, home: Path) -> None:
+        doc = json.loads((home / "stack.json").read_text())
+        token = (home / "admin_token").read_text().strip()
+        self.http = httpx.Client(
+            base_url=doc["gateway_http"],
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=300,
+        )
+
+    def deploy(self, doc: dict[str, Any]) -> None:
+        r = self.http.post("/v1/admin/pipelines", content=yaml.safe_dump(doc))
+        if r.status_code != 201:
+            msg = f"deploying {doc['metadata']['name']} failed: {r.status_code} {r.text}"
+            raise RuntimeError(msg)
+
+    def delete(self, name: str) -> None:
+        r = self.http.delete(f"/v1/admin/pipelines/{name}")
+        if r.status_code not in (204, 404):
+            raise RuntimeError(f"deleting {name} failed: {r.status_code} {r.text}")
+
+
+def redis_of(home: Path) -> Any:
+    from eventbus._internal.redis_client import connect
+
+    return connect(
+        json.loads((home / "stack.json").read_text())["redis_url"], decode_responses=True
+    )
+
+
+def at_zero(redis: Any) -> set[str]:
+    from eventbus._internal import keys
+
+    return {
+        name
+        for name, raw in redis.hgetall(keys.SCALED_TO_ZERO).items()
+        if "waking_at" not in json.loads(raw)
+    }
+
+
+def wait_until(cond: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not happen within {timeout_s:g} s")
+        time.sleep(0.2)
+
+
+async def first_event_latency(bootstrap: str, src: str, sink: str) -> tuple[float, float]:
+    """Produce one event to ``src``; (epoch s when it was produced, seconds until its output
+    was read from ``sink``)."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
     consumer = AIOKafkaConsumer(
@@ -183,7 +265,7 @@ async def first_event_latency(bootstrap: str, src: str, sink: str) -> float:
             ("ce_type", b"keep"),
             ("content-type", b"application/json"),
         ]
-        t0 = time.monotonic()
+        t0, wall0 = time.monotonic(), time.time()
         await producer.send_and_wait(src, b"{}", headers=headers)
         deadline = t0 + 120
         while time.monotonic() < deadline:
@@ -191,66 +273,158 @@ async def first_event_latency(bootstrap: str, src: str, sink: str) -> float:
             for recs in batch.values():
                 for r in recs:
                     if dict(r.headers or ()).get("ce_id") == marker.encode():
-                        return time.monotonic() - t0
+                        return wall0, time.monotonic() - t0
         raise TimeoutError("the event did not come out of the pipeline within 120 s")
     finally:
         await producer.stop()
         await consumer.stop()
 
 
+def cold_start(home: Path, redis: Any, bootstrap: str, name: str) -> dict[str, float]:
+    """One event to ``name`` (at zero): the total and its breakdown, in seconds."""
+    from eventbus._internal import keys
+
+    wall0, total = asyncio.run(first_event_latency(bootstrap, f"{name}-in", f"{name}-out"))
+    waking_at = None
+    raw_zero = redis.hget(keys.SCALED_TO_ZERO, name)  # cleared once the replica runs
+    if raw_zero:
+        waking_at = json.loads(raw_zero).get("waking_at")
+    startup: dict[str, float] = {}
+    pid = None
+    for entry_id, raw in redis.hgetall(keys.stats(name)).items():
+        entry = json.loads(raw)
+        st = entry.get("startup") or {}
+        if not entry.get("final") and st.get("init_at", 0) > wall0 - 1:
+            startup, pid = st, int(entry_id.split("-")[0])
+    out = {"total_s": round(total, 3)}
+    try:
+        proc_at = psutil.Process(pid).create_time() if pid else None
+    except psutil.Error:
+        proc_at = None
+    marks = [("detect_s", waking_at)]
+    if proc_at is not None and waking_at is not None and proc_at > waking_at:
+        marks += [("schedule_s", proc_at), ("boot_s", startup.get("init_at"))]
+        out["new_worker_process"] = 1
+    else:  # Ray gave the replica a worker process it had started before (its pool)
+        marks += [("start_s", startup.get("init_at"))]
+        out["new_worker_process"] = 0
+    marks += [
+        ("init_s", startup.get("sources_at")),
+        ("join_s", startup.get("assigned_at")),
+        ("first_s", wall0 + total),
+    ]
+    prev = wall0
+    for label, at in marks:
+        if at is None:
+            continue
+        out[label] = round(at - prev, 3)
+        prev = at
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--window-s", type=float, default=30.0, help="Seconds each CPU figure covers.")
+    ap.add_argument("--settle-s", type=float, default=15.0, help="Wait before each measurement.")
+    ap.add_argument("--idle-s", type=float, default=15.0, help="Idleness before a first event.")
+    ap.add_argument("--rounds", type=int, default=3, help="First-event rounds (median).")
+    ap.add_argument("--warm", type=int, default=10, help="Idle warm pipelines (min: 1).")
+    ap.add_argument("--zero", type=int, default=50, help="Pipelines scaled to zero (min: 0).")
+    ap.add_argument("--zero-idle-s", type=float, default=3.0, help="Their replicas.idle_s.")
+    ap.add_argument("--cold-rounds", type=int, default=3, help="Cold starts (median).")
     ap.add_argument(
-        "--settle-s", type=float, default=15.0, help="Wait after deploys before measuring."
-    )
-    ap.add_argument(
-        "--idle-s", type=float, default=20.0, help="Idleness before the first-event latency."
-    )
-    ap.add_argument("--rounds", type=int, default=3, help="First-event latency rounds (median).")
-    ap.add_argument("--pipelines", type=int, default=10, help="Pipelines of the largest figure.")
-    ap.add_argument(
-        "--serving",
-        default="{}",
-        help="JSON of the pipelines' spec.serving (e.g. replicas bounds); default: the defaults.",
+        "--max-waking",
+        type=int,
+        default=3,
+        help="Most min: 0 pipelines not yet at zero while deploying.",
     )
     args = ap.parse_args()
-    extra = {"serving": json.loads(args.serving)} if json.loads(args.serving) else {}
     home = Path(tempfile.mkdtemp(prefix="eventbus-idle-"))
-    result: dict[str, Any] = {"window_s": args.window_s}
+    result: dict[str, Any] = {"window_s": args.window_s, "targets": TARGETS}
     eventbus(home, "up")
     try:
         bootstrap = json.loads((home / "stack.json").read_text())["kafka_bootstrap"]
+        admin, redis = Admin(home), redis_of(home)
+        tag = uuid.uuid4().hex[:4]
         time.sleep(args.settle_s)
         result["idle_0"] = measure(home, args.window_s)
         print("0 pipelines:", result["idle_0"], flush=True)
-        tag = uuid.uuid4().hex[:4]
-        names = []
-        for i in range(args.pipelines):
-            name = f"idle-{tag}-{i}"
-            names.append(name)
-            path = home / f"{name}.yaml"
-            path.write_text(yaml.safe_dump(pipeline_doc(name, f"{name}-in", f"{name}-out", extra)))
-            eventbus(home, "deploy", str(path))
+
+        warm = [f"w-{tag}-{i}" for i in range(args.warm)]
+        for i, name in enumerate(warm):
+            doc = pipeline_doc(name, {"replicas": {"min": 1, "max": 1}})
+            if i == 0:  # the CLI starts the controller (the admin API needs it running)
+                path = home / f"{name}.yaml"
+                path.write_text(yaml.safe_dump(doc))
+                eventbus(home, "deploy", str(path))
+            else:
+                admin.deploy(doc)
             if i == 0:
                 time.sleep(args.settle_s)
-                result["idle_1"] = measure(home, args.window_s)
-                print("1 pipeline:", result["idle_1"], flush=True)
+                result["warm_1"] = measure(home, args.window_s)
+                print("1 warm pipeline:", result["warm_1"], flush=True)
         time.sleep(args.settle_s)
-        result[f"idle_{args.pipelines}"] = measure(home, args.window_s)
-        print(f"{args.pipelines} pipelines:", result[f"idle_{args.pipelines}"], flush=True)
+        result[f"warm_{args.warm}"] = measure(home, args.window_s)
+        print(f"{args.warm} warm pipelines:", result[f"warm_{args.warm}"], flush=True)
         latencies = []
         for _ in range(args.rounds):
             time.sleep(args.idle_s)
-            lat = asyncio.run(first_event_latency(bootstrap, f"{names[0]}-in", f"{names[0]}-out"))
+            _, lat = asyncio.run(first_event_latency(bootstrap, f"{warm[0]}-in", f"{warm[0]}-out"))
             latencies.append(lat)
             print(f"first event after {args.idle_s:g} s idle: {lat * 1000:.0f} ms", flush=True)
         result["first_event_ms"] = round(1000 * statistics.median(latencies))
         result["first_event_ms_all"] = [round(1000 * x) for x in latencies]
-        per = (result[f"idle_{args.pipelines}"]["cpu_pct"] - result["idle_0"]["cpu_pct"]) / max(
-            1, args.pipelines
+        for name in warm:
+            admin.delete(name)
+
+        zero = [f"z-{tag}-{i}" for i in range(args.zero)]
+        serving = {"replicas": {"min": 0, "max": 1, "idle_s": args.zero_idle_s, "poll_s": 1}}
+        t_deploy = time.monotonic()
+        for i, name in enumerate(zero):
+            wait_until(
+                lambda i=i: i - len(at_zero(redis) & set(zero[:i])) < args.max_waking,
+                120,
+                "the earlier pipelines' scale to zero",
+            )
+            admin.deploy(pipeline_doc(name, serving))
+        wait_until(lambda: at_zero(redis) >= set(zero), 300, f"all {args.zero} at zero")
+        result["zero_deploy_s"] = round(time.monotonic() - t_deploy, 1)
+        time.sleep(args.settle_s)
+        result[f"zero_{args.zero}"] = measure(home, args.window_s)
+        print(f"{args.zero} pipelines at zero:", result[f"zero_{args.zero}"], flush=True)
+
+        colds = []
+        for name in zero[: args.cold_rounds]:
+            cold = cold_start(home, redis, bootstrap, name)
+            colds.append(cold)
+            print(f"cold start of {name}: {cold}", flush=True)
+        result["cold_start_all"] = colds
+        result["cold_start_s"] = round(statistics.median(c["total_s"] for c in colds), 2)
+        keys_ = sorted({k for c in colds for k in c if k != "total_s"})
+        result["cold_start_breakdown_s"] = {
+            k: round(statistics.median(c[k] for c in colds if k in c), 3) for k in keys_
+        }
+
+        base = result["idle_0"]["cpu_pct"]
+        result["warm_per_pipeline_pct"] = round(
+            (result[f"warm_{args.warm}"]["cpu_pct"] - base) / max(1, args.warm), 2
         )
-        result["per_pipeline_pct"] = round(per, 2)
+        result["zero_per_pipeline_pct"] = round(
+            (result[f"zero_{args.zero}"]["cpu_pct"] - base) / max(1, args.zero), 3
+        )
+        result["met"] = {
+            "warm_10_cpu_pct": result[f"warm_{args.warm}"]["cpu_pct"] < TARGETS["warm_10_cpu_pct"],
+            "first_event_ms": result["first_event_ms"] < TARGETS["first_event_ms"],
+            "zero_50_cpu_pct": result[f"zero_{args.zero}"]["cpu_pct"] < TARGETS["zero_50_cpu_pct"],
+            "cold_start_s": result["cold_start_s"] < TARGETS["cold_start_s"],
+        }
+        # the ratios to the stack's own baseline (no pipeline), measured in this run
+        result["ratio_warm_to_base"] = round(
+            result[f"warm_{args.warm}"]["cpu_pct"] / max(base, 0.1), 2
+        )
+        result["ratio_zero_to_base"] = round(
+            result[f"zero_{args.zero}"]["cpu_pct"] / max(base, 0.1), 2
+        )
     finally:
         try:
             eventbus(home, "down")

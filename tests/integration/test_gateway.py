@@ -442,17 +442,19 @@ async def test_a_pipeline_at_zero_takes_async_and_sync_calls_through_the_gateway
     gateway: GatewayProcess, deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str
 ) -> None:
     """Async events wait in the ingress topic and wake the pipeline; a sync call wakes it and
-    is answered within its deadline, or refused with 503 and Retry-After."""
+    is answered within its deadline (503 with Retry-After only when the cold start takes longer
+    than the deadline: tests/unit/serving/test_scale_to_zero.py)."""
     from tests.integration.test_autoscaling import replica_count
     from tests.integration.test_autoscaling import wait_for as wait_for_async
 
     sink = topic_factory("gw-zero")
     name = f"gw-zero-{uuid.uuid4().hex[:6]}"
+    deadline_ms = 20_000
     deploy_pipeline(
         doc(
             name,
             sink,
-            [{"http": {"mode": "sync", "timeout_ms": 20_000}}],
+            [{"http": {"mode": "sync", "timeout_ms": deadline_ms}}],
             serving={"replicas": {"min": 0, "max": 1, "idle_s": 2, "poll_s": 0.25}},
         )
     )
@@ -473,14 +475,15 @@ async def test_a_pipeline_at_zero_takes_async_and_sync_calls_through_the_gateway
         out = await collect(kafka_bootstrap, sink, n, timeout_s=40)
         assert sorted(e.id for e in out) == sorted(f"h{i}" for i in range(n))
         await wait_for_async(lambda: replica_count(name) == 0, 30, "the second scale to zero")
+        # a sync call at zero wakes the pipeline and is answered within its deadline
         h, body = binary(n, 300)
+        t0 = time.monotonic()
         r = await c.post(f"/v1/pipelines/{name}/events?wait=true", headers=h, content=body)
-        assert r.status_code in (200, 503), r.text
-        print(f"a sync call at zero: {r.status_code} after the cold start")
-        if r.status_code == 503:
-            assert int(r.headers["retry-after"]) >= 1 and "scaled to zero" in r.json()["error"]
-        else:
-            assert r.json()["amount_cny"] == 2100.0
+        took_s = time.monotonic() - t0
+        assert r.status_code == 200, r.text
+        assert r.json()["amount_cny"] == 2100.0
+        assert took_s < deadline_ms / 1000, f"answered after {took_s:.1f} s"
+        print(f"a sync call at zero: answered after {took_s:.2f} s (deadline {deadline_ms} ms)")
 
 
 async def test_grpc_invoke_at_zero_waits_for_the_cold_start_or_says_when_to_retry(

@@ -1,7 +1,9 @@
 """Scale to zero on the real stack: a ``replicas.min: 0`` pipeline goes to zero replicas after
 ``idle_s`` without events, shows as SCALED_TO_ZERO (not failed), and the events published while
 it is at zero wake it (the controller's watcher sees the lag; after a controller restart too,
-from the state in Redis) and all arrive exactly once."""
+from the state in Redis) and all arrive exactly once. The watcher lives in the controller, which
+is killed with SIGKILL while the pipeline is at zero: the restarted controller reads the state
+from Redis and wakes the pipeline."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ pytestmark = [
     pytest.mark.redis,
 ]
 
-N = 300
+N = 5000  # the issue's figure: events published while the pipeline is at zero
 
 
 async def test_idle_pipeline_scales_to_zero_and_events_at_zero_arrive_once(
@@ -63,13 +65,17 @@ async def test_idle_pipeline_scales_to_zero_and_events_at_zero_arrive_once(
     os.kill(victim, signal.SIGKILL)
     await wait_for(lambda: controller_pid() != victim, 60, "the controller to restart")
 
+    assert at_zero(), "the controller's restart woke the pipeline without events"
     await produce(kafka_bootstrap, src, N)  # while no replica runs
-    out = await collect(kafka_bootstrap, sink, N, timeout_s=40)
+    out = await collect(kafka_bootstrap, sink, N, timeout_s=60)
     assert len(out) == N, f"{len(out)} outputs for {N} events"
     assert {e.id for e in out} == {f"a{i}" for i in range(N)}
     # idle again: back to zero, and everything was committed (no lag woke it again)
     again_s = await wait_for(at_zero, 30, "the second scale to zero")
     assert eventbus_client.status(name)["figures"]["totals"]["consumed"] == N
+    # exactly once: the sink holds each event once, also after the replica's drain and commit
+    again = await collect(kafka_bootstrap, sink, N, timeout_s=30)
+    assert sorted(e.id for e in again) == sorted(f"a{i}" for i in range(N))
     print(
         f"to zero after {down_s:.1f} s; {N} events delivered; to zero again after {again_s:.1f} s"
     )

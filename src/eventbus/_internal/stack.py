@@ -40,6 +40,21 @@ RAY_ENV = {
     "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
 }
 
+#: What the Ray head ``up`` starts costs while idle (``benchmarks/idle.py``). Ray's own metrics
+#: (OpenCensus export from every worker to the node's agent every few seconds) are off: the
+#: embedded stack has no Prometheus scraping Ray, and EventBus's metrics are its own
+#: (``/metrics`` on the gateway). Serve's control loop runs every 0.2 s instead of 0.1 s: each
+#: round asks the GCS for the cluster's nodes and resources and walks every application, which
+#: cost ~3% of a core (Serve's controller + GCS) with two pipelines; a replica start or a scale
+#: step waits at most one round more. The log monitor (it tails every worker's log file to
+#: forward lines to drivers, ~0.7% of a core, more with more files) is not started: EventBus's
+#: drivers set ``log_to_driver=False`` and the logs stay in the session's log directory.
+RAY_HEAD_ENV = {
+    "RAY_enable_metrics_collection": "0",
+    "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.2",
+}
+RAY_HEAD_FLAGS = ("--include-log-monitor=false",)
+
 
 @dataclass
 class Stack:
@@ -334,10 +349,17 @@ def _start_ray_head(home: Path, num_cpus: int | None, token_path: str) -> tuple[
         "--include-dashboard=false",
         "--disable-usage-stats",
         f"--temp-dir={temp_dir}",
+        *RAY_HEAD_FLAGS,
     ]
     if num_cpus is not None:
         argv.append(f"--num-cpus={num_cpus}")
-    env = {**os.environ, **RAY_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path}
+    env = {
+        **RAY_HEAD_ENV,
+        **os.environ,  # a user's own RAY_* settings win
+        **RAY_ENV,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": token_path,
+    }
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
     if proc.returncode != 0:
         msg = f"`ray start --head` failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}\nfix: check `ray status`, or pass --ray-address"

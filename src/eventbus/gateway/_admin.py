@@ -264,11 +264,12 @@ def add_admin_routes(
     async def status(name: str) -> Response:
         return JSONResponse(await call("status", name))
 
+    before = list(app.router.routes)
     app.include_router(router)
     # The event routes end in a POST catch-all (``/{path:path}``): the admin routes go first.
-    mine = [r for r in app.router.routes if getattr(r, "path", "").startswith("/v1/admin")]
-    rest = [r for r in app.router.routes if r not in mine]
-    app.router.routes[:] = [*mine, *rest]
+    # By identity, not by path: FastAPI 0.165 includes a router as one entry without a path.
+    mine = [r for r in app.router.routes if not any(r is b for b in before)]
+    app.router.routes[:] = [*mine, *before]
     app.add_exception_handler(_Refused, _refused)  # type: ignore[arg-type]
     for exc_type, status_code in (
         (PipelineNotFoundError, 404),

@@ -694,6 +694,10 @@ class Controller:
             if zero:  # recorded first: a gateway that sees it waits for the wake-up
                 state = {"since": time.time(), "last_event_at": last_event_at}
                 self._redis.hset(keys.SCALED_TO_ZERO, name, json.dumps(state))
+            else:  # when the wake-up began (a cold start's breakdown reads it)
+                raw = self._redis.hget(keys.SCALED_TO_ZERO, name)
+                woken = {**(json.loads(raw) if raw else {}), "waking_at": time.time()}
+                self._redis.hset(keys.SCALED_TO_ZERO, name, json.dumps(woken))
             self._run_app(config, record["python_path"], scaled_to_zero=zero)
             if not zero:
                 self._redis.hdel(keys.SCALED_TO_ZERO, name)

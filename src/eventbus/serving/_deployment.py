@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from typing import Any
 
 from ray import serve
@@ -49,6 +50,7 @@ class PipelineDeployment:
         python_path: list[str],
         runtime: dict[str, Any] | None = None,
     ) -> None:
+        init_at = time.time()
         tune_gc()
         for p in reversed(python_path):
             if p not in sys.path:
@@ -90,6 +92,7 @@ class PipelineDeployment:
                 runtime["kafka_bootstrap"],
                 runtime.get("redis_url"),
                 KafkaClientConfig.model_validate(client) if client else None,
+                init_at=init_at,
             )
             self._sources.start()
         self._figures: Any = None

@@ -13,6 +13,7 @@ stays free for requests (HTTP/gRPC invocations and ``stats``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -124,6 +125,7 @@ class ReplicaSources:
         kafka_bootstrap: str,
         redis_url: str | None,
         kafka_client: KafkaClientConfig | None = None,
+        init_at: float | None = None,
     ) -> None:
         self._runner = runner
         self._config = config
@@ -141,6 +143,11 @@ class ReplicaSources:
         self._redis: Any = None  # redis.asyncio client for the counters, made on first use
         self.health = SourcesHealth(config.name)
         self.schedules: list[Any] = []  # the schedule runners (their counters)
+        #: When this replica started its parts (epoch s), published with its figures: the
+        #: replica's constructor (``init_at``), the sources' start (``sources_at``), their
+        #: consumers running (``started_at``) and their consumer groups' first assignment
+        #: (``assigned_at``), for a cold start's breakdown (``benchmarks/idle.py``).
+        self.startup: dict[str, float] = {"init_at": init_at or time.time()}
 
     def start(self, timeout_s: float = 60.0) -> None:
         """Start consuming; returns once every source joined its group.
@@ -149,6 +156,7 @@ class ReplicaSources:
             RuntimeError: a source could not start (broker unreachable...).
         """
         _normal_priority()
+        self.startup["sources_at"] = time.time()
         self._thread = threading.Thread(target=self._main, name="eventbus-sources", daemon=True)
         self._thread.start()
         if not self._started.wait(timeout_s):
@@ -308,6 +316,8 @@ class ReplicaSources:
                 await s.stop(drain=False)
             raise
         self._started.set()
+        self.startup["started_at"] = time.time()
+        noted = asyncio.create_task(self._note_assigned())
         tasks = [asyncio.create_task(s.run()) for s in self._sources]
         publisher = asyncio.create_task(self._publish_stats())
         sweeper = asyncio.create_task(self._sweep_joins())
@@ -325,7 +335,7 @@ class ReplicaSources:
         for s in self._sources:
             await s.stop(drain=True)
         await asyncio.gather(*tasks, return_exceptions=True)
-        background = (publisher, collector, sweeper, heartbeat)
+        background = (publisher, collector, sweeper, heartbeat, noted)
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
@@ -349,6 +359,21 @@ class ReplicaSources:
         except Exception:
             log.exception("the schedules of pipeline %r stopped", self._config.name)
             raise
+
+    async def _note_assigned(self, timeout_s: float = 120.0) -> None:
+        """Record when every source got its first partitions (the consumer-group join), and
+        publish it at once."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            consumers = [
+                getattr(getattr(s, "_fetcher", None), "consumer", None) for s in self._sources
+            ]
+            if all(c is None or c.assignment() for c in consumers):
+                self.startup["assigned_at"] = time.time()
+                with contextlib.suppress(Exception):
+                    await self._write_stats()
+                return
+            await asyncio.sleep(0.02)
 
     async def _sweep_joins(self) -> None:
         """Close join windows on a timer: outer-join results to the sink, evicted keys to the
@@ -398,7 +423,8 @@ class ReplicaSources:
         body = {"sources": self.stats(), "metrics": metrics}
         now = time.time()
         pipe = self._redis.pipeline(transaction=False)
-        pipe.hset(key, self.replica_id, json.dumps({**body, "at": now, "final": final}))
+        entry = {**body, "at": now, "final": final, "startup": self.startup}
+        pipe.hset(key, self.replica_id, json.dumps(entry))
         self._history.queue(pipe, body, now)  # the same round trip
         await pipe.execute()
         if final:

@@ -37,12 +37,17 @@ from eventbus._internal import keys
 from eventbus.eventing._kafka_client import KafkaClientConfig, kafka_client_kwargs
 from eventbus.pipelines._config import PipelineConfig
 
-__all__ = ["SCALED_TO_ZERO", "ScaleToZero", "Watched", "decide"]
+__all__ = ["REREAD_S", "SCALED_TO_ZERO", "SETTLE_S", "ScaleToZero", "Watched", "decide"]
 
 log = logging.getLogger("eventbus.serving.scale_to_zero")
 
 #: The status of a pipeline whose replicas were scaled to zero.
 SCALED_TO_ZERO = "SCALED_TO_ZERO"
+#: After a pipeline went to zero, its replicas' drain may still commit for this long.
+SETTLE_S = 5.0
+#: A pipeline at zero has its committed offsets read again this often (someone else may
+#: commit for its group: an operator's reset).
+REREAD_S = 60.0
 
 
 @dataclass
@@ -61,6 +66,8 @@ class Watched:
     wake_at: float = 0.0
     next_at: float = 0.0
     busy: bool = False  # a scale action is running
+    committed_read_at: float = 0.0  # epoch s of the last OffsetFetch
+    fetched: dict[str, int] = field(default_factory=dict)  # what it answered
 
 
 def decide(
@@ -191,14 +198,15 @@ class ScaleToZero:
             return
         wakes = self._redis.hgetall(keys.WAKE)
         zero = self._redis.hgetall(keys.SCALED_TO_ZERO)
+        zero_since = {n: float(json.loads(raw)["since"]) for n, raw in zero.items()}
         for w in due:
             w.next_at = now + w.poll_s
-            try:
-                lag, committed = await self._offsets(w)
-            except Exception as e:  # noqa: BLE001 - one pipeline's cluster away: not the others'
-                log.warning("pipeline %r: reading its offsets failed (%s); retrying", w.name, e)
-                continue
-            since = json.loads(zero[w.name])["since"] if w.name in zero else None
+        observed = await self.observe(due, zero_since)
+        for w in due:
+            if w.name not in observed:
+                continue  # its cluster could not be read: logged, retried next time
+            lag, committed = observed[w.name]
+            since = zero_since.get(w.name)
             replica_lag = 0 if since is not None or lag > 0 else self._replica_lag(w.name)
             action = decide(
                 w,
@@ -241,32 +249,78 @@ class ScaleToZero:
                 total += sum((src.get("lag") or {}).values())
         return total
 
-    async def _offsets(self, w: Watched) -> tuple[int, dict[str, int]]:
-        """The lag summed over the pipeline's partitions, and the committed offsets."""
+    async def observe(
+        self, due: list[Watched], zero_since: dict[str, float]
+    ) -> dict[str, tuple[int, dict[str, int]]]:
+        """Per pipeline of ``due`` that could be read: its lag summed over its partitions, and
+        its committed offsets (``group/topic[partition]`` -> offset).
+
+        One ``ListOffsets`` per cluster for every due pipeline's partitions together, and one
+        ``OffsetFetch`` per group of the running pipelines: a pipeline at zero has no member
+        that commits, so its committed offsets are read once after it went to zero (plus
+        :data:`SETTLE_S`, for the drain's last commits) and again every :data:`REREAD_S`. What
+        grows with the pipelines at zero is the size of one request, not the requests.
+        """
         from aiokafka import TopicPartition
 
-        lag = 0
-        committed_out: dict[str, int] = {}
-        for cluster, groups in w.groups.items():
-            consumer, admin = await self._clients(cluster, w.clients.get(cluster))
-            for group, topics in groups.items():
-                tps: list[TopicPartition] = []
-                for topic in topics:
-                    parts = consumer.partitions_for_topic(topic)
-                    if not parts:
-                        await consumer._client.force_metadata_update()
-                        parts = consumer.partitions_for_topic(topic) or set()
-                    tps.extend(TopicPartition(topic, p) for p in sorted(parts))
-                if not tps:
-                    continue
-                ends = await consumer.end_offsets(tps)
-                done = await admin.list_consumer_group_offsets(group, partitions=tps)
-                for tp in tps:
-                    meta = done.get(tp)
-                    offset = meta.offset if meta is not None and meta.offset >= 0 else 0
-                    committed_out[f"{group}/{tp.topic}[{tp.partition}]"] = offset
+        plan: dict[str, list[tuple[Watched, str, list[TopicPartition]]]] = {}
+        for w in due:
+            for cluster, groups in w.groups.items():
+                try:
+                    consumer, _ = await self._clients(cluster, w.clients.get(cluster))
+                    for group, topics in groups.items():
+                        tps: list[TopicPartition] = []
+                        for topic in topics:
+                            parts = consumer.partitions_for_topic(topic)
+                            if not parts:
+                                await consumer._client.force_metadata_update()
+                                parts = consumer.partitions_for_topic(topic) or set()
+                            tps.extend(TopicPartition(topic, p) for p in sorted(parts))
+                        if tps:
+                            plan.setdefault(cluster, []).append((w, group, tps))
+                except Exception as e:  # noqa: BLE001 - one cluster away: not the others
+                    log.warning("pipeline %r: reading %s failed (%s); retrying", w.name, cluster, e)
+        now = time.time()
+        out: dict[str, tuple[int, dict[str, int]]] = {w.name: (0, {}) for w in due}
+        failed: set[str] = set()
+        for cluster, items in plan.items():
+            consumer, admin = self._consumers[cluster], self._admins[cluster]
+            try:
+                ends = await consumer.end_offsets(sorted({tp for _, _, tps in items for tp in tps}))
+            except Exception as e:  # noqa: BLE001
+                log.warning("ListOffsets on %s failed (%s); retrying", cluster, e)
+                failed.update(w.name for w, _, _ in items)
+                continue
+            for w, group, tps in items:
+                names = [f"{group}/{tp.topic}[{tp.partition}]" for tp in tps]
+                since = zero_since.get(w.name)
+                fresh = (
+                    since is not None
+                    and w.committed_read_at > since + SETTLE_S
+                    and now - w.committed_read_at < REREAD_S
+                    and all(n in w.fetched for n in names)
+                )
+                if fresh:
+                    offsets = [w.fetched[n] for n in names]
+                else:
+                    try:
+                        done = await admin.list_consumer_group_offsets(group, partitions=tps)
+                    except Exception as e:  # noqa: BLE001
+                        log.warning("pipeline %r: OffsetFetch failed (%s); retrying", w.name, e)
+                        failed.add(w.name)
+                        continue
+                    offsets = []
+                    for tp in tps:
+                        meta = done.get(tp)
+                        offsets.append(meta.offset if meta is not None and meta.offset >= 0 else 0)
+                    w.committed_read_at = now
+                    w.fetched.update(zip(names, offsets, strict=True))
+                lag, committed = out[w.name]
+                for tp, n, offset in zip(tps, names, offsets, strict=True):
+                    committed[n] = offset
                     lag += max(0, ends.get(tp, 0) - offset)
-        return lag, committed_out
+                out[w.name] = (lag, committed)
+        return {k: v for k, v in out.items() if k not in failed}
 
     async def _clients(self, cluster: str, client: KafkaClientConfig | None) -> tuple[Any, Any]:
         consumer = self._consumers.get(cluster)

@@ -360,3 +360,37 @@ async def test_event_routes_answer_in_front_of_the_app_like_the_app(client) -> N
     )
     r = await client.get("/v1/pipelines/open/events")
     assert r.status_code == 405
+
+
+async def test_admin_posts_reach_the_admin_api_ahead_of_the_event_catch_all(
+    ingress_factory,
+) -> None:
+    """The gateway's app ends in a POST catch-all for source paths; the admin API's POST routes
+    (deploy, rollback, canary, promote) must still be matched first (FastAPI 0.165 includes a
+    router as one entry without a path)."""
+    from eventbus.gateway._admin import add_admin_routes
+
+    calls: list[str] = []
+
+    class Controller:
+        def __getattr__(self, method: str):
+            class Remote:
+                async def remote(self, *args, **kwargs):
+                    calls.append(method)
+                    return {"method": method}
+
+            return Remote()
+
+    app = build_http_app(ingress_factory()[0])
+    add_admin_routes(app, "tok", controller=Controller)
+    auth = {"Authorization": "Bearer tok"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
+        r = await c.post("/v1/admin/pipelines", content=b"kind: Pipeline", headers=auth)
+        assert r.status_code == 201 and r.json() == {"method": "deploy"}, r.text
+        r = await c.post("/v1/admin/pipelines/p/promote", headers=auth)
+        assert r.status_code == 200 and r.json() == {"method": "promote"}, r.text
+        r = await c.post("/v1/admin/pipelines", content=b"kind: Pipeline")
+        assert r.status_code == 401, "the catch-all must not answer for the admin API"
+        r = await c.post("/not-a-source", content=b"{}")
+        assert r.status_code == 404 and "no pipeline serves path" in r.json()["error"]
+    assert calls == ["deploy", "promote"]

@@ -150,3 +150,79 @@ def test_a_sync_call_at_zero_wakes_the_pipeline_and_gets_503_with_retry_after() 
     assert "was scaled to zero (replicas.min: 0) and is starting" in info.value.message
     status, headers, _ = error_reply(info.value)
     assert status == 503 and ("retry-after", "5") in headers
+
+
+class _Meta:
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+
+class _Consumer:
+    def __init__(self, ends: dict[Any, int]) -> None:
+        self.ends = ends
+        self.list_offsets: list[list[Any]] = []
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return {0, 1}
+
+    async def end_offsets(self, tps: list[Any]) -> dict[Any, int]:
+        self.list_offsets.append(list(tps))
+        return {tp: self.ends.get((tp.topic, tp.partition), 0) for tp in tps}
+
+
+class _Admin:
+    def __init__(self, committed: dict[Any, int]) -> None:
+        self.committed = committed
+        self.fetches: list[str] = []
+
+    async def list_consumer_group_offsets(self, group: str, partitions: list[Any]) -> dict:
+        self.fetches.append(group)
+        return {tp: _Meta(self.committed.get((tp.topic, tp.partition), -1)) for tp in partitions}
+
+
+def test_the_watcher_reads_every_pipeline_at_zero_with_one_list_offsets() -> None:
+    """50 pipelines at zero cost one ListOffsets per check, and no OffsetFetch once their
+    committed offsets were read after the drain; running pipelines are read each time."""
+    import time
+
+    from eventbus.serving._scale_to_zero import REREAD_S, SETTLE_S, ScaleToZero
+
+    names = [f"p{i}" for i in range(50)]
+    consumer = _Consumer({("t-p3", 1): 7})  # p3: 7 records arrived while at zero
+    admin = _Admin({("t-p3", 1): 5})
+    watcher = ScaleToZero(None, lambda *a: None, "b:9092", None)
+    watcher._consumers["b:9092"], watcher._admins["b:9092"] = consumer, admin
+    ws = [Watched(n, {"b:9092": {f"g-{n}": [f"t-{n}"]}}, {}, idle_s=5, poll_s=1) for n in names]
+    since = time.time() - 2 * SETTLE_S
+    zero = dict.fromkeys(names[:-1], since)  # the last one runs
+
+    first = asyncio.run(watcher.observe(ws, zero))
+    assert len(consumer.list_offsets) == 1 and len(consumer.list_offsets[0]) == 100
+    assert len(admin.fetches) == 50  # the first read after the drain: every group
+    assert first["p3"] == (2, {"g-p3/t-p3[0]": 0, "g-p3/t-p3[1]": 5})
+    assert first["p0"] == (0, {"g-p0/t-p0[0]": 0, "g-p0/t-p0[1]": 0})
+
+    consumer.ends[("t-p7", 0)] = 3  # an event for p7 while at zero
+    second = asyncio.run(watcher.observe(ws, zero))
+    assert len(consumer.list_offsets) == 2
+    assert admin.fetches[50:] == ["g-p49"], "only the running pipeline's group is fetched"
+    assert second["p7"][0] == 3 and second["p3"][0] == 2
+
+    for w in ws:  # after REREAD_S, the pipelines at zero are fetched again
+        w.committed_read_at -= REREAD_S
+    asyncio.run(watcher.observe(ws, zero))
+    assert len(admin.fetches) == 101
+
+
+def test_a_pipeline_just_at_zero_has_its_offsets_fetched_until_the_drain_settled() -> None:
+    import time
+
+    from eventbus.serving._scale_to_zero import ScaleToZero
+
+    consumer, admin = _Consumer({}), _Admin({})
+    watcher = ScaleToZero(None, lambda *a: None, "b:9092", None)
+    watcher._consumers["b:9092"], watcher._admins["b:9092"] = consumer, admin
+    w = Watched("p", {"b:9092": {"g": ["t"]}}, {}, idle_s=5, poll_s=1)
+    for _ in range(3):
+        asyncio.run(watcher.observe([w], {"p": time.time()}))
+    assert admin.fetches == ["g", "g", "g"]
