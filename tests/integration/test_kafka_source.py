@@ -289,6 +289,11 @@ async def test_source_throughput_trivial_dispatch(kafka_bootstrap, topic_factory
             lambda: source.stats()["committed"] >= n_events, 30, lambda: str(source.stats())
         )
         elapsed = time.perf_counter() - first[0]
+        # the log ends the autoscaler reads (partitions held, arrival rate): every partition
+        # of the topic, at its end
+        assert source.log_ends() == {
+            f"{src}[{p}]": n_events // partitions for p in range(partitions)
+        }
     finally:
         await source.stop()
         await runner

@@ -209,14 +209,9 @@ class ReplicaSources:
             consumed += stats.get("consumed", 0)
             lags = s.lag()
             lag += sum(lags.values())
-            consumer = getattr(s, "_consumer", None)
-            if consumer is not None:
-                assignment = consumer.assignment()
-                partitions += len(assignment)
-                for tp in assignment:
-                    end = consumer.highwater(tp)
-                    if end is not None:
-                        ends[f"{tp.topic}[{tp.partition}]"] = end
+            held = s.log_ends()
+            partitions += len(held)
+            ends.update({k: end for k, end in held.items() if end >= 0})
         prev = getattr(self, "_load_prev", None)
         self._load_prev = (now, consumed, ends)
         rate = arrival = 0.0

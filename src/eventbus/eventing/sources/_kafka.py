@@ -294,6 +294,11 @@ class KafkaSource(Source):
         minus the committed offset (records not yet delivered and committed)."""
         return self._fetcher.lag(self._commits.committed)
 
+    def log_ends(self) -> dict[str, int]:
+        """Per assigned partition (``topic[partition]``): the log end the last fetch reported
+        (-1 before the first fetch of it); the autoscaler's partitions and arrival rate."""
+        return self._fetcher.log_ends()
+
     def metrics(self) -> dict[str, Any]:
         """JSON-able observability snapshot: the latency histogram and the consumer lag."""
         return {"latency": self.latency.snapshot(), "lag": self.lag()}

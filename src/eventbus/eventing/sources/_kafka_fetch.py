@@ -272,6 +272,18 @@ class KafkaFetcher:
             wait,
         )
 
+    def log_ends(self) -> dict[str, int]:
+        """Per assigned partition (``topic[partition]``, every one, fetched from yet or not):
+        the log end the last fetch reported, or -1 before the first fetch of it."""
+        consumer = self.consumer
+        if consumer is None:
+            return {}
+        return {
+            f"{tp.topic}[{tp.partition}]": (-1 if end is None else end)
+            for tp in consumer.assignment()
+            for end in (consumer.highwater(tp),)
+        }
+
     def lag(self, committed: Mapping[TopicPartition, int]) -> dict[str, int]:
         """Per assigned partition (``topic[partition]``): the log end the last fetch reported
         minus the ``committed`` offset (records not yet delivered and committed).
