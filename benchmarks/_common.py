@@ -30,6 +30,11 @@ PARTITIONS = 3
 CURRENCIES = ["CNY", "USD", "EUR", "CNY", "USD"]
 
 
+#: Extra Kafka client settings of every client made here (``kafka_pipeline.py --tls`` puts
+#: the TLS settings in it, from ``kafka_client_kwargs``); empty: plaintext.
+KAFKA_KWARGS: dict[str, Any] = {}
+
+
 def make_values(n: int) -> list[tuple[list[tuple[str, bytes]], bytes, bytes]]:
     out = []
     for i in range(n):
@@ -48,7 +53,11 @@ def make_values(n: int) -> list[tuple[list[tuple[str, bytes]], bytes, bytes]]:
 
 async def produce_all(bootstrap: str, topic: str, n: int) -> None:
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_batch_size=512 * 1024
+        bootstrap_servers=bootstrap,
+        acks="all",
+        linger_ms=5,
+        max_batch_size=512 * 1024,
+        **KAFKA_KWARGS,
     )
     await producer.start()
     try:
@@ -85,6 +94,7 @@ async def sink_span(
         group_id=None,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
+        **KAFKA_KWARGS,
     )
     await consumer.start()
     count, first, last = 0, None, None
@@ -120,9 +130,14 @@ async def baseline(
         session_timeout_ms=2000,
         max_partition_fetch_bytes=4 * 1024 * 1024,
         fetch_max_wait_ms=10,
+        **KAFKA_KWARGS,
     )
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", linger_ms=0, max_batch_size=512 * 1024
+        bootstrap_servers=bootstrap,
+        acks="all",
+        linger_ms=0,
+        max_batch_size=512 * 1024,
+        **KAFKA_KWARGS,
     )
     await consumer.start()
     await producer.start()
@@ -191,10 +206,11 @@ async def latency_run(
         auto_offset_reset="latest",
         enable_auto_commit=False,
         fetch_max_wait_ms=5,
+        **KAFKA_KWARGS,
     )
     await consumer.start()
     await consumer.seek_to_end()
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=0)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=0, **KAFKA_KWARGS)
     await producer.start()
     lat: list[float] = []
     total = int(rate * seconds)
