@@ -31,15 +31,18 @@ class _NoPositions:
         return None
 
 
-def _items(n: int, seed: int) -> list[tuple[str, str, bytes, str]]:
+def _items(n: int, seed: int) -> list[tuple[str, str, bytes, str, int, str]]:
+    """(key, side, event JSON, event id, time ms, lane): the steps' state items (processing
+    time: the time is the arrival's, one lane)."""
     rnd = random.Random(seed)
-    items = [(f"ord-{i}", "order", b'{"item":%d}' % i, f"o{i}") for i in range(n)]
-    items += [(f"ord-{i}", "payment", b'{"amount":%d}' % i, f"p{i}") for i in range(n)]
+    now = int(time.time() * 1000)
+    items = [(f"ord-{i}", "order", b'{"item":%d}' % i, f"o{i}", now, "-") for i in range(n)]
+    items += [(f"ord-{i}", "payment", b'{"amount":%d}' % i, f"p{i}", now, "-") for i in range(n)]
     rnd.shuffle(items)
     return items
 
 
-def _one_store(url: str, items: list[tuple[str, str, bytes, str]]) -> dict[str, float]:
+def _one_store(url: str, items: list[tuple[str, str, bytes, str, int, str]]) -> dict[str, float]:
     from eventbus._internal import keys
     from eventbus.eventing._delivery import RedisDeduper
     from eventbus.pipelines.steps._join_pairs import RedisPairState

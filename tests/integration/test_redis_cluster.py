@@ -43,11 +43,12 @@ def test_cluster_url_makes_a_cluster_client(redis_cluster: RedisCluster) -> None
 
 def test_join_first_on_cluster(redis_cluster: RedisCluster) -> None:
     state = RedisJoinState(redis_cluster.url, keys.join_prefix(_name(), "pair"))
-    items = [(f"k{i}", "orders", b'{"o":%d}' % i, f"o{i}") for i in range(200)]
+    items = [(f"k{i}", "orders", b'{"o":%d}' % i, f"o{i}", 1_000, "-") for i in range(200)]
     assert state.join(1_000, 1_000, 2, 10_000, items) == [0] * 200
-    done = state.join(1_001, 1_000, 2, 10_000, [("k0", "payments", b"{}", "p0")])
+    done = state.join(1_001, 1_000, 2, 10_000, [("k0", "payments", b"{}", "p0", 1_001, "-")])
     assert isinstance(done[0], dict) and done[0]["orders"] == b'{"o":0}'
-    assert state.latest(60_000, "orders", [("t", "orders", b"1"), ("t", "x", b"")]) == [None, b"1"]
+    table = [("t", "orders", b"1", "t1", 1_001, "-"), ("t", "x", b"", "x1", 1_001, "-")]
+    assert state.latest(60_000, "orders", table, 1_001) == [None, b"1"]
     claimed = state.claim_due(5_000, 1_000, 1_000)  # the 199 unmatched windows closed
     assert len(claimed) == 199 and state.pending() == 0
     state.ack([k for k, _ in claimed])
@@ -57,10 +58,16 @@ def test_join_first_on_cluster(redis_cluster: RedisCluster) -> None:
 
 def test_join_every_on_cluster(redis_cluster: RedisCluster) -> None:
     state = RedisPairState(redis_cluster.url, keys.join_prefix(_name(), "pairs"))
-    a = state.add(1_000, 1_000, 100, 1 << 20, [("k", "a", b"A1", "1"), ("k", "b", b"B1", "2")])
+    a = state.add(
+        1_000,
+        1_000,
+        100,
+        1 << 20,
+        [("k", "a", b"A1", "1", 1_000, "-"), ("k", "b", b"B1", "2", 1_000, "-")],
+    )
     assert [x[0] for x in a] == [1, 1] and a[1][3] == [("a/1", 1, b"A1")]
     # the window closed unswept: the next event renames it x:<t0>:k and opens a new one
-    state.add(3_000, 1_000, 100, 1 << 20, [("k", "a", b"A2", "3")])
+    state.add(3_000, 1_000, 100, 1 << 20, [("k", "a", b"A2", "3", 3_000, "-")])
     claimed = state.claim_due(10_000, 1_000, 100)
     assert sorted(m for m, _ in claimed) == ["w:k", "x:1000:k"]
     state.ack([(m, h["__t0"].decode()) for m, h in claimed])
@@ -129,3 +136,17 @@ def test_history_on_cluster(redis_cluster: RedisCluster) -> None:
     from tests.integration.test_history_redis import write_and_read
 
     asyncio.run(write_and_read(redis_cluster.url))
+
+
+def test_cluster_benchmark_state_calls_run(redis_cluster: RedisCluster) -> None:
+    """``benchmarks/join.py --redis-cluster`` calls the state classes directly: keep its calls
+    in step with their signatures (a smoke run on the cluster, rates only checked positive)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from _join_cluster import _items, _one_store
+
+    rates = _one_store(redis_cluster.url, _items(300, seed=1))
+    assert set(rates) == {"every_ops_per_s", "first_ops_per_s", "dedupe_ops_per_s"}
+    assert all(r > 0 for r in rates.values())

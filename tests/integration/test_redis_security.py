@@ -49,9 +49,9 @@ def test_tls_acl_clients_sync_and_async(redis_tls: RedisTls) -> None:
 
 def test_join_over_tls(redis_tls: RedisTls) -> None:
     state = RedisJoinState(redis_tls.url(), keys.join_prefix("tls", "pair"))
-    first = state.join(1_000, 60_000, 2, 100, [("k1", "orders", b'{"o":1}', "o1")])
+    first = state.join(1_000, 60_000, 2, 100, [("k1", "orders", b'{"o":1}', "o1", 1_000, "-")])
     assert first == [0]
-    second = state.join(1_001, 60_000, 2, 100, [("k1", "payments", b'{"p":1}', "p1")])
+    second = state.join(1_001, 60_000, 2, 100, [("k1", "payments", b'{"p":1}', "p1", 1_001, "-")])
     joined = second[0]
     assert isinstance(joined, dict)
     assert joined["orders"] == b'{"o":1}' and joined["payments"] == b'{"p":1}'
