@@ -48,8 +48,15 @@ class PipelineRunner:
     ) -> None:
         self.config = config
         self.name = config.name
+        dedupe = config.spec.delivery.dedupe
         self.steps: list[Step] = [
-            build_step(s, pipeline=config.name, redis_url=redis_url, base_dirs=base_dirs)
+            build_step(
+                s,
+                pipeline=config.name,
+                redis_url=redis_url,
+                base_dirs=base_dirs,
+                dedupe_window_s=dedupe.window_s if dedupe is not None else None,
+            )
             for s in config.spec.steps
         ]
         #: every step is of a pure kind (filter, convert): in-memory work of a few µs per

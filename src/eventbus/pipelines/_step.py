@@ -43,11 +43,15 @@ class StepContext:
         redis_url: the runtime's Redis (None: in process, as ``eventbus test`` runs; state
             stays in memory and models load from their files).
         base_dirs: folders relative data files are read from (the pipeline file's folder).
+        dedupe_window_s: the pipeline's ``delivery.dedupe.window_s`` (None: no dedupe); a
+            stateful step remembers the events it applied for that long, so a batch replayed
+            after a crash is not applied twice.
     """
 
     pipeline: str = ""
     redis_url: str | None = None
     base_dirs: list[str] = field(default_factory=list)
+    dedupe_window_s: float | None = None
 
     @property
     def remote(self) -> bool:

@@ -19,10 +19,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from eventbus._internal import keys
-from eventbus.pipelines.steps._aggregate_ops import Item, Spec, Window
+from eventbus.pipelines.steps._aggregate_ops import Item, Seen, Spec, Window
 from eventbus.pipelines.steps._join_state import call_script, connect
 
 __all__ = ["RedisAggregateState"]
+
+_FIGURES = ("open_windows", "closing_windows", "state_fields", "state_bytes", "applied_ids")
 
 _COMMON = r"""
 local H, DUE, CLAIM, S1, S2 = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -159,10 +161,25 @@ _ADD = (
     + r"""
 local now, late_ms, gap = tonumber(ARGV[base]), tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
 local update = ARGV[base + 3] == '1'
+local ttl, ndig, SEEN = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]), KEYS[6]
+local dbase = base + 6
+-- delivery.dedupe: an event applied before (a batch replayed after a crash) makes the whole
+-- call a no-op that names it; the caller folds the batch again without it and calls again.
+if ndig > 0 then
+  local dups = {}
+  for c = 0, ndig - 1, 1000 do
+    local chunk = {}
+    for j = c + 1, math.min(ndig, c + 1000) do chunk[#chunk + 1] = ARGV[dbase + j - 1] end
+    local scores = redis.call('ZMSCORE', SEEN, unpack(chunk))
+    for j = 1, #chunk do if scores[j] then dups[#dups + 1] = c + j end end
+  end
+  if #dups > 0 then return {{}, {}, dups} end
+end
+local applied = {}
 local wm = hget('wm')
 if wm then wm = tonumber(wm) end
 local lates, ups, maxt = {}, {}, nil
-local i = base + 4
+local i = dbase + ndig
 while i <= #ARGV do
   local key, start, fin, mt = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   local wid = nil
@@ -189,8 +206,9 @@ while i <= #ARGV do
     wid = I(start) .. ':' .. key
   end
   if wid then
-    for a = 1, nagg do addp(wid, a, ARGV[i + 4 + a]) end
+    for a = 1, nagg do addp(wid, a, ARGV[i + 5 + a]) end
     redis.call('HINCRBY', H, wid .. '\0c', ARGV[i + 4])
+    for p in string.gmatch(ARGV[i + 5], '%d+') do applied[tonumber(p)] = true end
     local e = tonumber(hget(wid .. '\0e') or '0')
     if fin > e then e = fin; redis.call('HSET', H, wid .. '\0e', I(e)) end
     redis.call('ZADD', DUE, I(e + late_ms), wid)
@@ -201,10 +219,19 @@ while i <= #ARGV do
     lates[#lates + 1] = 1
     ups[#ups + 1] = false
   end
-  i = i + 5 + nagg
+  i = i + 6 + nagg
 end
 if maxt and (not wm or maxt > wm) then redis.call('HSET', H, 'wm', I(maxt), 'wmw', I(now)) end
-return {lates, ups}
+if ndig > 0 then -- remember the applied events (not the late ones: a replay dead-letters them again)
+  local forget, z = I(now + ttl), {}
+  for p in pairs(applied) do
+    z[#z + 1] = forget; z[#z + 1] = ARGV[dbase + p - 1]
+    if #z >= 1000 then redis.call('ZADD', SEEN, unpack(z)); z = {} end
+  end
+  if #z > 0 then redis.call('ZADD', SEEN, unpack(z)) end
+  redis.call('ZREMRANGEBYSCORE', SEEN, '-inf', I(now))
+end
+return {lates, ups, {}}
 """
 )
 
@@ -271,15 +298,33 @@ class RedisAggregateState:
     def _call(self, script: Any, args: list[Any]) -> Any:
         return call_script(script, self.keys, args)
 
-    def add(self, now_ms: int, items: Sequence[Item]) -> tuple[list[bool], list[Window | None]]:
+    def add(
+        self, now_ms: int, items: Sequence[Item], seen: Seen | None = None
+    ) -> tuple[list[bool], list[Window | None], list[int]]:
         """Merge the batch's window partials; per item whether it was late, and (emit:
-        update) the window's values after it."""
+        update) the window's values after it. With ``seen`` (``delivery.dedupe``): when an
+        event of the batch was applied before, nothing is merged and the third list names
+        those events (batch indexes); otherwise the applied events are remembered."""
         spec = self.spec
+        order: list[int] = []
+        digests: list[str] = []
+        ttl = 0
+        if seen is not None:
+            order = sorted({i for it in items for i in it.events})
+            digests = [seen.digests[i] for i in order]
+            ttl = seen.ttl_ms
+        pos = {i: n + 1 for n, i in enumerate(order)}
         args = [*self._header, now_ms, spec.lateness_ms, spec.gap_ms, int(spec.update)]
+        args += [ttl, len(digests), *digests]
         for it in items:
-            args += [it.key, it.start, it.end, it.max_t, it.count, *it.partials]
-        lates, ups = self._call(self._add, args)
-        return [bool(x) for x in lates], [_window(u) if u else None for u in ups]
+            evs = " ".join(str(pos[i]) for i in it.events) if seen is not None else ""
+            args += [it.key, it.start, it.end, it.max_t, it.count, evs, *it.partials]
+        lates, ups, dups = self._call(self._add, args)
+        return (
+            [bool(x) for x in lates],
+            [_window(u) if u else None for u in ups],
+            [order[int(p) - 1] for p in dups],
+        )
 
     def claim(self, now_ms: int, lease_ms: int, limit: int) -> list[Window]:
         """Close the windows due by the watermark (advanced by the wall clock meanwhile) and
@@ -302,8 +347,14 @@ class RedisAggregateState:
         w, due, claim = self.keys[:3]
         try:
             pipe = self._redis.pipeline(transaction=False)
-            pipe.zcard(due).zcard(claim).hlen(w)
-            n_due, n_claim, fields = pipe.execute()
+            pipe.zcard(due).zcard(claim).hlen(w).memory_usage(w).zcard(self.keys[5])
+            n_due, n_claim, fields, size, n_seen = pipe.execute()
         except Exception:  # noqa: BLE001 - a gauge
-            return {"open_windows": -1, "closing_windows": -1, "state_fields": -1}
-        return {"open_windows": n_due, "closing_windows": n_claim, "state_fields": fields}
+            return dict.fromkeys(_FIGURES, -1)
+        return {
+            "open_windows": n_due,
+            "closing_windows": n_claim,
+            "state_fields": fields,
+            "state_bytes": size or 0,
+            "applied_ids": n_seen,
+        }

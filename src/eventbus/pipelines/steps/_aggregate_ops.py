@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Item", "MemoryAggregateState", "Spec", "Window", "fmt_number", "number"]
+__all__ = ["Item", "MemoryAggregateState", "Seen", "Spec", "Window", "fmt_number", "number"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,15 @@ class Spec:
     gap_ms: int = 0  #: session windows' gap (0: tumbling or hopping)
     update: bool = False  #: emit: update (values of the windows each batch changed)
     processing: bool = False  #: processing time (the watermark is the wall clock)
+
+
+@dataclass
+class Seen:
+    """``delivery.dedupe``: the batch's event digests (by batch index) and how long the state
+    remembers an applied one."""
+
+    digests: dict[int, str]
+    ttl_ms: int
 
 
 @dataclass
@@ -106,6 +115,7 @@ class MemoryAggregateState:
         self.sessions: dict[str, list[int]] = {}
         self.wm: int | None = None
         self.wmw = 0
+        self.seen: dict[str, int] = {}  # applied event digest -> forgotten at (ms)
 
     def _new(self) -> dict[str, Any]:
         init: dict[str, Any] = {"count": 0, "sum": 0, "avg": [0, 0], "distinct": set()}
@@ -194,8 +204,16 @@ class MemoryAggregateState:
         self.due.pop(src, None)
         self.claimed.pop(src, None)
 
-    def add(self, now_ms: int, items: Sequence[Item]) -> tuple[list[bool], list[Window | None]]:
+    def add(
+        self, now_ms: int, items: Sequence[Item], seen: Seen | None = None
+    ) -> tuple[list[bool], list[Window | None], list[int]]:
         """See :meth:`RedisAggregateState.add`."""
+        if seen is not None:
+            self.seen = {d: t for d, t in self.seen.items() if t > now_ms}
+            evs = sorted({i for it in items for i in it.events})
+            dups = [i for i in evs if seen.digests[i] in self.seen]
+            if dups:
+                return [], [], dups
         spec, wm = self.spec, self.wm
         lates: list[bool] = []
         ups: list[Window | None] = []
@@ -231,9 +249,11 @@ class MemoryAggregateState:
             max_t = it.max_t if max_t is None else max(max_t, it.max_t)
             lates.append(False)
             ups.append(self.values(wid) if spec.update else None)
+            if seen is not None:
+                self.seen.update((seen.digests[i], now_ms + seen.ttl_ms) for i in it.events)
         if max_t is not None and (wm is None or max_t > wm):
             self.wm, self.wmw = max_t, now_ms
-        return lates, ups
+        return lates, ups, []
 
     def claim(self, now_ms: int, lease_ms: int, limit: int) -> list[Window]:
         """See :meth:`RedisAggregateState.claim`."""
@@ -278,6 +298,7 @@ class MemoryAggregateState:
             "open_windows": len(self.due),
             "closing_windows": len(self.claimed),
             "state_fields": fields,
+            "applied_ids": len(self.seen),
         }
 
 
