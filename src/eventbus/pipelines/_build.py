@@ -66,7 +66,9 @@ def pipeline_timers(config: PipelineConfig, redis_url: str | None) -> list[Timer
     """The timers of a pipeline's steps, building only the steps of kinds that declare
     timers (``timers=True``): a source actor runs them without the other steps."""
     out: list[Timer] = []
-    for s in config.spec.steps:
+    for k, s in enumerate(config.spec.steps):
         if steps.get(s.kind).trait("timers", False):
-            out += build_step(s, pipeline=config.name, redis_url=redis_url).timers()
+            for timer in build_step(s, pipeline=config.name, redis_url=redis_url).timers():
+                timer.step_index = k
+                out.append(timer)
     return out

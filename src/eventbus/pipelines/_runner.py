@@ -69,7 +69,17 @@ class PipelineRunner:
 
     def timers(self) -> list[Timer]:
         """The steps' timers (join windows closing without an incoming event, allocate plans)."""
-        return [t for step in self.steps for t in step.timers()]
+        out: list[Timer] = []
+        for k, step in enumerate(self.steps):
+            for timer in step.timers():
+                timer.step_index = k
+                out.append(timer)
+        return out
+
+    def run_after(self, step_index: int, events: list[CloudEvent]) -> list[Outcome]:
+        """Run what step ``step_index``'s timer fired (closed windows) through the steps
+        after it, like that step's outputs; one outcome per event (see :meth:`run`)."""
+        return self.run(events, first=step_index + 1)
 
     def flush(self, *, trace: dict[str, list[CloudEvent]] | None = None) -> list[CloudEvent]:
         """End of the input (in-process runs: ``eventbus test``, ``run_pipeline``): each step
@@ -100,13 +110,18 @@ class PipelineRunner:
         return out
 
     def run(
-        self, events: list[CloudEvent], *, trace: dict[str, list[CloudEvent]] | None = None
+        self,
+        events: list[CloudEvent],
+        *,
+        trace: dict[str, list[CloudEvent]] | None = None,
+        first: int = 0,
     ) -> list[Outcome]:
         """Run the steps over a batch.
 
         Args:
             events: the input batch.
             trace: when given, filled with each step's output events, by step id.
+            first: the index of the first step to run (the ones before are skipped).
 
         Returns:
             One outcome per input event, in order: its output events (empty when dropped) or a
@@ -117,7 +132,7 @@ class PipelineRunner:
         origin: list[int] = list(range(n))
         failed: dict[int, Failure] = {}
         started = t0 = perf_counter()
-        for step, counters in zip(self.steps, self.counters):
+        for step, counters in zip(self.steps[first:], self.counters[first:]):
             if not current:
                 if trace is not None:
                     trace[step.id] = []

@@ -74,6 +74,9 @@ class Timer(ABC):
     run by the replica every ``interval_s`` on a worker thread."""
 
     interval_s: float = 1.0
+    #: the index in the pipeline of the step that owns the timer (set by the runner and
+    #: ``pipeline_timers``): what it fires runs through the steps after that one
+    step_index: int = -1
 
     @abstractmethod
     def fire(self) -> Fired | None:

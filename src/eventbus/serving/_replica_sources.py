@@ -19,13 +19,14 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from eventbus._internal import keys
 from eventbus._internal.gc import collect_periodically
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._kafka_client import KafkaClientConfig
-from eventbus.eventing._outcome import Outcome
+from eventbus.eventing._outcome import Failure, Outcome
 from eventbus.eventing.sources._kafka_settings import DeliveryPolicy
 from eventbus.pipelines._config import PipelineConfig, SinkConfig
 from eventbus.pipelines._runner import PipelineRunner
@@ -42,6 +43,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("eventbus.serving.sources")
+
+#: Runs a timer's outputs through the steps after the timer's step (see sweep_forever).
+Follow = Callable[[int, list[CloudEvent]], Awaitable[list[Outcome]]]
 
 _STATS_EVERY_S = 1.0
 _STATS_STALE_S = 15.0
@@ -82,9 +86,16 @@ async def sweep_forever(
     redis_url: str | None = None,
     every_s: float = 1.0,
     kafka_client: KafkaClientConfig | None = None,
+    follow: Follow | None = None,
 ) -> None:
     """Fire the steps' timers every ``every_s`` until cancelled, delivering what they return
-    (through the pipeline's dedupe, when it has one, like the sources' outputs)."""
+    (through the pipeline's dedupe, when it has one, like the sources' outputs).
+
+    ``follow(step_index, events)`` runs a timer's outputs through the steps after the
+    timer's step (one outcome per event): what they emit goes to the sink, what fails to
+    the dead-letter sink. Without it (a pipeline whose timer steps are its last) the
+    outputs go to the sink as they are.
+    """
     from eventbus.eventing._delivery import dedupe_key
 
     spec = config.spec
@@ -107,6 +118,11 @@ async def sweep_forever(
                     if fired is None:
                         continue
                     outputs, dead = fired.outputs, fired.dead
+                    if outputs and follow is not None and timer.step_index + 1 < len(spec.steps):
+                        outputs, failed = _followed(
+                            config.name, outputs, await follow(timer.step_index, outputs)
+                        )
+                        dead = [*dead, *failed]
                     if outputs and dedupe is not None:
                         digests = dedupe.digests([dedupe_key(e) for e in outputs])
                         seen = await dedupe.claim(digests, sink)
@@ -136,6 +152,29 @@ async def sweep_forever(
             await dlq.stop()
         if dedupe is not None:
             await dedupe.close()
+
+
+def _followed(
+    pipeline: str, fired: list[CloudEvent], outcomes: list[Outcome]
+) -> tuple[list[CloudEvent], list[CloudEvent]]:
+    """The later steps' outputs of a timer's events, and its events they failed (as dead
+    letters with the ``eb*`` attributes of the failure)."""
+    outputs: list[CloudEvent] = []
+    dead: list[CloudEvent] = []
+    for e, outcome in zip(fired, outcomes, strict=True):
+        if isinstance(outcome, Failure):
+            dead.append(
+                e.replace(
+                    ebpipeline=pipeline,
+                    ebstep=outcome.step,
+                    eberrortype=outcome.error_type,
+                    eberror=outcome.message,
+                    ebattempts=outcome.attempts,
+                )
+            )
+        else:
+            outputs.extend(outcome)
+    return outputs, dead
 
 
 def make_sink(
@@ -386,12 +425,24 @@ class ReplicaSources:
         timers = self._runner.timers()
         if not timers:
             return
+        runner = self._runner
+        blocking = any(s.blocking for s in runner.steps)
+
+        async def follow(step_index: int, events: list[CloudEvent]) -> list[Outcome]:
+            # as the sources' dispatch: on this loop (between batches), or on a worker thread
+            # when a later step waits on another deployment
+            if blocking:
+                return await asyncio.to_thread(runner.run_after, step_index, events)
+            outcomes: list[Outcome] = runner.run_after(step_index, events)
+            return outcomes
+
         await sweep_forever(
             timers,
             self._config,
             self._bootstrap,
             self._redis_url,
             kafka_client=self._kafka_client,
+            follow=follow,
         )
 
     async def _publish_stats(self) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from eventbus import cel
 from eventbus.eventing._codecs import event_from_json, event_to_json
+from eventbus.eventing._delivery import injected_fault
 from eventbus.eventing._event import CloudEvent, parse_time
 from eventbus.pipelines._activation import activation_builder
 from eventbus.pipelines._step import Step, StepContext, Timer
@@ -223,6 +224,8 @@ class AggregateStep(Step):
                 return results
             lates, updates, dups = self.state.add(now, items, seen)
             if not dups:
+                # test hook: die between the state update and the batch's commit
+                injected_fault(self.pipeline, "aggregate-applied")
                 break
             # Applied before (a batch replayed after a crash): absorbed, counted, and the
             # batch folded again without them.
