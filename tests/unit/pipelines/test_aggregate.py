@@ -406,3 +406,42 @@ def test_without_dedupe_a_replay_counts_twice(store: str | None) -> None:
     runner.run([e])
     (out,) = close_all(step)
     assert out.data["n"] == 2
+
+
+def test_windows_closed_by_the_timer_run_through_the_later_steps() -> None:
+    from eventbus.serving._replica_sources import _followed
+
+    doc = {
+        "apiVersion": "eventbus/v1",
+        "kind": "Pipeline",
+        "metadata": {"name": f"a{uuid.uuid4().hex[:10]}"},
+        "spec": {
+            "sources": [{"kafka": {"topic": "in"}}],
+            "steps": [
+                {"id": "first", "convert": {"set": {"data.seen": "1"}}},
+                {
+                    "id": "per_user",
+                    "aggregate": {
+                        "key": "data.user",
+                        "window": {"tumbling": {"size_s": 60}},
+                        "aggregations": {"n": "count"},
+                    },
+                },
+                {"id": "big", "filter": "data.n > 1"},
+                {"id": "ratio", "convert": {"set": {"data.r": "10 / (data.n - 2)"}}},
+            ],
+            "sink": {"kafka": {"topic": "out"}},
+        },
+    }
+    runner = PipelineRunner(PipelineConfig.model_validate(doc))
+    evs = [ev(u, T0 + 1000 * i, i=i) for i, u in enumerate("aabbb")] + [ev("c", T0 + 70_000)]
+    runner.run(evs)
+    (timer,) = runner.timers()
+    assert timer.step_index == 1
+    fired = timer.fire()
+    assert fired is not None and len(fired.outputs) == 2  # a: 2 events, b: 3
+    outputs, dead = _followed("p", fired.outputs, runner.run_after(timer.step_index, fired.outputs))
+    assert [(e.data["key"], e.data["r"]) for e in outputs] == [("b", 10)]
+    (d,) = dead  # a: 10 / 0 fails in the step after the filter: a dead letter with the reason
+    assert d.data["key"] == "a" and d["ebstep"] == "ratio" and d["ebpipeline"] == "p"
+    assert runner.counters[2].filtered == 0 and runner.counters[3].failed == 1
