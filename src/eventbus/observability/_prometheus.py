@@ -174,8 +174,8 @@ class _Collector:
             for sid, n in v["join_state"].items():
                 join.add_metric([p, sid], n)
             for sid, figures in v.get("aggregate_state", {}).items():
-                for k, fam in agg.items():
-                    fam.add_metric([p, sid], figures.get(k, 0))
+                for k, gauge in agg.items():
+                    gauge.add_metric([p, sid], figures.get(k, 0))
             for sid, ver in v["models"].items():
                 models.add_metric([p, sid], {"version": ver})
         yield from sources.values()
