@@ -225,15 +225,40 @@ def test_idle_windows_close_by_the_wall_clock(store: str | None) -> None:
 
 
 def test_event_time_watermark_advances_with_the_wall_clock_when_idle(store: str | None) -> None:
-    runner, step = make(store, window={"tumbling": {"size_s": 60}}, allowed_lateness_s=5)
+    runner, step = make(
+        store, window={"tumbling": {"size_s": 60}}, allowed_lateness_s=5, idle_timeout_s=2
+    )
     step.now = lambda: 5_000_000  # type: ignore[method-assign]
     runner.run([ev("a", T0 + 50_000)])
     timer = step.timers()[0]
-    step.now = lambda: 5_000_000 + 14_000  # type: ignore[method-assign]
-    assert timer.fire() is None  # watermark T0 + 64 s < end + lateness
-    step.now = lambda: 5_000_000 + 15_000  # type: ignore[method-assign]
+    step.now = lambda: 5_000_000 + 16_000  # type: ignore[method-assign]
+    assert timer.fire() is None  # watermark T0 + 50 s + (16 - 2) s < end + lateness
+    step.now = lambda: 5_000_000 + 17_000  # type: ignore[method-assign]
     fired = timer.fire()
     assert fired is not None and len(fired.outputs) == 1
+    # the clock's watermark judges lateness too: an event for the closed window is late
+    (late,) = runner.run([ev("a", T0 + 59_000)])
+    assert isinstance(late, Failure) and late.error_type == "AggregateLateEventError"
+
+
+def test_a_backlog_read_slower_than_real_time_closes_windows_by_event_time_only(
+    store: str | None,
+) -> None:
+    # Batches of a backlog come less than idle_timeout_s apart, each moving the watermark a
+    # little: the clock must not close a window its next events still belong to.
+    runner, step = make(store, window={"tumbling": {"size_s": 1}}, idle_timeout_s=5)
+    timer = step.timers()[0]
+    closed = []
+    for b in range(40):  # 40 batches 400 ms apart (wall), 100 ms of event time each
+        step.now = lambda b=b: 5_000_000 + 400 * b  # type: ignore[method-assign]
+        outs = runner.run([ev("a", T0 + 100 * b + 50, i=b)])
+        assert outs == [[]], f"batch {b}: {outs}"
+        fired = timer.fire()
+        if fired is not None:
+            closed += fired.outputs
+            timer.ack(fired)
+    assert len(closed) == 3  # by event time: the fourth window's end is not reached
+    assert [e.data["n"] for e in closed + close_all(step)] == [10, 10, 10, 10]
 
 
 def test_all_aggregations_and_reducers(store: str | None) -> None:

@@ -123,6 +123,7 @@ class AggregateStep(Step):
             gap_ms,
             update=spec.emit == "update",
             processing=spec.time == "processing",
+            idle_ms=int(1000 * spec.idle_timeout_s),
         )
         if redis_url:
             from eventbus.pipelines.steps._aggregate_lua import RedisAggregateState

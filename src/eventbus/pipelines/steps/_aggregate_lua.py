@@ -2,8 +2,9 @@
 
 Every key a script touches is declared in KEYS (:func:`eventbus._internal.keys.aggregate_keys`,
 one hash tag per pipeline and step, so the scripts run on one Redis Cluster slot):
-``w`` (hash) holds every open window's fields, the watermark (``wm``, ``wmw``: the wall
-clock when it last moved) and each session key's open session starts (``S\\0<key>``);
+``w`` (hash) holds every open window's fields, the watermark (``wm``: the latest event time
+merged, ``wmw``: the wall clock when it last moved, ``wmc``: the watermark the timer reached,
+which the clock also moves once no event moved ``wm`` for ``idle_timeout_s``) and each session key's open session starts (``S\\0<key>``);
 ``due`` orders windows by close deadline, ``claim`` holds windows being emitted (by lease
 deadline); ``hll``/``hll2`` are scratch strings a HyperLogLog is loaded into (a window's HLL
 itself is a field of ``w``, so no key is made up inside a script).
@@ -176,8 +177,12 @@ if ndig > 0 then
   if #dups > 0 then return {{}, {}, dups} end
 end
 local applied = {}
-local wm = hget('wm')
+local wm, wmc = hget('wm'), tonumber(hget('wmc') or '0')
 if wm then wm = tonumber(wm) end
+-- lateness is judged by the watermark the timer reached (the events' one, or the clock's
+-- once the input was idle): W; 'wm' itself stays the latest event time merged
+local W = wm
+if wmc > 0 and (not W or wmc > W) then W = wmc end
 local lates, ups, maxt = {}, {}, nil
 local i = dbase + ndig
 while i <= #ARGV do
@@ -196,13 +201,13 @@ while i <= #ARGV do
         else keep[#keep + 1] = s end
       end
     end
-    if #hit > 0 or not wm or fin + late_ms > wm then
+    if #hit > 0 or not W or fin + late_ms > W then
       wid = I(s0) .. ':' .. key
       for _, w in ipairs(hit) do if w ~= wid then mergew(w, wid) end end
       keep[#keep + 1] = I(s0)
       redis.call('HSET', H, idx, table.concat(keep, ' '))
     end
-  elseif not wm or fin + late_ms > wm then
+  elseif not W or fin + late_ms > W then
     wid = I(start) .. ':' .. key
   end
   if wid then
@@ -240,11 +245,18 @@ _CLAIM = (
     + r"""
 local now, lease, limit = tonumber(ARGV[base]), tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
 local processing, session = ARGV[base + 3] == '1', ARGV[base + 4] == '1'
-local wm, eff = hget('wm'), nil
+local idle = tonumber(ARGV[base + 5])
+local wm, wmc, eff = hget('wm'), hget('wmc'), nil
 if processing then eff = now
-elseif wm then eff = tonumber(wm) + now - tonumber(hget('wmw') or now) end
-if wm and eff and eff < tonumber(wm) then eff = tonumber(wm) end
-if eff and (not wm or eff > tonumber(wm)) then redis.call('HSET', H, 'wm', I(eff), 'wmw', I(now)) end
+elseif wm then
+  -- the clock moves the watermark only once no event moved it for idle_timeout_s: a backlog
+  -- read slower than real time must not close windows its next events still belong to
+  local quiet = now - tonumber(hget('wmw') or now) - idle
+  eff = tonumber(wm)
+  if quiet > 0 then eff = eff + quiet end
+end
+if eff and wmc and tonumber(wmc) > eff then eff = tonumber(wmc) end
+if eff and (not wmc or eff > tonumber(wmc)) then redis.call('HSET', H, 'wmc', I(eff)) end
 local out = {}
 local lists = {redis.call('ZRANGEBYSCORE', CLAIM, '-inf', I(now), 'LIMIT', 0, limit)}
 if eff then lists[2] = redis.call('ZRANGEBYSCORE', DUE, '-inf', I(eff), 'LIMIT', 0, limit) end
@@ -331,6 +343,7 @@ class RedisAggregateState:
         take them, and windows whose earlier claim lapsed, for emission."""
         spec = self.spec
         args = [*self._header, now_ms, lease_ms, limit, int(spec.processing), int(spec.gap_ms > 0)]
+        args.append(spec.idle_ms)
         return [_window(row) for row in self._call(self._claim, args)]
 
     def ack(self, wids: Sequence[str]) -> None:
@@ -340,7 +353,9 @@ class RedisAggregateState:
 
     def forget_watermark(self) -> None:
         """Start the watermark afresh (after :meth:`AggregateStep.flush`)."""
-        call_script(lambda keys, args: self._redis.hdel(keys[0], *args), self.keys, ["wm", "wmw"])
+        call_script(
+            lambda keys, args: self._redis.hdel(keys[0], *args), self.keys, ["wm", "wmw", "wmc"]
+        )
 
     def figures(self) -> dict[str, int]:
         """Open windows, windows being emitted, and the state's size in hash fields."""
