@@ -13,7 +13,9 @@ right count and sum).
   then the windows the batch's watermark closed read (``HGETALL``) and deleted, produced
   (``send_batch``), committed;
 * EventBus: the ``aggregate`` step on a Serve replica (one Lua call per batch, a timer
-  closing windows), without and with ``delivery.dedupe`` (exactly once);
+  closing windows), without and with ``delivery.dedupe`` (exactly once); ``idle_timeout_s:
+  60``, as Quix has no wall-clock watermark (on a loaded machine a replica may stall longer
+  than the default 5 s, and the clock would close windows of the backlog early);
 * Quix Streams: ``tumbling_window(...).agg(Count(), Sum()).final(closing_strategy="partition")``
   (RocksDB state, changelog topics), run by ``--quix-python`` (default
   ``.venv-bench/bin/python``, made by ``make bench``) as a subprocess.
@@ -285,6 +287,7 @@ spec:
         key: data.k
         window: {{tumbling: {{size_s: {size_s}}}}}
         aggregations: {{n: count, total: {{sum: data.amount}}}}
+        idle_timeout_s: 60
   sink: {{kafka: {{topic: {sink}}}}}
 {delivery}  serving: {{replicas: 1, batch: {{max_size: 2000}}}}
 """
