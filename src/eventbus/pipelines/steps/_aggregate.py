@@ -16,12 +16,11 @@ a crash is dropped by the sink's dedupe.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from typing import Any
 
 from eventbus import cel
-from eventbus.eventing._codecs import event_from_json, event_to_json
+from eventbus.eventing._codecs import event_to_json
 from eventbus.eventing._delivery import injected_fault
 from eventbus.eventing._event import CloudEvent, parse_time
 from eventbus.pipelines._activation import activation_builder
@@ -39,8 +38,8 @@ from eventbus.pipelines.steps._aggregate_ops import (
     Seen,
     Spec,
     Window,
-    number,
 )
+from eventbus.pipelines.steps._aggregate_output import window_event
 from eventbus.pipelines.steps._join import format_time_ms
 from eventbus.pipelines.steps._join_state import now_ms
 from eventbus.pipelines.steps._values import compile_cel, json_value
@@ -300,65 +299,7 @@ class AggregateStep(Step):
 
     def output(self, w: Window, *, update: bool = False) -> CloudEvent:
         """The event of a window's values (``update``: an intermediate one)."""
-        data: dict[str, Any] = {
-            "key": w.key,
-            "window_start": format_time_ms(w.start),
-            "window_end": format_time_ms(w.end),
-        }
-        for a, (name, raw) in enumerate(zip(self.names, w.values)):
-            data[name] = self._final(a, raw)
-        basis = f"{self.pipeline}\x00{self.id}\x00{w.key}\x00{w.start}\x00{w.end}"
-        if update:
-            basis += f"\x00update\x00{w.count}"
-        digest = hashlib.blake2b(basis.encode(), digest_size=10).hexdigest()
-        attrs: dict[str, Any] = {
-            "specversion": "1.0",
-            "id": f"{self.id}-{digest}",
-            "source": self.source,
-            "type": self.type,
-            "time": format_time_ms(w.end),
-            "datacontenttype": "application/json",
-            "partitionkey": w.key,
-        }
-        return CloudEvent(attrs, data)
-
-    def _final(self, a: int, raw: str) -> Any:
-        op = self.state_spec.ops[a]
-        if op in ("count", "distinct"):
-            return int(raw or 0)
-        if op == "sum":
-            return number(raw or "0")
-        if op == "avg":
-            s, n = raw.split(" ")
-            return number(s) / int(n) if int(n) else None
-        if op in ("min", "max"):
-            return number(raw) if raw else None
-        if op in ("first", "last"):
-            return json.loads(raw) if raw else None
-        dropped, _, rest = raw.partition("\n")
-        items = [x for x in rest.split("\n") if x]
-        if op == "collect":
-            self.counters["collect_truncated"] += int(dropped)
-            return [json.loads(x) for x in items]
-        self.counters["reducer_truncated"] += int(dropped)
-        return self._fold(a, items)
-
-    def _fold(self, a: int, items: list[str]) -> Any:
-        init, add, merge = self._reducers[a]
-        acc = init
-        try:
-            if merge is not None:
-                for x in items:
-                    acc = json_value(merge.evaluate({"acc": acc, "other": json.loads(x)}))
-                return acc
-            for x in items:
-                act = self._build(event_from_json(x.encode()))
-                act["acc"] = acc
-                acc = json_value(add.evaluate(act))
-        except (cel.CELError, ValueError, TypeError):
-            self.counters["reducer_errors"] += 1
-            return None
-        return acc
+        return window_event(self, w, update=update)
 
     def event_json(self, e: CloudEvent) -> str:
         """An event as a reducer without ``merge`` keeps it."""
