@@ -312,3 +312,20 @@ def test_view_reports_aggregate_windows_state_and_late_events() -> None:
     }
     stats = v["steps"]["per_user"]["stats"]
     assert stats["applied_ids"] == 100 and stats["windows_emitted"] == 6
+
+
+def test_status_prints_each_aggregate_step_line() -> None:
+    import io
+
+    from rich.console import Console
+
+    from eventbus.observability._terminal import print_figures
+
+    record = {"name": "a", "version": 1, "document": {"spec": {"steps": []}}}
+    v = pipeline_view(record, [_entry(10.0)], now=11.0)
+    v["aggregate_state"] = {"per_user": {"open_windows": 7, "state_bytes": 2048, "late_events": 3}}
+    buf = io.StringIO()
+    print_figures(Console(file=buf, width=200), v)
+    assert (
+        "aggregate per_user: 7 open windows, 2048 bytes of state, 3 late events" in buf.getvalue()
+    )
