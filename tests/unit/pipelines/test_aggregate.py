@@ -470,3 +470,44 @@ def test_windows_closed_by_the_timer_run_through_the_later_steps() -> None:
     (d,) = dead  # a: 10 / 0 fails in the step after the filter: a dead letter with the reason
     assert d.data["key"] == "a" and d["ebstep"] == "ratio" and d["ebpipeline"] == "p"
     assert runner.counters[2].filtered == 0 and runner.counters[3].failed == 1
+
+
+@pytest.mark.redis
+def test_dedupe_two_replicas_applying_the_same_events_at_once_count_them_once(
+    redis_url: str,
+) -> None:
+    # a rebalance: two consumers of one partition run overlapping batches at the same time
+    import threading
+
+    config = AggregateConfig.model_validate(
+        {
+            "key": "data.user",
+            "window": {"tumbling": {"size_s": 60}},
+            "aggregations": {"n": "count", "total": {"sum": "data.amount"}},
+        }
+    )
+    name = f"a{uuid.uuid4().hex[:10]}"
+    a, b = (
+        AggregateStep("per_user", config, pipeline=name, redis_url=redis_url, dedupe_window_s=60)
+        for _ in range(2)
+    )
+    evs = [ev(f"u{i % 7}", T0 + i * 10, i % 13, i) for i in range(3000)]
+    go = threading.Barrier(2)
+
+    def replay(step: AggregateStep, cut: int) -> None:
+        go.wait()
+        for base in range(0, len(evs), cut):
+            step.process(evs[base : base + cut])
+
+    threads = [threading.Thread(target=replay, args=(s, c)) for s, c in ((a, 500), (b, 700))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    got = {e.data["key"]: (e.data["n"], e.data["total"]) for e in a.flush()}
+    expect: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for e in evs:
+        expect[e.data["user"]][0] += 1
+        expect[e.data["user"]][1] += e.data["amount"]
+    assert got == {k: tuple(v) for k, v in expect.items()}
+    assert a.counters["duplicate_events"] + b.counters["duplicate_events"] == 3000
