@@ -18,7 +18,7 @@ right count and sum).
   than the default 5 s, and the clock would close windows of the backlog early);
 * Quix Streams: ``tumbling_window(...).agg(Count(), Sum()).final(closing_strategy="partition")``
   (RocksDB state, changelog topics), run by ``--quix-python`` (default
-  ``.venv-bench/bin/python``, made by ``make bench``) as a subprocess.
+  ``.venv-bench/quixstreams/bin/python``, made by ``make bench-peers``) as a subprocess.
 
 Throughput: the events processed between the first and the last output (all but the first
 window's) divided by the time between their arrivals at a reader started before the system
@@ -300,14 +300,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument(
         "--quix-python",
-        default=str(ROOT / ".venv-bench" / "bin" / "python"),
-        help="an interpreter with quixstreams installed (make bench builds .venv-bench)",
+        default=str(ROOT / ".venv-bench" / "quixstreams" / "bin" / "python"),
+        help="an interpreter with quixstreams installed (`make bench-peers` builds "
+        ".venv-bench/quixstreams)",
     )
     args = ap.parse_args()
     if not Path(args.quix_python).exists():
         sys.exit(
-            f"--quix-python {args.quix_python} does not exist: run `make bench` (it builds "
-            ".venv-bench from benchmarks/requirements-bench.txt) or pass an interpreter with quixstreams"
+            f"--quix-python {args.quix_python} does not exist: run `make bench-peers` (it builds "
+            ".venv-bench/quixstreams) or pass an interpreter with quixstreams installed"
         )
     n, windows = args.events, args.windows
     evs = make_events(n, windows)
