@@ -67,6 +67,8 @@ class Fired:
     outputs: list[CloudEvent] = field(default_factory=list)
     dead: list[CloudEvent] = field(default_factory=list)
     token: Any = None
+    #: the timer stopped at its limit with more work due: fire again at once
+    more: bool = False
 
 
 class Timer(ABC):

@@ -30,7 +30,7 @@ from eventbus.eventing._outcome import Failure, Outcome
 from eventbus.eventing.sources._kafka_settings import DeliveryPolicy
 from eventbus.pipelines._config import PipelineConfig, SinkConfig
 from eventbus.pipelines._runner import PipelineRunner
-from eventbus.pipelines._step import Timer
+from eventbus.pipelines._step import Fired, Timer
 from eventbus.serving._replica_health import SourcesHealth
 
 __all__ = [
@@ -106,42 +106,57 @@ async def sweep_forever(
         if spec.dead_letter
         else None
     )
+
+    async def deliver(timer: Timer, fired: Fired) -> None:
+        outputs, dead = fired.outputs, fired.dead
+        if outputs and follow is not None and timer.step_index + 1 < len(spec.steps):
+            outputs, failed = _followed(
+                config.name, outputs, await follow(timer.step_index, outputs)
+            )
+            dead = [*dead, *failed]
+        if outputs and dedupe is not None:
+            digests = dedupe.digests([dedupe_key(e) for e in outputs])
+            seen = await dedupe.claim(digests, sink)
+            outputs = [e for e, s in zip(outputs, seen) if not s]
+            digests = [d for d, s in zip(digests, seen) if not s]
+        if outputs:
+            await sink.send([(e, None) for e in outputs])
+            if dedupe is not None:
+                await dedupe.mark(digests, hashed=True)
+        if dead:
+            if dlq is not None:
+                await dlq.send([(e, None) for e in dead])
+            else:
+                log.error(
+                    "pipeline %r: %d events of a step's timer dead-lettered and no dead_letter sink is configured",
+                    config.name,
+                    len(dead),
+                )
+        await asyncio.to_thread(timer.ack, fired)
+
     await sink.start()
     if dlq is not None:
         await dlq.start()
     try:
+        # each timer every its own interval_s (an aggregate's 0.5 s, others' 1 s); a timer
+        # that stopped at its limit (``Fired.more``) fires again at once
+        period = min([every_s, *(t.interval_s for t in timers)])
+        due = [0.0] * len(timers)
         while True:
-            await asyncio.sleep(every_s)
-            for timer in timers:
+            await asyncio.sleep(period)
+            for k, timer in enumerate(timers):
+                now = time.monotonic()
+                if now < due[k]:
+                    continue
+                due[k] = now + timer.interval_s - period / 2
                 try:
-                    fired = await asyncio.to_thread(timer.fire)
-                    if fired is None:
-                        continue
-                    outputs, dead = fired.outputs, fired.dead
-                    if outputs and follow is not None and timer.step_index + 1 < len(spec.steps):
-                        outputs, failed = _followed(
-                            config.name, outputs, await follow(timer.step_index, outputs)
-                        )
-                        dead = [*dead, *failed]
-                    if outputs and dedupe is not None:
-                        digests = dedupe.digests([dedupe_key(e) for e in outputs])
-                        seen = await dedupe.claim(digests, sink)
-                        outputs = [e for e, s in zip(outputs, seen) if not s]
-                        digests = [d for d, s in zip(digests, seen) if not s]
-                    if outputs:
-                        await sink.send([(e, None) for e in outputs])
-                        if dedupe is not None:
-                            await dedupe.mark(digests, hashed=True)
-                    if dead:
-                        if dlq is not None:
-                            await dlq.send([(e, None) for e in dead])
-                        else:
-                            log.error(
-                                "pipeline %r: %d events of a step's timer dead-lettered and no dead_letter sink is configured",
-                                config.name,
-                                len(dead),
-                            )
-                    await asyncio.to_thread(timer.ack, fired)
+                    while True:
+                        fired = await asyncio.to_thread(timer.fire)
+                        if fired is None:
+                            break
+                        await deliver(timer, fired)
+                        if not fired.more:
+                            break
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:  # noqa: BLE001 - the claims' leases expire: retried later
