@@ -2,7 +2,8 @@
 tumbling and session windows over many keys with event times out of order, against an answer
 the test computes itself, through a crash between a batch's state update and its commit, a
 replica killed with SIGKILL and a Redis restart; closed windows run through the steps after
-the aggregate; late events land in the dead-letter topic.
+the aggregate (in process with the sources on the replicas; by a call to a replica from a
+source actor); late events land in the dead-letter topic.
 
 Sizing: 30,000 events over 1,000 keys (the issue's 200,000 would take minutes of CPU on the
 2-core CI machine for no more proof). Each fault hits a pipeline mid-stream, while its replica
@@ -50,7 +51,9 @@ T0 = 1_700_000_000_000 - 1_700_000_000_000 % 60_000
 STEP = "per_key"
 
 
-def doc(name: str, topic: str, sink: str, dlq: str, window: dict[str, Any]) -> dict[str, Any]:
+def doc(
+    name: str, topic: str, sink: str, dlq: str, window: dict[str, Any], placement: str
+) -> dict[str, Any]:
     return {
         "apiVersion": "eventbus/v1",
         "kind": "Pipeline",
@@ -73,7 +76,11 @@ def doc(name: str, topic: str, sink: str, dlq: str, window: dict[str, Any]) -> d
             "sink": {"kafka": {"topic": sink}},
             "dead_letter": {"kafka": {"topic": dlq}},
             "delivery": {"dedupe": {"window_s": 600}},
-            "serving": {"replicas": 1, "batch": {"max_size": 1000, "linger_ms": 5}},
+            "serving": {
+                "replicas": 1,
+                "batch": {"max_size": 1000, "linger_ms": 5},
+                "source_placement": placement,
+            },
         },
     }
 
@@ -187,14 +194,16 @@ async def test_tumbling_and_session_windows_exactly_once_through_crashes(
 ) -> None:
     topic = topic_factory("agg-in", partitions=4)
     run = uuid.uuid4().hex[:6]
+    # the session pipeline's source runs as an actor: its closed windows go through the
+    # replica's later steps by a call (process_after), the tumbling one's in process
     pipes = {
-        "tumbling": (f"aggt-{run}", {"tumbling": {"size_s": SIZE_S}}),
-        "session": (f"aggs-{run}", {"session": {"gap_s": GAP_S}}),
+        "tumbling": (f"aggt-{run}", {"tumbling": {"size_s": SIZE_S}}, "replica"),
+        "session": (f"aggs-{run}", {"session": {"gap_s": GAP_S}}, "actor"),
     }
     sinks = {kind: topic_factory(f"agg-{kind}", partitions=2) for kind in pipes}
     dlqs = {kind: topic_factory(f"agg-{kind}-dlq") for kind in pipes}
-    for kind, (name, window) in pipes.items():
-        deploy_pipeline(doc(name, topic, sinks[kind], dlqs[kind], window))
+    for kind, (name, window, placement) in pipes.items():
+        deploy_pipeline(doc(name, topic, sinks[kind], dlqs[kind], window, placement))
     evs = make_events()
     victim = await asyncio.to_thread(replica_pid, pipes["session"][0])
     progress = [0]
@@ -213,7 +222,7 @@ async def test_tumbling_and_session_windows_exactly_once_through_crashes(
 
     await asyncio.gather(produce(kafka_bootstrap, topic, evs, progress, None), faults())
     client = redis.Redis.from_url(redis_url)
-    seen = {kind: keys.aggregate_keys(name, STEP)[5] for kind, (name, _) in pipes.items()}
+    seen = {kind: keys.aggregate_keys(name, STEP)[5] for kind, (name, *_) in pipes.items()}
     # every event applied once (the state remembers each applied event's id)
     await wait_for(
         lambda: all(client.zcard(k) == N for k in seen.values()), 150, "all events applied"
@@ -246,7 +255,7 @@ async def test_tumbling_and_session_windows_exactly_once_through_crashes(
         for i in range(3)
     ]
     await produce(kafka_bootstrap, topic, late, [0], b"end")
-    for kind, (name, _) in pipes.items():
+    for kind, (name, *_) in pipes.items():
         dead = await collect(kafka_bootstrap, dlqs[kind], 3, timeout_s=30)
         assert sorted(d.id for d in dead) == ["late0", "late1", "late2"]
         for d in dead:
