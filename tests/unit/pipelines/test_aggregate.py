@@ -511,3 +511,11 @@ def test_dedupe_two_replicas_applying_the_same_events_at_once_count_them_once(
         expect[e.data["user"]][1] += e.data["amount"]
     assert got == {k: tuple(v) for k, v in expect.items()}
     assert a.counters["duplicate_events"] + b.counters["duplicate_events"] == 3000
+
+
+def test_a_key_with_a_nul_character_fails_alone(store: str | None) -> None:
+    runner, step = make(store, window={"tumbling": {"size_s": 60}})
+    bad, good = ev("a\x00b", T0 + 1000), ev("a", T0 + 2000)
+    out = runner.run([bad, good])
+    assert isinstance(out[0], Failure) and "NUL character" in out[0].message and out[1] == []
+    assert [(e.data["key"], e.data["n"]) for e in close_all(step)] == [("a", 1)]

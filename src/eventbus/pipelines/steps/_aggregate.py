@@ -205,6 +205,9 @@ class AggregateStep(Step):
                 if not isinstance(key, (str, int)) or isinstance(key, bool):
                     msg = f"aggregate key {self.spec.key!r} gave {key!r} ({type(key).__name__}); a key must be a string or an integer"
                     raise TypeError(msg)
+                if isinstance(key, str) and "\0" in key:
+                    msg = f"aggregate key {self.spec.key!r} gave {key!r}, which holds a NUL character (the state separates its fields with it); build the key without it"
+                    raise ValueError(msg)
                 t = now if processing else _event_ms(e)
                 vals = [self._value(a, act) for a in range(len(self._fields))]
             except (cel.CELError, ValueError, TypeError) as exc:

@@ -184,9 +184,13 @@ if wm then wm = tonumber(wm) end
 local W = wm
 if wmc > 0 and (not W or wmc > W) then W = wmc end
 local lates, ups, maxt = {}, {}, nil
-local i = dbase + ndig
-while i <= #ARGV do
-  local key, start, fin, mt = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+-- the items come as one argument, each field NUL-terminated (one argument per field cost the
+-- client more to pack than the script takes to run)
+local A = {}
+for f in string.gmatch(ARGV[dbase + ndig] or '', '([^%z]*)%z') do A[#A + 1] = f end
+local i = 1
+while i <= #A do
+  local key, start, fin, mt = A[i], tonumber(A[i + 1]), tonumber(A[i + 2]), tonumber(A[i + 3])
   local wid = nil
   if gap > 0 then
     local idx = 'S\0' .. key
@@ -211,9 +215,9 @@ while i <= #ARGV do
     wid = I(start) .. ':' .. key
   end
   if wid then
-    for a = 1, nagg do addp(wid, a, ARGV[i + 5 + a]) end
-    redis.call('HINCRBY', H, wid .. '\0c', ARGV[i + 4])
-    for p in string.gmatch(ARGV[i + 5], '%d+') do applied[tonumber(p)] = true end
+    for a = 1, nagg do addp(wid, a, A[i + 5 + a]) end
+    redis.call('HINCRBY', H, wid .. '\0c', A[i + 4])
+    for p in string.gmatch(A[i + 5], '%d+') do applied[tonumber(p)] = true end
     local e = tonumber(hget(wid .. '\0e') or '0')
     if fin > e then e = fin; redis.call('HSET', H, wid .. '\0e', I(e)) end
     redis.call('ZADD', DUE, I(e + late_ms), wid)
@@ -328,9 +332,13 @@ class RedisAggregateState:
         pos = {i: n + 1 for n, i in enumerate(order)}
         args = [*self._header, now_ms, spec.lateness_ms, spec.gap_ms, int(spec.update)]
         args += [ttl, len(digests), *digests]
+        fields: list[str] = []
         for it in items:
             evs = " ".join(str(pos[i]) for i in it.events) if seen is not None else ""
-            args += [it.key, it.start, it.end, it.max_t, it.count, evs, *it.partials]
+            fields += [it.key, str(it.start), str(it.end), str(it.max_t), str(it.count), evs]
+            fields += it.partials
+        fields.append("")
+        args.append("\0".join(fields))
         lates, ups, dups = self._call(self._add, args)
         return (
             [bool(x) for x in lates],
