@@ -54,6 +54,8 @@ bench: setup bench-peers
 	$(PY) benchmarks/kafka_path_cpu.py
 	$(PY) benchmarks/http_ingress.py
 	$(PY) benchmarks/peers.py
+	$(PY) benchmarks/aggregate.py
+	$(PY) benchmarks/http_sink.py
 
 # The peers of benchmarks/peers.py (Quix Streams, Bytewax, Faust, the confluent-kafka loop), one
 # venv each under .venv-bench: their pins (Quix's confluent-kafka 2.12, Faust's aiokafka) stay

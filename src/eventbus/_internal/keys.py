@@ -204,14 +204,15 @@ def join_prefix(pipeline: str, step: str) -> str:
 
 
 #: The keys of an aggregate step, in the order its Lua scripts declare them as KEYS.
-AGGREGATE_PARTS = ("w", "due", "claim", "hll", "hll2")
+AGGREGATE_PARTS = ("w", "due", "claim", "hll", "hll2", "seen")
 
 
 def aggregate_keys(pipeline: str, step: str) -> list[str]:
     """An aggregate step's keys, in :data:`AGGREGATE_PARTS` order, all under the hash tag
     ``{agg:<pipeline>:<step>}``: ``w`` (hash: every open window's fields and the watermark),
     ``due`` (sorted set: window -> close deadline), ``claim`` (sorted set: window being
-    emitted -> lease deadline), ``hll``/``hll2`` (scratch HyperLogLog strings)."""
+    emitted -> lease deadline), ``hll``/``hll2`` (scratch HyperLogLog strings), ``seen``
+    (sorted set: digest of an applied event -> when it is forgotten; ``delivery.dedupe``)."""
     return [f"{PREFIX}{{agg:{pipeline}:{step}}}:{part}" for part in AGGREGATE_PARTS]
 
 

@@ -121,6 +121,14 @@ class _Collector:
             "Keys waiting in a join step's state.",
             labels=["pipeline", "step"],
         )
+        agg = {
+            k: GaugeMetricFamily(f"eventbus_aggregate_{k}", help_, labels=["pipeline", "step"])
+            for k, help_ in (
+                ("open_windows", "Windows an aggregate step holds open."),
+                ("state_bytes", "Bytes of an aggregate step's window state in Redis."),
+                ("late_events", "Events an aggregate step dead-lettered as late (live replicas)."),
+            )
+        }
         replicas = GaugeMetricFamily(
             "eventbus_replicas", "Replicas publishing figures (live).", labels=["pipeline"]
         )
@@ -172,10 +180,14 @@ class _Collector:
                 lag.add_metric([p, topic, rest.rstrip("]")], n)
             for sid, n in v["join_state"].items():
                 join.add_metric([p, sid], n)
+            for sid, figures in v.get("aggregate_state", {}).items():
+                for k, gauge in agg.items():
+                    gauge.add_metric([p, sid], figures.get(k, 0))
             for sid, ver in v["models"].items():
                 models.add_metric([p, sid], {"version": ver})
         yield from sources.values()
         yield from steps.values()
+        yield from agg.values()
         yield from (latency, batch, batch_s, lag, join, replicas, version, models, zero, last_event)
         if self.gateway is not None:
             snap = self.gateway.snapshot()

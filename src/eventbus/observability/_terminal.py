@@ -68,6 +68,11 @@ def print_figures(console: Any, v: dict[str, Any]) -> None:
         extra.append("lag: " + ", ".join(f"{p}={n}" for p, n in sorted(v["lag"].items())))
     for sid, n in v["join_state"].items():
         extra.append(f"join state {sid}: {n} keys")
+    for sid, a in v.get("aggregate_state", {}).items():
+        extra.append(
+            f"aggregate {sid}: {a['open_windows']} open windows, {a['state_bytes']} bytes of state, "
+            f"{a['late_events']} late events"
+        )
     for sid, ver in v["models"].items():
         extra.append(f"model {sid}: version {ver}")
     for line in extra:

@@ -100,6 +100,20 @@ def topology(document: dict[str, Any]) -> dict[str, Any]:
 
 #: Gateway ``sync`` counters added to the totals.
 _SYNC = ("consumed", "outputs", "dropped", "failed")
+#: Step figures of state shared by every replica (one Redis): taken from one replica, not
+#: summed (the others are per-replica counters).
+_SHARED = frozenset(
+    (
+        "pending_keys",
+        "open_windows",
+        "closing_windows",
+        "state_fields",
+        "state_bytes",
+        "applied_ids",
+    )
+)
+#: What status and the dashboard show of an aggregate step.
+_AGGREGATE_FIGURES = ("open_windows", "state_bytes", "late_events")
 
 
 def _live(entries: list[dict[str, Any]], now: float) -> tuple[list[dict[str, Any]], int]:
@@ -140,6 +154,8 @@ def pipeline_view(
         filtered, failed, seconds, the step's own stats), ``latency`` (end-to-end histogram
         over every source, ``p50_s``, ``p99_s``), ``batch_size`` (histogram, ``mean``),
         ``lag`` (per partition) and ``lag_total``, ``join_state`` (step -> pending keys),
+        ``aggregate_state`` (aggregate step -> ``open_windows``, ``state_bytes``,
+        ``late_events``),
         ``models`` (step -> version, for steps reporting one), ``state`` (``RUNNING`` or
         ``SCALED_TO_ZERO``), and at zero ``scaled_to_zero_since`` and ``last_event_at``.
     """
@@ -224,11 +240,7 @@ def pipeline_view(
                 acc[k] += st.get(k, 0)
             if not e.get("final"):
                 for k, v in (st.get("stats") or {}).items():
-                    if (
-                        isinstance(v, (int, float))
-                        and not isinstance(v, bool)
-                        and k != "pending_keys"
-                    ):
+                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in _SHARED:
                         acc["stats"][k] = acc["stats"].get(k, 0) + v
                     else:  # shared state (pending_keys) and versions: one replica's word
                         acc["stats"][k] = v
@@ -239,6 +251,11 @@ def pipeline_view(
         sid: st["stats"]["pending_keys"]
         for sid, st in steps.items()
         if "pending_keys" in st["stats"]
+    }
+    aggregates = {
+        sid: {k: st["stats"].get(k, 0) for k in _AGGREGATE_FIGURES}
+        for sid, st in steps.items()
+        if st["template"] == "aggregate" and "open_windows" in st["stats"]
     }
     models = {
         sid: str(st["stats"].get("model_version", st["stats"].get("version")))
@@ -268,6 +285,7 @@ def pipeline_view(
         "lag": lag,
         "lag_total": sum(lag.values()),
         "join_state": join_state,
+        "aggregate_state": aggregates,
         "models": models,
         "at": now,
         **_scale_fields(scale),

@@ -19,6 +19,7 @@ def build_step(
     pipeline: str = "",
     redis_url: str | None = None,
     base_dirs: list[str] | None = None,
+    dedupe_window_s: float | None = None,
 ) -> Step:
     """Build the runtime step of a step config with its kind's factory (compiling
     expressions, importing functions, connecting to state).
@@ -28,6 +29,7 @@ def build_step(
         pipeline: the pipeline's name (state keys).
         redis_url: where stateful steps keep state; None: in memory, in process.
         base_dirs: where relative data files (an allocate catalogue, a model file) are read.
+        dedupe_window_s: the pipeline's dedupe window (see :class:`StepContext`).
 
     Raises:
         ConfigError: the kind's factory raised something unexpected (EventBus, CEL and
@@ -35,7 +37,12 @@ def build_step(
         TypeError: the kind's factory did not return a :class:`Step`.
     """
     kind = steps.get(step.kind)
-    context = StepContext(pipeline=pipeline, redis_url=redis_url, base_dirs=list(base_dirs or []))
+    context = StepContext(
+        pipeline=pipeline,
+        redis_url=redis_url,
+        base_dirs=list(base_dirs or []),
+        dedupe_window_s=dedupe_window_s,
+    )
     try:
         built: Any = kind.factory(step.id, step.options, context)
     except (EventBusError, CELError, ValueError):
@@ -59,7 +66,9 @@ def pipeline_timers(config: PipelineConfig, redis_url: str | None) -> list[Timer
     """The timers of a pipeline's steps, building only the steps of kinds that declare
     timers (``timers=True``): a source actor runs them without the other steps."""
     out: list[Timer] = []
-    for s in config.spec.steps:
+    for k, s in enumerate(config.spec.steps):
         if steps.get(s.kind).trait("timers", False):
-            out += build_step(s, pipeline=config.name, redis_url=redis_url).timers()
+            for timer in build_step(s, pipeline=config.name, redis_url=redis_url).timers():
+                timer.step_index = k
+                out.append(timer)
     return out

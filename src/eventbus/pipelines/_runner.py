@@ -48,8 +48,15 @@ class PipelineRunner:
     ) -> None:
         self.config = config
         self.name = config.name
+        dedupe = config.spec.delivery.dedupe
         self.steps: list[Step] = [
-            build_step(s, pipeline=config.name, redis_url=redis_url, base_dirs=base_dirs)
+            build_step(
+                s,
+                pipeline=config.name,
+                redis_url=redis_url,
+                base_dirs=base_dirs,
+                dedupe_window_s=dedupe.window_s if dedupe is not None else None,
+            )
             for s in config.spec.steps
         ]
         #: every step is of a pure kind (filter, convert): in-memory work of a few µs per
@@ -65,7 +72,17 @@ class PipelineRunner:
 
     def timers(self) -> list[Timer]:
         """The steps' timers (join windows closing without an incoming event, allocate plans)."""
-        return [t for step in self.steps for t in step.timers()]
+        out: list[Timer] = []
+        for k, step in enumerate(self.steps):
+            for timer in step.timers():
+                timer.step_index = k
+                out.append(timer)
+        return out
+
+    def run_after(self, step_index: int, events: list[CloudEvent]) -> list[Outcome]:
+        """Run what step ``step_index``'s timer fired (closed windows) through the steps
+        after it, like that step's outputs; one outcome per event (see :meth:`run`)."""
+        return self.run(events, first=step_index + 1)
 
     def flush(self, *, trace: dict[str, list[CloudEvent]] | None = None) -> list[CloudEvent]:
         """End of the input (in-process runs: ``eventbus test``, ``run_pipeline``): each step
@@ -101,6 +118,7 @@ class PipelineRunner:
         *,
         trace: dict[str, list[CloudEvent]] | None = None,
         origins: list[str] | None = None,
+        first: int = 0,
     ) -> list[Outcome]:
         """Run the steps over a batch.
 
@@ -109,6 +127,7 @@ class PipelineRunner:
             trace: when given, filled with each step's output events, by step id.
             origins: per input event, the source partition it came from
                 (``<topic>[<partition>]``), for steps that keep state per partition.
+            first: the index of the first step to run (the ones before are skipped).
 
         Returns:
             One outcome per input event, in order: its output events (empty when dropped) or a
@@ -119,7 +138,7 @@ class PipelineRunner:
         origin: list[int] = list(range(n))
         failed: dict[int, Failure] = {}
         started = t0 = perf_counter()
-        for step, counters in zip(self.steps, self.counters):
+        for step, counters in zip(self.steps[first:], self.counters[first:]):
             if not current:
                 if trace is not None:
                     trace[step.id] = []

@@ -43,11 +43,15 @@ class StepContext:
         redis_url: the runtime's Redis (None: in process, as ``eventbus test`` runs; state
             stays in memory and models load from their files).
         base_dirs: folders relative data files are read from (the pipeline file's folder).
+        dedupe_window_s: the pipeline's ``delivery.dedupe.window_s`` (None: no dedupe); a
+            stateful step remembers the events it applied for that long, so a batch replayed
+            after a crash is not applied twice.
     """
 
     pipeline: str = ""
     redis_url: str | None = None
     base_dirs: list[str] = field(default_factory=list)
+    dedupe_window_s: float | None = None
 
     @property
     def remote(self) -> bool:
@@ -63,6 +67,8 @@ class Fired:
     outputs: list[CloudEvent] = field(default_factory=list)
     dead: list[CloudEvent] = field(default_factory=list)
     token: Any = None
+    #: the timer stopped at its limit with more work due: fire again at once
+    more: bool = False
 
 
 class Timer(ABC):
@@ -70,6 +76,9 @@ class Timer(ABC):
     run by the replica every ``interval_s`` on a worker thread."""
 
     interval_s: float = 1.0
+    #: the index in the pipeline of the step that owns the timer (set by the runner and
+    #: ``pipeline_timers``): what it fires runs through the steps after that one
+    step_index: int = -1
 
     @abstractmethod
     def fire(self) -> Fired | None:

@@ -154,6 +154,14 @@ class PipelineDeployment:
         finally:
             self._in_flight -= 1
 
+    async def process_after(self, step_index: int, events: list[CloudEvent]) -> list[Outcome]:
+        """Run what step ``step_index``'s timer fired (closed aggregate windows) through the
+        steps after it; one outcome per event (the source actor's timers call this)."""
+        outcomes: list[Outcome] = await asyncio.to_thread(
+            self._runner.run_after, step_index, events
+        )
+        return outcomes
+
     def process_records(self, blob: bytes, source_index: int) -> bytes:
         """Decode raw Kafka records of source ``source_index``, run the steps, and encode the
         outputs for the sink: the source actor then only moves bytes.

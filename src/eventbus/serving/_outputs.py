@@ -7,17 +7,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._kafka_client import KafkaClientConfig
+from eventbus.eventing._outcome import Failure, Outcome
 from eventbus.pipelines._config import PipelineConfig, SinkConfig
-from eventbus.pipelines._step import Timer
+from eventbus.pipelines._step import Fired, Timer
 
 __all__ = ["make_sink", "send_deduped", "source_sinks", "sweep_forever"]
 
 log = logging.getLogger("eventbus.serving.sources")
+
+#: Runs a timer's outputs through the steps after the timer's step (see sweep_forever).
+Follow = Callable[[int, list[CloudEvent]], Awaitable[list[Outcome]]]
 
 
 async def sweep_forever(
@@ -27,11 +32,20 @@ async def sweep_forever(
     redis_url: str | None = None,
     every_s: float = 1.0,
     kafka_client: KafkaClientConfig | None = None,
+    follow: Follow | None = None,
 ) -> None:
-    """Fire the steps' timers every ``every_s`` until cancelled, delivering what they return
-    (routed, and through the pipeline's dedupe when it has one, like the sources' outputs)."""
+    """Fire the steps' timers until cancelled, each every its own ``interval_s`` (at most
+    ``every_s``), delivering what they return (routed, and through the pipeline's dedupe when
+    it has one, like the sources' outputs).
+
+    ``follow(step_index, events)`` runs a timer's outputs through the steps after the
+    timer's step (one outcome per event): what they emit goes to the sinks, what fails to
+    the dead-letter sink. Without it (a pipeline whose timer steps are its last) the
+    outputs go to the sinks as they are.
+    """
     from eventbus.serving._replica_sources import delivery_policy
 
+    spec = config.spec
     dedupe = delivery_policy(config, redis_url).dedupe if redis_url else None
     sinks = source_sinks(
         config,
@@ -39,46 +53,66 @@ async def sweep_forever(
     )
     outs = sinks.routing.sinks if sinks.routing is not None else {None: sinks.sink}
     dlq = sinks.dead_letter
+
+    async def deliver(timer: Timer, fired: Fired) -> None:
+        outputs, dead = list(fired.outputs), list(fired.dead)
+        if outputs and follow is not None and timer.step_index + 1 < len(spec.steps):
+            outputs, failed = _followed(
+                config.name, outputs, await follow(timer.step_index, outputs)
+            )
+            dead += failed
+        shares: dict[str | None, list[CloudEvent]] = {None: outputs}
+        if sinks.routing is not None:  # a step's timer's outputs are routed too
+            plan = sinks.routing.plan(outputs)
+            shares = {n: [outputs[i] for i, _ in v] for n, v in plan.by_sink.items()}
+            dead += [
+                e.replace(ebpipeline=config.name, ebstep=err.route, eberror=str(err))
+                for i, err in plan.errors.items()
+                for e in (outputs[i],)
+            ]
+            if plan.unrouted:
+                log.info(
+                    "pipeline %r: %d timer outputs matched no route (no default route)",
+                    config.name,
+                    len(plan.unrouted),
+                )
+        for name, share in shares.items():
+            await send_deduped(outs[name], name, share, dedupe)
+        if dead:
+            if dlq is not None:
+                await dlq.send([(e, None) for e in dead])
+            else:
+                log.error(
+                    "pipeline %r: %d events of a step's timer dead-lettered and no dead_letter sink is configured",
+                    config.name,
+                    len(dead),
+                )
+        await asyncio.to_thread(timer.ack, fired)
+
     for sink in outs.values():
         await sink.start()
     if dlq is not None:
         await dlq.start()
     try:
+        # each timer every its own interval_s (an aggregate's 0.5 s, others' 1 s); a timer
+        # that stopped at its limit (``Fired.more``) fires again at once
+        period = min([every_s, *(t.interval_s for t in timers)])
+        due = [0.0] * len(timers)
         while True:
-            await asyncio.sleep(every_s)
-            for timer in timers:
+            await asyncio.sleep(period)
+            for k, timer in enumerate(timers):
+                now = time.monotonic()
+                if now < due[k]:
+                    continue
+                due[k] = now + timer.interval_s - period / 2
                 try:
-                    fired = await asyncio.to_thread(timer.fire)
-                    if fired is None:
-                        continue
-                    outputs, dead = list(fired.outputs), list(fired.dead)
-                    shares: dict[str | None, list[CloudEvent]] = {None: outputs}
-                    if sinks.routing is not None:  # a step's timer's outputs are routed too
-                        plan = sinks.routing.plan(outputs)
-                        shares = {n: [outputs[i] for i, _ in v] for n, v in plan.by_sink.items()}
-                        dead += [
-                            e.replace(ebpipeline=config.name, ebstep=err.route, eberror=str(err))
-                            for i, err in plan.errors.items()
-                            for e in (outputs[i],)
-                        ]
-                        if plan.unrouted:
-                            log.info(
-                                "pipeline %r: %d timer outputs matched no route (no default route)",
-                                config.name,
-                                len(plan.unrouted),
-                            )
-                    for name, share in shares.items():
-                        await send_deduped(outs[name], name, share, dedupe)
-                    if dead:
-                        if dlq is not None:
-                            await dlq.send([(e, None) for e in dead])
-                        else:
-                            log.error(
-                                "pipeline %r: %d events of a step's timer dead-lettered and no dead_letter sink is configured",
-                                config.name,
-                                len(dead),
-                            )
-                    await asyncio.to_thread(timer.ack, fired)
+                    while True:
+                        fired = await asyncio.to_thread(timer.fire)
+                        if fired is None:
+                            break
+                        await deliver(timer, fired)
+                        if not fired.more:
+                            break
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:  # noqa: BLE001 - the claims' leases expire: retried later
@@ -90,6 +124,29 @@ async def sweep_forever(
             await dlq.stop()
         if dedupe is not None:
             await dedupe.close()
+
+
+def _followed(
+    pipeline: str, fired: list[CloudEvent], outcomes: list[Outcome]
+) -> tuple[list[CloudEvent], list[CloudEvent]]:
+    """The later steps' outputs of a timer's events, and its events they failed (as dead
+    letters with the ``eb*`` attributes of the failure)."""
+    outputs: list[CloudEvent] = []
+    dead: list[CloudEvent] = []
+    for e, outcome in zip(fired, outcomes, strict=True):
+        if isinstance(outcome, Failure):
+            dead.append(
+                e.replace(
+                    ebpipeline=pipeline,
+                    ebstep=outcome.step,
+                    eberrortype=outcome.error_type,
+                    eberror=outcome.message,
+                    ebattempts=outcome.attempts,
+                )
+            )
+        else:
+            outputs.extend(outcome)
+    return outputs, dead
 
 
 async def send_deduped(sink: Any, name: str | None, outputs: list[Any], dedupe: Any) -> int:

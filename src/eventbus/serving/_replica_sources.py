@@ -377,12 +377,24 @@ class ReplicaSources:
         timers = self._runner.timers()
         if not timers:
             return
+        runner = self._runner
+        blocking = any(s.blocking for s in runner.steps)
+
+        async def follow(step_index: int, events: list[CloudEvent]) -> list[Outcome]:
+            # as the sources' dispatch: on this loop (between batches), or on a worker thread
+            # when a later step waits on another deployment
+            if blocking:
+                return await asyncio.to_thread(runner.run_after, step_index, events)
+            outcomes: list[Outcome] = runner.run_after(step_index, events)
+            return outcomes
+
         await sweep_forever(
             timers,
             self._config,
             self._bootstrap,
             self._redis_url,
             kafka_client=self._kafka_client,
+            follow=follow,
         )
 
     async def _publish_stats(self) -> None:

@@ -90,6 +90,11 @@ class SourceActor:
                 await handle.process_records.remote(pack_records(records), index)
             )
 
+        async def follow(step_index: int, events: list[Any]) -> list[Outcome]:
+            # a timer's outputs through the steps after its own, on a replica
+            outcomes: list[Outcome] = await handle.process_after.remote(step_index, events)
+            return outcomes
+
         batch = spec.serving.batch
         self._source = KafkaSource(
             src,
@@ -125,6 +130,7 @@ class SourceActor:
                         self._bootstrap,
                         self._redis_url,
                         kafka_client=self._kafka_client,
+                        follow=follow,
                     )
                 )
         schedules_stop = asyncio.Event()

@@ -281,3 +281,51 @@ def test_gateway_counts_the_outcomes_of_sync_batches() -> None:
     assert g.sync["p"] == {"consumed": 4, "outputs": 3, "dropped": 1, "failed": 1}
     g.forget({"p"})
     assert set(g.sync) == {"p"}
+
+
+def test_view_reports_aggregate_windows_state_and_late_events() -> None:
+    # two replicas share one Redis: its figures are taken once, their counters summed
+    record = {"name": "a", "version": 1, "document": {"spec": {"steps": []}}}
+    raws = []
+    for late in (2, 5):
+        entry = json.loads(_entry(10.0))
+        entry["metrics"]["steps"] = {
+            "per_user": {
+                "template": "aggregate",
+                "in": 10,
+                "out": 0,
+                "stats": {
+                    "open_windows": 7,
+                    "closing_windows": 1,
+                    "state_fields": 40,
+                    "state_bytes": 2048,
+                    "applied_ids": 100,
+                    "late_events": late,
+                    "windows_emitted": 3,
+                },
+            }
+        }
+        raws.append(json.dumps(entry))
+    v = pipeline_view(record, raws, now=11.0)
+    assert v["aggregate_state"] == {
+        "per_user": {"open_windows": 7, "state_bytes": 2048, "late_events": 7}
+    }
+    stats = v["steps"]["per_user"]["stats"]
+    assert stats["applied_ids"] == 100 and stats["windows_emitted"] == 6
+
+
+def test_status_prints_each_aggregate_step_line() -> None:
+    import io
+
+    from rich.console import Console
+
+    from eventbus.observability._terminal import print_figures
+
+    record = {"name": "a", "version": 1, "document": {"spec": {"steps": []}}}
+    v = pipeline_view(record, [_entry(10.0)], now=11.0)
+    v["aggregate_state"] = {"per_user": {"open_windows": 7, "state_bytes": 2048, "late_events": 3}}
+    buf = io.StringIO()
+    print_figures(Console(file=buf, width=200), v)
+    assert (
+        "aggregate per_user: 7 open windows, 2048 bytes of state, 3 late events" in buf.getvalue()
+    )

@@ -156,3 +156,13 @@ def test_gateway_sync_calls_are_a_source_sync_series() -> None:
     assert s[("eventbus_events_failed_total", (("pipeline", "orders"), ("source", "sync")))] == 1
     assert s[("eventbus_events_in_total", (("pipeline", "orders"), ("source", "orders")))] == 0
     assert s[("eventbus_replicas", (("pipeline", "orders"),))] == 0
+
+
+def test_metrics_carry_aggregate_windows_state_and_late_events() -> None:
+    v = view()
+    v["aggregate_state"] = {"per_user": {"open_windows": 7, "state_bytes": 2048, "late_events": 3}}
+    s = samples(render_prometheus([v], GatewayMetrics()).decode())
+    labels = (("pipeline", "orders"), ("step", "per_user"))
+    assert s[("eventbus_aggregate_open_windows", labels)] == 7
+    assert s[("eventbus_aggregate_state_bytes", labels)] == 2048
+    assert s[("eventbus_aggregate_late_events", labels)] == 3

@@ -32,7 +32,9 @@ def store(request: pytest.FixtureRequest) -> str | None:
     return None if request.param == "memory" else request.getfixturevalue("redis_url")
 
 
-def make(store: str | None, **agg: Any) -> tuple[PipelineRunner, AggregateStep]:
+def make(
+    store: str | None, delivery: dict[str, Any] | None = None, **agg: Any
+) -> tuple[PipelineRunner, AggregateStep]:
     agg.setdefault("key", "data.user")
     agg.setdefault("aggregations", {"n": "count", "total": {"sum": "data.amount"}})
     doc = {
@@ -43,6 +45,7 @@ def make(store: str | None, **agg: Any) -> tuple[PipelineRunner, AggregateStep]:
             "sources": [{"kafka": {"topic": "in"}}],
             "steps": [{"id": "per_user", "aggregate": agg}],
             "sink": {"kafka": {"topic": "out"}},
+            "delivery": delivery or {},
         },
     }
     runner = PipelineRunner(PipelineConfig.model_validate(doc), redis_url=store)
@@ -222,15 +225,40 @@ def test_idle_windows_close_by_the_wall_clock(store: str | None) -> None:
 
 
 def test_event_time_watermark_advances_with_the_wall_clock_when_idle(store: str | None) -> None:
-    runner, step = make(store, window={"tumbling": {"size_s": 60}}, allowed_lateness_s=5)
+    runner, step = make(
+        store, window={"tumbling": {"size_s": 60}}, allowed_lateness_s=5, idle_timeout_s=2
+    )
     step.now = lambda: 5_000_000  # type: ignore[method-assign]
     runner.run([ev("a", T0 + 50_000)])
     timer = step.timers()[0]
-    step.now = lambda: 5_000_000 + 14_000  # type: ignore[method-assign]
-    assert timer.fire() is None  # watermark T0 + 64 s < end + lateness
-    step.now = lambda: 5_000_000 + 15_000  # type: ignore[method-assign]
+    step.now = lambda: 5_000_000 + 16_000  # type: ignore[method-assign]
+    assert timer.fire() is None  # watermark T0 + 50 s + (16 - 2) s < end + lateness
+    step.now = lambda: 5_000_000 + 17_000  # type: ignore[method-assign]
     fired = timer.fire()
     assert fired is not None and len(fired.outputs) == 1
+    # the clock's watermark judges lateness too: an event for the closed window is late
+    (late,) = runner.run([ev("a", T0 + 59_000)])
+    assert isinstance(late, Failure) and late.error_type == "AggregateLateEventError"
+
+
+def test_a_backlog_read_slower_than_real_time_closes_windows_by_event_time_only(
+    store: str | None,
+) -> None:
+    # Batches of a backlog come less than idle_timeout_s apart, each moving the watermark a
+    # little: the clock must not close a window its next events still belong to.
+    runner, step = make(store, window={"tumbling": {"size_s": 1}}, idle_timeout_s=5)
+    timer = step.timers()[0]
+    closed = []
+    for b in range(40):  # 40 batches 400 ms apart (wall), 100 ms of event time each
+        step.now = lambda b=b: 5_000_000 + 400 * b  # type: ignore[method-assign]
+        outs = runner.run([ev("a", T0 + 100 * b + 50, i=b)])
+        assert outs == [[]], f"batch {b}: {outs}"
+        fired = timer.fire()
+        if fired is not None:
+            closed += fired.outputs
+            timer.ack(fired)
+    assert len(closed) == 3  # by event time: the fourth window's end is not reached
+    assert [e.data["n"] for e in closed + close_all(step)] == [10, 10, 10, 10]
 
 
 def test_all_aggregations_and_reducers(store: str | None) -> None:
@@ -347,3 +375,147 @@ def test_bad_configs_name_the_field_and_the_fix(agg: dict[str, Any], expect: str
 def test_bad_expressions_name_the_aggregation(aggregations: dict[str, Any], expect: str) -> None:
     with pytest.raises(cel.CELError, match=re.escape(expect)):
         make(None, window={"tumbling": {"size_s": 60}}, aggregations=aggregations)
+
+
+def make_deduped(store: str | None, **agg: Any) -> tuple[PipelineRunner, AggregateStep]:
+    runner, step = make(store, {"dedupe": {"window_s": 600}}, **agg)
+    assert step.dedupe_ms == 600_000
+    return runner, step
+
+
+@pytest.mark.parametrize("window", [{"tumbling": {"size_s": 60}}, {"session": {"gap_s": 30}}])
+def test_dedupe_a_replayed_batch_is_not_counted_twice(
+    store: str | None, window: dict[str, Any]
+) -> None:
+    # A crash between the state update and the offset commit: the same events come again, in
+    # batches cut differently (2,500 events: past the scripts' 1,000-digest chunks).
+    runner, step = make_deduped(store, window=window)
+    rnd = random.Random(7)
+    evs = [
+        ev(f"u{rnd.randrange(40)}", T0 + rnd.randrange(50_000), rnd.randrange(100), i)
+        for i in range(2500)
+    ]
+    runner.run(evs[:1200])
+    runner.run(evs[:300])  # replay: all applied before
+    runner.run(evs[900:2500])  # replay overlapping new events
+    runner.run(evs[2400:])
+    expect: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for e in evs:
+        expect[e.data["user"]][0] += 1
+        expect[e.data["user"]][1] += e.data["amount"]
+    got: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for e in close_all(step):
+        got[e.data["key"]][0] += e.data["n"]
+        got[e.data["key"]][1] += e.data["total"]
+    assert got == expect
+    assert step.counters["duplicate_events"] == 300 + 300 + 100
+    assert step.stats()["applied_ids"] == 2500
+
+
+def test_dedupe_does_not_remember_late_events(store: str | None) -> None:
+    # a late event is dead-lettered, not applied: replayed, it is dead-lettered again
+    runner, step = make_deduped(store, window={"tumbling": {"size_s": 60}})
+    runner.run([ev("a", T0 + 200_000, i=1)])
+    late = ev("a", T0 + 1000, i=2)
+    for _ in range(2):
+        (out,) = runner.run([late])
+        assert isinstance(out, Failure) and out.error_type == "AggregateLateEventError"
+    assert step.counters["late_events"] == 2 and step.counters["duplicate_events"] == 0
+
+
+def test_without_dedupe_a_replay_counts_twice(store: str | None) -> None:
+    # what delivery.dedupe prevents (and the proof the test above could fail)
+    runner, step = make(store, window={"tumbling": {"size_s": 60}})
+    e = ev("a", T0 + 1000, i=1)
+    runner.run([e])
+    runner.run([e])
+    (out,) = close_all(step)
+    assert out.data["n"] == 2
+
+
+def test_windows_closed_by_the_timer_run_through_the_later_steps() -> None:
+    from eventbus.serving._outputs import _followed
+
+    doc = {
+        "apiVersion": "eventbus/v1",
+        "kind": "Pipeline",
+        "metadata": {"name": f"a{uuid.uuid4().hex[:10]}"},
+        "spec": {
+            "sources": [{"kafka": {"topic": "in"}}],
+            "steps": [
+                {"id": "first", "convert": {"set": {"data.seen": "1"}}},
+                {
+                    "id": "per_user",
+                    "aggregate": {
+                        "key": "data.user",
+                        "window": {"tumbling": {"size_s": 60}},
+                        "aggregations": {"n": "count"},
+                    },
+                },
+                {"id": "big", "filter": "data.n > 1"},
+                {"id": "ratio", "convert": {"set": {"data.r": "10 / (data.n - 2)"}}},
+            ],
+            "sink": {"kafka": {"topic": "out"}},
+        },
+    }
+    runner = PipelineRunner(PipelineConfig.model_validate(doc))
+    evs = [ev(u, T0 + 1000 * i, i=i) for i, u in enumerate("aabbb")] + [ev("c", T0 + 70_000)]
+    runner.run(evs)
+    (timer,) = runner.timers()
+    assert timer.step_index == 1
+    fired = timer.fire()
+    assert fired is not None and len(fired.outputs) == 2  # a: 2 events, b: 3
+    outputs, dead = _followed("p", fired.outputs, runner.run_after(timer.step_index, fired.outputs))
+    assert [(e.data["key"], e.data["r"]) for e in outputs] == [("b", 10)]
+    (d,) = dead  # a: 10 / 0 fails in the step after the filter: a dead letter with the reason
+    assert d.data["key"] == "a" and d["ebstep"] == "ratio" and d["ebpipeline"] == "p"
+    assert runner.counters[2].filtered == 0 and runner.counters[3].failed == 1
+
+
+@pytest.mark.redis
+def test_dedupe_two_replicas_applying_the_same_events_at_once_count_them_once(
+    redis_url: str,
+) -> None:
+    # a rebalance: two consumers of one partition run overlapping batches at the same time
+    import threading
+
+    config = AggregateConfig.model_validate(
+        {
+            "key": "data.user",
+            "window": {"tumbling": {"size_s": 60}},
+            "aggregations": {"n": "count", "total": {"sum": "data.amount"}},
+        }
+    )
+    name = f"a{uuid.uuid4().hex[:10]}"
+    a, b = (
+        AggregateStep("per_user", config, pipeline=name, redis_url=redis_url, dedupe_window_s=60)
+        for _ in range(2)
+    )
+    evs = [ev(f"u{i % 7}", T0 + i * 10, i % 13, i) for i in range(3000)]
+    go = threading.Barrier(2)
+
+    def replay(step: AggregateStep, cut: int) -> None:
+        go.wait()
+        for base in range(0, len(evs), cut):
+            step.process(evs[base : base + cut])
+
+    threads = [threading.Thread(target=replay, args=(s, c)) for s, c in ((a, 500), (b, 700))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    got = {e.data["key"]: (e.data["n"], e.data["total"]) for e in a.flush()}
+    expect: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for e in evs:
+        expect[e.data["user"]][0] += 1
+        expect[e.data["user"]][1] += e.data["amount"]
+    assert got == {k: tuple(v) for k, v in expect.items()}
+    assert a.counters["duplicate_events"] + b.counters["duplicate_events"] == 3000
+
+
+def test_a_key_with_a_nul_character_fails_alone(store: str | None) -> None:
+    runner, step = make(store, window={"tumbling": {"size_s": 60}})
+    bad, good = ev("a\x00b", T0 + 1000), ev("a", T0 + 2000)
+    out = runner.run([bad, good])
+    assert isinstance(out[0], Failure) and "NUL character" in out[0].message and out[1] == []
+    assert [(e.data["key"], e.data["n"]) for e in close_all(step)] == [("a", 1)]

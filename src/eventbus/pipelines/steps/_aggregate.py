@@ -16,12 +16,12 @@ a crash is dropped by the sink's dedupe.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from typing import Any
 
 from eventbus import cel
-from eventbus.eventing._codecs import event_from_json, event_to_json
+from eventbus.eventing._codecs import event_to_json
+from eventbus.eventing._delivery import injected_fault
 from eventbus.eventing._event import CloudEvent, parse_time
 from eventbus.pipelines._activation import activation_builder
 from eventbus.pipelines._step import Step, StepContext, Timer
@@ -35,10 +35,11 @@ from eventbus.pipelines.steps._aggregate_items import build_items
 from eventbus.pipelines.steps._aggregate_ops import (
     Item,
     MemoryAggregateState,
+    Seen,
     Spec,
     Window,
-    number,
 )
+from eventbus.pipelines.steps._aggregate_output import window_event
 from eventbus.pipelines.steps._join import format_time_ms
 from eventbus.pipelines.steps._join_state import now_ms
 from eventbus.pipelines.steps._values import compile_cel, json_value
@@ -61,15 +62,25 @@ class AggregateStep(Step):
         spec: the aggregate configuration.
         pipeline: the pipeline name (state keys, output ids and source).
         redis_url: the state store; None keeps state in memory (pipeline tests).
+        dedupe_window_s: ``delivery.dedupe.window_s``: the state remembers each applied
+            event (``source`` + ``id``) this long, in the same atomic call as the merge, so a
+            batch replayed after a crash (applied, not committed) is not counted twice.
     """
 
     kind = "aggregate"
 
     def __init__(
-        self, step_id: str, spec: AggregateConfig, *, pipeline: str, redis_url: str | None = None
+        self,
+        step_id: str,
+        spec: AggregateConfig,
+        *,
+        pipeline: str,
+        redis_url: str | None = None,
+        dedupe_window_s: float | None = None,
     ) -> None:
         super().__init__(step_id)
         self.spec, self.pipeline = spec, pipeline
+        self.dedupe_ms = None if dedupe_window_s is None else int(dedupe_window_s * 1000)
         self.names = list(spec.aggregations)
         ops: list[str] = []
         maxes: list[int] = []
@@ -111,6 +122,7 @@ class AggregateStep(Step):
             gap_ms,
             update=spec.emit == "update",
             processing=spec.time == "processing",
+            idle_ms=int(1000 * spec.idle_timeout_s),
         )
         if redis_url:
             from eventbus.pipelines.steps._aggregate_lua import RedisAggregateState
@@ -129,6 +141,7 @@ class AggregateStep(Step):
                 "collect_truncated",
                 "reducer_truncated",
                 "reducer_errors",
+                "duplicate_events",
             ),
             0,
         )
@@ -192,6 +205,9 @@ class AggregateStep(Step):
                 if not isinstance(key, (str, int)) or isinstance(key, bool):
                     msg = f"aggregate key {self.spec.key!r} gave {key!r} ({type(key).__name__}); a key must be a string or an integer"
                     raise TypeError(msg)
+                if isinstance(key, str) and "\0" in key:
+                    msg = f"aggregate key {self.spec.key!r} gave {key!r}, which holds a NUL character (the state separates its fields with it); build the key without it"
+                    raise ValueError(msg)
                 t = now if processing else _event_ms(e)
                 vals = [self._value(a, act) for a in range(len(self._fields))]
             except (cel.CELError, ValueError, TypeError) as exc:
@@ -202,18 +218,39 @@ class AggregateStep(Step):
         rows = self._late_in_batch(events, results, rows)
         if not rows:
             return results
-        items, failed = build_items(self, rows, acts, events)
-        for i, error in failed.items():
-            results[i] = self._failure(error)
-        if not items:
-            return results
-        lates, updates = self.state.add(now, items)
+        seen = self._seen(events, rows)
+        while True:
+            items, failed = build_items(self, rows, acts, events)
+            for i, error in failed.items():
+                results[i] = self._failure(error)
+            if not items:
+                return results
+            lates, updates, dups = self.state.add(now, items, seen)
+            if not dups:
+                # test hook: die between the state update and the batch's commit
+                injected_fault(self.pipeline, "aggregate-applied")
+                break
+            # Applied before (a batch replayed after a crash): absorbed, counted, and the
+            # batch folded again without them.
+            self.counters["duplicate_events"] += len(dups)
+            gone = set(dups)
+            rows = [r for r in rows if r[0] not in gone]
         self._lateness(events, results, items, lates)
         for it, w in zip(items, updates):
             if w is not None:
                 self.counters["updates_emitted"] += 1
                 results[max(it.events)].append(self.output(w, update=True))
         return results
+
+    def _seen(self, events: list[CloudEvent], rows: list[Any]) -> Seen | None:
+        if self.dedupe_ms is None:
+            return None
+        digests: dict[int, str] = {}
+        for i, *_ in rows:
+            a = events[i].attributes
+            basis = f"{a.get('source', '')}\x00{a.get('id', '')}".encode()
+            digests[i] = hashlib.blake2b(basis, digest_size=12).hexdigest()
+        return Seen(digests, self.dedupe_ms)
 
     def _late_in_batch(
         self, events: list[CloudEvent], results: list[Any], rows: list[Any]
@@ -265,65 +302,7 @@ class AggregateStep(Step):
 
     def output(self, w: Window, *, update: bool = False) -> CloudEvent:
         """The event of a window's values (``update``: an intermediate one)."""
-        data: dict[str, Any] = {
-            "key": w.key,
-            "window_start": format_time_ms(w.start),
-            "window_end": format_time_ms(w.end),
-        }
-        for a, (name, raw) in enumerate(zip(self.names, w.values)):
-            data[name] = self._final(a, raw)
-        basis = f"{self.pipeline}\x00{self.id}\x00{w.key}\x00{w.start}\x00{w.end}"
-        if update:
-            basis += f"\x00update\x00{w.count}"
-        digest = hashlib.blake2b(basis.encode(), digest_size=10).hexdigest()
-        attrs: dict[str, Any] = {
-            "specversion": "1.0",
-            "id": f"{self.id}-{digest}",
-            "source": self.source,
-            "type": self.type,
-            "time": format_time_ms(w.end),
-            "datacontenttype": "application/json",
-            "partitionkey": w.key,
-        }
-        return CloudEvent(attrs, data)
-
-    def _final(self, a: int, raw: str) -> Any:
-        op = self.state_spec.ops[a]
-        if op in ("count", "distinct"):
-            return int(raw or 0)
-        if op == "sum":
-            return number(raw or "0")
-        if op == "avg":
-            s, n = raw.split(" ")
-            return number(s) / int(n) if int(n) else None
-        if op in ("min", "max"):
-            return number(raw) if raw else None
-        if op in ("first", "last"):
-            return json.loads(raw) if raw else None
-        dropped, _, rest = raw.partition("\n")
-        items = [x for x in rest.split("\n") if x]
-        if op == "collect":
-            self.counters["collect_truncated"] += int(dropped)
-            return [json.loads(x) for x in items]
-        self.counters["reducer_truncated"] += int(dropped)
-        return self._fold(a, items)
-
-    def _fold(self, a: int, items: list[str]) -> Any:
-        init, add, merge = self._reducers[a]
-        acc = init
-        try:
-            if merge is not None:
-                for x in items:
-                    acc = json_value(merge.evaluate({"acc": acc, "other": json.loads(x)}))
-                return acc
-            for x in items:
-                act = self._build(event_from_json(x.encode()))
-                act["acc"] = acc
-                acc = json_value(add.evaluate(act))
-        except (cel.CELError, ValueError, TypeError):
-            self.counters["reducer_errors"] += 1
-            return None
-        return acc
+        return window_event(self, w, update=update)
 
     def event_json(self, e: CloudEvent) -> str:
         """An event as a reducer without ``merge`` keeps it."""
@@ -388,4 +367,10 @@ def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:
 )
 def build_aggregate(step_id: str, config: AggregateConfig, context: StepContext) -> AggregateStep:
     """An aggregate step (state in Redis on the platform, in memory in process)."""
-    return AggregateStep(step_id, config, pipeline=context.pipeline, redis_url=context.redis_url)
+    return AggregateStep(
+        step_id,
+        config,
+        pipeline=context.pipeline,
+        redis_url=context.redis_url,
+        dedupe_window_s=context.dedupe_window_s,
+    )

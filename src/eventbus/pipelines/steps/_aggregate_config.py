@@ -215,7 +215,14 @@ class AggregateConfig(BaseModel):
     time: Literal["event", "processing"] = Field(
         default="event",
         description="event: windows by the event's 'time' attribute, closed by the watermark (the latest "
-        "event time seen; it also advances with the wall clock while no events come); processing: by arrival.",
+        "event time seen; it also advances with the wall clock once no events came for idle_timeout_s); "
+        "processing: by arrival.",
+    )
+    idle_timeout_s: Annotated[float, Field(ge=0, le=86400)] = Field(
+        default=5,
+        description="time: event: once no event moved the watermark for this long, the wall "
+        "clock moves it on, so the windows of an idle input close. A backlog read slower than "
+        "real time keeps moving it, so its windows close by event time only.",
     )
     allowed_lateness_s: Annotated[float, Field(ge=0, le=7 * 86400)] = Field(
         default=0,

@@ -2,8 +2,9 @@
 
 Every key a script touches is declared in KEYS (:func:`eventbus._internal.keys.aggregate_keys`,
 one hash tag per pipeline and step, so the scripts run on one Redis Cluster slot):
-``w`` (hash) holds every open window's fields, the watermark (``wm``, ``wmw``: the wall
-clock when it last moved) and each session key's open session starts (``S\\0<key>``);
+``w`` (hash) holds every open window's fields, the watermark (``wm``: the latest event time
+merged, ``wmw``: the wall clock when it last moved, ``wmc``: the watermark the timer reached,
+which the clock also moves once no event moved ``wm`` for ``idle_timeout_s``) and each session key's open session starts (``S\\0<key>``);
 ``due`` orders windows by close deadline, ``claim`` holds windows being emitted (by lease
 deadline); ``hll``/``hll2`` are scratch strings a HyperLogLog is loaded into (a window's HLL
 itself is a field of ``w``, so no key is made up inside a script).
@@ -19,10 +20,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from eventbus._internal import keys
-from eventbus.pipelines.steps._aggregate_ops import Item, Spec, Window
+from eventbus.pipelines.steps._aggregate_ops import Item, Seen, Spec, Window
 from eventbus.pipelines.steps._join_state import call_script, connect
 
 __all__ = ["RedisAggregateState"]
+
+_FIGURES = ("open_windows", "closing_windows", "state_fields", "state_bytes", "applied_ids")
 
 _COMMON = r"""
 local H, DUE, CLAIM, S1, S2 = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -159,12 +162,35 @@ _ADD = (
     + r"""
 local now, late_ms, gap = tonumber(ARGV[base]), tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
 local update = ARGV[base + 3] == '1'
-local wm = hget('wm')
+local ttl, ndig, SEEN = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]), KEYS[6]
+local dbase = base + 6
+-- delivery.dedupe: an event applied before (a batch replayed after a crash) makes the whole
+-- call a no-op that names it; the caller folds the batch again without it and calls again.
+if ndig > 0 then
+  local dups = {}
+  for c = 0, ndig - 1, 1000 do
+    local chunk = {}
+    for j = c + 1, math.min(ndig, c + 1000) do chunk[#chunk + 1] = ARGV[dbase + j - 1] end
+    local scores = redis.call('ZMSCORE', SEEN, unpack(chunk))
+    for j = 1, #chunk do if scores[j] then dups[#dups + 1] = c + j end end
+  end
+  if #dups > 0 then return {{}, {}, dups} end
+end
+local applied = {}
+local wm, wmc = hget('wm'), tonumber(hget('wmc') or '0')
 if wm then wm = tonumber(wm) end
+-- lateness is judged by the watermark the timer reached (the events' one, or the clock's
+-- once the input was idle): W; 'wm' itself stays the latest event time merged
+local W = wm
+if wmc > 0 and (not W or wmc > W) then W = wmc end
 local lates, ups, maxt = {}, {}, nil
-local i = base + 4
-while i <= #ARGV do
-  local key, start, fin, mt = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+-- the items come as one argument, each field NUL-terminated (one argument per field cost the
+-- client more to pack than the script takes to run)
+local A = {}
+for f in string.gmatch(ARGV[dbase + ndig] or '', '([^%z]*)%z') do A[#A + 1] = f end
+local i = 1
+while i <= #A do
+  local key, start, fin, mt = A[i], tonumber(A[i + 1]), tonumber(A[i + 2]), tonumber(A[i + 3])
   local wid = nil
   if gap > 0 then
     local idx = 'S\0' .. key
@@ -179,18 +205,19 @@ while i <= #ARGV do
         else keep[#keep + 1] = s end
       end
     end
-    if #hit > 0 or not wm or fin + late_ms > wm then
+    if #hit > 0 or not W or fin + late_ms > W then
       wid = I(s0) .. ':' .. key
       for _, w in ipairs(hit) do if w ~= wid then mergew(w, wid) end end
       keep[#keep + 1] = I(s0)
       redis.call('HSET', H, idx, table.concat(keep, ' '))
     end
-  elseif not wm or fin + late_ms > wm then
+  elseif not W or fin + late_ms > W then
     wid = I(start) .. ':' .. key
   end
   if wid then
-    for a = 1, nagg do addp(wid, a, ARGV[i + 4 + a]) end
-    redis.call('HINCRBY', H, wid .. '\0c', ARGV[i + 4])
+    for a = 1, nagg do addp(wid, a, A[i + 5 + a]) end
+    redis.call('HINCRBY', H, wid .. '\0c', A[i + 4])
+    for p in string.gmatch(A[i + 5], '%d+') do applied[tonumber(p)] = true end
     local e = tonumber(hget(wid .. '\0e') or '0')
     if fin > e then e = fin; redis.call('HSET', H, wid .. '\0e', I(e)) end
     redis.call('ZADD', DUE, I(e + late_ms), wid)
@@ -201,10 +228,19 @@ while i <= #ARGV do
     lates[#lates + 1] = 1
     ups[#ups + 1] = false
   end
-  i = i + 5 + nagg
+  i = i + 6 + nagg
 end
 if maxt and (not wm or maxt > wm) then redis.call('HSET', H, 'wm', I(maxt), 'wmw', I(now)) end
-return {lates, ups}
+if ndig > 0 then -- remember the applied events (not the late ones: a replay dead-letters them again)
+  local forget, z = I(now + ttl), {}
+  for p in pairs(applied) do
+    z[#z + 1] = forget; z[#z + 1] = ARGV[dbase + p - 1]
+    if #z >= 1000 then redis.call('ZADD', SEEN, unpack(z)); z = {} end
+  end
+  if #z > 0 then redis.call('ZADD', SEEN, unpack(z)) end
+  redis.call('ZREMRANGEBYSCORE', SEEN, '-inf', I(now))
+end
+return {lates, ups, {}}
 """
 )
 
@@ -213,11 +249,18 @@ _CLAIM = (
     + r"""
 local now, lease, limit = tonumber(ARGV[base]), tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
 local processing, session = ARGV[base + 3] == '1', ARGV[base + 4] == '1'
-local wm, eff = hget('wm'), nil
+local idle = tonumber(ARGV[base + 5])
+local wm, wmc, eff = hget('wm'), hget('wmc'), nil
 if processing then eff = now
-elseif wm then eff = tonumber(wm) + now - tonumber(hget('wmw') or now) end
-if wm and eff and eff < tonumber(wm) then eff = tonumber(wm) end
-if eff and (not wm or eff > tonumber(wm)) then redis.call('HSET', H, 'wm', I(eff), 'wmw', I(now)) end
+elseif wm then
+  -- the clock moves the watermark only once no event moved it for idle_timeout_s: a backlog
+  -- read slower than real time must not close windows its next events still belong to
+  local quiet = now - tonumber(hget('wmw') or now) - idle
+  eff = tonumber(wm)
+  if quiet > 0 then eff = eff + quiet end
+end
+if eff and wmc and tonumber(wmc) > eff then eff = tonumber(wmc) end
+if eff and (not wmc or eff > tonumber(wmc)) then redis.call('HSET', H, 'wmc', I(eff)) end
 local out = {}
 local lists = {redis.call('ZRANGEBYSCORE', CLAIM, '-inf', I(now), 'LIMIT', 0, limit)}
 if eff then lists[2] = redis.call('ZRANGEBYSCORE', DUE, '-inf', I(eff), 'LIMIT', 0, limit) end
@@ -271,21 +314,44 @@ class RedisAggregateState:
     def _call(self, script: Any, args: list[Any]) -> Any:
         return call_script(script, self.keys, args)
 
-    def add(self, now_ms: int, items: Sequence[Item]) -> tuple[list[bool], list[Window | None]]:
+    def add(
+        self, now_ms: int, items: Sequence[Item], seen: Seen | None = None
+    ) -> tuple[list[bool], list[Window | None], list[int]]:
         """Merge the batch's window partials; per item whether it was late, and (emit:
-        update) the window's values after it."""
+        update) the window's values after it. With ``seen`` (``delivery.dedupe``): when an
+        event of the batch was applied before, nothing is merged and the third list names
+        those events (batch indexes); otherwise the applied events are remembered."""
         spec = self.spec
+        order: list[int] = []
+        digests: list[str] = []
+        ttl = 0
+        if seen is not None:
+            order = sorted({i for it in items for i in it.events})
+            digests = [seen.digests[i] for i in order]
+            ttl = seen.ttl_ms
+        pos = {i: n + 1 for n, i in enumerate(order)}
         args = [*self._header, now_ms, spec.lateness_ms, spec.gap_ms, int(spec.update)]
+        args += [ttl, len(digests), *digests]
+        fields: list[str] = []
         for it in items:
-            args += [it.key, it.start, it.end, it.max_t, it.count, *it.partials]
-        lates, ups = self._call(self._add, args)
-        return [bool(x) for x in lates], [_window(u) if u else None for u in ups]
+            evs = " ".join(str(pos[i]) for i in it.events) if seen is not None else ""
+            fields += [it.key, str(it.start), str(it.end), str(it.max_t), str(it.count), evs]
+            fields += it.partials
+        fields.append("")
+        args.append("\0".join(fields))
+        lates, ups, dups = self._call(self._add, args)
+        return (
+            [bool(x) for x in lates],
+            [_window(u) if u else None for u in ups],
+            [order[int(p) - 1] for p in dups],
+        )
 
     def claim(self, now_ms: int, lease_ms: int, limit: int) -> list[Window]:
         """Close the windows due by the watermark (advanced by the wall clock meanwhile) and
         take them, and windows whose earlier claim lapsed, for emission."""
         spec = self.spec
         args = [*self._header, now_ms, lease_ms, limit, int(spec.processing), int(spec.gap_ms > 0)]
+        args.append(spec.idle_ms)
         return [_window(row) for row in self._call(self._claim, args)]
 
     def ack(self, wids: Sequence[str]) -> None:
@@ -295,15 +361,23 @@ class RedisAggregateState:
 
     def forget_watermark(self) -> None:
         """Start the watermark afresh (after :meth:`AggregateStep.flush`)."""
-        call_script(lambda keys, args: self._redis.hdel(keys[0], *args), self.keys, ["wm", "wmw"])
+        call_script(
+            lambda keys, args: self._redis.hdel(keys[0], *args), self.keys, ["wm", "wmw", "wmc"]
+        )
 
     def figures(self) -> dict[str, int]:
         """Open windows, windows being emitted, and the state's size in hash fields."""
         w, due, claim = self.keys[:3]
         try:
             pipe = self._redis.pipeline(transaction=False)
-            pipe.zcard(due).zcard(claim).hlen(w)
-            n_due, n_claim, fields = pipe.execute()
+            pipe.zcard(due).zcard(claim).hlen(w).memory_usage(w).zcard(self.keys[5])
+            n_due, n_claim, fields, size, n_seen = pipe.execute()
         except Exception:  # noqa: BLE001 - a gauge
-            return {"open_windows": -1, "closing_windows": -1, "state_fields": -1}
-        return {"open_windows": n_due, "closing_windows": n_claim, "state_fields": fields}
+            return dict.fromkeys(_FIGURES, -1)
+        return {
+            "open_windows": n_due,
+            "closing_windows": n_claim,
+            "state_fields": fields,
+            "state_bytes": size or 0,
+            "applied_ids": n_seen,
+        }

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Item", "MemoryAggregateState", "Spec", "Window", "fmt_number", "number"]
+__all__ = ["Item", "MemoryAggregateState", "Seen", "Spec", "Window", "fmt_number", "number"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,16 @@ class Spec:
     gap_ms: int = 0  #: session windows' gap (0: tumbling or hopping)
     update: bool = False  #: emit: update (values of the windows each batch changed)
     processing: bool = False  #: processing time (the watermark is the wall clock)
+    idle_ms: int = 0  #: event time: the clock moves the watermark after this long without events
+
+
+@dataclass
+class Seen:
+    """``delivery.dedupe``: the batch's event digests (by batch index) and how long the state
+    remembers an applied one."""
+
+    digests: dict[int, str]
+    ttl_ms: int
 
 
 @dataclass
@@ -104,8 +114,10 @@ class MemoryAggregateState:
         self.due: dict[str, int] = {}
         self.claimed: dict[str, int] = {}
         self.sessions: dict[str, list[int]] = {}
-        self.wm: int | None = None
-        self.wmw = 0
+        self.wm: int | None = None  # the latest event time merged
+        self.wmw = 0  # the wall clock when it last moved
+        self.wmc: int | None = None  # the watermark the timer reached (events', or the clock's)
+        self.seen: dict[str, int] = {}  # applied event digest -> forgotten at (ms)
 
     def _new(self) -> dict[str, Any]:
         init: dict[str, Any] = {"count": 0, "sum": 0, "avg": [0, 0], "distinct": set()}
@@ -194,9 +206,19 @@ class MemoryAggregateState:
         self.due.pop(src, None)
         self.claimed.pop(src, None)
 
-    def add(self, now_ms: int, items: Sequence[Item]) -> tuple[list[bool], list[Window | None]]:
+    def add(
+        self, now_ms: int, items: Sequence[Item], seen: Seen | None = None
+    ) -> tuple[list[bool], list[Window | None], list[int]]:
         """See :meth:`RedisAggregateState.add`."""
+        if seen is not None:
+            self.seen = {d: t for d, t in self.seen.items() if t > now_ms}
+            evs = sorted({i for it in items for i in it.events})
+            dups = [i for i in evs if seen.digests[i] in self.seen]
+            if dups:
+                return [], [], dups
         spec, wm = self.spec, self.wm
+        if self.wmc is not None and (wm is None or self.wmc > wm):
+            wm = self.wmc
         lates: list[bool] = []
         ups: list[Window | None] = []
         max_t: int | None = None
@@ -231,9 +253,11 @@ class MemoryAggregateState:
             max_t = it.max_t if max_t is None else max(max_t, it.max_t)
             lates.append(False)
             ups.append(self.values(wid) if spec.update else None)
-        if max_t is not None and (wm is None or max_t > wm):
+            if seen is not None:
+                self.seen.update((seen.digests[i], now_ms + seen.ttl_ms) for i in it.events)
+        if max_t is not None and (self.wm is None or max_t > self.wm):
             self.wm, self.wmw = max_t, now_ms
-        return lates, ups
+        return lates, ups, []
 
     def claim(self, now_ms: int, lease_ms: int, limit: int) -> list[Window]:
         """See :meth:`RedisAggregateState.claim`."""
@@ -241,9 +265,10 @@ class MemoryAggregateState:
         if self.spec.processing:
             eff = now_ms
         elif self.wm is not None:
-            eff = max(self.wm, self.wm + now_ms - self.wmw)
-        if eff is not None and (self.wm is None or eff > self.wm):
-            self.wm, self.wmw = eff, now_ms
+            eff = self.wm + max(0, now_ms - self.wmw - self.spec.idle_ms)
+        if eff is not None and self.wmc is not None:
+            eff = max(eff, self.wmc)
+        self.wmc = eff
         lapsed = sorted((t, w) for w, t in self.claimed.items() if t <= now_ms)[:limit]
         due = [] if eff is None else sorted((t, w) for w, t in self.due.items() if t <= eff)[:limit]
         out = []
@@ -269,7 +294,7 @@ class MemoryAggregateState:
 
     def forget_watermark(self) -> None:
         """Start the watermark afresh (after :meth:`AggregateStep.flush`)."""
-        self.wm = None
+        self.wm = self.wmc = None
 
     def figures(self) -> dict[str, int]:
         """Open windows, windows being emitted, and the state's size (windows x fields)."""
@@ -278,6 +303,7 @@ class MemoryAggregateState:
             "open_windows": len(self.due),
             "closing_windows": len(self.claimed),
             "state_fields": fields,
+            "applied_ids": len(self.seen),
         }
 
 

@@ -33,7 +33,8 @@ class AggregateTimer(Timer):
         step = self.step
         windows = step.state.claim(step.now() if now is None else now, self._lease_ms, limit)
         step.counters["windows_emitted"] += len(windows)
-        return Fired([step.output(w) for w in windows], [], [w.wid for w in windows])
+        outputs = [step.output(w) for w in windows]
+        return Fired(outputs, [], [w.wid for w in windows], more=len(windows) >= limit)
 
     def fire(self) -> Fired | None:
         """One :meth:`close`; None when nothing closed."""
