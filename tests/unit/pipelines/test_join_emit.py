@@ -289,3 +289,45 @@ def test_three_sides_outer_emits_every_combination_of_what_is_present(
         ("1", "1"),
         ("2", "1"),
     ]
+
+
+@pytest.mark.parametrize("emit", ["every", "first"])
+def test_flush_closes_every_window_at_the_end_of_the_input(store: str | None, emit: str) -> None:
+    """``eventbus test`` and ``run_pipeline`` flush at the end of a case: outer joins emit what
+    is present (without waiting for the clock), inner joins count what waited as expired."""
+    outer = make(store, mode="outer", window_s=3600, emit=emit)
+    outer.run([ev("o", "1"), ev("o", "3", key="k2"), ev("p", "3", key="k2")])
+    flushed = outer.flush()
+    assert [(e.data["order"]["n"], e.data["_missing"]) for e in flushed] == [("1", ["payment"])]
+    assert outer.flush() == [] and outer.stats()["paid"]["pending_keys"] == 0
+    inner = make(store, window_s=3600, emit=emit)
+    inner.run([ev("o", "1"), ev("o", "2", key="k2")])
+    assert inner.flush() == []
+    assert stats(inner)["absorbed_expired"] == 2
+
+
+def test_flush_of_an_event_time_join_starts_the_watermark_afresh() -> None:
+    r = make(None, mode="outer", window_s=60, time="event")
+    r.run(
+        [
+            ev("o", "1", time="2026-01-01T10:00:00Z"),
+            ev("o", "2", key="k2", time="2026-01-01T12:00:00Z"),
+        ]
+    )
+    assert sorted(e.data["order"]["n"] for e in r.flush()) == ["1", "2"]
+    # the next case starts earlier than the last one's watermark: not late
+    out = r.run(
+        [ev("o", "3", time="2026-01-01T09:00:00Z"), ev("p", "3", time="2026-01-01T09:00:01Z")]
+    )
+    assert pairs(out) == [[], [("3", "3")]]
+
+
+def test_eventbus_test_case_file_of_the_join_example() -> None:
+    from pathlib import Path
+
+    from eventbus.pipelines._testing import run_test_file
+
+    root = Path(__file__).resolve().parents[3]
+    results = run_test_file(root / "examples/join/paid_test.yaml")
+    assert [(r.name, r.diffs) for r in results if not r.passed] == []
+    assert len(results) == 2

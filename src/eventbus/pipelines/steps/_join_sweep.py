@@ -9,6 +9,7 @@ from eventbus.eventing._codecs import event_from_json
 from eventbus.eventing._event import CloudEvent
 from eventbus.pipelines._step import Fired, Timer
 from eventbus.pipelines.steps._join_pairs import window_key
+from eventbus.pipelines.steps._join_watermark import PROCESSING, Clock
 
 if TYPE_CHECKING:
     from eventbus.pipelines.steps._join import JoinStep
@@ -16,6 +17,9 @@ if TYPE_CHECKING:
 __all__ = ["JoinSweeper"]
 
 Sweep = tuple[list[CloudEvent], list[CloudEvent], list[Any]]
+
+#: The clock of :meth:`JoinSweeper.sweep` at the end of the input: after every window.
+END_MS = 2**52
 
 
 class JoinSweeper(Timer):
@@ -30,21 +34,27 @@ class JoinSweeper(Timer):
         self.step = step
         self._lease_ms = int(lease_s * 1000)
 
-    def sweep(self, limit: int = 5000) -> Sweep:
+    def sweep(self, limit: int = 5000, *, at_end: bool = False) -> Sweep:
         """Claim windows that closed: (outputs for the sink, events for the dead-letter sink,
         the claims to :meth:`forget` once both were delivered).
+
+        Args:
+            limit: claims per call.
+            at_end: the end of the input (:meth:`JoinStep.flush`): every window counts as
+                closed, whatever the clock or the watermark.
 
         Raises:
             StateUnavailableError: Redis does not answer.
         """
         step = self.step
+        stamp = step.now()  # the outputs' time
+        now, clock = (END_MS, PROCESSING) if at_end else (stamp, step.clock)
         if step.stream:
-            return self._sweep_windows(limit)
-        now = step.now()
+            return self._sweep_windows(limit, now, clock, stamp)
         outputs: list[CloudEvent] = []
         dead: list[CloudEvent] = []
         claimed: list[Any] = []
-        for key, h in step.state.claim_due(now, self._lease_ms, limit, step.clock):
+        for key, h in step.state.claim_due(now, self._lease_ms, limit, clock):
             claimed.append(key)
             if not h:
                 continue  # expired already
@@ -55,18 +65,17 @@ class JoinSweeper(Timer):
                 continue
             elif step.spec.mode == "outer":
                 step.counters["timed_out"] += 1
-                outputs.append(step.output(key, h, now))
+                outputs.append(step.output(key, h, stamp))
             else:
                 step.absorb("expired", len(present))
         return outputs, dead, claimed
 
-    def _sweep_windows(self, limit: int) -> Sweep:
+    def _sweep_windows(self, limit: int, now: int, clock: Clock, stamp: int) -> Sweep:
         step = self.step
-        now = step.now()
         outputs: list[CloudEvent] = []
         dead: list[CloudEvent] = []
         claimed: list[Any] = []
-        for member, h in step.pairs.claim_due(now, self._lease_ms, limit, step.clock):
+        for member, h in step.pairs.claim_due(now, self._lease_ms, limit, clock):
             if not h:
                 claimed.append((member, ""))
                 continue  # expired already
@@ -97,7 +106,7 @@ class JoinSweeper(Timer):
                     step.counters["timed_out"] += 1
                     basis = f"{t0}\x00" + "\x00".join(f for f, _, _ in combo) + "\x00partial"
                     h2 = {f.partition("/")[0]: p for f, _, p in combo}
-                    outputs.append(step.output(key, h2, now, basis=basis))
+                    outputs.append(step.output(key, h2, stamp, basis=basis))
             else:
                 step.absorb("expired", sum(len(v) for v in by_side.values()))
         return outputs, dead, claimed
