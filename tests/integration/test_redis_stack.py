@@ -1,11 +1,13 @@
-"""A whole stack on a three-master Redis Cluster: deploy, a join with dedupe, a replica kill -9.
+"""A whole stack on production-shaped Redis: deploy, a join with dedupe, a replica kill -9.
 
-The state-level checks (join scripts, dedupe, model registry, the control plane's transaction)
-are in ``test_redis_cluster.py``. Here ``eventbus up --redis-url redis+cluster://...`` starts
-its own Ray head, controller and gateway (in their own ``EVENTBUS_HOME``) on the cluster and
-the session's broker; ``eventbus deploy`` deploys a join of orders and payments with
+On a three-master Redis Cluster (``redis+cluster://``) and on a Redis serving TLS only with an
+ACL user (``rediss://eventbus:...@...?ssl_ca_certs=...``, the ``default`` user off). The
+state-level checks (join scripts, dedupe, model registry, the control plane's transaction) are
+in ``test_redis_cluster.py`` and ``test_redis_security.py``. Here ``eventbus up --redis-url
+...`` starts its own Ray head, controller and gateway (in their own ``EVENTBUS_HOME``) on that
+Redis and the session's broker; ``eventbus deploy`` deploys a join of orders and payments with
 ``delivery.dedupe``; the replica is killed with SIGKILL mid-run; every pair must reach the sink
-exactly once, and ``eventbus status`` must read the pipeline back from the cluster.
+exactly once, and ``eventbus get`` must read the pipeline back.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.fixtures.redis_secure import RedisCluster
 from tests.integration.kafka_helpers import collect
 from tests.integration.test_join import check_pairs, doc, events, produce
 
@@ -82,9 +83,17 @@ def wait_for(cond: Any, timeout_s: float, what: str) -> Any:
     return got
 
 
-def test_stack_on_redis_cluster_join_dedupe_and_replica_kill(
+@pytest.fixture(params=["cluster", "tls-acl"])
+def stack_redis_url(request: pytest.FixtureRequest) -> str:
+    """The Redis URL the stack runs on: a three-master cluster, or TLS with an ACL user."""
+    if request.param == "cluster":
+        return str(request.getfixturevalue("redis_cluster").url)
+    return str(request.getfixturevalue("redis_tls").url())
+
+
+def test_stack_join_dedupe_and_replica_kill(
     tmp_path: Path,
-    redis_cluster: RedisCluster,
+    stack_redis_url: str,
     kafka_bootstrap: str,
     topic_factory: Any,
 ) -> None:
@@ -96,7 +105,7 @@ def test_stack_on_redis_cluster_join_dedupe_and_replica_kill(
         "--num-cpus",
         "1",
         "--redis-url",
-        redis_cluster.url,
+        stack_redis_url,
         "--kafka-bootstrap",
         kafka_bootstrap,
     )

@@ -265,9 +265,10 @@ async def replay(
             if dlq is not None and dead:
                 sends.append(dlq.send(dead))
             done = await asyncio.gather(*sends)
-            stats.duplicates += sum(d for d in done if isinstance(d, int))
+            skipped = sum(done[: len(shares)])  # send_deduped: outputs the sink had already
+            stats.duplicates += skipped
             stats.replayed += len(events)
-            stats.outputs += len(outputs)
+            stats.outputs += sum(len(share) for share in shares.values()) - skipped
             stats.dead_lettered += len(dead) if dlq is not None else 0
             if progress is not None:
                 progress(stats)
