@@ -14,15 +14,44 @@ from typing import Any
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.eventing._outcome import Failure, Outcome
+from eventbus.eventing.sources._kafka_settings import DeliveryPolicy
 from eventbus.pipelines._config import PipelineConfig, SinkConfig
 from eventbus.pipelines._step import Fired, Timer
 
-__all__ = ["make_sink", "send_deduped", "source_sinks", "sweep_forever"]
+__all__ = ["delivery_policy", "make_sink", "send_deduped", "source_sinks", "sweep_forever"]
 
 log = logging.getLogger("eventbus.serving.sources")
 
-#: Runs a timer's outputs through the steps after the timer's step (see sweep_forever).
+#: Runs a timer's outputs through the steps after the timer's step (see :func:`sweep_forever`).
 Follow = Callable[[int, list[CloudEvent]], Awaitable[list[Outcome]]]
+
+
+def delivery_policy(config: PipelineConfig, redis_url: str | None) -> DeliveryPolicy:
+    """The delivery policy (event retries, dedupe, backoff) of a pipeline's Kafka sources.
+
+    Raises:
+        ValueError: dedupe is configured but no Redis is known.
+    """
+    from eventbus.eventing._delivery import RedisDeduper, RetryPolicy
+
+    spec = config.spec
+    dedupe = None
+    if spec.delivery.dedupe is not None:
+        if not redis_url:
+            msg = f"pipeline {config.name!r} sets delivery.dedupe but the runtime has no Redis; start EventBus with a Redis URL"
+            raise ValueError(msg)
+        dedupe = RedisDeduper(redis_url, config.name, spec.delivery.dedupe.window_s)
+    d = spec.delivery
+    # The pipeline's backoff paces retried dispatches and sends too, and its retries bound the
+    # tries of a batch whose dispatch raises deterministically (then its poison is isolated
+    # and dead-lettered). Infrastructure failures stop after DeliveryPolicy.give_up_s.
+    return DeliveryPolicy(
+        retry=RetryPolicy.from_config(spec),
+        dedupe=dedupe,
+        retry_initial_s=d.backoff.initial_ms / 1000,
+        retry_max_s=d.backoff.max_ms / 1000,
+        dispatch_retries=d.retries,
+    )
 
 
 async def sweep_forever(
@@ -43,8 +72,6 @@ async def sweep_forever(
     the dead-letter sink. Without it (a pipeline whose timer steps are its last) the
     outputs go to the sinks as they are.
     """
-    from eventbus.serving._replica_sources import delivery_policy
-
     spec = config.spec
     dedupe = delivery_policy(config, redis_url).dedupe if redis_url else None
     sinks = source_sinks(

@@ -27,11 +27,10 @@ from eventbus._internal.gc import collect_periodically
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.eventing._outcome import Outcome
-from eventbus.eventing.sources._kafka_settings import DeliveryPolicy
 from eventbus.observability._history import HistoryRecorder
 from eventbus.pipelines._config import PipelineConfig, SinkConfig
 from eventbus.pipelines._runner import PipelineRunner
-from eventbus.serving._outputs import make_sink, source_sinks, sweep_forever
+from eventbus.serving._outputs import delivery_policy, make_sink, source_sinks, sweep_forever
 from eventbus.serving._replica_health import SourcesHealth
 
 __all__ = [
@@ -49,34 +48,6 @@ log = logging.getLogger("eventbus.serving.sources")
 
 _STATS_EVERY_S = 1.0
 _STATS_STALE_S = 15.0
-
-
-def delivery_policy(config: PipelineConfig, redis_url: str | None) -> DeliveryPolicy:
-    """The delivery policy (event retries, dedupe, backoff) of a pipeline's Kafka sources.
-
-    Raises:
-        ValueError: dedupe is configured but no Redis is known.
-    """
-    from eventbus.eventing._delivery import RedisDeduper, RetryPolicy
-
-    spec = config.spec
-    dedupe = None
-    if spec.delivery.dedupe is not None:
-        if not redis_url:
-            msg = f"pipeline {config.name!r} sets delivery.dedupe but the runtime has no Redis; start EventBus with a Redis URL"
-            raise ValueError(msg)
-        dedupe = RedisDeduper(redis_url, config.name, spec.delivery.dedupe.window_s)
-    d = spec.delivery
-    # The pipeline's backoff paces retried dispatches and sends too, and its retries bound the
-    # tries of a batch whose dispatch raises deterministically (then its poison is isolated
-    # and dead-lettered). Infrastructure failures stop after DeliveryPolicy.give_up_s.
-    return DeliveryPolicy(
-        retry=RetryPolicy.from_config(spec),
-        dedupe=dedupe,
-        retry_initial_s=d.backoff.initial_ms / 1000,
-        retry_max_s=d.backoff.max_ms / 1000,
-        dispatch_retries=d.retries,
-    )
 
 
 def decoding_dispatch(src: Any, run: Any, blocking: bool) -> Any:
