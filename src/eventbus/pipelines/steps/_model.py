@@ -95,6 +95,7 @@ class _Remote:
         self._handle: Any = None
         self._shape: tuple[int, ...] | None = None
         self._shape_at = 0.0
+        self._made_at = time.monotonic()
 
     def _h(self) -> Any:
         if self._handle is None:
@@ -112,7 +113,12 @@ class _Remote:
     @property
     def input_shape(self) -> tuple[int, ...] | None:
         now = time.monotonic()
-        if now - self._shape_at > _INFO_EVERY_S:
+        # Unknown in the first minute, the shape is asked again at every batch: a model
+        # replica still loading answers None, and a batch read meanwhile must not take its
+        # odd rows' shape as the model's for _INFO_EVERY_S (a lone malformed row then reached
+        # the model). A model whose artifact never tells its shape is asked every 5 s after.
+        fresh = self._shape is None and now - self._made_at < 60.0
+        if fresh or now - self._shape_at > _INFO_EVERY_S:
             self._shape_at = now
             info = self._h().info.remote().result(timeout_s=30)
             self._shape = tuple(info["input_shape"]) if info.get("input_shape") else None
