@@ -39,7 +39,8 @@ lint: setup
 	$(VENV)/bin/mypy src
 
 test: setup system-deps lint
-	$(PY) -m pytest -q
+	# the 25 slowest tests are listed at the end: the suite must stay under ~30 min
+	$(PY) -m pytest -q --durations=25
 
 test-unit: setup system-deps
 	$(PY) -m pytest -q -m "not integration"

@@ -41,6 +41,7 @@ from eventbus.pipelines.steps._join_state import (
     RedisJoinState,
     now_ms,
 )
+from eventbus.pipelines.steps._join_sweep import JoinSweeper
 from eventbus.pipelines.steps._join_watermark import NO_LANE, PROCESSING, Clock
 from eventbus.pipelines.steps._values import json_value
 from eventbus.registry import steps
@@ -106,13 +107,13 @@ class JoinStep(Step):
             used |= when.variables | key.variables
             self._sides.append((side.name, when.evaluate, key.evaluate))
         self._build = activation_builder(used)
-        self._names = [s.name for s in spec.sides]
+        self.side_names = [s.name for s in spec.sides]
         self._data = None
         if spec.output.data is not None:
             program = cel.compile(spec.output.data)
-            unknown = sorted(program.variables - set(self._names))
+            unknown = sorted(program.variables - set(self.side_names))
             if unknown:
-                msg = f"join output.data uses {unknown[0]!r}, which is not a side; its variables are the side names ({', '.join(self._names)})"
+                msg = f"join output.data uses {unknown[0]!r}, which is not a side; its variables are the side names ({', '.join(self.side_names)})"
                 raise cel.CELError(msg)
             self._data = program.evaluate
         self.type = spec.output.type or f"{step_id}.joined"
@@ -278,7 +279,7 @@ class JoinStep(Step):
                 by_side.setdefault(other[0].partition("/")[0], []).append(other)
             lists = [
                 [(f"{side}/{eid}", 0, payload)] if n == side else by_side.get(n, [])
-                for n in self._names
+                for n in self.side_names
             ]
             if latest:
                 lists = [[max(lst, key=lambda o: o[1])] if lst else [] for lst in lists]
@@ -330,12 +331,12 @@ class JoinStep(Step):
         basis: str | None = None,
     ) -> CloudEvent:
         """The joined event of a key's sides (missing sides named in ``_missing``)."""
-        present = {n: event_from_json(h[n]) for n in self._names if n in h}
-        missing = [n for n in self._names if n not in present]
+        present = {n: event_from_json(h[n]) for n in self.side_names if n in h}
+        missing = [n for n in self.side_names if n not in present]
         if self._data is not None:
             act = {
                 n: ({**present[n].attributes, "data": present[n].data} if n in present else None)
-                for n in self._names
+                for n in self.side_names
             }
             data = json_value(self._data(act))
         else:
@@ -362,8 +363,6 @@ class JoinStep(Step):
 
     def timers(self) -> list[Timer]:
         """The sweeper that closes this step's windows."""
-        from eventbus.pipelines.steps._join_sweep import JoinSweeper
-
         return [JoinSweeper(self)]
 
     def flush(self) -> list[CloudEvent]:
@@ -371,8 +370,6 @@ class JoinStep(Step):
         as its timer would (outer joins emit what is present; inner joins count what waited
         as ``absorbed_expired``) and return the outputs; the watermark starts afresh, so the
         next input is not late by this one."""
-        from eventbus.pipelines.steps._join_sweep import JoinSweeper
-
         sweeper = JoinSweeper(self)
         outputs: list[CloudEvent] = []
         for _ in range(10_000):  # bounded: each pass forgets what it claimed

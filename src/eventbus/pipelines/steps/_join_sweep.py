@@ -3,18 +3,46 @@
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from eventbus.eventing._codecs import event_from_json
 from eventbus.eventing._event import CloudEvent
 from eventbus.pipelines._step import Fired, Timer
-from eventbus.pipelines.steps._join_pairs import window_key
+from eventbus.pipelines.steps._join_config import JoinConfig
+from eventbus.pipelines.steps._join_pairs import PairState, window_key
+from eventbus.pipelines.steps._join_state import JoinState
 from eventbus.pipelines.steps._join_watermark import PROCESSING, Clock
 
-if TYPE_CHECKING:
-    from eventbus.pipelines.steps._join import JoinStep
+__all__ = ["JoinSweeper", "SweptJoin"]
 
-__all__ = ["JoinSweeper"]
+
+class SweptJoin(Protocol):
+    """What a :class:`JoinSweeper` needs of its join step (``JoinStep`` is one)."""
+
+    id: str
+    pipeline: str
+    spec: JoinConfig
+    state: JoinState
+    pairs: PairState
+    stream: bool
+    side_names: list[str]
+    clock: Clock
+    counters: dict[str, int]
+
+    def now(self) -> int: ...
+
+    def absorb(self, reason: str, n: int = 1) -> None: ...
+
+    def output(
+        self,
+        key: str,
+        h: dict[str, bytes],
+        now: int,
+        *,
+        id_of: str | None = None,
+        basis: str | None = None,
+    ) -> CloudEvent: ...
+
 
 Sweep = tuple[list[CloudEvent], list[CloudEvent], list[Any]]
 
@@ -30,7 +58,7 @@ class JoinSweeper(Timer):
         lease_s: how long a claim holds before another sweeper may take the keys over.
     """
 
-    def __init__(self, step: JoinStep, lease_s: float = 30.0) -> None:
+    def __init__(self, step: SweptJoin, lease_s: float = 30.0) -> None:
         self.step = step
         self._lease_ms = int(lease_s * 1000)
 
@@ -40,7 +68,7 @@ class JoinSweeper(Timer):
 
         Args:
             limit: claims per call.
-            at_end: the end of the input (:meth:`JoinStep.flush`): every window counts as
+            at_end: the end of the input (the join step's ``flush``): every window counts as
                 closed, whatever the clock or the watermark.
 
         Raises:
@@ -58,7 +86,7 @@ class JoinSweeper(Timer):
             claimed.append(key)
             if not h:
                 continue  # expired already
-            present = [n for n in step._names if n in h]
+            present = [n for n in step.side_names if n in h]
             if "__evicted" in h:
                 dead += [self._dead(key, h[n]) for n in present]
             elif "__done" in h:
@@ -86,7 +114,7 @@ class JoinSweeper(Timer):
                 if not f.startswith("__"):
                     seq, _, payload = v.partition(b",")
                     by_side.setdefault(f.partition("/")[0], []).append((f, int(seq), payload))
-            complete = all(by_side.get(n) for n in step._names)
+            complete = all(by_side.get(n) for n in step.side_names)
             if "__evicted" in h:
                 # events that came after the eviction (seq 0) never paired; the others paired
                 # already when every side was present
@@ -100,7 +128,7 @@ class JoinSweeper(Timer):
                 continue
             elif step.spec.mode == "outer":
                 lists = [
-                    sorted(by_side[n], key=lambda e: e[1]) for n in step._names if n in by_side
+                    sorted(by_side[n], key=lambda e: e[1]) for n in step.side_names if n in by_side
                 ]
                 for combo in itertools.product(*lists):
                     step.counters["timed_out"] += 1
