@@ -134,3 +134,47 @@ async def test_repeats_within_a_batch_and_delivered_ids_are_skipped(
         assert p.dedupe.resolved == 0  # no crash, no search
         keys = p.dedupe.digests([dedupe_key(e) for e, _ in batch] + [None])
         assert await p.dedupe.claim(keys, p.sink) == [True] * 10 + [False]
+
+
+async def test_a_claim_waits_out_a_redis_restart_and_a_redis_gone_for_good_fails_open(
+    kafka_bootstrap: str, topic_factory, pipeline: str, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A batch consumed again while Redis restarts (append-only file) sends nothing twice: its
+    claim waits for Redis instead of delivering without dedupe. A Redis that stays away is
+    given up after CLAIM_WAIT_S (the outputs go without dedupe, not a stalled pipeline)."""
+    import asyncio
+    import time
+
+    from eventbus._internal.services import start_redis
+    from eventbus.eventing import _delivery
+
+    topic = topic_factory("dw", partitions=3)
+    batch = events("r", 300)
+    svc = start_redis(data_dir=tmp_path, appendonly=True)
+    port = int(svc.address.rsplit(":", 1)[1].split("/")[0])
+    try:
+        async with Process(kafka_bootstrap, svc.address, topic, pipeline) as p:
+            assert await p.deliver(batch) == 300
+            svc.stop()
+            again = asyncio.create_task(p.deliver(batch))  # the batch consumed again
+            deadline = time.monotonic() + 10
+            while p.dedupe.errors == 0:  # its claim found Redis away
+                assert time.monotonic() < deadline, "the claim never tried Redis"
+                await asyncio.sleep(0.02)
+            assert not again.done()
+            svc = await asyncio.to_thread(
+                start_redis, port=port, data_dir=tmp_path, appendonly=True
+            )
+            assert await asyncio.wait_for(again, 30) == 0  # every output known delivered
+
+            svc.stop()
+            monkeypatch.setattr(_delivery, "CLAIM_WAIT_S", 0.5)
+            t0 = time.monotonic()
+            assert await p.deliver(events("s", 10)) == 10  # fail open, after the wait
+            assert 0.4 < time.monotonic() - t0 < 5
+    finally:
+        svc.stop()
+    out = await collect(kafka_bootstrap, topic, 310, timeout_s=30)
+    assert Counter(e.id for e in out) == Counter(
+        [e.id for e, _ in batch] + [f"s{i}" for i in range(10)]
+    )
