@@ -8,6 +8,7 @@ record batches (as ``benchmarks/_common.py`` produces), and read back without bu
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -35,24 +36,26 @@ def ce_record(type_: str, source: str, id_: str, data: Any, time_: str | None = 
 
 
 async def produce_bulk(bootstrap: str, topic: str, parts: dict[int, list[Record]]) -> None:
-    """Produce each partition's records, in their order, in record batches; waits for the acks."""
+    """Produce each partition's records in record batches, the partitions at once; a
+    partition's next batch goes once its last one is acknowledged, so the broker stores them
+    in order (a tests' premise: one order's payments in the order they were made)."""
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_batch_size=512 * 1024
     )
+
+    async def one(part: int, records: list[Record]) -> None:
+        batch = producer.create_batch()
+        for headers, value in records:
+            if batch.append(key=None, value=value, timestamp=None, headers=headers) is None:
+                await (await producer.send_batch(batch, topic, partition=part))
+                batch = producer.create_batch()
+                batch.append(key=None, value=value, timestamp=None, headers=headers)
+        if batch.record_count():
+            await (await producer.send_batch(batch, topic, partition=part))
+
     await producer.start()
     try:
-        futs = []
-        for part, records in parts.items():
-            batch = producer.create_batch()
-            for headers, value in records:
-                if batch.append(key=None, value=value, timestamp=None, headers=headers) is None:
-                    futs.append(await producer.send_batch(batch, topic, partition=part))
-                    batch = producer.create_batch()
-                    batch.append(key=None, value=value, timestamp=None, headers=headers)
-            if batch.record_count():
-                futs.append(await producer.send_batch(batch, topic, partition=part))
-        for fut in futs:
-            await fut
+        await asyncio.gather(*(one(part, records) for part, records in parts.items()))
     finally:
         await producer.stop()
 

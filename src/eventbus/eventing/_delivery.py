@@ -222,13 +222,14 @@ class RedisDeduper:
         positions = await sink.positions()
         topic = getattr(getattr(sink, "config", None), "topic", "")
         where = "" if positions is None else ",".join(f"{p}={o}" for p, o in positions.items())
-        own = f"P{os.urandom(6).hex()}|{topic}|{where}"
-        found = await self._claim_waiting(wanted, own)
+        tries: list[bytes] = []  # the pending value of each try, the last one's last
+        found = await self._claim_waiting(wanted, f"|{topic}|{where}", tries)
         if found is None:
             return [False] * len(keys)
-        own_b = own.encode()
+        own_b, lost = tries[-1], set(tries[:-1])
         skip: list[bool] = []
         pending: dict[bytes, list[int]] = {}  # pending value -> indexes into ``keys``
+        ours: set[str] = set()  # keys an earlier try claimed (its answer lost): not sent yet
         it = iter(found)
         for i, k in enumerate(keys):
             if k is None:
@@ -239,6 +240,9 @@ class RedisDeduper:
                 skip.append(False)
             elif v == b"1" or v == own_b:
                 skip.append(True)
+            elif v in lost:  # the first of them is new, a repeat within ``keys`` is not
+                skip.append(k in ours)
+                ours.add(k)
             else:
                 skip.append(False)
                 pending.setdefault(v, []).append(i)
@@ -246,10 +250,16 @@ class RedisDeduper:
             await self._resolve(keys, pending, sink, topic, skip)
         return skip
 
-    async def _claim_waiting(self, wanted: list[str], own: str) -> list[Any] | None:
-        """The claim script's answer, waiting out a Redis that is away; None: fail open."""
+    async def _claim_waiting(self, wanted: list[str], where: str, tries: list[bytes]) -> Any:
+        """The claim script's answer, waiting out a Redis that is away; None: fail open.
+
+        Each try claims with a pending value of its own (appended to ``tries``): a try whose
+        answer was lost (the connection dropped after the script ran) leaves its keys holding
+        its value, which the caller knows as its own claim, not as a delivery."""
         delay, deadline = 0.05, time.monotonic() + CLAIM_WAIT_S
         while True:
+            own = f"P{os.urandom(6).hex()}{where}"
+            tries.append(own.encode())
             try:
                 found: list[Any] = await self._claim(keys=wanted, args=[self._window_ms, own])
                 return found
