@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -134,3 +135,67 @@ async def test_repeats_within_a_batch_and_delivered_ids_are_skipped(
         assert p.dedupe.resolved == 0  # no crash, no search
         keys = p.dedupe.digests([dedupe_key(e) for e, _ in batch] + [None])
         assert await p.dedupe.claim(keys, p.sink) == [True] * 10 + [False]
+
+
+async def test_a_claim_waits_out_a_redis_restart_and_a_redis_gone_for_good_fails_open(
+    kafka_bootstrap: str, topic_factory, pipeline: str, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A batch consumed again while Redis restarts (append-only file) sends nothing twice: its
+    claim waits for Redis instead of delivering without dedupe. A Redis that stays away is
+    given up after CLAIM_WAIT_S (the outputs go without dedupe, not a stalled pipeline)."""
+    import asyncio
+    import time
+
+    from eventbus._internal.services import start_redis
+    from eventbus.eventing import _delivery
+
+    topic = topic_factory("dw", partitions=3)
+    batch = events("r", 300)
+    svc = start_redis(data_dir=tmp_path, appendonly=True)
+    port = int(svc.address.rsplit(":", 1)[1].split("/")[0])
+    try:
+        async with Process(kafka_bootstrap, svc.address, topic, pipeline) as p:
+            assert await p.deliver(batch) == 300
+            svc.stop()
+            again = asyncio.create_task(p.deliver(batch))  # the batch consumed again
+            deadline = time.monotonic() + 10
+            while p.dedupe.errors == 0:  # its claim found Redis away
+                assert time.monotonic() < deadline, "the claim never tried Redis"
+                await asyncio.sleep(0.02)
+            assert not again.done()
+            svc = await asyncio.to_thread(
+                start_redis, port=port, data_dir=tmp_path, appendonly=True
+            )
+            assert await asyncio.wait_for(again, 30) == 0  # every output known delivered
+
+            # the connection drops after the claim script ran (its answer lost): the keys hold
+            # that try's claim, which the next try knows as its own (sent once, not skipped)
+            import redis.exceptions
+
+            real, calls = p.dedupe._claim, []
+
+            async def answer_lost_once(**kw: Any) -> Any:
+                found = await real(**kw)
+                calls.append(kw["args"][1])
+                if len(calls) == 1:
+                    raise redis.exceptions.ConnectionError("Connection reset by peer")
+                return found
+
+            p.dedupe._claim = answer_lost_once  # type: ignore[method-assign]
+            lost = events("l", 50)
+            assert await p.deliver([*lost, lost[0]]) == 50  # a repeat within the batch: once
+            assert len(calls) == 2 and calls[0] != calls[1]
+            p.dedupe._claim = real  # type: ignore[method-assign]
+            assert await p.deliver(lost) == 0
+
+            svc.stop()
+            monkeypatch.setattr(_delivery, "CLAIM_WAIT_S", 0.5)
+            t0 = time.monotonic()
+            assert await p.deliver(events("s", 10)) == 10  # fail open, after the wait
+            assert 0.4 < time.monotonic() - t0 < 5
+    finally:
+        svc.stop()
+    out = await collect(kafka_bootstrap, topic, 360, timeout_s=30)
+    assert Counter(e.id for e in out) == Counter(
+        [e.id for e, _ in batch] + [f"l{i}" for i in range(50)] + [f"s{i}" for i in range(10)]
+    )

@@ -11,14 +11,19 @@
   those bounds: found, it is skipped; not found, it is sent. So a process killed at any point
   neither loses nor duplicates an output (a live process racing another on the same output id
   still can: that needs a zombie, which the consumer group fences on its next commit).
+  While Redis does not answer (a restart replaying its append-only file, a failover), a claim
+  waits for it, up to :data:`CLAIM_WAIT_S`: delivering unclaimed would send again the outputs
+  of a batch consumed again (after a crash or a rebalance) that were delivered before.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
 import random
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,6 +165,13 @@ return #KEYS
 """
 
 
+#: How long a claim waits for Redis to answer again before the outputs go without dedupe
+#: (fail open: a possible duplicate rather than a stalled pipeline).
+CLAIM_WAIT_S = 60.0
+#: Redis errors that say the server is away for now (redis-py's, by class name).
+_AWAY = frozenset(("ConnectionError", "TimeoutError", "BusyLoadingError"))
+
+
 class RedisDeduper:
     """Remembers delivered output events (``source`` + ``id``) in Redis for ``window_s``.
 
@@ -199,8 +211,10 @@ class RedisDeduper:
             keys: hashed keys (from :meth:`digests`); None for outputs without an id.
             sink: the sink the outputs go to (its ``positions`` and ``written_keys``).
 
-        When Redis does not answer, nothing is skipped (fail open). When the sink cannot be
-        searched, pending outputs are sent again (a possible duplicate, never a loss).
+        While Redis does not answer, the claim is tried again (backoff up to 2 s) for
+        :data:`CLAIM_WAIT_S`; then, or on another Redis error, nothing is skipped (fail open).
+        When the sink cannot be searched, pending outputs are sent again (a possible duplicate,
+        never a loss).
         """
         wanted = [k for k in keys if k is not None]
         if not wanted:
@@ -208,16 +222,14 @@ class RedisDeduper:
         positions = await sink.positions()
         topic = getattr(getattr(sink, "config", None), "topic", "")
         where = "" if positions is None else ",".join(f"{p}={o}" for p, o in positions.items())
-        own = f"P{os.urandom(6).hex()}|{topic}|{where}"
-        try:
-            found = await self._claim(keys=wanted, args=[self._window_ms, own])
-        except Exception as e:  # noqa: BLE001
-            self.errors += 1
-            log.warning("dedupe: Redis did not answer (%s); delivering without dedupe", e)
+        tries: list[bytes] = []  # the pending value of each try, the last one's last
+        found = await self._claim_waiting(wanted, f"|{topic}|{where}", tries)
+        if found is None:
             return [False] * len(keys)
-        own_b = own.encode()
+        own_b, lost = tries[-1], set(tries[:-1])
         skip: list[bool] = []
         pending: dict[bytes, list[int]] = {}  # pending value -> indexes into ``keys``
+        ours: set[str] = set()  # keys an earlier try claimed (its answer lost): not sent yet
         it = iter(found)
         for i, k in enumerate(keys):
             if k is None:
@@ -228,12 +240,41 @@ class RedisDeduper:
                 skip.append(False)
             elif v == b"1" or v == own_b:
                 skip.append(True)
+            elif v in lost:  # the first of them is new, a repeat within ``keys`` is not
+                skip.append(k in ours)
+                ours.add(k)
             else:
                 skip.append(False)
                 pending.setdefault(v, []).append(i)
         if pending:
             await self._resolve(keys, pending, sink, topic, skip)
         return skip
+
+    async def _claim_waiting(self, wanted: list[str], where: str, tries: list[bytes]) -> Any:
+        """The claim script's answer, waiting out a Redis that is away; None: fail open.
+
+        Each try claims with a pending value of its own (appended to ``tries``): a try whose
+        answer was lost (the connection dropped after the script ran) leaves its keys holding
+        its value, which the caller knows as its own claim, not as a delivery."""
+        delay, deadline = 0.05, time.monotonic() + CLAIM_WAIT_S
+        while True:
+            own = f"P{os.urandom(6).hex()}{where}"
+            tries.append(own.encode())
+            try:
+                found: list[Any] = await self._claim(keys=wanted, args=[self._window_ms, own])
+                return found
+            except Exception as e:  # noqa: BLE001
+                self.errors += 1
+                away = any(c.__name__ in _AWAY for c in type(e).__mro__)
+                left = deadline - time.monotonic()
+                if not away or left <= 0:
+                    log.warning("dedupe: Redis did not answer (%s); delivering without dedupe", e)
+                    return None
+                log.warning(
+                    "dedupe: Redis did not answer (%s); claim tried again in %.2f s", e, delay
+                )
+                await asyncio.sleep(min(delay, left))
+                delay = min(2 * delay, 2.0)
 
     async def _resolve(
         self,
