@@ -118,9 +118,10 @@ def table(results: dict[str, dict[str, Any]]) -> str:
             lines.append(f"| {name} | error: {r['error'][:120]} | | | | |")
             continue
         rounds = ", ".join(f"{x / 1000:.1f}k" for x in r.get("rates", []))
+        at = f"{r['latency_rate']:,}" if "latency_rate" in r else "-"
         lines.append(
             f"| {name} | {r['events_per_s']:,} | {rounds} | {r.get('p50_ms', '-')} | "
-            f"{r.get('p99_ms', '-')} | {r.get('latency_rate', '-'):,} |"
+            f"{r.get('p99_ms', '-')} | {at} |"
         )
     return "\n".join(lines)
 
