@@ -25,8 +25,8 @@ from typing import Any
 
 import orjson
 from _common import PARTITIONS, PIPELINE, latency_run
+from _peer_windows import BYTEWAX_WAIT_S, T0
 from _peer_windows import PIPELINE as WINDOW_PIPELINE
-from _peer_windows import T0
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,6 +133,7 @@ class Systems:
             "PEER_SINK": sink,
             "PYTHONPATH": str(APPS),
             "PEER_ALIGN_MS": str(T0),  # bytewax_window.py: the first window's start
+            "PEER_WAIT_S": str(BYTEWAX_WAIT_S),  # and its EventClock's wait
         }
         with log.open("wb") as out:
             proc = subprocess.Popen(

@@ -180,7 +180,7 @@ class Bench:
             self.partial.add(f"tumbling_count:{name}")
         answer = self.window_answer
         asyncio.run(windows.verify(self.bootstrap, sink, answer, name, cut=cut))
-        return windows.busy_events(self.n) * count / expect / max(last - first, 1e-3)
+        return windows.busy_events(self.n, name) * count / expect / max(last - first, 1e-3)
 
     def throughput(self, name: str) -> float:
         """Events/s of one round over pre-produced events; the outputs are checked after."""

@@ -4,8 +4,8 @@ timestamp and a one-second ``TumblingWindower``, as its windowing documentation 
 Each closed window goes to the sink topic as ``{"key", "start", "n"}`` (the window's start from
 its id: ``align_to + id * length``). Run by ``benchmarks/peers.py --scenario tumbling_count``
 as ``.venv-bench/bytewax/bin/python -m bytewax.run bytewax_window:flow`` with
-``PEER_BOOTSTRAP``, ``PEER_SOURCE``, ``PEER_SINK`` and ``PEER_ALIGN_MS`` (the first window's
-start) in the environment.
+``PEER_BOOTSTRAP``, ``PEER_SOURCE``, ``PEER_SINK``, ``PEER_ALIGN_MS`` (the first window's
+start) and ``PEER_WAIT_S`` (the clock's ``wait_for_system_duration``) in the environment.
 """
 
 from __future__ import annotations
@@ -34,7 +34,10 @@ def event_time(msg):  # type: ignore[no-untyped-def]
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
-clock = EventClock(event_time, wait_for_system_duration=timedelta(seconds=0))
+# the watermark: the latest event time - the wait + the system time since that event; a wait
+# of 0 closes a window early whenever the process stalls for a window's length (PEER_WAIT_S)
+wait = timedelta(seconds=float(os.environ["PEER_WAIT_S"]))
+clock = EventClock(event_time, wait_for_system_duration=wait)
 windower = TumblingWindower(length=LENGTH, align_to=datetime.fromtimestamp(align_ms / 1000, UTC))
 counted = count_window("count", kinp.oks, clock, windower, lambda msg: msg.key.decode())
 

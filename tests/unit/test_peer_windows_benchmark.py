@@ -45,3 +45,11 @@ def test_report_carries_ratios_and_a_peer_that_could_not_run() -> None:
     assert out["ratios"] == {"eventbus_1_vs_quixstreams": 5.0, "eventbus_1_vs_faust": None}
     assert out["targets"]["eventbus_vs_best_framework"] == 5.0
     assert out["systems"]["faust"]["error"].startswith("RuntimeError")
+
+
+def test_busy_events_leave_out_what_was_read_before_the_first_window_closed() -> None:
+    n = 100_000
+    assert w.busy_events(n, "quixstreams") == n * (w.WINDOWS - 1) / w.WINDOWS
+    # Bytewax's clock waits BYTEWAX_WAIT_S: its first window closes that many windows later
+    later = w.BYTEWAX_WAIT_S * 1000 // w.WINDOW_MS
+    assert w.busy_events(n, "bytewax") == n * (w.WINDOWS - 1 - later) / w.WINDOWS
