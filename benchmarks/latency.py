@@ -94,8 +94,16 @@ def main() -> None:
     )
     ap.add_argument("--round-timeout-s", type=float, default=40.0)
     args = ap.parse_args()
-    fractions = [float(f) for f in args.fractions.split(",")]
-    variants = [tuple(int(x) for x in v.split("/")) for v in args.settings.split(",")]
+    try:
+        fractions = [float(f) for f in args.fractions.split(",")]
+        variants = [(int(a), int(b)) for a, b in (v.split("/") for v in args.settings.split(","))]
+    except ValueError:
+        ap.error(
+            f"--fractions {args.fractions!r} / --settings {args.settings!r}: expected numbers "
+            "like 0.1,0.5 and LINGER_MS/FETCH_MAX_WAIT_MS pairs like 2/10,0/2"
+        )
+    if not all(0 < f <= 1 for f in fractions):
+        ap.error(f"--fractions {args.fractions!r}: each a part of the maximum, in (0, 1]")
     bench = Bench(args, ["eventbus_1", "confluent_loop"])
     results: dict[str, Any] = {}
     try:
