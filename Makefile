@@ -55,6 +55,8 @@ bench: setup bench-peers
 	$(PY) benchmarks/kafka_path_cpu.py
 	$(PY) benchmarks/http_ingress.py
 	$(PY) benchmarks/peers.py
+	$(PY) benchmarks/latency.py
+	$(PY) benchmarks/kafka_clients.py
 	$(PY) benchmarks/aggregate.py
 	$(PY) benchmarks/http_sink.py
 

@@ -196,9 +196,20 @@ spec:
 
 
 async def latency_run(
-    bootstrap: str, src: str, sink: str, rate: float, seconds: float
+    bootstrap: str,
+    src: str,
+    sink: str,
+    rate: float,
+    seconds: float,
+    stages: list[tuple[float, float]] | None = None,
 ) -> list[float]:
-    """Produce at ``rate`` events/s (each carrying its send time); latencies in ms at a tail."""
+    """Produce at ``rate`` events/s (each carrying its send time); latencies in ms at a tail.
+
+    ``stages``: a list that gets, per output, (the output's record timestamp − send time, its
+    arrival − that timestamp) in ms: the time to the system's producer (fetch, batching,
+    steps, encoding; the producer stamps the record when it appends it) and the time from
+    there to the tail (produce request, broker, the tail's fetch).
+    """
     consumer = AIOKafkaConsumer(
         sink,
         bootstrap_servers=bootstrap,
@@ -223,7 +234,11 @@ async def latency_run(
             now = time.time()
             for records in batch.values():
                 for r in records:
-                    lat.append((now - orjson.loads(r.value)["t0"]) * 1000)
+                    t0 = orjson.loads(r.value)["t0"]
+                    lat.append((now - t0) * 1000)
+                    if stages is not None:
+                        stamped = r.timestamp / 1000
+                        stages.append(((stamped - t0) * 1000, (now - stamped) * 1000))
 
     # The load generator must stay cheap, or it steals the CPU it is measuring: headers and
     # values are made before the clock starts (the send time goes into a value template),

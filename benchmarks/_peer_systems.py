@@ -25,6 +25,8 @@ from typing import Any
 
 import orjson
 from _common import PARTITIONS, PIPELINE, latency_run
+from _peer_windows import BYTEWAX_WAIT_S, T0
+from _peer_windows import PIPELINE as WINDOW_PIPELINE
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,6 +40,12 @@ PROCESS_PEERS: dict[str, tuple[str | None, list[str]]] = {
     "faust": ("faust", [str(APPS / "faust_app.py")]),
     "aiokafka_loop": (None, [str(APPS / "aiokafka_loop.py")]),
     "confluent_loop": ("confluent", [str(APPS / "confluent_loop.py")]),
+}
+# the tumbling count per key (``_peer_windows.py``): the frameworks' own windowing
+WINDOW_PEERS: dict[str, tuple[str | None, list[str]]] = {
+    "quixstreams": ("quixstreams", [str(APPS / "quixstreams_window.py")]),
+    "bytewax": ("bytewax", ["-m", "bytewax.run", "bytewax_window:flow"]),
+    "faust": ("faust", [str(APPS / "faust_window.py")]),
 }
 FRAMEWORKS = ("quixstreams", "bytewax", "faust")
 LOOPS = ("aiokafka_loop", "confluent_loop")
@@ -97,18 +105,22 @@ class Systems:
         self.client = client
         self._n = 0
 
-    def start(self, name: str, src: str, sink: str) -> Running:
+    def start(self, name: str, src: str, sink: str, scenario: str = "filter_convert") -> Running:
+        """Start ``name`` on ``src`` → ``sink``; ``scenario``: ``filter_convert`` or
+        ``tumbling_count`` (its pipeline: ``_peer_windows.py``)."""
         self._n += 1
         group = f"{name.replace('_', '-')}-{self._n}"
+        windows = scenario == "tumbling_count"
         if name.startswith("eventbus"):
             replicas = int(name.rsplit("_", 1)[1])
             path = self.work / f"{group}.yaml"
+            template = WINDOW_PIPELINE if windows else PIPELINE
             path.write_text(
-                PIPELINE.format(name=f"peers{self._n}", src=src, sink=sink, replicas=replicas)
+                template.format(name=f"peers{self._n}", src=src, sink=sink, replicas=replicas)
             )
             self.client.deploy(path)
             return Running(name, pipeline=f"peers{self._n}")
-        venv, cmd = PROCESS_PEERS[name]
+        venv, cmd = (WINDOW_PEERS if windows else PROCESS_PEERS)[name]
         python = sys.executable if venv is None else str(VENVS / venv / "bin" / "python")
         if not Path(python).exists():
             msg = f"{name}: {python} is missing; `make bench` installs the peers (.venv-bench)"
@@ -120,6 +132,8 @@ class Systems:
             "PEER_SOURCE": src,
             "PEER_SINK": sink,
             "PYTHONPATH": str(APPS),
+            "PEER_ALIGN_MS": str(T0),  # bytewax_window.py: the first window's start
+            "PEER_WAIT_S": str(BYTEWAX_WAIT_S),  # and its EventClock's wait
         }
         with log.open("wb") as out:
             proc = subprocess.Popen(
@@ -148,14 +162,14 @@ class Systems:
 
 
 def start_clock(
-    bootstrap: str, sink: str, expect: int, timeout_s: float = 40
+    bootstrap: str, sink: str, expect: int, timeout_s: float = 40, partitions: int = PARTITIONS
 ) -> subprocess.Popen[bytes]:
     """Start ``peer_apps/tail_clock.py`` on ``sink``; returns once it fetches."""
     python = VENVS / "confluent" / "bin" / "python"
     if not python.exists():
         msg = f"{python} is missing (the sink's clock runs there); `make bench` installs it"
         raise PeerError(msg)
-    args = [bootstrap, sink, str(PARTITIONS), str(expect), str(timeout_s)]
+    args = [bootstrap, sink, str(partitions), str(expect), str(timeout_s)]
     proc = subprocess.Popen(
         [str(python), str(APPS / "tail_clock.py"), *args], stdout=subprocess.PIPE
     )

@@ -32,9 +32,11 @@ import signal
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _peer_windows as windows
 from _common import PARTITIONS, expected_outputs, pct, produce_all, start_eventbus
 from _peer_systems import (
     FRAMEWORKS,
@@ -54,6 +56,7 @@ from _profile import finish, record, render
 from eventbus._internal.services import create_topics, start_redis, start_tansu
 
 SYSTEMS = ("eventbus_1", "eventbus_2", *PROCESS_PEERS)
+SCENARIOS = ("filter_convert", "tumbling_count")
 
 
 def requirement_pins() -> dict[str, str]:
@@ -97,15 +100,8 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> dict
         "eventbus_1_p99_target_ms": 30,
     }
     return {
-        "benchmark": "peers",
-        "scenario": "filter_convert",
         "events": args.events,
-        "rounds": args.rounds,
         "outputs_per_round": expected_outputs(args.events),
-        "versions": requirement_pins(),
-        # the machine's load (1-minute average) when the run ended: on a shared 2-core machine
-        # a system with more threads gets a larger share of the CPU as the load grows
-        "load_average_1m": round(os.getloadavg()[0], 1),
         "systems": results,
         "ratios": ratios,
         "targets": targets,
@@ -122,9 +118,10 @@ def table(results: dict[str, dict[str, Any]]) -> str:
             lines.append(f"| {name} | error: {r['error'][:120]} | | | | |")
             continue
         rounds = ", ".join(f"{x / 1000:.1f}k" for x in r.get("rates", []))
+        at = f"{r['latency_rate']:,}" if "latency_rate" in r else "-"
         lines.append(
             f"| {name} | {r['events_per_s']:,} | {rounds} | {r.get('p50_ms', '-')} | "
-            f"{r.get('p99_ms', '-')} | {r.get('latency_rate', '-'):,} |"
+            f"{r.get('p99_ms', '-')} | {at} |"
         )
     return "\n".join(lines)
 
@@ -145,6 +142,8 @@ class Bench:
         self.systems = Systems(self.bootstrap, self.work, self.client)
         self._topics = iter(range(100_000))
         self.partial: set[str] = set()  # systems with rounds cut at --round-timeout-s
+        self.window_events = windows.make_events(self.n)
+        self.window_answer = windows.answer(self.window_events)
 
     def close(self) -> None:
         if self.client is not None:
@@ -154,11 +153,34 @@ class Bench:
         self.tansu.stop()
         self.redis.stop()
 
-    def topics(self) -> tuple[str, str]:
+    def topics(self, partitions: int = PARTITIONS) -> tuple[str, str]:
         k = next(self._topics)
         src, sink = f"peers-in-{k}", f"peers-out-{k}"
-        asyncio.run(create_topics(self.bootstrap, [src, sink], partitions=PARTITIONS))
+        asyncio.run(create_topics(self.bootstrap, [src, sink], partitions=partitions))
         return src, sink
+
+    def window_throughput(self, name: str) -> float:
+        """Events/s of one tumbling-count round; every window's count is checked after."""
+        src, sink = self.topics(partitions=1)
+        asyncio.run(windows.produce(self.bootstrap, src, self.window_events))
+        expect = len(self.window_answer)
+        timeout_s = self.args.round_timeout_s
+        clock = start_clock(self.bootstrap, sink, expect, timeout_s, partitions=1)
+        try:
+            run = self.systems.start(name, src, sink, "tumbling_count")
+        except BaseException:
+            clock.kill()
+            raise
+        try:
+            first, last, count = read_clock(clock, run, expect)
+        finally:
+            self.systems.stop(run)
+        cut = count < expect
+        if cut:
+            self.partial.add(f"tumbling_count:{name}")
+        answer = self.window_answer
+        asyncio.run(windows.verify(self.bootstrap, sink, answer, name, cut=cut))
+        return windows.busy_events(self.n, name) * count / expect / max(last - first, 1e-3)
 
     def throughput(self, name: str) -> float:
         """Events/s of one round over pre-produced events; the outputs are checked after."""
@@ -176,7 +198,7 @@ class Bench:
             self.systems.stop(run)
         partial = count < self.expect
         if partial:  # cut at --round-timeout-s: outputs are spread evenly over the inputs
-            self.partial.add(name)
+            self.partial.add(f"filter_convert:{name}")
         at_least = count if partial else None
         asyncio.run(verify_sink(self.bootstrap, sink, self.expect, name, at_least=at_least))
         return self.n * count / self.expect / max(last - first, 1e-3)
@@ -230,6 +252,12 @@ def main() -> None:
     )
     ap.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(SYSTEMS)}")
     ap.add_argument(
+        "--scenario",
+        default=",".join(SCENARIOS),
+        help=f"comma-separated subset of: {', '.join(SCENARIOS)} (tumbling_count runs "
+        f"{', '.join(windows.SYSTEMS)} of --only)",
+    )
+    ap.add_argument(
         "--profile",
         type=Path,
         default=None,
@@ -240,11 +268,20 @@ def main() -> None:
     unknown = sorted(set(only) - set(SYSTEMS))
     if unknown:
         ap.error(f"--only: unknown system(s) {unknown}; choose from {', '.join(SYSTEMS)}")
+    scenarios = [s for s in args.scenario.split(",") if s]
+    if not scenarios or set(scenarios) - set(SCENARIOS):
+        ap.error(f"--scenario: got {args.scenario!r}; choose from {', '.join(SCENARIOS)}")
     # SIGTERM (and SIGINT, which background shells ignore) unwind: Ray, the broker, Redis
     # and the peers' processes are stopped by the `finally`s
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     signal.signal(signal.SIGINT, signal.default_int_handler)
     bench = Bench(args, only)
+    out: dict[str, Any] = {
+        "benchmark": "peers",
+        "scenarios": scenarios,
+        "rounds": args.rounds,
+        "versions": requirement_pins(),
+    }
     try:
         if args.profile is not None:
             args.profile.mkdir(parents=True, exist_ok=True)
@@ -253,38 +290,53 @@ def main() -> None:
                 (args.profile / f"{name}.md").write_text(text + "\n")
                 print(text, flush=True)
             return
-        results = measure(bench, only)
+        if "filter_convert" in scenarios:
+            results = measure(bench, only, bench.throughput, "filter_convert")
+            print(table(results), flush=True)
+            out["filter_convert"] = report(results, args)
+        in_windows = [s for s in only if s in windows.SYSTEMS]
+        if "tumbling_count" in scenarios and in_windows:
+            results = measure(bench, in_windows, bench.window_throughput, "tumbling_count")
+            print(table(results), flush=True)
+            out["tumbling_count"] = windows.report(results, args.events)
     finally:
         bench.close()
-    print(table(results), flush=True)
-    print(json.dumps(report(results, args)))
+    # the machine's load (1-minute average) when the run ended: on a shared 2-core machine a
+    # system with more threads gets a larger share of the CPU as the load grows
+    out["load_average_1m"] = round(os.getloadavg()[0], 1)
+    print(json.dumps(out))
 
 
-def measure(bench: Bench, only: list[str]) -> dict[str, dict[str, Any]]:
+def measure(
+    bench: Bench, only: list[str], one_round: Callable[[str], float], scenario: str
+) -> dict[str, dict[str, Any]]:
+    """``--rounds`` rounds of ``one_round`` over ``only`` in turn; then, for ``filter_convert``,
+    each system's latency at half of its median rate."""
     rates: dict[str, list[float]] = {s: [] for s in only}
     results: dict[str, dict[str, Any]] = {s: {} for s in only}
-    if bench.client is not None:  # Ray's agents settle after start: one unmeasured round
-        bench.throughput(next(s for s in only if s.startswith("eventbus")))
+    if bench.client is not None and any(s.startswith("eventbus") for s in only):
+        # Ray's agents settle after start: one unmeasured round
+        one_round(next(s for s in only if s.startswith("eventbus")))
     for rnd in range(bench.args.rounds):
         for name in only:
             if "error" in results[name]:
                 continue
             try:
-                rates[name].append(bench.throughput(name))
+                rates[name].append(one_round(name))
             except (PeerError, RuntimeError, OSError) as e:
                 results[name]["error"] = f"{type(e).__name__}: {e}"
-                print(f"{name}: cannot run: {results[name]['error']}", flush=True)
+                print(f"{scenario} {name}: cannot run: {results[name]['error']}", flush=True)
                 continue
-            print(f"round {rnd}: {name} {rates[name][-1]:,.0f} events/s", flush=True)
+            print(f"{scenario} round {rnd}: {name} {rates[name][-1]:,.0f} events/s", flush=True)
     for name in only:
         if not rates[name]:
             continue
         results[name]["events_per_s"] = round(statistics.median(rates[name]))
         results[name]["rates"] = [round(x) for x in rates[name]]
-        if name in bench.partial:
+        if f"{scenario}:{name}" in bench.partial:
             results[name]["cut_at_s"] = bench.args.round_timeout_s
-        if "error" in results[name]:  # a later round failed: no latency run
-            continue
+        if "error" in results[name] or scenario != "filter_convert":
+            continue  # a later round failed, or windows: latency is the window's length
         try:
             results[name].update(bench.latency(name, statistics.median(rates[name]) / 2))
         except (PeerError, RuntimeError, OSError) as e:

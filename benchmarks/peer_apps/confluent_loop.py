@@ -1,6 +1,7 @@
 """The hand-written librdkafka loop (confluent-kafka): the aiokafka baseline's loop, in C's client.
 
-consume(2000) → decode → filter/convert → produce → flush (await acks) → commit, one process.
+poll → consume(1999, timeout=0) → decode → filter/convert → produce → flush (await acks) →
+commit, one process.
 Run by ``benchmarks/peers.py`` with ``.venv-bench/confluent/bin/python``:
 ``confluent_loop.py BOOTSTRAP SOURCE_TOPIC SINK_TOPIC GROUP``; stops on SIGTERM.
 """
@@ -31,9 +32,13 @@ def main(bootstrap: str, src: str, sink: str, group: str) -> None:
     consumer.subscribe([src])
     try:
         while running[0]:
-            msgs = consumer.consume(2000, timeout=0.1)
-            if not msgs:
+            # the first record as soon as one is there, then what else is fetched already:
+            # consume(2000, timeout) alone waits the whole timeout for 2,000 records, which
+            # held every event up to 100 ms at low rates
+            first = consumer.poll(0.1)
+            if first is None:
                 continue
+            msgs = [first, *consumer.consume(1999, timeout=0)]
             for m in msgs:
                 if m.error():
                     continue
