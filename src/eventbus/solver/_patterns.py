@@ -1,0 +1,187 @@
+"""Row patterns: the (user, item) rows of a sparse consumption that are scalars times one of few
+K-vectors, found when the pass is built.
+
+Coupon problems are usually made this way: a money budget's coefficient is a per-(user, item)
+expected cost times the item's face value on the budget's item subset and user segment, so a
+row's budget entries are ``scale[i, j] * pattern[segment(i), j]``; an inventory counts coupons
+with one coefficient. Resources are split into two groups: those whose every entry has the same
+value (counts: one coefficient per resource) and the others. Within each group a row's entries
+divided by its first entry's value give its part of the pattern; rows whose parts are equal in
+every group (hashed, then checked entry by entry) share one pattern id. A row compresses when,
+in every group, ``scale * pattern`` gives back each of its values to within ``8 * eps`` of the
+compute dtype (relative: the data's own rounding) on the same set of resources. Rows that do
+not stay general (the CSR product); when more than ``MAX_PATTERN_SHARE`` of the rows would need
+patterns of their own, nothing is compressed.
+
+For compressed rows a pass needs, per group, ``prices = P @ lam`` (one small product), the
+reduced cost ``scale * prices[pid]`` (a gather over ``(n, m)``) and per-pattern sums
+``sum p * scale`` (a histogram): ``O(n * m)`` whatever ``K``, as the factorised form. The
+repaired primal and its usage then come from the histograms alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["MAX_PATTERN_SHARE", "RowPatterns", "find_patterns"]
+
+MAX_PATTERN_SHARE = 1 / 16  # more patterns than this share of the rows: no compression
+_HASH_DROP_BITS = 4  # float32 bits of the ratios left out of the hash (rounding noise)
+_M1, _M2, _M3 = 0x9E3779B97F4A7C15 - (1 << 64), 0x632BE59BD9B4E019, 0x2545F4914F6CDD1D
+
+
+@dataclass
+class RowPatterns:
+    """The compressed rows of one pass (see the module docstring).
+
+    ``pid`` is each row's pattern, ``num_patterns`` for general rows (a zero pattern);
+    ``scales[g]`` and ``patterns[g]`` (``(num_patterns + 1, K)`` float64) are group ``g``'s.
+    """
+
+    pid: torch.Tensor
+    scales: list[torch.Tensor]
+    patterns: list[torch.Tensor]
+    general_rows: torch.Tensor  # (rows,) bool: rows left to the general CSR product
+    general_entries: torch.Tensor  # (nnz,) bool: their entries
+
+    @property
+    def num_patterns(self) -> int:
+        """Patterns (not counting the general rows' bin)."""
+        return int(self.patterns[0].shape[0]) - 1
+
+    def prices(self, lam64: torch.Tensor) -> list[torch.Tensor]:
+        """``P_g @ lam`` per group, in the compute dtype of the scales."""
+        return [(p @ lam64).to(s.dtype) for p, s in zip(self.patterns, self.scales)]
+
+    def subtract_prices(
+        self, rf: torch.Tensor, prices: list[torch.Tensor], r0: int, r1: int
+    ) -> None:
+        """``rf -= sum_g scale_g * prices_g[pid]`` over rows ``[r0, r1)`` (``rf``: those rows)."""
+        pid = self.pid[r0:r1]
+        for s, pr in zip(self.scales, prices):
+            rf.addcmul_(pr.index_select(0, pid), s[r0:r1], value=-1)
+
+    def histograms(self, x: torch.Tensor, rev: torch.Tensor, r0: int, r1: int) -> torch.Tensor:
+        """Per pattern: ``[sum x * c, sum x * scale_g (per group)]``, ``(1 + G, patterns + 1)``
+        float64 over rows ``[r0, r1)`` (``x``, ``rev``: those rows)."""
+        pid = self.pid[r0:r1]
+        bins = self.num_patterns + 1
+        x64 = x.double()
+        out = [torch.bincount(pid, weights=x64 * rev, minlength=bins)]
+        out += [torch.bincount(pid, weights=x64 * s[r0:r1], minlength=bins) for s in self.scales]
+        return torch.stack(out)
+
+    def usage(self, hist: torch.Tensor, sigma: torch.Tensor | None = None) -> torch.Tensor:
+        """``sum_g P_g^T (sigma * hist_g)``, float64 ``(K,)``."""
+        out = torch.zeros(self.patterns[0].shape[1], dtype=torch.float64)
+        for g, p in enumerate(self.patterns):
+            h = hist[1 + g] if sigma is None else hist[1 + g] * sigma
+            out += p.T @ h
+        return out
+
+    def sigma(self, inv64: torch.Tensor) -> torch.Tensor:
+        """Per pattern, the least ``inv`` over the resources it consumes (1 if none)."""
+        out = torch.ones(self.num_patterns + 1, dtype=torch.float64)
+        for p in self.patterns:
+            cap = torch.where(p != 0, inv64[None, :], 1.0).amin(1).clamp_max(1.0)
+            torch.minimum(out, cap, out=out)
+        return out
+
+    def moments(
+        self, p: torch.Tensor, rows: torch.Tensor, user: torch.Tensor, users: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sum p v v^T`` (K, K) and per user ``mu = sum_j p v`` (users, K), float64, over the
+        compressed rows ``rows`` with choice ``p`` and user ``user`` (in ``[0, users)``)."""
+        from scipy.sparse import coo_matrix
+
+        k_num = int(self.patterns[0].shape[1])
+        bins = self.num_patterns + 1
+        t1 = torch.zeros(k_num, k_num, dtype=torch.float64)
+        mu = torch.zeros(users, k_num, dtype=torch.float64)
+        pid = self.pid[rows]
+        p64 = p.double()
+        scales = [s[rows].double() for s in self.scales]
+        u_np, pid_np = user.numpy(), pid.numpy()
+        for x, (px, sx) in enumerate(zip(self.patterns, scales)):
+            ps = p64 * sx
+            a = coo_matrix((ps.numpy(), (u_np, pid_np)), shape=(users, bins)).tocsr()
+            mu += torch.from_numpy(a @ px.numpy())
+            for py, sy in zip(self.patterns[x:], scales[x:]):
+                d = torch.bincount(pid, weights=ps * sy, minlength=bins)
+                c = px.T @ (d[:, None] * py)
+                t1 += c if py is px else c + c.T
+        return t1, mu
+
+
+def _mix(h: torch.Tensor) -> torch.Tensor:
+    h = h ^ (h >> 31)
+    h = h * _M2
+    return h ^ (h >> 29)
+
+
+def find_patterns(
+    rowptr: torch.Tensor, row_of: torch.Tensor, kk: torch.Tensor, vals: torch.Tensor, k_num: int
+) -> RowPatterns | None:
+    """The rows that compress, or ``None`` when too few do (see the module docstring).
+
+    ``rowptr`` (rows + 1) points into the entries, sorted by row: ``row_of`` (their row),
+    ``kk`` (resource) and ``vals`` (value, > 0). CPU tensors.
+    """
+    rows = rowptr.numel() - 1
+    if rows == 0 or kk.numel() == 0:
+        return None
+    # counts: resources whose every entry has one value
+    lo = torch.full((k_num,), float("inf"), dtype=vals.dtype).scatter_reduce(0, kk, vals, "amin")
+    hi = torch.zeros(k_num, dtype=vals.dtype).scatter_reduce(0, kk, vals, "amax")
+    const = lo == hi
+    parts = []  # per group: (ptr, row, resource, value, first value of each row)
+    key = torch.zeros(rows, dtype=torch.long)
+    for in_group in (~const, const):
+        if not bool(in_group.any()):
+            continue
+        if bool(in_group.all()):
+            ptr, r, k, v = rowptr, row_of, kk, vals.double()
+        else:
+            es = in_group[kk].nonzero().squeeze(1)
+            r, k, v = row_of[es], kk[es], vals[es].double()
+            ptr = torch.zeros(rows + 1, dtype=torch.long)
+            torch.cumsum(torch.bincount(r, minlength=rows), 0, out=ptr[1:])
+        cnt = ptr[1:] - ptr[:-1]
+        first = torch.where(cnt > 0, v[ptr[:-1].clamp_max(max(0, v.numel() - 1))], 0.0)
+        ratio = v / first[r]
+        q = ratio.float().view(torch.int32).long() >> _HASH_DROP_BITS
+        h = torch.zeros(rows, dtype=torch.long).index_add_(0, r, _mix((k + 1) * _M1 + q * _M3))
+        key = _mix(key * _M1 + _mix(h + cnt * _M2))
+        parts.append((ptr, r, k, v, first, ratio, cnt))
+    uniq, pid = torch.unique(key, return_inverse=True)
+    npat = int(uniq.numel())
+    if npat > max(64, MAX_PATTERN_SHARE * rows):
+        return None
+    # each pattern's values: those of its first row
+    rep = torch.full((npat,), rows, dtype=torch.long).scatter_reduce(
+        0, pid, torch.arange(rows), "amin"
+    )
+    tol = 8 * torch.finfo(vals.dtype).eps
+    bad = torch.zeros(rows, dtype=torch.bool)
+    patterns, scales = [], []
+    for ptr, r, k, v, first, ratio, cnt in parts:
+        lengths = cnt[rep]
+        offs = torch.cumsum(lengths, 0) - lengths
+        at = torch.repeat_interleave(ptr[rep] - offs, lengths) + torch.arange(int(lengths.sum()))
+        pat = torch.zeros(npat + 1, k_num, dtype=torch.float64)
+        pat[pid[r[at]], k[at]] = ratio[at]
+        # every entry checked: the same support (count, and each resource in it) and value
+        back = first[r].mul_(pat.view(-1)[pid[r] * k_num + k])
+        bad_e = back.sub_(v).abs_() > v * tol
+        bad |= (pat[:npat] != 0).sum(1)[pid] != cnt
+        if bool(bad_e.any()):
+            bad[r[bad_e]] = True
+        patterns.append(pat)
+        scales.append(first.to(vals.dtype))
+    if bool(bad.any()):
+        pid[bad] = npat
+        for s in scales:
+            s[bad] = 0
+    return RowPatterns(pid, scales, patterns, bad, bad[row_of])

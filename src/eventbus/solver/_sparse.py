@@ -1,0 +1,270 @@
+"""The sparse pass: a :class:`~eventbus.solver._kernel.Partition`'s work when consumption is a
+sparse ``(n, m, K)`` tensor.
+
+The entries are held as a CSR matrix ``M`` of shape ``(n * m, K)``: one row per (user, item),
+sorted as the coalesced COO tensor already is, with a row pointer built once. At duals ``lam``
+the reduced costs of a chunk are ``r = c - M_chunk @ lam`` and its usage is ``M_chunk^T @ p``:
+two sparse matrix-vector products per chunk (scipy's compiled CSR and CSC kernels on the CPU,
+float64 accumulation, no transposed copy), instead of index scatters over ``(n, m, K)`` entries.
+Rows whose K-vector is a scalar times one of few patterns are compressed (see
+:mod:`eventbus.solver._patterns`): their part of both products is a gather and a histogram over
+``(n, m)``, whatever ``K``.
+
+The last pass's choice ``p`` is kept per chunk, so the repaired primal after an accepted step
+costs one product, not a softmax pass. Explicit zeros in the tensor are dropped (they consume
+nothing). Other devices (CUDA) use index scatters over the entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from eventbus.solver._patterns import RowPatterns, find_patterns
+from eventbus.solver._problem import AllocationProblem
+from eventbus.solver._softmax import softmax_with_null
+
+__all__ = ["SPARSE_P_FLOOR", "SparsePass"]
+
+# The sparse Hessian leaves out entries of probability below this.
+SPARSE_P_FLOOR = 1e-7
+
+
+class _Chunk:
+    """Users ``[a, b)``: their entries ``[e0, e1)`` and the CSR blocks of the general rows."""
+
+    def __init__(self, a: int, b: int, e0: int, e1: int) -> None:
+        self.a, self.b, self.e0, self.e1 = a, b, e0, e1
+        self.csr: object | None = None  # scipy csr_matrix of the rows that do not compress
+        self.general = True  # whether the chunk has general (not compressed) rows
+
+
+class SparsePass:
+    """Chunked passes over the users of a problem with sparse consumption (module docstring).
+
+    Args:
+        problem: the (sub-)problem; its consumption must be a sparse COO ``(n, m, K)`` tensor.
+        chunk: users per chunk.
+        block: users per reduction block (a multiple of ``chunk``).
+        compress: look for rows that are a scalar times one of few patterns.
+    """
+
+    def __init__(
+        self, problem: AllocationProblem, chunk: int, block: int, *, compress: bool = True
+    ) -> None:
+        cons = problem.consumption
+        assert isinstance(cons, torch.Tensor)
+        self.rev = problem.revenue
+        self.n, self.m = problem.revenue.shape
+        self.dtype = problem.revenue.dtype
+        self.device = problem.revenue.device
+        self.chunk, self.block = chunk, block
+        self.k_num = int(cons.shape[2])
+        idx, vals = cons._indices(), cons._values()
+        nz = vals != 0
+        if not bool(nz.all()):
+            idx, vals = idx[:, nz], vals[nz]
+        m = self.m
+        self.flat = idx[0] * m + idx[1]  # (user, item) row of each entry, sorted
+        self.kk = idx[2].contiguous()
+        self.vals = vals.to(self.dtype)
+        counts = torch.bincount(self.flat, minlength=self.n * m)
+        self.rowptr = torch.zeros(self.n * m + 1, dtype=torch.long, device=self.device)
+        torch.cumsum(counts, 0, out=self.rowptr[1:])
+        self.cpu = self.device.type == "cpu"
+        self.pat: RowPatterns | None = None
+        if self.cpu and compress:
+            self.pat = find_patterns(self.rowptr, self.flat, self.kk, self.vals, self.k_num)
+        ptr = self.rowptr.tolist() if self.n * m < (1 << 16) else None
+        self.chunks: list[_Chunk] = []
+        for a in range(0, self.n, chunk):
+            b = min(a + chunk, self.n)
+            e0, e1 = (ptr[a * m], ptr[b * m]) if ptr else self.rowptr[[a * m, b * m]].tolist()
+            c = _Chunk(a, b, e0, e1)
+            if self.pat is not None:
+                c.general = bool(self.pat.general_rows[a * m : b * m].any())
+            if self.cpu and c.general:
+                c.csr = self._csr(c)
+            self.chunks.append(c)
+        self.p: list[torch.Tensor] = []  # the last pass's choice, of chunks with general rows
+        self.hist: torch.Tensor | None = None  # the last pass's per-pattern sums
+
+    def _csr(self, c: _Chunk) -> object:
+        from scipy.sparse import csr_matrix
+
+        r0, r1 = c.a * self.m, c.b * self.m
+        ptr = self.rowptr[r0 : r1 + 1] - c.e0
+        kk, vals = self.kk[c.e0 : c.e1], self.vals[c.e0 : c.e1].double()
+        if self.pat is not None:  # the compressed rows' entries are left out
+            general = self.pat.general_entries[c.e0 : c.e1]
+            kk, vals = kk[general], vals[general]
+            lengths = self.rowptr[r0 + 1 : r1 + 1] - self.rowptr[r0:r1]
+            ptr = torch.zeros_like(ptr)
+            torch.cumsum(self.pat.general_rows[r0:r1].long() * lengths, 0, out=ptr[1:])
+        return csr_matrix(
+            (vals.numpy(), kk.to(torch.int32).numpy(), ptr.to(torch.int32).numpy()),
+            shape=(r1 - r0, self.k_num),
+        )
+
+    # -- passes ----------------------------------------------------------------------------
+
+    def evaluate(
+        self,
+        lam: torch.Tensor,
+        tau: float,
+        stride: int,
+        sampled: Callable[[int, int], bool],
+        head_width: int,
+        spread: float,
+    ) -> list[torch.Tensor]:
+        """Rows as :meth:`Partition.evaluate` documents them."""
+        hessian = stride > 0
+        k_num = self.k_num
+        width = head_width + k_num + (k_num * k_num if hessian else 0)
+        lam64 = lam.to(self.device, torch.float64)
+        prices = None if self.pat is None else self.pat.prices(lam64)
+        self.p = []
+        self.hist = None
+        rows = []
+        for b0 in range(0, self.n, self.block):
+            row = torch.zeros(width, dtype=torch.float64, device=self.device)
+            for c in self.chunks[b0 // self.chunk : (b0 + self.block) // self.chunk]:
+                p, lse, best, total = softmax_with_null(self._reduced(c, lam64, prices), tau)
+                row[0] += lse.double().sum()
+                row[1] += best.double().sum()
+                use = row[head_width : head_width + k_num]
+                pf = p.view(-1)
+                if self.pat is not None:
+                    r0, r1 = c.a * self.m, c.b * self.m
+                    hist = self.pat.histograms(pf, self.rev[c.a : c.b].reshape(-1), r0, r1)
+                    self.hist = hist if self.hist is None else self.hist.add_(hist)
+                    use += self.pat.usage(hist)
+                if c.general:
+                    use += self._general_usage(c, pf)
+                    self.p.append(p)
+                if hessian and sampled(c.a, stride):
+                    kept, h = self._hessian(c, p, total, tau, spread)
+                    row[2] += c.b - c.a
+                    row[3] += kept
+                    row[head_width + k_num :] += h
+            rows.append(row)
+        return rows
+
+    def primal(self, inv: torch.Tensor) -> torch.Tensor:
+        """``[value, usage (K)]`` of the repaired primal at the last evaluated point."""
+        inv64 = inv.to(self.device, torch.float64)
+        out = torch.zeros(1 + self.k_num, dtype=torch.float64, device=self.device)
+        if self.pat is not None and self.hist is not None:
+            sig = self.pat.sigma(inv64)
+            npat = self.pat.num_patterns
+            out[0] += (sig[:npat] * self.hist[0, :npat]).sum()
+            out[1:] += self.pat.usage(self.hist, sig)
+        for c, p in zip([c for c in self.chunks if c.general], self.p):
+            x = p.view(-1) * self._general_sigma(c, inv64)
+            out[0] += (x * self.rev[c.a : c.b].reshape(-1)).double().sum()
+            out[1:] += self._general_usage(c, x)
+        return out
+
+    def allocation(self, lam: torch.Tensor, tau: float, inv: torch.Tensor) -> torch.Tensor:
+        """The repaired primal ``x (n, m)`` at ``(lam, tau)``, in the compute dtype."""
+        x = torch.empty(self.n, self.m, dtype=self.dtype, device=self.device)
+        lam64 = lam.to(self.device, torch.float64)
+        inv64 = inv.to(self.device, torch.float64)
+        prices = None if self.pat is None else self.pat.prices(lam64)
+        sig_pat = None if self.pat is None else self.pat.sigma(inv64)
+        for c in self.chunks:
+            p = softmax_with_null(self._reduced(c, lam64, prices), tau)[0]
+            sig = self._general_sigma(c, inv64) if c.general else None
+            if sig_pat is not None and self.pat is not None:
+                sp = sig_pat.index_select(0, self.pat.pid[c.a * self.m : c.b * self.m])
+                sig = sp if sig is None else torch.minimum(sig, sp)
+            x[c.a : c.b] = p if sig is None else p * sig.to(self.dtype).view_as(p)
+        return x
+
+    # -- pieces ----------------------------------------------------------------------------
+
+    def _reduced(
+        self, c: _Chunk, lam64: torch.Tensor, prices: list[torch.Tensor] | None
+    ) -> torch.Tensor:
+        """``r = c - M @ lam`` over the chunk, a fresh ``(users, m)`` tensor."""
+        r0 = c.a * self.m
+        r = self.rev[c.a : c.b].clone()
+        rf = r.view(-1)
+        if prices is not None and self.pat is not None:
+            self.pat.subtract_prices(rf, prices, r0, c.b * self.m)
+        if not c.general:
+            return r
+        if self.cpu:
+            price = c.csr @ lam64.numpy()  # type: ignore[operator]
+            rf.sub_(torch.from_numpy(price).to(self.dtype))
+        else:
+            ks = self.kk[c.e0 : c.e1]
+            pv = self.vals[c.e0 : c.e1] * lam64.to(self.dtype)[ks]
+            rf.index_add_(0, self.flat[c.e0 : c.e1] - r0, pv, alpha=-1)
+        return r
+
+    def _general_usage(self, c: _Chunk, x: torch.Tensor) -> torch.Tensor:
+        """The general rows' ``M^T @ x`` in float64 (``x``: the chunk's ``(users * m,)``)."""
+        if not self.cpu:
+            pv = self.vals[c.e0 : c.e1] * x[self.flat[c.e0 : c.e1] - c.a * self.m]
+            out = torch.zeros(self.k_num, dtype=torch.float64, device=self.device)
+            return out.index_add_(0, self.kk[c.e0 : c.e1], pv.double())
+        return torch.from_numpy(c.csr.T @ x.double().numpy())  # type: ignore[attr-defined]
+
+    def _general_sigma(self, c: _Chunk, inv64: torch.Tensor) -> torch.Tensor:
+        """Per row of the chunk, the least ``inv`` over the general entries (1 if none)."""
+        if self.cpu:
+            ptr = torch.from_numpy(c.csr.indptr).long()  # type: ignore[attr-defined]
+            kk = torch.from_numpy(c.csr.indices).long()  # type: ignore[attr-defined]
+        else:
+            ptr = self.rowptr[c.a * self.m : c.b * self.m + 1] - c.e0
+            kk = self.kk[c.e0 : c.e1]
+        return torch.segment_reduce(inv64[kk], "min", offsets=ptr, initial=1.0, unsafe=True)
+
+    def _hessian(
+        self, c: _Chunk, p: torch.Tensor, total: torch.Tensor, tau: float, spread: float
+    ) -> tuple[int, torch.Tensor]:
+        """Users summed and ``sum_i Cov_{p_i}(m_i) / tau`` over the chunk's users.
+
+        As in the factorised form, users whose choice is within ``spread`` of one-hot are left
+        out, and so are rows of probability below ``SPARSE_P_FLOOR`` (both below float32's
+        rounding of the rest). Compressed rows add their pattern moments; general rows' second
+        moment is one dense product over the few ``(user, item)`` rows left, ``D^T diag(p) D``.
+        """
+        k_num, m = self.k_num, self.m
+        keep_u = total > 1.0 + spread
+        kept = int(keep_u.sum())
+        if kept == 0:
+            return 0, torch.zeros(k_num * k_num, dtype=torch.float64, device=self.device)
+        t1 = torch.zeros(k_num, k_num, dtype=torch.float64, device=self.device)
+        mu = torch.zeros(c.b - c.a, k_num, dtype=torch.float64, device=self.device)
+        pf = p.view(-1)
+        if self.pat is not None:
+            ku = keep_u.nonzero().squeeze(1)
+            rows = (ku[:, None] * m + torch.arange(m)).view(-1)
+            r0 = c.a * m
+            rows = rows[(pf[rows] > SPARSE_P_FLOOR) & ~self.pat.general_rows[rows + r0]]
+            user = torch.div(rows, m, rounding_mode="floor")
+            t1_p, mu_p = self.pat.moments(pf[rows], rows + r0, user, c.b - c.a)
+            t1 += t1_p
+            mu += mu_p
+        if c.general:
+            flat = self.flat[c.e0 : c.e1] - c.a * m
+            pe = pf[flat]
+            user = torch.div(flat, m, rounding_mode="floor")
+            take = keep_u[user] & (pe > SPARSE_P_FLOOR)
+            if self.pat is not None:
+                take &= self.pat.general_entries[c.e0 : c.e1]
+            es = take.nonzero().squeeze(1)
+            if es.numel():
+                f, k, v = flat[es], self.kk[c.e0 : c.e1][es], self.vals[c.e0 : c.e1][es]
+                mu.view(-1).index_add_(0, user[es] * k_num + k, (v * pe[es]).double())
+                # entries are sorted by (user, item): consecutive runs share a row of D
+                rows_f, inv = torch.unique_consecutive(f, return_inverse=True)
+                dense = torch.zeros(rows_f.numel() * k_num, dtype=self.dtype, device=self.device)
+                dense[inv * k_num + k] = v
+                dense = dense.view(-1, k_num)
+                t1 += ((dense * pf[rows_f][:, None]).T @ dense).double()
+        mu_k = mu[keep_u]
+        return kept, ((t1 - mu_k.T @ mu_k) / tau).reshape(-1)
