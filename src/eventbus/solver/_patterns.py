@@ -93,20 +93,25 @@ class RowPatterns:
         self, p: torch.Tensor, rows: torch.Tensor, user: torch.Tensor, users: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``sum p v v^T`` (K, K) and per user ``mu = sum_j p v`` (users, K), float64, over the
-        compressed rows ``rows`` with choice ``p`` and user ``user`` (in ``[0, users)``)."""
-        from scipy.sparse import coo_matrix
+        compressed rows ``rows`` with choice ``p`` and user ``user`` (in ``[0, users)``,
+        ascending)."""
+        from scipy.sparse import csr_matrix
 
         k_num = int(self.patterns[0].shape[1])
         bins = self.num_patterns + 1
         t1 = torch.zeros(k_num, k_num, dtype=torch.float64)
         mu = torch.zeros(users, k_num, dtype=torch.float64)
-        pid = self.pid[rows]
+        pid = self.pid.index_select(0, rows)
+        # users' rows are consecutive: a CSR matrix (users, patterns) as it stands (duplicate
+        # patterns in a row add up in the product)
+        indptr = torch.zeros(users + 1, dtype=torch.long)
+        torch.cumsum(torch.bincount(user, minlength=users), 0, out=indptr[1:])
+        ptr_np, pid_np = indptr.numpy(), pid.numpy()
         p64 = p.double()
-        scales = [s[rows].double() for s in self.scales]
-        u_np, pid_np = user.numpy(), pid.numpy()
+        scales = [s.index_select(0, rows) for s in self.scales]
         for x, (px, sx) in enumerate(zip(self.patterns, scales)):
             ps = p64 * sx
-            a = coo_matrix((ps.numpy(), (u_np, pid_np)), shape=(users, bins)).tocsr()
+            a = csr_matrix((ps.numpy(), pid_np, ptr_np), shape=(users, bins))
             mu += torch.from_numpy(a @ px.numpy())
             for py, sy in zip(self.patterns[x:], scales[x:]):
                 d = torch.bincount(pid, weights=ps * sy, minlength=bins)
@@ -136,13 +141,14 @@ def find_patterns(
     lo = torch.full((k_num,), float("inf"), dtype=vals.dtype).scatter_reduce(0, kk, vals, "amin")
     hi = torch.zeros(k_num, dtype=vals.dtype).scatter_reduce(0, kk, vals, "amax")
     const = lo == hi
-    parts = []  # per group: (ptr, row, resource, value, first value of each row)
+    k_hash = _mix(torch.arange(1, k_num + 1, dtype=torch.long) * _M1)
+    parts = []  # per group: (ptr, row, resource, value, first value per row, ratio, count)
     key = torch.zeros(rows, dtype=torch.long)
     for in_group in (~const, const):
         if not bool(in_group.any()):
             continue
         if bool(in_group.all()):
-            ptr, r, k, v = rowptr, row_of, kk, vals.double()
+            ptr, r, k, v = rowptr, row_of, kk, vals.to(torch.float64, copy=True)
         else:
             es = in_group[kk].nonzero().squeeze(1)
             r, k, v = row_of[es], kk[es], vals[es].double()
@@ -150,11 +156,15 @@ def find_patterns(
             torch.cumsum(torch.bincount(r, minlength=rows), 0, out=ptr[1:])
         cnt = ptr[1:] - ptr[:-1]
         first = torch.where(cnt > 0, v[ptr[:-1].clamp_max(max(0, v.numel() - 1))], 0.0)
-        ratio = v / first[r]
-        q = ratio.float().view(torch.int32).long() >> _HASH_DROP_BITS
-        h = torch.zeros(rows, dtype=torch.long).index_add_(0, r, _mix((k + 1) * _M1 + q * _M3))
+        fr = first.index_select(0, r)
+        ratio = v / fr
+        # the hash of an entry: its resource's and its ratio's (float64 bits, the last
+        # 52 - 23 + _HASH_DROP_BITS mantissa bits left out: rounding noise)
+        h = (ratio.view(torch.long) >> (29 + _HASH_DROP_BITS)).mul_(_M3)
+        h.bitwise_xor_(k_hash.index_select(0, k))
+        h = torch.zeros(rows, dtype=torch.long).index_add_(0, r, h)
         key = _mix(key * _M1 + _mix(h + cnt * _M2))
-        parts.append((ptr, r, k, v, first, ratio, cnt))
+        parts.append((ptr, r, k, v, first, fr, ratio, cnt))
     uniq, pid = torch.unique(key, return_inverse=True)
     npat = int(uniq.numel())
     if npat > max(64, MAX_PATTERN_SHARE * rows):
@@ -166,15 +176,16 @@ def find_patterns(
     tol = 8 * torch.finfo(vals.dtype).eps
     bad = torch.zeros(rows, dtype=torch.bool)
     patterns, scales = [], []
-    for ptr, r, k, v, first, ratio, cnt in parts:
+    for ptr, r, k, v, first, fr, ratio, cnt in parts:
         lengths = cnt[rep]
         offs = torch.cumsum(lengths, 0) - lengths
         at = torch.repeat_interleave(ptr[rep] - offs, lengths) + torch.arange(int(lengths.sum()))
         pat = torch.zeros(npat + 1, k_num, dtype=torch.float64)
         pat[pid[r[at]], k[at]] = ratio[at]
         # every entry checked: the same support (count, and each resource in it) and value
-        back = first[r].mul_(pat.view(-1)[pid[r] * k_num + k])
-        bad_e = back.sub_(v).abs_() > v * tol
+        at_e = pid.index_select(0, r).mul_(k_num).add_(k)
+        back = fr.mul_(pat.view(-1).index_select(0, at_e))
+        bad_e = back.sub_(v).abs_() > v.mul_(tol)
         bad |= (pat[:npat] != 0).sum(1)[pid] != cnt
         if bool(bad_e.any()):
             bad[r[bad_e]] = True

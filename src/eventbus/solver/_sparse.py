@@ -241,12 +241,13 @@ class SparsePass:
         mu = torch.zeros(c.b - c.a, k_num, dtype=torch.float64, device=self.device)
         pf = p.view(-1)
         if self.pat is not None:
-            ku = keep_u.nonzero().squeeze(1)
-            rows = (ku[:, None] * m + torch.arange(m)).view(-1)
             r0 = c.a * m
-            rows = rows[(pf[rows] > SPARSE_P_FLOOR) & ~self.pat.general_rows[rows + r0]]
+            take = (pf > SPARSE_P_FLOOR).view(-1, m).logical_and_(keep_u[:, None]).view(-1)
+            if c.general:
+                take &= ~self.pat.general_rows[r0 : c.b * m]
+            rows = take.nonzero().squeeze(1)
             user = torch.div(rows, m, rounding_mode="floor")
-            t1_p, mu_p = self.pat.moments(pf[rows], rows + r0, user, c.b - c.a)
+            t1_p, mu_p = self.pat.moments(pf.index_select(0, rows), rows + r0, user, c.b - c.a)
             t1 += t1_p
             mu += mu_p
         if c.general:
