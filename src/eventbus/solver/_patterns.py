@@ -9,9 +9,10 @@ value (counts: one coefficient per resource) and the others. Within each group a
 divided by its first entry's value give its part of the pattern; rows whose parts are equal in
 every group (hashed, then checked entry by entry) share one pattern id. A row compresses when,
 in every group, ``scale * pattern`` gives back each of its values to within ``8 * eps`` of the
-compute dtype (relative: the data's own rounding) on the same set of resources. Rows that do
-not stay general (the CSR product); when more than ``MAX_PATTERN_SHARE`` of the rows would need
-patterns of their own, nothing is compressed.
+compute dtype (relative: the data's own rounding) on the same set of resources, and another
+row shares its pattern. Rows that do not stay general (the CSR product); when more than
+``MAX_PATTERN_SHARE`` of the rows would need shared patterns of their own, or more than half of
+the rows stay general, nothing is compressed.
 
 For compressed rows a pass needs, per group, ``prices = P @ lam`` (one small product), the
 reduced cost ``scale * prices[pid]`` (a gather over ``(n, m)``) and per-pattern sums
@@ -167,14 +168,16 @@ def find_patterns(
         parts.append((ptr, r, k, v, first, fr, ratio, cnt))
     uniq, pid = torch.unique(key, return_inverse=True)
     npat = int(uniq.numel())
-    if npat > max(64, MAX_PATTERN_SHARE * rows):
+    # a row whose pattern no other row shares stays general (its own pattern would not pay)
+    single = torch.bincount(pid, minlength=npat) == 1
+    if npat - int(single.sum()) > max(64, MAX_PATTERN_SHARE * rows):
         return None
     # each pattern's values: those of its first row
     rep = torch.full((npat,), rows, dtype=torch.long).scatter_reduce(
         0, pid, torch.arange(rows), "amin"
     )
     tol = 8 * torch.finfo(vals.dtype).eps
-    bad = torch.zeros(rows, dtype=torch.bool)
+    bad = single[pid]
     patterns, scales = [], []
     for ptr, r, k, v, first, fr, ratio, cnt in parts:
         lengths = cnt[rep]
@@ -191,6 +194,8 @@ def find_patterns(
             bad[r[bad_e]] = True
         patterns.append(pat)
         scales.append(first.to(vals.dtype))
+    if int(bad.sum()) > rows // 2:
+        return None
     if bool(bad.any()):
         pid[bad] = npat
         for s in scales:

@@ -47,11 +47,18 @@ class SparsePass:
         problem: the (sub-)problem; its consumption must be a sparse COO ``(n, m, K)`` tensor.
         chunk: users per chunk.
         block: users per reduction block (a multiple of ``chunk``).
-        compress: look for rows that are a scalar times one of few patterns.
+        compress: look for rows that are scalars times one of few patterns (CPU only).
+        scipy: use scipy's CSR kernels (default: on the CPU); else index scatters (any device).
     """
 
     def __init__(
-        self, problem: AllocationProblem, chunk: int, block: int, *, compress: bool = True
+        self,
+        problem: AllocationProblem,
+        chunk: int,
+        block: int,
+        *,
+        compress: bool = True,
+        scipy: bool | None = None,
     ) -> None:
         cons = problem.consumption
         assert isinstance(cons, torch.Tensor)
@@ -72,9 +79,9 @@ class SparsePass:
         counts = torch.bincount(self.flat, minlength=self.n * m)
         self.rowptr = torch.zeros(self.n * m + 1, dtype=torch.long, device=self.device)
         torch.cumsum(counts, 0, out=self.rowptr[1:])
-        self.cpu = self.device.type == "cpu"
+        self.cpu = self.device.type == "cpu" if scipy is None else scipy
         self.pat: RowPatterns | None = None
-        if self.cpu and compress:
+        if self.device.type == "cpu" and compress:
             self.pat = find_patterns(self.rowptr, self.flat, self.kk, self.vals, self.k_num)
         ptr = self.rowptr.tolist() if self.n * m < (1 << 16) else None
         self.chunks: list[_Chunk] = []
@@ -162,6 +169,8 @@ class SparsePass:
             out[1:] += self.pat.usage(self.hist, sig)
         for c, p in zip([c for c in self.chunks if c.general], self.p):
             x = p.view(-1) * self._general_sigma(c, inv64)
+            if self.pat is not None:  # the compressed rows are in the histograms
+                x = x * self.pat.general_rows[c.a * self.m : c.b * self.m]
             out[0] += (x * self.rev[c.a : c.b].reshape(-1)).double().sum()
             out[1:] += self._general_usage(c, x)
         return out

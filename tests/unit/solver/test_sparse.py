@@ -1,0 +1,140 @@
+"""The sparse (n, m, K) form's pass: CSR products, exact row-pattern compression, and the
+general rows that do not compress."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eventbus.solver import AllocationProblem, generate_problem, solve
+from eventbus.solver._highs import solve_with_highs
+from eventbus.solver._kernel import HEAD, HESSIAN_SPREAD
+from eventbus.solver._sparse import SparsePass
+
+
+def _check_against_highs(problem: AllocationProblem, gap: float = 1e-4) -> None:
+    result = solve(problem, gap=gap, device="cpu", keep_allocation=True)
+    optimum = solve_with_highs(problem, solver="simplex").objective
+    assert result.converged and result.gap <= gap
+    assert result.primal_value <= optimum * (1 + 1e-7)
+    assert result.dual_value >= optimum * (1 - 1e-7)
+    x = result.allocation
+    assert x is not None and float(x.min()) >= 0 and float(x.sum(1).max()) <= 1 + 1e-6
+    usage = torch.einsum("ij,ijk->k", x.double(), problem.dense_consumption().double())
+    assert bool((usage <= problem.budget.double() * (1 + 1e-9)).all())
+
+
+def _random_sparse(n: int, m: int, k: int, seed: int, density: float = 0.3) -> AllocationProblem:
+    # every entry its own value: no two rows are scalar multiples of one pattern
+    gen = torch.Generator().manual_seed(seed)
+    dense = torch.rand(n, m, k, generator=gen) * (torch.rand(n, m, k, generator=gen) < density)
+    revenue = torch.rand(n, m, generator=gen) * 2 - 0.3
+    budget = (0.2 + 0.3 * torch.rand(k, generator=gen)) * dense.sum((0, 1)) / m
+    return AllocationProblem(revenue, budget.clamp_min(1e-3), dense.to_sparse())
+
+
+def _perturbed(problem: AllocationProblem, factor: float) -> AllocationProblem:
+    """Every 17th entry that is not its (user, item) row's first, times ``factor``."""
+    cons = problem.consumption
+    assert isinstance(cons, torch.Tensor)
+    idx, vals = cons._indices(), cons._values().clone()
+    row = idx[0] * cons.shape[1] + idx[1]
+    later = (row[1:] == row[:-1]).nonzero().squeeze(1) + 1
+    vals[later[::17]] *= factor
+    new = torch.sparse_coo_tensor(idx, vals, cons.shape, check_invariants=True).coalesce()
+    return AllocationProblem(problem.revenue, problem.budget, new)
+
+
+def _passes(problem: AllocationProblem, **kw: object) -> tuple[torch.Tensor, ...]:
+    """Evaluate rows (metric included), primal and allocation of one SparsePass."""
+    sp = SparsePass(problem, 16, 2, **kw)  # type: ignore[arg-type]
+    k = problem.num_resources
+    lam = torch.rand(k, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * 0.05
+    rows = torch.stack(sp.evaluate(lam, 0.5, 1, lambda a, s: True, HEAD, HESSIAN_SPREAD))
+    inv = torch.ones(k, dtype=torch.float64)
+    inv[::3] = 0.7
+    return rows.sum(0), sp.primal(inv), sp.allocation(lam, 0.5, inv)
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["single", "mixed"])
+def test_generated_rows_compress_exactly(mixed: bool) -> None:
+    problem = generate_problem(300, 12, 16, seed=5, mixed=mixed).to_sparse()
+    pat = SparsePass(problem, 64, 2).pat
+    assert pat is not None and not bool(pat.general_rows.any())
+    assert len(pat.scales) == (2 if mixed else 1)  # counting inventories are their own group
+    assert pat.num_patterns <= 8 * 12  # one per (segment, item) at most
+    back = sum(s.double()[:, None] * p[pat.pid] for s, p in zip(pat.scales, pat.patterns))
+    want = problem.dense_consumption().double().reshape(300 * 12, 16)
+    assert torch.allclose(back, want, rtol=8 * torch.finfo(torch.float32).eps, atol=0)
+
+
+@pytest.mark.parametrize("case", ["generated", "partly", "general"])
+def test_compressed_scipy_and_scatter_passes_agree(case: str) -> None:
+    if case == "general":
+        problem = _random_sparse(90, 7, 9, seed=2)
+        problem = AllocationProblem(
+            problem.revenue.double(), problem.budget.double(), problem.consumption.double()
+        )
+    else:
+        mixed = case == "generated"
+        problem = generate_problem(90, 7, 9, seed=2, mixed=mixed, dtype=torch.float64).to_sparse()
+    if case == "partly":
+        problem = _perturbed(problem, 1 + 1e-9)  # far below float32's rounding, not float64's
+    sp = SparsePass(problem, 16, 2)
+    if case == "general":
+        assert sp.pat is None
+    else:
+        assert sp.pat is not None
+        general = int(sp.pat.general_rows.sum())
+        assert (general > 0) == (case == "partly") and general < 90 * 7
+    want = _passes(problem, compress=False, scipy=False)  # index scatters, the plain reference
+    for kw in ({}, {"compress": False}):
+        got = _passes(problem, **kw)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
+
+
+def test_an_instance_that_does_not_compress_against_highs() -> None:
+    problem = _random_sparse(150, 10, 8, seed=3)
+    assert SparsePass(problem, 64, 2).pat is None
+    _check_against_highs(problem)
+
+
+def test_a_partly_compressing_instance_against_highs() -> None:
+    problem = _perturbed(generate_problem(200, 10, 12, seed=6).to_sparse(), 1.01)
+    pat = SparsePass(problem, 64, 2).pat
+    assert pat is not None and 0 < int(pat.general_rows.sum()) < 2000
+    _check_against_highs(problem)
+
+
+def test_explicit_zeros_empty_rows_and_wide_value_ranges() -> None:
+    # entries of value 0 consume nothing; rows with no entries; values from 1e-6 to 1e6
+    gen = torch.Generator().manual_seed(4)
+    n, m, k = 60, 5, 4
+    idx = torch.stack(
+        [torch.randint(0, n, (400,), generator=gen), torch.randint(0, m, (400,), generator=gen),
+         torch.randint(0, k, (400,), generator=gen)]
+    )
+    vals = 10.0 ** (torch.rand(400, generator=gen) * 12 - 6)
+    vals[::7] = 0.0
+    cons = torch.sparse_coo_tensor(idx, vals, (n, m, k), check_invariants=True).coalesce()
+    problem = AllocationProblem(torch.rand(n, m, generator=gen), torch.full((k,), 3.0), cons)
+    a, b = solve(problem, gap=1e-4, device="cpu"), solve(problem, gap=1e-4, device="cpu")
+    assert a.converged and a.primal_value == b.primal_value
+    optimum = solve_with_highs(problem, solver="simplex").objective
+    assert a.primal_value <= optimum * (1 + 1e-7) <= a.dual_value * (1 + 2e-7)
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["single", "mixed"])
+def test_sparse_and_factorised_forms_reach_the_same_optimum(mixed: bool) -> None:
+    fact = generate_problem(2000, 30, 40, seed=8, mixed=mixed)
+    a = solve(fact, gap=1e-5, device="cpu")
+    b = solve(fact.to_sparse(), gap=1e-5, device="cpu")
+    assert a.converged and b.converged
+    # each certificate brackets the other's primal: the same optimum to within the gap
+    assert a.primal_value <= b.dual_value * (1 + 1e-7)
+    assert b.primal_value <= a.dual_value * (1 + 1e-7)
+    assert b.primal_value == pytest.approx(a.primal_value, rel=2e-5)
+    # duals: the same resources bind (a dual far from 0 in one is far from 0 in the other)
+    big = a.duals > 1e-3 * float(a.duals.max())
+    assert bool((b.duals[big] > 0).all())
