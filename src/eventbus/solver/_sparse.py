@@ -18,6 +18,7 @@ nothing). Other devices (CUDA) use index scatters over the entries.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -36,7 +37,7 @@ class _Chunk:
 
     def __init__(self, a: int, b: int, e0: int, e1: int) -> None:
         self.a, self.b, self.e0, self.e1 = a, b, e0, e1
-        self.csr: object | None = None  # scipy csr_matrix of the rows that do not compress
+        self.csr: Any = None  # scipy csr_matrix of the rows that do not compress
         self.general = True  # whether the chunk has general (not compressed) rows
 
 
@@ -97,7 +98,7 @@ class SparsePass:
         self.p: list[torch.Tensor] = []  # the last pass's choice, of chunks with general rows
         self.hist: torch.Tensor | None = None  # the last pass's per-pattern sums
 
-    def _csr(self, c: _Chunk) -> object:
+    def _csr(self, c: _Chunk) -> Any:
         from scipy.sparse import csr_matrix
 
         r0, r1 = c.a * self.m, c.b * self.m
@@ -205,7 +206,7 @@ class SparsePass:
         if not c.general:
             return r
         if self.cpu:
-            price = c.csr @ lam64.numpy()  # type: ignore[operator]
+            price = c.csr @ lam64.numpy()
             rf.sub_(torch.from_numpy(price).to(self.dtype))
         else:
             ks = self.kk[c.e0 : c.e1]
@@ -219,13 +220,13 @@ class SparsePass:
             pv = self.vals[c.e0 : c.e1] * x[self.flat[c.e0 : c.e1] - c.a * self.m]
             out = torch.zeros(self.k_num, dtype=torch.float64, device=self.device)
             return out.index_add_(0, self.kk[c.e0 : c.e1], pv.double())
-        return torch.from_numpy(c.csr.T @ x.double().numpy())  # type: ignore[attr-defined]
+        return torch.from_numpy(c.csr.T @ x.double().numpy())
 
     def _general_sigma(self, c: _Chunk, inv64: torch.Tensor) -> torch.Tensor:
         """Per row of the chunk, the least ``inv`` over the general entries (1 if none)."""
         if self.cpu:
-            ptr = torch.from_numpy(c.csr.indptr).long()  # type: ignore[attr-defined]
-            kk = torch.from_numpy(c.csr.indices).long()  # type: ignore[attr-defined]
+            ptr = torch.from_numpy(c.csr.indptr).long()
+            kk = torch.from_numpy(c.csr.indices).long()
         else:
             ptr = self.rowptr[c.a * self.m : c.b * self.m + 1] - c.e0
             kk = self.kk[c.e0 : c.e1]

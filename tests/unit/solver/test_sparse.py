@@ -112,8 +112,11 @@ def test_explicit_zeros_empty_rows_and_wide_value_ranges() -> None:
     gen = torch.Generator().manual_seed(4)
     n, m, k = 60, 5, 4
     idx = torch.stack(
-        [torch.randint(0, n, (400,), generator=gen), torch.randint(0, m, (400,), generator=gen),
-         torch.randint(0, k, (400,), generator=gen)]
+        [
+            torch.randint(0, n, (400,), generator=gen),
+            torch.randint(0, m, (400,), generator=gen),
+            torch.randint(0, k, (400,), generator=gen),
+        ]
     )
     vals = 10.0 ** (torch.rand(400, generator=gen) * 12 - 6)
     vals[::7] = 0.0
