@@ -91,27 +91,27 @@ class RowPatterns:
         return out
 
     def moments(
-        self, p: torch.Tensor, rows: torch.Tensor, user: torch.Tensor, users: int
+        self, w: torch.Tensor, r0: int, users: int, m: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``sum p v v^T`` (K, K) and per user ``mu = sum_j p v`` (users, K), float64, over the
-        compressed rows ``rows`` with choice ``p`` and user ``user`` (in ``[0, users)``,
-        ascending)."""
+        """``sum w v v^T`` (K, K) and per user ``mu = sum_j w v`` (users, K), float64, over the
+        rows ``[r0, r0 + users * m)`` (``users`` whole users) with weights ``w`` (a choice, 0
+        for users left out)."""
         from scipy.sparse import csr_matrix
 
         k_num = int(self.patterns[0].shape[1])
         bins = self.num_patterns + 1
+        r1 = r0 + users * m
         t1 = torch.zeros(k_num, k_num, dtype=torch.float64)
         mu = torch.zeros(users, k_num, dtype=torch.float64)
-        pid = self.pid.index_select(0, rows)
-        # users' rows are consecutive: a CSR matrix (users, patterns) as it stands (duplicate
-        # patterns in a row add up in the product)
-        indptr = torch.zeros(users + 1, dtype=torch.long)
-        torch.cumsum(torch.bincount(user, minlength=users), 0, out=indptr[1:])
-        ptr_np, pid_np = indptr.numpy(), pid.numpy()
-        p64 = p.double()
-        scales = [s.index_select(0, rows) for s in self.scales]
+        pid = self.pid[r0:r1]
+        # each user's m rows are consecutive: a CSR matrix (users, patterns) as it stands
+        # (duplicate patterns in a row add up in the product)
+        ptr_np = torch.arange(0, users * m + 1, m, dtype=torch.int32).numpy()
+        pid_np = pid.to(torch.int32).numpy()
+        w64 = w.double()
+        scales = [s[r0:r1] for s in self.scales]
         for x, (px, sx) in enumerate(zip(self.patterns, scales)):
-            ps = p64 * sx
+            ps = w64 * sx
             a = csr_matrix((ps.numpy(), pid_np, ptr_np), shape=(users, bins))
             mu += torch.from_numpy(a @ px.numpy())
             for py, sy in zip(self.patterns[x:], scales[x:]):

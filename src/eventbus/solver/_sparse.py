@@ -238,9 +238,10 @@ class SparsePass:
         """Users summed and ``sum_i Cov_{p_i}(m_i) / tau`` over the chunk's users.
 
         As in the factorised form, users whose choice is within ``spread`` of one-hot are left
-        out, and so are rows of probability below ``SPARSE_P_FLOOR`` (both below float32's
-        rounding of the rest). Compressed rows add their pattern moments; general rows' second
-        moment is one dense product over the few ``(user, item)`` rows left, ``D^T diag(p) D``.
+        out (their covariance is below float32's rounding of the rest). Compressed rows add their
+        pattern moments (per-pattern sums, and ``mu`` as one CSR product); the general rows'
+        second moment leaves out entries of probability below ``SPARSE_P_FLOOR`` and is one dense
+        product over the few ``(user, item)`` rows left, ``D^T diag(p) D``.
         """
         k_num, m = self.k_num, self.m
         keep_u = total > 1.0 + spread
@@ -251,13 +252,9 @@ class SparsePass:
         mu = torch.zeros(c.b - c.a, k_num, dtype=torch.float64, device=self.device)
         pf = p.view(-1)
         if self.pat is not None:
-            r0 = c.a * m
-            take = (pf > SPARSE_P_FLOOR).view(-1, m).logical_and_(keep_u[:, None]).view(-1)
-            if c.general:
-                take &= ~self.pat.general_rows[r0 : c.b * m]
-            rows = take.nonzero().squeeze(1)
-            user = torch.div(rows, m, rounding_mode="floor")
-            t1_p, mu_p = self.pat.moments(pf.index_select(0, rows), rows + r0, user, c.b - c.a)
+            # every kept user's compressed rows (general rows have the zero pattern)
+            w = (p * keep_u[:, None]).view(-1)
+            t1_p, mu_p = self.pat.moments(w, c.a * m, c.b - c.a, m)
             t1 += t1_p
             mu += mu_p
         if c.general:
