@@ -91,34 +91,44 @@ class RowPatterns:
         return out
 
     def moments(
-        self, w: torch.Tensor, r0: int, users: int, m: int
+        self, p: torch.Tensor, rows: torch.Tensor, user: torch.Tensor, users: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``sum w v v^T`` (K, K) and per user ``mu = sum_j w v`` (users, K), float64, over the
-        rows ``[r0, r0 + users * m)`` (``users`` whole users) with weights ``w`` (a choice, 0
-        for users left out)."""
+        """Over the compressed rows ``rows`` with choice ``p`` and user ``user`` (ascending, in
+        ``[0, users)``): per pair of groups ``(x, y)`` the per-pattern sums ``p * scale_x *
+        scale_y`` (``(pairs, patterns + 1)``, for :meth:`second_moment`) and per user
+        ``mu = sum_j p v`` (``(users, K)``), float64."""
         from scipy.sparse import csr_matrix
 
         k_num = int(self.patterns[0].shape[1])
         bins = self.num_patterns + 1
-        r1 = r0 + users * m
-        t1 = torch.zeros(k_num, k_num, dtype=torch.float64)
         mu = torch.zeros(users, k_num, dtype=torch.float64)
-        pid = self.pid[r0:r1]
-        # each user's m rows are consecutive: a CSR matrix (users, patterns) as it stands
-        # (duplicate patterns in a row add up in the product)
-        ptr_np = torch.arange(0, users * m + 1, m, dtype=torch.int32).numpy()
-        pid_np = pid.to(torch.int32).numpy()
-        w64 = w.double()
-        scales = [s[r0:r1] for s in self.scales]
+        pid = self.pid.index_select(0, rows)
+        # users' rows are consecutive: a CSR matrix (users, patterns) as it stands (duplicate
+        # patterns in a row add up in the product)
+        indptr = torch.zeros(users + 1, dtype=torch.long)
+        torch.cumsum(torch.bincount(user, minlength=users), 0, out=indptr[1:])
+        ptr_np, pid_np = indptr.numpy(), pid.numpy()
+        p64 = p.double()
+        scales = [s.index_select(0, rows) for s in self.scales]
+        sums = []
         for x, (px, sx) in enumerate(zip(self.patterns, scales)):
-            ps = w64 * sx
+            ps = p64 * sx
             a = csr_matrix((ps.numpy(), pid_np, ptr_np), shape=(users, bins))
             mu += torch.from_numpy(a @ px.numpy())
-            for py, sy in zip(self.patterns[x:], scales[x:]):
-                d = torch.bincount(pid, weights=ps * sy, minlength=bins)
-                c = px.T @ (d[:, None] * py)
+            sums += [torch.bincount(pid, weights=ps * sy, minlength=bins) for sy in scales[x:]]
+        return torch.stack(sums), mu
+
+    def second_moment(self, sums: torch.Tensor) -> torch.Tensor:
+        """``sum p v v^T`` (K, K) from :meth:`moments`' per-pattern sums (added up)."""
+        k_num = int(self.patterns[0].shape[1])
+        t1 = torch.zeros(k_num, k_num, dtype=torch.float64)
+        i = 0
+        for x, px in enumerate(self.patterns):
+            for py in self.patterns[x:]:
+                c = px.T @ (sums[i][:, None] * py)
                 t1 += c if py is px else c + c.T
-        return t1, mu
+                i += 1
+        return t1
 
 
 def _mix(h: torch.Tensor) -> torch.Tensor:

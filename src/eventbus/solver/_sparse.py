@@ -97,6 +97,7 @@ class SparsePass:
             self.chunks.append(c)
         self.p: list[torch.Tensor] = []  # the last pass's choice, of chunks with general rows
         self.hist: torch.Tensor | None = None  # the last pass's per-pattern sums
+        self._sums: torch.Tensor | None = None  # a block's pattern sums for the metric
 
     def _csr(self, c: _Chunk) -> Any:
         from scipy.sparse import csr_matrix
@@ -137,6 +138,7 @@ class SparsePass:
         rows = []
         for b0 in range(0, self.n, self.block):
             row = torch.zeros(width, dtype=torch.float64, device=self.device)
+            self._sums = None
             for c in self.chunks[b0 // self.chunk : (b0 + self.block) // self.chunk]:
                 p, lse, best, total = softmax_with_null(self._reduced(c, lam64, prices), tau)
                 row[0] += lse.double().sum()
@@ -156,6 +158,9 @@ class SparsePass:
                     row[2] += c.b - c.a
                     row[3] += kept
                     row[head_width + k_num :] += h
+            if self._sums is not None and self.pat is not None:
+                t1 = self.pat.second_moment(self._sums)
+                row[head_width + k_num :] += (t1 / tau).reshape(-1)
             rows.append(row)
         return rows
 
@@ -238,10 +243,11 @@ class SparsePass:
         """Users summed and ``sum_i Cov_{p_i}(m_i) / tau`` over the chunk's users.
 
         As in the factorised form, users whose choice is within ``spread`` of one-hot are left
-        out (their covariance is below float32's rounding of the rest). Compressed rows add their
-        pattern moments (per-pattern sums, and ``mu`` as one CSR product); the general rows'
-        second moment leaves out entries of probability below ``SPARSE_P_FLOOR`` and is one dense
-        product over the few ``(user, item)`` rows left, ``D^T diag(p) D``.
+        out, and so are rows of probability below ``SPARSE_P_FLOOR`` (both below float32's
+        rounding of the rest). Compressed rows add per-pattern sums to the block's
+        (``second_moment`` turns them into ``sum p v v^T`` once per block) and ``mu`` by one CSR
+        product; the general rows' second moment is one dense product over the few
+        ``(user, item)`` rows left, ``D^T diag(p) D``.
         """
         k_num, m = self.k_num, self.m
         keep_u = total > 1.0 + spread
@@ -249,14 +255,19 @@ class SparsePass:
         if kept == 0:
             return 0, torch.zeros(k_num * k_num, dtype=torch.float64, device=self.device)
         t1 = torch.zeros(k_num, k_num, dtype=torch.float64, device=self.device)
-        mu = torch.zeros(c.b - c.a, k_num, dtype=torch.float64, device=self.device)
         pf = p.view(-1)
+        mu_k = torch.zeros(kept, k_num, dtype=torch.float64, device=self.device)
         if self.pat is not None:
-            # every kept user's compressed rows (general rows have the zero pattern)
-            w = (p * keep_u[:, None]).view(-1)
-            t1_p, mu_p = self.pat.moments(w, c.a * m, c.b - c.a, m)
-            t1 += t1_p
-            mu += mu_p
+            r0 = c.a * m
+            take = (pf > SPARSE_P_FLOOR).view(-1, m).logical_and_(keep_u[:, None]).view(-1)
+            if c.general:
+                take &= ~self.pat.general_rows[r0 : c.b * m]
+            rows = take.nonzero().squeeze(1)
+            # kept users numbered 0 .. kept - 1
+            user = (torch.cumsum(keep_u, 0) - 1)[torch.div(rows, m, rounding_mode="floor")]
+            sums, mu_p = self.pat.moments(pf.index_select(0, rows), rows + r0, user, kept)
+            self._sums = sums if self._sums is None else self._sums.add_(sums)
+            mu_k += mu_p
         if c.general:
             flat = self.flat[c.e0 : c.e1] - c.a * m
             pe = pf[flat]
@@ -267,12 +278,12 @@ class SparsePass:
             es = take.nonzero().squeeze(1)
             if es.numel():
                 f, k, v = flat[es], self.kk[c.e0 : c.e1][es], self.vals[c.e0 : c.e1][es]
-                mu.view(-1).index_add_(0, user[es] * k_num + k, (v * pe[es]).double())
+                kept_no = (torch.cumsum(keep_u, 0) - 1)[user[es]]
+                mu_k.view(-1).index_add_(0, kept_no * k_num + k, (v * pe[es]).double())
                 # entries are sorted by (user, item): consecutive runs share a row of D
                 rows_f, inv = torch.unique_consecutive(f, return_inverse=True)
                 dense = torch.zeros(rows_f.numel() * k_num, dtype=self.dtype, device=self.device)
                 dense[inv * k_num + k] = v
                 dense = dense.view(-1, k_num)
                 t1 += ((dense * pf[rows_f][:, None]).T @ dense).double()
-        mu_k = mu[keep_u]
         return kept, ((t1 - mu_k.T @ mu_k) / tau).reshape(-1)
