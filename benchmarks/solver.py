@@ -155,7 +155,9 @@ def main() -> None:
         n, k, gap = args.one.split(",")
         print(json.dumps(_eventbus(int(n), int(k), float(gap))))
         return
-    solve(generate_problem(500, 20, 5), gap=1e-3, device="cpu")  # warm-up, unmeasured
+    # warm-up, unmeasured: both forms (the sparse form's first solve imports scipy.sparse)
+    solve(generate_problem(500, 20, 5), gap=1e-3, device="cpu")
+    solve(generate_problem(500, 20, 5, sparse=True), gap=1e-3, device="cpu")
     rows = []
     families = set(args.family.split(","))
     plan: list[tuple[int, int, float, bool]] = []
