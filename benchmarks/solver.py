@@ -75,11 +75,11 @@ def _sparse(n: int, k: int, gap: float, row: dict[str, Any]) -> None:
     t0 = time.perf_counter()
     part = Partition(problem, chunk_users_for(ITEMS), BLOCK_CHUNKS)
     build = time.perf_counter() - t0
-    pat = part._s.pat
+    pats = [pat.num_patterns for pat in part._s.pats if pat is not None]
     row.update(
         sparse_s=round(wall, 4),
         sparse_build_s=round(build, 4),
-        sparse_patterns=None if pat is None else pat.num_patterns,
+        sparse_patterns=sum(pats) if pats else None,
         sparse_gap=r.gap,
         sparse_iterations=r.iterations,
         sparse_primal=r.primal_value,

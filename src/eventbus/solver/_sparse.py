@@ -39,6 +39,9 @@ class _Chunk:
         self.a, self.b, self.e0, self.e1 = a, b, e0, e1
         self.csr: Any = None  # scipy csr_matrix of the rows that do not compress
         self.general = True  # whether the chunk has general (not compressed) rows
+        self.pat: RowPatterns | None = None  # its block's compressed rows
+        self.base = 0  # the block's first row (pattern rows are numbered from it)
+        self.ebase = 0  # the block's first entry
 
 
 class SparsePass:
@@ -81,22 +84,35 @@ class SparsePass:
         self.rowptr = torch.zeros(self.n * m + 1, dtype=torch.long, device=self.device)
         torch.cumsum(counts, 0, out=self.rowptr[1:])
         self.cpu = self.device.type == "cpu" if scipy is None else scipy
-        self.pat: RowPatterns | None = None
-        if self.device.type == "cpu" and compress:
-            self.pat = find_patterns(self.rowptr, self.flat, self.kk, self.vals, self.k_num)
-        ptr = self.rowptr.tolist() if self.n * m < (1 << 16) else None
+        # patterns are found per reduction block: partitions start on block boundaries, so a
+        # partitioned solve compresses the same rows the same way as a local one
+        self.pats: list[RowPatterns | None] = []
         self.chunks: list[_Chunk] = []
-        for a in range(0, self.n, chunk):
-            b = min(a + chunk, self.n)
-            e0, e1 = (ptr[a * m], ptr[b * m]) if ptr else self.rowptr[[a * m, b * m]].tolist()
-            c = _Chunk(a, b, e0, e1)
-            if self.pat is not None:
-                c.general = bool(self.pat.general_rows[a * m : b * m].any())
-            if self.cpu and c.general:
-                c.csr = self._csr(c)
-            self.chunks.append(c)
+        for b0 in range(0, self.n, block):
+            b1 = min(b0 + block, self.n)
+            f0, f1 = self.rowptr[[b0 * m, b1 * m]].tolist()
+            pat = None
+            if self.device.type == "cpu" and compress:
+                pat = find_patterns(
+                    self.rowptr[b0 * m : b1 * m + 1] - f0,
+                    self.flat[f0:f1] - b0 * m,
+                    self.kk[f0:f1],
+                    self.vals[f0:f1],
+                    self.k_num,
+                )
+            self.pats.append(pat)
+            for a in range(b0, b1, chunk):
+                b = min(a + chunk, b1)
+                e0, e1 = self.rowptr[[a * m, b * m]].tolist()
+                c = _Chunk(a, b, e0, e1)
+                c.pat, c.base, c.ebase = pat, b0 * m, f0
+                if pat is not None:
+                    c.general = bool(pat.general_rows[a * m - c.base : b * m - c.base].any())
+                if self.cpu and c.general:
+                    c.csr = self._csr(c)
+                self.chunks.append(c)
         self.p: list[torch.Tensor] = []  # the last pass's choice, of chunks with general rows
-        self.hist: torch.Tensor | None = None  # the last pass's per-pattern sums
+        self.hists: list[torch.Tensor | None] = []  # the last pass's per-pattern sums, per block
         self._sums: torch.Tensor | None = None  # a block's pattern sums for the metric
 
     def _csr(self, c: _Chunk) -> Any:
@@ -105,12 +121,13 @@ class SparsePass:
         r0, r1 = c.a * self.m, c.b * self.m
         ptr = self.rowptr[r0 : r1 + 1] - c.e0
         kk, vals = self.kk[c.e0 : c.e1], self.vals[c.e0 : c.e1].double()
-        if self.pat is not None:  # the compressed rows' entries are left out
-            general = self.pat.general_entries[c.e0 : c.e1]
+        if c.pat is not None:  # the compressed rows' entries are left out
+            general = c.pat.general_entries[c.e0 - c.ebase : c.e1 - c.ebase]
             kk, vals = kk[general], vals[general]
             lengths = self.rowptr[r0 + 1 : r1 + 1] - self.rowptr[r0:r1]
             ptr = torch.zeros_like(ptr)
-            torch.cumsum(self.pat.general_rows[r0:r1].long() * lengths, 0, out=ptr[1:])
+            rows = c.pat.general_rows[r0 - c.base : r1 - c.base]
+            torch.cumsum(rows.long() * lengths, 0, out=ptr[1:])
         return csr_matrix(
             (vals.numpy(), kk.to(torch.int32).numpy(), ptr.to(torch.int32).numpy()),
             shape=(r1 - r0, self.k_num),
@@ -132,24 +149,26 @@ class SparsePass:
         k_num = self.k_num
         width = head_width + k_num + (k_num * k_num if hessian else 0)
         lam64 = lam.to(self.device, torch.float64)
-        prices = None if self.pat is None else self.pat.prices(lam64)
         self.p = []
-        self.hist = None
+        self.hists = []
         rows = []
-        for b0 in range(0, self.n, self.block):
+        per_block = self.block // self.chunk
+        for bi, pat in enumerate(self.pats):
             row = torch.zeros(width, dtype=torch.float64, device=self.device)
             self._sums = None
-            for c in self.chunks[b0 // self.chunk : (b0 + self.block) // self.chunk]:
+            prices = None if pat is None else pat.prices(lam64)
+            hist_b: torch.Tensor | None = None
+            for c in self.chunks[bi * per_block : (bi + 1) * per_block]:
                 p, lse, best, total = softmax_with_null(self._reduced(c, lam64, prices), tau)
                 row[0] += lse.double().sum()
                 row[1] += best.double().sum()
                 use = row[head_width : head_width + k_num]
                 pf = p.view(-1)
-                if self.pat is not None:
-                    r0, r1 = c.a * self.m, c.b * self.m
-                    hist = self.pat.histograms(pf, self.rev[c.a : c.b].reshape(-1), r0, r1)
-                    self.hist = hist if self.hist is None else self.hist.add_(hist)
-                    use += self.pat.usage(hist)
+                if pat is not None:
+                    r0, r1 = c.a * self.m - c.base, c.b * self.m - c.base
+                    hist = pat.histograms(pf, self.rev[c.a : c.b].reshape(-1), r0, r1)
+                    hist_b = hist if hist_b is None else hist_b.add_(hist)
+                    use += pat.usage(hist)
                 if c.general:
                     use += self._general_usage(c, pf)
                     self.p.append(p)
@@ -158,9 +177,10 @@ class SparsePass:
                     row[2] += c.b - c.a
                     row[3] += kept
                     row[head_width + k_num :] += h
-            if self._sums is not None and self.pat is not None:
-                t1 = self.pat.second_moment(self._sums)
+            if self._sums is not None and pat is not None:
+                t1 = pat.second_moment(self._sums)
                 row[head_width + k_num :] += (t1 / tau).reshape(-1)
+            self.hists.append(hist_b)
             rows.append(row)
         return rows
 
@@ -168,15 +188,16 @@ class SparsePass:
         """``[value, usage (K)]`` of the repaired primal at the last evaluated point."""
         inv64 = inv.to(self.device, torch.float64)
         out = torch.zeros(1 + self.k_num, dtype=torch.float64, device=self.device)
-        if self.pat is not None and self.hist is not None:
-            sig = self.pat.sigma(inv64)
-            npat = self.pat.num_patterns
-            out[0] += (sig[:npat] * self.hist[0, :npat]).sum()
-            out[1:] += self.pat.usage(self.hist, sig)
+        for pat, hist in zip(self.pats, self.hists):
+            if pat is not None and hist is not None:
+                sig = pat.sigma(inv64)
+                npat = pat.num_patterns
+                out[0] += (sig[:npat] * hist[0, :npat]).sum()
+                out[1:] += pat.usage(hist, sig)
         for c, p in zip([c for c in self.chunks if c.general], self.p):
             x = p.view(-1) * self._general_sigma(c, inv64)
-            if self.pat is not None:  # the compressed rows are in the histograms
-                x = x * self.pat.general_rows[c.a * self.m : c.b * self.m]
+            if c.pat is not None:  # the compressed rows are in the histograms
+                x = x * c.pat.general_rows[c.a * self.m - c.base : c.b * self.m - c.base]
             out[0] += (x * self.rev[c.a : c.b].reshape(-1)).double().sum()
             out[1:] += self._general_usage(c, x)
         return out
@@ -186,13 +207,13 @@ class SparsePass:
         x = torch.empty(self.n, self.m, dtype=self.dtype, device=self.device)
         lam64 = lam.to(self.device, torch.float64)
         inv64 = inv.to(self.device, torch.float64)
-        prices = None if self.pat is None else self.pat.prices(lam64)
-        sig_pat = None if self.pat is None else self.pat.sigma(inv64)
         for c in self.chunks:
+            prices = None if c.pat is None else c.pat.prices(lam64)
             p = softmax_with_null(self._reduced(c, lam64, prices), tau)[0]
             sig = self._general_sigma(c, inv64) if c.general else None
-            if sig_pat is not None and self.pat is not None:
-                sp = sig_pat.index_select(0, self.pat.pid[c.a * self.m : c.b * self.m])
+            if c.pat is not None:
+                pid = c.pat.pid[c.a * self.m - c.base : c.b * self.m - c.base]
+                sp = c.pat.sigma(inv64).index_select(0, pid)
                 sig = sp if sig is None else torch.minimum(sig, sp)
             x[c.a : c.b] = p if sig is None else p * sig.to(self.dtype).view_as(p)
         return x
@@ -206,8 +227,8 @@ class SparsePass:
         r0 = c.a * self.m
         r = self.rev[c.a : c.b].clone()
         rf = r.view(-1)
-        if prices is not None and self.pat is not None:
-            self.pat.subtract_prices(rf, prices, r0, c.b * self.m)
+        if prices is not None and c.pat is not None:
+            c.pat.subtract_prices(rf, prices, r0 - c.base, c.b * self.m - c.base)
         if not c.general:
             return r
         if self.cpu:
@@ -257,15 +278,15 @@ class SparsePass:
         t1 = torch.zeros(k_num, k_num, dtype=torch.float64, device=self.device)
         pf = p.view(-1)
         mu_k = torch.zeros(kept, k_num, dtype=torch.float64, device=self.device)
-        if self.pat is not None:
-            r0 = c.a * m
+        if c.pat is not None:
+            r0 = c.a * m - c.base
             take = (pf > SPARSE_P_FLOOR).view(-1, m).logical_and_(keep_u[:, None]).view(-1)
             if c.general:
-                take &= ~self.pat.general_rows[r0 : c.b * m]
+                take &= ~c.pat.general_rows[r0 : r0 + (c.b - c.a) * m]
             rows = take.nonzero().squeeze(1)
             # kept users numbered 0 .. kept - 1
             user = (torch.cumsum(keep_u, 0) - 1)[torch.div(rows, m, rounding_mode="floor")]
-            sums, mu_p = self.pat.moments(pf.index_select(0, rows), rows + r0, user, kept)
+            sums, mu_p = c.pat.moments(pf.index_select(0, rows), rows + r0, user, kept)
             self._sums = sums if self._sums is None else self._sums.add_(sums)
             mu_k += mu_p
         if c.general:
@@ -273,8 +294,8 @@ class SparsePass:
             pe = pf[flat]
             user = torch.div(flat, m, rounding_mode="floor")
             take = keep_u[user] & (pe > SPARSE_P_FLOOR)
-            if self.pat is not None:
-                take &= self.pat.general_entries[c.e0 : c.e1]
+            if c.pat is not None:
+                take &= c.pat.general_entries[c.e0 - c.ebase : c.e1 - c.ebase]
             es = take.nonzero().squeeze(1)
             if es.numel():
                 f, k, v = flat[es], self.kk[c.e0 : c.e1][es], self.vals[c.e0 : c.e1][es]

@@ -8,7 +8,7 @@ import torch
 
 from eventbus.solver import AllocationProblem, generate_problem, solve
 from eventbus.solver._highs import solve_with_highs
-from eventbus.solver._kernel import HEAD, HESSIAN_SPREAD
+from eventbus.solver._kernel import HEAD, HESSIAN_SPREAD, Partition, slice_users
 from eventbus.solver._sparse import SparsePass
 
 
@@ -47,7 +47,7 @@ def _perturbed(problem: AllocationProblem, factor: float) -> AllocationProblem:
 
 def _passes(problem: AllocationProblem, **kw: object) -> tuple[torch.Tensor, ...]:
     """Evaluate rows (metric included), primal and allocation of one SparsePass."""
-    sp = SparsePass(problem, 16, 2, **kw)  # type: ignore[arg-type]
+    sp = SparsePass(problem, 16, 48, **kw)  # type: ignore[arg-type]  # two blocks
     k = problem.num_resources
     lam = torch.rand(k, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * 0.05
     # warm enough that no entry is below the general rows' probability floor in the metric
@@ -60,12 +60,18 @@ def _passes(problem: AllocationProblem, **kw: object) -> tuple[torch.Tensor, ...
 @pytest.mark.parametrize("mixed", [False, True], ids=["single", "mixed"])
 def test_generated_rows_compress_exactly(mixed: bool) -> None:
     problem = generate_problem(300, 12, 16, seed=5, mixed=mixed).to_sparse()
-    pat = SparsePass(problem, 64, 2).pat
-    assert pat is not None and not bool(pat.general_rows.any())
-    assert len(pat.scales) == (2 if mixed else 1)  # counting inventories are their own group
-    assert pat.num_patterns <= 8 * 12  # one per (segment, item) at most
-    back = sum(s.double()[:, None] * p[pat.pid] for s, p in zip(pat.scales, pat.patterns))
+    pats = SparsePass(problem, 64, 128).pats  # one per block of 128 users
+    assert len(pats) == 3
+    backs = []
+    for pat in pats:
+        assert pat is not None and not bool(pat.general_rows.any())
+        assert len(pat.scales) == (2 if mixed else 1)  # counting inventories: their own group
+        assert pat.num_patterns <= 8 * 12  # one per (segment, item) at most
+        backs.append(
+            sum(s.double()[:, None] * p[pat.pid] for s, p in zip(pat.scales, pat.patterns))
+        )
     want = problem.dense_consumption().double().reshape(300 * 12, 16)
+    back = torch.cat(backs)
     assert torch.allclose(back, want, rtol=8 * torch.finfo(torch.float32).eps, atol=0)
 
 
@@ -81,13 +87,13 @@ def test_compressed_scipy_and_scatter_passes_agree(case: str) -> None:
         problem = generate_problem(90, 7, 9, seed=2, mixed=mixed, dtype=torch.float64).to_sparse()
     if case == "partly":
         problem = _perturbed(problem, 1 + 1e-9)  # far below float32's rounding, not float64's
-    sp = SparsePass(problem, 16, 2)
+    sp = SparsePass(problem, 16, 48)
     if case == "general":
-        assert sp.pat is None
+        assert all(pat is None for pat in sp.pats)
     else:
-        assert sp.pat is not None
-        general = int(sp.pat.general_rows.sum())
-        assert (general > 0) == (case == "partly") and general < 90 * 7
+        assert all(pat is not None for pat in sp.pats)
+        general = sum(int(pat.general_rows.sum()) for pat in sp.pats if pat is not None)
+        assert general < 90 * 7 and (case != "partly" or general > 0)
     want = _passes(problem, compress=False, scipy=False)  # index scatters, the plain reference
     for kw in ({}, {"compress": False}):
         got = _passes(problem, **kw)
@@ -97,14 +103,15 @@ def test_compressed_scipy_and_scatter_passes_agree(case: str) -> None:
 
 def test_an_instance_that_does_not_compress_against_highs() -> None:
     problem = _random_sparse(150, 10, 8, seed=3)
-    assert SparsePass(problem, 64, 2).pat is None
+    assert all(pat is None for pat in SparsePass(problem, 64, 128).pats)
     _check_against_highs(problem)
 
 
 def test_a_partly_compressing_instance_against_highs() -> None:
     problem = _perturbed(generate_problem(200, 10, 12, seed=6).to_sparse(), 1.01)
-    pat = SparsePass(problem, 64, 2).pat
-    assert pat is not None and 0 < int(pat.general_rows.sum()) < 2000
+    pats = SparsePass(problem, 64, 128).pats
+    general = sum(int(pat.general_rows.sum()) for pat in pats if pat is not None)
+    assert all(pat is not None for pat in pats) and 0 < general < 2000
     _check_against_highs(problem)
 
 
@@ -142,3 +149,16 @@ def test_sparse_and_factorised_forms_reach_the_same_optimum(mixed: bool) -> None
     # duals: the same resources bind (a dual far from 0 in one is far from 0 in the other)
     big = a.duals > 1e-3 * float(a.duals.max())
     assert bool((b.duals[big] > 0).all())
+
+
+def test_partitions_on_block_boundaries_see_the_local_rows_bit_for_bit() -> None:
+    # patterns are found per reduction block, so Ray partitions (which start on block
+    # boundaries) compress the same rows the same way as the local solve
+    problem = generate_problem(2000, 10, 8, seed=3, sparse=True)
+    lam = torch.rand(8, dtype=torch.float64, generator=torch.Generator().manual_seed(2)) * 0.05
+    local = Partition(problem, 16, 16)
+    want = local.evaluate(lam, 0.05, stride=2)
+    got = []
+    for a, b in ((0, 768), (768, 1536), (1536, 2000)):
+        got.append(Partition(slice_users(problem, a, b), 16, 16, offset=a).evaluate(lam, 0.05, 2))
+    assert torch.equal(torch.cat(got), want)
