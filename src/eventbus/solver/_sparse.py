@@ -7,8 +7,9 @@ the reduced costs of a chunk are ``r = c - M_chunk @ lam`` and its usage is ``M_
 two sparse matrix-vector products per chunk (scipy's compiled CSR and CSC kernels on the CPU,
 float64 accumulation, no transposed copy), instead of index scatters over ``(n, m, K)`` entries.
 Rows whose K-vector is a scalar times one of few patterns are compressed (see
-:mod:`eventbus.solver._patterns`): their part of both products is a gather and a histogram over
-``(n, m)``, whatever ``K``.
+:mod:`eventbus.solver._patterns`), per reduction block so that partitions on block boundaries
+compress alike: their part of both products is a gather and a histogram over ``(n, m)``,
+whatever ``K``.
 
 The last pass's choice ``p`` is kept per chunk, so the repaired primal after an accepted step
 costs one product, not a softmax pass. Explicit zeros in the tensor are dropped (they consume
