@@ -26,9 +26,10 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["MAX_PATTERN_SHARE", "RowPatterns", "find_patterns"]
+__all__ = ["MAX_PATTERN_ENTRIES", "MAX_PATTERN_SHARE", "RowPatterns", "find_patterns"]
 
 MAX_PATTERN_SHARE = 1 / 16  # more patterns than this share of the rows: no compression
+MAX_PATTERN_ENTRIES = 1 << 24  # nor when patterns x K would exceed this (128 MB per group)
 _HASH_DROP_BITS = 4  # float32 bits of the ratios left out of the hash (rounding noise)
 _M1, _M2, _M3 = 0x9E3779B97F4A7C15 - (1 << 64), 0x632BE59BD9B4E019, 0x2545F4914F6CDD1D
 
@@ -181,6 +182,8 @@ def find_patterns(
     # a row whose pattern no other row shares stays general (its own pattern would not pay)
     single = torch.bincount(pid, minlength=npat) == 1
     if npat - int(single.sum()) > max(64, MAX_PATTERN_SHARE * rows):
+        return None
+    if (npat + 1) * k_num > MAX_PATTERN_ENTRIES:
         return None
     # each pattern's values: those of its first row
     rep = torch.full((npat,), rows, dtype=torch.long).scatter_reduce(

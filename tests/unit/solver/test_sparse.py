@@ -162,3 +162,20 @@ def test_partitions_on_block_boundaries_see_the_local_rows_bit_for_bit() -> None
     for a, b in ((0, 768), (768, 1536), (1536, 2000)):
         got.append(Partition(slice_users(problem, a, b), 16, 16, offset=a).evaluate(lam, 0.05, 2))
     assert torch.equal(torch.cat(got), want)
+
+
+def test_no_entries_and_too_many_patterns_for_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    empty = torch.sparse_coo_tensor(
+        torch.zeros(3, 0, dtype=torch.long), torch.zeros(0), (40, 6, 3), check_invariants=True
+    )
+    problem = AllocationProblem(torch.rand(40, 6) - 0.2, torch.ones(3), empty)
+    result = solve(problem, gap=1e-4, device="cpu")
+    # nothing consumes anything: every user takes its best item if its revenue is positive
+    want = float(problem.revenue.amax(1).clamp_min(0).double().sum())
+    assert result.converged and result.primal_value <= want * (1 + 1e-7) <= result.dual_value
+    assert result.primal_value == pytest.approx(want, rel=1e-4)
+    # patterns x K above the memory cap: no compression, the same answer
+    generated = generate_problem(300, 12, 16, seed=5).to_sparse()
+    assert all(p is not None for p in SparsePass(generated, 64, 128).pats)
+    monkeypatch.setattr("eventbus.solver._patterns.MAX_PATTERN_ENTRIES", 16 * 10)
+    assert all(p is None for p in SparsePass(generated, 64, 128).pats)
