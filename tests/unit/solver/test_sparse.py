@@ -172,7 +172,8 @@ def test_no_entries_and_too_many_patterns_for_memory(monkeypatch: pytest.MonkeyP
     result = solve(problem, gap=1e-4, device="cpu")
     # nothing consumes anything: every user takes its best item if its revenue is positive
     want = float(problem.revenue.amax(1).clamp_min(0).double().sum())
-    assert result.converged and result.primal_value <= want * (1 + 1e-7) <= result.dual_value
+    assert result.converged and result.primal_value <= want * (1 + 1e-7)
+    assert result.dual_value >= want * (1 - 1e-7)
     assert result.primal_value == pytest.approx(want, rel=1e-4)
     # patterns x K above the memory cap: no compression, the same answer
     generated = generate_problem(300, 12, 16, seed=5).to_sparse()
