@@ -1,12 +1,16 @@
 """Benchmark: eventbus.solver vs HiGHS interior point (crossover off) on coupon-allocation LPs.
 
-Run: ``python benchmarks/solver.py [--huge] [--skip-highs-above N] [--family single,mixed]``.
+Run: ``python benchmarks/solver.py [--huge] [--skip-highs-above N] [--family single,mixed]
+[--variables 1e6]`` (``--variables``: only instances of these sizes; ``--skip-highs-above 0``: no
+HiGHS, for quick sparse-vs-factorised runs).
 Single-weight instances are generated (``generate_problem(n, 100, K, seed=0)``, float32) at 1e4,
 1e5 and 1e6 variables with K = 10 and 100, then 1e7 variables with K = 100 (EventBus alone unless
 HiGHS is allowed that far), and with ``--huge`` 1e8 variables with K = 100 in a fresh process
 (for an honest peak RSS). The mixed-row family (``mixed=True``: budgets count expected spend,
 inventories count coupons) runs at 1e6 variables with K = 10 and 100, factorised and as the same
-problem in the sparse ``(n, m, K)`` form, with HiGHS in the same run.
+problem in the sparse ``(n, m, K)`` form, with HiGHS in the same run; the single-weight 1e6
+instances are solved in the sparse form too. The sparse time includes building the pass (CSR
+rows and the row-pattern compression, ``sparse_build_s`` on its own).
 
 EventBus's time is its wall time to a certified relative gap (1e-4; 1e-3 at 1e7 and above);
 HiGHS's is its ``run()`` time with ``solver=ipm``, ``run_crossover=off`` and
@@ -61,14 +65,25 @@ def _eventbus(n: int, k: int, gap: float, *, mixed: bool = False) -> dict[str, A
 
 
 def _sparse(n: int, k: int, gap: float, row: dict[str, Any]) -> None:
+    from eventbus.solver._kernel import Partition
+    from eventbus.solver._solve import BLOCK_CHUNKS, chunk_users_for
+
     problem = generate_problem(n, ITEMS, k, seed=0, mixed=row["family"] == "mixed").to_sparse()
     t0 = time.perf_counter()
     r = solve(problem, gap=gap, device="cpu")
     wall = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    part = Partition(problem, chunk_users_for(ITEMS), BLOCK_CHUNKS)
+    build = time.perf_counter() - t0
+    pats = [pat.num_patterns for pat in part._s.pats if pat is not None]
     row.update(
         sparse_s=round(wall, 4),
+        sparse_build_s=round(build, 4),
+        sparse_patterns=sum(pats) if pats else None,
         sparse_gap=r.gap,
         sparse_iterations=r.iterations,
+        sparse_primal=r.primal_value,
+        sparse_dual_bound=r.dual_value,
         sparse_vs_factorised=round(wall / row["eventbus_s"], 2),
     )
 
@@ -105,7 +120,10 @@ def _line(row: dict[str, Any]) -> str:
         f"gap {row['eventbus_gap']:.1e} ({row['eventbus_iterations']} steps, {row['eventbus_passes']} passes)"
     )
     if "sparse_s" in row:
-        text += f" | sparse form {row['sparse_s']:8.3f} s ({row['sparse_vs_factorised']}x)"
+        text += (
+            f" | sparse form {row['sparse_s']:8.3f} s ({row['sparse_vs_factorised']}x,"
+            f" gap {row['sparse_gap']:.1e}, build {row['sparse_build_s']:.2f} s)"
+        )
     if "highs_s" in row:
         text += f" | HiGHS ipm {row['highs_s']:8.2f} s ({row['highs_status']}) speedup {_ratio(row['highs_s'] / row['eventbus_s'])}x"
     elif "highs_skipped" in row:
@@ -126,13 +144,20 @@ def main() -> None:
         default="single,mixed",
         help="instance families to run: single (one weight), mixed (mixed rows), or both",
     )
+    ap.add_argument(
+        "--variables",
+        default="",
+        help="only instances of these sizes (comma-separated variable counts, e.g. 1e6)",
+    )
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         n, k, gap = args.one.split(",")
         print(json.dumps(_eventbus(int(n), int(k), float(gap))))
         return
-    solve(generate_problem(500, 20, 5), gap=1e-3, device="cpu")  # warm-up, unmeasured
+    # warm-up, unmeasured: both forms (the sparse form's first solve imports scipy.sparse)
+    solve(generate_problem(500, 20, 5), gap=1e-3, device="cpu")
+    solve(generate_problem(500, 20, 5, sparse=True), gap=1e-3, device="cpu")
     rows = []
     families = set(args.family.split(","))
     plan: list[tuple[int, int, float, bool]] = []
@@ -143,9 +168,12 @@ def main() -> None:
             plan.append((1_000_000, 100, 1e-3, False))
     if "mixed" in families:
         plan += [(10_000, k, 1e-4, True) for k in (10, 100)]
+    if args.variables:
+        sizes = {int(float(v)) for v in args.variables.split(",")}
+        plan = [c for c in plan if c[0] * ITEMS in sizes]
     for n, k, gap, mixed in plan:
         row = _eventbus(n, k, gap, mixed=mixed) if n * ITEMS <= 1e7 else _fresh_process(n, k, gap)
-        if mixed:
+        if mixed or n * ITEMS == 1_000_000:
             _sparse(n, k, gap, row)
         if n * ITEMS <= args.skip_highs_above:
             _highs(n, k, row)
@@ -169,6 +197,12 @@ def main() -> None:
             "sparse_vs_factorised"
         ),
         "sparse_vs_factorised_mixed_1e6_k10": mx.get((1_000_000, 10), {}).get(
+            "sparse_vs_factorised"
+        ),
+        "sparse_vs_factorised_single_1e6_k100": at.get((1_000_000, 100), {}).get(
+            "sparse_vs_factorised"
+        ),
+        "sparse_vs_factorised_single_1e6_k10": at.get((1_000_000, 10), {}).get(
             "sparse_vs_factorised"
         ),
         "seconds_1e7_k100_gap1e-3": at.get((10_000_000, 100), {}).get("eventbus_s"),

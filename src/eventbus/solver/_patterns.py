@@ -1,0 +1,216 @@
+"""Row patterns: the (user, item) rows of a sparse consumption that are scalars times one of few
+K-vectors, found when the pass is built.
+
+Coupon problems are usually made this way: a money budget's coefficient is a per-(user, item)
+expected cost times the item's face value on the budget's item subset and user segment, so a
+row's budget entries are ``scale[i, j] * pattern[segment(i), j]``; an inventory counts coupons
+with one coefficient. Resources are split into two groups: those whose every entry has the same
+value (counts: one coefficient per resource) and the others. Within each group a row's entries
+divided by its first entry's value give its part of the pattern; rows whose parts are equal in
+every group (hashed, then checked entry by entry) share one pattern id. A row compresses when,
+in every group, ``scale * pattern`` gives back each of its values to within ``8 * eps`` of the
+compute dtype (relative: the data's own rounding) on the same set of resources, and another
+row shares its pattern. Rows that do not stay general (the CSR product); when more than
+``MAX_PATTERN_SHARE`` of the rows would need shared patterns of their own, or more than half of
+the rows stay general, nothing is compressed.
+
+For compressed rows a pass needs, per group, ``prices = P @ lam`` (one small product), the
+reduced cost ``scale * prices[pid]`` (a gather over ``(n, m)``) and per-pattern sums
+``sum p * scale`` (a histogram): ``O(n * m)`` whatever ``K``, as the factorised form. The
+repaired primal and its usage then come from the histograms alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["MAX_PATTERN_ENTRIES", "MAX_PATTERN_SHARE", "RowPatterns", "find_patterns"]
+
+MAX_PATTERN_SHARE = 1 / 16  # more patterns than this share of the rows: no compression
+MAX_PATTERN_ENTRIES = 1 << 24  # nor when patterns x K would exceed this (128 MB per group)
+_HASH_DROP_BITS = 4  # float32 bits of the ratios left out of the hash (rounding noise)
+_M1, _M2, _M3 = 0x9E3779B97F4A7C15 - (1 << 64), 0x632BE59BD9B4E019, 0x2545F4914F6CDD1D
+
+
+@dataclass
+class RowPatterns:
+    """The compressed rows of one pass (see the module docstring).
+
+    ``pid`` is each row's pattern, ``num_patterns`` for general rows (a zero pattern);
+    ``scales[g]`` and ``patterns[g]`` (``(num_patterns + 1, K)`` float64) are group ``g``'s.
+    """
+
+    pid: torch.Tensor
+    scales: list[torch.Tensor]
+    patterns: list[torch.Tensor]
+    general_rows: torch.Tensor  # (rows,) bool: rows left to the general CSR product
+    general_entries: torch.Tensor  # (nnz,) bool: their entries
+
+    @property
+    def num_patterns(self) -> int:
+        """Patterns (not counting the general rows' bin)."""
+        return int(self.patterns[0].shape[0]) - 1
+
+    def prices(self, lam64: torch.Tensor) -> list[torch.Tensor]:
+        """``P_g @ lam`` per group, in the compute dtype of the scales."""
+        return [(p @ lam64).to(s.dtype) for p, s in zip(self.patterns, self.scales)]
+
+    def subtract_prices(
+        self, rf: torch.Tensor, prices: list[torch.Tensor], r0: int, r1: int
+    ) -> None:
+        """``rf -= sum_g scale_g * prices_g[pid]`` over rows ``[r0, r1)`` (``rf``: those rows)."""
+        pid = self.pid[r0:r1]
+        for s, pr in zip(self.scales, prices):
+            rf.addcmul_(pr.index_select(0, pid), s[r0:r1], value=-1)
+
+    def histograms(self, x: torch.Tensor, rev: torch.Tensor, r0: int, r1: int) -> torch.Tensor:
+        """Per pattern: ``[sum x * c, sum x * scale_g (per group)]``, ``(1 + G, patterns + 1)``
+        float64 over rows ``[r0, r1)`` (``x``, ``rev``: those rows)."""
+        pid = self.pid[r0:r1]
+        bins = self.num_patterns + 1
+        x64 = x.double()
+        out = [torch.bincount(pid, weights=x64 * rev, minlength=bins)]
+        out += [torch.bincount(pid, weights=x64 * s[r0:r1], minlength=bins) for s in self.scales]
+        return torch.stack(out)
+
+    def usage(self, hist: torch.Tensor, sigma: torch.Tensor | None = None) -> torch.Tensor:
+        """``sum_g P_g^T (sigma * hist_g)``, float64 ``(K,)``."""
+        out = torch.zeros(self.patterns[0].shape[1], dtype=torch.float64)
+        for g, p in enumerate(self.patterns):
+            h = hist[1 + g] if sigma is None else hist[1 + g] * sigma
+            out += p.T @ h
+        return out
+
+    def sigma(self, inv64: torch.Tensor) -> torch.Tensor:
+        """Per pattern, the least ``inv`` over the resources it consumes (1 if none)."""
+        out = torch.ones(self.num_patterns + 1, dtype=torch.float64)
+        for p in self.patterns:
+            cap = torch.where(p != 0, inv64[None, :], 1.0).amin(1).clamp_max(1.0)
+            torch.minimum(out, cap, out=out)
+        return out
+
+    def moments(
+        self, p: torch.Tensor, rows: torch.Tensor, user: torch.Tensor, users: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Over the compressed rows ``rows`` with choice ``p`` and user ``user`` (ascending, in
+        ``[0, users)``): per pair of groups ``(x, y)`` the per-pattern sums ``p * scale_x *
+        scale_y`` (``(pairs, patterns + 1)``, for :meth:`second_moment`) and per user
+        ``mu = sum_j p v`` (``(users, K)``), float64."""
+        from scipy.sparse import csr_matrix
+
+        k_num = int(self.patterns[0].shape[1])
+        bins = self.num_patterns + 1
+        mu = torch.zeros(users, k_num, dtype=torch.float64)
+        pid = self.pid.index_select(0, rows)
+        # users' rows are consecutive: a CSR matrix (users, patterns) as it stands (duplicate
+        # patterns in a row add up in the product)
+        indptr = torch.zeros(users + 1, dtype=torch.long)
+        torch.cumsum(torch.bincount(user, minlength=users), 0, out=indptr[1:])
+        ptr_np, pid_np = indptr.numpy(), pid.numpy()
+        p64 = p.double()
+        scales = [s.index_select(0, rows) for s in self.scales]
+        sums = []
+        for x, (px, sx) in enumerate(zip(self.patterns, scales)):
+            ps = p64 * sx
+            a = csr_matrix((ps.numpy(), pid_np, ptr_np), shape=(users, bins))
+            mu += torch.from_numpy(a @ px.numpy())
+            sums += [torch.bincount(pid, weights=ps * sy, minlength=bins) for sy in scales[x:]]
+        return torch.stack(sums), mu
+
+    def second_moment(self, sums: torch.Tensor) -> torch.Tensor:
+        """``sum p v v^T`` (K, K) from :meth:`moments`' per-pattern sums (added up)."""
+        k_num = int(self.patterns[0].shape[1])
+        t1 = torch.zeros(k_num, k_num, dtype=torch.float64)
+        i = 0
+        for x, px in enumerate(self.patterns):
+            for py in self.patterns[x:]:
+                c = px.T @ (sums[i][:, None] * py)
+                t1 += c if py is px else c + c.T
+                i += 1
+        return t1
+
+
+def _mix(h: torch.Tensor) -> torch.Tensor:
+    h = h ^ (h >> 31)
+    h = h * _M2
+    return h ^ (h >> 29)
+
+
+def find_patterns(
+    rowptr: torch.Tensor, row_of: torch.Tensor, kk: torch.Tensor, vals: torch.Tensor, k_num: int
+) -> RowPatterns | None:
+    """The rows that compress, or ``None`` when too few do (see the module docstring).
+
+    ``rowptr`` (rows + 1) points into the entries, sorted by row: ``row_of`` (their row),
+    ``kk`` (resource) and ``vals`` (value, > 0). CPU tensors.
+    """
+    rows = rowptr.numel() - 1
+    if rows == 0 or kk.numel() == 0:
+        return None
+    # counts: resources whose every entry has one value
+    lo = torch.full((k_num,), float("inf"), dtype=vals.dtype).scatter_reduce(0, kk, vals, "amin")
+    hi = torch.zeros(k_num, dtype=vals.dtype).scatter_reduce(0, kk, vals, "amax")
+    const = lo == hi
+    k_hash = _mix(torch.arange(1, k_num + 1, dtype=torch.long) * _M1)
+    parts = []  # per group: (ptr, row, resource, value, first value per row, ratio, count)
+    key = torch.zeros(rows, dtype=torch.long)
+    for in_group in (~const, const):
+        if not bool(in_group.any()):
+            continue
+        if bool(in_group.all()):
+            ptr, r, k, v = rowptr, row_of, kk, vals.to(torch.float64, copy=True)
+        else:
+            es = in_group[kk].nonzero().squeeze(1)
+            r, k, v = row_of[es], kk[es], vals[es].double()
+            ptr = torch.zeros(rows + 1, dtype=torch.long)
+            torch.cumsum(torch.bincount(r, minlength=rows), 0, out=ptr[1:])
+        cnt = ptr[1:] - ptr[:-1]
+        first = torch.where(cnt > 0, v[ptr[:-1].clamp_max(max(0, v.numel() - 1))], 0.0)
+        fr = first.index_select(0, r)
+        ratio = v / fr
+        # the hash of an entry: its resource's and its ratio's (float64 bits, the last
+        # 52 - 23 + _HASH_DROP_BITS mantissa bits left out: rounding noise)
+        h = (ratio.view(torch.long) >> (29 + _HASH_DROP_BITS)).mul_(_M3)
+        h.bitwise_xor_(k_hash.index_select(0, k))
+        h = torch.zeros(rows, dtype=torch.long).index_add_(0, r, h)
+        key = _mix(key * _M1 + _mix(h + cnt * _M2))
+        parts.append((ptr, r, k, v, first, fr, ratio, cnt))
+    uniq, pid = torch.unique(key, return_inverse=True)
+    npat = int(uniq.numel())
+    # a row whose pattern no other row shares stays general (its own pattern would not pay)
+    single = torch.bincount(pid, minlength=npat) == 1
+    if npat - int(single.sum()) > max(64, MAX_PATTERN_SHARE * rows):
+        return None
+    if (npat + 1) * k_num > MAX_PATTERN_ENTRIES:
+        return None
+    # each pattern's values: those of its first row
+    rep = torch.full((npat,), rows, dtype=torch.long).scatter_reduce(
+        0, pid, torch.arange(rows), "amin"
+    )
+    tol = 8 * torch.finfo(vals.dtype).eps
+    bad = single[pid]
+    patterns, scales = [], []
+    for ptr, r, k, v, first, fr, ratio, cnt in parts:
+        lengths = cnt[rep]
+        offs = torch.cumsum(lengths, 0) - lengths
+        at = torch.repeat_interleave(ptr[rep] - offs, lengths) + torch.arange(int(lengths.sum()))
+        pat = torch.zeros(npat + 1, k_num, dtype=torch.float64)
+        pat[pid[r[at]], k[at]] = ratio[at]
+        # every entry checked: the same support (count, and each resource in it) and value
+        at_e = pid.index_select(0, r).mul_(k_num).add_(k)
+        back = fr.mul_(pat.view(-1).index_select(0, at_e))
+        bad_e = back.sub_(v).abs_() > v.mul_(tol)
+        bad |= (pat[:npat] != 0).sum(1)[pid] != cnt
+        if bool(bad_e.any()):
+            bad[r[bad_e]] = True
+        patterns.append(pat)
+        scales.append(first.to(vals.dtype))
+    if int(bad.sum()) > rows // 2:
+        return None
+    if bool(bad.any()):
+        pid[bad] = npat
+        for s in scales:
+            s[bad] = 0
+    return RowPatterns(pid, scales, patterns, bad, bad[row_of])
