@@ -1,5 +1,6 @@
 """Scale to zero on the real stack: a ``replicas.min: 0`` pipeline goes to zero replicas after
-``idle_s`` without events, shows as SCALED_TO_ZERO (not failed), and the events published while
+``idle_s`` without events (its Serve application deleted, the pipeline kept in Redis), shows as
+SCALED_TO_ZERO (not failed), and the events published while
 it is at zero wake it (the controller's watcher sees the lag; after a controller restart too,
 from the state in Redis) and all arrive exactly once. The watcher lives in the controller, which
 is killed with SIGKILL while the pipeline is at zero: the restarted controller reads the state
@@ -49,16 +50,21 @@ async def test_idle_pipeline_scales_to_zero_and_events_at_zero_arrive_once(
     )
     assert replica_count(name) == 1, "a min: 0 pipeline starts with one replica"
 
+    def app_gone() -> bool:  # at zero Serve holds no application of the pipeline
+        from ray import serve
+
+        return f"eventbus-{name}" not in serve.status().applications
+
     def at_zero() -> bool:
-        return eventbus_client.status(name)["state"] == "SCALED_TO_ZERO" and (
-            replica_count(name) == 0
-        )
+        return eventbus_client.status(name)["state"] == "SCALED_TO_ZERO" and app_gone()
 
     down_s = await wait_for(at_zero, 30, "the scale to zero after idle_s")
     row = next(r for r in eventbus_client.list() if r["name"] == name)
     assert row["status"] == "SCALED_TO_ZERO"
     figures = eventbus_client.status(name)["figures"]
     assert figures["state"] == "SCALED_TO_ZERO" and figures["last_event_at"] is not None
+    assert figures["replicas"] == 0
+    assert replica_count(name) == 0
 
     # the watcher's state is in Redis: a restarted controller goes on watching
     victim = await asyncio.to_thread(controller_pid)
@@ -66,6 +72,7 @@ async def test_idle_pipeline_scales_to_zero_and_events_at_zero_arrive_once(
     await wait_for(lambda: controller_pid() != victim, 60, "the controller to restart")
 
     assert at_zero(), "the controller's restart woke the pipeline without events"
+    assert app_gone(), "the controller's restore ran the application of a pipeline at zero"
     await produce(kafka_bootstrap, src, N)  # while no replica runs
     out = await collect(kafka_bootstrap, sink, N, timeout_s=60)
     assert len(out) == N, f"{len(out)} outputs for {N} events"
