@@ -86,3 +86,61 @@ async def test_idle_pipeline_scales_to_zero_and_events_at_zero_arrive_once(
     print(
         f"to zero after {down_s:.1f} s; {N} events delivered; to zero again after {again_s:.1f} s"
     )
+
+
+async def test_an_idle_replica_parks_and_the_doorbell_wakes_it_for_the_next_event(
+    deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str, redis_url: str
+) -> None:
+    """A warm replica with nothing to do stops fetching (parks, recorded in Redis); the
+    controller's ringer sees the next record's offset and rings it, and the event arrives (the
+    ring, not the parked source's fallback fetch after PARK_MAX_S, woke it)."""
+    import json
+
+    from eventbus._internal import keys
+    from eventbus._internal.redis_client import connect_async
+
+    src, sink = topic_factory("bell-in"), topic_factory("bell-out")
+    name = f"bell-{uuid.uuid4().hex[:6]}"
+    deploy_pipeline(
+        {
+            "apiVersion": "eventbus/v1",
+            "kind": "Pipeline",
+            "metadata": {"name": name},
+            "spec": {
+                "sources": [{"kafka": {"topic": src}}],
+                "steps": [{"id": "keep", "filter": "type == 'a.test'"}],
+                "sink": {"kafka": {"topic": sink}},
+                "serving": {"replicas": {"min": 1, "max": 1}},
+            },
+        }
+    )
+    redis = connect_async(redis_url, decode_responses=True)
+    pubsub = redis.pubsub(ignore_subscribe_messages=True)
+    await pubsub.psubscribe(keys.doorbell("*"))
+    try:
+        parked: list[str] = []
+
+        async def parks() -> None:
+            for _ in range(300):
+                for pid, raw in (await redis.hgetall(keys.PARKED)).items():
+                    if f"{src}[0]" in json.loads(raw)["ends"]:
+                        parked.append(pid)
+                        return
+                await asyncio.sleep(0.1)
+            raise AssertionError("the idle replica's source did not park within 30 s")
+
+        await parks()
+        await produce(kafka_bootstrap, src, 1)
+        out = await collect(kafka_bootstrap, sink, 1, timeout_s=30)
+        assert [e.id for e in out] == ["a0"]
+        rung: list[str] = []
+        for _ in range(50):  # the ring came before the output: it waits in the subscription
+            msg = await pubsub.get_message(timeout=0.1)  # None for the psubscribe reply too
+            if msg is not None:
+                rung.append(msg["channel"])
+            if keys.doorbell(parked[0]) in rung:
+                break
+        assert keys.doorbell(parked[0]) in rung, f"the parked source was not rung: {rung}"
+    finally:
+        await pubsub.aclose()
+        await redis.aclose()

@@ -68,8 +68,13 @@ class Controller:
 
         # one watcher for every `replicas.min: 0` pipeline (see _scale_to_zero)
         self.scaler = ScaleToZero(self._redis, self._scale, kafka_bootstrap, self.kafka_client)
+        from eventbus.serving._doorbell import Ringer
+
+        # rings the replicas' idle (parked) sources when records arrive (see _doorbell)
+        self.ringer = Ringer(self._redis, kafka_bootstrap, self.kafka_client)
         self.restore()
         self.scaler.start()
+        self.ringer.start()
         threading.Thread(target=self._canary_loop, name="eventbus-canary", daemon=True).start()
 
     # -- public operations --------------------------------------------------------------------
