@@ -555,6 +555,21 @@ class Controller:
                 log.exception("could not restore pipeline %r", config.name)
         return restored
 
+    def wake(self, name: str) -> bool:
+        """Run a pipeline scaled to zero again now, and start its idle time afresh (replay and
+        redrive call its replicas directly: no lag or sync call wakes it). False: it was not
+        at zero.
+
+        Raises:
+            PipelineNotFoundError: no pipeline of that name is deployed.
+        """
+        config = PipelineConfig.model_validate(self.get(name)["document"])
+        if not self._redis.hexists(keys.SCALED_TO_ZERO, name):
+            return False
+        self.scaler.track(config)
+        self._scale(name, False, time.time())
+        return True
+
     def ping(self) -> str:
         """Liveness check."""
         return "ok"

@@ -198,6 +198,9 @@ class KafkaFetcher:
             **kafka_client_kwargs(self.client),
         )
         consumer.subscribe(self.config.topics, listener=_Listener(on_revoked, on_assigned))
+        # idle (long poll, park) only after IDLE_AFTER_S without records from now: not while
+        # the group join is still under way
+        self._last_records_at = asyncio.get_running_loop().time()
         try:
             await consumer.start()
         except (KafkaError, KeyError):
