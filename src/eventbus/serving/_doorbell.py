@@ -21,6 +21,7 @@ a plain or TLS Redis (not a Redis Cluster); the others long-poll (``idle_fetch_m
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import threading
@@ -37,7 +38,7 @@ log = logging.getLogger("eventbus.serving.doorbell")
 
 #: How often the ringer looks at the parked sources' partitions (the first event after
 #: idleness waits about half of it, plus one fetch).
-RING_EVERY_S = 0.04
+RING_EVERY_S = 0.05  # 20 looks a second: ~1% of a core here (~0.6 ms each, most of it aiokafka)
 #: A parked entry not refreshed for this long belongs to a replica that died: dropped.
 STALE_S = 60.0
 
@@ -74,8 +75,8 @@ class RedisDoorbell:
         entry = json.dumps({"ends": dict(ends), "at": time.time()})
         await self._redis.hset(keys.PARKED, self.parked_id, entry)
         try:
-            while await self._pubsub.get_message(timeout=1.0) is None:
-                pass
+            while await self._pubsub.get_message(timeout=None) is None:
+                pass  # None: the subscription's own reply
         finally:
             await asyncio.shield(self._redis.hdel(keys.PARKED, self.parked_id))
 
@@ -102,13 +103,11 @@ def due_rings(
     """
     ring, stale = [], []
     for parked_id, raw in parked.items():
-        try:
-            entry = json.loads(raw)
-            seen: dict[str, int] = entry["ends"]
-            at = float(entry["at"])
-        except (ValueError, KeyError, TypeError):
+        entry = _parse(raw)
+        if entry is None:
             stale.append(parked_id)
             continue
+        seen, at = entry
         if now - at > STALE_S:
             stale.append(parked_id)
         elif any(ends.get(tp, 0) > max(end, 0) for tp, end in seen.items()):
@@ -116,15 +115,28 @@ def due_rings(
     return ring, stale
 
 
+@functools.lru_cache(maxsize=4096)
+def _parse(raw: str) -> tuple[dict[str, int], float] | None:
+    """A parked entry's (ends, at), or None when malformed (read again at every look while
+    parked: parsed once)."""
+    try:
+        entry = json.loads(raw)
+        ends = {str(k): int(v) for k, v in entry["ends"].items()}
+        return ends, float(entry["at"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def _partitions(parked: Mapping[str, str]) -> set[tuple[str, int]]:
     out = set()
     for raw in parked.values():
-        try:
-            for name in json.loads(raw)["ends"]:
-                topic, _, part = name.rpartition("[")
+        entry = _parse(raw)
+        for name in entry[0] if entry is not None else ():
+            topic, _, part = name.rpartition("[")
+            try:
                 out.add((topic, int(part.rstrip("]"))))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            continue
+            except ValueError:
+                continue
     return out
 
 

@@ -279,6 +279,12 @@ class KafkaFetcher:
             return
         self.parks += 1
         consumer.pause(*parts)
+        # aiokafka's fetch routine otherwise wakes every 0.2 s to find nothing to fetch; a
+        # resume wakes it at once whatever this is (like _fetch_max_wait_ms, read per round)
+        routine: Any = getattr(consumer, "_fetcher", None)
+        quiet = hasattr(routine, "_fetcher_timeout")
+        if quiet:
+            routine_timeout, routine._fetcher_timeout = routine._fetcher_timeout, PARK_MAX_S
         seen = {f"{tp.topic}[{tp.partition}]": consumer.highwater(tp) for tp in parts}
         ends = {k: -1 if end is None else end for k, end in seen.items()}
         rung = asyncio.ensure_future(doorbell.wait(ends))
@@ -289,6 +295,8 @@ class KafkaFetcher:
             for task in (rung, unparked):
                 task.cancel()
             await asyncio.gather(rung, unparked, return_exceptions=True)
+            if quiet:
+                routine._fetcher_timeout = routine_timeout
             owned = parts & consumer.assignment()  # a rebalance may have moved some
             if owned:
                 consumer.resume(*owned)
