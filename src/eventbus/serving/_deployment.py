@@ -275,6 +275,10 @@ def build_app(
         "logging_config": {"enable_access_log": False, "log_level": "WARNING"},
         "health_check_period_s": 2,
         "graceful_shutdown_timeout_s": 30,
+        # Serve sleeps this long before it first looks for requests still running on a
+        # replica that stops (default 2 s): every scale to zero, scale-down, redeploy and
+        # delete waited it out, though the sources' drain (in __del__) comes after it anyway
+        "graceful_shutdown_wait_loop_s": 0.2,
     }
     if max(1, bounds.min) == bounds.max:
         options["num_replicas"] = bounds.max
