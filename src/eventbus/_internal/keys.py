@@ -132,6 +132,10 @@ WAKE = PREFIX + "wake"
 PARKED = PREFIX + "parked"
 
 
+#: Pub/sub channel: a source parked (the ringer, idle while nothing is parked, looks again).
+PARKED_NOTICE = PREFIX + "parked-notice"
+
+
 def doorbell(parked_id: str) -> str:
     """Pub/sub channel: a message wakes the parked Kafka source ``parked_id`` (records came)."""
     return f"{PREFIX}doorbell:{parked_id}"

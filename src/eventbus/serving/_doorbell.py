@@ -10,9 +10,11 @@ idle replica sends no fetch at all and still takes its first event within tens o
   the channel of each source whose partition end moved past what it saw. Tansu answers
   ``ListOffsets`` with the last record batch's base offset + 1: any batch that arrives after
   the source's last fetch puts it past the log end that fetch saw, so no arrival is missed.
-* What it costs does not grow with idle pipelines: one Redis read per tick, one
-  ``ListOffsets`` per tick while any source is parked; a parked source costs its consumer
-  group heartbeats and one fetch every ``PARK_MAX_S`` (the fallback when no ring comes).
+* What it costs does not grow with idle pipelines: while any source is parked, one Redis read
+  and one ``ListOffsets`` per tick; with none parked (every pipeline at zero) no tick: the
+  ringer waits for a parking source's notice (``eventbus:parked-notice``), looking once a
+  second anyway. A parked source costs its consumer group heartbeats and one fetch every
+  ``PARK_MAX_S`` (the fallback when no ring comes).
 
 Only the sources that read the stack's own Kafka (the ringer's) get a doorbell, and only on
 a plain or TLS Redis (not a Redis Cluster); the others long-poll (``idle_fetch_max_wait_ms``).
@@ -41,6 +43,15 @@ log = logging.getLogger("eventbus.serving.doorbell")
 RING_EVERY_S = 0.05  # 20 looks a second: ~1% of a core here (~0.6 ms each, most of it aiokafka)
 #: A parked entry not refreshed for this long belongs to a replica that died: dropped.
 STALE_S = 60.0
+#: With nothing parked the ringer waits for a source's notice, looking anyway this often.
+IDLE_LOOK_S = 1.0
+
+
+def _drain_notices(notices: Any, timeout_s: float) -> None:
+    """Wait up to ``timeout_s`` for a parked notice, then take every one that is waiting."""
+    msg = notices.get_message(timeout=timeout_s)
+    while msg is not None:
+        msg = notices.get_message(timeout=0)
 
 
 class RedisDoorbell:
@@ -73,7 +84,10 @@ class RedisDoorbell:
         while await self._pubsub.get_message(timeout=0) is not None:
             pass  # rings of an earlier park, answered by its fetch already
         entry = json.dumps({"ends": dict(ends), "at": time.time()})
-        await self._redis.hset(keys.PARKED, self.parked_id, entry)
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hset(keys.PARKED, self.parked_id, entry)
+        pipe.publish(keys.PARKED_NOTICE, self.parked_id)  # an idle ringer looks at once
+        await pipe.execute()
         try:
             while await self._pubsub.get_message(timeout=None) is None:
                 pass  # None: the subscription's own reply
@@ -167,20 +181,40 @@ class Ringer:
         asyncio.run(self._run())
 
     async def _run(self) -> None:
+        notices: Any = None
         while True:
             try:
-                await self.tick()
+                if notices is None:  # subscribed for good: a notice while looking waits
+                    notices = self._subscribe()
+                if await self.tick():
+                    await asyncio.sleep(RING_EVERY_S)
+                elif notices is not False:  # nothing parked: wait for a source to park
+                    await asyncio.to_thread(_drain_notices, notices, IDLE_LOOK_S)
+                else:
+                    await asyncio.sleep(IDLE_LOOK_S)
             except Exception as e:  # noqa: BLE001 - Redis or Kafka away: next tick
                 log.warning("doorbell: a check failed (%s)", e)
+                notices = None if notices is not False else False
                 await asyncio.sleep(1.0)
-            await asyncio.sleep(RING_EVERY_S)
 
-    async def tick(self) -> None:
-        """Look once: ring the parked sources whose partitions got records."""
+    def _subscribe(self) -> Any:
+        """The parked notices' subscription, or False: this Redis refuses pub/sub (a cluster,
+        an ACL without channels; its replicas' sources long-poll then), look every second."""
+        try:
+            notices = self._redis.pubsub(ignore_subscribe_messages=True)
+            notices.subscribe(keys.PARKED_NOTICE)
+        except Exception as e:  # noqa: BLE001
+            log.info("doorbell: no pub/sub on this Redis (%s); looking every %g s", e, IDLE_LOOK_S)
+            return False
+        return notices
+
+    async def tick(self) -> bool:
+        """Look once: ring the parked sources whose partitions got records. False: nothing
+        is parked."""
         parked: dict[str, str] = self._redis.hgetall(keys.PARKED)
         self._rung = {k: v for k, v in self._rung.items() if parked.get(k) == v}
         if not parked:
-            return
+            return False
         from aiokafka import TopicPartition
 
         consumer = await self._client()
@@ -198,6 +232,7 @@ class Ringer:
                 pipe.publish(keys.doorbell(parked_id), "1")
                 self.rings += 1
         pipe.execute()
+        return True
 
     async def _client(self) -> Any:
         if self._consumer is None:
