@@ -37,7 +37,8 @@ IDLE_AFTER_S = 2.0
 #: A parked source fetches once anyway after this long without its doorbell ringing (the
 #: watcher may be away: a controller restart), then parks again.
 PARK_MAX_S = 5.0
-_AFTER_PARK_MS = 30  # getmany() after a park: one or two fetches of fetch_max_wait_ms
+_AFTER_PARK_MS = 30  # getmany() after a park that was not rung: one or two short fetches
+_AFTER_RING_MS = 300  # ... after a ring: records are there, wait for them (a loaded machine)
 
 
 class OffsetGaps:
@@ -229,8 +230,9 @@ class KafkaFetcher:
         generation = self._generation
         poll_ms = self.config.idle_fetch_max_wait_ms if self.idle else _POLL_MS
         if self.idle and self._doorbell is not None:
-            await self._park(consumer, self._doorbell)
-            poll_ms = _AFTER_PARK_MS if self._doorbell is not None else poll_ms
+            rung = await self._park(consumer, self._doorbell)
+            if self._doorbell is not None:
+                poll_ms = _AFTER_RING_MS if rung else _AFTER_PARK_MS
         data: dict[TopicPartition, list[Any]] = await consumer.getmany(
             timeout_ms=poll_ms, max_records=self.settings.max_batch
         )
@@ -269,14 +271,14 @@ class KafkaFetcher:
         """End a park now (the source stops); later parks are not affected."""
         self._unparked.set()
 
-    async def _park(self, consumer: AIOKafkaConsumer, doorbell: Doorbell) -> None:
+    async def _park(self, consumer: AIOKafkaConsumer, doorbell: Doorbell) -> bool:
         """Idle with a doorbell: pause every partition (no fetch goes to the broker) until the
         doorbell rings, :meth:`unpark` is called or :data:`PARK_MAX_S` passed; then resume.
-        A doorbell that fails (its Redis refuses pub/sub: an ACL without channels, a
-        cluster) is dropped for good: the source long-polls from then on."""
+        Whether it rang. A doorbell that fails (its Redis refuses pub/sub: an ACL without
+        channels, a cluster) is dropped for good: the source long-polls from then on."""
         parts = consumer.assignment()
         if not parts or self._unparked.is_set():
-            return
+            return False
         self.parks += 1
         consumer.pause(*parts)
         # aiokafka's fetch routine otherwise wakes every 0.2 s to find nothing to fetch; a
@@ -309,6 +311,8 @@ class KafkaFetcher:
             )
             self._doorbell = None
             self._set_idle(consumer, True)
+            return False
+        return rung.done() and not rung.cancelled()
 
     def _set_idle(self, consumer: AIOKafkaConsumer, idle: bool) -> None:
         """Switch the fetch requests between the long poll (idle) and the low-latency wait.
