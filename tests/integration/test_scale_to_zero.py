@@ -83,6 +83,11 @@ async def test_idle_pipeline_scales_to_zero_and_events_at_zero_arrive_once(
     # exactly once: the sink holds each event once, also after the replica's drain and commit
     again = await collect(kafka_bootstrap, sink, N, timeout_s=30)
     assert sorted(e.id for e in again) == sorted(f"a{i}" for i in range(N))
+    # replay and redrive call the replicas directly: they wake a pipeline at zero first
+    assert eventbus_client.wake(name) is True
+    assert eventbus_client.status(name)["state"] == "RUNNING" and not app_gone()
+    await wait_for(lambda: replica_count(name) == 1, 60, "the replica after a wake")
+    assert eventbus_client.wake(name) is False, "a running pipeline was woken"
     print(
         f"to zero after {down_s:.1f} s; {N} events delivered; to zero again after {again_s:.1f} s"
     )
