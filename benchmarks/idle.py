@@ -17,6 +17,8 @@ pipeline, measured first in the same run, is the baseline of the per-pipeline fi
 2. The warm pipelines are deleted and ``--zero`` (50) pipelines with ``replicas: {min: 0,
    idle_s: --zero-idle-s}`` deployed (a few at a time: each starts with one replica and goes to
    zero after ``idle_s``); CPU once all are at zero.
+   Idle replicas' Kafka sources park (no fetch) and the controller's ringer wakes them
+   (``serving/_doorbell.py``): the first event waits for the ringer's next look and a fetch.
 3. Cold start (``--cold-rounds``): one event to a pipeline at zero, and the time to its
    output, broken down: ``detect`` (event produced -> the controller's watcher starts the
    wake-up), ``schedule`` (-> the replica's worker process exists) and ``boot`` (-> the
@@ -174,6 +176,8 @@ def measure(home: Path, window_s: float) -> dict[str, Any]:
     return {
         "cpu_pct": round(100 * total / elapsed, 1),
         "rss_mb": round(rss / 2**20),
+        # the machine is shared: how busy it was (1-minute load average at the end)
+        "loadavg_1m": round(os.getloadavg()[0], 1),
         "by_role_pct": {k: round(100 * v / elapsed, 1) for k, v in sorted(roles.items())},
     }
 

@@ -1,5 +1,6 @@
 """Scale to zero on the real stack: a ``replicas.min: 0`` pipeline goes to zero replicas after
-``idle_s`` without events, shows as SCALED_TO_ZERO (not failed), and the events published while
+``idle_s`` without events (its Serve application deleted, the pipeline kept in Redis), shows as
+SCALED_TO_ZERO (not failed), and the events published while
 it is at zero wake it (the controller's watcher sees the lag; after a controller restart too,
 from the state in Redis) and all arrive exactly once. The watcher lives in the controller, which
 is killed with SIGKILL while the pipeline is at zero: the restarted controller reads the state
@@ -49,16 +50,21 @@ async def test_idle_pipeline_scales_to_zero_and_events_at_zero_arrive_once(
     )
     assert replica_count(name) == 1, "a min: 0 pipeline starts with one replica"
 
+    def app_gone() -> bool:  # at zero Serve holds no application of the pipeline
+        from ray import serve
+
+        return f"eventbus-{name}" not in serve.status().applications
+
     def at_zero() -> bool:
-        return eventbus_client.status(name)["state"] == "SCALED_TO_ZERO" and (
-            replica_count(name) == 0
-        )
+        return eventbus_client.status(name)["state"] == "SCALED_TO_ZERO" and app_gone()
 
     down_s = await wait_for(at_zero, 30, "the scale to zero after idle_s")
     row = next(r for r in eventbus_client.list() if r["name"] == name)
     assert row["status"] == "SCALED_TO_ZERO"
     figures = eventbus_client.status(name)["figures"]
     assert figures["state"] == "SCALED_TO_ZERO" and figures["last_event_at"] is not None
+    assert figures["replicas"] == 0
+    assert replica_count(name) == 0
 
     # the watcher's state is in Redis: a restarted controller goes on watching
     victim = await asyncio.to_thread(controller_pid)
@@ -66,6 +72,7 @@ async def test_idle_pipeline_scales_to_zero_and_events_at_zero_arrive_once(
     await wait_for(lambda: controller_pid() != victim, 60, "the controller to restart")
 
     assert at_zero(), "the controller's restart woke the pipeline without events"
+    assert app_gone(), "the controller's restore ran the application of a pipeline at zero"
     await produce(kafka_bootstrap, src, N)  # while no replica runs
     out = await collect(kafka_bootstrap, sink, N, timeout_s=60)
     assert len(out) == N, f"{len(out)} outputs for {N} events"
@@ -76,6 +83,69 @@ async def test_idle_pipeline_scales_to_zero_and_events_at_zero_arrive_once(
     # exactly once: the sink holds each event once, also after the replica's drain and commit
     again = await collect(kafka_bootstrap, sink, N, timeout_s=30)
     assert sorted(e.id for e in again) == sorted(f"a{i}" for i in range(N))
+    # replay and redrive call the replicas directly: they wake a pipeline at zero first
+    assert eventbus_client.wake(name) is True
+    assert eventbus_client.status(name)["state"] == "RUNNING" and not app_gone()
+    await wait_for(lambda: replica_count(name) == 1, 60, "the replica after a wake")
+    assert eventbus_client.wake(name) is False, "a running pipeline was woken"
     print(
         f"to zero after {down_s:.1f} s; {N} events delivered; to zero again after {again_s:.1f} s"
     )
+
+
+async def test_an_idle_replica_parks_and_the_doorbell_wakes_it_for_the_next_event(
+    deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str, redis_url: str
+) -> None:
+    """A warm replica with nothing to do stops fetching (parks, recorded in Redis); the
+    controller's ringer sees the next record's offset and rings it, and the event arrives (the
+    ring, not the parked source's fallback fetch after PARK_MAX_S, woke it)."""
+    import json
+
+    from eventbus._internal import keys
+    from eventbus._internal.redis_client import connect_async
+
+    src, sink = topic_factory("bell-in"), topic_factory("bell-out")
+    name = f"bell-{uuid.uuid4().hex[:6]}"
+    deploy_pipeline(
+        {
+            "apiVersion": "eventbus/v1",
+            "kind": "Pipeline",
+            "metadata": {"name": name},
+            "spec": {
+                "sources": [{"kafka": {"topic": src}}],
+                "steps": [{"id": "keep", "filter": "type == 'a.test'"}],
+                "sink": {"kafka": {"topic": sink}},
+                "serving": {"replicas": {"min": 1, "max": 1}},
+            },
+        }
+    )
+    redis = connect_async(redis_url, decode_responses=True)
+    pubsub = redis.pubsub(ignore_subscribe_messages=True)
+    await pubsub.psubscribe(keys.doorbell("*"))
+    try:
+        parked: list[str] = []
+
+        async def parks() -> None:
+            for _ in range(300):
+                for pid, raw in (await redis.hgetall(keys.PARKED)).items():
+                    if f"{src}[0]" in json.loads(raw)["ends"]:
+                        parked.append(pid)
+                        return
+                await asyncio.sleep(0.1)
+            raise AssertionError("the idle replica's source did not park within 30 s")
+
+        await parks()
+        await produce(kafka_bootstrap, src, 1)
+        out = await collect(kafka_bootstrap, sink, 1, timeout_s=30)
+        assert [e.id for e in out] == ["a0"]
+        rung: list[str] = []
+        for _ in range(50):  # the ring came before the output: it waits in the subscription
+            msg = await pubsub.get_message(timeout=0.1)  # None for the psubscribe reply too
+            if msg is not None:
+                rung.append(msg["channel"])
+            if keys.doorbell(parked[0]) in rung:
+                break
+        assert keys.doorbell(parked[0]) in rung, f"the parked source was not rung: {rung}"
+    finally:
+        await pubsub.aclose()
+        await redis.aclose()

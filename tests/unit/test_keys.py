@@ -23,6 +23,9 @@ def test_control_plane_keys() -> None:
     assert keys.CANARY_PATTERN == "eventbus:{control}:canary:*"
     assert keys.SCALED_TO_ZERO == "eventbus:{control}:scaled-to-zero"
     assert keys.WAKE == "eventbus:wake"
+    assert keys.PARKED == "eventbus:parked"
+    assert keys.PARKED_NOTICE == "eventbus:parked-notice"
+    assert keys.doorbell("12-ab/0") == "eventbus:doorbell:12-ab/0"
 
 
 def test_canary_pattern_finds_canaries_only() -> None:

@@ -126,6 +126,20 @@ SCALED_TO_ZERO = _CONTROL + "scaled-to-zero"  # in the deploy transaction
 #: keeps a ``min: 0`` pipeline up, and wakes it when it is at zero.
 WAKE = PREFIX + "wake"
 
+#: Hash: parked id (``<replica id>/<source index>``) -> JSON ``{"ends": {"topic[p]": end},
+#: "at": t}`` of each idle Kafka source that stopped fetching and waits for its doorbell: the
+#: controller rings :func:`doorbell` when a partition's end moves past what the source saw.
+PARKED = PREFIX + "parked"
+
+
+#: Pub/sub channel: a source parked (the ringer, idle while nothing is parked, looks again).
+PARKED_NOTICE = PREFIX + "parked-notice"
+
+
+def doorbell(parked_id: str) -> str:
+    """Pub/sub channel: a message wakes the parked Kafka source ``parked_id`` (records came)."""
+    return f"{PREFIX}doorbell:{parked_id}"
+
 
 def pipeline_versions(name: str) -> str:
     """Hash: version number -> JSON record of every kept version of pipeline ``name``."""

@@ -172,6 +172,7 @@ def replay(
         )
         rng.check()
         config = PipelineConfig.model_validate(client.get(pipeline)["document"])
+        client.wake(pipeline)  # at zero its Serve application is away
     except EventBusError as exc:
         fail(str(exc))
     from ray import serve
@@ -254,6 +255,7 @@ def redrive(
     client = controller_client(addr)
     try:
         config = PipelineConfig.model_validate(client.get(pipeline)["document"])
+        client.wake(pipeline)  # at zero its Serve application is away
     except EventBusError as exc:
         fail(str(exc))
     from ray import serve

@@ -33,6 +33,11 @@ log = logging.getLogger("eventbus.gateway")
 MAX_RECORD_BYTES = 1024 * 1024 - 32 * 1024
 # Framing of one record in a batch (length, attributes, deltas; varints), at most.
 _RECORD_OVERHEAD = 64
+#: A pipeline scaled to zero has no Serve application (the controller deleted it): a sync
+#: call waits this long at most for the wake-up to run it again (the caller's own deadline,
+#: shorter, cancels the wait first), looking again every _APP_POLL_S.
+APP_WAIT_S = 60.0
+_APP_POLL_S = 0.05
 _HEADER_OVERHEAD = 10
 
 
@@ -143,6 +148,9 @@ class GatewayBackend:
         self._lock = asyncio.Lock()
         #: counts each batch run synchronously (:class:`GatewayMetrics`); set by the Gateway
         self.figures: Any = None
+        #: the pipelines with ``replicas.min: 0``, whose application may be away (at zero): a
+        #: call waits for it to come back instead of failing; set by the Gateway
+        self.may_scale_to_zero: frozenset[str] = frozenset()
 
     async def publish(self, pipeline: str, events: list[CloudEvent]) -> None:
         """Write the events to the pipeline's ingress topic; returns once acked."""
@@ -213,29 +221,35 @@ class GatewayBackend:
         return await batcher.submit(events)
 
     async def _invoker(self, pipeline: str) -> MicroBatcher[CloudEvent, Outcome]:
-        from eventbus.serving._deployment import app_name
-
+        handle = await self._handle(pipeline)  # not under the lock: it may wait for a wake-up
         async with self._lock:
             if pipeline not in self._invokers:
-                # By value over the replica's gRPC server, not through the object store:
-                # one round trip instead of a put, a call and a get (~1.6x the req/s here).
-                handle = (await asyncio.to_thread(_app_handle, app_name(pipeline))).options(
-                    _by_reference=False
-                )
 
                 async def flush(events: list[CloudEvent]) -> list[Outcome]:
-                    for attempt in range(3):
+                    nonlocal handle
+                    attempt = 0
+                    loop = asyncio.get_running_loop()
+                    away_until = loop.time() + APP_WAIT_S
+                    while True:
                         try:
                             outcomes: list[Outcome] = await handle.process.remote(events)
                             if self.figures is not None:
                                 self.figures.ran(pipeline, outcomes)
                             return outcomes
                         except Exception as e:
-                            if attempt == 2:
+                            if (
+                                _app_away(e)
+                                and pipeline in self.may_scale_to_zero
+                                and loop.time() < away_until
+                            ):  # scaled to zero meanwhile: wait for the application
+                                await asyncio.sleep(_APP_POLL_S)
+                                handle = await self._handle(pipeline)
+                                continue
+                            attempt += 1
+                            if attempt == 3:
                                 raise
                             log.warning("pipeline %r: call failed (%s); retrying", pipeline, e)
-                            await asyncio.sleep(0.2 * (attempt + 1))
-                    raise AssertionError("unreachable")
+                            await asyncio.sleep(0.2 * attempt)
 
                 self._invokers[pipeline] = MicroBatcher(
                     flush,
@@ -244,6 +258,30 @@ class GatewayBackend:
                     max_in_flight=self._invoke_in_flight,
                 )
         return self._invokers[pipeline]
+
+    async def _handle(self, pipeline: str) -> Any:
+        """A handle of the pipeline's Serve application; for a ``min: 0`` pipeline whose
+        application is away (at zero, deleted) it waits up to :data:`APP_WAIT_S` for the
+        wake-up to run it again.
+
+        Raises:
+            IngressError: 503, the application is not running (and does not come back).
+        """
+        from eventbus.serving._deployment import app_name
+
+        loop = asyncio.get_running_loop()
+        away_until = loop.time() + APP_WAIT_S
+        while True:
+            try:
+                handle = await asyncio.to_thread(_app_handle, app_name(pipeline))
+            except IngressError:
+                if pipeline not in self.may_scale_to_zero or loop.time() >= away_until:
+                    raise
+                await asyncio.sleep(_APP_POLL_S)
+                continue
+            # By value over the replica's gRPC server, not through the object store:
+            # one round trip instead of a put, a call and a get (~1.6x the req/s here).
+            return handle.options(_by_reference=False)
 
     def forget(self, pipelines: set[str]) -> None:
         """Drop the batchers of pipelines no longer deployed (their sinks close in the background)."""
@@ -272,6 +310,13 @@ class GatewayBackend:
             "publish": {k: b.stats() for k, b in self._publishers.items()},
             "invoke": {k: b.stats() for k, b in self._invokers.items()},
         }
+
+
+def _app_away(exc: BaseException) -> bool:
+    """Whether a handle call failed because its application is gone (deleted at zero)."""
+    from ray.serve.exceptions import DeploymentUnavailableError
+
+    return isinstance(exc, DeploymentUnavailableError)
 
 
 def _app_handle(name: str) -> Any:

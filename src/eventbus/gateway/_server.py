@@ -102,6 +102,7 @@ class Gateway:
         table = await asyncio.to_thread(RouteTable.from_documents, docs, self._environ)
         self.ingress.routes = table
         if isinstance(self.backend, GatewayBackend):
+            self.backend.may_scale_to_zero = self.ingress.may_scale_to_zero
             self.backend.forget(set(table.pipelines))
         self.figures.forget(set(table.pipelines))
         for gone in set(self._history) - set(table.pipelines):

@@ -165,6 +165,10 @@ class EventBusClient:
         """A pipeline's version and live source counters."""
         return ray.get(self._controller.status.remote(name))  # type: ignore[no-any-return]
 
+    def wake(self, name: str) -> bool:
+        """Run a pipeline scaled to zero again now (False: it was not at zero)."""
+        return bool(ray.get(self._controller.wake.remote(name)))
+
     def get(self, name: str) -> dict[str, Any]:
         """A pipeline's stored record."""
         return ray.get(self._controller.get.remote(name))  # type: ignore[no-any-return]

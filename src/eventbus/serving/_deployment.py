@@ -251,19 +251,18 @@ def build_app(
     config: PipelineConfig,
     python_path: list[str],
     runtime: dict[str, Any] | None = None,
-    *,
-    scaled_to_zero: bool = False,
 ) -> Application:
     """Build the Serve application of a pipeline.
+
+    A ``min: 0`` pipeline runs at least one replica: Serve's own scaling from zero needs
+    requests, and Kafka sources send none. At zero the controller deletes the application (its
+    ``ScaleToZero`` watcher decides) and runs it again on lag or on a sync call.
 
     Args:
         config: the pipeline.
         python_path: where its functions import from.
         runtime: ``{"run_sources": bool, "kafka_bootstrap": str, "redis_url": str}``; with
             ``run_sources`` every replica consumes the pipeline's sources itself.
-        scaled_to_zero: no replicas (``replicas.min: 0``, idle; the controller's
-            ``ScaleToZero`` watcher decides). Otherwise a ``min: 0`` pipeline runs at least one
-            replica: Serve's own scaling from zero needs requests, and Kafka sources send none.
     """
     serving = config.spec.serving
     bounds = serving.replica_bounds
@@ -276,20 +275,12 @@ def build_app(
         "logging_config": {"enable_access_log": False, "log_level": "WARNING"},
         "health_check_period_s": 2,
         "graceful_shutdown_timeout_s": 30,
+        # Serve sleeps this long before it first looks for requests still running on a
+        # replica that stops (default 2 s): every scale to zero, scale-down, redeploy and
+        # delete waited it out, though the sources' drain (in __del__) comes after it anyway
+        "graceful_shutdown_wait_loop_s": 0.2,
     }
-    if scaled_to_zero:
-        # Serve takes no num_replicas 0; autoscaling from 0 on its own request metric makes a
-        # sync call (a DeploymentHandle request) start a replica at once, while the watcher
-        # brings the configured replicas back on lag or on the gateway's wake record.
-        options["autoscaling_config"] = {
-            "min_replicas": 0,
-            "initial_replicas": 0,
-            "max_replicas": 1,
-            "target_ongoing_requests": 1,
-            "upscale_delay_s": 0,
-            "downscale_delay_s": 600,
-        }
-    elif max(1, bounds.min) == bounds.max:
+    if max(1, bounds.min) == bounds.max:
         options["num_replicas"] = bounds.max
     else:
         options["autoscaling_config"] = autoscaling_options(config)

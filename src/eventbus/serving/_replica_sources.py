@@ -105,6 +105,7 @@ class ReplicaSources:
         self._redis_url = redis_url
         self.replica_id = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._history = HistoryRecorder(config.name, self.replica_id)
+        self._doorbells: list[Any] = []  # RedisDoorbell of each source that parks
         self._sources: list[Any] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -255,7 +256,7 @@ class ReplicaSources:
 
         origins = self._runner.uses_origins
         blocking = any(s.blocking for s in self._runner.steps)
-        for src in self._config.consumed_sources:
+        for i, src in enumerate(self._config.consumed_sources):
             self._sources.append(
                 KafkaSource(
                     src,
@@ -269,6 +270,7 @@ class ReplicaSources:
                         linger_ms=self._config.linger_ms_of(src),
                         max_in_flight=spec.serving.batch.max_in_flight,
                         decode_in_dispatch=origins,
+                        doorbell=self._doorbell(i, src),
                     ),
                     delivery=delivery_policy(self._config, self._redis_url),
                 )
@@ -306,6 +308,23 @@ class ReplicaSources:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
         await self._write_stats(final=True)
+        for bell in self._doorbells:
+            with contextlib.suppress(Exception):
+                await bell.close()
+
+    def _doorbell(self, index: int, src: Any) -> Any:
+        """The doorbell of consumed source ``index`` (see ``_doorbell``), or None: it reads
+        another Kafka than the stack's (the controller's ringer watches that one only), or
+        the Redis is a cluster (pub/sub there is per node)."""
+        from eventbus._internal.redis_client import is_cluster
+        from eventbus.serving._doorbell import RedisDoorbell
+
+        own_kafka = src.bootstrap_servers in (None, self._bootstrap) and src.client is None
+        if not self._redis_url or is_cluster(self._redis_url) or not own_kafka:
+            return None
+        bell = RedisDoorbell(self._redis_url, f"{self.replica_id}/{index}")
+        self._doorbells.append(bell)
+        return bell
 
     async def _run_schedules(self) -> None:
         """Emit the pipeline's schedule ticks into its ingress topic (one replica at a time

@@ -93,9 +93,6 @@ def test_serve_runs_at_least_one_replica_until_the_controller_scales_to_zero() -
     pinned = PipelineConfig.model_validate(doc({"min": 0, "max": 1}))
     opts = build_app(pinned, [])._bound_deployment._deployment_config.num_replicas
     assert opts == 1
-    zero = build_app(pinned, [], scaled_to_zero=True)._bound_deployment
-    auto = zero._deployment_config.autoscaling_config
-    assert (auto.min_replicas, auto.initial_replicas, auto.max_replicas) == (0, 0, 1)
     assert watched_of(config, "k:9092", None) is not None
     assert watched_of(PipelineConfig.model_validate(doc(1)), "k:9092", None) is None
 

@@ -247,6 +247,7 @@ class KafkaSource(Source):
         """
         self._stopping = True
         self._progress.set()
+        self._fetcher.unpark()
         if self._running:
             await self._run_done.wait()
         if drain and self._deliverer is not None and self._fatal is None:

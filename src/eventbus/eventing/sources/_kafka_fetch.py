@@ -5,7 +5,8 @@ seek back after a rebalance.
   back to it (Tansu stores concurrent producers' batches out of order).
 * :class:`KafkaFetcher` owns the consumer-group member: it fetches at most once per
   ``linger_ms`` while records keep coming, long-polls (``idle_fetch_max_wait_ms``) once none
-  came for :data:`IDLE_AFTER_S`, and drops what it fetched across a rebalance, putting the
+  came for :data:`IDLE_AFTER_S`, or with a doorbell parks (fetches nothing until it rings; see
+  :class:`~eventbus.eventing.sources._kafka_settings.Doorbell`), and drops what it fetched across a rebalance, putting the
   partitions it still owns back to their committed offsets.
 """
 
@@ -21,9 +22,9 @@ from aiokafka.errors import KafkaError
 
 from eventbus.eventing._kafka_client import KafkaClientConfig, kafka_client_kwargs
 from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
-from eventbus.eventing.sources._kafka_settings import FetchSettings
+from eventbus.eventing.sources._kafka_settings import Doorbell, FetchSettings
 
-__all__ = ["IDLE_AFTER_S", "KafkaFetcher", "OffsetGaps"]
+__all__ = ["IDLE_AFTER_S", "PARK_MAX_S", "KafkaFetcher", "OffsetGaps"]
 
 # One logger for every part of the Kafka source, as when it was one module.
 log = logging.getLogger("eventbus.eventing.sources._kafka")
@@ -31,8 +32,13 @@ log = logging.getLogger("eventbus.eventing.sources._kafka")
 _GAP_REFETCH_S = 0.005  # between fetches while a partition has a gap
 _POLL_MS = 100  # longest getmany() waits while records flow (bounds how fast stop() is seen)
 
-#: A source that fetched no record for this long is idle: its fetches long-poll.
+#: A source that fetched no record for this long is idle: its fetches long-poll (or it parks).
 IDLE_AFTER_S = 2.0
+#: A parked source fetches once anyway after this long without its doorbell ringing (the
+#: watcher may be away: a controller restart), then parks again.
+PARK_MAX_S = 5.0
+_AFTER_PARK_MS = 30  # getmany() after a park that was not rung: one or two short fetches
+_AFTER_RING_MS = 300  # ... after a ring: records are there, wait for them (a loaded machine)
 
 
 class OffsetGaps:
@@ -163,6 +169,10 @@ class KafkaFetcher:
         #: whether fetches long-poll now (no record for IDLE_AFTER_S)
         self.idle = False
         self._generation = 0  # bumped on each revocation: fetched records older are dropped
+        self._unparked = asyncio.Event()  # set by unpark(): a park ends at once
+        self._doorbell = settings.doorbell  # None once it failed: long polls instead
+        #: parks so far (each ends on the doorbell, on unpark() or after PARK_MAX_S)
+        self.parks = 0
 
     async def start(
         self,
@@ -189,6 +199,9 @@ class KafkaFetcher:
             **kafka_client_kwargs(self.client),
         )
         consumer.subscribe(self.config.topics, listener=_Listener(on_revoked, on_assigned))
+        # idle (long poll, park) only after IDLE_AFTER_S without records from now: not while
+        # the group join is still under way
+        self._last_records_at = asyncio.get_running_loop().time()
         try:
             await consumer.start()
         except (KafkaError, KeyError):
@@ -216,6 +229,10 @@ class KafkaFetcher:
             await asyncio.sleep(wait)
         generation = self._generation
         poll_ms = self.config.idle_fetch_max_wait_ms if self.idle else _POLL_MS
+        if self.idle and self._doorbell is not None:
+            rung = await self._park(consumer, self._doorbell)
+            if self._doorbell is not None:
+                poll_ms = _AFTER_RING_MS if rung else _AFTER_PARK_MS
         data: dict[TopicPartition, list[Any]] = await consumer.getmany(
             timeout_ms=poll_ms, max_records=self.settings.max_batch
         )
@@ -250,6 +267,53 @@ class KafkaFetcher:
             return {}
         return data
 
+    def unpark(self) -> None:
+        """End a park now (the source stops); later parks are not affected."""
+        self._unparked.set()
+
+    async def _park(self, consumer: AIOKafkaConsumer, doorbell: Doorbell) -> bool:
+        """Idle with a doorbell: pause every partition (no fetch goes to the broker) until the
+        doorbell rings, :meth:`unpark` is called or :data:`PARK_MAX_S` passed; then resume.
+        Whether it rang. A doorbell that fails (its Redis refuses pub/sub: an ACL without
+        channels, a cluster) is dropped for good: the source long-polls from then on."""
+        parts = consumer.assignment()
+        if not parts or self._unparked.is_set():
+            return False
+        self.parks += 1
+        consumer.pause(*parts)
+        # aiokafka's fetch routine otherwise wakes every 0.2 s to find nothing to fetch; a
+        # resume wakes it at once whatever this is (like _fetch_max_wait_ms, read per round)
+        routine: Any = getattr(consumer, "_fetcher", None)
+        quiet = hasattr(routine, "_fetcher_timeout")
+        if quiet:
+            routine_timeout, routine._fetcher_timeout = routine._fetcher_timeout, PARK_MAX_S
+        seen = {f"{tp.topic}[{tp.partition}]": consumer.highwater(tp) for tp in parts}
+        ends = {k: -1 if end is None else end for k, end in seen.items()}
+        rung = asyncio.ensure_future(doorbell.wait(ends))
+        unparked = asyncio.ensure_future(self._unparked.wait())
+        try:
+            await asyncio.wait({rung, unparked}, timeout=PARK_MAX_S, return_when="FIRST_COMPLETED")
+        finally:
+            for task in (rung, unparked):
+                task.cancel()
+            await asyncio.gather(rung, unparked, return_exceptions=True)
+            if quiet:
+                routine._fetcher_timeout = routine_timeout
+            owned = parts & consumer.assignment()  # a rebalance may have moved some
+            if owned:
+                consumer.resume(*owned)
+        if rung.done() and not rung.cancelled() and rung.exception() is not None:
+            log.warning(
+                "kafka source %s: its doorbell failed (%s: %s); long-polling instead",
+                self.pipeline,
+                type(rung.exception()).__name__,
+                rung.exception(),
+            )
+            self._doorbell = None
+            self._set_idle(consumer, True)
+            return False
+        return rung.done() and not rung.cancelled()
+
     def _set_idle(self, consumer: AIOKafkaConsumer, idle: bool) -> None:
         """Switch the fetch requests between the long poll (idle) and the low-latency wait.
 
@@ -261,7 +325,8 @@ class KafkaFetcher:
         whole wait (Tansu) delays the first record after idleness by up to the idle wait.
         """
         self.idle = idle
-        wait = self.config.idle_fetch_max_wait_ms if idle else self.config.fetch_max_wait_ms
+        long_poll = idle and self._doorbell is None  # parked sources do not fetch
+        wait = self.config.idle_fetch_max_wait_ms if long_poll else self.config.fetch_max_wait_ms
         fetcher = getattr(consumer, "_fetcher", None)
         if fetcher is not None and hasattr(fetcher, "_fetch_max_wait_ms"):
             fetcher._fetch_max_wait_ms = wait

@@ -7,8 +7,9 @@ and suppresses duplicates on the way to the sinks (:class:`DeliveryPolicy`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from eventbus.eventing.sources._kafka_errors import GIVE_UP_S
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from eventbus.eventing._routing import Routing
     from eventbus.eventing.sinks._base import Sink
 
-__all__ = ["DeliveryPolicy", "FetchSettings", "SourceSinks"]
+__all__ = ["DeliveryPolicy", "Doorbell", "FetchSettings", "SourceSinks"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,9 @@ class FetchSettings:
         revoke_timeout_s: how long a rebalance waits for the batches in flight of the
             partitions being revoked (None: the session timeout, which is about how long the
             group coordinator waits for this member anyway).
+        doorbell: tells the source, once idle, when records arrive: it stops fetching
+            (parks) until then instead of long-polling (None: it long-polls with
+            ``idle_fetch_max_wait_ms``). See :class:`Doorbell`.
 
     Example:
         >>> FetchSettings(max_batch=500, linger_ms=5).max_in_flight
@@ -73,6 +77,24 @@ class FetchSettings:
     session_timeout_ms: int = 6000
     decode_in_dispatch: bool = False
     revoke_timeout_s: float | None = None
+    doorbell: Doorbell | None = None
+
+
+class Doorbell(Protocol):
+    """Wakes an idle (parked) Kafka source when records arrive on its partitions.
+
+    A long poll does not make an idle source fast on every broker: Tansu answers a waiting
+    fetch at fixed points of its wait, not when records arrive, so the first event after
+    idleness waited ~250 ms with a 500 ms wait. A parked source sends no fetch at all; one
+    watcher for every parked source (EventBus's controller: one ``ListOffsets`` for all their
+    partitions every few tens of ms) rings it when a partition's end moves, and the source
+    fetches with its low-latency wait.
+    """
+
+    async def wait(self, ends: Mapping[str, int]) -> None:
+        """Return once records may have arrived past ``ends`` (``topic[partition]`` -> the log
+        end the source last saw, -1 when unknown). The source cancels the wait when it stops
+        or after a while (it then fetches once anyway); raising makes it wait that while."""
 
 
 @dataclass(frozen=True, slots=True)
