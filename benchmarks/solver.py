@@ -1,6 +1,10 @@
 """Benchmark: eventbus.solver vs HiGHS interior point (crossover off) on coupon-allocation LPs.
 
-Run: ``python benchmarks/solver.py [--huge] [--skip-highs-above N] [--family single,mixed]``.
+Run: ``python benchmarks/solver.py [--huge] [--skip-highs-above N] [--family single,mixed]``,
+or ``python benchmarks/solver.py --distributed [--users N] [--threads T]`` to compare, on one
+1e8-variable instance (N = 1e6 users, K = 100, gap 1e-3), the local solve with the Ray solve
+split over two partition workers (same threads each): both times, both gaps and the largest
+difference between their duals.
 Single-weight instances are generated (``generate_problem(n, 100, K, seed=0)``, float32) at 1e4,
 1e5 and 1e6 variables with K = 10 and 100, then 1e7 variables with K = 100 (EventBus alone unless
 HiGHS is allowed that far), and with ``--huge`` 1e8 variables with K = 100 in a fresh process
@@ -88,6 +92,48 @@ def _highs(n: int, k: int, row: dict[str, Any]) -> None:
     )
 
 
+def _distributed(n: int, k: int, gap: float, threads: int | None) -> dict[str, Any]:
+    import ray
+    import torch
+
+    from eventbus.solver import solve_distributed
+
+    t0 = time.perf_counter()
+    problem = generate_problem(n, ITEMS, k, seed=0)
+    gen_s = time.perf_counter() - t0
+    local = solve(problem, gap=gap, device="cpu", num_threads=threads)
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    try:
+        t0 = time.perf_counter()
+        dist = solve_distributed(problem, 2, gap=gap, num_threads=threads)
+        dist_wall = time.perf_counter() - t0
+    finally:
+        ray.shutdown()
+    diff = float((dist.duals - local.duals).abs().max())
+    top = float(torch.maximum(dist.duals.abs(), local.duals.abs()).max())
+    return {
+        "benchmark": "solver-distributed",
+        "variables": n * ITEMS,
+        "resources": k,
+        "target_gap": gap,
+        "threads_each": threads or "default",
+        "generate_s": round(gen_s, 2),
+        "local_s": round(local.seconds, 3),
+        "local_gap": local.gap,
+        "local_passes": local.evaluations,
+        "distributed_s": round(dist.seconds, 3),
+        "distributed_wall_s": round(dist_wall, 3),
+        "distributed_gap": dist.gap,
+        "distributed_passes": dist.evaluations,
+        "max_dual_difference": diff,
+        "max_dual_difference_relative": diff / max(top, 1e-300),
+        "dual_bound_relative_difference": abs(dist.dual_value - local.dual_value)
+        / abs(local.dual_value),
+        "same_duals_to_the_gap": diff <= gap * max(top, 1e-300),
+    }
+
+
 def _fresh_process(n: int, k: int, gap: float) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--one", f"{n},{k},{gap}"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=os.environ.copy())
@@ -126,8 +172,20 @@ def main() -> None:
         default="single,mixed",
         help="instance families to run: single (one weight), mixed (mixed rows), or both",
     )
+    ap.add_argument(
+        "--distributed",
+        action="store_true",
+        help="compare the local and the two-worker Ray solve on one instance (see --users)",
+    )
+    ap.add_argument(
+        "--users", type=int, default=1_000_000, help="users of --distributed's instance"
+    )
+    ap.add_argument("--threads", type=int, help="torch threads of each solve (default: all CPUs)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.distributed:
+        print(json.dumps(_distributed(args.users, 100, 1e-3, args.threads)))
+        return
     if args.one:
         n, k, gap = args.one.split(",")
         print(json.dumps(_eventbus(int(n), int(k), float(gap))))
