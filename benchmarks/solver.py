@@ -39,12 +39,15 @@ except ImportError:  # running from a checkout without an installed package
 ITEMS = 100
 
 
+THREADS: int | None = None  # --threads: torch threads of every EventBus solve (None: all CPUs)
+
+
 def _eventbus(n: int, k: int, gap: float, *, mixed: bool = False) -> dict[str, Any]:
     t0 = time.perf_counter()
     problem = generate_problem(n, ITEMS, k, seed=0, mixed=mixed)
     gen_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    r = solve(problem, gap=gap, device="cpu")
+    r = solve(problem, gap=gap, device="cpu", num_threads=THREADS)
     wall = time.perf_counter() - t0
     return {
         "family": "mixed" if mixed else "single",
@@ -67,7 +70,7 @@ def _eventbus(n: int, k: int, gap: float, *, mixed: bool = False) -> dict[str, A
 def _sparse(n: int, k: int, gap: float, row: dict[str, Any]) -> None:
     problem = generate_problem(n, ITEMS, k, seed=0, mixed=row["family"] == "mixed").to_sparse()
     t0 = time.perf_counter()
-    r = solve(problem, gap=gap, device="cpu")
+    r = solve(problem, gap=gap, device="cpu", num_threads=THREADS)
     wall = time.perf_counter() - t0
     row.update(
         sparse_s=round(wall, 4),
@@ -136,6 +139,8 @@ def _distributed(n: int, k: int, gap: float, threads: int | None) -> dict[str, A
 
 def _fresh_process(n: int, k: int, gap: float) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--one", f"{n},{k},{gap}"]
+    if THREADS:
+        cmd += ["--threads", str(THREADS)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=os.environ.copy())
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
@@ -181,8 +186,14 @@ def main() -> None:
         "--users", type=int, default=1_000_000, help="users of --distributed's instance"
     )
     ap.add_argument("--threads", type=int, help="torch threads of each solve (default: all CPUs)")
+    ap.add_argument(
+        "--only",
+        help="run only these instances of the plan, as USERSxK (e.g. 10000x100 for 1e6, K=100)",
+    )
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    global THREADS
+    THREADS = args.threads
     if args.distributed:
         print(json.dumps(_distributed(args.users, 100, 1e-3, args.threads)))
         return
@@ -201,6 +212,9 @@ def main() -> None:
             plan.append((1_000_000, 100, 1e-3, False))
     if "mixed" in families:
         plan += [(10_000, k, 1e-4, True) for k in (10, 100)]
+    if args.only:
+        keep = {tuple(int(x) for x in item.split("x")) for item in args.only.split(",")}
+        plan = [p for p in plan if (p[0], p[1]) in keep]
     for n, k, gap, mixed in plan:
         row = _eventbus(n, k, gap, mixed=mixed) if n * ITEMS <= 1e7 else _fresh_process(n, k, gap)
         if mixed:
@@ -218,6 +232,8 @@ def main() -> None:
     summary: dict[str, Any] = {
         "benchmark": "solver",
         "cpus": len(os.sched_getaffinity(0)),
+        "threads": THREADS or "all",
+        "load_average_1m": round(os.getloadavg()[0], 1),
         "instances": rows,
         "speedup_1e6_k100": at.get((1_000_000, 100), {}).get("speedup"),
         "speedup_1e6_k10": at.get((1_000_000, 10), {}).get("speedup"),
