@@ -10,6 +10,10 @@ After every accepted step the smoothed choice ``p`` is repaired into a feasible 
 over-used resource's consumers are scaled back to its budget) and the relative gap
 ``(D(lam) - P) / D(lam)`` between the best LP dual bound and the best feasible primal value is a
 certificate: the LP optimum lies between them.
+
+Without a warm start, a large factorised problem first solves a random sample of its users
+(:mod:`eventbus.solver._sample`) and starts from those duals: 1e8 variables take 4-6 passes
+over the data instead of about 20.
 """
 
 from __future__ import annotations
