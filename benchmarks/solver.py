@@ -1,8 +1,13 @@
 """Benchmark: eventbus.solver vs HiGHS interior point (crossover off) on coupon-allocation LPs.
 
 Run: ``python benchmarks/solver.py [--huge] [--skip-highs-above N] [--family single,mixed]
-[--variables 1e6]`` (``--variables``: only instances of these sizes; ``--skip-highs-above 0``: no
-HiGHS, for quick sparse-vs-factorised runs).
+[--variables 1e6] [--only USERSxK] [--threads T]`` (``--variables``: only instances of these
+sizes; ``--only``: only these instances; ``--skip-highs-above 0``: no HiGHS, for quick
+sparse-vs-factorised runs), or ``python benchmarks/solver.py --distributed [--users N] [--threads T]`` to compare, on one
+1e8-variable instance (N = 1e6 users, K = 100, gap 1e-3), the local solve with the Ray solve
+split over two partition workers (same threads each): both times, both gaps and the largest
+difference between their duals; ``--sampled-vs-cold [--users N] [--threads T]`` times three
+solves of that instance from the sampled warm start against one cold solve (wall and CPU).
 Single-weight instances are generated (``generate_problem(n, 100, K, seed=0)``, float32) at 1e4,
 1e5 and 1e6 variables with K = 10 and 100, then 1e7 variables with K = 100 (EventBus alone unless
 HiGHS is allowed that far), and with ``--huge`` 1e8 variables with K = 100 in a fresh process
@@ -39,12 +44,15 @@ except ImportError:  # running from a checkout without an installed package
 ITEMS = 100
 
 
+THREADS: int | None = None  # --threads: torch threads of every EventBus solve (None: all CPUs)
+
+
 def _eventbus(n: int, k: int, gap: float, *, mixed: bool = False) -> dict[str, Any]:
     t0 = time.perf_counter()
     problem = generate_problem(n, ITEMS, k, seed=0, mixed=mixed)
     gen_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    r = solve(problem, gap=gap, device="cpu")
+    r = solve(problem, gap=gap, device="cpu", num_threads=THREADS)
     wall = time.perf_counter() - t0
     return {
         "family": "mixed" if mixed else "single",
@@ -70,7 +78,7 @@ def _sparse(n: int, k: int, gap: float, row: dict[str, Any]) -> None:
 
     problem = generate_problem(n, ITEMS, k, seed=0, mixed=row["family"] == "mixed").to_sparse()
     t0 = time.perf_counter()
-    r = solve(problem, gap=gap, device="cpu")
+    r = solve(problem, gap=gap, device="cpu", num_threads=THREADS)
     wall = time.perf_counter() - t0
     t0 = time.perf_counter()
     part = Partition(problem, chunk_users_for(ITEMS), BLOCK_CHUNKS)
@@ -103,8 +111,91 @@ def _highs(n: int, k: int, row: dict[str, Any]) -> None:
     )
 
 
+def _distributed(n: int, k: int, gap: float, threads: int | None) -> dict[str, Any]:
+    import ray
+    import torch
+
+    from eventbus.solver import solve_distributed
+
+    t0 = time.perf_counter()
+    problem = generate_problem(n, ITEMS, k, seed=0)
+    gen_s = time.perf_counter() - t0
+    local = solve(problem, gap=gap, device="cpu", num_threads=threads)
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    try:
+        t0 = time.perf_counter()
+        dist = solve_distributed(problem, 2, gap=gap, num_threads=threads)
+        dist_wall = time.perf_counter() - t0
+    finally:
+        ray.shutdown()
+    diff = float((dist.duals - local.duals).abs().max())
+    top = float(torch.maximum(dist.duals.abs(), local.duals.abs()).max())
+    return {
+        "benchmark": "solver-distributed",
+        "variables": n * ITEMS,
+        "resources": k,
+        "target_gap": gap,
+        "threads_each": threads or "default",
+        "generate_s": round(gen_s, 2),
+        "local_s": round(local.seconds, 3),
+        "local_gap": local.gap,
+        "local_passes": local.evaluations,
+        "distributed_s": round(dist.seconds, 3),
+        "distributed_wall_s": round(dist_wall, 3),
+        "distributed_gap": dist.gap,
+        "distributed_passes": dist.evaluations,
+        "max_dual_difference": diff,
+        "max_dual_difference_relative": diff / max(top, 1e-300),
+        "dual_bound_relative_difference": abs(dist.dual_value - local.dual_value)
+        / abs(local.dual_value),
+        "same_duals_to_the_gap": diff <= gap * max(top, 1e-300),
+    }
+
+
+def _sampled_vs_cold(n: int, rounds: int) -> dict[str, Any]:
+    """1e8 (n users x 100 items, K = 100, gap 1e-3): the sampled warm start (``rounds`` solves)
+    against the cold start (one solve) on one instance, wall and CPU seconds (on a shared machine
+    the CPU time is the figure: with one thread it is the quiet machine's wall time)."""
+    import statistics
+
+    problem = generate_problem(n, ITEMS, 100, seed=0)
+    runs = []
+    for sampled in [True] * rounds + [False]:
+        load = os.getloadavg()[0]
+        t0, c0 = time.perf_counter(), time.process_time()
+        r = solve(problem, gap=1e-3, device="cpu", num_threads=THREADS, sample_start=sampled)
+        runs.append(
+            {
+                "sample_start": sampled,
+                "wall_s": round(time.perf_counter() - t0, 3),
+                "cpu_s": round(time.process_time() - c0, 3),
+                "passes": r.evaluations,
+                "gap": r.gap,
+                "load_average_1m": round(load, 1),
+            }
+        )
+        print(runs[-1], flush=True)
+    warm = [x for x in runs if x["sample_start"]]
+    cold = runs[-1]
+    cpu = statistics.median(x["cpu_s"] for x in warm)
+    return {
+        "benchmark": "solver-sampled-start",
+        "variables": n * ITEMS,
+        "threads": THREADS or "all",
+        "runs": runs,
+        "median_wall_s": statistics.median(x["wall_s"] for x in warm),
+        "median_cpu_s": cpu,
+        "cold_cpu_s": cold["cpu_s"],
+        "cold_over_sampled_cpu": round(cold["cpu_s"] / cpu, 2),
+        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 3),
+    }
+
+
 def _fresh_process(n: int, k: int, gap: float) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--one", f"{n},{k},{gap}"]
+    if THREADS:
+        cmd += ["--threads", str(THREADS)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=os.environ.copy())
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
@@ -149,8 +240,34 @@ def main() -> None:
         default="",
         help="only instances of these sizes (comma-separated variable counts, e.g. 1e6)",
     )
+    ap.add_argument(
+        "--distributed",
+        action="store_true",
+        help="compare the local and the two-worker Ray solve on one instance (see --users)",
+    )
+    ap.add_argument(
+        "--sampled-vs-cold",
+        action="store_true",
+        help="1e8 (see --users): 3 solves from the sampled warm start against one cold solve",
+    )
+    ap.add_argument(
+        "--users", type=int, default=1_000_000, help="users of --distributed's instance"
+    )
+    ap.add_argument("--threads", type=int, help="torch threads of each solve (default: all CPUs)")
+    ap.add_argument(
+        "--only",
+        help="run only these instances of the plan, as USERSxK (e.g. 10000x100 for 1e6, K=100)",
+    )
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    global THREADS
+    THREADS = args.threads
+    if args.sampled_vs_cold:
+        print(json.dumps(_sampled_vs_cold(args.users, 3)))
+        return
+    if args.distributed:
+        print(json.dumps(_distributed(args.users, 100, 1e-3, args.threads)))
+        return
     if args.one:
         n, k, gap = args.one.split(",")
         print(json.dumps(_eventbus(int(n), int(k), float(gap))))
@@ -171,6 +288,9 @@ def main() -> None:
     if args.variables:
         sizes = {int(float(v)) for v in args.variables.split(",")}
         plan = [c for c in plan if c[0] * ITEMS in sizes]
+    if args.only:
+        keep = {tuple(int(x) for x in item.split("x")) for item in args.only.split(",")}
+        plan = [p for p in plan if (p[0], p[1]) in keep]
     for n, k, gap, mixed in plan:
         row = _eventbus(n, k, gap, mixed=mixed) if n * ITEMS <= 1e7 else _fresh_process(n, k, gap)
         if mixed or n * ITEMS == 1_000_000:
@@ -188,6 +308,8 @@ def main() -> None:
     summary: dict[str, Any] = {
         "benchmark": "solver",
         "cpus": len(os.sched_getaffinity(0)),
+        "threads": THREADS or "all",
+        "load_average_1m": round(os.getloadavg()[0], 1),
         "instances": rows,
         "speedup_1e6_k100": at.get((1_000_000, 100), {}).get("speedup"),
         "speedup_1e6_k10": at.get((1_000_000, 10), {}).get("speedup"),

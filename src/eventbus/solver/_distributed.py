@@ -17,6 +17,7 @@ import torch
 from eventbus.errors import SolverError, StackError
 from eventbus.solver._kernel import Partition, slice_users
 from eventbus.solver._problem import AllocationProblem
+from eventbus.solver._sample import wants_sample
 from eventbus.solver._solve import (
     BLOCK_CHUNKS,
     SolveResult,
@@ -24,6 +25,7 @@ from eventbus.solver._solve import (
     chunk_users_for,
     configure_torch,
     run_dual,
+    sampled_start,
 )
 
 __all__ = ["solve_distributed"]
@@ -93,6 +95,7 @@ def solve_distributed(
     chunk_users: int | None = None,
     num_threads: int | None = None,
     num_cpus_per_actor: float = 0.0,
+    sample_start: bool = True,
 ) -> SolveResult:
     """:func:`~eventbus.solver.solve` over ``num_partitions`` Ray actors (CPU), same duals.
 
@@ -109,6 +112,8 @@ def solve_distributed(
         num_threads: torch threads in each actor (default: this process's CPUs divided among the
             partitions; a single-process solve with the same thread count gives bit-identical duals).
         num_cpus_per_actor: Ray CPU reservation of each actor (0: do not reserve).
+        sample_start: as :func:`~eventbus.solver.solve`'s (the sample is solved here, in the
+            caller's process, with ``num_threads`` threads: the same start as a local solve's).
 
     Returns:
         The :class:`SolveResult`, as a single-process solve with the same options returns it.
@@ -142,6 +147,10 @@ def solve_distributed(
     # the partitions share this machine's CPUs unless told otherwise: oversubscribed OpenMP
     # threads spin against each other
     threads = num_threads or max(1, len(os.sched_getaffinity(0)) // len(bounds))
+    presolve = None
+    if lam0 is None and sample_start and wants_sample(problem):
+        presolve = warm_start = sampled_start(problem, gap, "cpu", threads)
+        lam0 = presolve.duals
     worker_cls = ray.remote(num_cpus=num_cpus_per_actor)(_PartitionWorker)
     merger_cls = ray.remote(num_cpus=num_cpus_per_actor)(_Merger)
     # actor handles: ray types their methods' `.remote` only under `@ray.method`
@@ -159,4 +168,6 @@ def solve_distributed(
     finally:
         for actor in [merger, *workers]:
             ray.kill(actor)
+    if presolve is not None:
+        result.seconds += presolve.seconds
     return result

@@ -10,6 +10,10 @@ After every accepted step the smoothed choice ``p`` is repaired into a feasible 
 over-used resource's consumers are scaled back to its budget) and the relative gap
 ``(D(lam) - P) / D(lam)`` between the best LP dual bound and the best feasible primal value is a
 certificate: the LP optimum lies between them.
+
+Without a warm start, a large factorised problem first solves a random sample of its users
+(:mod:`eventbus.solver._sample`) and starts from those duals: 1e8 variables take 4-6 passes
+over the data instead of about 20.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from eventbus.errors import SolverError
 from eventbus.solver._kernel import HEAD, Partition
 from eventbus.solver._newton import NewtonSolver, projected_gradient
 from eventbus.solver._problem import AllocationProblem
+from eventbus.solver._sample import sample_size, sample_users, wants_sample
 
 __all__ = ["SolveProgress", "SolveResult", "solve"]
 
@@ -36,6 +41,9 @@ TAU_START = 0.02  # first temperature, relative to the mean best revenue C / n
 TAU_FACTOR = 0.1  # continuation: each stage divides the temperature by 10
 TAU_FLOOR = 1e-7
 STAGE_ITERATIONS = 30
+SAMPLE_WARMER = (
+    TAU_FACTOR**0.5
+)  # the sampled start: the sample's last temperature, half a stage warmer
 STALL = 4  # iterations without a 2 % better gap end a temperature stage
 SMALL_PROBLEM = 1 << 20  # entries below which the default is one torch thread
 HESSIAN_SAMPLE = (
@@ -162,6 +170,7 @@ def solve(
     chunk_users: int | None = None,
     num_threads: int | None = None,
     callback: Callable[[SolveProgress], None] | None = None,
+    sample_start: bool = True,
 ) -> SolveResult:
     """Solve the allocation LP to a certified relative gap.
 
@@ -176,6 +185,10 @@ def solve(
         chunk_users: users per chunk (memory bound); default about 131k entries per chunk.
         num_threads: torch threads (default: the CPUs this process may use; 1 below ~1M entries).
         callback: called after every accepted step with a :class:`SolveProgress`.
+        sample_start: without ``warm_start``, start a large factorised problem (at least 8 times
+            the sample's ~1M entries) from the duals of a random sample of its users (see
+            :func:`sample_start`); ``seconds`` includes that solve, ``evaluations`` counts passes
+            over the whole data only.
 
     Returns:
         A :class:`SolveResult`; ``converged`` says whether ``gap`` was reached.
@@ -194,6 +207,10 @@ def solve(
     # below ~1M entries a chunk's ops are too small to split, and split OpenMP regions stall
     # badly when other processes share the cores: one thread
     small = problem.num_users * problem.num_items < SMALL_PROBLEM
+    presolve = None
+    if lam0 is None and sample_start and wants_sample(problem):
+        presolve = warm_start = sampled_start(problem, gap, dev, num_threads)
+        lam0 = presolve.duals
     configure_torch(num_threads or (1 if small else None))
     try:
         if problem.revenue.device != dev:
@@ -214,6 +231,8 @@ def solve(
             max_iterations=max_iterations,
             callback=callback,
         )
+        if presolve is not None:
+            result.seconds += presolve.seconds
         if keep_allocation and best is not None:
             part.evaluate(best[0], best[1])
             result.allocation = part.allocation(best[2])
@@ -222,6 +241,29 @@ def solve(
         # Denormals flushed is process-wide floating-point state: give the caller (a replica,
         # a test process) its IEEE behaviour back.
         torch.set_flush_denormal(False)
+
+
+def sampled_start(
+    problem: AllocationProblem,
+    gap: float,
+    device: torch.device | str,
+    num_threads: int | None,
+) -> SolveResult:
+    """The solve of a random sample of ``problem``'s users (budgets scaled to the sample's
+    share), whose duals and last temperature warm-start the full solve. The sample is drawn with
+    a fixed seed: a local and a distributed solve start from the same point."""
+    start = time.perf_counter()
+    sub = sample_users(problem, sample_size(problem))
+    result = solve(
+        sub, gap=max(gap, 1e-3), device=device, num_threads=num_threads, sample_start=False
+    )
+    result.seconds = time.perf_counter() - start
+    # the full solve starts half a temperature stage warmer than the sample ended: the sample's
+    # duals are off by its sampling noise, and a cold start from off duals can stall (a
+    # 2,000-user sample of a mixed 1e6 problem: 284 passes and no convergence at its own
+    # temperature, 51 passes half a stage warmer; 4-6 passes at 1e7 and 1e8 with the default size)
+    result.temperature /= SAMPLE_WARMER
+    return result
 
 
 def _fsum_rows(rows: torch.Tensor) -> torch.Tensor:
