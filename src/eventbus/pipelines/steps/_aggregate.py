@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import math
+from math import isfinite
 from typing import Any
 
 from eventbus import cel
 from eventbus.eventing._codecs import event_to_json
 from eventbus.eventing._delivery import injected_fault
-from eventbus.eventing._event import CloudEvent, parse_time
+from eventbus.eventing._event import CloudEvent, time_ms
 from eventbus.pipelines._activation import activation_builder
 from eventbus.pipelines._step import Step, StepContext, Timer
 from eventbus.pipelines.steps._aggregate_config import (
@@ -124,6 +125,7 @@ class AggregateStep(Step):
             processing=spec.time == "processing",
             idle_ms=int(1000 * spec.idle_timeout_s),
         )
+        self._get = self._getters()
         if redis_url:
             from eventbus.pipelines.steps._aggregate_lua import RedisAggregateState
 
@@ -173,11 +175,9 @@ class AggregateStep(Step):
         """The step's clock, wall-clock milliseconds (tests move it)."""
         return now_ms()
 
-    def _value(self, a: int, act: dict[str, Any]) -> Any:
-        fn = self._fields[a]
-        if fn is None:
-            return None
-        v = fn(act)
+    def _value(self, a: int, v: Any) -> Any:
+        """Aggregation ``a``'s value as its expression gave it: checked (numbers for sum, avg,
+        min and max) and JSON-ready."""
         op = self.state_spec.ops[a]
         if v is None or op not in _NUMERIC:
             return v if v is None else json_value(v)
@@ -185,6 +185,26 @@ class AggregateStep(Step):
             msg = f"aggregation {self.names[a]!r} ({op}) needs a finite number; its expression gave {v!r} ({type(v).__name__}): convert it, e.g. double(data.amount)"
             raise TypeError(msg)
         return v
+
+    def _getters(self) -> list[Any]:
+        """Per aggregation a function of the activation giving its checked value (None:
+        count); a string or a finite int or float passes as it is (the rest: :meth:`_value`)."""
+        out: list[Any] = []
+        for a, fn in enumerate(self._fields):
+            if fn is None:
+                out.append(None)
+                continue
+            numeric = self.state_spec.ops[a] in _NUMERIC
+
+            def get(act: dict[str, Any], a: int = a, fn: Any = fn, numeric: bool = numeric) -> Any:
+                v = fn(act)
+                c = v.__class__
+                if c is int or (c is float and isfinite(v)) or (c is str and not numeric):
+                    return v
+                return self._value(a, v)
+
+            out.append(get)
+        return out
 
     def process(self, events: list[CloudEvent]) -> list[Any]:
         """Merge the batch into its windows; per event [] (absorbed), an update event
@@ -198,22 +218,25 @@ class AggregateStep(Step):
         now = self.now()
         processing = self.state_spec.processing
         acts: dict[int, dict[str, Any]] = {}
+        build, key_of, getters = self._build, self._key, self._get
         for i, e in enumerate(events):
             try:
-                act = self._build(e)
-                key = self._key(act)
-                if not isinstance(key, (str, int)) or isinstance(key, bool):
-                    msg = f"aggregate key {self.spec.key!r} gave {key!r} ({type(key).__name__}); a key must be a string or an integer"
-                    raise TypeError(msg)
-                if isinstance(key, str) and "\0" in key:
+                act = build(e)
+                key = key_of(act)
+                if key.__class__ is not str:
+                    if key.__class__ is not int:  # a bool is not an int here
+                        msg = f"aggregate key {self.spec.key!r} gave {key!r} ({type(key).__name__}); a key must be a string or an integer"
+                        raise TypeError(msg)
+                    key = str(key)
+                elif "\0" in key:
                     msg = f"aggregate key {self.spec.key!r} gave {key!r}, which holds a NUL character (the state separates its fields with it); build the key without it"
                     raise ValueError(msg)
                 t = now if processing else _event_ms(e)
-                vals = [self._value(a, act) for a in range(len(self._fields))]
+                vals = [None if g is None else g(act) for g in getters]
             except (cel.CELError, ValueError, TypeError) as exc:
                 results[i] = self._failure(exc)
                 continue
-            rows.append((i, str(key), t, vals))
+            rows.append((i, key, t, vals))
             acts[i] = act
         rows = self._late_in_batch(events, results, rows)
         if not rows:
@@ -334,7 +357,7 @@ def _event_ms(e: CloudEvent) -> int:
     if not t:
         msg = f"event {e.attributes.get('id')!r} has no 'time' attribute; aggregate with time: event windows by it: set it at the source, or use time: processing"
         raise ValueError(msg)
-    return int(parse_time(t).timestamp() * 1000)
+    return time_ms(t)
 
 
 def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:

@@ -43,7 +43,7 @@ local function cut(p, sep)
 end
 local function addp(wid, a, p)
   local op, fa = ops[a], F(wid, a)
-  if op == 'count' then redis.call('HINCRBY', H, fa, p)
+  if op == 'count' then return -- the window's event count (its field c) is every count's value
   elseif op == 'sum' then redis.call('HINCRBYFLOAT', H, fa, p)
   elseif op == 'avg' then
     local s, n = cut(p, ' ')
@@ -98,7 +98,8 @@ local function addp(wid, a, p)
 end
 local function partial(wid, a)
   local op, fa = ops[a], F(wid, a)
-  if op == 'count' or op == 'sum' then return hget(fa) or '0'
+  if op == 'count' then return ''
+  elseif op == 'sum' then return hget(fa) or '0'
   elseif op == 'avg' then return (hget(fa) or '0') .. ' ' .. (hget(fa .. 'n') or '0')
   elseif op == 'first' or op == 'last' then
     local t = hget(fa .. 't')
@@ -139,12 +140,17 @@ local function mergew(src, dst)
   if e > tonumber(hget(dst .. '\0e') or '0') then redis.call('HSET', H, dst .. '\0e', I(e)) end
   drop(src)
 end
+-- a window's values, one string: its id, count, end, then per aggregation its value, each
+-- NUL-terminated (no value holds a NUL: JSON texts, numbers and keys without one), so a
+-- client parses a split rather than a reply of many parts
 local function values(wid)
-  local out = {wid, hget(wid .. '\0c') or '0', hget(wid .. '\0e') or '0'}
+  local c = hget(wid .. '\0c') or '0'
+  local out = {wid, c, hget(wid .. '\0e') or '0'}
   for a = 1, nagg do
     local op, fa = ops[a], F(wid, a)
     local v
-    if op == 'avg' then v = (hget(fa) or '0') .. ' ' .. (hget(fa .. 'n') or '0')
+    if op == 'count' then v = c -- (state of earlier versions also has a count field: equal)
+    elseif op == 'avg' then v = (hget(fa) or '0') .. ' ' .. (hget(fa .. 'n') or '0')
     elseif op == 'distinct' then
       local h = hget(fa)
       v = '0'
@@ -153,7 +159,8 @@ local function values(wid)
     else v = hget(fa) or '' end
     out[#out + 1] = v
   end
-  return out
+  out[#out + 1] = ''
+  return table.concat(out, '\0')
 end
 """
 
@@ -174,7 +181,7 @@ if ndig > 0 then
     local scores = redis.call('ZMSCORE', SEEN, unpack(chunk))
     for j = 1, #chunk do if scores[j] then dups[#dups + 1] = c + j end end
   end
-  if #dups > 0 then return {{}, {}, dups} end
+  if #dups > 0 then return {'', {}, dups} end
 end
 local applied = {}
 local wm, wmc = hget('wm'), tonumber(hget('wmc') or '0')
@@ -217,16 +224,20 @@ while i <= #A do
   if wid then
     for a = 1, nagg do addp(wid, a, A[i + 5 + a]) end
     redis.call('HINCRBY', H, wid .. '\0c', A[i + 4])
-    for p in string.gmatch(A[i + 5], '%d+') do applied[tonumber(p)] = true end
-    local e = tonumber(hget(wid .. '\0e') or '0')
-    if fin > e then e = fin; redis.call('HSET', H, wid .. '\0e', I(e)) end
-    redis.call('ZADD', DUE, I(e + late_ms), wid)
+    if ndig > 0 then for p in string.gmatch(A[i + 5], '%d+') do applied[tonumber(p)] = true end end
+    if gap > 0 then
+      local e = tonumber(hget(wid .. '\0e') or '0')
+      if fin > e then e = fin; redis.call('HSET', H, wid .. '\0e', I(e)) end
+      redis.call('ZADD', DUE, I(e + late_ms), wid)
+    elseif redis.call('HSETNX', H, wid .. '\0e', A[i + 2]) == 1 then
+      -- a new tumbling or hopping window (its end never moves): due once
+      redis.call('ZADD', DUE, I(fin + late_ms), wid)
+    end
     if not maxt or mt > maxt then maxt = mt end
-    lates[#lates + 1] = 0
-    if update then ups[#ups + 1] = values(wid) else ups[#ups + 1] = false end
+    lates[#lates + 1] = '0'
+    if update then ups[#ups + 1] = values(wid) end
   else
-    lates[#lates + 1] = 1
-    ups[#ups + 1] = false
+    lates[#lates + 1] = '1'
   end
   i = i + 6 + nagg
 end
@@ -240,7 +251,8 @@ if ndig > 0 then -- remember the applied events (not the late ones: a replay dea
   if #z > 0 then redis.call('ZADD', SEEN, unpack(z)) end
   redis.call('ZREMRANGEBYSCORE', SEEN, '-inf', I(now))
 end
-return {lates, ups, {}}
+-- per item '0' (merged) or '1' (late), one string; window values only with emit: update
+return {table.concat(lates), ups, {}}
 """
 )
 
@@ -290,9 +302,10 @@ return #ARGV - base + 1
 )
 
 
-def _window(row: list[Any]) -> Window:
-    s = [x.decode() if isinstance(x, bytes) else str(x) for x in row]
-    return Window(s[0], int(s[1]), int(s[2]), s[3:])
+def _window(row: bytes | str) -> Window:
+    # the script's values(): id, count, end, the aggregations' values, each NUL-terminated
+    s = (row.decode() if isinstance(row, bytes) else row).split("\0")
+    return Window(s[0], int(s[1]), int(s[2]), s[3:-1])
 
 
 class RedisAggregateState:
@@ -340,11 +353,10 @@ class RedisAggregateState:
         fields.append("")
         args.append("\0".join(fields))
         lates, ups, dups = self._call(self._add, args)
-        return (
-            [bool(x) for x in lates],
-            [_window(u) if u else None for u in ups],
-            [order[int(p) - 1] for p in dups],
-        )
+        flags = lates.decode() if isinstance(lates, bytes) else str(lates)
+        merged = iter([_window(u) for u in ups])  # emit: update: per merged item its values
+        windows = [None if f == "1" or not ups else next(merged) for f in flags]
+        return [f == "1" for f in flags], windows, [order[int(p) - 1] for p in dups]
 
     def claim(self, now_ms: int, lease_ms: int, limit: int) -> list[Window]:
         """Close the windows due by the watermark (advanced by the wall clock meanwhile) and
