@@ -23,7 +23,7 @@ from typing import Any
 from eventbus import cel
 from eventbus.eventing._codecs import event_to_json
 from eventbus.eventing._delivery import injected_fault
-from eventbus.eventing._event import CloudEvent, time_ms
+from eventbus.eventing._event import CloudEvent, time_ms, utc_ms
 from eventbus.pipelines._activation import activation_builder
 from eventbus.pipelines._step import Step, StepContext, Timer
 from eventbus.pipelines.steps._aggregate_config import (
@@ -112,6 +112,8 @@ class AggregateStep(Step):
                 used |= program.variables
             self._fields.append(program.evaluate if program is not None else None)
         self._build = activation_builder(used | frozenset({"data"}))
+        # expressions of data only, no reducer keeping activations: one dict serves every event
+        self._shared_act = used <= {"data"} and not self._reducers
         w = spec.window
         self.size_ms = int(1000 * (w.tumbling or w.hopping).size_s) if not w.session else 0  # type: ignore[union-attr]
         self.advance_ms = int(1000 * w.hopping.advance_s) if w.hopping else self.size_ms
@@ -219,9 +221,15 @@ class AggregateStep(Step):
         processing = self.state_spec.processing
         acts: dict[int, dict[str, Any]] = {}
         build, key_of, getters = self._build, self._key, self._get
+        shared: dict[str, Any] | None = {} if self._shared_act else None
+        keep = self._reducers
         for i, e in enumerate(events):
             try:
-                act = build(e)
+                if shared is None:
+                    act = build(e)
+                else:
+                    act = shared
+                    act["data"] = e.data
                 key = key_of(act)
                 if key.__class__ is not str:
                     if key.__class__ is not int:  # a bool is not an int here
@@ -231,13 +239,19 @@ class AggregateStep(Step):
                 elif "\0" in key:
                     msg = f"aggregate key {self.spec.key!r} gave {key!r}, which holds a NUL character (the state separates its fields with it); build the key without it"
                     raise ValueError(msg)
-                t = now if processing else _event_ms(e)
+                if processing:
+                    t = now
+                else:
+                    text = e.attributes.get("time")
+                    ms = utc_ms(text) if text.__class__ is str else None
+                    t = _event_ms(e) if ms is None else ms
                 vals = [None if g is None else g(act) for g in getters]
             except (cel.CELError, ValueError, TypeError) as exc:
                 results[i] = self._failure(exc)
                 continue
             rows.append((i, key, t, vals))
-            acts[i] = act
+            if keep:
+                acts[i] = act
         rows = self._late_in_batch(events, results, rows)
         if not rows:
             return results

@@ -39,6 +39,18 @@ def _windows(step: AggregateStep, rows: list[Row]) -> dict[tuple[str, int], Item
             it.events.sort()
         return items
     size, adv = step.size_ms, step.advance_ms
+    if size == adv:  # tumbling: one window per event
+        get = items.get
+        for i, key, t, _ in rows:
+            start = t - t % size
+            it = get((key, start))
+            if it is None:
+                items[(key, start)] = Item(key, start, start + size, t, 0, [], [i])
+            else:
+                it.events.append(i)
+                if t > it.max_t:
+                    it.max_t = t
+        return items
     for i, key, t, _ in rows:
         start = t - t % adv
         while start > t - size:
