@@ -15,6 +15,7 @@ from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent as SdkEvent
 
 from eventbus.errors import EventDecodeError
+from eventbus.eventing import _event as _event_module
 from eventbus.eventing._codecs import (
     RawRecord,
     decode_kafka,
@@ -26,7 +27,6 @@ from eventbus.eventing._codecs import (
     event_to_json,
     events_from_json_batch,
 )
-from eventbus.eventing import _event as _event_module
 from eventbus.eventing._event import CloudEvent, format_time, parse_time, time_ms
 
 TIME = "2024-05-01T12:00:00.250000Z"

@@ -43,13 +43,13 @@ def _windows(step: AggregateStep, rows: list[Row]) -> dict[tuple[str, int], Item
         get = items.get
         for i, key, t, _ in rows:
             start = t - t % size
-            it = get((key, start))
-            if it is None:
+            found = get((key, start))
+            if found is None:
                 items[(key, start)] = Item(key, start, start + size, t, 0, [], [i])
             else:
-                it.events.append(i)
-                if t > it.max_t:
-                    it.max_t = t
+                found.events.append(i)
+                if t > found.max_t:
+                    found.max_t = t
         return items
     for i, key, t, _ in rows:
         start = t - t % adv
