@@ -117,3 +117,29 @@ def test_count_of_a_window_written_by_the_previous_script_version(redis_url: str
     got = {k: (w["n"], w["total"]) for (k, _), w in by_window(close_all(step)).items()}
     assert got == {"a": (4, 10), "b": (1, 1)}
     assert r.hlen(w) == 0  # the old count field is dropped with the window
+
+
+def test_sums_of_integers_and_fractions_across_batches(store: str | None) -> None:
+    # the script adds integers with HINCRBY while the field holds one, then HINCRBYFLOAT (a
+    # fraction, or past int64); avg's sum too
+    runner, step = make(
+        store,
+        window={"tumbling": {"size_s": 60}},
+        aggregations={"total": {"sum": "data.amount"}, "mean": {"avg": "data.amount"}},
+    )
+    batches: dict[str, list[list[Any]]] = {
+        "ints": [[1, 2], [3], [-10]],
+        "then-fraction": [[1, 2], [2.5], [3]],
+        "fraction-first": [[0.25], [1], [2, 3]],
+        "past-int64": [[2**62, 2**62], [2**62], [1]],
+    }
+    for k, (batch_list) in enumerate(batches.values()):
+        for b in batch_list:
+            assert all(o == [] for o in runner.run([ev(str(k), T0 + 1, x) for x in b]))
+    got = {key: (w["total"], w["mean"]) for (key, _), w in by_window(close_all(step)).items()}
+    for k, batch_list in enumerate(batches.values()):
+        flat = [x for b in batch_list for x in b]
+        total, mean = got[str(k)]
+        assert total == pytest.approx(sum(flat), rel=1e-15)
+        assert mean == pytest.approx(sum(flat) / len(flat), rel=1e-15)
+    assert got["0"][0] == -4 and isinstance(got["0"][0], int)  # integers stay integers
