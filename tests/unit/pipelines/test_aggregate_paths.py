@@ -143,3 +143,18 @@ def test_sums_of_integers_and_fractions_across_batches(store: str | None) -> Non
         assert total == pytest.approx(sum(flat), rel=1e-15)
         assert mean == pytest.approx(sum(flat) / len(flat), rel=1e-15)
     assert got["0"][0] == -4 and isinstance(got["0"][0], int)  # integers stay integers
+
+
+def test_keys_and_values_of_any_text_round_trip_through_the_script(store: str | None) -> None:
+    # the items reach the script as one JSON array: quotes, backslashes, newlines, non-ASCII
+    # and digits-only keys come back as they were
+    texts = ['a"b', "c\\d", "e\nf", "ü", "😀", "123", "", " ", "\\u0041", "x\ty"]
+    runner, step = make(
+        store,
+        window={"tumbling": {"size_s": 60}},
+        aggregations={"n": "count", "vals": {"collect": "data.v"}, "first": {"first": "data.v"}},
+    )
+    out = runner.run([ev(t, T0 + i, v=t + "!") for i, t in enumerate(texts)])
+    assert out == [[]] * len(texts)
+    got = {k: (w["n"], w["vals"], w["first"]) for (k, _), w in by_window(close_all(step)).items()}
+    assert got == {t: (1, [t + "!"], t + "!") for t in texts}

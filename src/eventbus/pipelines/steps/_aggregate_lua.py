@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
 from eventbus._internal import keys
 from eventbus.pipelines.steps._aggregate_ops import Item, Seen, Spec, Window
 from eventbus.pipelines.steps._join_state import call_script, connect
@@ -201,10 +203,11 @@ if wm then wm = tonumber(wm) end
 local W = wm
 if wmc > 0 and (not W or wmc > W) then W = wmc end
 local lates, ups, maxt = {}, {}, nil
--- the items come as one argument, each field NUL-terminated (one argument per field cost the
--- client more to pack than the script takes to run)
-local A = {}
-for f in string.gmatch(ARGV[dbase + ndig] or '', '([^%z]*)%z') do A[#A + 1] = f end
+-- the items come as one argument, a JSON array of their fields (one argument per field cost
+-- the client more to pack than the script takes to run; cjson decodes it in C, a quarter of
+-- what splitting a string in Lua took): key, start, end, latest time, count, applied events
+-- (text), partials
+local A = cjson.decode(ARGV[dbase + ndig])
 local i = 1
 while i <= #A do
   local key, start, fin, mt = A[i], tonumber(A[i + 1]), tonumber(A[i + 2]), tonumber(A[i + 3])
@@ -242,7 +245,7 @@ while i <= #A do
       redis.call('ZADD', DUE, I(e + late_ms), wid)
     elseif c == n then
       -- a new tumbling or hopping window (its end never moves): its end and due entry, once
-      redis.call('HSET', H, wid .. '\0e', A[i + 2])
+      redis.call('HSET', H, wid .. '\0e', I(fin))
       redis.call('ZADD', DUE, I(fin + late_ms), wid)
     end
     if not maxt or mt > maxt then maxt = mt end
@@ -357,13 +360,12 @@ class RedisAggregateState:
         pos = {i: n + 1 for n, i in enumerate(order)}
         args = [*self._header, now_ms, spec.lateness_ms, spec.gap_ms, int(spec.update)]
         args += [ttl, len(digests), *digests]
-        fields: list[str] = []
+        fields: list[str | int] = []
         for it in items:
             evs = " ".join(str(pos[i]) for i in it.events) if seen is not None else ""
-            fields += [it.key, str(it.start), str(it.end), str(it.max_t), str(it.count), evs]
+            fields += [it.key, it.start, it.end, it.max_t, it.count, evs]
             fields += it.partials
-        fields.append("")
-        args.append("\0".join(fields))
+        args.append(orjson.dumps(fields))
         lates, ups, dups = self._call(self._add, args)
         flags = lates.decode() if isinstance(lates, bytes) else str(lates)
         merged = iter([_window(u) for u in ups])  # emit: update: per merged item its values
