@@ -14,7 +14,16 @@ import redis
 from eventbus._internal import keys
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure
-from tests.unit.pipelines.test_aggregate import T0, by_window, close_all, ev, iso, make, store
+from tests.unit.pipelines.test_aggregate import (
+    T0,
+    by_window,
+    close_all,
+    ev,
+    iso,
+    make,
+    make_deduped,
+    store,
+)
 
 __all__ = ["store"]  # the fixture, shared with test_aggregate
 
@@ -158,3 +167,25 @@ def test_keys_and_values_of_any_text_round_trip_through_the_script(store: str | 
     assert out == [[]] * len(texts)
     got = {k: (w["n"], w["vals"], w["first"]) for (k, _), w in by_window(close_all(step)).items()}
     assert got == {t: (1, [t + "!"], t + "!") for t in texts}
+
+
+def test_dedupe_remembers_the_events_of_merged_items_only(store: str | None) -> None:
+    # one batch with a late event, an on-time one and a hopping event late for one of its
+    # windows and on time for the other: replayed, the applied ones are duplicates and the
+    # late one is dead-lettered again
+    runner, step = make_deduped(store, window={"hopping": {"size_s": 60, "advance_s": 30}})
+    runner.run([ev("a", T0 + 100_000, i=1)])  # the watermark: T0 + 100 s
+    batch = [ev("a", T0 + 10_000, i=2), ev("a", T0 + 75_000, i=3), ev("b", T0 + 110_000, i=4)]
+    for replay in (False, True):
+        out = runner.run(batch)
+        assert isinstance(out[0], Failure) and out[0].error_type == "AggregateLateEventError"
+        assert out[1] == [] and out[2] == []
+        assert step.counters["duplicate_events"] == (2 if replay else 0)
+    got = {(k, s): w["n"] for (k, s), w in by_window(close_all(step)).items()}
+    assert got == {
+        ("a", iso(T0 + 60_000)): 2,  # 75 s and 100 s, once each
+        ("a", iso(T0 + 90_000)): 1,
+        ("b", iso(T0 + 60_000)): 1,
+        ("b", iso(T0 + 90_000)): 1,
+    }
+    assert step.counters["late_events"] == 2

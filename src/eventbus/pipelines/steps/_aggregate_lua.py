@@ -188,10 +188,8 @@ local dbase = base + 6
 if ndig > 0 then
   local dups = {}
   for c = 0, ndig - 1, 1000 do
-    local chunk = {}
-    for j = c + 1, math.min(ndig, c + 1000) do chunk[#chunk + 1] = ARGV[dbase + j - 1] end
-    local scores = redis.call('ZMSCORE', SEEN, unpack(chunk))
-    for j = 1, #chunk do if scores[j] then dups[#dups + 1] = c + j end end
+    local scores = redis.call('ZMSCORE', SEEN, unpack(ARGV, dbase + c, dbase + math.min(ndig, c + 1000) - 1))
+    for j = 1, #scores do if scores[j] then dups[#dups + 1] = c + j end end
   end
   if #dups > 0 then return {'', {}, dups} end
 end
@@ -238,7 +236,6 @@ while i <= #A do
     for a = 1, nagg do addp(wid, a, A[i + 5 + a]) end
     local n = tonumber(A[i + 4])
     local c = redis.call('HINCRBY', H, wid .. '\0c', n)
-    if ndig > 0 then for p in string.gmatch(A[i + 5], '%d+') do applied[tonumber(p)] = true end end
     if gap > 0 then
       local e = tonumber(hget(wid .. '\0e') or '0')
       if fin > e then e = fin; redis.call('HSET', H, wid .. '\0e', I(e)) end
@@ -258,7 +255,20 @@ while i <= #A do
 end
 if maxt and (not wm or maxt > wm) then redis.call('HSET', H, 'wm', I(maxt), 'wmw', I(now)) end
 if ndig > 0 then -- remember the applied events (not the late ones: a replay dead-letters them again)
-  local forget, z = I(now + ttl), {}
+  local forget, z, some_late = I(now + ttl), {}, false
+  for k = 1, #lates do if lates[k] == '1' then some_late = true; break end end
+  if some_late then -- the events of the merged items (a hopping event may be in both kinds)
+    local k, j = 1, 1
+    while j <= #A do
+      if lates[k] == '0' then
+        for p in string.gmatch(A[j + 5], '%d+') do applied[tonumber(p)] = true end
+      end
+      k = k + 1
+      j = j + 6 + nagg
+    end
+  else -- every event of the batch
+    for p = 1, ndig do applied[p] = true end
+  end
   for p in pairs(applied) do
     z[#z + 1] = forget; z[#z + 1] = ARGV[dbase + p - 1]
     if #z >= 1000 then redis.call('ZADD', SEEN, unpack(z)); z = {} end
