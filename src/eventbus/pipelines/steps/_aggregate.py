@@ -286,6 +286,7 @@ class AggregateStep(Step):
         for i, *_ in rows:
             a = events[i].attributes
             basis = f"{a.get('source', '')}\x00{a.get('id', '')}".encode()
+            # 24 hex characters: the add script reads the batch's digests at that width
             digests[i] = hashlib.blake2b(basis, digest_size=12).hexdigest()
         return Seen(digests, self.dedupe_ms)
 
