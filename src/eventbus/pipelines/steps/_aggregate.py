@@ -16,8 +16,6 @@ a crash is dropped by the sink's dedupe.
 from __future__ import annotations
 
 import hashlib
-import math
-from math import isfinite
 from typing import Any
 
 from eventbus import cel
@@ -32,7 +30,7 @@ from eventbus.pipelines.steps._aggregate_config import (
     FieldAggregation,
     ReducerAggregation,
 )
-from eventbus.pipelines.steps._aggregate_items import build_items
+from eventbus.pipelines.steps._aggregate_items import build_items, value_getters
 from eventbus.pipelines.steps._aggregate_ops import (
     Item,
     MemoryAggregateState,
@@ -47,8 +45,6 @@ from eventbus.pipelines.steps._values import compile_cel, json_value
 from eventbus.registry import steps
 
 __all__ = ["AggregateLateEventError", "AggregateStep"]
-
-_NUMERIC = ("sum", "avg", "min", "max")
 
 
 class AggregateLateEventError(ValueError):
@@ -127,7 +123,7 @@ class AggregateStep(Step):
             processing=spec.time == "processing",
             idle_ms=int(1000 * spec.idle_timeout_s),
         )
-        self._get = self._getters()
+        self._get = value_getters(self)
         if redis_url:
             from eventbus.pipelines.steps._aggregate_lua import RedisAggregateState
 
@@ -176,37 +172,6 @@ class AggregateStep(Step):
     def now() -> int:
         """The step's clock, wall-clock milliseconds (tests move it)."""
         return now_ms()
-
-    def _value(self, a: int, v: Any) -> Any:
-        """Aggregation ``a``'s value as its expression gave it: checked (numbers for sum, avg,
-        min and max) and JSON-ready."""
-        op = self.state_spec.ops[a]
-        if v is None or op not in _NUMERIC:
-            return v if v is None else json_value(v)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            msg = f"aggregation {self.names[a]!r} ({op}) needs a finite number; its expression gave {v!r} ({type(v).__name__}): convert it, e.g. double(data.amount)"
-            raise TypeError(msg)
-        return v
-
-    def _getters(self) -> list[Any]:
-        """Per aggregation a function of the activation giving its checked value (None:
-        count); a string or a finite int or float passes as it is (the rest: :meth:`_value`)."""
-        out: list[Any] = []
-        for a, fn in enumerate(self._fields):
-            if fn is None:
-                out.append(None)
-                continue
-            numeric = self.state_spec.ops[a] in _NUMERIC
-
-            def get(act: dict[str, Any], a: int = a, fn: Any = fn, numeric: bool = numeric) -> Any:
-                v = fn(act)
-                c = v.__class__
-                if c is int or (c is float and isfinite(v)) or (c is str and not numeric):
-                    return v
-                return self._value(a, v)
-
-            out.append(get)
-        return out
 
     def process(self, events: list[CloudEvent]) -> list[Any]:
         """Merge the batch into its windows; per event [] (absorbed), an update event
