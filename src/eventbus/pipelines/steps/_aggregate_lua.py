@@ -55,7 +55,9 @@ local function addnum(f, p)
 end
 local function addp(wid, a, p)
   local op, fa = ops[a], F(wid, a)
-  if op == 'count' then return -- the window's event count (its field c) is every count's value
+  -- a count keeps its own field, equal to the window's c: replicas of the previous script
+  -- version (a canary beside this one) read it
+  if op == 'count' then redis.call('HINCRBY', H, fa, p)
   elseif op == 'sum' then addnum(fa, p)
   elseif op == 'avg' then
     local s, n = cut(p, ' ')
@@ -110,8 +112,7 @@ local function addp(wid, a, p)
 end
 local function partial(wid, a)
   local op, fa = ops[a], F(wid, a)
-  if op == 'count' then return ''
-  elseif op == 'sum' then return hget(fa) or '0'
+  if op == 'count' or op == 'sum' then return hget(fa) or '0'
   elseif op == 'avg' then return (hget(fa) or '0') .. ' ' .. (hget(fa .. 'n') or '0')
   elseif op == 'first' or op == 'last' then
     local t = hget(fa .. 't')
@@ -156,13 +157,11 @@ end
 -- NUL-terminated (no value holds a NUL: JSON texts, numbers and keys without one), so a
 -- client parses a split rather than a reply of many parts
 local function values(wid)
-  local c = hget(wid .. '\0c') or '0'
-  local out = {wid, c, hget(wid .. '\0e') or '0'}
+  local out = {wid, hget(wid .. '\0c') or '0', hget(wid .. '\0e') or '0'}
   for a = 1, nagg do
     local op, fa = ops[a], F(wid, a)
     local v
-    if op == 'count' then v = c -- (state of earlier versions also has a count field: equal)
-    elseif op == 'avg' then v = (hget(fa) or '0') .. ' ' .. (hget(fa .. 'n') or '0')
+    if op == 'avg' then v = (hget(fa) or '0') .. ' ' .. (hget(fa .. 'n') or '0')
     elseif op == 'distinct' then
       local h = hget(fa)
       v = '0'
