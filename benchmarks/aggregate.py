@@ -27,7 +27,11 @@ time the three alike); median of rounds. Last
 line: one JSON object with the figures, ``ratio_vs_quix`` and ``ratio_vs_baseline``
 (EventBus / other, events/s).
 
-Run: ``.venv/bin/python benchmarks/aggregate.py [--events 200000] [--rounds 3]``
+``--profile DIR``: instead of measuring, run EventBus once without and once with dedupe and
+py-spy its replica meanwhile (``benchmarks/_profile.py``); the top frames go to
+``DIR/eventbus*.md`` and stdout.
+
+Run: ``.venv/bin/python benchmarks/aggregate.py [--events 200000] [--rounds 3] [--profile DIR]``
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import orjson  # noqa: E402
+from _profile import finish, record, render  # noqa: E402
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # noqa: E402
 
 from eventbus._internal.services import create_topics, start_redis, start_tansu  # noqa: E402
@@ -293,6 +298,28 @@ spec:
 """
 
 
+EVENTBUS_RUNS = (("eventbus", ""), ("eventbus_dedupe", "  delivery: {dedupe: {window_s: 600}}\n"))
+
+
+def replicas(pipeline: str) -> list[int]:
+    """This benchmark's Serve replica processes of ``pipeline`` (other Ray clusters on the
+    machine may run replicas of the same name: descendants only)."""
+    import psutil
+
+    prefix = f"ray::ServeReplica:eventbus-{pipeline}:"
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if (p.cmdline() or [""])[0].startswith(prefix):
+                found.append(p.pid)
+        except psutil.Error:  # exited meanwhile
+            continue
+    if not found:
+        msg = f"no replica process {prefix}* among this benchmark's processes"
+        raise RuntimeError(msg)
+    return found
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=200_000)
@@ -304,8 +331,14 @@ def main() -> None:
         help="an interpreter with quixstreams installed (`make bench-peers` builds "
         ".venv-bench/quixstreams)",
     )
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="a folder: instead of measuring, py-spy EventBus's replica (its top frames go there)",
+    )
     args = ap.parse_args()
-    if not Path(args.quix_python).exists():
+    if args.profile is None and not Path(args.quix_python).exists():
         sys.exit(
             f"--quix-python {args.quix_python} does not exist: run `make bench-peers` (it builds "
             ".venv-bench/quixstreams) or pass an interpreter with quixstreams installed"
@@ -345,6 +378,47 @@ def main() -> None:
         "eventbus": [],
         "eventbus_dedupe": [],
     }
+
+    def run_eventbus(
+        label: str, delivery: str, spy: Path | None = None
+    ) -> tuple[list[dict[str, Any]], float]:
+        src, sink = topics()
+        name = f"aggbench{next(counter)}"
+        path = work / f"{name}.yaml"
+        path.write_text(
+            PIPELINE.format(
+                name=name, topic=src, sink=sink, size_s=WINDOW_MS / 1000, delivery=delivery
+            )
+        )
+        outputs = Outputs(bootstrap, sink, len(expect))
+        client.deploy(path)
+        spies = [record(pid, spy / f"{label}-{pid}.raw") for pid in replicas(name)] if spy else []
+        try:
+            return outputs.wait()
+        finally:
+            for p in spies:
+                finish(p)
+            client.delete(name)
+
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        try:
+            for label, delivery in EVENTBUS_RUNS:
+                out, span = run_eventbus(label, delivery, args.profile)
+                check(label, out, expect)
+                text = "\n\n".join(
+                    render(
+                        f"{label}, process {raw.stem} ({busy / span:,.0f} events/s sampled)", raw
+                    )
+                    for raw in sorted(args.profile.glob(f"{label}-*.raw"))
+                )
+                (args.profile / f"{label}.md").write_text(text + "\n")
+                print(text, flush=True)
+        finally:
+            ray.shutdown()
+            tansu.stop()
+            redis.stop()
+        return
     try:
         for rnd in range(-1, args.rounds):  # round -1 warms Ray up, unmeasured
             src, sink = topics()
@@ -377,22 +451,8 @@ def main() -> None:
             check("quix", out, expect)
             if rnd >= 0:
                 rates["quix"].append(busy / span)
-            for label, delivery in (
-                ("eventbus", ""),
-                ("eventbus_dedupe", "  delivery: {dedupe: {window_s: 600}}\n"),
-            ):
-                src, sink = topics()
-                name = f"aggbench{next(counter)}"
-                path = work / f"{name}.yaml"
-                path.write_text(
-                    PIPELINE.format(
-                        name=name, topic=src, sink=sink, size_s=WINDOW_MS / 1000, delivery=delivery
-                    )
-                )
-                outputs = Outputs(bootstrap, sink, len(expect))
-                client.deploy(path)
-                out, span = outputs.wait()
-                client.delete(name)
+            for label, delivery in EVENTBUS_RUNS:
+                out, span = run_eventbus(label, delivery)
                 check(label, out, expect)
                 if rnd >= 0:
                     rates[label].append(busy / span)

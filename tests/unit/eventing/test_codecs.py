@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import re
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -15,6 +15,7 @@ from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent as SdkEvent
 
 from eventbus.errors import EventDecodeError
+from eventbus.eventing import _event as _event_module
 from eventbus.eventing._codecs import (
     RawRecord,
     decode_kafka,
@@ -26,7 +27,7 @@ from eventbus.eventing._codecs import (
     event_to_json,
     events_from_json_batch,
 )
-from eventbus.eventing._event import CloudEvent
+from eventbus.eventing._event import CloudEvent, format_time, parse_time, time_ms
 
 TIME = "2024-05-01T12:00:00.250000Z"
 WHERE: dict[str, Any] = {"topic": "payments", "partition": 2, "offset": 1042}
@@ -602,6 +603,8 @@ FAST_PATH_CASES: dict[str, tuple[bytes | None, list[tuple[str, bytes]], bytes | 
     "partitionkey-header-wins": (b"{}", binary_headers(partitionkey="pk"), b"k2"),
     "subject-and-dataschema": (b"{}", binary_headers(subject="s", dataschema="https://x/y"), None),
     "with-time": (b"{}", binary_headers(time=TIME), None),
+    "with-whole-second-time": (b"{}", binary_headers(time="2024-05-01T12:00:00Z"), None),
+    "with-offset-time": (b"{}", binary_headers(time="2024-05-01T14:00:00+02:00"), None),
     "duplicate-id-header": (b"{}", [*binary_headers(), ("ce_id", b"e2")], None),
     "empty-value": (b"", [*binary_headers(), ("content-type", b"application/json")], None),
     "tombstone": (None, binary_headers(), None),
@@ -629,6 +632,8 @@ def test_fast_path_decodes_like_the_general_path(name: str) -> None:
             "value is not valid JSON",
         ),
         (b"{}", binary_headers(id=""), None, "ce_id is ''"),
+        (b"{}", binary_headers(time="2024-13-01T00:00:00Z"), None, "ce_time is '2024-13-01"),
+        (b"{}", binary_headers(time="2024-05-01T12:00:00"), None, "ce_time is"),
         (b"{}", binary_headers(specversion="0.3"), None, "ce_specversion is '0.3'"),
         (b"{}", binary_headers(), b"\xff\xfe", "header key is not UTF-8"),
         (b"{}", [*binary_headers(), ("ce_type", b"\xff")], None, "not UTF-8"),
@@ -639,6 +644,28 @@ def test_fast_path_leaves_errors_to_the_general_path(
 ) -> None:
     with pytest.raises(EventDecodeError, match=re.escape(message)):
         decode(value, headers, key)
+
+
+@pytest.mark.parametrize(
+    ("time", "fast"),
+    [
+        ("2024-05-01T12:00:00.250000Z", True),
+        ("2024-05-01T12:00:00Z", True),
+        ("2024-05-01T12:00:00.123456789Z", True),
+        ("2024-05-01T14:00:00+02:00", False),  # an offset: the general path
+        ("2024-05-01t12:00:00z", False),
+        ("2024-05-01T12:00:00.1234567890Z", False),
+        ("1969-12-31T23:59:59.5Z", False),
+        ("2024-13-01T00:00:00Z", False),  # not a time: the general path names it
+    ],
+)
+def test_fast_path_takes_the_usual_utc_time_only(time: str, fast: bool) -> None:
+    got = decode_kafka_fast(b"{}", binary_headers(time=time), None)
+    assert (got is not None) == fast
+    if got is not None:
+        general = decode(b"{}", [*binary_headers(time=time), ("ce_probe", b"1")])
+        general.attributes.pop("probe")
+        assert got.attributes == general.attributes
 
 
 # decode_kafka_records is the path every Kafka consumer of events takes (the source, the
@@ -740,3 +767,39 @@ def test_binary_headers_of_new_names_and_non_string_values_take_the_general_path
     assert value == b"[1,2]"
     again, _ = encode_kafka_binary(CloudEvent({"id": "2", name: "w"}, {"a": 1}))
     assert again == [("ce_id", b"2"), (f"ce_{name}", b"w")]  # the name is known now
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2024-05-01T12:00:00Z",
+        "2024-05-01T12:00:00.250Z",
+        "2024-05-01T12:00:00.999999Z",
+        "2024-05-01T12:00:00.0009Z",
+        "2024-05-01T14:00:00.5+02:00",
+        "2024-05-01T12:00:00.25z",
+        "1969-12-31T23:59:59.5Z",
+        "2000-02-29T00:00:00.001Z",
+    ],
+)
+def test_time_ms_equals_parse_time(text: str) -> None:
+    # the fast path (usual UTC text, a cache of parsed seconds) gives what parsing does
+    expected = int(parse_time(text).timestamp() * 1000)
+    assert time_ms(text) == expected
+    assert time_ms(text) == expected  # again, from the cache
+
+
+def test_time_ms_cache_stays_bounded_and_keeps_giving_right_answers() -> None:
+    base = parse_time("2024-05-01T00:00:00Z")
+    for s in range(0, 3 * 4096, 7):
+        text = format_time(base + timedelta(seconds=s, milliseconds=s % 1000))
+        assert time_ms(text) == int((base + timedelta(seconds=s)).timestamp()) * 1000 + s % 1000
+    assert len(_event_module._HEADS) <= _event_module._HEADS_MAX
+
+
+@pytest.mark.parametrize(
+    "text", ["2024-02-30T00:00:00Z", "2024-05-01T25:00:00Z", "2024-05-01T12:00:00", "nope", ""]
+)
+def test_time_ms_names_a_bad_time(text: str) -> None:
+    with pytest.raises(ValueError, match=f"time {re.escape(repr(text))} (is not|has no UTC)"):
+        time_ms(text)

@@ -16,13 +16,12 @@ a crash is dropped by the sink's dedupe.
 from __future__ import annotations
 
 import hashlib
-import math
 from typing import Any
 
 from eventbus import cel
 from eventbus.eventing._codecs import event_to_json
 from eventbus.eventing._delivery import injected_fault
-from eventbus.eventing._event import CloudEvent, parse_time
+from eventbus.eventing._event import CloudEvent, time_ms, utc_ms
 from eventbus.pipelines._activation import activation_builder
 from eventbus.pipelines._step import Step, StepContext, Timer
 from eventbus.pipelines.steps._aggregate_config import (
@@ -31,7 +30,7 @@ from eventbus.pipelines.steps._aggregate_config import (
     FieldAggregation,
     ReducerAggregation,
 )
-from eventbus.pipelines.steps._aggregate_items import build_items
+from eventbus.pipelines.steps._aggregate_items import build_items, value_getters
 from eventbus.pipelines.steps._aggregate_ops import (
     Item,
     MemoryAggregateState,
@@ -46,8 +45,6 @@ from eventbus.pipelines.steps._values import compile_cel, json_value
 from eventbus.registry import steps
 
 __all__ = ["AggregateLateEventError", "AggregateStep"]
-
-_NUMERIC = ("sum", "avg", "min", "max")
 
 
 class AggregateLateEventError(ValueError):
@@ -111,6 +108,8 @@ class AggregateStep(Step):
                 used |= program.variables
             self._fields.append(program.evaluate if program is not None else None)
         self._build = activation_builder(used | frozenset({"data"}))
+        # expressions of data only, no reducer keeping activations: one dict serves every event
+        self._shared_act = used <= {"data"} and not self._reducers
         w = spec.window
         self.size_ms = int(1000 * (w.tumbling or w.hopping).size_s) if not w.session else 0  # type: ignore[union-attr]
         self.advance_ms = int(1000 * w.hopping.advance_s) if w.hopping else self.size_ms
@@ -124,6 +123,7 @@ class AggregateStep(Step):
             processing=spec.time == "processing",
             idle_ms=int(1000 * spec.idle_timeout_s),
         )
+        self._get = value_getters(self)
         if redis_url:
             from eventbus.pipelines.steps._aggregate_lua import RedisAggregateState
 
@@ -173,19 +173,6 @@ class AggregateStep(Step):
         """The step's clock, wall-clock milliseconds (tests move it)."""
         return now_ms()
 
-    def _value(self, a: int, act: dict[str, Any]) -> Any:
-        fn = self._fields[a]
-        if fn is None:
-            return None
-        v = fn(act)
-        op = self.state_spec.ops[a]
-        if v is None or op not in _NUMERIC:
-            return v if v is None else json_value(v)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            msg = f"aggregation {self.names[a]!r} ({op}) needs a finite number; its expression gave {v!r} ({type(v).__name__}): convert it, e.g. double(data.amount)"
-            raise TypeError(msg)
-        return v
-
     def process(self, events: list[CloudEvent]) -> list[Any]:
         """Merge the batch into its windows; per event [] (absorbed), an update event
         (``emit: update``, on the last event of each changed window) or a failure.
@@ -198,23 +185,38 @@ class AggregateStep(Step):
         now = self.now()
         processing = self.state_spec.processing
         acts: dict[int, dict[str, Any]] = {}
+        build, key_of, getters = self._build, self._key, self._get
+        shared: dict[str, Any] | None = {} if self._shared_act else None
+        keep = self._reducers
         for i, e in enumerate(events):
             try:
-                act = self._build(e)
-                key = self._key(act)
-                if not isinstance(key, (str, int)) or isinstance(key, bool):
-                    msg = f"aggregate key {self.spec.key!r} gave {key!r} ({type(key).__name__}); a key must be a string or an integer"
-                    raise TypeError(msg)
-                if isinstance(key, str) and "\0" in key:
+                if shared is None:
+                    act = build(e)
+                else:
+                    act = shared
+                    act["data"] = e.data
+                key = key_of(act)
+                if key.__class__ is not str:
+                    if key.__class__ is not int:  # a bool is not an int here
+                        msg = f"aggregate key {self.spec.key!r} gave {key!r} ({type(key).__name__}); a key must be a string or an integer"
+                        raise TypeError(msg)
+                    key = str(key)
+                elif "\0" in key:
                     msg = f"aggregate key {self.spec.key!r} gave {key!r}, which holds a NUL character (the state separates its fields with it); build the key without it"
                     raise ValueError(msg)
-                t = now if processing else _event_ms(e)
-                vals = [self._value(a, act) for a in range(len(self._fields))]
+                if processing:
+                    t = now
+                else:
+                    text = e.attributes.get("time")
+                    ms = utc_ms(text) if text.__class__ is str else None
+                    t = _event_ms(e) if ms is None else ms
+                vals = [None if g is None else g(act) for g in getters]
             except (cel.CELError, ValueError, TypeError) as exc:
                 results[i] = self._failure(exc)
                 continue
-            rows.append((i, str(key), t, vals))
-            acts[i] = act
+            rows.append((i, key, t, vals))
+            if keep:
+                acts[i] = act
         rows = self._late_in_batch(events, results, rows)
         if not rows:
             return results
@@ -249,6 +251,7 @@ class AggregateStep(Step):
         for i, *_ in rows:
             a = events[i].attributes
             basis = f"{a.get('source', '')}\x00{a.get('id', '')}".encode()
+            # 24 hex characters: the add script reads the batch's digests at that width
             digests[i] = hashlib.blake2b(basis, digest_size=12).hexdigest()
         return Seen(digests, self.dedupe_ms)
 
@@ -334,7 +337,7 @@ def _event_ms(e: CloudEvent) -> int:
     if not t:
         msg = f"event {e.attributes.get('id')!r} has no 'time' attribute; aggregate with time: event windows by it: set it at the source, or use time: processing"
         raise ValueError(msg)
-    return int(parse_time(t).timestamp() * 1000)
+    return time_ms(t)
 
 
 def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:

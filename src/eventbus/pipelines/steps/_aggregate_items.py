@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from eventbus import cel
@@ -13,10 +14,50 @@ from eventbus.pipelines.steps._values import json_value
 if TYPE_CHECKING:
     from eventbus.pipelines.steps._aggregate import AggregateStep
 
-__all__ = ["build_items"]
+__all__ = ["build_items", "check_value", "value_getters"]
+
+_NUMERIC = ("sum", "avg", "min", "max")
 
 #: One event of the batch: (index, key, time ms, value per aggregation).
 Row = tuple[int, str, int, list[Any]]
+
+
+def check_value(step: AggregateStep, a: int, v: Any) -> Any:
+    """Aggregation ``a``'s value as its expression gave it: checked (numbers for sum, avg,
+    min and max) and JSON-ready.
+
+    Raises:
+        TypeError: a sum, avg, min or max got something other than a finite number.
+    """
+    op = step.state_spec.ops[a]
+    if v is None or op not in _NUMERIC:
+        return v if v is None else json_value(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        msg = f"aggregation {step.names[a]!r} ({op}) needs a finite number; its expression gave {v!r} ({type(v).__name__}): convert it, e.g. double(data.amount)"
+        raise TypeError(msg)
+    return v
+
+
+def value_getters(step: AggregateStep) -> list[Any]:
+    """Per aggregation a function of the activation giving its checked value (None: count);
+    a string or a finite int or float passes as it is, the rest goes to :func:`check_value`."""
+    out: list[Any] = []
+    isfinite = math.isfinite
+    for a, fn in enumerate(step._fields):
+        if fn is None:
+            out.append(None)
+            continue
+        numeric = step.state_spec.ops[a] in _NUMERIC
+
+        def get(act: dict[str, Any], a: int = a, fn: Any = fn, numeric: bool = numeric) -> Any:
+            v = fn(act)
+            c = v.__class__
+            if c is int or (c is float and isfinite(v)) or (c is str and not numeric):
+                return v
+            return check_value(step, a, v)
+
+        out.append(get)
+    return out
 
 
 def _windows(step: AggregateStep, rows: list[Row]) -> dict[tuple[str, int], Item]:
@@ -39,6 +80,18 @@ def _windows(step: AggregateStep, rows: list[Row]) -> dict[tuple[str, int], Item
             it.events.sort()
         return items
     size, adv = step.size_ms, step.advance_ms
+    if size == adv:  # tumbling: one window per event
+        get = items.get
+        for i, key, t, _ in rows:
+            start = t - t % size
+            found = get((key, start))
+            if found is None:
+                items[(key, start)] = Item(key, start, start + size, t, 0, [], [i])
+            else:
+                found.events.append(i)
+                if t > found.max_t:
+                    found.max_t = t
+        return items
     for i, key, t, _ in rows:
         start = t - t % adv
         while start > t - size:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from eventbus import cel
@@ -19,13 +20,16 @@ if TYPE_CHECKING:
 
 __all__ = ["window_event"]
 
+#: A window's bounds as text: the windows a timer closes at once share them (every key's).
+_time_text = lru_cache(maxsize=256)(format_time_ms)
+
 
 def window_event(step: AggregateStep, w: Window, *, update: bool = False) -> CloudEvent:
     """The event of a window's values (``update``: an intermediate one)."""
     data: dict[str, Any] = {
         "key": w.key,
-        "window_start": format_time_ms(w.start),
-        "window_end": format_time_ms(w.end),
+        "window_start": _time_text(w.start),
+        "window_end": _time_text(w.end),
     }
     for a, (name, raw) in enumerate(zip(step.names, w.values)):
         data[name] = _final(step, a, raw)
@@ -38,7 +42,7 @@ def window_event(step: AggregateStep, w: Window, *, update: bool = False) -> Clo
         "id": f"{step.id}-{digest}",
         "source": step.source,
         "type": step.type,
-        "time": format_time_ms(w.end),
+        "time": _time_text(w.end),
         "datacontenttype": "application/json",
         "partitionkey": w.key,
     }
