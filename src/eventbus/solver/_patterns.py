@@ -92,29 +92,33 @@ class RowPatterns:
         return out
 
     def moments(
-        self, p: torch.Tensor, rows: torch.Tensor, user: torch.Tensor, users: int
+        self, p: torch.Tensor, keep: torch.Tensor, r0: int, r1: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Over the compressed rows ``rows`` with choice ``p`` and user ``user`` (ascending, in
-        ``[0, users)``): per pair of groups ``(x, y)`` the per-pattern sums ``p * scale_x *
-        scale_y`` (``(pairs, patterns + 1)``, for :meth:`second_moment`) and per user
-        ``mu = sum_j p v`` (``(users, K)``), float64."""
+        """Over the kept users ``keep`` (ascending) of rows ``[r0, r1)`` (whole users, ``m``
+        rows each) with choice ``p`` (``(kept, m)``, their rows): per pair of groups ``(x, y)``
+        the per-pattern sums ``p * scale_x * scale_y`` (``(pairs, patterns + 1)``, for
+        :meth:`second_moment`) and per user ``mu = sum_j p v`` (``(kept, K)``), float64.
+
+        General rows are the zero pattern's with scale 0: they add nothing."""
         from scipy.sparse import csr_matrix
 
-        k_num = int(self.patterns[0].shape[1])
+        kept, m = int(p.shape[0]), int(p.shape[1])
         bins = self.num_patterns + 1
-        mu = torch.zeros(users, k_num, dtype=torch.float64)
-        pid = self.pid.index_select(0, rows)
-        # users' rows are consecutive: a CSR matrix (users, patterns) as it stands (duplicate
-        # patterns in a row add up in the product)
-        indptr = torch.zeros(users + 1, dtype=torch.long)
-        torch.cumsum(torch.bincount(user, minlength=users), 0, out=indptr[1:])
-        ptr_np, pid_np = indptr.numpy(), pid.numpy()
-        p64 = p.double()
-        scales = [s.index_select(0, rows) for s in self.scales]
+
+        def rows(t: torch.Tensor) -> torch.Tensor:
+            return t[r0:r1].view(-1, m).index_select(0, keep).reshape(-1)
+
+        pid = rows(self.pid)
+        # a CSR matrix (kept users, patterns) with m entries per user (duplicates add up)
+        ptr_np = torch.arange(0, kept * m + 1, m).numpy()
+        pid_np = pid.numpy()
+        p64 = p.reshape(-1).double()
+        scales = [rows(s) for s in self.scales]
+        mu = torch.zeros(kept, int(self.patterns[0].shape[1]), dtype=torch.float64)
         sums = []
         for x, (px, sx) in enumerate(zip(self.patterns, scales)):
             ps = p64 * sx
-            a = csr_matrix((ps.numpy(), pid_np, ptr_np), shape=(users, bins))
+            a = csr_matrix((ps.numpy(), pid_np, ptr_np), shape=(kept, bins))
             mu += torch.from_numpy(a @ px.numpy())
             sums += [torch.bincount(pid, weights=ps * sy, minlength=bins) for sy in scales[x:]]
         return torch.stack(sums), mu
