@@ -69,11 +69,13 @@ class RowPatterns:
         """Per pattern: ``[sum x * c, sum x * scale_g (per group)]``, ``(1 + G, patterns + 1)``
         float64 over rows ``[r0, r1)`` (``x``, ``rev``: those rows)."""
         pid = self.pid[r0:r1]
-        bins = self.num_patterns + 1
         x64 = x.double()
-        out = [torch.bincount(pid, weights=x64 * rev, minlength=bins)]
-        out += [torch.bincount(pid, weights=x64 * s[r0:r1], minlength=bins) for s in self.scales]
-        return torch.stack(out)
+        # index_add_, not bincount: bincount's weighted CPU path is several times slower
+        out = torch.zeros(1 + len(self.scales), self.num_patterns + 1, dtype=torch.float64)
+        out[0].index_add_(0, pid, x64 * rev)
+        for g, s in enumerate(self.scales):
+            out[1 + g].index_add_(0, pid, x64 * s[r0:r1])
+        return out
 
     def usage(self, hist: torch.Tensor, sigma: torch.Tensor | None = None) -> torch.Tensor:
         """``sum_g P_g^T (sigma * hist_g)``, float64 ``(K,)``."""
@@ -92,36 +94,48 @@ class RowPatterns:
         return out
 
     def moments(
-        self, p: torch.Tensor, keep: torch.Tensor, r0: int, r1: int
+        self, p: torch.Tensor, keep: torch.Tensor, r0: int, floor: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Over the kept users ``keep`` (ascending) of rows ``[r0, r1)`` (whole users, ``m``
-        rows each) with choice ``p`` (``(kept, m)``, their rows): per pair of groups ``(x, y)``
-        the per-pattern sums ``p * scale_x * scale_y`` (``(pairs, patterns + 1)``, for
-        :meth:`second_moment`) and per user ``mu = sum_j p v`` (``(kept, K)``), float64.
+        """Over the kept users ``keep`` (ascending, numbered from row ``r0``, ``m`` rows each)
+        with choice ``p`` (``(kept, m)``, their rows), leaving out rows of
+        probability ``floor`` or below: per pair of groups ``(x, y)`` the per-pattern sums
+        ``p * scale_x * scale_y`` (``(pairs, patterns + 1)``, for :meth:`second_moment`) and
+        per user ``mu = sum_j p v`` (``(kept, K)``), float64.
 
         General rows are the zero pattern's with scale 0: they add nothing."""
         from scipy.sparse import csr_matrix
 
         kept, m = int(p.shape[0]), int(p.shape[1])
         bins = self.num_patterns + 1
-
-        def rows(t: torch.Tensor) -> torch.Tensor:
-            return t[r0:r1].view(-1, m).index_select(0, keep).reshape(-1)
-
-        pid = rows(self.pid)
-        # a CSR matrix (kept users, patterns) with m entries per user (duplicates add up)
-        ptr_np = torch.arange(0, kept * m + 1, m).numpy()
-        pid_np = pid.numpy()
-        p64 = p.reshape(-1).double()
-        scales = [rows(s) for s in self.scales]
+        take = p > floor
+        sel = take.view(-1).nonzero().squeeze(1)
+        user = torch.div(sel, m, rounding_mode="floor")
+        rows = keep.mul(m).add_(r0).index_select(0, user).add_(sel.remainder(m))
+        pid = self.pid.index_select(0, rows)
+        p64 = p.view(-1).index_select(0, sel).double()
+        scales = [s.index_select(0, rows) for s in self.scales]
         mu = torch.zeros(kept, int(self.patterns[0].shape[1]), dtype=torch.float64)
-        sums = []
+        if bins <= m:  # few patterns: per user and pattern sums (dense), then one product
+            at = user.mul_(bins).add_(pid)
+        else:  # a CSR matrix (kept users, patterns) over the rows taken (duplicates add up)
+            indptr = torch.zeros(kept + 1, dtype=torch.long)
+            torch.cumsum(take.sum(1), 0, out=indptr[1:])
+            ptr_np, pid_np = indptr.numpy(), pid.numpy()
+        g_num = len(scales)
+        sums = torch.zeros(g_num * (g_num + 1) // 2, bins, dtype=torch.float64)
+        i = 0
         for x, (px, sx) in enumerate(zip(self.patterns, scales)):
             ps = p64 * sx
-            a = csr_matrix((ps.numpy(), pid_np, ptr_np), shape=(kept, bins))
-            mu += torch.from_numpy(a @ px.numpy())
-            sums += [torch.bincount(pid, weights=ps * sy, minlength=bins) for sy in scales[x:]]
-        return torch.stack(sums), mu
+            if bins <= m:
+                a = torch.zeros(kept * bins, dtype=torch.float64).index_add_(0, at, ps)
+                mu += a.view(kept, bins) @ px
+            else:
+                a = csr_matrix((ps.numpy(), pid_np, ptr_np), shape=(kept, bins))
+                mu += torch.from_numpy(a @ px.numpy())
+            for sy in scales[x:]:
+                sums[i].index_add_(0, pid, ps * sy)
+                i += 1
+        return sums, mu
 
     def second_moment(self, sums: torch.Tensor) -> torch.Tensor:
         """``sum p v v^T`` (K, K) from :meth:`moments`' per-pattern sums (added up)."""
@@ -142,13 +156,24 @@ def _mix(h: torch.Tensor) -> torch.Tensor:
     return h ^ (h >> 29)
 
 
+def _ratio_bits(ratio: torch.Tensor) -> torch.Tensor:
+    """The hash of each ratio's bits, int64: the last ``_HASH_DROP_BITS`` of float32's mantissa
+    (``52 - 23 + _HASH_DROP_BITS`` of float64's) left out, so that rounding noise in the data
+    mostly keeps rows of one pattern together (rows split across a boundary only make two
+    patterns of the same values)."""
+    if ratio.dtype == torch.float32:
+        return (ratio.view(torch.int32) >> _HASH_DROP_BITS).long().mul_(_M3)
+    return (ratio.double().view(torch.long) >> (29 + _HASH_DROP_BITS)).mul_(_M3)
+
+
 def find_patterns(
     rowptr: torch.Tensor, row_of: torch.Tensor, kk: torch.Tensor, vals: torch.Tensor, k_num: int
 ) -> RowPatterns | None:
     """The rows that compress, or ``None`` when too few do (see the module docstring).
 
     ``rowptr`` (rows + 1) points into the entries, sorted by row: ``row_of`` (their row),
-    ``kk`` (resource) and ``vals`` (value, > 0). CPU tensors.
+    ``kk`` (resource) and ``vals`` (value, > 0). CPU tensors. Ratios are computed and checked
+    in the dtype of ``vals``.
     """
     rows = rowptr.numel() - 1
     if rows == 0 or kk.numel() == 0:
@@ -158,29 +183,26 @@ def find_patterns(
     hi = torch.zeros(k_num, dtype=vals.dtype).scatter_reduce(0, kk, vals, "amax")
     const = lo == hi
     k_hash = _mix(torch.arange(1, k_num + 1, dtype=torch.long) * _M1)
-    parts = []  # per group: (ptr, row, resource, value, first value per row, ratio, count)
+    parts = []  # per group: (ptr, row, resource, first value per row, ratio, count)
     key = torch.zeros(rows, dtype=torch.long)
     for in_group in (~const, const):
         if not bool(in_group.any()):
             continue
         if bool(in_group.all()):
-            ptr, r, k, v = rowptr, row_of, kk, vals.to(torch.float64, copy=True)
+            ptr, r, k, v = rowptr, row_of, kk, vals
         else:
             es = in_group[kk].nonzero().squeeze(1)
-            r, k, v = row_of[es], kk[es], vals[es].double()
+            r, k, v = row_of[es], kk[es], vals[es]
             ptr = torch.zeros(rows + 1, dtype=torch.long)
             torch.cumsum(torch.bincount(r, minlength=rows), 0, out=ptr[1:])
         cnt = ptr[1:] - ptr[:-1]
         first = torch.where(cnt > 0, v[ptr[:-1].clamp_max(max(0, v.numel() - 1))], 0.0)
-        fr = first.index_select(0, r)
-        ratio = v / fr
-        # the hash of an entry: its resource's and its ratio's (float64 bits, the last
-        # 52 - 23 + _HASH_DROP_BITS mantissa bits left out: rounding noise)
-        h = (ratio.view(torch.long) >> (29 + _HASH_DROP_BITS)).mul_(_M3)
-        h.bitwise_xor_(k_hash.index_select(0, k))
-        h = torch.zeros(rows, dtype=torch.long).index_add_(0, r, h)
-        key = _mix(key * _M1 + _mix(h + cnt * _M2))
-        parts.append((ptr, r, k, v, first, fr, ratio, cnt))
+        ratio = v / first.index_select(0, r)
+        # a row's hash: the sum of its entries' (resource, ratio) hashes, not mixed further
+        # (a collision only puts two patterns under one id: the check makes the rows general)
+        h = _ratio_bits(ratio).bitwise_xor_(k_hash.index_select(0, k))
+        key = key * _M1 + torch.zeros(rows, dtype=torch.long).index_add_(0, r, h) + cnt * _M2
+        parts.append((ptr, r, k, first, ratio, cnt))
     uniq, pid = torch.unique(key, return_inverse=True)
     npat = int(uniq.numel())
     # a row whose pattern no other row shares stays general (its own pattern would not pay)
@@ -196,25 +218,28 @@ def find_patterns(
     tol = 8 * torch.finfo(vals.dtype).eps
     bad = single[pid]
     patterns, scales = [], []
-    for ptr, r, k, v, first, fr, ratio, cnt in parts:
+    pid_k = pid * k_num
+    for ptr, r, k, first, ratio, cnt in parts:
         lengths = cnt[rep]
         offs = torch.cumsum(lengths, 0) - lengths
         at = torch.repeat_interleave(ptr[rep] - offs, lengths) + torch.arange(int(lengths.sum()))
         pat = torch.zeros(npat + 1, k_num, dtype=torch.float64)
-        pat[pid[r[at]], k[at]] = ratio[at]
-        # every entry checked: the same support (count, and each resource in it) and value
-        at_e = pid.index_select(0, r).mul_(k_num).add_(k)
-        back = fr.mul_(pat.view(-1).index_select(0, at_e))
-        bad_e = back.sub_(v).abs_() > v.mul_(tol)
+        pat[pid[r[at]], k[at]] = ratio[at].double()
+        # every entry checked: the same support (count, and each resource in it) and ratio
+        at_e = pid_k.index_select(0, r).add_(k)
+        back = pat.view(-1).to(ratio.dtype).index_select(0, at_e)
+        bad_e = back.sub_(ratio).abs_() > ratio.mul(tol)
         bad |= (pat[:npat] != 0).sum(1)[pid] != cnt
         if bool(bad_e.any()):
             bad[r[bad_e]] = True
         patterns.append(pat)
-        scales.append(first.to(vals.dtype))
+        scales.append(first)
     if int(bad.sum()) > rows // 2:
         return None
     if bool(bad.any()):
         pid[bad] = npat
         for s in scales:
             s[bad] = 0
-    return RowPatterns(pid, scales, patterns, bad, bad[row_of])
+    # the general rows' entries (none: no gather)
+    entries = bad[row_of] if bool(bad.any()) else torch.zeros(row_of.numel(), dtype=torch.bool)
+    return RowPatterns(pid, scales, patterns, bad, entries)

@@ -265,8 +265,8 @@ class SparsePass:
         """Users summed and ``sum_i Cov_{p_i}(m_i) / tau`` over the chunk's users.
 
         As in the factorised form, users whose choice is within ``spread`` of one-hot are left
-        out, and so are general rows of probability below ``SPARSE_P_FLOOR`` (both below
-        float32's rounding of the rest). The kept users' compressed rows add per-pattern sums to
+        out, and so are rows of probability below ``SPARSE_P_FLOOR`` (both below float32's
+        rounding of the rest). The kept users' compressed rows add per-pattern sums to
         the block's (``second_moment`` turns them into ``sum p v v^T`` once per block) and
         ``mu`` by one CSR product; the general rows' second moment is one dense product over the few
         ``(user, item)`` rows left, ``D^T diag(p) D``.
@@ -280,10 +280,10 @@ class SparsePass:
         pf = p.view(-1)
         mu_k = torch.zeros(kept, k_num, dtype=torch.float64, device=self.device)
         if c.pat is not None:
-            # every kept user has m rows: general rows are the zero pattern's, with scale 0
+            # general rows are the zero pattern's, with scale 0
             keep = keep_u.nonzero().squeeze(1)
             r0 = c.a * m - c.base
-            sums, mu_p = c.pat.moments(p.index_select(0, keep), keep, r0, r0 + (c.b - c.a) * m)
+            sums, mu_p = c.pat.moments(p.index_select(0, keep), keep, r0, SPARSE_P_FLOOR)
             self._sums = sums if self._sums is None else self._sums.add_(sums)
             mu_k += mu_p
         if c.general:
