@@ -182,27 +182,29 @@ def find_patterns(
     lo = torch.full((k_num,), float("inf"), dtype=vals.dtype).scatter_reduce(0, kk, vals, "amin")
     hi = torch.zeros(k_num, dtype=vals.dtype).scatter_reduce(0, kk, vals, "amax")
     const = lo == hi
+    cnt = rowptr[1:] - rowptr[:-1]
+    # a row's scale in the other resources' group: the sum of its values there (float64, so
+    # that rows of one pattern get the same ratios to within the data's rounding); counts'
+    # scale is 1 (their values are the pattern's)
+    any_const, all_const = bool(const.any()), bool(const.all())
+    c_e = const.index_select(0, kk) if any_const and not all_const else None
+    scale = torch.zeros(rows, dtype=torch.float64)
+    if not all_const:
+        v_nc = vals if c_e is None else vals.masked_fill(c_e, 0)
+        scale.index_add_(0, row_of, v_nc.double())
+    scale = scale.to(vals.dtype)
+    if all_const:
+        ratio = vals
+    else:
+        denom = scale.index_select(0, row_of)
+        if c_e is not None:
+            denom.masked_fill_(c_e, 1)
+        ratio = vals / denom
+    # a row's hash: the sum of its entries' (resource, ratio) hashes, not mixed further (a
+    # collision only puts two patterns under one id: the check makes those rows general)
     k_hash = _mix(torch.arange(1, k_num + 1, dtype=torch.long) * _M1)
-    parts = []  # per group: (ptr, row, resource, first value per row, ratio, count)
-    key = torch.zeros(rows, dtype=torch.long)
-    for in_group in (~const, const):
-        if not bool(in_group.any()):
-            continue
-        if bool(in_group.all()):
-            ptr, r, k, v = rowptr, row_of, kk, vals
-        else:
-            es = in_group[kk].nonzero().squeeze(1)
-            r, k, v = row_of[es], kk[es], vals[es]
-            ptr = torch.zeros(rows + 1, dtype=torch.long)
-            torch.cumsum(torch.bincount(r, minlength=rows), 0, out=ptr[1:])
-        cnt = ptr[1:] - ptr[:-1]
-        first = torch.where(cnt > 0, v[ptr[:-1].clamp_max(max(0, v.numel() - 1))], 0.0)
-        ratio = v / first.index_select(0, r)
-        # a row's hash: the sum of its entries' (resource, ratio) hashes, not mixed further
-        # (a collision only puts two patterns under one id: the check makes the rows general)
-        h = _ratio_bits(ratio).bitwise_xor_(k_hash.index_select(0, k))
-        key = key * _M1 + torch.zeros(rows, dtype=torch.long).index_add_(0, r, h) + cnt * _M2
-        parts.append((ptr, r, k, first, ratio, cnt))
+    h = _ratio_bits(ratio).bitwise_xor_(k_hash.index_select(0, kk))
+    key = torch.zeros(rows, dtype=torch.long).index_add_(0, row_of, h).add_(cnt * _M2)
     uniq, pid = torch.unique(key, return_inverse=True)
     npat = int(uniq.numel())
     # a row whose pattern no other row shares stays general (its own pattern would not pay)
@@ -215,27 +217,29 @@ def find_patterns(
     rep = torch.full((npat,), rows, dtype=torch.long).scatter_reduce(
         0, pid, torch.arange(rows), "amin"
     )
+    lengths = cnt[rep]
+    offs = torch.cumsum(lengths, 0) - lengths
+    at = torch.repeat_interleave(rowptr[rep] - offs, lengths) + torch.arange(int(lengths.sum()))
+    pat = torch.zeros(npat + 1, k_num, dtype=torch.float64)
+    pat[pid[row_of[at]], kk[at]] = ratio[at].double()
+    # every entry checked: the same support (count, and each resource in it) and ratio
     tol = 8 * torch.finfo(vals.dtype).eps
+    at_e = (pid * k_num).index_select(0, row_of).add_(kk)
+    back = pat.view(-1).to(ratio.dtype).index_select(0, at_e)
+    bad_e = back.sub_(ratio).abs_() > ratio.mul(tol)
     bad = single[pid]
-    patterns, scales = [], []
-    pid_k = pid * k_num
-    for ptr, r, k, first, ratio, cnt in parts:
-        lengths = cnt[rep]
-        offs = torch.cumsum(lengths, 0) - lengths
-        at = torch.repeat_interleave(ptr[rep] - offs, lengths) + torch.arange(int(lengths.sum()))
-        pat = torch.zeros(npat + 1, k_num, dtype=torch.float64)
-        pat[pid[r[at]], k[at]] = ratio[at].double()
-        # every entry checked: the same support (count, and each resource in it) and ratio
-        at_e = pid_k.index_select(0, r).add_(k)
-        back = pat.view(-1).to(ratio.dtype).index_select(0, at_e)
-        bad_e = back.sub_(ratio).abs_() > ratio.mul(tol)
-        bad |= (pat[:npat] != 0).sum(1)[pid] != cnt
-        if bool(bad_e.any()):
-            bad[r[bad_e]] = True
-        patterns.append(pat)
-        scales.append(first)
+    bad |= (pat[:npat] != 0).sum(1)[pid] != cnt
+    if bool(bad_e.any()):
+        bad[row_of[bad_e]] = True
     if int(bad.sum()) > rows // 2:
         return None
+    patterns, scales = [], []
+    if not all_const:
+        patterns.append(pat if not any_const else pat * ~const)
+        scales.append(scale)
+    if any_const:
+        patterns.append(pat * const)
+        scales.append(torch.ones(rows, dtype=vals.dtype))
     if bool(bad.any()):
         pid[bad] = npat
         for s in scales:
