@@ -5,12 +5,12 @@ Coupon problems are usually made this way: a money budget's coefficient is a per
 expected cost times the item's face value on the budget's item subset and user segment, so a
 row's budget entries are ``scale[i, j] * pattern[segment(i), j]``; an inventory counts coupons
 with one coefficient. Resources are split into two groups: those whose every entry has the same
-value (counts: one coefficient per resource) and the others. Within each group a row's entries
-divided by its first entry's value give its part of the pattern; rows whose parts are equal in
-every group (hashed, then checked entry by entry) share one pattern id. A row compresses when,
-in every group, ``scale * pattern`` gives back each of its values to within ``8 * eps`` of the
-compute dtype (relative: the data's own rounding) on the same set of resources, and another
-row shares its pattern. Rows that do not stay general (the CSR product); when more than
+value (counts: one coefficient per resource, scale 1) and the others, whose scale is the row's
+sum of its values there (in float64). A row's entries divided by their group's scale give its
+pattern; rows whose patterns are equal (one hash over all the entries, then checked entry by
+entry) share one pattern id. A row compresses when each of its ratios is the pattern's to
+within ``8 * eps`` of the compute dtype (relative: the data's own rounding) on the same set of
+resources, and another row shares its pattern; a hash collision only makes rows general. Rows that do not stay general (the CSR product); when more than
 ``MAX_PATTERN_SHARE`` of the rows would need shared patterns of their own, or more than half of
 the rows stay general, nothing is compressed.
 
