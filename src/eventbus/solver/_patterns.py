@@ -100,9 +100,10 @@ class RowPatterns:
         with choice ``p`` (``(kept, m)``, their rows), leaving out rows of
         probability ``floor`` or below: per pair of groups ``(x, y)`` the per-pattern sums
         ``p * scale_x * scale_y`` (``(pairs, patterns + 1)``, for :meth:`second_moment`) and
-        per user ``mu = sum_j p v`` (``(kept, K)``), float64.
+        per user ``mu = sum_j p v`` (``(kept, K)``).
 
-        General rows are the zero pattern's with scale 0: they add nothing."""
+        General rows are the zero pattern's with scale 0: they add nothing. ``mu`` is in the
+        compute dtype (the scales'), as the factorised form's metric."""
         from scipy.sparse import csr_matrix
 
         kept, m = int(p.shape[0]), int(p.shape[1])
@@ -112,9 +113,10 @@ class RowPatterns:
         user = torch.div(sel, m, rounding_mode="floor")
         rows = keep.mul(m).add_(r0).index_select(0, user).add_(sel.remainder(m))
         pid = self.pid.index_select(0, rows)
-        p64 = p.view(-1).index_select(0, sel).double()
+        dt = self.scales[0].dtype  # the metric's products in the compute dtype, as factorised
+        pc = p.view(-1).index_select(0, sel).to(dt)
         scales = [s.index_select(0, rows) for s in self.scales]
-        mu = torch.zeros(kept, int(self.patterns[0].shape[1]), dtype=torch.float64)
+        mu = torch.zeros(kept, int(self.patterns[0].shape[1]), dtype=dt)
         if bins <= m:  # few patterns: per user and pattern sums (dense), then one product
             at = user.mul_(bins).add_(pid)
         else:  # a CSR matrix (kept users, patterns) over the rows taken (duplicates add up)
@@ -125,15 +127,16 @@ class RowPatterns:
         sums = torch.zeros(g_num * (g_num + 1) // 2, bins, dtype=torch.float64)
         i = 0
         for x, (px, sx) in enumerate(zip(self.patterns, scales)):
-            ps = p64 * sx
+            ps = pc * sx
+            px = px.to(dt)
             if bins <= m:
-                a = torch.zeros(kept * bins, dtype=torch.float64).index_add_(0, at, ps)
+                a = torch.zeros(kept * bins, dtype=dt).index_add_(0, at, ps)
                 mu += a.view(kept, bins) @ px
             else:
                 a = csr_matrix((ps.numpy(), pid_np, ptr_np), shape=(kept, bins))
                 mu += torch.from_numpy(a @ px.numpy())
             for sy in scales[x:]:
-                sums[i].index_add_(0, pid, ps * sy)
+                sums[i].index_add_(0, pid, ps.double() * sy)
                 i += 1
         return sums, mu
 

@@ -278,7 +278,8 @@ class SparsePass:
             return 0, torch.zeros(k_num * k_num, dtype=torch.float64, device=self.device)
         t1 = torch.zeros(k_num, k_num, dtype=torch.float64, device=self.device)
         pf = p.view(-1)
-        mu_k = torch.zeros(kept, k_num, dtype=torch.float64, device=self.device)
+        # per user means in the compute dtype (as the factorised form's): a metric, not a bound
+        mu_k = torch.zeros(kept, k_num, dtype=self.dtype, device=self.device)
         if c.pat is not None:
             # general rows are the zero pattern's, with scale 0
             keep = keep_u.nonzero().squeeze(1)
@@ -297,11 +298,11 @@ class SparsePass:
             if es.numel():
                 f, k, v = flat[es], self.kk[c.e0 : c.e1][es], self.vals[c.e0 : c.e1][es]
                 kept_no = (torch.cumsum(keep_u, 0) - 1)[user[es]]
-                mu_k.view(-1).index_add_(0, kept_no * k_num + k, (v * pe[es]).double())
+                mu_k.view(-1).index_add_(0, kept_no * k_num + k, (v * pe[es]).to(self.dtype))
                 # entries are sorted by (user, item): consecutive runs share a row of D
                 rows_f, inv = torch.unique_consecutive(f, return_inverse=True)
                 dense = torch.zeros(rows_f.numel() * k_num, dtype=self.dtype, device=self.device)
                 dense[inv * k_num + k] = v
                 dense = dense.view(-1, k_num)
                 t1 += ((dense * pf[rows_f][:, None]).T @ dense).double()
-        return kept, ((t1 - mu_k.T @ mu_k) / tau).reshape(-1)
+        return kept, ((t1 - (mu_k.T @ mu_k).double()) / tau).reshape(-1)
