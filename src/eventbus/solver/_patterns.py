@@ -5,12 +5,12 @@ Coupon problems are usually made this way: a money budget's coefficient is a per
 expected cost times the item's face value on the budget's item subset and user segment, so a
 row's budget entries are ``scale[i, j] * pattern[segment(i), j]``; an inventory counts coupons
 with one coefficient. Resources are split into two groups: those whose every entry has the same
-value (counts: one coefficient per resource) and the others. Within each group a row's entries
-divided by its first entry's value give its part of the pattern; rows whose parts are equal in
-every group (hashed, then checked entry by entry) share one pattern id. A row compresses when,
-in every group, ``scale * pattern`` gives back each of its values to within ``8 * eps`` of the
-compute dtype (relative: the data's own rounding) on the same set of resources, and another
-row shares its pattern. Rows that do not stay general (the CSR product); when more than
+value (counts: one coefficient per resource, scale 1) and the others, whose scale is the row's
+sum of its values there (in float64). A row's entries divided by their group's scale give its
+pattern; rows whose patterns are equal (one hash over all the entries, then checked entry by
+entry) share one pattern id. A row compresses when each of its ratios is the pattern's to
+within ``8 * eps`` of the compute dtype (relative: the data's own rounding) on the same set of
+resources, and another row shares its pattern; a hash collision only makes rows general. Rows that do not stay general (the CSR product); when more than
 ``MAX_PATTERN_SHARE`` of the rows would need shared patterns of their own, or more than half of
 the rows stay general, nothing is compressed.
 
@@ -69,11 +69,13 @@ class RowPatterns:
         """Per pattern: ``[sum x * c, sum x * scale_g (per group)]``, ``(1 + G, patterns + 1)``
         float64 over rows ``[r0, r1)`` (``x``, ``rev``: those rows)."""
         pid = self.pid[r0:r1]
-        bins = self.num_patterns + 1
         x64 = x.double()
-        out = [torch.bincount(pid, weights=x64 * rev, minlength=bins)]
-        out += [torch.bincount(pid, weights=x64 * s[r0:r1], minlength=bins) for s in self.scales]
-        return torch.stack(out)
+        # index_add_, not bincount: bincount's weighted CPU path is several times slower
+        out = torch.zeros(1 + len(self.scales), self.num_patterns + 1, dtype=torch.float64)
+        out[0].index_add_(0, pid, x64 * rev)
+        for g, s in enumerate(self.scales):
+            out[1 + g].index_add_(0, pid, x64 * s[r0:r1])
+        return out
 
     def usage(self, hist: torch.Tensor, sigma: torch.Tensor | None = None) -> torch.Tensor:
         """``sum_g P_g^T (sigma * hist_g)``, float64 ``(K,)``."""
@@ -92,32 +94,51 @@ class RowPatterns:
         return out
 
     def moments(
-        self, p: torch.Tensor, rows: torch.Tensor, user: torch.Tensor, users: int
+        self, p: torch.Tensor, keep: torch.Tensor, r0: int, floor: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Over the compressed rows ``rows`` with choice ``p`` and user ``user`` (ascending, in
-        ``[0, users)``): per pair of groups ``(x, y)`` the per-pattern sums ``p * scale_x *
-        scale_y`` (``(pairs, patterns + 1)``, for :meth:`second_moment`) and per user
-        ``mu = sum_j p v`` (``(users, K)``), float64."""
+        """Over the kept users ``keep`` (ascending, numbered from row ``r0``, ``m`` rows each)
+        with choice ``p`` (``(kept, m)``, their rows), leaving out rows of
+        probability ``floor`` or below: per pair of groups ``(x, y)`` the per-pattern sums
+        ``p * scale_x * scale_y`` (``(pairs, patterns + 1)``, for :meth:`second_moment`) and
+        per user ``mu = sum_j p v`` (``(kept, K)``).
+
+        General rows are the zero pattern's with scale 0: they add nothing. ``mu`` is in the
+        compute dtype (the scales'), as the factorised form's metric."""
         from scipy.sparse import csr_matrix
 
-        k_num = int(self.patterns[0].shape[1])
+        kept, m = int(p.shape[0]), int(p.shape[1])
         bins = self.num_patterns + 1
-        mu = torch.zeros(users, k_num, dtype=torch.float64)
+        take = p > floor
+        sel = take.view(-1).nonzero().squeeze(1)
+        user = torch.div(sel, m, rounding_mode="floor")
+        rows = keep.mul(m).add_(r0).index_select(0, user).add_(sel.remainder(m))
         pid = self.pid.index_select(0, rows)
-        # users' rows are consecutive: a CSR matrix (users, patterns) as it stands (duplicate
-        # patterns in a row add up in the product)
-        indptr = torch.zeros(users + 1, dtype=torch.long)
-        torch.cumsum(torch.bincount(user, minlength=users), 0, out=indptr[1:])
-        ptr_np, pid_np = indptr.numpy(), pid.numpy()
-        p64 = p.double()
+        dt = self.scales[0].dtype  # the metric's products in the compute dtype, as factorised
+        pc = p.view(-1).index_select(0, sel).to(dt)
         scales = [s.index_select(0, rows) for s in self.scales]
-        sums = []
+        mu = torch.zeros(kept, int(self.patterns[0].shape[1]), dtype=dt)
+        if bins <= m:  # few patterns: per user and pattern sums (dense), then one product
+            at = user.mul_(bins).add_(pid)
+        else:  # a CSR matrix (kept users, patterns) over the rows taken (duplicates add up)
+            indptr = torch.zeros(kept + 1, dtype=torch.long)
+            torch.cumsum(take.sum(1), 0, out=indptr[1:])
+            ptr_np, pid_np = indptr.numpy(), pid.numpy()
+        g_num = len(scales)
+        sums = torch.zeros(g_num * (g_num + 1) // 2, bins, dtype=torch.float64)
+        i = 0
         for x, (px, sx) in enumerate(zip(self.patterns, scales)):
-            ps = p64 * sx
-            a = csr_matrix((ps.numpy(), pid_np, ptr_np), shape=(users, bins))
-            mu += torch.from_numpy(a @ px.numpy())
-            sums += [torch.bincount(pid, weights=ps * sy, minlength=bins) for sy in scales[x:]]
-        return torch.stack(sums), mu
+            ps = pc * sx
+            px = px.to(dt)
+            if bins <= m:
+                a = torch.zeros(kept * bins, dtype=dt).index_add_(0, at, ps)
+                mu += a.view(kept, bins) @ px
+            else:
+                a = csr_matrix((ps.numpy(), pid_np, ptr_np), shape=(kept, bins))
+                mu += torch.from_numpy(a @ px.numpy())
+            for sy in scales[x:]:
+                sums[i].index_add_(0, pid, ps.double() * sy)
+                i += 1
+        return sums, mu
 
     def second_moment(self, sums: torch.Tensor) -> torch.Tensor:
         """``sum p v v^T`` (K, K) from :meth:`moments`' per-pattern sums (added up)."""
@@ -138,13 +159,24 @@ def _mix(h: torch.Tensor) -> torch.Tensor:
     return h ^ (h >> 29)
 
 
+def _ratio_bits(ratio: torch.Tensor) -> torch.Tensor:
+    """The hash of each ratio's bits, int64: the last ``_HASH_DROP_BITS`` of float32's mantissa
+    (``52 - 23 + _HASH_DROP_BITS`` of float64's) left out, so that rounding noise in the data
+    mostly keeps rows of one pattern together (rows split across a boundary only make two
+    patterns of the same values)."""
+    if ratio.dtype == torch.float32:
+        return (ratio.view(torch.int32) >> _HASH_DROP_BITS).long().mul_(_M3)
+    return (ratio.double().view(torch.long) >> (29 + _HASH_DROP_BITS)).mul_(_M3)
+
+
 def find_patterns(
     rowptr: torch.Tensor, row_of: torch.Tensor, kk: torch.Tensor, vals: torch.Tensor, k_num: int
 ) -> RowPatterns | None:
     """The rows that compress, or ``None`` when too few do (see the module docstring).
 
     ``rowptr`` (rows + 1) points into the entries, sorted by row: ``row_of`` (their row),
-    ``kk`` (resource) and ``vals`` (value, > 0). CPU tensors.
+    ``kk`` (resource) and ``vals`` (value, > 0). CPU tensors. Ratios are computed and checked
+    in the dtype of ``vals``.
     """
     rows = rowptr.numel() - 1
     if rows == 0 or kk.numel() == 0:
@@ -153,31 +185,30 @@ def find_patterns(
     lo = torch.full((k_num,), float("inf"), dtype=vals.dtype).scatter_reduce(0, kk, vals, "amin")
     hi = torch.zeros(k_num, dtype=vals.dtype).scatter_reduce(0, kk, vals, "amax")
     const = lo == hi
+    cnt = rowptr[1:] - rowptr[:-1]
+    # a row's scale in the other resources' group: the sum of its values there (float64, so
+    # that rows of one pattern get the same ratios to within the data's rounding); counts'
+    # scale is 1 (their values are the pattern's)
+    any_const, all_const = bool(const.any()), bool(const.all())
+    c_e = const.index_select(0, kk) if any_const and not all_const else None
+    scale = torch.zeros(rows, dtype=torch.float64)
+    if not all_const:
+        v_nc = vals if c_e is None else vals.masked_fill(c_e, 0)
+        scale.index_add_(0, row_of, v_nc.double())
+    scale = scale.to(vals.dtype)
+    if all_const:
+        ratio = vals
+    else:
+        denom = scale.index_select(0, row_of)
+        if c_e is not None:
+            denom.masked_fill_(c_e, 1)
+        ratio = vals / denom
+    # a row's hash: the sum of its entries' (resource, ratio) hashes, not mixed further (a
+    # collision only puts two patterns under one id: the check makes those rows general)
     k_hash = _mix(torch.arange(1, k_num + 1, dtype=torch.long) * _M1)
-    parts = []  # per group: (ptr, row, resource, value, first value per row, ratio, count)
-    key = torch.zeros(rows, dtype=torch.long)
-    for in_group in (~const, const):
-        if not bool(in_group.any()):
-            continue
-        if bool(in_group.all()):
-            ptr, r, k, v = rowptr, row_of, kk, vals.to(torch.float64, copy=True)
-        else:
-            es = in_group[kk].nonzero().squeeze(1)
-            r, k, v = row_of[es], kk[es], vals[es].double()
-            ptr = torch.zeros(rows + 1, dtype=torch.long)
-            torch.cumsum(torch.bincount(r, minlength=rows), 0, out=ptr[1:])
-        cnt = ptr[1:] - ptr[:-1]
-        first = torch.where(cnt > 0, v[ptr[:-1].clamp_max(max(0, v.numel() - 1))], 0.0)
-        fr = first.index_select(0, r)
-        ratio = v / fr
-        # the hash of an entry: its resource's and its ratio's (float64 bits, the last
-        # 52 - 23 + _HASH_DROP_BITS mantissa bits left out: rounding noise)
-        h = (ratio.view(torch.long) >> (29 + _HASH_DROP_BITS)).mul_(_M3)
-        h.bitwise_xor_(k_hash.index_select(0, k))
-        h = torch.zeros(rows, dtype=torch.long).index_add_(0, r, h)
-        key = _mix(key * _M1 + _mix(h + cnt * _M2))
-        parts.append((ptr, r, k, v, first, fr, ratio, cnt))
-    uniq, pid = torch.unique(key, return_inverse=True)
+    h = _ratio_bits(ratio).bitwise_xor_(k_hash.index_select(0, kk))
+    key = torch.zeros(rows, dtype=torch.long).index_add_(0, row_of, h).add_(cnt * _M2)
+    uniq, pid = torch.unique(key, sorted=False, return_inverse=True)  # hashed: faster than sorted
     npat = int(uniq.numel())
     # a row whose pattern no other row shares stays general (its own pattern would not pay)
     single = torch.bincount(pid, minlength=npat) == 1
@@ -189,28 +220,33 @@ def find_patterns(
     rep = torch.full((npat,), rows, dtype=torch.long).scatter_reduce(
         0, pid, torch.arange(rows), "amin"
     )
+    lengths = cnt[rep]
+    offs = torch.cumsum(lengths, 0) - lengths
+    at = torch.repeat_interleave(rowptr[rep] - offs, lengths) + torch.arange(int(lengths.sum()))
+    pat = torch.zeros(npat + 1, k_num, dtype=torch.float64)
+    pat[pid[row_of[at]], kk[at]] = ratio[at].double()
+    # every entry checked: the same support (count, and each resource in it) and ratio
     tol = 8 * torch.finfo(vals.dtype).eps
+    at_e = (pid * k_num).index_select(0, row_of).add_(kk)
+    back = pat.view(-1).to(ratio.dtype).index_select(0, at_e)
+    bad_e = back.sub_(ratio).abs_() > ratio.mul(tol)
     bad = single[pid]
-    patterns, scales = [], []
-    for ptr, r, k, v, first, fr, ratio, cnt in parts:
-        lengths = cnt[rep]
-        offs = torch.cumsum(lengths, 0) - lengths
-        at = torch.repeat_interleave(ptr[rep] - offs, lengths) + torch.arange(int(lengths.sum()))
-        pat = torch.zeros(npat + 1, k_num, dtype=torch.float64)
-        pat[pid[r[at]], k[at]] = ratio[at]
-        # every entry checked: the same support (count, and each resource in it) and value
-        at_e = pid.index_select(0, r).mul_(k_num).add_(k)
-        back = fr.mul_(pat.view(-1).index_select(0, at_e))
-        bad_e = back.sub_(v).abs_() > v.mul_(tol)
-        bad |= (pat[:npat] != 0).sum(1)[pid] != cnt
-        if bool(bad_e.any()):
-            bad[r[bad_e]] = True
-        patterns.append(pat)
-        scales.append(first.to(vals.dtype))
+    bad |= (pat[:npat] != 0).sum(1)[pid] != cnt
+    if bool(bad_e.any()):
+        bad[row_of[bad_e]] = True
     if int(bad.sum()) > rows // 2:
         return None
+    patterns, scales = [], []
+    if not all_const:
+        patterns.append(pat if not any_const else pat * ~const)
+        scales.append(scale)
+    if any_const:
+        patterns.append(pat * const)
+        scales.append(torch.ones(rows, dtype=vals.dtype))
     if bool(bad.any()):
         pid[bad] = npat
         for s in scales:
             s[bad] = 0
-    return RowPatterns(pid, scales, patterns, bad, bad[row_of])
+    # the general rows' entries (none: no gather)
+    entries = bad[row_of] if bool(bad.any()) else torch.zeros(row_of.numel(), dtype=torch.bool)
+    return RowPatterns(pid, scales, patterns, bad, entries)

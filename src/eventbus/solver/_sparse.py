@@ -266,9 +266,9 @@ class SparsePass:
 
         As in the factorised form, users whose choice is within ``spread`` of one-hot are left
         out, and so are rows of probability below ``SPARSE_P_FLOOR`` (both below float32's
-        rounding of the rest). Compressed rows add per-pattern sums to the block's
-        (``second_moment`` turns them into ``sum p v v^T`` once per block) and ``mu`` by one CSR
-        product; the general rows' second moment is one dense product over the few
+        rounding of the rest). The kept users' compressed rows add per-pattern sums to
+        the block's (``second_moment`` turns them into ``sum p v v^T`` once per block) and
+        ``mu`` by one CSR product; the general rows' second moment is one dense product over the few
         ``(user, item)`` rows left, ``D^T diag(p) D``.
         """
         k_num, m = self.k_num, self.m
@@ -278,16 +278,13 @@ class SparsePass:
             return 0, torch.zeros(k_num * k_num, dtype=torch.float64, device=self.device)
         t1 = torch.zeros(k_num, k_num, dtype=torch.float64, device=self.device)
         pf = p.view(-1)
-        mu_k = torch.zeros(kept, k_num, dtype=torch.float64, device=self.device)
+        # per user means in the compute dtype (as the factorised form's): a metric, not a bound
+        mu_k = torch.zeros(kept, k_num, dtype=self.dtype, device=self.device)
         if c.pat is not None:
+            # general rows are the zero pattern's, with scale 0
+            keep = keep_u.nonzero().squeeze(1)
             r0 = c.a * m - c.base
-            take = (pf > SPARSE_P_FLOOR).view(-1, m).logical_and_(keep_u[:, None]).view(-1)
-            if c.general:
-                take &= ~c.pat.general_rows[r0 : r0 + (c.b - c.a) * m]
-            rows = take.nonzero().squeeze(1)
-            # kept users numbered 0 .. kept - 1
-            user = (torch.cumsum(keep_u, 0) - 1)[torch.div(rows, m, rounding_mode="floor")]
-            sums, mu_p = c.pat.moments(pf.index_select(0, rows), rows + r0, user, kept)
+            sums, mu_p = c.pat.moments(p.index_select(0, keep), keep, r0, SPARSE_P_FLOOR)
             self._sums = sums if self._sums is None else self._sums.add_(sums)
             mu_k += mu_p
         if c.general:
@@ -301,11 +298,11 @@ class SparsePass:
             if es.numel():
                 f, k, v = flat[es], self.kk[c.e0 : c.e1][es], self.vals[c.e0 : c.e1][es]
                 kept_no = (torch.cumsum(keep_u, 0) - 1)[user[es]]
-                mu_k.view(-1).index_add_(0, kept_no * k_num + k, (v * pe[es]).double())
+                mu_k.view(-1).index_add_(0, kept_no * k_num + k, (v * pe[es]).to(self.dtype))
                 # entries are sorted by (user, item): consecutive runs share a row of D
                 rows_f, inv = torch.unique_consecutive(f, return_inverse=True)
                 dense = torch.zeros(rows_f.numel() * k_num, dtype=self.dtype, device=self.device)
                 dense[inv * k_num + k] = v
                 dense = dense.view(-1, k_num)
                 t1 += ((dense * pf[rows_f][:, None]).T @ dense).double()
-        return kept, ((t1 - mu_k.T @ mu_k) / tau).reshape(-1)
+        return kept, ((t1 - (mu_k.T @ mu_k).double()) / tau).reshape(-1)

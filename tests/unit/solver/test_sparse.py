@@ -180,3 +180,55 @@ def test_no_entries_and_too_many_patterns_for_memory(monkeypatch: pytest.MonkeyP
     assert all(p is not None for p in SparsePass(generated, 64, 128).pats)
     monkeypatch.setattr("eventbus.solver._patterns.MAX_PATTERN_ENTRIES", 16 * 10)
     assert all(p is None for p in SparsePass(generated, 64, 128).pats)
+
+
+def _few_patterns(counts_only: bool = False, same_support: bool = False) -> AllocationProblem:
+    """Rows ``w[i, j] * P[j % 2]`` on four resources and two counting inventories (values 1
+    and 2.5 on item subsets): three patterns at most, fewer than the 12 items."""
+    gen = torch.Generator().manual_seed(7)
+    n, m = 90, 12
+    pats = torch.rand(2, 4, generator=gen, dtype=torch.float64) + 0.1
+    if not same_support:
+        pats[0, 1] = 0.0  # pattern 0 leaves resource 1 out
+    w = torch.rand(n, m, generator=gen, dtype=torch.float64) * 3 + 0.2
+    dense = torch.zeros(n, m, 6, dtype=torch.float64)
+    dense[:, :, :4] = w[:, :, None] * pats[torch.arange(m) % 2][None]
+    dense[:, ::3, 4] = 1.0
+    dense[:, :, 5] = 2.5
+    if counts_only:
+        dense = dense[:, :, 4:].contiguous()
+    revenue = torch.rand(n, m, generator=gen, dtype=torch.float64) * 2 - 0.3
+    budget = 0.3 * dense.sum((0, 1)) / m
+    return AllocationProblem(revenue, budget, dense.to_sparse())
+
+
+@pytest.mark.parametrize("counts_only", [False, True], ids=["mixed", "counts"])
+def test_few_patterns_use_the_dense_metric_and_match_the_reference(counts_only: bool) -> None:
+    # patterns <= items: the metric's per-user sums are dense (not a CSR product); counts
+    # only: one group whose scale is 1
+    problem = _few_patterns(counts_only)
+    sp = SparsePass(problem, 16, 48)
+    for pat in sp.pats:
+        assert pat is not None and not bool(pat.general_rows.any())
+        assert pat.num_patterns + 1 <= problem.revenue.shape[1]
+        assert len(pat.scales) == (1 if counts_only else 2)
+    want = _passes(problem, compress=False, scipy=False)
+    for a, b in zip(_passes(problem), want):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
+
+
+def test_hash_collisions_only_make_rows_general(monkeypatch: pytest.MonkeyPatch) -> None:
+    # every ratio hashed alike: rows on the same resources collide whatever their values; the
+    # entry-by-entry check must leave the mismatched rows general (or, past half of the rows,
+    # compress nothing), and the passes stay exact
+    problem = _few_patterns(same_support=True)
+    for pat in SparsePass(problem, 16, 48).pats:  # unhindered: every row compresses
+        assert pat is not None and not bool(pat.general_rows.any())
+    monkeypatch.setattr(
+        "eventbus.solver._patterns._ratio_bits", lambda r: torch.zeros(r.shape, dtype=torch.long)
+    )
+    sp = SparsePass(problem, 16, 48)
+    assert any(pat is None or bool(pat.general_rows.any()) for pat in sp.pats)
+    want = _passes(problem, compress=False, scipy=False)
+    for a, b in zip(_passes(problem), want):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
