@@ -238,8 +238,8 @@ local lates, ups, maxt = {}, {}, nil
 -- what splitting a string in Lua took): key, start, end, latest time, count, applied events
 -- (text), partials
 local A = cjson.decode(ARGV[base + 7])
-local i = 1
-while i <= #A do
+local i, nA, nl = 1, #A, 0
+while i <= nA do
   local key, start, fin, mt = A[i], tonumber(A[i + 1]), tonumber(A[i + 2]), tonumber(A[i + 3])
   local wid = nil
   if gap > 0 then
@@ -278,10 +278,10 @@ while i <= #A do
       redis.call('ZADD', DUE, I(fin + late_ms), wid)
     end
     if not maxt or mt > maxt then maxt = mt end
-    lates[#lates + 1] = '0'
+    nl = nl + 1; lates[nl] = '0'
     if update then ups[#ups + 1] = values(wid) end
   else
-    lates[#lates + 1] = '1'
+    nl = nl + 1; lates[nl] = '1'
   end
   i = i + 6 + nagg
 end
@@ -291,7 +291,7 @@ if ndig > 0 then -- remember the applied events (not the late ones: a replay dea
   for k = 1, #lates do if lates[k] == '1' then some_late = true; break end end
   if some_late then -- the events of the merged items (a hopping event may be in both kinds)
     local k, j = 1, 1
-    while j <= #A do
+    while j <= nA do
       if lates[k] == '0' then
         for p in string.gmatch(A[j + 5], '%d+') do applied[tonumber(p)] = true end
       end
