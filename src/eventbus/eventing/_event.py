@@ -206,6 +206,11 @@ def parse_time(value: str) -> datetime:
 #: one stream share them (a second's events, or a batch's), so each is parsed once.
 _HEADS: dict[str, int] = {}
 _HEADS_MAX = 4096
+#: Epoch milliseconds of the whole texts :func:`utc_ms` parsed lately: an event's time is
+#: parsed where it is decoded (checked) and again where a step windows it, a batch apart at
+#: most, so the second is a lookup (bounded: cleared when full).
+_TIMES: dict[str, int] = {}
+_TIMES_MAX = 8192
 
 
 def utc_ms(value: str) -> int | None:
@@ -217,6 +222,17 @@ def utc_ms(value: str) -> int | None:
         >>> utc_ms("2024-05-01T12:00:00.250Z"), utc_ms("2024-05-01T14:00:00+02:00")
         (1714564800250, None)
     """
+    ms = _TIMES.get(value)
+    if ms is None:
+        ms = _utc_ms(value)
+        if ms is not None:
+            if len(_TIMES) >= _TIMES_MAX:
+                _TIMES.clear()
+            _TIMES[value] = ms
+    return ms
+
+
+def _utc_ms(value: str) -> int | None:
     n = len(value)
     if n < 20 or value[-1] != "Z" or value[10] != "T":
         return None

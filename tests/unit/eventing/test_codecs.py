@@ -797,6 +797,24 @@ def test_time_ms_cache_stays_bounded_and_keeps_giving_right_answers() -> None:
     assert len(_event_module._HEADS) <= _event_module._HEADS_MAX
 
 
+def test_whole_time_texts_cache_stays_bounded_and_keeps_giving_right_answers() -> None:
+    # utc_ms keeps the texts it parsed (decode checks an event's time, a step windows it):
+    # more distinct texts than it keeps, each asked twice, all right; other texts not kept
+    base = parse_time("2024-05-01T00:00:00Z")
+    n = 2 * _event_module._TIMES_MAX + 100
+    for i in range(n):
+        text = format_time(base + timedelta(milliseconds=37 * i))
+        expected = int(base.timestamp()) * 1000 + 37 * i
+        assert time_ms(text) == expected
+        assert time_ms(text) == expected  # again, from the cache
+        assert len(_event_module._TIMES) <= _event_module._TIMES_MAX
+    assert time_ms("2024-05-01T14:00:00.5+02:00") == int(base.timestamp()) * 1000 + 43_200_500
+    assert "2024-05-01T14:00:00.5+02:00" not in _event_module._TIMES
+    with pytest.raises(ValueError, match="2024-13-01T00:00:00Z"):
+        time_ms("2024-13-01T00:00:00Z")
+    assert "2024-13-01T00:00:00Z" not in _event_module._TIMES
+
+
 @pytest.mark.parametrize(
     "text", ["2024-02-30T00:00:00Z", "2024-05-01T25:00:00Z", "2024-05-01T12:00:00", "nope", ""]
 )

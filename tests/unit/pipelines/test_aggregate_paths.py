@@ -190,3 +190,34 @@ def test_dedupe_remembers_the_events_of_merged_items_only(store: str | None) -> 
         ("b", iso(T0 + 90_000)): 1,
     }
     assert step.counters["late_events"] == 2
+
+
+def test_thousands_of_windows_claimed_again_after_a_lapsed_lease_then_dropped(
+    store: str | None,
+) -> None:
+    # the claim and ack scripts take windows off the due set, lease and drop them in chunks of
+    # 1,000 arguments: 2,500 windows cross the chunks' bounds, first from the due set, then
+    # again from the claim set once the first claim's lease lapsed (a timer that died)
+    from eventbus.pipelines.steps._aggregate_timer import AggregateTimer
+
+    runner, step = make(store, window={"tumbling": {"size_s": 60}})
+    n = 2_500
+    runner.run([ev(f"u{i}", T0 + i % 50, i % 7) for i in range(n)] + [ev("x", T0 + 61_000, 1)])
+    timer = AggregateTimer(step, lease_s=10)
+    later = T0 + 10 * 60_000
+    first = timer.close(now=later)  # never acked
+    assert len(first.token) == n and not first.more
+    again = timer.close(now=later + 5_000)  # the lease holds: nothing
+    assert again.token == []
+    retry = timer.close(now=later + 11_000)
+    assert sorted(retry.token) == sorted(first.token)
+    got = {k: (w["n"], w["total"]) for (k, _), w in by_window(retry.outputs).items()}
+    assert got == {f"u{i}": (1, i % 7) for i in range(n)}
+    timer.ack(retry)
+    assert timer.close(now=later + 30_000).token == []
+    if store is not None:  # every field and entry of the dropped windows is gone
+        w, due, claim = keys.aggregate_keys(step.pipeline, step.id)[:3]
+        r = redis.Redis.from_url(store)
+        assert r.zcard(claim) == 0 and r.zrange(due, 0, -1) == [f"{T0 + 60_000}:x".encode()]
+        fields = {f.split(b"\0")[0] for f in r.hkeys(w)}
+        assert fields <= {b"wm", b"wmw", b"wmc", f"{T0 + 60_000}:x".encode()}

@@ -155,23 +155,51 @@ local function mergew(src, dst)
 end
 -- a window's values, one string: its id, count, end, then per aggregation its value, each
 -- NUL-terminated (no value holds a NUL: JSON texts, numbers and keys without one), so a
--- client parses a split rather than a reply of many parts
+-- client parses a split rather than a reply of many parts; its fields read with one HMGET
 local function values(wid)
-  local out = {wid, hget(wid .. '\0c') or '0', hget(wid .. '\0e') or '0'}
+  local fs = {wid .. '\0c', wid .. '\0e'}
   for a = 1, nagg do
     local op, fa = ops[a], F(wid, a)
-    local v
-    if op == 'avg' then v = (hget(fa) or '0') .. ' ' .. (hget(fa .. 'n') or '0')
+    if op == 'avg' then fs[#fs + 1] = fa; fs[#fs + 1] = fa .. 'n'
+    elseif op == 'collect' or op == 'reducer' then fs[#fs + 1] = fa .. 'x'; fs[#fs + 1] = fa
+    else fs[#fs + 1] = fa end
+  end
+  local g = redis.call('HMGET', H, unpack(fs))
+  local out, j = {wid, g[1] or '0', g[2] or '0'}, 3
+  for a = 1, nagg do
+    local op, v = ops[a], g[j] or ''
+    if op == 'avg' then v = (g[j] or '0') .. ' ' .. (g[j + 1] or '0'); j = j + 2
+    elseif op == 'collect' or op == 'reducer' then v = (g[j] or '0') .. '\n' .. (g[j + 1] or ''); j = j + 2
     elseif op == 'distinct' then
-      local h = hget(fa)
       v = '0'
-      if h then redis.call('SET', S1, h); v = I(redis.call('PFCOUNT', S1)) end
-    elseif op == 'collect' or op == 'reducer' then v = (hget(fa .. 'x') or '0') .. '\n' .. (hget(fa) or '')
-    else v = hget(fa) or '' end
+      if g[j] then redis.call('SET', S1, g[j]); v = I(redis.call('PFCOUNT', S1)) end
+      j = j + 1
+    else j = j + 1 end
     out[#out + 1] = v
   end
   out[#out + 1] = ''
   return table.concat(out, '\0')
+end
+-- a command over many arguments, in chunks (a Lua call takes a bounded number of them)
+local function each(cmd, key, list, step)
+  for c = 1, #list, step do
+    redis.call(cmd, key, unpack(list, c, math.min(#list, c + step - 1)))
+  end
+end
+-- drop many windows: their fields, due and claim entries, with a few calls for all of them
+local function dropall(wids)
+  local fields = {}
+  for _, wid in ipairs(wids) do
+    fields[#fields + 1] = wid .. '\0c'; fields[#fields + 1] = wid .. '\0e'
+    for a = 1, nagg do
+      local fa = F(wid, a)
+      fields[#fields + 1] = fa; fields[#fields + 1] = fa .. 'n'
+      fields[#fields + 1] = fa .. 't'; fields[#fields + 1] = fa .. 'x'
+    end
+  end
+  each('HDEL', H, fields, 1000)
+  each('ZREM', DUE, wids, 1000)
+  each('ZREM', CLAIM, wids, 1000)
 end
 """
 
@@ -210,8 +238,8 @@ local lates, ups, maxt = {}, {}, nil
 -- what splitting a string in Lua took): key, start, end, latest time, count, applied events
 -- (text), partials
 local A = cjson.decode(ARGV[base + 7])
-local i = 1
-while i <= #A do
+local i, nA, nl = 1, #A, 0
+while i <= nA do
   local key, start, fin, mt = A[i], tonumber(A[i + 1]), tonumber(A[i + 2]), tonumber(A[i + 3])
   local wid = nil
   if gap > 0 then
@@ -250,10 +278,10 @@ while i <= #A do
       redis.call('ZADD', DUE, I(fin + late_ms), wid)
     end
     if not maxt or mt > maxt then maxt = mt end
-    lates[#lates + 1] = '0'
+    nl = nl + 1; lates[nl] = '0'
     if update then ups[#ups + 1] = values(wid) end
   else
-    lates[#lates + 1] = '1'
+    nl = nl + 1; lates[nl] = '1'
   end
   i = i + 6 + nagg
 end
@@ -263,7 +291,7 @@ if ndig > 0 then -- remember the applied events (not the late ones: a replay dea
   for k = 1, #lates do if lates[k] == '1' then some_late = true; break end end
   if some_late then -- the events of the merged items (a hopping event may be in both kinds)
     local k, j = 1, 1
-    while j <= #A do
+    while j <= nA do
       if lates[k] == '0' then
         for p in string.gmatch(A[j + 5], '%d+') do applied[tonumber(p)] = true end
       end
@@ -302,13 +330,13 @@ elseif wm then
 end
 if eff and wmc and tonumber(wmc) > eff then eff = tonumber(wmc) end
 if eff and (not wmc or eff > tonumber(wmc)) then redis.call('HSET', H, 'wmc', I(eff)) end
-local out = {}
+local out, wids, claims, lease_end = {}, {}, {}, I(now + lease)
 local lists = {redis.call('ZRANGEBYSCORE', CLAIM, '-inf', I(now), 'LIMIT', 0, limit)}
 if eff then lists[2] = redis.call('ZRANGEBYSCORE', DUE, '-inf', I(eff), 'LIMIT', 0, limit) end
 for _, list in ipairs(lists) do
   for _, wid in ipairs(list) do
-    redis.call('ZREM', DUE, wid)
-    redis.call('ZADD', CLAIM, I(now + lease), wid)
+    wids[#wids + 1] = wid
+    claims[#claims + 1] = lease_end; claims[#claims + 1] = wid
     if session then
       local s, key = cut(wid, ':')
       local idx, keep = 'S\0' .. key, {}
@@ -318,6 +346,9 @@ for _, list in ipairs(lists) do
     out[#out + 1] = values(wid)
   end
 end
+-- taken off the due set and leased, a few calls for all the windows
+each('ZREM', DUE, wids, 1000)
+each('ZADD', CLAIM, claims, 1000)
 return out
 """
 )
@@ -325,8 +356,10 @@ return out
 _ACK = (
     _COMMON
     + r"""
-for i = base, #ARGV do drop(ARGV[i]) end
-return #ARGV - base + 1
+local wids = {}
+for i = base, #ARGV do wids[#wids + 1] = ARGV[i] end
+dropall(wids)
+return #wids
 """
 )
 
