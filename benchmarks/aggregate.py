@@ -48,6 +48,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -204,6 +205,51 @@ def check(
         raise AssertionError(msg)
 
 
+def baseline_fold(records: Any, parts: dict[tuple[int, str], list[int]], wm: int) -> int:
+    """The plain loop's pre-aggregation of records (``.headers``, ``.value``) per (window, key)
+    into ``parts``; returns the watermark (the latest event time seen)."""
+    for rec in records:
+        text = dict(rec.headers)["ce_time"].decode().replace("Z", "+00:00")
+        t = int(datetime.fromisoformat(text).timestamp() * 1000)
+        data = orjson.loads(rec.value)
+        p = parts[(t - t % WINDOW_MS, data["k"])]
+        p[0] += 1
+        p[1] += data["amount"]
+        wm = max(wm, t)
+    return wm
+
+
+def baseline_queue(
+    pipe: Any, parts: dict[tuple[int, str], list[int]], prefix: str, open_windows: set[int], wm: int
+) -> list[int]:
+    """Queue the plain loop's Redis work for one batch on ``pipe`` (sync or asyncio): HINCRBY
+    and HINCRBYFLOAT per (window, key), then HGETALL + DEL of each window the watermark closed
+    (returned, in order)."""
+    for (start, k), (n, total) in parts.items():
+        pipe.hincrby(f"{prefix}{start}", f"{k}:n", n)
+        pipe.hincrbyfloat(f"{prefix}{start}", f"{k}:s", total)
+        open_windows.add(start)
+    closed = sorted(w for w in open_windows if w + WINDOW_MS <= wm)
+    for w in closed:
+        pipe.hgetall(f"{prefix}{w}")
+        pipe.delete(f"{prefix}{w}")
+    return closed
+
+
+def baseline_closed(
+    closed: list[int], hashes: list[Any], open_windows: set[int]
+) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """(key, window start, {"n", "s"}) for each key of the closed windows' hashes."""
+    for w, fields in zip(closed, hashes):
+        open_windows.discard(w)
+        per_key: dict[str, dict[str, Any]] = defaultdict(dict)
+        for f, v in fields.items():
+            k, _, what = f.decode().rpartition(":")
+            per_key[k][what] = v
+        for k, v in per_key.items():
+            yield k, w, v
+
+
 async def baseline(bootstrap: str, redis_url: str, topic: str, sink: str, expect: int) -> None:
     import redis.asyncio as aioredis
 
@@ -232,44 +278,20 @@ async def baseline(bootstrap: str, redis_url: str, topic: str, sink: str, expect
                 continue
             parts: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
             for records in batch.values():
-                for rec in records:
-                    t = int(
-                        datetime.fromisoformat(
-                            dict(rec.headers)["ce_time"].decode().replace("Z", "+00:00")
-                        ).timestamp()
-                        * 1000
-                    )
-                    data = orjson.loads(rec.value)
-                    p = parts[(t - t % WINDOW_MS, data["k"])]
-                    p[0] += 1
-                    p[1] += data["amount"]
-                    wm = max(wm, t)
+                wm = baseline_fold(records, parts, wm)
             pipe = r.pipeline(transaction=False)
-            for (start, k), (n, s) in parts.items():
-                pipe.hincrby(f"{prefix}{start}", f"{k}:n", n)
-                pipe.hincrbyfloat(f"{prefix}{start}", f"{k}:s", s)
-                open_windows.add(start)
-            closed = sorted(w for w in open_windows if w + WINDOW_MS <= wm)
-            for w in closed:
-                pipe.hgetall(f"{prefix}{w}")
-                pipe.delete(f"{prefix}{w}")
+            closed = baseline_queue(pipe, parts, prefix, open_windows, wm)
             results = await pipe.execute()
             out, futs = producer.create_batch(), []
-            for w, fields in zip(closed, results[2 * len(parts) :: 2]):
-                open_windows.discard(w)
-                per_key: dict[str, dict[str, Any]] = defaultdict(dict)
-                for f, v in fields.items():
-                    k, _, what = f.decode().rpartition(":")
-                    per_key[k][what] = v
-                for k, v in per_key.items():
-                    value = orjson.dumps(
-                        {"key": k, "start": w, "n": int(v["n"]), "total": float(v["s"])}
-                    )
-                    if out.append(key=k.encode(), value=value, timestamp=None, headers=[]) is None:
-                        futs.append(await producer.send_batch(out, sink, partition=0))
-                        out = producer.create_batch()
-                        out.append(key=k.encode(), value=value, timestamp=None, headers=[])
-                    emitted += 1
+            for k, w, v in baseline_closed(closed, results[2 * len(parts) :: 2], open_windows):
+                value = orjson.dumps(
+                    {"key": k, "start": w, "n": int(v["n"]), "total": float(v["s"])}
+                )
+                if out.append(key=k.encode(), value=value, timestamp=None, headers=[]) is None:
+                    futs.append(await producer.send_batch(out, sink, partition=0))
+                    out = producer.create_batch()
+                    out.append(key=k.encode(), value=value, timestamp=None, headers=[])
+                emitted += 1
             if out.record_count():
                 futs.append(await producer.send_batch(out, sink, partition=0))
             await asyncio.gather(*futs)

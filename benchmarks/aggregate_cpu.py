@@ -33,16 +33,22 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import orjson
 import redis
-from aggregate import WINDOW_MS, answer, iso, make_events
+from aggregate import (
+    WINDOW_MS,
+    answer,
+    baseline_closed,
+    baseline_fold,
+    baseline_queue,
+    iso,
+    make_events,
+)
 
 from eventbus._internal.services import start_redis
 from eventbus.eventing._codecs import RawRecord, decode_kafka_records
@@ -113,33 +119,13 @@ def baseline(recs: list[RawRecord], url: str) -> tuple[float, dict[str, float]]:
     t0 = time.thread_time()
     for s in range(0, len(recs), BATCH):
         parts: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
-        for rec in recs[s : s + BATCH]:
-            text = dict(rec.headers)["ce_time"].decode().replace("Z", "+00:00")
-            t = int(datetime.fromisoformat(text).timestamp() * 1000)
-            data = orjson.loads(rec.value)  # type: ignore[arg-type]
-            p = parts[(t - t % WINDOW_MS, data["k"])]
-            p[0] += 1
-            p[1] += data["amount"]
-            wm = max(wm, t)
+        wm = baseline_fold(recs[s : s + BATCH], parts, wm)
         pipe = r.pipeline(transaction=False)
-        for (start, k), (n, total) in parts.items():
-            pipe.hincrby(f"{prefix}{start}", f"{k}:n", n)
-            pipe.hincrbyfloat(f"{prefix}{start}", f"{k}:s", total)
-            open_windows.add(start)
-        closed = sorted(w for w in open_windows if w + WINDOW_MS <= wm)
-        for w in closed:
-            pipe.hgetall(f"{prefix}{w}")
-            pipe.delete(f"{prefix}{w}")
+        closed = baseline_queue(pipe, parts, prefix, open_windows, wm)
         results = pipe.execute()
-        for w, fields in zip(closed, results[2 * len(parts) :: 2]):
-            open_windows.discard(w)
-            per_key: dict[str, dict[str, Any]] = defaultdict(dict)
-            for f, v in fields.items():
-                k, _, what = f.decode().rpartition(":")
-                per_key[k][what] = v
-            for k, v in per_key.items():
-                orjson.dumps({"key": k, "start": w, "n": int(v["n"]), "total": float(v["s"])})
-                outputs += 1
+        for k, w, v in baseline_closed(closed, results[2 * len(parts) :: 2], open_windows):
+            orjson.dumps({"key": k, "start": w, "n": int(v["n"]), "total": float(v["s"])})
+            outputs += 1
     return float(outputs), {"loop": time.thread_time() - t0}
 
 
