@@ -11,7 +11,10 @@ encode) and **to tail** (the produce request, the broker, the tail consumer's fe
 
 Last line: one JSON object with p50/p99 of each (system, rate) and of both parts, the
 EventBus/loop p99 ratio at each rate, and the 1-minute load average before and after each
-measurement (on a shared machine every figure moves with it).
+measurement (on a shared machine every figure moves with it), and where the machine's CPU went
+while each was measured (``cpu_pct_of_one_core``: the load generator and tail consumer, which
+share this process; the broker; the replica or the loop; Redis; Ray's other processes; anything
+else on the machine; and the machine's busy share, of ``cores`` cores).
 
 Run: ``.venv/bin/python benchmarks/latency.py [--fractions 0.1,0.25,0.5] [--settings 2/10,0/2]``
 """
@@ -23,8 +26,10 @@ import asyncio
 import json
 import os
 import statistics
+import time
 from typing import Any
 
+import psutil
 from _common import latency_run, pct
 from _peer_systems import Running, wait_ready
 from peers import Bench
@@ -60,23 +65,76 @@ def summary(lat: list[float], stages: list[tuple[float, float]], rate: float) ->
     }
 
 
+def _cpu_role(p: psutil.Process, cmd: str) -> str:
+    if p.pid == os.getpid():
+        return "generator_and_tail"  # this process: the load generator and the tail consumer
+    for key, role in (
+        ("ServeReplica", "replica"),
+        ("tansu", "broker"),
+        ("redis-server", "redis"),
+        ("tail_clock", "generator_and_tail"),
+        ("peer_apps", "loop"),
+        ("ray", "ray_other"),
+    ):
+        if key in cmd:
+            return role
+    return "other"  # the rest of the machine: other jobs on a shared machine
+
+
+def cpu_snapshot() -> tuple[float, float, dict[int, tuple[str, float]]]:
+    """(wall time, machine busy CPU seconds, {pid: (role, CPU seconds)})."""
+    procs: dict[int, tuple[str, float]] = {}
+    for p in psutil.process_iter(["cmdline", "name"]):
+        try:
+            cmd = " ".join(p.info["cmdline"] or [p.info["name"] or ""])
+            t = p.cpu_times()
+            procs[p.pid] = (_cpu_role(p, cmd), t.user + t.system)
+        except psutil.Error:
+            continue
+    m = psutil.cpu_times()
+    busy = m.user + m.nice + m.system + getattr(m, "irq", 0) + getattr(m, "softirq", 0)
+    return time.monotonic(), busy, procs
+
+
+def cpu_split(
+    before: tuple[float, float, dict[int, tuple[str, float]]],
+    after: tuple[float, float, dict[int, tuple[str, float]]],
+) -> dict[str, float]:
+    """Each role's CPU between two snapshots, in % of one core, and the machine's busy %."""
+    wall = after[0] - before[0]
+    out: dict[str, float] = {}
+    for pid, (role, t) in after[2].items():
+        prev = before[2].get(pid)
+        used = t - prev[1] if prev is not None and prev[0] == role else t
+        out[role] = out.get(role, 0.0) + used
+    split = {k: round(100 * v / wall, 1) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
+    split["machine_busy"] = round(100 * (after[1] - before[1]) / wall, 1)
+    split["cores"] = psutil.cpu_count()
+    return split
+
+
 def measure(bench: Bench, label: str, run_start: Any, rate: float) -> dict[str, Any]:
     src, sink = bench.topics()
     load_before = os.getloadavg()[0]
     run: Running = run_start(src, sink)
     stages: list[tuple[float, float]] = []
+    cpu: dict[str, float] = {}
     try:
 
         async def go() -> list[float]:
             await wait_ready(bench.bootstrap, src, sink, run)
             seconds = bench.args.latency_seconds
-            return await latency_run(bench.bootstrap, src, sink, rate, seconds, stages)
+            before = cpu_snapshot()
+            lat = await latency_run(bench.bootstrap, src, sink, rate, seconds, stages)
+            cpu.update(cpu_split(before, cpu_snapshot()))
+            return lat
 
         lat = asyncio.run(go())
     finally:
         bench.systems.stop(run)
     out = summary(lat, stages, rate)
     out["load_average_1m"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]
+    out["cpu_pct_of_one_core"] = cpu
     print(f"{label} at {rate:,.0f}/s: {out}", flush=True)
     return out
 
