@@ -141,6 +141,14 @@ def doorbell(parked_id: str) -> str:
     return f"{PREFIX}doorbell:{parked_id}"
 
 
+def join_bridge(group: str) -> str:
+    """String with a TTL: ``open`` when the controller woke a pipeline at zero (consumer group
+    ``group`` has no live member), then the id of the replica whose source took it and
+    consumes the group's partitions by assignment while its group join runs; deleted once
+    that source handed over to its group member (see ``serving/_bridge.py``)."""
+    return f"{PREFIX}join-bridge:{group}"
+
+
 def pipeline_versions(name: str) -> str:
     """Hash: version number -> JSON record of every kept version of pipeline ``name``."""
     return f"{_CONTROL}pipeline-versions:{name}"

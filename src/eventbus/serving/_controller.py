@@ -23,6 +23,7 @@ from eventbus.errors import DeployError, PipelineNotFoundError
 from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.pipelines._config import PipelineConfig
 from eventbus.pipelines._loader import load_pipeline_text
+from eventbus.serving._bridge import bridged_groups, open_bridges
 from eventbus.serving._deployment import app_name, build_app
 
 __all__ = ["CONTROLLER_NAME", "NAMESPACE", "Controller", "source_actor_name"]
@@ -726,6 +727,11 @@ class Controller:
                 # commit end first (a serve.run of an application being deleted never returns).
                 self._delete_app(name)
             else:
+                # no member is live in the pipeline's groups: its first replica's sources may
+                # consume by assignment while they join (Tansu holds a join for 3 s)
+                groups = bridged_groups(config, self.kafka_bootstrap).values()
+                if groups:
+                    open_bridges(self._redis, groups)
                 self._run_app(config, record["python_path"])
                 self._redis.hdel(keys.SCALED_TO_ZERO, name)
 

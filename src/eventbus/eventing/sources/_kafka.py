@@ -190,7 +190,7 @@ class KafkaSource(Source):
         """
         await self._delivery.start()
         try:
-            await self._fetcher.start(self._on_revoked, self._on_assigned)
+            await self._fetcher.start(self._on_revoked, self._on_assigned, self._on_bridged)
         except (KafkaError, KeyError, ConfigError) as e:
             # KeyError: aiokafka's SCRAM client when the broker refuses the login
             await self._delivery.stop_sinks()
@@ -230,6 +230,7 @@ class KafkaSource(Source):
                     self._progress.clear()
                     await self._progress.wait()
                     continue
+                consumer = self._fetcher.consumer or consumer  # the group's after a bridge
                 records = await self._fetcher.fetch(consumer)
                 if records:
                     self._enqueue(records)
@@ -394,6 +395,30 @@ class KafkaSource(Source):
                 len(self._queue),
                 self._revoke_timeout_s,
             )
+        finally:
+            self._revoking = False
+            self._progress.set()
+
+    async def _on_bridged(self) -> None:
+        # The group member got its partitions: the bridge consumer's batches are finished and
+        # committed (as on a revocation), then the member starts from the committed offsets.
+        self._revoking = True
+        try:
+            await self._fetcher.quiet()
+            if self._queue and self._fatal is None:
+                try:
+                    await asyncio.wait_for(self._wait_drained(), self._revoke_timeout_s)
+                except TimeoutError:
+                    # as on a revocation that timed out: the member reads them again
+                    self._stats["revoke_timeouts"] += 1
+                    log.warning(
+                        "kafka source %s: %d batches of the join bridge still in flight after "
+                        "%.1f s; handing over without them (they will be delivered again)",
+                        self.pipeline,
+                        len(self._queue),
+                        self._revoke_timeout_s,
+                    )
+            await self._fetcher.hand_over()
         finally:
             self._revoking = False
             self._progress.set()
