@@ -7,9 +7,10 @@
 * The first source of a woken replica to :meth:`RedisJoinBridge.claim` it writes its id there
   (one script: only one claims) and consumes by assignment while its group join runs,
   refreshing the key's TTL; it deletes the key once its group member took over.
-* Any other new member of the group (a second replica) waits in its assignment until the key
-  is gone (:meth:`RedisJoinBridge.wait_clear`), then reads its positions from the committed
-  offsets: no partition is read by two consumers.
+* Any other new member of the group (a second replica) waits until the key is gone
+  (:meth:`RedisJoinBridge.wait_clear`) before it joins: the group then rebalances as on any
+  scale-up, from the offsets the bridge's member committed; no partition is read by two
+  consumers.
 """
 
 from __future__ import annotations

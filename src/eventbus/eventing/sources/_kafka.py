@@ -170,7 +170,11 @@ class KafkaSource(Source):
         self._delivery = Delivery(config, pipeline, sinks, delivery, self._stats)
         self._batches = BatchMaker(config, fetch.decode_in_dispatch, self._delivery.undecodable)
         self._commits = Committer(
-            lambda: self._fetcher.consumer, pipeline, self._stats, self.latency
+            lambda: self._fetcher.consumer,
+            pipeline,
+            self._stats,
+            self.latency,
+            hold=lambda: self._fetcher.bridging,
         )
         self._queue: collections.deque[KafkaBatch] = collections.deque()
         self._progress = asyncio.Event()  # set whenever the queue changes or stop is asked
@@ -418,6 +422,7 @@ class KafkaSource(Source):
                         len(self._queue),
                         self._revoke_timeout_s,
                     )
+            await self._commits.commit_held(self._fetcher.commit_as_member)
             await self._fetcher.hand_over()
         finally:
             self._revoking = False

@@ -4,10 +4,11 @@ a consumer-group join takes (see :class:`~eventbus.eventing.sources._kafka_setti
 Tansu holds a JoinGroup for half the group's session timeout (``join_group_pause`` in its group
 coordinator), so the first member of a group waits 3 s before its first fetch. A consumer with
 the same ``group_id`` that assigns itself the partitions needs no join: its positions come
-from the group's committed offsets (``OffsetFetch``) and its commits go to the same group
-(``OffsetCommit`` with no generation, which Tansu takes from anyone). It is safe only while no
-other consumer reads those partitions: the bridge is claimed once per wake-up, and other new
-members wait for its release before they fetch.
+from the group's committed offsets (``OffsetFetch``). Once the group has a member, the group
+takes commits only from members (Tansu as Kafka): what the bridge consumer delivered is
+committed by the source's member when it gets its partitions (the hand-over). It is safe only
+while no other consumer reads those partitions: the bridge is claimed once per wake-up, and
+other new members join only after its release.
 """
 
 from __future__ import annotations

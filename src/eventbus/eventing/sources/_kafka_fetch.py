@@ -178,6 +178,7 @@ class KafkaFetcher:
         #: the group member while a bridge consumer (``self.consumer``) fetches for it
         self._group: AIOKafkaConsumer | None = None
         self._fetching = asyncio.Lock()  # held by a fetch (and a hand-over)
+        self._joining: asyncio.Task[None] | None = None  # the member's start beside a bridge
         #: parks so far (each ends on the doorbell, on unpark() or after PARK_MAX_S)
         self.parks = 0
 
@@ -204,7 +205,12 @@ class KafkaFetcher:
         # the group join is still under way
         self._last_records_at = asyncio.get_running_loop().time()
         bridge = None
-        if self._bridge is not None and on_bridged is not None and await self._bridge.claim():
+        if self._bridge is not None and on_bridged is not None and not await self._bridge.claim():
+            # another source holds the bridge: join once it handed over (a member that joined
+            # meanwhile could fetch, on an assignment of the generation before, partitions
+            # the bridge's member got)
+            await self._bridge.wait_clear(BRIDGE_WAIT_S)
+        elif self._bridge is not None and on_bridged is not None:
             bridge = await open_bridge(self.config.topics, self.group, self._consumer_kwargs())
             if bridge is None:  # a topic has no partitions yet: nothing to bridge
                 await self._close_bridge(bridge_of=True)
@@ -217,16 +223,19 @@ class KafkaFetcher:
                     ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(bridge.assignment())),
                 )
                 self._group = consumer  # before the join starts: its hook hands over
+        if bridge is not None:
+            # aiokafka's start() returns once the member joined: the bridge fetches meanwhile
+            self.consumer = bridge
+            self._joining = asyncio.create_task(
+                consumer.start(), name=f"eventbus-{self.group}-join"
+            )
+            return
         try:
             await consumer.start()
         except (KafkaError, KeyError):
-            self._group = None
             await consumer.stop()
-            if bridge is not None:
-                await bridge.stop()
-                await self._close_bridge(bridge_of=True)
             raise
-        self.consumer = bridge if bridge is not None else consumer
+        self.consumer = consumer
 
     def _consumer_kwargs(self) -> dict[str, Any]:
         session_timeout_ms = self.settings.session_timeout_ms
@@ -251,15 +260,6 @@ class KafkaFetcher:
         async def assigned(tps: set[TopicPartition]) -> None:
             if self._group is not None and on_bridged is not None:
                 await on_bridged()  # the member has its partitions: the bridge hands over
-            elif (
-                self._bridge is not None
-                and tps
-                and await self._bridge.wait_clear(BRIDGE_WAIT_S)
-                and self.consumer is not None
-            ):
-                # another source was bridging these partitions: it committed what it took;
-                # start from there
-                await self.consumer.seek_to_committed(*tps)
             on_assigned(tps)
 
         return assigned
@@ -273,6 +273,26 @@ class KafkaFetcher:
         """Wait until no fetch is in progress."""
         async with self._fetching:
             pass
+
+    async def commit_as_member(self, offsets: dict[TopicPartition, int]) -> None:
+        """Commit ``offsets`` (every partition the bridge consumer delivered, whoever owns it
+        now) as the group member: the group takes commits only from its members once it has
+        one. No other member fetched them yet (they wait for the bridge's release).
+
+        Raises:
+            KafkaError: the commit failed.
+        """
+        member = self._group
+        if member is None or not offsets:
+            return
+        from aiokafka.structs import OffsetAndMetadata
+
+        # aiokafka's commit() takes only the member's own partitions; its coordinator commits
+        # any (the Kafka protocol does not tie commits to the assignment)
+        coordinator: Any = member._coordinator
+        subscription: Any = member._subscription.subscription
+        meta = {tp: OffsetAndMetadata(offset, "") for tp, offset in offsets.items()}
+        await coordinator.commit_offsets(subscription.assignment, meta)
 
     async def hand_over(self) -> None:
         """The group member takes over from the bridge consumer (whose batches the source
@@ -308,6 +328,10 @@ class KafkaFetcher:
         """Leave the group (idempotent)."""
         consumer, self.consumer = self.consumer, None
         member, self._group = self._group, None
+        joining, self._joining = self._joining, None
+        if joining is not None:
+            joining.cancel()
+            await asyncio.gather(joining, return_exceptions=True)
         for c in (consumer, member):
             if c is not None:
                 await c.stop()
@@ -321,6 +345,10 @@ class KafkaFetcher:
 
     async def fetch(self, consumer: AIOKafkaConsumer) -> dict[TopicPartition, list[Any]]:
         """Up to ``max_batch`` records, per partition in offset order; {} when none came."""
+        joining = self._joining
+        if joining is not None and joining.done():
+            self._joining = None
+            joining.result()  # the group member could not start: the source fails
         async with self._fetching:
             if consumer is not self.consumer:  # handed over meanwhile
                 return {}

@@ -107,10 +107,11 @@ class JoinBridge(Protocol):
     Tansu holds every JoinGroup for half the group's session timeout (3 s with the default
     6 s), so a pipeline woken from zero would wait that long before its first fetch. A source
     that :meth:`claim` s the bridge assigns itself every partition of its topics at once
-    (offsets read from and committed to the group's coordinator) while its group member joins
-    beside it; when the member gets its partitions, the source finishes and commits what it
-    took, hands over and :meth:`release` s. Sources that did not claim it wait in their
-    assignment for :meth:`wait_clear` before fetching, so no partition is read twice.
+    (positions from the group's committed offsets) while its group member joins beside it;
+    the group takes no commit from a non-member once it has a member, so what it delivers is
+    committed when the member gets its partitions, by the member, before it hands over and
+    :meth:`release` s. Sources that did not claim it wait for :meth:`wait_clear` before they
+    join, so no partition is read twice.
     """
 
     async def claim(self) -> bool:
