@@ -179,6 +179,7 @@ class KafkaFetcher:
         self._group: AIOKafkaConsumer | None = None
         self._fetching = asyncio.Lock()  # held by a fetch (and a hand-over)
         self._joining: asyncio.Task[None] | None = None  # the member's start beside a bridge
+        self._retired: AIOKafkaConsumer | None = None  # the bridge's consumer, handed over
         #: parks so far (each ends on the doorbell, on unpark() or after PARK_MAX_S)
         self.parks = 0
 
@@ -303,6 +304,7 @@ class KafkaFetcher:
             return
         async with self._fetching:
             bridge, self.consumer, self._group = self.consumer, member, None
+            self._retired = bridge
             self._generation += 1
             self.gaps.reset()
             self.idle = False
@@ -350,7 +352,7 @@ class KafkaFetcher:
             self._joining = None
             joining.result()  # the group member could not start: the source fails
         async with self._fetching:
-            if consumer is not self.consumer:  # handed over meanwhile
+            if consumer is self._retired:  # the bridge's, handed over meanwhile
                 return {}
             return await self._fetch(consumer)
 
