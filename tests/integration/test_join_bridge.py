@@ -159,3 +159,25 @@ async def test_a_second_member_waits_for_the_hand_over_and_the_group_splits(
     assert await committed_offsets(kafka_bootstrap, group, src, partitions) == dict.fromkeys(
         range(partitions), 2 * n // partitions
     )
+
+
+async def test_only_an_open_bridge_is_taken_and_only_its_holder_releases_it(redis_url):
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    redis = connect(redis_url, decode_responses=True)
+    first, second = (RedisJoinBridge(redis_url, group, h) for h in ("r1/0", "r2/0"))
+    assert not await first.claim(), "a bridge the controller never opened was taken"
+    assert not await first.wait_clear(1.0), "waited for no bridge"
+    open_bridges(redis, [group])
+    assert 0 < redis.ttl(keys.join_bridge(group)) <= 120
+    taken = await asyncio.gather(first.claim(), second.claim())
+    assert sorted(taken) == [False, True], "not exactly one claim"
+    holder, other = (first, second) if taken[0] else (second, first)
+    assert redis.get(keys.join_bridge(group)) == holder.holder
+    await other.release()  # not its own: the bridge stays
+    assert redis.get(keys.join_bridge(group)) == holder.holder
+    waiter = asyncio.create_task(other.wait_clear(10.0))
+    with pytest.raises(TimeoutError):  # held: still waiting
+        await asyncio.wait_for(asyncio.shield(waiter), 0.3)
+    await holder.release()
+    assert await waiter is True, "the other source did not wait for the release"
+    assert redis.get(keys.join_bridge(group)) is None
