@@ -335,6 +335,7 @@ def main() -> None:
     ap.add_argument("--warm", type=int, default=10, help="Idle warm pipelines (min: 1).")
     ap.add_argument("--zero", type=int, default=50, help="Pipelines scaled to zero (min: 0).")
     ap.add_argument("--zero-idle-s", type=float, default=3.0, help="Their replicas.idle_s.")
+    ap.add_argument("--zero-poll-s", type=float, default=1.0, help="Their replicas.poll_s.")
     ap.add_argument("--cold-rounds", type=int, default=3, help="Cold starts (median).")
     ap.add_argument(
         "--max-waking",
@@ -390,7 +391,9 @@ def main() -> None:
             admin.delete(name)
 
         zero = [f"z-{tag}-{i}" for i in range(args.zero)]
-        serving = {"replicas": {"min": 0, "max": 1, "idle_s": args.zero_idle_s, "poll_s": 1}}
+        serving = {
+            "replicas": {"min": 0, "max": 1, "idle_s": args.zero_idle_s, "poll_s": args.zero_poll_s}
+        }
         t_deploy = time.monotonic()
         for i, name in enumerate(zero):
             wait_until(
