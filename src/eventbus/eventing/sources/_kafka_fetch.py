@@ -309,12 +309,14 @@ class KafkaFetcher:
             self.gaps.reset()
             self.idle = False
             self._last_records_at = asyncio.get_running_loop().time()
-        if bridge is not None:
-            await bridge.stop()
-        assigned = member.assignment()
-        if assigned:
-            await member.seek_to_committed(*assigned)
-        await self._close_bridge(bridge_of=True)
+        try:
+            if bridge is not None:
+                await bridge.stop()
+            assigned = member.assignment()
+            if assigned:  # failing, the member starts from what it read at its assignment
+                await member.seek_to_committed(*assigned)
+        finally:
+            await self._close_bridge(bridge_of=True)
         log.info("kafka source %s: the group member took over from the bridge", self.pipeline)
 
     async def _close_bridge(self, *, bridge_of: bool) -> None:
