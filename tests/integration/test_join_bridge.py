@@ -181,3 +181,24 @@ async def test_only_an_open_bridge_is_taken_and_only_its_holder_releases_it(redi
     await holder.release()
     assert await waiter is True, "the other source did not wait for the release"
     assert redis.get(keys.join_bridge(group)) is None
+
+
+async def test_a_bridge_whose_holder_died_delays_the_join_only_until_it_expires(
+    kafka_bootstrap, topic_factory, redis_url
+):
+    src, out = topic_factory("in"), topic_factory("out")
+    group = f"g-{src}"
+    await produce(kafka_bootstrap, src, [(0, None, orjson.dumps({"n": i}), []) for i in range(50)])
+    redis = connect(redis_url, decode_responses=True)
+    redis.set(keys.join_bridge(group), "gone-replica/0", px=1500)  # its holder was killed
+    source, seen = bridged_source(kafka_bootstrap, src, out, group, redis_url)
+    await source.start()  # waits for the dead holder's bridge to expire, then joins
+    runner = asyncio.create_task(source.run())
+    try:
+        assert not source._fetcher.bridging and redis.get(keys.join_bridge(group)) is None
+        await wait_for(lambda: source.stats()["committed"] >= 50, 30, lambda: str(source.stats()))
+    finally:
+        await source.stop()
+        await runner
+    assert sorted(ns_of(await read_all(kafka_bootstrap, out, 50))) == list(range(50))
+    assert not any(bridged for _, bridged in seen)
