@@ -115,7 +115,7 @@ async def test_bridge_starts_from_the_committed_offsets_and_hands_over_once(
 async def test_a_second_member_waits_for_the_hand_over_and_the_group_splits(
     kafka_bootstrap, topic_factory, redis_url
 ):
-    n, partitions = 2000, 4
+    n, partitions = 500, 4
     src, out = topic_factory("in", partitions=partitions), topic_factory("out")
     group = f"g-{src}"
     events = [(i % partitions, None, orjson.dumps({"n": i}), []) for i in range(n)]
