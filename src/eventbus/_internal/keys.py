@@ -20,6 +20,8 @@ Control plane (the controller, ``serving``):
 * :func:`canary` (string): JSON of a pipeline's running canary (YAML, schedule, weight...).
 * :func:`canary_figures` (hash): replica id -> JSON of the canary's and the stable version's
   events, failures and step seconds.
+* :func:`join_bridge` (string with a TTL): ``open``, then the id of the source that consumes
+  a woken pipeline's consumer group by assignment while its group join runs.
 
 Observability (replicas, source actors and gateways write; gateways and ``status`` read):
 
