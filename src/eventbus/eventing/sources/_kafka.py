@@ -20,7 +20,10 @@ On a rebalance, the revoked callback (awaited by aiokafka) finishes and commits 
 flight before the partitions move, waiting at most ``revoke_timeout_s`` (default: the session
 timeout; what is not committed by then is delivered again by the next owner); records fetched
 but not yet batched are dropped and fetched again from the committed offsets. ``stop(drain=True)`` stops fetching, finishes the batches in
-flight, commits and closes.
+flight, commits and closes. With a join bridge (``FetchSettings.bridge``: the first member of a
+group with no live one) the source fetches by assignment while its member joins; the member's
+first assignment finishes those batches as a revocation does, commits them through the member
+and hands over (``_kafka_bridge``).
 
 The parts, one module each: fetching and positions (``_kafka_fetch``), retry scheduling
 (``_kafka_retry``), delivery to the sinks (``_kafka_delivery``) and commits
