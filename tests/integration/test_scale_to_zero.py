@@ -30,8 +30,30 @@ pytestmark = [
 N = 5000  # the issue's figure: events published while the pipeline is at zero
 
 
+async def bridge_holders(redis_url: str, group: str, stop: asyncio.Event) -> set[str]:
+    """The values the join bridge of ``group`` takes until ``stop`` (looked at every 20 ms)."""
+    from eventbus._internal import keys
+    from eventbus._internal.redis_client import connect_async
+
+    redis = connect_async(redis_url, decode_responses=True)
+    seen: set[str] = set()
+    try:
+        while not stop.is_set():
+            value = await redis.get(keys.join_bridge(group))
+            if value is not None:
+                seen.add(value)
+            await asyncio.sleep(0.02)
+    finally:
+        await redis.aclose()
+    return seen
+
+
 async def test_idle_pipeline_scales_to_zero_and_events_at_zero_arrive_once(
-    deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str, eventbus_client: Any
+    deploy_pipeline: Any,
+    topic_factory: Any,
+    kafka_bootstrap: str,
+    eventbus_client: Any,
+    redis_url: str,
 ) -> None:
     src, sink = topic_factory("z-in", partitions=2), topic_factory("z-out")
     name = f"zero-{uuid.uuid4().hex[:6]}"
@@ -73,8 +95,14 @@ async def test_idle_pipeline_scales_to_zero_and_events_at_zero_arrive_once(
 
     assert at_zero(), "the controller's restart woke the pipeline without events"
     assert app_gone(), "the controller's restore ran the application of a pipeline at zero"
+    stop = asyncio.Event()
+    holders = asyncio.create_task(bridge_holders(redis_url, f"eventbus-{name}", stop))
     await produce(kafka_bootstrap, src, N)  # while no replica runs
     out = await collect(kafka_bootstrap, sink, N, timeout_s=60)
+    stop.set()
+    # the woken replica consumed by assignment while its group join ran (serving/_bridge.py)
+    seen = await holders
+    assert seen - {"open"}, f"the woken replica's source did not take the join bridge: {seen}"
     assert len(out) == N, f"{len(out)} outputs for {N} events"
     assert {e.id for e in out} == {f"a{i}" for i in range(N)}
     # idle again: back to zero, and everything was committed (no lag woke it again)

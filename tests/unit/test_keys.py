@@ -26,6 +26,7 @@ def test_control_plane_keys() -> None:
     assert keys.PARKED == "eventbus:parked"
     assert keys.PARKED_NOTICE == "eventbus:parked-notice"
     assert keys.doorbell("12-ab/0") == "eventbus:doorbell:12-ab/0"
+    assert keys.join_bridge("eventbus-orders") == "eventbus:join-bridge:eventbus-orders"
 
 
 def test_canary_pattern_finds_canaries_only() -> None:

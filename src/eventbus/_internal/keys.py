@@ -20,6 +20,8 @@ Control plane (the controller, ``serving``):
 * :func:`canary` (string): JSON of a pipeline's running canary (YAML, schedule, weight...).
 * :func:`canary_figures` (hash): replica id -> JSON of the canary's and the stable version's
   events, failures and step seconds.
+* :func:`join_bridge` (string with a TTL): ``open``, then the id of the source that consumes
+  a woken pipeline's consumer group by assignment while its group join runs.
 
 Observability (replicas, source actors and gateways write; gateways and ``status`` read):
 
@@ -139,6 +141,14 @@ PARKED_NOTICE = PREFIX + "parked-notice"
 def doorbell(parked_id: str) -> str:
     """Pub/sub channel: a message wakes the parked Kafka source ``parked_id`` (records came)."""
     return f"{PREFIX}doorbell:{parked_id}"
+
+
+def join_bridge(group: str) -> str:
+    """String with a TTL: ``open`` when the controller woke a pipeline at zero (consumer group
+    ``group`` has no live member), then the id of the replica whose source took it and
+    consumes the group's partitions by assignment while its group join runs; deleted once
+    that source handed over to its group member (see ``serving/_bridge.py``)."""
+    return f"{PREFIX}join-bridge:{group}"
 
 
 def pipeline_versions(name: str) -> str:

@@ -271,6 +271,7 @@ class ReplicaSources:
                         max_in_flight=spec.serving.batch.max_in_flight,
                         decode_in_dispatch=origins,
                         doorbell=self._doorbell(i, src),
+                        bridge=self._bridge(i),
                     ),
                     delivery=delivery_policy(self._config, self._redis_url),
                 )
@@ -325,6 +326,16 @@ class ReplicaSources:
         bell = RedisDoorbell(self._redis_url, f"{self.replica_id}/{index}")
         self._doorbells.append(bell)
         return bell
+
+    def _bridge(self, index: int) -> Any:
+        """The join bridge of consumed source ``index`` (see ``_bridge``), or None: the
+        pipeline does not scale to zero, or the source reads another Kafka than the stack's."""
+        from eventbus.serving._bridge import RedisJoinBridge, bridged_groups
+
+        group = bridged_groups(self._config, self._bootstrap).get(index)
+        if not self._redis_url or group is None:
+            return None
+        return RedisJoinBridge(self._redis_url, group, f"{self.replica_id}/{index}")
 
     async def _run_schedules(self) -> None:
         """Emit the pipeline's schedule ticks into its ingress topic (one replica at a time

@@ -20,7 +20,10 @@ On a rebalance, the revoked callback (awaited by aiokafka) finishes and commits 
 flight before the partitions move, waiting at most ``revoke_timeout_s`` (default: the session
 timeout; what is not committed by then is delivered again by the next owner); records fetched
 but not yet batched are dropped and fetched again from the committed offsets. ``stop(drain=True)`` stops fetching, finishes the batches in
-flight, commits and closes.
+flight, commits and closes. With a join bridge (``FetchSettings.bridge``: the first member of a
+group with no live one) the source fetches by assignment while its member joins; the member's
+first assignment finishes those batches as a revocation does, commits them through the member
+and hands over (``_kafka_bridge``).
 
 The parts, one module each: fetching and positions (``_kafka_fetch``), retry scheduling
 (``_kafka_retry``), delivery to the sinks (``_kafka_delivery``) and commits
@@ -170,7 +173,11 @@ class KafkaSource(Source):
         self._delivery = Delivery(config, pipeline, sinks, delivery, self._stats)
         self._batches = BatchMaker(config, fetch.decode_in_dispatch, self._delivery.undecodable)
         self._commits = Committer(
-            lambda: self._fetcher.consumer, pipeline, self._stats, self.latency
+            lambda: self._fetcher.consumer,
+            pipeline,
+            self._stats,
+            self.latency,
+            hold=lambda: self._fetcher.bridging,
         )
         self._queue: collections.deque[KafkaBatch] = collections.deque()
         self._progress = asyncio.Event()  # set whenever the queue changes or stop is asked
@@ -190,7 +197,7 @@ class KafkaSource(Source):
         """
         await self._delivery.start()
         try:
-            await self._fetcher.start(self._on_revoked, self._on_assigned)
+            await self._fetcher.start(self._on_revoked, self._on_assigned, self._on_bridged)
         except (KafkaError, KeyError, ConfigError) as e:
             # KeyError: aiokafka's SCRAM client when the broker refuses the login
             await self._delivery.stop_sinks()
@@ -230,6 +237,7 @@ class KafkaSource(Source):
                     self._progress.clear()
                     await self._progress.wait()
                     continue
+                consumer = self._fetcher.consumer or consumer  # the group's after a bridge
                 records = await self._fetcher.fetch(consumer)
                 if records:
                     self._enqueue(records)
@@ -394,6 +402,31 @@ class KafkaSource(Source):
                 len(self._queue),
                 self._revoke_timeout_s,
             )
+        finally:
+            self._revoking = False
+            self._progress.set()
+
+    async def _on_bridged(self) -> None:
+        # The group member got its partitions: the bridge consumer's batches are finished and
+        # committed (as on a revocation), then the member starts from the committed offsets.
+        self._revoking = True
+        try:
+            await self._fetcher.quiet()
+            if self._queue and self._fatal is None:
+                try:
+                    await asyncio.wait_for(self._wait_drained(), self._revoke_timeout_s)
+                except TimeoutError:
+                    # as on a revocation that timed out: the member reads them again
+                    self._stats["revoke_timeouts"] += 1
+                    log.warning(
+                        "kafka source %s: %d batches of the join bridge still in flight after "
+                        "%.1f s; handing over without them (they will be delivered again)",
+                        self.pipeline,
+                        len(self._queue),
+                        self._revoke_timeout_s,
+                    )
+            await self._commits.commit_held(self._fetcher.commit_as_member)
+            await self._fetcher.hand_over()
         finally:
             self._revoking = False
             self._progress.set()

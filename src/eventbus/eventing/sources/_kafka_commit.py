@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
@@ -45,8 +45,12 @@ class Committer:
         pipeline: str,
         stats: dict[str, int],
         latency: Histogram,
+        hold: Callable[[], bool] = lambda: False,
     ) -> None:
         self._consumer = consumer
+        # while true (a join bridge fetches: the group takes no commit from it once its member
+        # joined), delivered batches wait for commit_held()
+        self._hold = hold
         self._pipeline = pipeline
         self._stats = stats
         self._latency = latency
@@ -61,15 +65,41 @@ class Committer:
         if batch.oldest_ms:
             self._latency.observe(max(0.0, time.time() - batch.oldest_ms / 1000), batch.count)
         self._to_commit.append(batch)
-        if self._task is None or self._task.done():
+        if (self._task is None or self._task.done()) and not self._hold():
             self._task = asyncio.create_task(self._loop())
 
     async def flush(self) -> None:
-        """Wait until every delivered batch's offsets were committed (or given up)."""
-        while self._to_commit or (self._task is not None and not self._task.done()):
+        """Wait until every delivered batch's offsets were committed (or given up); while
+        held, only the commit running."""
+        while (self._to_commit and not self._hold()) or (
+            self._task is not None and not self._task.done()
+        ):
             if self._task is None or self._task.done():
                 self._task = asyncio.create_task(self._loop())
             await asyncio.shield(self._task)
+
+    async def commit_held(
+        self, commit: Callable[[dict[TopicPartition, int]], Awaitable[None]]
+    ) -> None:
+        """Commit every delivered batch waiting, all partitions, with ``commit`` (the join
+        bridge's hand-over: its group member commits what the bridge consumer delivered)."""
+        if self._task is not None and not self._task.done():
+            await asyncio.shield(self._task)
+        batches, self._to_commit = self._to_commit, []
+        if not batches:
+            return
+        offsets: dict[TopicPartition, int] = {}
+        for batch in batches:
+            offsets.update(batch.offsets)
+        try:
+            await commit(offsets)
+        except KafkaError as e:
+            # the records are consumed again from the older commits (at-least-once)
+            log.warning("kafka source %s: the join bridge's commit failed: %r", self._pipeline, e)
+            return
+        self.committed.update(offsets)
+        for batch in batches:
+            self._stats["committed"] += batch.count
 
     def cancel(self) -> asyncio.Task[None] | None:
         """Forget the batches not committed yet; return the commit running, cancelled."""
@@ -80,7 +110,7 @@ class Committer:
         return task
 
     async def _loop(self) -> None:
-        while self._to_commit:
+        while self._to_commit and not self._hold():
             batches, self._to_commit = self._to_commit, []
             await self._commit(batches)
 

@@ -21,10 +21,11 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
 from eventbus.eventing._kafka_client import KafkaClientConfig, kafka_client_kwargs
+from eventbus.eventing.sources._kafka_bridge import open_bridge
 from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
 from eventbus.eventing.sources._kafka_settings import Doorbell, FetchSettings
 
-__all__ = ["IDLE_AFTER_S", "PARK_MAX_S", "KafkaFetcher", "OffsetGaps"]
+__all__ = ["BRIDGE_WAIT_S", "IDLE_AFTER_S", "PARK_MAX_S", "KafkaFetcher", "OffsetGaps"]
 
 # One logger for every part of the Kafka source, as when it was one module.
 log = logging.getLogger("eventbus.eventing.sources._kafka")
@@ -39,6 +40,8 @@ IDLE_AFTER_S = 2.0
 PARK_MAX_S = 5.0
 _AFTER_PARK_MS = 30  # getmany() after a park that was not rung: one or two short fetches
 _AFTER_RING_MS = 300  # ... after a ring: records are there, wait for them (a loaded machine)
+#: Longest a new group member waits, in its assignment, for another source's join bridge.
+BRIDGE_WAIT_S = 30.0
 
 
 class OffsetGaps:
@@ -120,7 +123,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(
         self,
         on_revoked: Callable[[set[TopicPartition]], Awaitable[None]],
-        on_assigned: Callable[[set[TopicPartition]], None],
+        on_assigned: Callable[[set[TopicPartition]], Awaitable[None]],
     ) -> None:
         self._on_revoked = on_revoked
         self._on_assigned = on_assigned
@@ -129,7 +132,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         await self._on_revoked(revoked)
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        self._on_assigned(assigned)
+        await self._on_assigned(assigned)
 
 
 class KafkaFetcher:
@@ -171,6 +174,12 @@ class KafkaFetcher:
         self._generation = 0  # bumped on each revocation: fetched records older are dropped
         self._unparked = asyncio.Event()  # set by unpark(): a park ends at once
         self._doorbell = settings.doorbell  # None once it failed: long polls instead
+        self._bridge = settings.bridge
+        #: the group member while a bridge consumer (``self.consumer``) fetches for it
+        self._group: AIOKafkaConsumer | None = None
+        self._fetching = asyncio.Lock()  # held by a fetch (and a hand-over)
+        self._joining: asyncio.Task[None] | None = None  # the member's start beside a bridge
+        self._retired: AIOKafkaConsumer | None = None  # the bridge's consumer, handed over
         #: parks so far (each ends on the doorbell, on unpark() or after PARK_MAX_S)
         self.parks = 0
 
@@ -178,30 +187,50 @@ class KafkaFetcher:
         self,
         on_revoked: Callable[[set[TopicPartition]], Awaitable[None]],
         on_assigned: Callable[[set[TopicPartition]], None],
+        on_bridged: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Join the consumer group; the callbacks run on rebalances (revoked is awaited).
+
+        With a :class:`~eventbus.eventing.sources._kafka_settings.JoinBridge` that this source
+        claims, a second consumer takes every partition by assignment at once and fetches
+        while the group member joins; ``on_bridged`` is awaited when the member gets its
+        partitions (the source finishes what it took, then calls :meth:`hand_over`).
 
         Raises:
             KafkaError: the broker cannot be reached (the consumer is stopped again).
         """
-        session_timeout_ms = self.settings.session_timeout_ms
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap_servers,
-            group_id=self.group,
-            client_id=f"eventbus-{self.pipeline}",
-            enable_auto_commit=False,
-            auto_offset_reset=self.config.start_from,
-            session_timeout_ms=session_timeout_ms,
-            heartbeat_interval_ms=max(100, session_timeout_ms // 3),
-            max_poll_records=self.settings.max_batch,
-            fetch_max_wait_ms=self.config.fetch_max_wait_ms,
-            max_partition_fetch_bytes=4 * 1024 * 1024,
-            **kafka_client_kwargs(self.client),
-        )
-        consumer.subscribe(self.config.topics, listener=_Listener(on_revoked, on_assigned))
+        consumer = AIOKafkaConsumer(group_id=self.group, **self._consumer_kwargs())
+        listener = _Listener(on_revoked, self._assigned_hook(on_assigned, on_bridged))
+        consumer.subscribe(self.config.topics, listener=listener)
         # idle (long poll, park) only after IDLE_AFTER_S without records from now: not while
         # the group join is still under way
         self._last_records_at = asyncio.get_running_loop().time()
+        bridge = None
+        if self._bridge is not None and on_bridged is not None and not await self._bridge.claim():
+            # another source holds the bridge: join once it handed over (a member that joined
+            # meanwhile could fetch, on an assignment of the generation before, partitions
+            # the bridge's member got)
+            await self._bridge.wait_clear(BRIDGE_WAIT_S)
+        elif self._bridge is not None and on_bridged is not None:
+            bridge = await open_bridge(self.config.topics, self.group, self._consumer_kwargs())
+            if bridge is None:  # a topic has no partitions yet: nothing to bridge
+                await self._close_bridge(bridge_of=True)
+            else:
+                log.info(
+                    "kafka source %s: group %r has no live member; consuming %s by assignment "
+                    "while the group join runs",
+                    self.pipeline,
+                    self.group,
+                    ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(bridge.assignment())),
+                )
+                self._group = consumer  # before the join starts: its hook hands over
+        if bridge is not None:
+            # aiokafka's start() returns once the member joined: the bridge fetches meanwhile
+            self.consumer = bridge
+            self._joining = asyncio.create_task(
+                consumer.start(), name=f"eventbus-{self.group}-join"
+            )
+            return
         try:
             await consumer.start()
         except (KafkaError, KeyError):
@@ -209,11 +238,108 @@ class KafkaFetcher:
             raise
         self.consumer = consumer
 
+    def _consumer_kwargs(self) -> dict[str, Any]:
+        session_timeout_ms = self.settings.session_timeout_ms
+        return {
+            "bootstrap_servers": self.bootstrap_servers,
+            "client_id": f"eventbus-{self.pipeline}",
+            "enable_auto_commit": False,
+            "auto_offset_reset": self.config.start_from,
+            "session_timeout_ms": session_timeout_ms,
+            "heartbeat_interval_ms": max(100, session_timeout_ms // 3),
+            "max_poll_records": self.settings.max_batch,
+            "fetch_max_wait_ms": self.config.fetch_max_wait_ms,
+            "max_partition_fetch_bytes": 4 * 1024 * 1024,
+            **kafka_client_kwargs(self.client),
+        }
+
+    def _assigned_hook(
+        self,
+        on_assigned: Callable[[set[TopicPartition]], None],
+        on_bridged: Callable[[], Awaitable[None]] | None,
+    ) -> Callable[[set[TopicPartition]], Awaitable[None]]:
+        async def assigned(tps: set[TopicPartition]) -> None:
+            if self._group is not None and on_bridged is not None:
+                await on_bridged()  # the member has its partitions: the bridge hands over
+            on_assigned(tps)
+
+        return assigned
+
+    @property
+    def bridging(self) -> bool:
+        """Whether a bridge consumer fetches while the group member joins."""
+        return self._group is not None
+
+    async def quiet(self) -> None:
+        """Wait until no fetch is in progress."""
+        async with self._fetching:
+            pass
+
+    async def commit_as_member(self, offsets: dict[TopicPartition, int]) -> None:
+        """Commit ``offsets`` (every partition the bridge consumer delivered, whoever owns it
+        now) as the group member: the group takes commits only from its members once it has
+        one. No other member fetched them yet (they wait for the bridge's release).
+
+        Raises:
+            KafkaError: the commit failed.
+        """
+        member = self._group
+        if member is None or not offsets:
+            return
+        from aiokafka.structs import OffsetAndMetadata
+
+        # aiokafka's commit() takes only the member's own partitions; its coordinator commits
+        # any (the Kafka protocol does not tie commits to the assignment)
+        coordinator: Any = member._coordinator
+        subscription: Any = member._subscription.subscription
+        meta = {tp: OffsetAndMetadata(offset, "") for tp, offset in offsets.items()}
+        await coordinator.commit_offsets(subscription.assignment, meta)
+
+    async def hand_over(self) -> None:
+        """The group member takes over from the bridge consumer (whose batches the source
+        delivered and committed): it starts from the committed offsets; the bridge is
+        released."""
+        member = self._group
+        if member is None:
+            return
+        async with self._fetching:
+            bridge, self.consumer, self._group = self.consumer, member, None
+            self._retired = bridge
+            self._generation += 1
+            self.gaps.reset()
+            self.idle = False
+            self._last_records_at = asyncio.get_running_loop().time()
+        try:
+            if bridge is not None:
+                await bridge.stop()
+            assigned = member.assignment()
+            if assigned:  # failing, the member starts from what it read at its assignment
+                await member.seek_to_committed(*assigned)
+        finally:
+            await self._close_bridge(bridge_of=True)
+        log.info("kafka source %s: the group member took over from the bridge", self.pipeline)
+
+    async def _close_bridge(self, *, bridge_of: bool) -> None:
+        if bridge_of and self._bridge is not None:
+            try:
+                await self._bridge.release()
+            except Exception as e:  # noqa: BLE001 - it expires by itself
+                log.warning(
+                    "kafka source %s: releasing the join bridge failed: %s", self.pipeline, e
+                )
+
     async def stop(self) -> None:
         """Leave the group (idempotent)."""
         consumer, self.consumer = self.consumer, None
-        if consumer is not None:
-            await consumer.stop()
+        member, self._group = self._group, None
+        joining, self._joining = self._joining, None
+        if joining is not None:
+            joining.cancel()
+            await asyncio.gather(joining, return_exceptions=True)
+        for c in (consumer, member):
+            if c is not None:
+                await c.stop()
+        await self._close_bridge(bridge_of=member is not None)
 
     def revoked(self) -> None:
         """Partitions are being revoked: records fetched before are dropped, and the
@@ -223,6 +349,16 @@ class KafkaFetcher:
 
     async def fetch(self, consumer: AIOKafkaConsumer) -> dict[TopicPartition, list[Any]]:
         """Up to ``max_batch`` records, per partition in offset order; {} when none came."""
+        joining = self._joining
+        if joining is not None and joining.done():
+            self._joining = None
+            joining.result()  # the group member could not start: the source fails
+        async with self._fetching:
+            if consumer is self._retired:  # the bridge's, handed over meanwhile
+                return {}
+            return await self._fetch(consumer)
+
+    async def _fetch(self, consumer: AIOKafkaConsumer) -> dict[TopicPartition, list[Any]]:
         loop = asyncio.get_running_loop()
         wait = self._next_fetch_at - loop.time()
         if wait > 0:  # records keep coming: let more gather at the broker (see linger_ms)
@@ -237,7 +373,8 @@ class KafkaFetcher:
             timeout_ms=poll_ms, max_records=self.settings.max_batch
         )
         if not data:
-            if not self.idle and loop.time() - self._last_records_at >= IDLE_AFTER_S:
+            idle_for = loop.time() - self._last_records_at
+            if not self.idle and not self.bridging and idle_for >= IDLE_AFTER_S:
                 self._set_idle(consumer, True)
             return {}
         self._last_records_at = loop.time()

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from eventbus.eventing._routing import Routing
     from eventbus.eventing.sinks._base import Sink
 
-__all__ = ["DeliveryPolicy", "Doorbell", "FetchSettings", "SourceSinks"]
+__all__ = ["DeliveryPolicy", "Doorbell", "FetchSettings", "JoinBridge", "SourceSinks"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +65,9 @@ class FetchSettings:
         doorbell: tells the source, once idle, when records arrive: it stops fetching
             (parks) until then instead of long-polling (None: it long-polls with
             ``idle_fetch_max_wait_ms``). See :class:`Doorbell`.
+        bridge: lets the source consume its partitions by assignment while its group join
+            runs, when it is the first member of a group with none live (a pipeline woken
+            from zero; None: it waits for the join). See :class:`JoinBridge`.
 
     Example:
         >>> FetchSettings(max_batch=500, linger_ms=5).max_in_flight
@@ -78,6 +81,7 @@ class FetchSettings:
     decode_in_dispatch: bool = False
     revoke_timeout_s: float | None = None
     doorbell: Doorbell | None = None
+    bridge: JoinBridge | None = None
 
 
 class Doorbell(Protocol):
@@ -95,6 +99,30 @@ class Doorbell(Protocol):
         """Return once records may have arrived past ``ends`` (``topic[partition]`` -> the log
         end the source last saw, -1 when unknown). The source cancels the wait when it stops
         or after a while (it then fetches once anyway); raising makes it wait that while."""
+
+
+class JoinBridge(Protocol):
+    """Bridges the consumer-group join of the first member of a group that has no live one.
+
+    Tansu holds every JoinGroup for half the group's session timeout (3 s with the default
+    6 s), so a pipeline woken from zero would wait that long before its first fetch. A source
+    that :meth:`claim` s the bridge assigns itself every partition of its topics at once
+    (positions from the group's committed offsets) while its group member joins beside it;
+    the group takes no commit from a non-member once it has a member, so what it delivers is
+    committed when the member gets its partitions, by the member, before it hands over and
+    :meth:`release` s. Sources that did not claim it wait for :meth:`wait_clear` before they
+    join, so no partition is read twice.
+    """
+
+    async def claim(self) -> bool:
+        """Take the bridge; False: there is none open (the group may have live members)."""
+
+    async def release(self) -> None:
+        """The claimer handed over (or stopped): the others may fetch."""
+
+    async def wait_clear(self, timeout_s: float) -> bool:
+        """Wait until no source holds the bridge (at most ``timeout_s``); True: one held it
+        (positions must be read again from the committed offsets)."""
 
 
 @dataclass(frozen=True, slots=True)
