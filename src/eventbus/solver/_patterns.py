@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
+from eventbus.solver._classes import UserClasses, find_classes
+
 __all__ = ["MAX_PATTERN_ENTRIES", "MAX_PATTERN_SHARE", "RowPatterns", "find_patterns"]
 
 MAX_PATTERN_SHARE = 1 / 16  # more patterns than this share of the rows: no compression
@@ -47,6 +49,13 @@ class RowPatterns:
     patterns: list[torch.Tensor]
     general_rows: torch.Tensor  # (rows,) bool: rows left to the general CSR product
     general_entries: torch.Tensor  # (nnz,) bool: their entries
+    unit: list[bool]  # per group: its scale is 1 on every compressed row (counts)
+    classes: UserClasses | None = None  # the block's user classes, if few (see _classes)
+
+    def _scales(self, r0: int, r1: int) -> list[torch.Tensor | None]:
+        """Each group's scales over rows ``[r0, r1)``, ``None`` for a unit group (general rows
+        have the zero pattern: their scale does not matter)."""
+        return [None if u else s[r0:r1] for s, u in zip(self.scales, self.unit)]
 
     @property
     def num_patterns(self) -> int:
@@ -61,20 +70,39 @@ class RowPatterns:
         self, rf: torch.Tensor, prices: list[torch.Tensor], r0: int, r1: int
     ) -> None:
         """``rf -= sum_g scale_g * prices_g[pid]`` over rows ``[r0, r1)`` (``rf``: those rows)."""
+        scales = self._scales(r0, r1)
+        cl = self.classes
+        if cl is not None:
+            m = cl.m
+            shaped = [None if s is None else s.view(-1, m) for s in scales]
+            cl.subtract_prices(rf.view(-1, m), prices, shaped, r0 // m)
+            return
         pid = self.pid[r0:r1]
-        for s, pr in zip(self.scales, prices):
-            rf.addcmul_(pr.index_select(0, pid), s[r0:r1], value=-1)
+        for s, pr in zip(scales, prices):
+            if s is None:
+                rf.sub_(pr.index_select(0, pid))
+            else:
+                rf.addcmul_(pr.index_select(0, pid), s, value=-1)
 
     def histograms(self, x: torch.Tensor, rev: torch.Tensor, r0: int, r1: int) -> torch.Tensor:
         """Per pattern: ``[sum x * c, sum x * scale_g (per group)]``, ``(1 + G, patterns + 1)``
         float64 over rows ``[r0, r1)`` (``x``, ``rev``: those rows)."""
+        scales = self._scales(r0, r1)
+        cl = self.classes
+        if cl is not None:  # per class and item, then per pattern (the factorised form's sums)
+            m = cl.m
+            xv = x.view(-1, m)
+            parts = [xv * rev.view(-1, m)]
+            parts += [xv if s is None else xv * s.view(-1, m) for s in scales]
+            uc = cl.cls[r0 // m : r1 // m]
+            return cl.sums(parts, uc, self.num_patterns + 1, x.dtype)
         pid = self.pid[r0:r1]
         x64 = x.double()
         # index_add_, not bincount: bincount's weighted CPU path is several times slower
-        out = torch.zeros(1 + len(self.scales), self.num_patterns + 1, dtype=torch.float64)
+        out = torch.zeros(1 + len(scales), self.num_patterns + 1, dtype=torch.float64)
         out[0].index_add_(0, pid, x64 * rev)
-        for g, s in enumerate(self.scales):
-            out[1 + g].index_add_(0, pid, x64 * s[r0:r1])
+        for g, s in enumerate(scales):
+            out[1 + g].index_add_(0, pid, x64 if s is None else x64 * s)
         return out
 
     def usage(self, hist: torch.Tensor, sigma: torch.Tensor | None = None) -> torch.Tensor:
@@ -97,13 +125,38 @@ class RowPatterns:
         self, p: torch.Tensor, keep: torch.Tensor, r0: int, floor: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Over the kept users ``keep`` (ascending, numbered from row ``r0``, ``m`` rows each)
-        with choice ``p`` (``(kept, m)``, their rows), leaving out rows of
-        probability ``floor`` or below: per pair of groups ``(x, y)`` the per-pattern sums
-        ``p * scale_x * scale_y`` (``(pairs, patterns + 1)``, for :meth:`second_moment`) and
-        per user ``mu = sum_j p v`` (``(kept, K)``).
+        with choice ``p`` (``(kept, m)``, their rows): per pair of groups ``(x, y)`` the
+        per-pattern sums ``p * scale_x * scale_y`` (``(pairs, patterns + 1)``, for
+        :meth:`second_moment`) and per user ``mu = sum_j p v`` (``(kept, K)``). The per-row
+        path leaves out rows of probability ``floor`` or below; with user classes the sums are
+        dense products, as the factorised form's metric.
 
-        General rows are the zero pattern's with scale 0: they add nothing. ``mu`` is in the
-        compute dtype (the scales'), as the factorised form's metric."""
+        General rows are the zero pattern's: they add nothing. ``mu`` is in the compute dtype
+        (the scales'), as the factorised form's metric."""
+        dt = self.scales[0].dtype  # the metric's products in the compute dtype, as factorised
+        bins = self.num_patterns + 1
+        cl = self.classes
+        if cl is not None:
+            m = cl.m
+            u_at = keep + r0 // m
+            uk = cl.cls.index_select(0, u_at)
+            sk = [
+                None if u else s.view(-1, m).index_select(0, u_at)
+                for s, u in zip(self.scales, self.unit)
+            ]
+            pk = p.to(dt)
+            ps = [pk if s is None else pk * s for s in sk]
+            parts = [
+                ps[x] if sk[y] is None else ps[x] * sk[y]
+                for x in range(len(sk))
+                for y in range(x, len(sk))
+            ]
+            return cl.sums(parts, uk, bins, dt), cl.means(ps, uk, self.patterns)
+        return self._row_moments(p, keep, r0, floor)
+
+    def _row_moments(
+        self, p: torch.Tensor, keep: torch.Tensor, r0: int, floor: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         from scipy.sparse import csr_matrix
 
         kept, m = int(p.shape[0]), int(p.shape[1])
@@ -113,9 +166,9 @@ class RowPatterns:
         user = torch.div(sel, m, rounding_mode="floor")
         rows = keep.mul(m).add_(r0).index_select(0, user).add_(sel.remainder(m))
         pid = self.pid.index_select(0, rows)
-        dt = self.scales[0].dtype  # the metric's products in the compute dtype, as factorised
+        dt = self.scales[0].dtype
         pc = p.view(-1).index_select(0, sel).to(dt)
-        scales = [s.index_select(0, rows) for s in self.scales]
+        scales = [None if u else s.index_select(0, rows) for s, u in zip(self.scales, self.unit)]
         mu = torch.zeros(kept, int(self.patterns[0].shape[1]), dtype=dt)
         if bins <= m:  # few patterns: per user and pattern sums (dense), then one product
             at = user.mul_(bins).add_(pid)
@@ -127,7 +180,7 @@ class RowPatterns:
         sums = torch.zeros(g_num * (g_num + 1) // 2, bins, dtype=torch.float64)
         i = 0
         for x, (px, sx) in enumerate(zip(self.patterns, scales)):
-            ps = pc * sx
+            ps = pc if sx is None else pc * sx
             px = px.to(dt)
             if bins <= m:
                 a = torch.zeros(kept * bins, dtype=dt).index_add_(0, at, ps)
@@ -135,8 +188,9 @@ class RowPatterns:
             else:
                 a = csr_matrix((ps.numpy(), pid_np, ptr_np), shape=(kept, bins))
                 mu += torch.from_numpy(a @ px.numpy())
+            ps64 = ps.double()
             for sy in scales[x:]:
-                sums[i].index_add_(0, pid, ps.double() * sy)
+                sums[i].index_add_(0, pid, ps64 if sy is None else ps64 * sy)
                 i += 1
         return sums, mu
 
@@ -170,7 +224,12 @@ def _ratio_bits(ratio: torch.Tensor) -> torch.Tensor:
 
 
 def find_patterns(
-    rowptr: torch.Tensor, row_of: torch.Tensor, kk: torch.Tensor, vals: torch.Tensor, k_num: int
+    rowptr: torch.Tensor,
+    row_of: torch.Tensor,
+    kk: torch.Tensor,
+    vals: torch.Tensor,
+    k_num: int,
+    m: int = 0,
 ) -> RowPatterns | None:
     """The rows that compress, or ``None`` when too few do (see the module docstring).
 
@@ -236,17 +295,20 @@ def find_patterns(
         bad[row_of[bad_e]] = True
     if int(bad.sum()) > rows // 2:
         return None
-    patterns, scales = [], []
+    patterns, scales, unit = [], [], []
     if not all_const:
         patterns.append(pat if not any_const else pat * ~const)
         scales.append(scale)
+        unit.append(False)
     if any_const:
         patterns.append(pat * const)
         scales.append(torch.ones(rows, dtype=vals.dtype))
+        unit.append(True)
     if bool(bad.any()):
         pid[bad] = npat
         for s in scales:
             s[bad] = 0
     # the general rows' entries (none: no gather)
     entries = bad[row_of] if bool(bad.any()) else torch.zeros(row_of.numel(), dtype=torch.bool)
-    return RowPatterns(pid, scales, patterns, bad, entries)
+    classes = find_classes(pid, m, k_num) if m else None
+    return RowPatterns(pid, scales, patterns, bad, entries, unit, classes)

@@ -100,6 +100,7 @@ class SparsePass:
                     self.kk[f0:f1],
                     self.vals[f0:f1],
                     self.k_num,
+                    m,
                 )
             self.pats.append(pat)
             for a in range(b0, b1, chunk):
