@@ -27,13 +27,14 @@ from dataclasses import dataclass
 import torch
 
 from eventbus.solver._classes import UserClasses, find_classes
+from eventbus.solver._rowkeys import key_ids, row_key_salt
 
 __all__ = ["MAX_PATTERN_ENTRIES", "MAX_PATTERN_SHARE", "RowPatterns", "find_patterns"]
 
 MAX_PATTERN_SHARE = 1 / 16  # more patterns than this share of the rows: no compression
 MAX_PATTERN_ENTRIES = 1 << 24  # nor when patterns x K would exceed this (128 MB per group)
 _HASH_DROP_BITS = 4  # float32 bits of the ratios left out of the hash (rounding noise)
-_M1, _M2, _M3 = 0x9E3779B97F4A7C15 - (1 << 64), 0x632BE59BD9B4E019, 0x2545F4914F6CDD1D
+_M2, _M3 = 0x2BE59BD9 - (1 << 31), 0x4F6CDD1D  # odd int32 multipliers (wrapping products)
 
 
 @dataclass
@@ -207,20 +208,16 @@ class RowPatterns:
         return t1
 
 
-def _mix(h: torch.Tensor) -> torch.Tensor:
-    h = h ^ (h >> 31)
-    h = h * _M2
-    return h ^ (h >> 29)
-
-
 def _ratio_bits(ratio: torch.Tensor) -> torch.Tensor:
-    """The hash of each ratio's bits, int64: the last ``_HASH_DROP_BITS`` of float32's mantissa
+    """The hash of each ratio's bits, int32: the last ``_HASH_DROP_BITS`` of float32's mantissa
     (``52 - 23 + _HASH_DROP_BITS`` of float64's) left out, so that rounding noise in the data
     mostly keeps rows of one pattern together (rows split across a boundary only make two
     patterns of the same values)."""
     if ratio.dtype == torch.float32:
-        return (ratio.view(torch.int32) >> _HASH_DROP_BITS).long().mul_(_M3)
-    return (ratio.double().view(torch.long) >> (29 + _HASH_DROP_BITS)).mul_(_M3)
+        bits = ratio.view(torch.int32) >> _HASH_DROP_BITS
+    else:
+        bits = (ratio.double().view(torch.long) >> (29 + _HASH_DROP_BITS)).to(torch.int32)
+    return bits.mul_(_M3)
 
 
 def find_patterns(
@@ -251,26 +248,34 @@ def find_patterns(
     any_const, all_const = bool(const.any()), bool(const.all())
     c_e = const.index_select(0, kk) if any_const and not all_const else None
     scale = torch.zeros(rows, dtype=torch.float64)
+    # (in place where it can: every fresh entry-sized tensor costs its page faults)
     if not all_const:
-        v_nc = vals if c_e is None else vals.masked_fill(c_e, 0)
-        scale.index_add_(0, row_of, v_nc.double())
+        v64 = vals.to(torch.float64, copy=True)  # (float64 data: not its own storage)
+        if c_e is not None:
+            v64.masked_fill_(c_e, 0)
+        scale.index_add_(0, row_of, v64)
+        del v64
     scale = scale.to(vals.dtype)
     if all_const:
         ratio = vals
     else:
-        denom = scale.index_select(0, row_of)
+        ratio = scale.index_select(0, row_of)
         if c_e is not None:
-            denom.masked_fill_(c_e, 1)
-        ratio = vals / denom
-    # a row's hash: the sum of its entries' (resource, ratio) hashes, not mixed further (a
-    # collision only puts two patterns under one id: the check makes those rows general)
-    k_hash = _mix(torch.arange(1, k_num + 1, dtype=torch.long) * _M1)
-    h = _ratio_bits(ratio).bitwise_xor_(k_hash.index_select(0, kk))
-    key = torch.zeros(rows, dtype=torch.long).index_add_(0, row_of, h).add_(cnt * _M2)
-    uniq, pid = torch.unique(key, sorted=False, return_inverse=True)  # hashed: faster than sorted
-    npat = int(uniq.numel())
+            ratio.masked_fill_(c_e, 1)
+        torch.div(vals, ratio, out=ratio)
+    # a row's hash: the sum (wrapping int32) of its entries' (resource, ratio) hashes, not
+    # mixed further (a collision only puts two patterns under one id: the check makes those
+    # rows general)
+    h = _ratio_bits(ratio).bitwise_xor_(row_key_salt(k_num).index_select(0, kk))
+    key = torch.zeros(rows, dtype=torch.int32).index_add_(0, row_of, h)
+    key.add_(cnt.to(torch.int32).mul_(_M2))
+    ids = key_ids(key)
+    if ids is None:
+        return None
+    pid, counts = ids
+    npat = int(counts.numel())
     # a row whose pattern no other row shares stays general (its own pattern would not pay)
-    single = torch.bincount(pid, minlength=npat) == 1
+    single = counts == 1
     if npat - int(single.sum()) > max(64, MAX_PATTERN_SHARE * rows):
         return None
     if (npat + 1) * k_num > MAX_PATTERN_ENTRIES:
@@ -288,9 +293,11 @@ def find_patterns(
     tol = 8 * torch.finfo(vals.dtype).eps
     at_e = (pid * k_num).index_select(0, row_of).add_(kk)
     back = pat.view(-1).to(ratio.dtype).index_select(0, at_e)
-    bad_e = back.sub_(ratio).abs_() > ratio.mul(tol)
-    bad = single[pid]
-    bad |= (pat[:npat] != 0).sum(1)[pid] != cnt
+    del at_e
+    bad_e = back.div_(ratio).sub_(1).abs_() > tol
+    # a pattern's entries (-1 for a row's own pattern: always general)
+    support = (pat[:npat] != 0).sum(1).masked_fill_(single, -1)
+    bad = support.index_select(0, pid) != cnt
     if bool(bad_e.any()):
         bad[row_of[bad_e]] = True
     if int(bad.sum()) > rows // 2:

@@ -94,9 +94,11 @@ class SparsePass:
             f0, f1 = self.rowptr[[b0 * m, b1 * m]].tolist()
             pat = None
             if self.device.type == "cpu" and compress:
+                # (no copies when the block starts at 0: one block up to ~2M rows)
+                ptr, row_of = self.rowptr[b0 * m : b1 * m + 1], self.flat[f0:f1]
                 pat = find_patterns(
-                    self.rowptr[b0 * m : b1 * m + 1] - f0,
-                    self.flat[f0:f1] - b0 * m,
+                    ptr - f0 if f0 else ptr,
+                    row_of - b0 * m if b0 else row_of,
                     self.kk[f0:f1],
                     self.vals[f0:f1],
                     self.k_num,
