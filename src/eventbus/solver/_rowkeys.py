@@ -37,13 +37,15 @@ def key_ids(key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Dense ids of the distinct values of ``key`` (int32, one per row) and each id's row count,
     or ``None`` when a sample of the rows shows nearly every key distinct."""
     rows = int(key.numel())
-    step = rows // SAMPLE_ROWS
-    if step <= 1:
+    if rows <= 2 * SAMPLE_ROWS:
         uniq, pid = torch.unique(key, return_inverse=True)
         return pid, torch.bincount(pid, minlength=int(uniq.numel()))
-    sample = torch.unique(key[::step])
+    # a seeded random sample (not a stride, which can alias with the items per user): the
+    # same block gives the same ids in a local and a partitioned solve
+    gen = torch.Generator().manual_seed(rows)
+    sample = torch.unique(key.index_select(0, torch.randint(rows, (SAMPLE_ROWS,), generator=gen)))
     nu = int(sample.numel())
-    if nu > SKIP_SHARE * -(-rows // step):
+    if nu > SKIP_SHARE * SAMPLE_ROWS:
         return None
     # ~64 slots per key: few sample keys collide (the birthday bound), and a loser's rows
     # only go to the misses' unique
