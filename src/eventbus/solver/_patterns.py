@@ -128,9 +128,9 @@ class RowPatterns:
         """Over the kept users ``keep`` (ascending, numbered from row ``r0``, ``m`` rows each)
         with choice ``p`` (``(kept, m)``, their rows): per pair of groups ``(x, y)`` the
         per-pattern sums ``p * scale_x * scale_y`` (``(pairs, patterns + 1)``, for
-        :meth:`second_moment`) and per user ``mu = sum_j p v`` (``(kept, K)``). The per-row
-        path leaves out rows of probability ``floor`` or below; with user classes the sums are
-        dense products, as the factorised form's metric.
+        :meth:`second_moment`) and per user ``mu = sum_j p v`` (``(kept, K)``), leaving out
+        rows of probability ``floor`` or below. With user classes both are dense products, as
+        the factorised form's metric; else gathers of the rows taken.
 
         General rows are the zero pattern's: they add nothing. ``mu`` is in the compute dtype
         (the scales'), as the factorised form's metric."""
@@ -145,7 +145,7 @@ class RowPatterns:
                 None if u else s.view(-1, m).index_select(0, u_at)
                 for s, u in zip(self.scales, self.unit)
             ]
-            pk = p.to(dt)
+            pk = p.to(dt).masked_fill(p <= floor, 0)  # the per-row path's floor
             ps = [pk if s is None else pk * s for s in sk]
             parts = [
                 ps[x] if sk[y] is None else ps[x] * sk[y]

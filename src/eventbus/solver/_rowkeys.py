@@ -15,6 +15,7 @@ __all__ = ["SAMPLE_ROWS", "SKIP_SHARE", "key_ids", "row_key_salt"]
 
 SAMPLE_ROWS = 1 << 16  # rows sampled (evenly) for the table; fewer rows: all of them, sorted
 SKIP_SHARE = 0.9  # more distinct keys than this share of the sample: compression cannot pay
+_SAMPLE_PRIME = 1_000_000_007
 _MAX_BITS = 21  # the table: at most 2M slots (16 MB)
 _SLOT_MUL = 0x61C88647  # odd int32 multiplier (Fibonacci hashing: the product's top bits)
 _SALT_MUL = 0x9E3779B97F4A7C15 - (1 << 64)
@@ -40,10 +41,10 @@ def key_ids(key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     if rows <= 2 * SAMPLE_ROWS:
         uniq, pid = torch.unique(key, return_inverse=True)
         return pid, torch.bincount(pid, minlength=int(uniq.numel()))
-    # a seeded random sample (not a stride, which can alias with the items per user): the
-    # same block gives the same ids in a local and a partitioned solve
-    gen = torch.Generator().manual_seed(rows)
-    sample = torch.unique(key.index_select(0, torch.randint(rows, (SAMPLE_ROWS,), generator=gen)))
+    # distinct rows ``i * P mod rows`` (``P`` a prime above any block's rows: coprime to it and
+    # to the items per user, so a plain stride's aliasing with the items cannot happen)
+    at = torch.arange(SAMPLE_ROWS, dtype=torch.long).mul_(_SAMPLE_PRIME).remainder_(rows)
+    sample = torch.unique(key.index_select(0, at))
     nu = int(sample.numel())
     if nu > SKIP_SHARE * SAMPLE_ROWS:
         return None

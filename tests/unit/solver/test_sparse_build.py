@@ -1,0 +1,118 @@
+"""Building the sparse form's pass fast: pattern ids from a sampled key table
+(``_rowkeys.key_ids``) and user classes (``_classes``), each against the plain path it replaces."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eventbus.solver import AllocationProblem, generate_problem, solve
+from eventbus.solver._kernel import HEAD, HESSIAN_SPREAD, Partition, slice_users
+from eventbus.solver._rowkeys import key_ids
+from eventbus.solver._sparse import SparsePass
+
+
+def _same_partition(pid: torch.Tensor, counts: torch.Tensor, key: torch.Tensor) -> None:
+    """``pid`` numbers the distinct keys densely: equal keys, equal ids, and nothing else."""
+    uniq = torch.unique(key)
+    assert int(counts.numel()) == int(uniq.numel()) == int(pid.max()) + 1
+    pairs = torch.unique(pid.long() * (1 << 32) + (key.long() & 0xFFFFFFFF))
+    assert int(pairs.numel()) == int(uniq.numel())
+    assert torch.equal(counts, torch.bincount(pid, minlength=int(uniq.numel())))
+
+
+def test_key_table_gives_the_unique_ids_with_misses_and_slot_collisions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gen = torch.Generator().manual_seed(3)
+    # 300 common keys (most rows), 2,000 rare ones the sample mostly misses
+    common = torch.randint(-(1 << 31), 1 << 31, (300,), generator=gen, dtype=torch.int64)
+    rare = torch.randint(-(1 << 31), 1 << 31, (2000,), generator=gen, dtype=torch.int64)
+    key = common[torch.randint(0, 300, (200_000,), generator=gen)]
+    at = torch.randperm(200_000, generator=gen)[:6000]
+    key[at] = rare[torch.randint(0, 2000, (6000,), generator=gen)]
+    key = key.to(torch.int32)
+    ids = key_ids(key)
+    assert ids is not None
+    _same_partition(*ids, key)
+    # every key in one slot: all but one sample key lose it, their rows go to the misses
+    monkeypatch.setattr(
+        "eventbus.solver._rowkeys._slots", lambda k, bits: torch.zeros_like(k, dtype=torch.long)
+    )
+    ids = key_ids(key)
+    assert ids is not None
+    _same_partition(*ids, key)
+
+
+def test_key_table_skips_a_block_whose_sampled_keys_are_nearly_all_distinct() -> None:
+    key = torch.randperm(300_000, generator=torch.Generator().manual_seed(1)).to(torch.int32)
+    assert key_ids(key) is None  # no pattern shared: the search stops at the sample
+    small = key[:1000]  # below the sampling size: the plain unique, never skipped
+    ids = key_ids(small)
+    assert ids is not None and int(ids[1].numel()) == 1000
+
+
+def _passes(problem: AllocationProblem) -> list[torch.Tensor]:
+    sp = SparsePass(problem, 16, 48)
+    k = problem.num_resources
+    lam = torch.rand(k, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * 0.05
+    rows = torch.stack(sp.evaluate(lam, 5.0, 1, lambda a, s: True, HEAD, HESSIAN_SPREAD))
+    inv = torch.ones(k, dtype=torch.float64)
+    inv[::3] = 0.7
+    return [rows.sum(0), sp.primal(inv), sp.allocation(lam, 5.0, inv)]
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["single", "mixed"])
+def test_user_classes_and_the_sampled_table_match_the_per_row_path(
+    mixed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    problem = generate_problem(120, 9, 11, seed=4, mixed=mixed, dtype=torch.float64).to_sparse()
+    plain = SparsePass(problem, 16, 48, compress=False)
+    assert all(pat is None for pat in plain.pats)
+    want = _passes(problem)  # classes found: one per segment pattern
+    sp = SparsePass(problem, 16, 48)
+    assert all(pat is not None and pat.classes is not None for pat in sp.pats)
+    monkeypatch.setattr("eventbus.solver._rowkeys.SAMPLE_ROWS", 64)  # 432 rows a block: sampled
+    sampled = SparsePass(problem, 16, 48)
+    for a, b in zip(sampled.pats, sp.pats):
+        assert a is not None and b is not None and a.num_patterns == b.num_patterns
+    for got in (_passes(problem),):
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
+    monkeypatch.setattr("eventbus.solver._classes.MAX_CLASSES", 0)  # the per-row gathers
+    per_row = SparsePass(problem, 16, 48)
+    assert all(pat is not None and pat.classes is None for pat in per_row.pats)
+    for a, b in zip(_passes(problem), want):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
+
+
+def test_a_class_hash_collision_keeps_the_per_row_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    problem = generate_problem(120, 9, 11, seed=4, dtype=torch.float64).to_sparse()
+    want = _passes(problem)
+    # every user's row hashed alike: one class, whose check fails for the others
+    monkeypatch.setattr("eventbus.solver._classes._M1", 0)
+    sp = SparsePass(problem, 16, 48)
+    assert all(pat is not None and pat.classes is None for pat in sp.pats)
+    for a, b in zip(_passes(problem), want):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
+
+
+def test_sampled_blocks_give_partitions_the_local_rows_and_the_same_optimum(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("eventbus.solver._rowkeys.SAMPLE_ROWS", 128)
+    fact = generate_problem(2000, 10, 8, seed=3, mixed=True)
+    problem = fact.to_sparse()
+    lam = torch.rand(8, dtype=torch.float64, generator=torch.Generator().manual_seed(2)) * 0.05
+    local = Partition(problem, 16, 16)
+    assert all(p is not None and p.classes is not None for p in local._s.pats)
+    want = local.evaluate(lam, 0.05, stride=2)
+    got = []
+    for a, b in ((0, 768), (768, 1536), (1536, 2000)):
+        got.append(Partition(slice_users(problem, a, b), 16, 16, offset=a).evaluate(lam, 0.05, 2))
+    assert torch.equal(torch.cat(got), want)
+    f, s = solve(fact, gap=1e-5, device="cpu"), solve(problem, gap=1e-5, device="cpu")
+    assert f.converged and s.converged
+    assert s.primal_value <= f.dual_value * (1 + 1e-7) and f.primal_value <= s.dual_value * (
+        1 + 1e-7
+    )
