@@ -8,16 +8,19 @@ with one coefficient. Resources are split into two groups: those whose every ent
 value (counts: one coefficient per resource, scale 1) and the others, whose scale is the row's
 sum of its values there (in float64). A row's entries divided by their group's scale give its
 pattern; rows whose patterns are equal (one hash over all the entries, then checked entry by
-entry) share one pattern id. A row compresses when each of its ratios is the pattern's to
-within ``8 * eps`` of the compute dtype (relative: the data's own rounding) on the same set of
-resources, and another row shares its pattern; a hash collision only makes rows general. Rows that do not stay general (the CSR product); when more than
-``MAX_PATTERN_SHARE`` of the rows would need shared patterns of their own, or more than half of
-the rows stay general, nothing is compressed.
+entry) share one pattern id (:mod:`eventbus.solver._rowkeys`: ids from a sampled key table, no
+sort). A row compresses when each of its ratios is the pattern's to within ``8 * eps`` of the
+compute dtype (relative: the data's own rounding) on the same set of resources, and another row
+shares its pattern; a hash collision only makes rows general. Rows that do not stay general
+(the CSR product); when more than ``MAX_PATTERN_SHARE`` of the rows would need shared patterns
+of their own, or more than half of the rows stay general, nothing is compressed.
 
 For compressed rows a pass needs, per group, ``prices = P @ lam`` (one small product), the
 reduced cost ``scale * prices[pid]`` (a gather over ``(n, m)``) and per-pattern sums
 ``sum p * scale`` (a histogram): ``O(n * m)`` whatever ``K``, as the factorised form. The
-repaired primal and its usage then come from the histograms alone.
+repaired primal and its usage then come from the histograms alone. When a block's users repeat
+few rows of pattern ids (:mod:`eventbus.solver._classes`), the gather and the histogram become
+the factorised form's row gathers and ``onehot @`` products.
 """
 
 from __future__ import annotations
@@ -27,14 +30,12 @@ from dataclasses import dataclass
 import torch
 
 from eventbus.solver._classes import UserClasses, find_classes
-from eventbus.solver._rowkeys import key_ids, row_key_salt
+from eventbus.solver._rowkeys import key_ids, row_keys
 
 __all__ = ["MAX_PATTERN_ENTRIES", "MAX_PATTERN_SHARE", "RowPatterns", "find_patterns"]
 
 MAX_PATTERN_SHARE = 1 / 16  # more patterns than this share of the rows: no compression
 MAX_PATTERN_ENTRIES = 1 << 24  # nor when patterns x K would exceed this (128 MB per group)
-_HASH_DROP_BITS = 4  # float32 bits of the ratios left out of the hash (rounding noise)
-_M2, _M3 = 0x2BE59BD9 - (1 << 31), 0x4F6CDD1D  # odd int32 multipliers (wrapping products)
 
 
 @dataclass
@@ -147,11 +148,10 @@ class RowPatterns:
             ]
             pk = p.to(dt).masked_fill(p <= floor, 0)  # the per-row path's floor
             ps = [pk if s is None else pk * s for s in sk]
-            parts = [
-                ps[x] if sk[y] is None else ps[x] * sk[y]
-                for x in range(len(sk))
-                for y in range(x, len(sk))
-            ]
+            parts = []
+            for x in range(len(sk)):
+                for sy in sk[x:]:
+                    parts.append(ps[x] if sy is None else ps[x] * sy)
             return cl.sums(parts, uk, bins, dt), cl.means(ps, uk, self.patterns)
         return self._row_moments(p, keep, r0, floor)
 
@@ -208,18 +208,6 @@ class RowPatterns:
         return t1
 
 
-def _ratio_bits(ratio: torch.Tensor) -> torch.Tensor:
-    """The hash of each ratio's bits, int32: the last ``_HASH_DROP_BITS`` of float32's mantissa
-    (``52 - 23 + _HASH_DROP_BITS`` of float64's) left out, so that rounding noise in the data
-    mostly keeps rows of one pattern together (rows split across a boundary only make two
-    patterns of the same values)."""
-    if ratio.dtype == torch.float32:
-        bits = ratio.view(torch.int32) >> _HASH_DROP_BITS
-    else:
-        bits = (ratio.double().view(torch.long) >> (29 + _HASH_DROP_BITS)).to(torch.int32)
-    return bits.mul_(_M3)
-
-
 def find_patterns(
     rowptr: torch.Tensor,
     row_of: torch.Tensor,
@@ -263,13 +251,7 @@ def find_patterns(
         if c_e is not None:
             ratio.masked_fill_(c_e, 1)
         torch.div(vals, ratio, out=ratio)
-    # a row's hash: the sum (wrapping int32) of its entries' (resource, ratio) hashes, not
-    # mixed further (a collision only puts two patterns under one id: the check makes those
-    # rows general)
-    h = _ratio_bits(ratio).bitwise_xor_(row_key_salt(k_num).index_select(0, kk))
-    key = torch.zeros(rows, dtype=torch.int32).index_add_(0, row_of, h)
-    key.add_(cnt.to(torch.int32).mul_(_M2))
-    ids = key_ids(key)
+    ids = key_ids(row_keys(ratio, kk, row_of, cnt, k_num))
     if ids is None:
         return None
     pid, counts = ids

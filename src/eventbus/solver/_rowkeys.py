@@ -11,17 +11,42 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["SAMPLE_ROWS", "SKIP_SHARE", "key_ids", "row_key_salt"]
+__all__ = ["SAMPLE_ROWS", "SKIP_SHARE", "key_ids", "row_keys"]
 
 SAMPLE_ROWS = 1 << 16  # rows sampled (evenly) for the table; fewer rows: all of them, sorted
 SKIP_SHARE = 0.9  # more distinct keys than this share of the sample: compression cannot pay
+_HASH_DROP_BITS = 4  # float32 bits of the ratios left out of the hash (rounding noise)
+_M2, _M3 = 0x2BE59BD9 - (1 << 31), 0x4F6CDD1D  # odd int32 multipliers (wrapping products)
 _SAMPLE_PRIME = 1_000_000_007
 _MAX_BITS = 21  # the table: at most 2M slots (16 MB)
 _SLOT_MUL = 0x61C88647  # odd int32 multiplier (Fibonacci hashing: the product's top bits)
 _SALT_MUL = 0x9E3779B97F4A7C15 - (1 << 64)
 
 
-def row_key_salt(k_num: int) -> torch.Tensor:
+def _ratio_bits(ratio: torch.Tensor) -> torch.Tensor:
+    """The hash of each ratio's bits, int32: the last ``_HASH_DROP_BITS`` of float32's mantissa
+    (``52 - 23 + _HASH_DROP_BITS`` of float64's) left out, so that rounding noise in the data
+    mostly keeps rows of one pattern together (rows split across a boundary only make two
+    patterns of the same values)."""
+    if ratio.dtype == torch.float32:
+        bits = ratio.view(torch.int32) >> _HASH_DROP_BITS
+    else:
+        bits = (ratio.double().view(torch.long) >> (29 + _HASH_DROP_BITS)).to(torch.int32)
+    return bits.mul_(_M3)
+
+
+def row_keys(
+    ratio: torch.Tensor, kk: torch.Tensor, row_of: torch.Tensor, cnt: torch.Tensor, k_num: int
+) -> torch.Tensor:
+    """Each row's key (int32): the wrapping sum of its entries' (resource, ratio) hashes and
+    its entry count, not mixed further (a collision only puts two patterns under one id: the
+    entry-by-entry check makes those rows general)."""
+    h = _ratio_bits(ratio).bitwise_xor_(_salt(k_num).index_select(0, kk))
+    key = torch.zeros(int(cnt.numel()), dtype=torch.int32).index_add_(0, row_of, h)
+    return key.add_(cnt.to(torch.int32).mul_(_M2))
+
+
+def _salt(k_num: int) -> torch.Tensor:
     """Per resource, a well-mixed int32 that its entries' hashes are xor-ed with."""
     h = torch.arange(1, k_num + 1, dtype=torch.long).mul_(_SALT_MUL)
     h = h ^ (h >> 31)
