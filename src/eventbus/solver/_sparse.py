@@ -9,7 +9,8 @@ float64 accumulation, no transposed copy), instead of index scatters over ``(n, 
 Rows whose K-vector is a scalar times one of few patterns are compressed (see
 :mod:`eventbus.solver._patterns`), per reduction block so that partitions on block boundaries
 compress alike: their part of both products is a gather and a histogram over ``(n, m)``,
-whatever ``K``.
+whatever ``K``, or, when the block's users repeat few rows of pattern ids (user classes, see
+:mod:`eventbus.solver._classes`), the factorised form's row gathers and ``onehot @`` products.
 
 The last pass's choice ``p`` is kept per chunk, so the repaired primal after an accepted step
 costs one product, not a softmax pass. Explicit zeros in the tensor are dropped (they consume
