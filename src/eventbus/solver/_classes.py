@@ -118,3 +118,45 @@ def find_classes(pid: torch.Tensor, m: int, k_num: int) -> UserClasses | None:
     if not torch.equal(table.index_select(0, cls), pu):
         return None
     return UserClasses(cls, table)
+
+
+_COARSE_BITS = 13  # float32 ulps per cell of the coarse pattern key (2 ** 13)
+
+
+def _close_to_group_min(pats: torch.Tensor, offset: int, tol: float) -> torch.Tensor:
+    """Each pattern's id after one round: the least id of its coarse cell (float32 bits of its
+    values, shifted by ``offset`` ulps, ``_COARSE_BITS`` dropped) when its values are that
+    pattern's to within ``tol`` (relative) on the same support, else its own."""
+    npat, k_num = int(pats.shape[0]), int(pats.shape[1])
+    ids = torch.arange(npat)
+    cells = (pats.float().view(torch.int32).long() + offset) >> _COARSE_BITS
+    mult = torch.arange(1, k_num + 1, dtype=torch.long).mul_(_M1)
+    mult = (mult ^ (mult >> 31)).mul_(_M2)
+    _, inv = torch.unique((cells * mult).sum(1), return_inverse=True)
+    least = torch.full((npat,), npat, dtype=torch.long).scatter_reduce(0, inv, ids, "amin")
+    cand = least.index_select(0, inv)
+    other = pats.index_select(0, cand)
+    same = ((pats != 0) == (other != 0)).all(1)
+    same &= ((pats - other).abs() <= tol * pats.abs()).all(1)
+    return torch.where(same, cand, ids)
+
+
+def merge_split(pats: torch.Tensor, tol: float) -> torch.Tensor | None:
+    """Old id -> new id (dense) for patterns ``pats`` (``(npat, K)``) that the row hash split
+    (values within ``tol`` of each other on either side of a dropped bit), or ``None`` when
+    none merge. Two rounds on coarse cells offset by half a cell: a pair within the tolerance
+    shares a cell in at least one of them unless two of its values straddle."""
+    npat = int(pats.shape[0])
+    if npat < 2:
+        return None
+    first = _close_to_group_min(pats, 0, tol)
+    reps = (first == torch.arange(npat)).nonzero().squeeze(1)
+    second = reps.index_select(0, _close_to_group_min(pats.index_select(0, reps), 1 << 12, tol))
+    to_rep = torch.arange(npat)
+    to_rep[reps] = second
+    final = to_rep.index_select(0, first)
+    used = torch.zeros(npat, dtype=torch.bool)
+    used[final] = True
+    if bool(used.all()):
+        return None
+    return (torch.cumsum(used, 0) - 1).index_select(0, final)

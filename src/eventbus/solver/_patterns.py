@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from eventbus.solver._classes import UserClasses, find_classes
+from eventbus.solver._classes import UserClasses, find_classes, merge_split
 from eventbus.solver._rowkeys import key_ids, row_keys
 
 __all__ = ["MAX_PATTERN_ENTRIES", "MAX_PATTERN_SHARE", "RowPatterns", "find_patterns"]
@@ -271,8 +271,20 @@ def find_patterns(
     at = torch.repeat_interleave(rowptr[rep] - offs, lengths) + torch.arange(int(lengths.sum()))
     pat = torch.zeros(npat + 1, k_num, dtype=torch.float64)
     pat[pid[row_of[at]], kk[at]] = ratio[at].double()
-    # every entry checked: the same support (count, and each resource in it) and ratio
     tol = 8 * torch.finfo(vals.dtype).eps
+    # patterns the hash split (within the tolerance, across a dropped bit) merged: rows of one
+    # pattern share one id, and users their classes
+    remap = merge_split(pat[:npat], tol / 2)
+    if remap is not None:
+        pid = remap.index_select(0, pid)
+        npat = int(remap.max()) + 1
+        counts = torch.zeros(npat, dtype=torch.long).index_add_(0, remap, counts)
+        single = counts == 1
+        firsts = torch.full((npat,), len(remap), dtype=torch.long).scatter_reduce(
+            0, remap, torch.arange(len(remap)), "amin"
+        )
+        pat = torch.cat([pat.index_select(0, firsts), pat[-1:]])
+    # every entry checked: the same support (count, and each resource in it) and ratio
     at_e = (pid * k_num).index_select(0, row_of).add_(kk)
     back = pat.view(-1).to(ratio.dtype).index_select(0, at_e)
     del at_e

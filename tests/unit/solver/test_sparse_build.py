@@ -116,3 +116,46 @@ def test_sampled_blocks_give_partitions_the_local_rows_and_the_same_optimum(
     assert s.primal_value <= f.dual_value * (1 + 1e-7) and f.primal_value <= s.dual_value * (
         1 + 1e-7
     )
+
+
+def test_patterns_split_by_the_hash_rounding_merge_into_one_class_per_segment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # K = 60: rows of one (segment, item) pattern whose ratios straddle a dropped hash bit get
+    # two ids; merged, every segment's users are one class again (the per-row path without)
+    problem = generate_problem(1000, 40, 60, seed=1).to_sparse()
+    sp = SparsePass(problem, 500, 1000)
+    pat = sp.pats[0]
+    assert pat is not None and pat.classes is not None and pat.classes.num == 8
+    assert not bool(pat.general_rows.any())
+    want = problem.dense_consumption().double().reshape(1000 * 40, 60)
+    back = sum(s.double()[:, None] * p[pat.pid] for s, p in zip(pat.scales, pat.patterns))
+    assert torch.allclose(back, want, rtol=8 * torch.finfo(torch.float32).eps, atol=0)
+    monkeypatch.setattr("eventbus.solver._patterns.merge_split", lambda p, t: None)
+    split = SparsePass(problem, 500, 1000).pats[0]
+    assert split is not None and split.classes is None
+    assert split.num_patterns > pat.num_patterns
+
+
+def test_merge_split_joins_only_patterns_within_the_tolerance() -> None:
+    from eventbus.solver._classes import merge_split
+
+    tol = 4 * torch.finfo(torch.float32).eps
+    # a value on a coarse cell boundary (float32 bits a multiple of 2 ** 13): its twin one ulp
+    # below is in the cell before in the first round, the same cell in the second
+    edge = torch.tensor([(1 << 13) * 130_000], dtype=torch.int32).view(torch.float32).double()
+    below = torch.nextafter(edge.float(), torch.tensor(0.0)).double()
+    a = torch.tensor([[0.25, 0.0, 0.5]], dtype=torch.float64)
+    pats = torch.cat(
+        [
+            torch.cat([a, edge[:, None]], 1),  # 0
+            torch.cat([a * (1 + 1e-7), below[:, None]], 1),  # 1: 0's twin across the edge
+            torch.cat([a * (1 + 1e-3), edge[:, None]], 1),  # 2: same cells, not within tol
+            torch.cat([a.clamp_min(0.1), edge[:, None]], 1),  # 3: another support
+            torch.cat([a * (1 - 1e-7), edge[:, None]], 1),  # 4: 0's twin, same cells
+        ]
+    )
+    remap = merge_split(pats, tol)
+    assert remap is not None
+    assert remap.tolist() == [0, 0, 1, 2, 0]
+    assert merge_split(pats[[0, 2, 3]], tol) is None  # nothing within the tolerance
