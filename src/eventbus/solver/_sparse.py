@@ -66,6 +66,26 @@ class SparsePass:
         compress: bool = True,
         scipy: bool | None = None,
     ) -> None:
+        # built on one CPU thread: its ops are short and memory-bound, and an op split over
+        # threads waits for the slowest when other processes share the cores (2-6x the time)
+        threads = torch.get_num_threads()
+        one = problem.revenue.device.type == "cpu" and threads > 1
+        if one:
+            torch.set_num_threads(1)
+        try:
+            self._build(problem, chunk, block, compress, scipy)
+        finally:
+            if one:
+                torch.set_num_threads(threads)
+
+    def _build(
+        self,
+        problem: AllocationProblem,
+        chunk: int,
+        block: int,
+        compress: bool,
+        scipy: bool | None,
+    ) -> None:
         cons = problem.consumption
         assert isinstance(cons, torch.Tensor)
         self.rev = problem.revenue
