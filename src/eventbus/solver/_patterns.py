@@ -258,7 +258,10 @@ def find_patterns(
     npat = int(counts.numel())
     # a row whose pattern no other row shares stays general (its own pattern would not pay)
     single = counts == 1
-    if npat - int(single.sum()) > max(64, MAX_PATTERN_SHARE * rows):
+    n_single = int(single.sum())
+    most = max(64, MAX_PATTERN_SHARE * rows)
+    # (rows of their own pattern stay general: past half of the rows, nothing compresses)
+    if npat - n_single > most or n_single > rows // 2:
         return None
     if (npat + 1) * k_num > MAX_PATTERN_ENTRIES:
         return None
@@ -274,7 +277,7 @@ def find_patterns(
     tol = 8 * torch.finfo(vals.dtype).eps
     # patterns the hash split (within the tolerance, across a dropped bit) merged: rows of one
     # pattern share one id, and users their classes
-    remap = merge_split(pat[:npat], tol / 2)
+    remap = merge_split(pat[:npat], tol / 2) if npat <= most else None
     if remap is not None:
         pid = remap.index_select(0, pid)
         npat = int(remap.max()) + 1

@@ -159,3 +159,22 @@ def test_merge_split_joins_only_patterns_within_the_tolerance() -> None:
     assert remap is not None
     assert remap.tolist() == [0, 0, 1, 2, 0]
     assert merge_split(pats[[0, 2, 3]], tol) is None  # nothing within the tolerance
+
+
+def test_a_block_of_rows_of_their_own_stops_before_the_pattern_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # every coefficient its own (rows with one entry are the only shared patterns): the search
+    # must give up on the counts alone, before building, merging or checking patterns
+    gen = torch.Generator().manual_seed(5)
+    n, m, k = 400, 30, 10
+    dense = torch.rand(n, m, k, generator=gen) * (torch.rand(n, m, k, generator=gen) < 0.3)
+    problem = AllocationProblem(torch.rand(n, m, generator=gen), torch.ones(k), dense.to_sparse())
+
+    def boom(*args: object) -> None:
+        raise AssertionError("the pattern table was built")
+
+    monkeypatch.setattr("eventbus.solver._patterns.merge_split", boom)
+    for sample in (1 << 16, 256):  # the plain unique and the sampled key table
+        monkeypatch.setattr("eventbus.solver._rowkeys.SAMPLE_ROWS", sample)
+        assert all(pat is None for pat in SparsePass(problem, 64, 128).pats)
