@@ -379,6 +379,13 @@ def main() -> None:
         "sparse_vs_factorised_single_1e6_k10": at.get((1_000_000, 10), {}).get(
             "sparse_vs_factorised"
         ),
+        **{
+            f"sparse_vs_factorised_cpu_{fam}_1e6_k{k}": rows_.get((1_000_000, k), {}).get(
+                "sparse_vs_factorised_cpu"
+            )
+            for fam, rows_ in (("single", at), ("mixed", mx))
+            for k in (10, 100)
+        },
         "seconds_1e7_k100_gap1e-3": at.get((10_000_000, 100), {}).get("eventbus_s"),
         "seconds_1e8_k100_gap1e-3": at.get((100_000_000, 100), {}).get("eventbus_s"),
         "peak_rss_gb_1e8": at.get((100_000_000, 100), {}).get("peak_rss_gb"),
