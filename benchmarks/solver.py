@@ -14,8 +14,13 @@ HiGHS is allowed that far), and with ``--huge`` 1e8 variables with K = 100 in a 
 (for an honest peak RSS). The mixed-row family (``mixed=True``: budgets count expected spend,
 inventories count coupons) runs at 1e6 variables with K = 10 and 100, factorised and as the same
 problem in the sparse ``(n, m, K)`` form, with HiGHS in the same run; the single-weight 1e6
-instances are solved in the sparse form too. The sparse time includes building the pass (CSR
-rows and the row-pattern compression, ``sparse_build_s`` on its own).
+instances are solved in the sparse form too. Both forms are timed alike: each problem object
+(factorised, and ``to_sparse()`` of it) is built before any timing, both solve with the same
+threads after the same warm-up, ``--repeat`` times (default 3) alternating factorised and
+sparse, and the median wall time of ``solve()`` is reported (``*_runs_s``: every run; ``*_cpu_s`` and
+``sparse_vs_factorised_cpu``: the median process CPU time, less moved by other jobs). The sparse
+time includes building the pass (CSR rows, the row-pattern compression and the user classes;
+``sparse_build_s`` on its own, timed once more after the solves).
 
 EventBus's time is its wall time to a certified relative gap (1e-4; 1e-3 at 1e7 and above);
 HiGHS's is its ``run()`` time with ``solver=ipm``, ``run_crossover=off`` and
@@ -47,20 +52,54 @@ ITEMS = 100
 THREADS: int | None = None  # --threads: torch threads of every EventBus solve (None: all CPUs)
 
 
-def _eventbus(n: int, k: int, gap: float, *, mixed: bool = False) -> dict[str, Any]:
+REPEAT = 3  # --repeat: solves per form and instance (the median is reported)
+
+
+CPU_S: list[float] = []  # the process CPU time of each _timed solve, in order
+
+
+def _timed(problem: Any, gap: float) -> tuple[float, Any]:
+    t0, c0 = time.perf_counter(), time.process_time()
+    r = solve(problem, gap=gap, device="cpu", num_threads=THREADS)
+    CPU_S.append(time.process_time() - c0)
+    return time.perf_counter() - t0, r
+
+
+def _eventbus(
+    n: int, k: int, gap: float, *, mixed: bool = False, sparse: bool = False
+) -> dict[str, Any]:
+    """The factorised solve (and with ``sparse``, the same problem's sparse form), each timed
+    ``REPEAT`` times, alternating: both forms' problem objects are built before any timing, both
+    run with the same threads after the same warm-up, and each time is the wall time of
+    ``solve()`` alone (the sparse form's includes building its pass: CSR rows, patterns)."""
+    import statistics
+
     t0 = time.perf_counter()
     problem = generate_problem(n, ITEMS, k, seed=0, mixed=mixed)
     gen_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    r = solve(problem, gap=gap, device="cpu", num_threads=THREADS)
-    wall = time.perf_counter() - t0
-    return {
+    sp = problem.to_sparse() if sparse else None
+    walls: list[float] = []
+    sparse_walls: list[float] = []
+    cpus: list[float] = []
+    sparse_cpus: list[float] = []
+    for _ in range(REPEAT):
+        wall, r = _timed(problem, gap)
+        walls.append(wall)
+        cpus.append(CPU_S[-1])
+        if sp is not None:
+            s_wall, rs = _timed(sp, gap)
+            sparse_walls.append(s_wall)
+            sparse_cpus.append(CPU_S[-1])
+    wall = statistics.median(walls)
+    row = {
         "family": "mixed" if mixed else "single",
         "variables": n * ITEMS,
         "users": n,
         "resources": k,
         "target_gap": gap,
         "eventbus_s": round(wall, 4),
+        "eventbus_runs_s": [round(w, 4) for w in walls],
+        "eventbus_cpu_s": round(statistics.median(cpus), 4),
         "eventbus_gap": r.gap,
         "eventbus_converged": r.converged,
         "eventbus_iterations": r.iterations,
@@ -70,26 +109,33 @@ def _eventbus(n: int, k: int, gap: float, *, mixed: bool = False) -> dict[str, A
         "generate_s": round(gen_s, 2),
         "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 3),
     }
+    if sp is not None:
+        _sparse(sp, rs, statistics.median(sparse_walls), sparse_walls, row)
+        cpu = statistics.median(sparse_cpus)
+        # process CPU seconds (all threads): less moved by other jobs than the wall time
+        row["sparse_cpu_s"] = round(cpu, 4)
+        row["sparse_vs_factorised_cpu"] = round(cpu / row["eventbus_cpu_s"], 2)
+    return row
 
 
-def _sparse(n: int, k: int, gap: float, row: dict[str, Any]) -> None:
+def _sparse(problem: Any, r: Any, wall: float, walls: list[float], row: dict[str, Any]) -> None:
     from eventbus.solver._kernel import Partition
     from eventbus.solver._solve import BLOCK_CHUNKS, chunk_users_for
 
-    problem = generate_problem(n, ITEMS, k, seed=0, mixed=row["family"] == "mixed").to_sparse()
-    t0 = time.perf_counter()
-    r = solve(problem, gap=gap, device="cpu", num_threads=THREADS)
-    wall = time.perf_counter() - t0
     t0 = time.perf_counter()
     part = Partition(problem, chunk_users_for(ITEMS), BLOCK_CHUNKS)
     build = time.perf_counter() - t0
     pats = [pat.num_patterns for pat in part._s.pats if pat is not None]
+    classes = [pat.classes.num for pat in part._s.pats if pat is not None and pat.classes]
     row.update(
         sparse_s=round(wall, 4),
+        sparse_runs_s=[round(w, 4) for w in walls],
         sparse_build_s=round(build, 4),
         sparse_patterns=sum(pats) if pats else None,
+        sparse_class_blocks=len(classes),
         sparse_gap=r.gap,
         sparse_iterations=r.iterations,
+        sparse_passes=r.evaluations,
         sparse_primal=r.primal_value,
         sparse_dual_bound=r.dual_value,
         sparse_vs_factorised=round(wall / row["eventbus_s"], 2),
@@ -193,7 +239,7 @@ def _sampled_vs_cold(n: int, rounds: int) -> dict[str, Any]:
 
 
 def _fresh_process(n: int, k: int, gap: float) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--one", f"{n},{k},{gap}"]
+    cmd = [sys.executable, __file__, "--one", f"{n},{k},{gap}", "--repeat", "1"]
     if THREADS:
         cmd += ["--threads", str(THREADS)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=os.environ.copy())
@@ -255,13 +301,17 @@ def main() -> None:
     )
     ap.add_argument("--threads", type=int, help="torch threads of each solve (default: all CPUs)")
     ap.add_argument(
+        "--repeat", type=int, default=3, help="EventBus solves per form and instance (median)"
+    )
+    ap.add_argument(
         "--only",
         help="run only these instances of the plan, as USERSxK (e.g. 10000x100 for 1e6, K=100)",
     )
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    global THREADS
+    global THREADS, REPEAT
     THREADS = args.threads
+    REPEAT = max(1, args.repeat)
     if args.sampled_vs_cold:
         print(json.dumps(_sampled_vs_cold(args.users, 3)))
         return
@@ -292,9 +342,11 @@ def main() -> None:
         keep = {tuple(int(x) for x in item.split("x")) for item in args.only.split(",")}
         plan = [p for p in plan if (p[0], p[1]) in keep]
     for n, k, gap, mixed in plan:
-        row = _eventbus(n, k, gap, mixed=mixed) if n * ITEMS <= 1e7 else _fresh_process(n, k, gap)
-        if mixed or n * ITEMS == 1_000_000:
-            _sparse(n, k, gap, row)
+        sparse = mixed or n * ITEMS == 1_000_000
+        if n * ITEMS <= 1e7:
+            row = _eventbus(n, k, gap, mixed=mixed, sparse=sparse)
+        else:
+            row = _fresh_process(n, k, gap)
         if n * ITEMS <= args.skip_highs_above:
             _highs(n, k, row)
         else:
@@ -327,6 +379,13 @@ def main() -> None:
         "sparse_vs_factorised_single_1e6_k10": at.get((1_000_000, 10), {}).get(
             "sparse_vs_factorised"
         ),
+        **{
+            f"sparse_vs_factorised_cpu_{fam}_1e6_k{k}": rows_.get((1_000_000, k), {}).get(
+                "sparse_vs_factorised_cpu"
+            )
+            for fam, rows_ in (("single", at), ("mixed", mx))
+            for k in (10, 100)
+        },
         "seconds_1e7_k100_gap1e-3": at.get((10_000_000, 100), {}).get("eventbus_s"),
         "seconds_1e8_k100_gap1e-3": at.get((100_000_000, 100), {}).get("eventbus_s"),
         "peak_rss_gb_1e8": at.get((100_000_000, 100), {}).get("peak_rss_gb"),

@@ -8,16 +8,19 @@ with one coefficient. Resources are split into two groups: those whose every ent
 value (counts: one coefficient per resource, scale 1) and the others, whose scale is the row's
 sum of its values there (in float64). A row's entries divided by their group's scale give its
 pattern; rows whose patterns are equal (one hash over all the entries, then checked entry by
-entry) share one pattern id. A row compresses when each of its ratios is the pattern's to
-within ``8 * eps`` of the compute dtype (relative: the data's own rounding) on the same set of
-resources, and another row shares its pattern; a hash collision only makes rows general. Rows that do not stay general (the CSR product); when more than
-``MAX_PATTERN_SHARE`` of the rows would need shared patterns of their own, or more than half of
-the rows stay general, nothing is compressed.
+entry) share one pattern id (:mod:`eventbus.solver._rowkeys`: ids from a sampled key table, no
+sort). A row compresses when each of its ratios is the pattern's to within ``8 * eps`` of the
+compute dtype (relative: the data's own rounding) on the same set of resources, and another row
+shares its pattern; a hash collision only makes rows general. Rows that do not stay general
+(the CSR product); when more than ``MAX_PATTERN_SHARE`` of the rows would need shared patterns
+of their own, or more than half of the rows stay general, nothing is compressed.
 
 For compressed rows a pass needs, per group, ``prices = P @ lam`` (one small product), the
 reduced cost ``scale * prices[pid]`` (a gather over ``(n, m)``) and per-pattern sums
 ``sum p * scale`` (a histogram): ``O(n * m)`` whatever ``K``, as the factorised form. The
-repaired primal and its usage then come from the histograms alone.
+repaired primal and its usage then come from the histograms alone. When a block's users repeat
+few rows of pattern ids (:mod:`eventbus.solver._classes`), the gather and the histogram become
+the factorised form's row gathers and ``onehot @`` products.
 """
 
 from __future__ import annotations
@@ -26,12 +29,13 @@ from dataclasses import dataclass
 
 import torch
 
+from eventbus.solver._classes import UserClasses, find_classes, merge_split
+from eventbus.solver._rowkeys import key_ids, row_keys
+
 __all__ = ["MAX_PATTERN_ENTRIES", "MAX_PATTERN_SHARE", "RowPatterns", "find_patterns"]
 
 MAX_PATTERN_SHARE = 1 / 16  # more patterns than this share of the rows: no compression
 MAX_PATTERN_ENTRIES = 1 << 24  # nor when patterns x K would exceed this (128 MB per group)
-_HASH_DROP_BITS = 4  # float32 bits of the ratios left out of the hash (rounding noise)
-_M1, _M2, _M3 = 0x9E3779B97F4A7C15 - (1 << 64), 0x632BE59BD9B4E019, 0x2545F4914F6CDD1D
 
 
 @dataclass
@@ -47,6 +51,13 @@ class RowPatterns:
     patterns: list[torch.Tensor]
     general_rows: torch.Tensor  # (rows,) bool: rows left to the general CSR product
     general_entries: torch.Tensor  # (nnz,) bool: their entries
+    unit: list[bool]  # per group: its scale is 1 on every compressed row (counts)
+    classes: UserClasses | None = None  # the block's user classes, if few (see _classes)
+
+    def _scales(self, r0: int, r1: int) -> list[torch.Tensor | None]:
+        """Each group's scales over rows ``[r0, r1)``, ``None`` for a unit group (general rows
+        have the zero pattern: their scale does not matter)."""
+        return [None if u else s[r0:r1] for s, u in zip(self.scales, self.unit)]
 
     @property
     def num_patterns(self) -> int:
@@ -61,20 +72,39 @@ class RowPatterns:
         self, rf: torch.Tensor, prices: list[torch.Tensor], r0: int, r1: int
     ) -> None:
         """``rf -= sum_g scale_g * prices_g[pid]`` over rows ``[r0, r1)`` (``rf``: those rows)."""
+        scales = self._scales(r0, r1)
+        cl = self.classes
+        if cl is not None:
+            m = cl.m
+            shaped = [None if s is None else s.view(-1, m) for s in scales]
+            cl.subtract_prices(rf.view(-1, m), prices, shaped, r0 // m)
+            return
         pid = self.pid[r0:r1]
-        for s, pr in zip(self.scales, prices):
-            rf.addcmul_(pr.index_select(0, pid), s[r0:r1], value=-1)
+        for s, pr in zip(scales, prices):
+            if s is None:
+                rf.sub_(pr.index_select(0, pid))
+            else:
+                rf.addcmul_(pr.index_select(0, pid), s, value=-1)
 
     def histograms(self, x: torch.Tensor, rev: torch.Tensor, r0: int, r1: int) -> torch.Tensor:
         """Per pattern: ``[sum x * c, sum x * scale_g (per group)]``, ``(1 + G, patterns + 1)``
         float64 over rows ``[r0, r1)`` (``x``, ``rev``: those rows)."""
+        scales = self._scales(r0, r1)
+        cl = self.classes
+        if cl is not None:  # per class and item, then per pattern (the factorised form's sums)
+            m = cl.m
+            xv = x.view(-1, m)
+            parts = [xv * rev.view(-1, m)]
+            parts += [xv if s is None else xv * s.view(-1, m) for s in scales]
+            uc = cl.cls[r0 // m : r1 // m]
+            return cl.sums(parts, uc, self.num_patterns + 1, x.dtype)
         pid = self.pid[r0:r1]
         x64 = x.double()
         # index_add_, not bincount: bincount's weighted CPU path is several times slower
-        out = torch.zeros(1 + len(self.scales), self.num_patterns + 1, dtype=torch.float64)
+        out = torch.zeros(1 + len(scales), self.num_patterns + 1, dtype=torch.float64)
         out[0].index_add_(0, pid, x64 * rev)
-        for g, s in enumerate(self.scales):
-            out[1 + g].index_add_(0, pid, x64 * s[r0:r1])
+        for g, s in enumerate(scales):
+            out[1 + g].index_add_(0, pid, x64 if s is None else x64 * s)
         return out
 
     def usage(self, hist: torch.Tensor, sigma: torch.Tensor | None = None) -> torch.Tensor:
@@ -97,13 +127,37 @@ class RowPatterns:
         self, p: torch.Tensor, keep: torch.Tensor, r0: int, floor: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Over the kept users ``keep`` (ascending, numbered from row ``r0``, ``m`` rows each)
-        with choice ``p`` (``(kept, m)``, their rows), leaving out rows of
-        probability ``floor`` or below: per pair of groups ``(x, y)`` the per-pattern sums
-        ``p * scale_x * scale_y`` (``(pairs, patterns + 1)``, for :meth:`second_moment`) and
-        per user ``mu = sum_j p v`` (``(kept, K)``).
+        with choice ``p`` (``(kept, m)``, their rows): per pair of groups ``(x, y)`` the
+        per-pattern sums ``p * scale_x * scale_y`` (``(pairs, patterns + 1)``, for
+        :meth:`second_moment`) and per user ``mu = sum_j p v`` (``(kept, K)``), leaving out
+        rows of probability ``floor`` or below. With user classes both are dense products, as
+        the factorised form's metric; else gathers of the rows taken.
 
-        General rows are the zero pattern's with scale 0: they add nothing. ``mu`` is in the
-        compute dtype (the scales'), as the factorised form's metric."""
+        General rows are the zero pattern's: they add nothing. ``mu`` is in the compute dtype
+        (the scales'), as the factorised form's metric."""
+        dt = self.scales[0].dtype  # the metric's products in the compute dtype, as factorised
+        bins = self.num_patterns + 1
+        cl = self.classes
+        if cl is not None:
+            m = cl.m
+            u_at = keep + r0 // m
+            uk = cl.cls.index_select(0, u_at)
+            sk = [
+                None if u else s.view(-1, m).index_select(0, u_at)
+                for s, u in zip(self.scales, self.unit)
+            ]
+            pk = p.to(dt).masked_fill(p <= floor, 0)  # the per-row path's floor
+            ps = [pk if s is None else pk * s for s in sk]
+            parts = []
+            for x in range(len(sk)):
+                for sy in sk[x:]:
+                    parts.append(ps[x] if sy is None else ps[x] * sy)
+            return cl.sums(parts, uk, bins, dt), cl.means(ps, uk, self.patterns)
+        return self._row_moments(p, keep, r0, floor)
+
+    def _row_moments(
+        self, p: torch.Tensor, keep: torch.Tensor, r0: int, floor: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         from scipy.sparse import csr_matrix
 
         kept, m = int(p.shape[0]), int(p.shape[1])
@@ -113,9 +167,9 @@ class RowPatterns:
         user = torch.div(sel, m, rounding_mode="floor")
         rows = keep.mul(m).add_(r0).index_select(0, user).add_(sel.remainder(m))
         pid = self.pid.index_select(0, rows)
-        dt = self.scales[0].dtype  # the metric's products in the compute dtype, as factorised
+        dt = self.scales[0].dtype
         pc = p.view(-1).index_select(0, sel).to(dt)
-        scales = [s.index_select(0, rows) for s in self.scales]
+        scales = [None if u else s.index_select(0, rows) for s, u in zip(self.scales, self.unit)]
         mu = torch.zeros(kept, int(self.patterns[0].shape[1]), dtype=dt)
         if bins <= m:  # few patterns: per user and pattern sums (dense), then one product
             at = user.mul_(bins).add_(pid)
@@ -127,7 +181,7 @@ class RowPatterns:
         sums = torch.zeros(g_num * (g_num + 1) // 2, bins, dtype=torch.float64)
         i = 0
         for x, (px, sx) in enumerate(zip(self.patterns, scales)):
-            ps = pc * sx
+            ps = pc if sx is None else pc * sx
             px = px.to(dt)
             if bins <= m:
                 a = torch.zeros(kept * bins, dtype=dt).index_add_(0, at, ps)
@@ -135,8 +189,9 @@ class RowPatterns:
             else:
                 a = csr_matrix((ps.numpy(), pid_np, ptr_np), shape=(kept, bins))
                 mu += torch.from_numpy(a @ px.numpy())
+            ps64 = ps.double()
             for sy in scales[x:]:
-                sums[i].index_add_(0, pid, ps.double() * sy)
+                sums[i].index_add_(0, pid, ps64 if sy is None else ps64 * sy)
                 i += 1
         return sums, mu
 
@@ -153,24 +208,13 @@ class RowPatterns:
         return t1
 
 
-def _mix(h: torch.Tensor) -> torch.Tensor:
-    h = h ^ (h >> 31)
-    h = h * _M2
-    return h ^ (h >> 29)
-
-
-def _ratio_bits(ratio: torch.Tensor) -> torch.Tensor:
-    """The hash of each ratio's bits, int64: the last ``_HASH_DROP_BITS`` of float32's mantissa
-    (``52 - 23 + _HASH_DROP_BITS`` of float64's) left out, so that rounding noise in the data
-    mostly keeps rows of one pattern together (rows split across a boundary only make two
-    patterns of the same values)."""
-    if ratio.dtype == torch.float32:
-        return (ratio.view(torch.int32) >> _HASH_DROP_BITS).long().mul_(_M3)
-    return (ratio.double().view(torch.long) >> (29 + _HASH_DROP_BITS)).mul_(_M3)
-
-
 def find_patterns(
-    rowptr: torch.Tensor, row_of: torch.Tensor, kk: torch.Tensor, vals: torch.Tensor, k_num: int
+    rowptr: torch.Tensor,
+    row_of: torch.Tensor,
+    kk: torch.Tensor,
+    vals: torch.Tensor,
+    k_num: int,
+    m: int = 0,
 ) -> RowPatterns | None:
     """The rows that compress, or ``None`` when too few do (see the module docstring).
 
@@ -192,27 +236,32 @@ def find_patterns(
     any_const, all_const = bool(const.any()), bool(const.all())
     c_e = const.index_select(0, kk) if any_const and not all_const else None
     scale = torch.zeros(rows, dtype=torch.float64)
+    # (in place where it can: every fresh entry-sized tensor costs its page faults)
     if not all_const:
-        v_nc = vals if c_e is None else vals.masked_fill(c_e, 0)
-        scale.index_add_(0, row_of, v_nc.double())
+        v64 = vals.to(torch.float64, copy=True)  # (float64 data: not its own storage)
+        if c_e is not None:
+            v64.masked_fill_(c_e, 0)
+        scale.index_add_(0, row_of, v64)
+        del v64
     scale = scale.to(vals.dtype)
     if all_const:
         ratio = vals
     else:
-        denom = scale.index_select(0, row_of)
+        ratio = scale.index_select(0, row_of)
         if c_e is not None:
-            denom.masked_fill_(c_e, 1)
-        ratio = vals / denom
-    # a row's hash: the sum of its entries' (resource, ratio) hashes, not mixed further (a
-    # collision only puts two patterns under one id: the check makes those rows general)
-    k_hash = _mix(torch.arange(1, k_num + 1, dtype=torch.long) * _M1)
-    h = _ratio_bits(ratio).bitwise_xor_(k_hash.index_select(0, kk))
-    key = torch.zeros(rows, dtype=torch.long).index_add_(0, row_of, h).add_(cnt * _M2)
-    uniq, pid = torch.unique(key, sorted=False, return_inverse=True)  # hashed: faster than sorted
-    npat = int(uniq.numel())
+            ratio.masked_fill_(c_e, 1)
+        torch.div(vals, ratio, out=ratio)
+    ids = key_ids(row_keys(ratio, kk, row_of, cnt, k_num))
+    if ids is None:
+        return None
+    pid, counts = ids
+    npat = int(counts.numel())
     # a row whose pattern no other row shares stays general (its own pattern would not pay)
-    single = torch.bincount(pid, minlength=npat) == 1
-    if npat - int(single.sum()) > max(64, MAX_PATTERN_SHARE * rows):
+    single = counts == 1
+    n_single = int(single.sum())
+    most = max(64, MAX_PATTERN_SHARE * rows)
+    # (rows of their own pattern stay general: past half of the rows, nothing compresses)
+    if npat - n_single > most or n_single > rows // 2:
         return None
     if (npat + 1) * k_num > MAX_PATTERN_ENTRIES:
         return None
@@ -225,28 +274,45 @@ def find_patterns(
     at = torch.repeat_interleave(rowptr[rep] - offs, lengths) + torch.arange(int(lengths.sum()))
     pat = torch.zeros(npat + 1, k_num, dtype=torch.float64)
     pat[pid[row_of[at]], kk[at]] = ratio[at].double()
-    # every entry checked: the same support (count, and each resource in it) and ratio
     tol = 8 * torch.finfo(vals.dtype).eps
+    # patterns the hash split (within the tolerance, across a dropped bit) merged: rows of one
+    # pattern share one id, and users their classes
+    remap = merge_split(pat[:npat], tol / 2) if npat <= most else None
+    if remap is not None:
+        pid = remap.index_select(0, pid)
+        npat = int(remap.max()) + 1
+        counts = torch.zeros(npat, dtype=torch.long).index_add_(0, remap, counts)
+        single = counts == 1
+        firsts = torch.full((npat,), len(remap), dtype=torch.long).scatter_reduce(
+            0, remap, torch.arange(len(remap)), "amin"
+        )
+        pat = torch.cat([pat.index_select(0, firsts), pat[-1:]])
+    # every entry checked: the same support (count, and each resource in it) and ratio
     at_e = (pid * k_num).index_select(0, row_of).add_(kk)
     back = pat.view(-1).to(ratio.dtype).index_select(0, at_e)
-    bad_e = back.sub_(ratio).abs_() > ratio.mul(tol)
-    bad = single[pid]
-    bad |= (pat[:npat] != 0).sum(1)[pid] != cnt
+    del at_e
+    bad_e = back.div_(ratio).sub_(1).abs_() > tol
+    # a pattern's entries (-1 for a row's own pattern: always general)
+    support = (pat[:npat] != 0).sum(1).masked_fill_(single, -1)
+    bad = support.index_select(0, pid) != cnt
     if bool(bad_e.any()):
         bad[row_of[bad_e]] = True
     if int(bad.sum()) > rows // 2:
         return None
-    patterns, scales = [], []
+    patterns, scales, unit = [], [], []
     if not all_const:
         patterns.append(pat if not any_const else pat * ~const)
         scales.append(scale)
+        unit.append(False)
     if any_const:
         patterns.append(pat * const)
         scales.append(torch.ones(rows, dtype=vals.dtype))
+        unit.append(True)
     if bool(bad.any()):
         pid[bad] = npat
         for s in scales:
             s[bad] = 0
     # the general rows' entries (none: no gather)
     entries = bad[row_of] if bool(bad.any()) else torch.zeros(row_of.numel(), dtype=torch.bool)
-    return RowPatterns(pid, scales, patterns, bad, entries)
+    classes = find_classes(pid, m, k_num) if m else None
+    return RowPatterns(pid, scales, patterns, bad, entries, unit, classes)

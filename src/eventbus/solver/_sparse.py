@@ -9,7 +9,8 @@ float64 accumulation, no transposed copy), instead of index scatters over ``(n, 
 Rows whose K-vector is a scalar times one of few patterns are compressed (see
 :mod:`eventbus.solver._patterns`), per reduction block so that partitions on block boundaries
 compress alike: their part of both products is a gather and a histogram over ``(n, m)``,
-whatever ``K``.
+whatever ``K``, or, when the block's users repeat few rows of pattern ids (user classes, see
+:mod:`eventbus.solver._classes`), the factorised form's row gathers and ``onehot @`` products.
 
 The last pass's choice ``p`` is kept per chunk, so the repaired primal after an accepted step
 costs one product, not a softmax pass. Explicit zeros in the tensor are dropped (they consume
@@ -65,6 +66,26 @@ class SparsePass:
         compress: bool = True,
         scipy: bool | None = None,
     ) -> None:
+        # built on one CPU thread: its ops are short and memory-bound, and an op split over
+        # threads waits for the slowest when other processes share the cores (2-6x the time)
+        threads = torch.get_num_threads()
+        one = problem.revenue.device.type == "cpu" and threads > 1
+        if one:
+            torch.set_num_threads(1)
+        try:
+            self._build(problem, chunk, block, compress, scipy)
+        finally:
+            if one:
+                torch.set_num_threads(threads)
+
+    def _build(
+        self,
+        problem: AllocationProblem,
+        chunk: int,
+        block: int,
+        compress: bool,
+        scipy: bool | None,
+    ) -> None:
         cons = problem.consumption
         assert isinstance(cons, torch.Tensor)
         self.rev = problem.revenue
@@ -94,12 +115,15 @@ class SparsePass:
             f0, f1 = self.rowptr[[b0 * m, b1 * m]].tolist()
             pat = None
             if self.device.type == "cpu" and compress:
+                # (no copies when the block starts at 0: one block up to ~2M rows)
+                ptr, row_of = self.rowptr[b0 * m : b1 * m + 1], self.flat[f0:f1]
                 pat = find_patterns(
-                    self.rowptr[b0 * m : b1 * m + 1] - f0,
-                    self.flat[f0:f1] - b0 * m,
+                    ptr - f0 if f0 else ptr,
+                    row_of - b0 * m if b0 else row_of,
                     self.kk[f0:f1],
                     self.vals[f0:f1],
                     self.k_num,
+                    m,
                 )
             self.pats.append(pat)
             for a in range(b0, b1, chunk):

@@ -225,7 +225,7 @@ def test_hash_collisions_only_make_rows_general(monkeypatch: pytest.MonkeyPatch)
     for pat in SparsePass(problem, 16, 48).pats:  # unhindered: every row compresses
         assert pat is not None and not bool(pat.general_rows.any())
     monkeypatch.setattr(
-        "eventbus.solver._patterns._ratio_bits", lambda r: torch.zeros(r.shape, dtype=torch.long)
+        "eventbus.solver._rowkeys._ratio_bits", lambda r: torch.zeros(r.shape, dtype=torch.int32)
     )
     sp = SparsePass(problem, 16, 48)
     assert any(pat is None or bool(pat.general_rows.any()) for pat in sp.pats)
