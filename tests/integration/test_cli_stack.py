@@ -1,7 +1,9 @@
 """The CLI on its own embedded stack: up, deploy, publish, tail, status, list, delete, down.
 
 This starts a second, separate local stack (its own Ray head, Tansu, Redis) in a temporary
-EVENTBUS_HOME, exactly as a newcomer's `eventbus up` does.
+EVENTBUS_HOME, exactly as a newcomer's `eventbus up` does. The model commands
+(``cli_model_flow.py``) run on the same stack before its full restart: one ``up``/``down``
+fewer in the suite.
 """
 
 from __future__ import annotations
@@ -166,6 +168,11 @@ def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
             got.returncode == 0
             and got.stdout == (ROOT / "examples/payments/payments.yaml").read_text()
         ), got.stderr
+
+        # `eventbus model push/list/split` on this stack (the fraud pipeline is deleted after)
+        from tests.integration.cli_model_flow import model_cli_flow  # it imports eb from here
+
+        model_cli_flow(home, tmp_path)
 
         # A full restart: the whole stack goes down; `up` redeploys every pipeline from Redis
         # (the embedded broker lost its topics: they are created again).
