@@ -4,15 +4,15 @@ The issue's 50,000 orders (shuffled, spread over 4 partitions) with 0-3 payments
 (shuffled across 4 partitions by order id, so one order's payments keep their order),
 produced once in bulk, one copy per mode (types ``o.<mode>``/``p.<mode>``). One pipeline runs
 three join steps, one per ``emit`` mode (``every``, ``first``, ``latest``; a step passes the
-other steps' events through), on two replicas, so one deploy, one kill -9 (of both replicas)
-and one Redis restart (append-only file) hit every mode. The orders go first (while the
+other steps' events through), so one deploy, one kill -9 of its replica and one Redis
+restart (append-only file) hit every mode. The orders go first (while the
 pipeline deploys) and are all waiting in Redis before the payments start, so each mode's
 output is known exactly:
 
 * every, latest: one joined event per payment (its order arrived first);
 * first: one joined event per order with a payment, with its first payment.
 
-While the payments flow, the replicas are killed with SIGKILL (30% of the joined events out)
+While the payments flow, the replica is killed with SIGKILL (30% of the joined events out)
 and Redis is restarted (60% out). Each mode must still deliver each expected pair exactly once
 (the sink's dedupe drops what a replayed batch emits again) and nothing else, and nothing is
 dead-lettered.
@@ -44,13 +44,16 @@ pytestmark = [
     pytest.mark.ray,
     pytest.mark.redis,
     pytest.mark.slow,
+    # ~90 s (join) and ~55 s (aggregate) here; a machine shared with other jobs takes 2-3x
+    pytest.mark.timeout(600),
 ]
 
 #: The issue's 50,000 orders with ``EVENTBUS_STATEFUL_FULL=1``; the suite's time budget pays for
 #: 20,000 (see the module's docstring).
 ORDERS = 50_000
-#: two replicas share the four partitions of each topic (both are killed)
-REPLICAS = 2
+#: one replica (killed mid-run); three pipelines of one replica each took ~25 s more: three
+#: deploys in a row (the controller deploys one at a time) for no more throughput on 2 cores
+REPLICAS = 1
 PARTITIONS = 4
 MODES = ("every", "first", "latest")
 
