@@ -5,14 +5,13 @@ replica killed with SIGKILL and a Redis restart; closed windows run through the 
 the aggregate (in process with the sources on the replicas; by a call to a replica from a
 source actor); late events land in the dead-letter topic.
 
-Sizing: events over 1,000 keys, produced once in bulk (4 partitions) and consumed by both
-pipelines at the same time: 100,000 in the suite (78 s for this test on the shared 2-core
-machine at a load average of 20-26), the issue's 200,000 with ``EVENTBUS_STATEFUL_FULL=1``
-(119 s at 22-40). Each fault hits a pipeline mid-stream (gated on the events its state has
-applied), while its replica merges batches continuously; the crash point
-``aggregate-applied`` (right after a batch's state update, before its commit) makes the
-replay deterministic, and ``duplicate_events`` shows it was absorbed. The events spread over
-10 minutes of event time, up to 30 s out of order: 10 tumbling windows per key (~10,000 to
+Sizing: the issue's 200,000 events over 1,000 keys, produced once in bulk (4 partitions) and
+consumed by both pipelines at the same time (53 s for this test on the shared 2-core machine at
+a load average of 3-12). Each fault hits a pipeline mid-stream (gated on the events its state
+has applied), while its replica merges batches continuously; the crash point
+``aggregate-applied`` (right after a batch's state update, before its commit) makes the replay
+deterministic, and ``duplicate_events`` shows it was absorbed. The events spread over 10
+minutes of event time, up to 30 s out of order: 10 tumbling windows per key (~10,000 to
 compare) and several sessions per key.
 """
 
@@ -43,11 +42,12 @@ pytestmark = [
     pytest.mark.ray,
     pytest.mark.redis,
     pytest.mark.slow,
+    # ~90 s (join) and ~55 s (aggregate) here; a machine shared with other jobs takes 2-3x
+    pytest.mark.timeout(600),
 ]
 
-#: The issue's 200,000 events with ``EVENTBUS_STATEFUL_FULL=1``; the suite's time budget pays
-#: for 100,000 (see the module's docstring).
-N = 200_000 if os.environ.get("EVENTBUS_STATEFUL_FULL") == "1" else 100_000
+#: The issue's size (see the module's docstring).
+N = 200_000
 KEYS, PARTITIONS = 1_000, 4
 SPAN_MS, DISORDER_MS = 600_000, 30_000  # event times over 10 minutes, up to 30 s out of order
 SIZE_S, GAP_S = 60, 10

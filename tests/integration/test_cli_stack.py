@@ -1,7 +1,9 @@
 """The CLI on its own embedded stack: up, deploy, publish, tail, status, list, delete, down.
 
 This starts a second, separate local stack (its own Ray head, Tansu, Redis) in a temporary
-EVENTBUS_HOME, exactly as a newcomer's `eventbus up` does.
+EVENTBUS_HOME, exactly as a newcomer's `eventbus up` does. The model commands
+(``cli_model_flow.py``) run on the same stack before its full restart: one ``up``/``down``
+fewer in the suite.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -47,11 +50,19 @@ def listening_ports() -> str:
     return subprocess.run(["ss", "-ltnH"], capture_output=True, text=True, check=False).stdout
 
 
+# the payments flow, the model flow and a full restart: ~170 s on a quiet 2-core machine
+@pytest.mark.timeout(600)
 def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
     home = tmp_path / "eb"
+    t0 = time.monotonic()
+
+    def phase(what: str) -> None:
+        print(f"newcomer flow: {what} {time.monotonic() - t0:.1f} s")
+
     try:
         up = eb(home, "up", "--num-cpus", "1")
         assert up.returncode == 0, up.stderr
+        phase("up")
         stack = json.loads((home / "stack.json").read_text())
         assert set(stack["owned"]) == {"ray", "kafka", "redis", "gateway"}
         for addr in (stack["ray_address"], stack["kafka_bootstrap"]):
@@ -167,11 +178,20 @@ def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
             and got.stdout == (ROOT / "examples/payments/payments.yaml").read_text()
         ), got.stderr
 
+        # `eventbus model push/list/split` on this stack (the fraud pipeline is deleted after)
+        from tests.integration.cli_model_flow import model_cli_flow  # it imports eb from here
+
+        phase("payments flow")
+        model_cli_flow(home, tmp_path)
+        phase("model flow")
+
         # A full restart: the whole stack goes down; `up` redeploys every pipeline from Redis
         # (the embedded broker lost its topics: they are created again).
         assert eb(home, "down").returncode == 0
+        phase("down")
         up = eb(home, "up", "--num-cpus", "1")
         assert up.returncode == 0, up.stderr
+        phase("up again")
         assert "restored 1 of 1 pipeline(s): large-payments" in up.stdout, up.stdout
         ls = eb(home, "list")
         assert "large-payments" in ls.stdout and "RUNNING" in ls.stdout
@@ -199,7 +219,9 @@ def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
         assert eb(home, "delete", "large-payments").returncode == 0
         assert "no pipelines deployed" in eb(home, "list").stdout
     finally:
+        phase("restart checked")
         down = eb(home, "down")
+        phase("down")
     assert down.returncode == 0 and "stopped: gateway, ray, kafka, redis" in down.stdout
     assert not (home / "stack.json").exists()
     assert not re.search(rf":{ray_port}\s", listening_ports())

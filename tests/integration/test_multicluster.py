@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -142,12 +143,18 @@ def test_two_clusters_fail_over_without_losing_an_accepted_event(tmp_path: Path)
     homes = {"a": tmp_path / "a", "b": tmp_path / "b"}
     t0 = time.monotonic()
     try:
-        for home in homes.values():
-            # Ports are left to `up` (free ones when 8080/50051 are taken, picked once Ray runs):
-            # gRPC servers bind with SO_REUSEPORT, so a port picked here and bound later could
-            # be shared with a Ray agent started meanwhile, which would take some connections.
-            up = eb(home, "up", "--num-cpus", "1")
-            assert up.returncode == 0, up.stdout + up.stderr
+        # Both stacks start at once. Ports are left to `up` (free ones when taken, picked once
+        # Ray runs): gRPC servers bind with SO_REUSEPORT, so a free port picked here and bound
+        # later could be shared with a Ray agent started meanwhile, which would take some
+        # connections. B asks for ports outside the ephemeral range (Ray's agents pick theirs
+        # there), so the two `up`s never race for 8080/50051.
+        ports = {"a": [], "b": ["--http-port", "8081", "--grpc-port", "20051"]}
+        with ThreadPoolExecutor(len(homes)) as pool:
+            ups = {
+                n: pool.submit(eb, h, "up", "--num-cpus", "1", *ports[n]) for n, h in homes.items()
+            }
+        for up in ups.values():
+            assert up.result().returncode == 0, up.result().stdout + up.result().stderr
         stacks = {n: json.loads((h / "stack.json").read_text()) for n, h in homes.items()}
         assert stacks["a"]["ray_address"] != stacks["b"]["ray_address"]
         keeper = stacks["a"]["redis_url"]
@@ -248,7 +255,8 @@ def test_two_clusters_fail_over_without_losing_an_accepted_event(tmp_path: Path)
         )
         assert failover_s < 5.0
     finally:
-        downs = {n: eb(h, "down") for n, h in homes.items()}
+        with ThreadPoolExecutor(len(homes)) as pool:
+            downs = dict(zip(homes, pool.map(lambda h: eb(h, "down"), homes.values()), strict=True))
     for n, d in downs.items():
         assert d.returncode == 0, (n, d.stderr)
         assert not (homes[n] / "stack.json").exists()
