@@ -29,7 +29,8 @@ line: one JSON object with the figures, ``ratio_vs_quix`` and ``ratio_vs_baselin
 
 ``--profile DIR``: instead of measuring, run EventBus once without and once with dedupe and
 py-spy its replica meanwhile (``benchmarks/_profile.py``); the top frames go to
-``DIR/eventbus*.md`` and stdout.
+``DIR/eventbus*.md`` and stdout. ``--idle``: every thread's wall time instead (where each
+thread waits), frames under their thread's name.
 
 Run: ``.venv/bin/python benchmarks/aggregate.py [--events 200000] [--rounds 3] [--profile DIR]``
 """
@@ -359,6 +360,12 @@ def main() -> None:
         default=None,
         help="a folder: instead of measuring, py-spy EventBus's replica (its top frames go there)",
     )
+    ap.add_argument(
+        "--idle",
+        action="store_true",
+        help="with --profile: sample every thread, waiting or not (wall time per thread), "
+        "instead of the GIL holder",
+    )
     args = ap.parse_args()
     if args.profile is None and not Path(args.quix_python).exists():
         sys.exit(
@@ -414,7 +421,11 @@ def main() -> None:
         )
         outputs = Outputs(bootstrap, sink, len(expect))
         client.deploy(path)
-        spies = [record(pid, spy / f"{label}-{pid}.raw") for pid in replicas(name)] if spy else []
+        spies = (
+            [record(pid, spy / f"{label}-{pid}.raw", idle=args.idle) for pid in replicas(name)]
+            if spy
+            else []
+        )
         try:
             return outputs.wait()
         finally:

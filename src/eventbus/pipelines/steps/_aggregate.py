@@ -65,6 +65,7 @@ class AggregateStep(Step):
     """
 
     kind = "aggregate"
+    offload = True  # one Redis script per batch: the replica overlaps it with fetch and send
 
     def __init__(
         self,
