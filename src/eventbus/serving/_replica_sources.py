@@ -106,7 +106,7 @@ class ReplicaSources:
     ) -> None:
         self._runner = runner
         self._config = config
-        self._threads = StepThreads(runner.steps)
+        self._threads = StepThreads([])  # where the steps run: made in _run, from the steps
         self._bootstrap = kafka_bootstrap
         self._kafka_client = kafka_client
         self._redis_url = redis_url
@@ -229,6 +229,7 @@ class ReplicaSources:
 
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
+        self._threads = StepThreads(self._runner.steps)
         spec = self._config.spec
         run = self._runner.run
         from eventbus.observability._tracing import TracedSink, run_traced, tracer
