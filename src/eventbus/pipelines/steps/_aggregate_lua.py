@@ -250,14 +250,15 @@ if wmc > 0 and (not W or wmc > W) then W = wmc end
 local lates, ups, maxt = {}, {}, nil
 -- the items come as one argument, a JSON array of their fields (one argument per field cost
 -- the client more to pack than the script takes to run; cjson decodes it in C, a quarter of
--- what splitting a string in Lua took): key, start, end, latest time, count, applied events
--- (text), partials
+-- what splitting a string in Lua took): key, start (text: the window id is made of it),
+-- end, latest time, count, applied events (text), partials
 local A = cjson.decode(ARGV[base + 7])
 local i, nA, nl = 1, #A, 0
 while i <= nA do
-  local key, start, fin, mt = A[i], tonumber(A[i + 1]), tonumber(A[i + 2]), tonumber(A[i + 3])
+  local key, fin, mt = A[i], A[i + 2], A[i + 3]
   local wid = nil
   if gap > 0 then
+    local start = tonumber(A[i + 1])
     local idx = 'S\0' .. key
     local list, keep, hit, s0 = hget(idx), {}, {}, start
     if list then
@@ -277,10 +278,10 @@ while i <= nA do
       redis.call('HSET', H, idx, table.concat(keep, ' '))
     end
   elseif not W or fin + late_ms > W then
-    wid = I(start) .. ':' .. key
+    wid = A[i + 1] .. ':' .. key
   end
   if wid then
-    local n, c = tonumber(A[i + 4]), nil
+    local n, c = A[i + 4], nil
     for a = 1, nagg do
       if lean and a == CNT then c = redis.call('HINCRBY', H, wid .. CF, n)
       else addp(wid, a, A[i + 5 + a]) end
@@ -428,7 +429,7 @@ class RedisAggregateState:
         fields: list[str | int] = []
         for it in items:
             evs = " ".join(str(pos[i]) for i in it.events) if seen is not None else ""
-            fields += [it.key, it.start, it.end, it.max_t, it.count, evs]
+            fields += [it.key, str(it.start), it.end, it.max_t, it.count, evs]
             fields += it.partials
         args.append(orjson.dumps(fields))
         lates, ups, dups = self._call(self._add, args)
