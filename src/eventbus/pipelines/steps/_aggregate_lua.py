@@ -12,6 +12,13 @@ itself is a field of ``w``, so no key is made up inside a script).
 A window ``<start>:<key>`` has fields ``<wid>\\0c`` (events), ``<wid>\\0e`` (end, ms) and per
 aggregation ``a`` (1-based) ``<wid>\\0<a>`` plus ``n``/``t``/``x`` suffixed ones (see
 :mod:`._aggregate_ops` for the partial formats the scripts merge).
+
+The lean layout: with tumbling or hopping windows, a ``count`` aggregation and ``emit:
+close``, a window has no ``c`` field: the count's own field is its event count (a third of an
+item's writes fewer). The previous script version, a canary beside this one, reads such
+windows right: it takes the count from the count's field too, and ``c`` only for ``emit:
+update`` ids and to tell a new window, whose end and due entry it then writes again with the
+same values (``tests/unit/pipelines/test_aggregate_canary.py`` runs both on one state).
 """
 
 from __future__ import annotations
