@@ -237,12 +237,13 @@ local D, DW = ARGV[base + 6], 24
 local function dig(p) return string.sub(D, (p - 1) * DW + 1, p * DW) end
 -- delivery.dedupe: an event applied before (a batch replayed after a crash) makes the whole
 -- call a no-op that names it; the caller folds the batch again without it and calls again.
+-- each digest cut out of D once (the same strings are looked up, then added)
+local DG = {}
+for p = 1, ndig do DG[p] = dig(p) end
 if ndig > 0 then
   local dups = {}
   for c = 0, ndig - 1, 1000 do
-    local chunk = {}
-    for p = c + 1, math.min(ndig, c + 1000) do chunk[#chunk + 1] = dig(p) end
-    local scores = redis.call('ZMSCORE', SEEN, unpack(chunk))
+    local scores = redis.call('ZMSCORE', SEEN, unpack(DG, c + 1, math.min(ndig, c + 1000)))
     for j = 1, #scores do if scores[j] then dups[#dups + 1] = c + j end end
   end
   if #dups > 0 then return {'', {}, dups} end
@@ -313,8 +314,12 @@ while i <= nA do
 end
 if maxt and (not wm or maxt > wm) then redis.call('HSET', H, 'wm', I(maxt), 'wmw', I(now)) end
 if ndig > 0 then -- remember the applied events (not the late ones: a replay dead-letters them again)
-  local forget, z, some_late = I(now + ttl), {}, false
-  for k = 1, #lates do if lates[k] == '1' then some_late = true; break end end
+  local forget, z, nz, some_late = I(now + ttl), {}, 0, false
+  for k = 1, nl do if lates[k] == '1' then some_late = true; break end end
+  local function remember(p)
+    z[nz + 1] = forget; z[nz + 2] = DG[p]; nz = nz + 2
+    if nz >= 1000 then redis.call('ZADD', SEEN, unpack(z, 1, nz)); nz = 0 end
+  end
   if some_late then -- the events of the merged items (a hopping event may be in both kinds)
     local k, j = 1, 1
     while j <= nA do
@@ -324,14 +329,11 @@ if ndig > 0 then -- remember the applied events (not the late ones: a replay dea
       k = k + 1
       j = j + 6 + nagg
     end
+    for p in pairs(applied) do remember(p) end
   else -- every event of the batch
-    for p = 1, ndig do applied[p] = true end
+    for p = 1, ndig do remember(p) end
   end
-  for p in pairs(applied) do
-    z[#z + 1] = forget; z[#z + 1] = dig(p)
-    if #z >= 1000 then redis.call('ZADD', SEEN, unpack(z)); z = {} end
-  end
-  if #z > 0 then redis.call('ZADD', SEEN, unpack(z)) end
+  if nz > 0 then redis.call('ZADD', SEEN, unpack(z, 1, nz)) end
   redis.call('ZREMRANGEBYSCORE', SEEN, '-inf', I(now))
 end
 -- per item '0' (merged) or '1' (late), one string; window values only with emit: update
