@@ -32,7 +32,7 @@ py-spy its replica meanwhile (``benchmarks/_profile.py``); the top frames go to
 ``DIR/eventbus*.md`` and stdout. ``--idle``: every thread's wall time instead (where each
 thread waits), frames under their thread's name.
 
-Run: ``.venv/bin/python benchmarks/aggregate.py [--events 200000] [--rounds 3] [--profile DIR]``
+Run: ``.venv/bin/python benchmarks/aggregate.py [--events 200000] [--rounds 3] [--profile DIR [--idle]]``
 """
 
 from __future__ import annotations
@@ -367,6 +367,8 @@ def main() -> None:
         "instead of the GIL holder",
     )
     args = ap.parse_args()
+    if args.idle and args.profile is None:
+        ap.error("--idle samples the replica for --profile DIR: pass --profile DIR too")
     if args.profile is None and not Path(args.quix_python).exists():
         sys.exit(
             f"--quix-python {args.quix_python} does not exist: run `make bench-peers` (it builds "
