@@ -23,14 +23,17 @@ def py_spy() -> str:
     return found
 
 
-def record(pid: int, out: Path, rate: int = 200) -> subprocess.Popen[bytes]:
+def record(pid: int, out: Path, rate: int = 200, idle: bool = False) -> subprocess.Popen[bytes]:
     """Start sampling ``pid`` until :func:`finish`: the thread holding the GIL only.
 
     ``--gil``: the Python CPU that the process's throughput is bound by (idle loops waiting in
-    epoll or in Ray's C++ task loop would otherwise count as busy frames).
+    epoll or in Ray's C++ task loop would otherwise count as busy frames). ``idle``: every
+    thread, waiting or not, each stack under its thread's name (wall time: where a thread
+    waits, e.g. the sources' loop on a Redis reply).
     """
     cmd = [py_spy(), "record", "--pid", str(pid), "--format", "raw", "--rate", str(rate)]
-    cmd += ["--gil", "--nonblocking", "--output", str(out)]
+    cmd += ["--idle", "--threads"] if idle else ["--gil"]
+    cmd += ["--nonblocking", "--output", str(out)]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 

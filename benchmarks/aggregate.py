@@ -29,9 +29,10 @@ line: one JSON object with the figures, ``ratio_vs_quix`` and ``ratio_vs_baselin
 
 ``--profile DIR``: instead of measuring, run EventBus once without and once with dedupe and
 py-spy its replica meanwhile (``benchmarks/_profile.py``); the top frames go to
-``DIR/eventbus*.md`` and stdout.
+``DIR/eventbus*.md`` and stdout. ``--idle``: every thread's wall time instead (where each
+thread waits), frames under their thread's name.
 
-Run: ``.venv/bin/python benchmarks/aggregate.py [--events 200000] [--rounds 3] [--profile DIR]``
+Run: ``.venv/bin/python benchmarks/aggregate.py [--events 200000] [--rounds 3] [--profile DIR [--idle]]``
 """
 
 from __future__ import annotations
@@ -359,7 +360,15 @@ def main() -> None:
         default=None,
         help="a folder: instead of measuring, py-spy EventBus's replica (its top frames go there)",
     )
+    ap.add_argument(
+        "--idle",
+        action="store_true",
+        help="with --profile: sample every thread, waiting or not (wall time per thread), "
+        "instead of the GIL holder",
+    )
     args = ap.parse_args()
+    if args.idle and args.profile is None:
+        ap.error("--idle samples the replica for --profile DIR: pass --profile DIR too")
     if args.profile is None and not Path(args.quix_python).exists():
         sys.exit(
             f"--quix-python {args.quix_python} does not exist: run `make bench-peers` (it builds "
@@ -414,7 +423,11 @@ def main() -> None:
         )
         outputs = Outputs(bootstrap, sink, len(expect))
         client.deploy(path)
-        spies = [record(pid, spy / f"{label}-{pid}.raw") for pid in replicas(name)] if spy else []
+        spies = (
+            [record(pid, spy / f"{label}-{pid}.raw", idle=args.idle) for pid in replicas(name)]
+            if spy
+            else []
+        )
         try:
             return outputs.wait()
         finally:

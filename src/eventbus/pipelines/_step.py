@@ -102,6 +102,10 @@ class Step(ABC):
     #: process() waits on another service (a model's deployment): the replica runs its
     #: batches on worker threads, so batches in flight overlap
     blocking: ClassVar[bool] = False
+    #: process() waits on its state store (an aggregate's Redis script) for much of a batch:
+    #: the replica runs the batches on one worker thread, one at a time and in order, so its
+    #: event loop fetches and delivers meanwhile (``serving._step_threads``)
+    offload: ClassVar[bool] = False
 
     def __init__(self, step_id: str) -> None:
         self.id = step_id

@@ -32,6 +32,7 @@ from eventbus.pipelines._config import PipelineConfig, SinkConfig
 from eventbus.pipelines._runner import PipelineRunner
 from eventbus.serving._outputs import delivery_policy, make_sink, source_sinks, sweep_forever
 from eventbus.serving._replica_health import SourcesHealth
+from eventbus.serving._step_threads import StepThreads
 
 __all__ = [
     "ReplicaSources",
@@ -50,10 +51,12 @@ _STATS_EVERY_S = 1.0
 _STATS_STALE_S = 15.0
 
 
-def decoding_dispatch(src: Any, run: Any, blocking: bool) -> Any:
+def decoding_dispatch(src: Any, run: Any, blocking: bool, threads: Any = None) -> Any:
     """A dispatch of undecoded records (``decode_in_dispatch``) that hands the runner each
     event's source partition: steps that keep state per partition (an event-time join's
-    watermark) need it. A record that does not decode fails with ``step="decode"``."""
+    watermark) need it. A record that does not decode fails with ``step="decode"``. The
+    batch runs where ``threads`` (a :class:`StepThreads`) says, else on a worker thread when
+    ``blocking``, else here."""
     from eventbus.eventing._codecs import decode_kafka_records
     from eventbus.eventing._outcome import Failure
 
@@ -73,6 +76,9 @@ def decoding_dispatch(src: Any, run: Any, blocking: bool) -> Any:
         return outcomes
 
     async def dispatch(records: list[Any]) -> list[Outcome]:
+        if threads is not None:
+            outcomes: list[Outcome] = await threads.call(call, records)
+            return outcomes
         return await asyncio.to_thread(call, records) if blocking else call(records)
 
     return dispatch
@@ -100,6 +106,7 @@ class ReplicaSources:
     ) -> None:
         self._runner = runner
         self._config = config
+        self._threads = StepThreads([])  # where the steps run: made in _run, from the steps
         self._bootstrap = kafka_bootstrap
         self._kafka_client = kafka_client
         self._redis_url = redis_url
@@ -222,6 +229,7 @@ class ReplicaSources:
 
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
+        self._threads = StepThreads(self._runner.steps)
         spec = self._config.spec
         run = self._runner.run
         from eventbus.observability._tracing import TracedSink, run_traced, tracer
@@ -242,17 +250,15 @@ class ReplicaSources:
             return sink
 
         # Model steps wait on another deployment (a DeploymentHandle call, which may not block
-        # an event loop): run those batches on worker threads, so batches in flight overlap and
-        # the model's dynamic batching can merge them.
-        if any(s.blocking for s in self._runner.steps):
+        # an event loop): their batches run on worker threads, so batches in flight overlap and
+        # the model's dynamic batching can merge them. Steps waiting on their state (an
+        # aggregate's Redis script) run on one worker thread in order, so the loop fetches and
+        # delivers meanwhile (see _step_threads).
+        threads = self._threads
 
-            async def dispatch(events: list[CloudEvent]) -> list[Outcome]:
-                return await asyncio.to_thread(run, events)
-
-        else:
-
-            async def dispatch(events: list[CloudEvent]) -> list[Outcome]:
-                return run(events)
+        async def dispatch(events: list[CloudEvent]) -> list[Outcome]:
+            outcomes: list[Outcome] = await threads.call(run, events)
+            return outcomes
 
         origins = self._runner.uses_origins
         blocking = any(s.blocking for s in self._runner.steps)
@@ -263,7 +269,9 @@ class ReplicaSources:
                     pipeline=self._config.name,
                     bootstrap_servers=src.bootstrap_servers or self._bootstrap,
                     client=self._kafka_client,
-                    dispatch=decoding_dispatch(src, run, blocking) if origins else dispatch,
+                    dispatch=decoding_dispatch(src, run, blocking, threads)
+                    if origins
+                    else dispatch,
                     sinks=source_sinks(self._config, sink_of),
                     fetch=FetchSettings(
                         max_batch=spec.serving.batch.max_size,
@@ -309,6 +317,7 @@ class ReplicaSources:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
         await self._write_stats(final=True)
+        self._threads.close()
         for bell in self._doorbells:
             with contextlib.suppress(Exception):
                 await bell.close()
@@ -379,14 +388,13 @@ class ReplicaSources:
         if not timers:
             return
         runner = self._runner
-        blocking = any(s.blocking for s in runner.steps)
+        threads = self._threads
 
         async def follow(step_index: int, events: list[CloudEvent]) -> list[Outcome]:
-            # as the sources' dispatch: on this loop (between batches), or on a worker thread
-            # when a later step waits on another deployment
-            if blocking:
-                return await asyncio.to_thread(runner.run_after, step_index, events)
-            outcomes: list[Outcome] = runner.run_after(step_index, events)
+            # as the sources' dispatch: on this loop (between batches), on a worker thread when
+            # a later step waits on another deployment, or queued between batches on the
+            # ordered thread
+            outcomes: list[Outcome] = await threads.call(runner.run_after, step_index, events)
             return outcomes
 
         await sweep_forever(

@@ -65,6 +65,7 @@ class AggregateStep(Step):
     """
 
     kind = "aggregate"
+    offload = True  # one Redis script per batch: the replica overlaps it with fetch and send
 
     def __init__(
         self,
@@ -124,6 +125,10 @@ class AggregateStep(Step):
             idle_ms=int(1000 * spec.idle_timeout_s),
         )
         self._get = value_getters(self)
+        #: tumbling windows of counts and sums only: the batch folded in one pass
+        self.sums_only = (
+            self.size_ms > 0 and self.advance_ms == self.size_ms and set(ops) <= {"count", "sum"}
+        )
         if redis_url:
             from eventbus.pipelines.steps._aggregate_lua import RedisAggregateState
 

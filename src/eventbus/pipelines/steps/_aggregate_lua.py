@@ -12,6 +12,13 @@ itself is a field of ``w``, so no key is made up inside a script).
 A window ``<start>:<key>`` has fields ``<wid>\\0c`` (events), ``<wid>\\0e`` (end, ms) and per
 aggregation ``a`` (1-based) ``<wid>\\0<a>`` plus ``n``/``t``/``x`` suffixed ones (see
 :mod:`._aggregate_ops` for the partial formats the scripts merge).
+
+The lean layout: with tumbling or hopping windows, a ``count`` aggregation and ``emit:
+close``, a window has no ``c`` field: the count's own field is its event count (a third of an
+item's writes fewer). The previous script version, a canary beside this one, reads such
+windows right: it takes the count from the count's field too, and ``c`` only for ``emit:
+update`` ids and to tell a new window, whose end and due entry it then writes again with the
+same values (``tests/unit/pipelines/test_aggregate_canary.py`` runs both on one state).
 """
 
 from __future__ import annotations
@@ -36,7 +43,15 @@ local ops, maxes = {}, {}
 for a = 1, nagg do ops[a] = ARGV[1 + a]; maxes[a] = tonumber(ARGV[1 + nagg + a]) end
 local base = 2 + 2 * nagg
 local function I(x) return string.format('%d', x) end
-local function F(wid, a) return wid .. '\0' .. a end
+-- each aggregation's field suffix, made once (not a number turned into text per item)
+local SFX = {}
+for a = 1, nagg do SFX[a] = '\0' .. a end
+local function F(wid, a) return wid .. SFX[a] end
+-- a count aggregation's field is the window's event count, as complete as 'c' in every
+-- layout: the window's count is read from it when there is one (see the lean layout below)
+local CNT = nil
+for a = nagg, 1, -1 do if ops[a] == 'count' then CNT = a end end
+local CF = CNT and SFX[CNT] or '\0c'
 local function hget(f) return redis.call('HGET', H, f) end
 local function cut(p, sep)
   local at = string.find(p, sep, 1, true)
@@ -157,7 +172,7 @@ end
 -- NUL-terminated (no value holds a NUL: JSON texts, numbers and keys without one), so a
 -- client parses a split rather than a reply of many parts; its fields read with one HMGET
 local function values(wid)
-  local fs = {wid .. '\0c', wid .. '\0e'}
+  local fs = {wid .. CF, wid .. '\0e'}
   for a = 1, nagg do
     local op, fa = ops[a], F(wid, a)
     if op == 'avg' then fs[#fs + 1] = fa; fs[#fs + 1] = fa .. 'n'
@@ -208,6 +223,13 @@ _ADD = (
     + r"""
 local now, late_ms, gap = tonumber(ARGV[base]), tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
 local update = ARGV[base + 3] == '1'
+-- the lean layout: tumbling or hopping windows with a count aggregation, no emit: update (whose
+-- ids the previous version made of 'c'). The count's field is the window's count, 'c' is not
+-- written: a third of an item's writes. The previous script version (a canary beside this
+-- one) still gets such windows right: it reads the count from the count's field; it writes
+-- 'c' itself and, finding it new, writes the window's end and due entry again (the same
+-- values: a tumbling or hopping window's end never moves).
+local lean = gap == 0 and not update and CNT ~= nil
 local ttl, ndig, SEEN = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]), KEYS[6]
 -- the batch's event digests, DW characters each, in one argument (one argument per digest
 -- cost the client more to pack than the rest of the batch's call)
@@ -215,12 +237,13 @@ local D, DW = ARGV[base + 6], 24
 local function dig(p) return string.sub(D, (p - 1) * DW + 1, p * DW) end
 -- delivery.dedupe: an event applied before (a batch replayed after a crash) makes the whole
 -- call a no-op that names it; the caller folds the batch again without it and calls again.
+-- each digest cut out of D once (the same strings are looked up, then added)
+local DG = {}
+for p = 1, ndig do DG[p] = dig(p) end
 if ndig > 0 then
   local dups = {}
   for c = 0, ndig - 1, 1000 do
-    local chunk = {}
-    for p = c + 1, math.min(ndig, c + 1000) do chunk[#chunk + 1] = dig(p) end
-    local scores = redis.call('ZMSCORE', SEEN, unpack(chunk))
+    local scores = redis.call('ZMSCORE', SEEN, unpack(DG, c + 1, math.min(ndig, c + 1000)))
     for j = 1, #scores do if scores[j] then dups[#dups + 1] = c + j end end
   end
   if #dups > 0 then return {'', {}, dups} end
@@ -235,14 +258,15 @@ if wmc > 0 and (not W or wmc > W) then W = wmc end
 local lates, ups, maxt = {}, {}, nil
 -- the items come as one argument, a JSON array of their fields (one argument per field cost
 -- the client more to pack than the script takes to run; cjson decodes it in C, a quarter of
--- what splitting a string in Lua took): key, start, end, latest time, count, applied events
--- (text), partials
+-- what splitting a string in Lua took): key, start (text: the window id is made of it),
+-- end, latest time, count, applied events (text), partials
 local A = cjson.decode(ARGV[base + 7])
 local i, nA, nl = 1, #A, 0
 while i <= nA do
-  local key, start, fin, mt = A[i], tonumber(A[i + 1]), tonumber(A[i + 2]), tonumber(A[i + 3])
+  local key, fin, mt = A[i], A[i + 2], A[i + 3]
   local wid = nil
   if gap > 0 then
+    local start = tonumber(A[i + 1])
     local idx = 'S\0' .. key
     local list, keep, hit, s0 = hget(idx), {}, {}, start
     if list then
@@ -262,12 +286,15 @@ while i <= nA do
       redis.call('HSET', H, idx, table.concat(keep, ' '))
     end
   elseif not W or fin + late_ms > W then
-    wid = I(start) .. ':' .. key
+    wid = A[i + 1] .. ':' .. key
   end
   if wid then
-    for a = 1, nagg do addp(wid, a, A[i + 5 + a]) end
-    local n = tonumber(A[i + 4])
-    local c = redis.call('HINCRBY', H, wid .. '\0c', n)
+    local n, c = A[i + 4], nil
+    for a = 1, nagg do
+      if lean and a == CNT then c = redis.call('HINCRBY', H, wid .. CF, n)
+      else addp(wid, a, A[i + 5 + a]) end
+    end
+    if not lean then c = redis.call('HINCRBY', H, wid .. '\0c', n) end
     if gap > 0 then
       local e = tonumber(hget(wid .. '\0e') or '0')
       if fin > e then e = fin; redis.call('HSET', H, wid .. '\0e', I(e)) end
@@ -287,8 +314,12 @@ while i <= nA do
 end
 if maxt and (not wm or maxt > wm) then redis.call('HSET', H, 'wm', I(maxt), 'wmw', I(now)) end
 if ndig > 0 then -- remember the applied events (not the late ones: a replay dead-letters them again)
-  local forget, z, some_late = I(now + ttl), {}, false
-  for k = 1, #lates do if lates[k] == '1' then some_late = true; break end end
+  local forget, z, nz, some_late = I(now + ttl), {}, 0, false
+  for k = 1, nl do if lates[k] == '1' then some_late = true; break end end
+  local function remember(p)
+    z[nz + 1] = forget; z[nz + 2] = DG[p]; nz = nz + 2
+    if nz >= 1000 then redis.call('ZADD', SEEN, unpack(z, 1, nz)); nz = 0 end
+  end
   if some_late then -- the events of the merged items (a hopping event may be in both kinds)
     local k, j = 1, 1
     while j <= nA do
@@ -298,14 +329,11 @@ if ndig > 0 then -- remember the applied events (not the late ones: a replay dea
       k = k + 1
       j = j + 6 + nagg
     end
+    for p in pairs(applied) do remember(p) end
   else -- every event of the batch
-    for p = 1, ndig do applied[p] = true end
+    for p = 1, ndig do remember(p) end
   end
-  for p in pairs(applied) do
-    z[#z + 1] = forget; z[#z + 1] = dig(p)
-    if #z >= 1000 then redis.call('ZADD', SEEN, unpack(z)); z = {} end
-  end
-  if #z > 0 then redis.call('ZADD', SEEN, unpack(z)) end
+  if nz > 0 then redis.call('ZADD', SEEN, unpack(z, 1, nz)) end
   redis.call('ZREMRANGEBYSCORE', SEEN, '-inf', I(now))
 end
 -- per item '0' (merged) or '1' (late), one string; window values only with emit: update
@@ -410,7 +438,7 @@ class RedisAggregateState:
         fields: list[str | int] = []
         for it in items:
             evs = " ".join(str(pos[i]) for i in it.events) if seen is not None else ""
-            fields += [it.key, it.start, it.end, it.max_t, it.count, evs]
+            fields += [it.key, str(it.start), it.end, it.max_t, it.count, evs]
             fields += it.partials
         args.append(orjson.dumps(fields))
         lates, ups, dups = self._call(self._add, args)
