@@ -503,9 +503,7 @@ def _check_hostable(serving: ServingConfig) -> None:
     for field, value, why in bad:
         if value is not None:
             shown = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
-            msg = (
-                f"serving.{field} is {shown!r} but serving.host is {serving.host!r}: {why}; {fix}"
-            )
+            msg = f"serving.{field} is {shown!r} but serving.host is {serving.host!r}: {why}; {fix}"
             raise ValueError(msg)
     if bounds.min != bounds.max or bounds.min == 0:
         msg = (
