@@ -130,7 +130,7 @@ class HostDeployment:
             for name, member in list(self._members.items()):
                 try:
                     member.check_health()
-                except Exception as exc:  # restart that member only
+                except Exception as exc:  # noqa: BLE001 - restart that member only
                     log.warning(
                         "host %r: pipeline %r unhealthy (%s); restarting it", self._host, name, exc
                     )
