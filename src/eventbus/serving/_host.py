@@ -126,7 +126,15 @@ class HostDeployment:
         """Serve's health check: every member's sources are checked; a member whose sources
         died is restarted alone (the others keep running), so no member's fault takes the
         host down. A member that cannot start is reported by :meth:`members`."""
-        with self._lock:
+        if not self._lock.acquire(blocking=False):
+            return  # members are starting or stopping (off the loop): look next time
+        try:
+            self._check_members()
+        finally:
+            self._lock.release()
+
+    def _check_members(self) -> None:
+        if True:
             for name, member in list(self._members.items()):
                 try:
                     member.check_health()
