@@ -21,6 +21,7 @@ import yaml
 from eventbus import CloudEvent
 from eventbus.errors import DeployError, PipelineConfigError
 from tests.integration.kafka_helpers import collect, produce
+from tests.integration.test_autoscaling import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.ray, pytest.mark.redis]
 
@@ -101,6 +102,14 @@ async def test_two_pipelines_share_one_host_redeploy_and_undeploy_one(
         (b, "b507"),
     }
     assert all(e["eberrortype"] == "ValueError" for e in dead)
+    # each member's own figures: status reads them as any pipeline's
+    for name in (a, b):
+        await wait_for(
+            lambda n=name: eventbus_client.status(n)["sources"][0].get("consumed") == 600,
+            15,
+            f"the figures of {name}",
+        )
+        assert eventbus_client.status(name)["figures"]["replicas"] == 1
 
     # redeploy A (factor 5) while B's events keep coming: B loses nothing, its process and
     # its member (stamp) are untouched; A's next events take the new version
