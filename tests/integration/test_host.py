@@ -2,13 +2,16 @@
 Serve application both deliver, each as its own pipeline (status, list); a redeploy of one
 keeps the other's events flowing with nothing lost and its process and sources untouched; a
 member whose function raises dead-letters its own events only; a member that cannot start
-fails its deploy and leaves the host running; undeploying one leaves the other running, and
+fails its deploy and leaves the host running; a controller killed with SIGKILL finds the
+membership in Redis; undeploying one leaves the other running, and
 the last one takes the host away; a setting a shared process cannot hold is refused at
 deploy, before anything runs."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 import uuid
 from collections import Counter
@@ -22,6 +25,7 @@ from eventbus import CloudEvent
 from eventbus.errors import DeployError, PipelineConfigError
 from tests.integration.kafka_helpers import collect, produce
 from tests.integration.test_autoscaling import wait_for
+from tests.integration.test_control_plane import controller_pid
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.ray, pytest.mark.redis]
 
@@ -150,6 +154,16 @@ async def test_two_pipelines_share_one_host_redeploy_and_undeploy_one(
     ):
         await asyncio.to_thread(deploy_pipeline, broken)
     assert set(await host_call(host, "members")) == {a, b}
+    assert (await host_call(host, "stats"))["pid"] == pid
+
+    # a controller killed with SIGKILL finds the membership in Redis when it restarts: the host
+    # runs on untouched, and the undeploys below are made from the stored membership
+    victim = await asyncio.to_thread(controller_pid)
+    os.kill(victim, signal.SIGKILL)
+    await wait_for(lambda: controller_pid() != victim, 60, "the controller to restart")
+    rows = {r["name"]: r for r in eventbus_client.list()}
+    assert rows[a]["status"] == rows[b]["status"] == "RUNNING"
+    assert await host_call(host, "members") == after
     assert (await host_call(host, "stats"))["pid"] == pid
 
     # undeploy A: B runs on in the same process; undeploy B: the host goes
