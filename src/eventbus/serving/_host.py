@@ -77,6 +77,7 @@ class HostDeployment:
         self._members: dict[str, Any] = {}  # name -> PipelineDeployment
         self._errors: dict[str, str] = {}  # name -> why it does not run
         self._lock = threading.Lock()
+        self._restarting: set[str] = set()  # members a health check is restarting
 
     async def reconfigure(self, config: dict[str, Any]) -> None:
         """Serve's hook for a new ``user_config``: start, restart and stop members to match.
@@ -124,27 +125,35 @@ class HostDeployment:
 
     def check_health(self) -> None:
         """Serve's health check: every member's sources are checked; a member whose sources
-        died is restarted alone (the others keep running), so no member's fault takes the
-        host down. A member that cannot start is reported by :meth:`members`."""
+        died is restarted alone, off the replica's loop (the others keep running), so no
+        member's fault takes the host down. A member that cannot start is reported by
+        :meth:`members`."""
         if not self._lock.acquire(blocking=False):
             return  # members are starting or stopping (off the loop): look next time
         try:
-            self._check_members()
-        finally:
-            self._lock.release()
-
-    def _check_members(self) -> None:
-        if True:
             for name, member in list(self._members.items()):
                 try:
                     member.check_health()
                 except Exception as exc:  # noqa: BLE001 - restart that member only
+                    if name in self._restarting:
+                        continue
+                    self._restarting.add(name)
                     log.warning(
                         "host %r: pipeline %r unhealthy (%s); restarting it", self._host, name, exc
                     )
                     spec = self._specs[name]
-                    self._stop(name)
-                    self._start(name, spec)
+                    threading.Thread(
+                        target=self._restart, args=(name, spec), name="eventbus-host-restart"
+                    ).start()
+        finally:
+            self._lock.release()
+
+    def _restart(self, name: str, spec: dict[str, Any]) -> None:
+        with self._lock:
+            self._restarting.discard(name)
+            if self._specs.get(name) is spec:  # not changed or gone meanwhile
+                self._stop(name)
+                self._start(name, spec)
 
     def _member(self, pipeline: str) -> Any:
         member = self._members.get(pipeline)

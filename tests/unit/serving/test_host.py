@@ -5,6 +5,7 @@ call for a pipeline the host does not run is that pipeline's error, never the ho
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -122,3 +123,23 @@ def test_a_member_is_reached_through_its_hosts_application() -> None:
     handle = MemberHandle(Handle(), "a").options(_by_reference=False)
     assert handle.process.remote(["e"]) == "response"
     assert calls == [("options", {"_by_reference": False}), ("a", ["e"])]
+
+
+def test_a_member_whose_sources_died_is_restarted_alone() -> None:
+    host = HostDeployment("shared", {})
+    asyncio.run(host.reconfigure({"members": {"a": spec(doc("a"), "1"), "b": spec(doc("b"), "1")}}))
+    sick, well = host._members["a"], host._members["b"]
+
+    def dead() -> None:
+        msg = "the Kafka sources thread of pipeline 'a' died"
+        raise RuntimeError(msg)
+
+    sick.check_health = dead
+    host.check_health()  # never raises: the host stays healthy
+    deadline = time.monotonic() + 10
+    while host._members.get("a") in (None, sick):
+        assert time.monotonic() < deadline, "member a was not restarted"
+        time.sleep(0.01)
+    assert host._members["b"] is well
+    assert host.members()["a"] == {"stamp": "1", "error": None}
+    assert kept(asyncio.run(host.process_member("a", events(2)))) == [0]
