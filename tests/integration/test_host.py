@@ -3,9 +3,9 @@ Serve application both deliver, each as its own pipeline (status, list); a redep
 keeps the other's events flowing with nothing lost and its process and sources untouched; a
 member whose function raises dead-letters its own events only; a member that cannot start
 fails its deploy and leaves the host running; a controller killed with SIGKILL finds the
-membership in Redis; undeploying one leaves the other running, and
-the last one takes the host away; a setting a shared process cannot hold is refused at
-deploy, before anything runs."""
+membership in Redis; undeploying one leaves the other running, and moving the last one off
+the host into replicas of its own takes the host away; a setting a shared process cannot hold
+is refused at deploy, before anything runs."""
 
 from __future__ import annotations
 
@@ -173,8 +173,18 @@ async def test_two_pipelines_share_one_host_redeploy_and_undeploy_one(
     await produce(kafka_bootstrap, t["b-in"], batch("b", 3010, 10))
     out_b = await collect(kafka_bootstrap, t["b-out"], len(counts) + 10)
     assert {f"b{i}" for i in range(3010, 3020)} <= {e.id for e in out_b}
+    # B moves off the host into replicas of its own: the host, empty now, goes; B's group
+    # goes on from its committed offsets
+    alone = member(b, host, t["b-in"], t["b-out"], t["dlq"], 3)
+    del alone["spec"]["serving"]["host"]
+    await asyncio.to_thread(deploy_pipeline, alone)
+    assert f"eventbus-host-{host}" not in apps() and f"eventbus-{b}" in apps()
+    await produce(kafka_bootstrap, t["b-in"], batch("b", 3020, 10))
+    out_b = await collect(kafka_bootstrap, t["b-out"], len(counts) + 20)
+    assert {f"b{i}" for i in range(3010, 3030)} <= {e.id for e in out_b}
+    assert max(Counter(e.id for e in out_b).values()) == 1
     await asyncio.to_thread(eventbus_client.delete, b)
-    assert f"eventbus-host-{host}" not in apps()
+    assert f"eventbus-{b}" not in apps()
 
     # hostile: what a shared process cannot hold is refused before anything runs
     bad_doc = member(f"hd-{tag}", host, t["a-in"], t["a-out"], t["dlq"], 1)
