@@ -59,6 +59,7 @@ import yaml  # noqa: E402
 
 TARGETS = {
     "warm_10_cpu_pct": 10.0,
+    "host_10_cpu_pct": 10.0,
     "first_event_ms": 100.0,
     "zero_50_cpu_pct": 5.0,
     "cold_start_s": 3.0,
@@ -343,9 +344,20 @@ def main() -> None:
         default=3,
         help="Most min: 0 pipelines not yet at zero while deploying.",
     )
+    ap.add_argument(
+        "--phases",
+        default="own,host,zero",
+        help="Which to run, in order, after the no-pipeline baseline: own (--warm pipelines "
+        "each in replicas of its own), host (--warm pipelines on one shared host, "
+        "serving.host), zero (--zero pipelines at zero, then the cold starts).",
+    )
     args = ap.parse_args()
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    unknown = sorted(set(phases) - {"own", "host", "zero"})
+    if unknown:
+        ap.error(f"--phases: unknown phase(s) {', '.join(unknown)}; use own, host, zero")
     home = Path(tempfile.mkdtemp(prefix="eventbus-idle-"))
-    result: dict[str, Any] = {"window_s": args.window_s, "targets": TARGETS}
+    result: dict[str, Any] = {"window_s": args.window_s, "targets": TARGETS, "phases": phases}
     eventbus(home, "up")
     try:
         bootstrap = json.loads((home / "stack.json").read_text())["kafka_bootstrap"]
@@ -354,93 +366,134 @@ def main() -> None:
         time.sleep(args.settle_s)
         result["idle_0"] = measure(home, args.window_s)
         print("0 pipelines:", result["idle_0"], flush=True)
+        started = [False]  # the first deploy goes through the CLI: it starts the controller
 
-        started = [False]  # the CLI starts the controller (the admin API needs it running)
-
-        def deploy(doc: dict[str, Any]) -> None:
-            if started[0]:
-                admin.deploy(doc)
+        def deploy_warm(names: list[str], serving: dict[str, Any], label: str) -> None:
+            if not names:  # --warm 0: the scale to zero and the cold starts only
                 return
-            path = home / f"{doc['metadata']['name']}.yaml"
-            path.write_text(yaml.safe_dump(doc))
-            eventbus(home, "deploy", str(path))
-            started[0] = True
-
-        warm = [f"w-{tag}-{i}" for i in range(args.warm)]
-        for i, name in enumerate(warm):
-            deploy(pipeline_doc(name, {"replicas": {"min": 1, "max": 1}}))
-            if i == 0:
-                time.sleep(args.settle_s)
-                result["warm_1"] = measure(home, args.window_s)
-                print("1 warm pipeline:", result["warm_1"], flush=True)
-        latencies = []
-        if warm:  # --warm 0: the scale to zero and the cold starts only
+            for i, name in enumerate(names):
+                deploy(home, admin, pipeline_doc(name, serving), started)
+                if i == 0:
+                    time.sleep(args.settle_s)
+                    result[f"{label}_1"] = measure(home, args.window_s)
+                    print(f"1 {label} pipeline:", result[f"{label}_1"], flush=True)
             time.sleep(args.settle_s)
-            result[f"warm_{args.warm}"] = measure(home, args.window_s)
-            print(f"{args.warm} warm pipelines:", result[f"warm_{args.warm}"], flush=True)
+            result[f"{label}_{args.warm}"] = measure(home, args.window_s)
+            print(f"{args.warm} {label} pipelines:", result[f"{label}_{args.warm}"], flush=True)
+            latencies = []
             for _ in range(args.rounds):
                 time.sleep(args.idle_s)
                 _, lat = asyncio.run(
-                    first_event_latency(bootstrap, f"{warm[0]}-in", f"{warm[0]}-out")
+                    first_event_latency(bootstrap, f"{names[0]}-in", f"{names[0]}-out")
                 )
                 latencies.append(lat)
-                print(f"first event after {args.idle_s:g} s idle: {lat * 1000:.0f} ms", flush=True)
-            result["first_event_ms"] = round(1000 * statistics.median(latencies))
-            result["first_event_ms_all"] = [round(1000 * x) for x in latencies]
-        for name in warm:
-            admin.delete(name)
+                print(f"{label}: first event after {args.idle_s:g} s idle: {lat * 1000:.0f} ms")
+            prefix = "" if label == "warm" else f"{label}_"
+            result[f"{prefix}first_event_ms"] = round(1000 * statistics.median(latencies))
+            result[f"{prefix}first_event_ms_all"] = [round(1000 * x) for x in latencies]
+            for name in names:
+                admin.delete(name)
 
-        zero = [f"z-{tag}-{i}" for i in range(args.zero)]
-        serving = {
-            "replicas": {"min": 0, "max": 1, "idle_s": args.zero_idle_s, "poll_s": args.zero_poll_s}
-        }
-        t_deploy = time.monotonic()
-        for i, name in enumerate(zero):
-            wait_until(
-                lambda i=i: i - len(at_zero(redis) & set(zero[:i])) < args.max_waking,
-                120,
-                "the earlier pipelines' scale to zero",
-            )
-            deploy(pipeline_doc(name, serving))
-        wait_until(lambda: at_zero(redis) >= set(zero), 300, f"all {args.zero} at zero")
-        result["zero_deploy_s"] = round(time.monotonic() - t_deploy, 1)
-        time.sleep(args.settle_s)
-        result[f"zero_{args.zero}"] = measure(home, args.window_s)
-        print(f"{args.zero} pipelines at zero:", result[f"zero_{args.zero}"], flush=True)
-
-        colds = []
-        for name in zero[: args.cold_rounds]:
-            cold = cold_start(home, redis, bootstrap, name)
-            colds.append(cold)
-            print(f"cold start of {name}: {cold}", flush=True)
-        result["cold_start_all"] = colds
-        result["cold_start_s"] = round(statistics.median(c["total_s"] for c in colds), 2)
-        keys_ = sorted({k for c in colds for k in c if k != "total_s"})
-        result["cold_start_breakdown_s"] = {
-            k: round(statistics.median(c[k] for c in colds if k in c), 3) for k in keys_
-        }
-
-        base = result["idle_0"]["cpu_pct"]
-        zero_pct = result[f"zero_{args.zero}"]["cpu_pct"]
-        result["zero_per_pipeline_pct"] = round((zero_pct - base) / max(1, args.zero), 3)
-        result["met"] = {
-            "zero_50_cpu_pct": zero_pct < TARGETS["zero_50_cpu_pct"],
-            "cold_start_s": result["cold_start_s"] < TARGETS["cold_start_s"],
-        }
-        # the ratios to the stack's own baseline (no pipeline), measured in this run
-        result["ratio_zero_to_base"] = round(zero_pct / max(base, 0.1), 2)
-        if warm:
-            warm_pct = result[f"warm_{args.warm}"]["cpu_pct"]
-            result["warm_per_pipeline_pct"] = round((warm_pct - base) / args.warm, 2)
-            result["met"]["warm_10_cpu_pct"] = warm_pct < TARGETS["warm_10_cpu_pct"]
-            result["met"]["first_event_ms"] = result["first_event_ms"] < TARGETS["first_event_ms"]
-            result["ratio_warm_to_base"] = round(warm_pct / max(base, 0.1), 2)
+        if "own" in phases:
+            names = [f"w-{tag}-{i}" for i in range(args.warm)]
+            deploy_warm(names, {"replicas": {"min": 1, "max": 1}}, "warm")
+        if "host" in phases:
+            # the same pipelines in ONE process: the replica of host `idle-<tag>`
+            names = [f"s-{tag}-{i}" for i in range(args.warm)]
+            deploy_warm(names, {"replicas": 1, "host": f"idle-{tag}"}, "host")
+        if "zero" in phases:
+            zero_and_cold(args, home, admin, redis, bootstrap, tag, result, started)
+        summarise(args, result)
     finally:
         try:
             eventbus(home, "down")
         except Exception as exc:  # noqa: BLE001
             print(f"eventbus down failed: {exc}", file=sys.stderr)
     print(json.dumps(result))
+
+
+def deploy(home: Path, admin: Admin, doc: dict[str, Any], started: list[bool]) -> None:
+    """Deploy through the admin API; the first through the CLI (it starts the controller)."""
+    if started[0]:
+        admin.deploy(doc)
+        return
+    path = home / f"{doc['metadata']['name']}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    eventbus(home, "deploy", str(path))
+    started[0] = True
+
+
+def zero_and_cold(
+    args: Any,
+    home: Path,
+    admin: Admin,
+    redis: Any,
+    bootstrap: str,
+    tag: str,
+    result: dict[str, Any],
+    started: list[bool],
+) -> None:
+    """Phase ``zero``: ``--zero`` pipelines at zero, their CPU, then the cold starts."""
+    zero = [f"z-{tag}-{i}" for i in range(args.zero)]
+    serving = {
+        "replicas": {"min": 0, "max": 1, "idle_s": args.zero_idle_s, "poll_s": args.zero_poll_s}
+    }
+    t_deploy = time.monotonic()
+    for i, name in enumerate(zero):
+        wait_until(
+            lambda i=i: i - len(at_zero(redis) & set(zero[:i])) < args.max_waking,
+            120,
+            "the earlier pipelines' scale to zero",
+        )
+        deploy(home, admin, pipeline_doc(name, serving), started)
+    wait_until(lambda: at_zero(redis) >= set(zero), 300, f"all {args.zero} at zero")
+    result["zero_deploy_s"] = round(time.monotonic() - t_deploy, 1)
+    time.sleep(args.settle_s)
+    result[f"zero_{args.zero}"] = measure(home, args.window_s)
+    print(f"{args.zero} pipelines at zero:", result[f"zero_{args.zero}"], flush=True)
+
+    colds = []
+    for name in zero[: args.cold_rounds]:
+        cold = cold_start(home, redis, bootstrap, name)
+        colds.append(cold)
+        print(f"cold start of {name}: {cold}", flush=True)
+    result["cold_start_all"] = colds
+    result["cold_start_s"] = round(statistics.median(c["total_s"] for c in colds), 2)
+    keys_ = sorted({k for c in colds for k in c if k != "total_s"})
+    result["cold_start_breakdown_s"] = {
+        k: round(statistics.median(c[k] for c in colds if k in c), 3) for k in keys_
+    }
+
+
+def summarise(args: Any, result: dict[str, Any]) -> None:
+    """Per-pipeline figures, targets met, and the ratios to the no-pipeline baseline and
+    (with both warm phases) of a shared host to pipelines in replicas of their own."""
+    base = result["idle_0"]["cpu_pct"]
+    met: dict[str, bool] = {}
+    for label, count in (("warm", args.warm), ("host", args.warm), ("zero", args.zero)):
+        key = f"{label}_{count}"
+        if key not in result:
+            continue
+        cpu = result[key]["cpu_pct"]
+        result[f"{label}_per_pipeline_pct"] = round((cpu - base) / max(1, count), 3)
+        # the ratio to the stack's own baseline (no pipeline), measured in this run
+        result[f"ratio_{label}_to_base"] = round(cpu / max(base, 0.1), 2)
+        if f"{key}_cpu_pct" in TARGETS:
+            met[f"{key}_cpu_pct"] = cpu < TARGETS[f"{key}_cpu_pct"]
+    for prefix in ("", "host_"):
+        if f"{prefix}first_event_ms" in result:
+            met[f"{prefix}first_event_ms"] = (
+                result[f"{prefix}first_event_ms"] < TARGETS["first_event_ms"]
+            )
+    if "cold_start_s" in result:
+        met["cold_start_s"] = result["cold_start_s"] < TARGETS["cold_start_s"]
+    if f"warm_{args.warm}" in result and f"host_{args.warm}" in result:
+        result["ratio_host_to_own"] = round(
+            result[f"host_{args.warm}"]["cpu_pct"]
+            / max(result[f"warm_{args.warm}"]["cpu_pct"], 0.1),
+            2,
+        )
+    result["met"] = met
 
 
 if __name__ == "__main__":

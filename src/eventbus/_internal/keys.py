@@ -16,6 +16,7 @@ untagged names is not read back (see the README's upgrade note).
 Control plane (the controller, ``serving``):
 
 * :data:`PIPELINES` (hash): pipeline name -> JSON record (name, version, document, YAML...).
+* :data:`HOSTS` (hash): host name -> JSON of the pipelines a shared host runs.
 * :func:`pipeline_versions` (hash): version number -> JSON record of that version.
 * :func:`canary` (string): JSON of a pipeline's running canary (YAML, schedule, weight...).
 * :func:`canary_figures` (hash): replica id -> JSON of the canary's and the stable version's
@@ -123,6 +124,10 @@ PIPELINES = _CONTROL + "pipelines"
 #: Hash: pipeline name -> JSON ``{"since": t, "last_event_at": t}`` of each pipeline whose
 #: replicas the controller scaled to zero (``serving.replicas.min: 0``).
 SCALED_TO_ZERO = _CONTROL + "scaled-to-zero"  # in the deploy transaction
+
+#: Hash: host name -> JSON ``{"members": {pipeline: {"document", "python_path", "stamp"}}}``
+#: of each shared host (``serving.host``): the pipelines its replicas run (``_host``).
+HOSTS = _CONTROL + "hosts"
 
 #: Hash: pipeline name -> time (epoch s) a gateway last took a sync call for it: activity that
 #: keeps a ``min: 0`` pipeline up, and wakes it when it is at zero.

@@ -175,11 +175,9 @@ def replay(
         client.wake(pipeline)  # at zero its Serve application is away
     except EventBusError as exc:
         fail(str(exc))
-    from ray import serve
+    from eventbus.serving._host import pipeline_handle
 
-    from eventbus.serving import app_name
-
-    handle = serve.get_app_handle(app_name(pipeline))
+    handle = pipeline_handle(pipeline, config.spec.serving.host)
 
     async def dispatch(events: list[Any]) -> Any:
         return await handle.process.remote(events)
@@ -258,11 +256,9 @@ def redrive(
         client.wake(pipeline)  # at zero its Serve application is away
     except EventBusError as exc:
         fail(str(exc))
-    from ray import serve
+    from eventbus.serving._host import pipeline_handle
 
-    from eventbus.serving import app_name
-
-    handle = serve.get_app_handle(app_name(pipeline))
+    handle = pipeline_handle(pipeline, config.spec.serving.host)
 
     async def dispatch(events: list[Any]) -> Any:
         return await handle.process.remote(events)

@@ -151,6 +151,8 @@ class GatewayBackend:
         #: the pipelines with ``replicas.min: 0``, whose application may be away (at zero): a
         #: call waits for it to come back instead of failing; set by the Gateway
         self.may_scale_to_zero: frozenset[str] = frozenset()
+        #: pipeline -> the shared host that runs it (``serving.host``)
+        self.hosted: dict[str, str] = {}
 
     async def publish(self, pipeline: str, events: list[CloudEvent]) -> None:
         """Write the events to the pipeline's ingress topic; returns once acked."""
@@ -268,12 +270,16 @@ class GatewayBackend:
             IngressError: 503, the application is not running (and does not come back).
         """
         from eventbus.serving._deployment import app_name
+        from eventbus.serving._host import MemberHandle, host_app_name
 
         loop = asyncio.get_running_loop()
         away_until = loop.time() + APP_WAIT_S
+        host = self.hosted.get(pipeline)
         while True:
             try:
-                handle = await asyncio.to_thread(_app_handle, app_name(pipeline))
+                handle = await asyncio.to_thread(
+                    _app_handle, app_name(pipeline) if host is None else host_app_name(host)
+                )
             except IngressError:
                 if pipeline not in self.may_scale_to_zero or loop.time() >= away_until:
                     raise
@@ -281,7 +287,8 @@ class GatewayBackend:
                 continue
             # By value over the replica's gRPC server, not through the object store:
             # one round trip instead of a put, a call and a get (~1.6x the req/s here).
-            return handle.options(_by_reference=False)
+            handle = handle.options(_by_reference=False)
+            return handle if host is None else MemberHandle(handle, pipeline)
 
     def forget(self, pipelines: set[str]) -> None:
         """Drop the batchers of pipelines no longer deployed (their sinks close in the background)."""

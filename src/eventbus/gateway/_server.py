@@ -103,6 +103,11 @@ class Gateway:
         self.ingress.routes = table
         if isinstance(self.backend, GatewayBackend):
             self.backend.may_scale_to_zero = self.ingress.may_scale_to_zero
+            self.backend.hosted = {
+                d["metadata"]["name"]: d["spec"]["serving"]["host"]
+                for d in docs
+                if d["spec"].get("serving", {}).get("host")
+            }
             self.backend.forget(set(table.pipelines))
         self.figures.forget(set(table.pipelines))
         for gone in set(self._history) - set(table.pipelines):

@@ -86,6 +86,7 @@ _MODEL = ConfigDict(extra="forbid", frozen=True)
 
 StepId = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$")]
 PipelineName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,47}$")]
+HostName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,42}$")]
 
 
 class MetadataConfig(BaseModel):
@@ -94,8 +95,9 @@ class MetadataConfig(BaseModel):
     model_config = _MODEL
     name: PipelineName = Field(
         description="Pipeline name: lowercase letters, digits and '-', starting with a letter; "
-        "at most 48 characters; not starting with 'model-' (model applications are named "
-        "eventbus-model-NAME). It names the Ray Serve application and the consumer group."
+        "at most 48 characters; not starting with 'model-' or 'host-' (model applications are "
+        "named eventbus-model-NAME, shared hosts eventbus-host-NAME). It names the Ray Serve "
+        "application and the consumer group."
     )
     description: str | None = Field(default=None, description="Free text for humans.")
 
@@ -110,6 +112,14 @@ class MetadataConfig(BaseModel):
             msg = (
                 f"must not start with 'model-' (its Serve application eventbus-{name} would clash with "
                 f"the one of model {rest!r}); got {name!r}; rename the pipeline, e.g. {suggest!r}"
+            )
+            raise ValueError(msg)
+        if name.startswith("host-"):
+            rest = name.removeprefix("host-").strip("-")
+            msg = (
+                f"must not start with 'host-' (its Serve application eventbus-{name} would clash "
+                f"with the one of host {rest!r}); got {name!r}; rename the pipeline, e.g. "
+                f"{(rest + '-pipeline')[:48]!r}"
             )
             raise ValueError(msg)
         return name
@@ -432,6 +442,16 @@ class ServingConfig(BaseModel):
         "in-flight batches and event rate; optionally ahead of a forecast daily cycle). Default "
         "when the bounds differ: the reactive policy with its defaults.",
     )
+    host: HostName | None = Field(
+        default=None,
+        description="Run this pipeline in the shared replica process(es) of host HOST (Serve "
+        "application eventbus-host-HOST) with every other pipeline naming the same host, instead "
+        "of in replicas of its own: an idle pipeline then costs no process of its own (cheap "
+        "idle), at the price of isolation (one process, one Python environment, one CPU share). "
+        "The host runs as many replicas as its largest member asks (replicas: N). Not with "
+        "runtime_env, memory_mb, num_cpus, autoscaling, replica bounds, min 0 or "
+        "source_placement: actor.",
+    )
 
     @model_validator(mode="after")
     def _autoscaling_needs_bounds(self) -> ServingConfig:
@@ -442,6 +462,8 @@ class ServingConfig(BaseModel):
                 "replicas: {min: ..., max: ...} with min < max, or drop autoscaling"
             )
             raise ValueError(msg)
+        if self.host is not None:
+            _check_hostable(self)
         if bounds.scale_to_zero and self.source_placement != "replica":
             msg = (
                 f"serving.replicas.min is 0 but source_placement is {self.source_placement!r}: "
@@ -457,6 +479,39 @@ class ServingConfig(BaseModel):
         if isinstance(self.replicas, int):
             return ReplicasConfig(min=self.replicas, max=self.replicas)
         return self.replicas
+
+
+def _check_hostable(serving: ServingConfig) -> None:
+    """Settings that cannot hold for one pipeline in a process shared with others.
+
+    Raises:
+        ValueError: naming the field, its value and the fix.
+    """
+    bounds = serving.replica_bounds
+    fix = "drop it, or drop serving.host to run the pipeline in replicas of its own"
+    bad: list[tuple[str, Any, str]] = [
+        ("runtime_env", serving.runtime_env, "a shared process has one Python environment"),
+        ("memory_mb", serving.memory_mb, "memory is reserved per process, not per pipeline"),
+        ("autoscaling", serving.autoscaling, "the host's replica count is shared"),
+    ]
+    if serving.num_cpus:
+        bad.append(("num_cpus", serving.num_cpus, "CPUs are reserved per process"))
+    if serving.source_placement != "replica":
+        bad.append(
+            ("source_placement", serving.source_placement, "a host runs its members' sources")
+        )
+    for field, value, why in bad:
+        if value is not None:
+            shown = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+            msg = f"serving.{field} is {shown!r} but serving.host is {serving.host!r}: {why}; {fix}"
+            raise ValueError(msg)
+    if bounds.min != bounds.max or bounds.min == 0:
+        msg = (
+            f"serving.replicas is {{min: {bounds.min}, max: {bounds.max}}} but serving.host is "
+            f"{serving.host!r}: a host runs a fixed replica count shared by its members (no "
+            f"scale to zero, no autoscaling); give replicas: N (N >= 1), or {fix}"
+        )
+        raise ValueError(msg)
 
 
 class PipelineSpecConfig(BaseModel):

@@ -25,6 +25,7 @@ from eventbus.pipelines._config import PipelineConfig
 from eventbus.pipelines._loader import load_pipeline_text
 from eventbus.serving._bridge import bridged_groups, open_bridges
 from eventbus.serving._deployment import app_name, build_app
+from eventbus.serving._host import serving_app
 
 __all__ = ["CONTROLLER_NAME", "NAMESPACE", "Controller", "source_actor_name"]
 
@@ -73,6 +74,10 @@ class Controller:
 
         # rings the replicas' idle (parked) sources when records arrive (see _doorbell)
         self.ringer = Ringer(self._redis, kafka_bootstrap, self.kafka_client)
+        from eventbus.serving._host_control import Hosts
+
+        # pipelines sharing a host's replicas (serving.host; see _host)
+        self.hosts = Hosts(self._redis, self._runtime(run_sources=True))
         self.restore()
         self.scaler.start()
         self.ringer.start()
@@ -472,7 +477,7 @@ class Controller:
         out = []
         for raw in self._redis.hgetall(keys.PIPELINES).values():
             rec = json.loads(raw)
-            status = statuses.get(app_name(rec["name"]), "MISSING")
+            status = statuses.get(serving_app(rec["document"]), "MISSING")
             out.append(
                 {
                     "name": rec["name"],
@@ -546,8 +551,8 @@ class Controller:
     def restore(self) -> builtins.list[str]:
         """Reconcile Ray to the stored state: recreate missing apps and source actors."""
         restored = []
-        for raw in self._redis.hgetall(keys.PIPELINES).values():
-            rec = json.loads(raw)
+        records = {n: json.loads(r) for n, r in self._redis.hgetall(keys.PIPELINES).items()}
+        for rec in records.values():
             config = PipelineConfig.model_validate(rec["document"])
             try:
                 self._create_missing_topics(config)
@@ -556,6 +561,12 @@ class Controller:
                 restored.append(config.name)
             except Exception:
                 log.exception("could not restore pipeline %r", config.name)
+        try:
+            from ray import serve
+
+            self.hosts.ensure(set(serve.status().applications), records)
+        except Exception:
+            log.exception("could not restore the shared hosts")
         return restored
 
     def wake(self, name: str) -> bool:
@@ -737,25 +748,36 @@ class Controller:
                 self._run_app(config, record["python_path"])
                 self._redis.hdel(keys.SCALED_TO_ZERO, name)
 
-    def _run_app(self, config: PipelineConfig, python_path: builtins.list[str]) -> None:
-        from ray import serve
-
-        self._start_serve()
-        runtime = {
-            "run_sources": config.spec.serving.source_placement == "replica",
+    def _runtime(self, *, run_sources: bool) -> dict[str, Any]:
+        return {
+            "run_sources": run_sources,
             "kafka_bootstrap": self.kafka_bootstrap,
             "kafka_client": self.kafka_client_doc,
             "redis_url": self.redis_url,
         }
+
+    def _run_app(self, config: PipelineConfig, python_path: builtins.list[str]) -> None:
+        from ray import serve
+
+        self._start_serve()
+        if config.spec.serving.host is not None:  # on its shared host, not an app of its own
+            self.hosts.join(config, python_path)
+            if app_name(config.name) in serve.status().applications:
+                self._delete_app(config.name, own_only=True)  # it moved onto the host
+            return
+        self.hosts.leave(config.name)  # it moved off a shared host
+        runtime = self._runtime(run_sources=config.spec.serving.source_placement == "replica")
         serve.run(
             build_app(config, python_path, runtime),
             name=app_name(config.name),
             route_prefix=None,
         )
 
-    def _delete_app(self, name: str) -> None:
+    def _delete_app(self, name: str, *, own_only: bool = False) -> None:
         from ray import serve
 
+        if not own_only and self.hosts.leave(name):
+            return  # a host member: drained off its host, the other members untouched
         try:
             serve.delete(app_name(name))
         except Exception:
@@ -806,6 +828,8 @@ class Controller:
         self.models.ensure_apps(config, running=set(apps))
         # a pipeline at zero has no application on purpose: the watcher runs it on lag
         at_zero = bool(self._redis.hexists(keys.SCALED_TO_ZERO, config.name))
+        if config.spec.serving.host is not None:
+            return  # its host runs it (restore() reconciles the hosts)
         if app_name(config.name) not in apps and not at_zero:
             self._run_app(config, python_path)
         if config.spec.serving.source_placement != "actor":

@@ -113,11 +113,18 @@ class PipelineDeployment:
     def __del__(self) -> None:
         # Serve calls this on graceful shutdown (redeploy, delete, scale-down): drain and
         # commit what is in flight before the replica goes away.
+        self.close()
+
+    def close(self) -> None:
+        """Drain and commit the sources' in-flight batches and stop publishing figures (a
+        shared host calls it when this pipeline leaves; idempotent)."""
         sources = getattr(self, "_sources", None)
         if sources is not None:
+            self._sources = None
             sources.stop()
         figures = getattr(self, "_figures", None)
         if figures is not None:
+            self._figures = None
             figures.stop()
 
     def check_health(self) -> None:
