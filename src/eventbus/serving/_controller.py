@@ -66,6 +66,7 @@ class Controller:
         self.models = ModelControl(redis_url)
         # Deploys come from callers and from the canary loop's promotions: one at a time.
         self._lock = threading.RLock()
+        self._woken_at: dict[str, float] = {}  # pipeline -> when wake() had it running again
         from eventbus.serving._scale_to_zero import ScaleToZero
 
         # one watcher for every `replicas.min: 0` pipeline (see _scale_to_zero)
@@ -582,6 +583,10 @@ class Controller:
             return False
         self.scaler.track(config)
         self._scale(name, False, time.time())
+        # idle time counts from the replica being up, not from the start of its cold start
+        # (a short idle_s could otherwise send it back to zero as the wake returns)
+        self._woken_at[name] = time.time()
+        self.scaler.track(config)
         return True
 
     def ping(self) -> str:
@@ -720,10 +725,16 @@ class Controller:
             if record is None:
                 return  # deleted meanwhile
             config = PipelineConfig.model_validate(record["document"])
-            if not config.spec.serving.replica_bounds.scale_to_zero:
+            bounds = config.spec.serving.replica_bounds
+            if not bounds.scale_to_zero:
                 return  # redeployed without min 0 meanwhile
             at_zero = bool(self._redis.hexists(keys.SCALED_TO_ZERO, name))
             if zero == at_zero:
+                return
+            woken_at = self._woken_at.pop(name, None) if zero else None
+            if woken_at is not None and time.time() - woken_at < bounds.idle_s:
+                # decided on an idle time that began before a wake's cold start ended
+                self._woken_at[name] = woken_at
                 return
             if zero:  # recorded first: a gateway that sees it waits for the wake-up
                 state = {"since": time.time(), "last_event_at": last_event_at}
