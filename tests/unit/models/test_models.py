@@ -18,6 +18,7 @@ from eventbus.models import (
     detect_format,
     load_model,
     new_model_files,
+    pick_device,
     register_combiner,
     validate_candidate,
 )
@@ -65,6 +66,21 @@ def test_model_step_equals_direct_torch(fmt: str, tmp_path: Path) -> None:
     assert got.shape == (50, 2)
     assert torch.allclose(got, expect, atol=1e-5)
     assert detect_format(path.read_bytes(), "x:y") == fmt
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+@pytest.mark.parametrize("fmt", ["export", "torchscript", "state_dict"])
+def test_a_model_loads_on_the_gpu_and_answers_as_on_the_cpu(fmt: str, tmp_path: Path) -> None:
+    # the model step loads on pick_device(): CUDA where torch sees a GPU
+    blob = _save(fmt, mlp().eval(), tmp_path / f"m.{fmt}").read_bytes()
+    factory = "tests.unit.models.factories:mlp" if fmt == "state_dict" else None
+    gpu = load_model(blob, factory=factory, device=pick_device())
+    cpu = load_model(blob, factory=factory, device="cpu")
+    assert gpu.device == "cuda"
+    x = torch.randn(256, 4)
+    got = gpu(x)
+    assert got.device.type == "cpu"  # handed back to the step on the CPU
+    assert torch.allclose(got, cpu(x), atol=1e-5)
 
 
 def test_bad_inputs_fail_only_their_event(tmp_path: Path) -> None:
