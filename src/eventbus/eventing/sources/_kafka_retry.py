@@ -20,12 +20,13 @@ import time
 from collections.abc import AsyncGenerator, Iterable
 from typing import Any
 
+from eventbus.errors import EventBusError
 from eventbus.eventing._delivery import RetryPolicy
 from eventbus.eventing._outcome import Dispatch, Failure, Outcome
 from eventbus.eventing.sources._kafka_errors import SourceStalledError, is_infrastructure
 from eventbus.eventing.sources._kafka_settings import DeliveryPolicy
 
-__all__ = ["EventRetries", "Redispatcher", "Settled"]
+__all__ = ["EarlierBatchFailedError", "EventRetries", "Redispatcher", "Settled"]
 
 # One logger for every part of the Kafka source, as when it was one module.
 log = logging.getLogger("eventbus.eventing.sources._kafka")
@@ -68,6 +69,24 @@ class Redispatcher:
         Raises:
             SourceStalledError: infrastructure errors went on for ``give_up_s``.
         """
+        return await self._call(events, seq, self._policy.dispatch_retries)
+
+    async def after(
+        self, before: asyncio.Task[Any] | None, events: list[Any], seq: int
+    ) -> list[Outcome]:
+        """:meth:`__call__` once ``before`` (the dispatch of the batch before, None: none)
+        has its outcomes: batches dispatched one after another in batch order, retries
+        included (``FetchSettings.in_order``).
+
+        Raises:
+            SourceStalledError: as :meth:`__call__`.
+            EarlierBatchFailedError: the batch before never got its outcomes (its source
+                stops on that batch's error; this one must not change state ahead of it).
+        """
+        if before is not None:
+            await asyncio.wait((before,))
+            if before.cancelled() or before.exception() is not None:
+                raise EarlierBatchFailedError(self._pipeline, seq)
         return await self._call(events, seq, self._policy.dispatch_retries)
 
     async def _call(self, events: list[Any], seq: int, retries: int) -> list[Outcome]:
@@ -143,6 +162,27 @@ class Redispatcher:
         # retried as usual.
         first = await self._call(events[:half], seq, 0)
         return first + await self._call(events[half:], seq, 0)
+
+
+class EarlierBatchFailedError(EventBusError, RuntimeError):
+    """An in-order dispatch was not made: the batch before it never got its outcomes.
+
+    Args:
+        pipeline: the pipeline.
+        seq: the batch not dispatched.
+    """
+
+    def __init__(self, pipeline: str, seq: int) -> None:
+        super().__init__(pipeline, seq)
+        self.pipeline = pipeline
+        self.seq = seq
+
+    def __str__(self) -> str:
+        return (
+            f"kafka source of pipeline {self.pipeline!r}: batch {self.seq} was not dispatched "
+            "because the batch before it failed (steps that need their events in order); "
+            "both are consumed again from the committed offsets"
+        )
 
 
 class EventRetries:

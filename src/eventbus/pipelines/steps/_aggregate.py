@@ -66,6 +66,7 @@ class AggregateStep(Step):
 
     kind = "aggregate"
     offload = True  # one Redis script per batch: the replica overlaps it with fetch and send
+    ordered = True  # the watermark (lateness, window closes) follows the order of the events
 
     def __init__(
         self,

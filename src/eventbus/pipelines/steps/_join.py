@@ -84,6 +84,8 @@ class JoinStep(Step):
     """
 
     kind = "join"
+    #: emit first/latest and the watermark depend on the order of a partition's events
+    ordered = True
 
     def __init__(
         self, step_id: str, spec: JoinConfig, *, pipeline: str, redis_url: str | None = None
