@@ -12,8 +12,9 @@ output is known exactly:
 * every, latest: one joined event per payment (its order arrived first);
 * first: one joined event per order with a payment, with its first payment.
 
-While the payments flow, the replica is killed with SIGKILL (30% of the joined events out)
-and Redis is restarted (60% out). Each mode must still deliver each expected pair exactly once
+While the payments flow, the replica dies right after the sink acknowledged a batch's
+outputs and before their dedupe marks (fault injection, ``os._exit``: 15% of the joined events
+out), its replacement is killed with SIGKILL (40% out) and Redis is restarted (65% out). Each mode must still deliver each expected pair exactly once
 (the sink's dedupe drops what a replayed batch emits again) and nothing else, and nothing is
 dead-lettered.
 
@@ -34,6 +35,7 @@ import signal
 import time
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -153,6 +155,7 @@ async def test_every_mode_exactly_once_through_a_replica_kill_and_a_redis_restar
     kafka_bootstrap: str,
     redis_server: Any,
     redis_url: str,
+    faults_dir: Path,
 ) -> None:
     t0 = time.monotonic()
 
@@ -185,15 +188,30 @@ async def test_every_mode_exactly_once_through_a_replica_kill_and_a_redis_restar
             lambda m=m: pending(client, name, m) == ORDERS, f"{m}: the orders waiting", 120
         )
     phase("orders waiting")
-    victims = await asyncio.to_thread(replica_pids, f"eventbus-{name}")
-    assert len(victims) == REPLICAS, victims
+    app = f"eventbus-{name}"
+    first = await asyncio.to_thread(replica_pids, app)
+    assert len(first) == REPLICAS, first
+    victims = list(first)
+    trigger = faults_dir / f"{name}.after-sink-ack"
 
     async def faults() -> None:
-        await wait_for(lambda: joined(client, name) >= total * 0.3, "30% joined", 180)
-        for pid in victims:
+        await wait_for(lambda: joined(client, name) >= total * 0.15, "15% joined", 180)
+        trigger.touch()  # the replica dies (os._exit) after a sink ack, before the dedupe marks
+        await wait_for(lambda: not trigger.exists(), "the death after a sink ack", 60)
+        phase("replica died after a sink ack")
+
+        def replaced() -> bool:
+            now = replica_pids(app)
+            return bool(now) and not set(now) & set(victims)
+
+        await wait_for(replaced, "a new replica", 120)
+        second = await asyncio.to_thread(replica_pids, app)
+        victims.extend(second)
+        await wait_for(lambda: joined(client, name) >= total * 0.4, "40% joined", 180)
+        for pid in second:
             os.kill(pid, signal.SIGKILL)
-        phase("replicas killed")
-        await wait_for(lambda: joined(client, name) >= total * 0.6, "60% joined", 180)
+        phase("replica killed")
+        await wait_for(lambda: joined(client, name) >= total * 0.65, "65% joined", 180)
         phase("redis restart")
         await asyncio.to_thread(redis_server.restart)
         phase("redis restarted")
