@@ -106,10 +106,6 @@ class Step(ABC):
     #: the replica runs the batches on one worker thread, one at a time and in order, so its
     #: event loop fetches and delivers meanwhile (``serving._step_threads``)
     offload: ClassVar[bool] = False
-    #: what the step keeps depends on the order its events come in (a join's first or
-    #: latest match, a watermark): a source dispatches each batch only after the one before
-    #: it returned, also when a dispatch fails and is retried (``FetchSettings.in_order``)
-    ordered: ClassVar[bool] = False
 
     def __init__(self, step_id: str) -> None:
         self.id = step_id
