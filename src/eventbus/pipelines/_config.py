@@ -625,8 +625,8 @@ class PipelineConfig(BaseModel):
     @property
     def in_order(self) -> bool:
         """Some step's state depends on the order of its events (its kind declares
-        ``ordered=True``: join, aggregate): the sources dispatch each batch only once the one
-        before it has its outcomes, retries included (``FetchSettings.in_order``)."""
+        ``ordered=True``: join, aggregate): the batches after one whose dispatch failed wait for
+        its retry (``FetchSettings.in_order``)."""
         return any(registry.steps.get(s.kind).trait("ordered", False) for s in self.spec.steps)
 
     @property

@@ -66,8 +66,8 @@ class PipelineRunner:
         #: callers that know each event's partition pass ``origins`` to :meth:`run`
         self.uses_origins = any(step.uses_origins() for step in self.steps)
         #: some step's state depends on the order of its events (its kind is registered
-        #: ``ordered=True``: join, aggregate): sources must dispatch a partition's batches one
-        #: after another, in order, also through a failed dispatch's retries
+        #: ``ordered=True``: join, aggregate): the batches after one whose dispatch failed wait
+        #: for its retry
         #: (``FetchSettings.in_order``, :attr:`PipelineConfig.in_order`)
         self.in_order = config.in_order
         # Observability, updated once per batch (see eventbus.observability).

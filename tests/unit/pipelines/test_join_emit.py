@@ -334,9 +334,9 @@ def test_eventbus_test_case_file_of_the_join_example() -> None:
 
 
 def test_joins_ask_for_their_events_in_order() -> None:
-    """A join's state depends on the order of its events: the runner asks its sources to
-    dispatch each batch after the one before, retries included (``FetchSettings.in_order``);
-    a pipeline of filters does not pay for it."""
+    """A join's state depends on the order of its events: its sources hold the batches after
+    one whose dispatch failed until its retry got through (``FetchSettings.in_order``);
+    a pipeline of filters does not ask for it."""
     assert make(None).in_order
     doc = {
         "apiVersion": "eventbus/v1",

@@ -12,7 +12,7 @@ Delivery, per the architecture's contract (at-least-once, per-partition order):
 3. call ``dispatch(events)`` once per batch, up to ``max_in_flight`` batches concurrently; a
    dispatch that raises (a Ray replica died, say) is retried with capped exponential backoff;
    with ``in_order`` (steps whose state depends on the order of events: joins, aggregates)
-   a batch's dispatch waits until the one before it has its outcomes, retries included;
+   the batches after one whose dispatch is being retried wait for it (retries included);
 4. strictly in batch order: send the outputs to the sink and the failures to the dead-letter
    sink, wait for both to acknowledge, then commit ``offset + 1`` per partition. A sink that
    does not acknowledge is retried the same way; an output the sink cannot encode (not a

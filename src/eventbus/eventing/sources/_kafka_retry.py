@@ -59,6 +59,9 @@ class Redispatcher:
         self._policy = policy
         self._pipeline = pipeline
         self._stats = stats
+        #: in-order dispatches (:meth:`after`) that failed or wait for the batch before:
+        #: the batch after one of them waits for it before its first try
+        self._held: set[asyncio.Task[Any] | None] = set()
 
     async def __call__(self, events: list[Any], seq: int) -> list[Outcome]:
         """Dispatch ``events`` (batch ``seq``); see the class.
@@ -74,31 +77,54 @@ class Redispatcher:
     async def after(
         self, before: asyncio.Task[Any] | None, events: list[Any], seq: int
     ) -> list[Outcome]:
-        """:meth:`__call__` once ``before`` (the dispatch of the batch before, None: none)
-        has its outcomes: batches dispatched one after another in batch order, retries
-        included (``FetchSettings.in_order``).
+        """:meth:`__call__` in batch order (``FetchSettings.in_order``): ``before`` is the
+        dispatch of the batch before (None: none). While that one is being retried (or waits
+        for its own predecessor), this one's first try waits for it to get its outcomes, and
+        every retry of this one does: so a dependency that comes back while the batches in
+        flight sleep their backoffs sees them in order. On the happy path nothing waits (the
+        batches stay pipelined); a try already running when the one before fails is not
+        held back (on the source's loop, where join steps run, none is).
 
         Raises:
             SourceStalledError: as :meth:`__call__`.
             EarlierBatchFailedError: the batch before never got its outcomes (its source
                 stops on that batch's error; this one must not change state ahead of it).
         """
-        if before is not None:
-            await asyncio.wait((before,))
-            if before.cancelled() or before.exception() is not None:
-                raise EarlierBatchFailedError(self._pipeline, seq)
-        return await self._call(events, seq, self._policy.dispatch_retries)
+        me = asyncio.current_task()
+        try:
+            return await self._call(events, seq, self._policy.dispatch_retries, before, me)
+        finally:
+            self._held.discard(me)
 
-    async def _call(self, events: list[Any], seq: int, retries: int) -> list[Outcome]:
+    async def _in_turn(
+        self, before: asyncio.Task[Any], me: asyncio.Task[Any] | None, seq: int
+    ) -> None:
+        self._held.add(me)  # a batch after this one waits too
+        await asyncio.wait((before,))
+        if before.cancelled() or before.exception() is not None:
+            raise EarlierBatchFailedError(self._pipeline, seq)
+
+    async def _call(
+        self,
+        events: list[Any],
+        seq: int,
+        retries: int,
+        before: asyncio.Task[Any] | None = None,
+        me: asyncio.Task[Any] | None = None,
+    ) -> list[Outcome]:
         attempt = 0  # failed calls of this (sub-)batch
         first_failure: float | None = None
         n = len(events)
         while True:
+            if before is not None and not before.done() and (attempt or before in self._held):
+                await self._in_turn(before, me, seq)
+            self._held.discard(me)
             try:
                 outcomes = await self._dispatch(events)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
+                self._held.add(me)  # failed: the batches after this one wait for its retry
                 attempt += 1
                 self._stats["dispatch_retries"] += 1
                 now = time.monotonic()
