@@ -107,7 +107,7 @@ async def test_a_retried_dispatch_keeps_the_partitions_order_in_the_join_state(
         None,
         pipeline=f"p-{src}",
         fetch={"max_batch": 1, "in_order": in_order},
-        retry_initial_s=0.3,
+        retry_initial_s=1.0,  # the batches after it are fetched and dispatched meanwhile
     )
     await run_until_committed(source, 12)
     assert failed and source.stats()["dispatch_retries"] == 1
