@@ -623,6 +623,13 @@ class PipelineConfig(BaseModel):
         )
 
     @property
+    def in_order(self) -> bool:
+        """Some step's state depends on the order of its events (its kind declares
+        ``ordered=True``: join, aggregate): the batches after one whose dispatch failed wait for
+        its retry (``FetchSettings.in_order``)."""
+        return any(registry.steps.get(s.kind).trait("ordered", False) for s in self.spec.steps)
+
+    @property
     def consumed_sources(self) -> list[KafkaSourceConfig]:
         """The topics the replicas consume: each ``kafka`` source, then the ingress topic the
         gateway writes ``http``/``grpc`` events to (one, whatever their number). Each source

@@ -65,6 +65,11 @@ class PipelineRunner:
         #: some step keeps state per source partition (an event-time join's watermark):
         #: callers that know each event's partition pass ``origins`` to :meth:`run`
         self.uses_origins = any(step.uses_origins() for step in self.steps)
+        #: some step's state depends on the order of its events (its kind is registered
+        #: ``ordered=True``: join, aggregate): the batches after one whose dispatch failed wait
+        #: for its retry
+        #: (``FetchSettings.in_order``, :attr:`PipelineConfig.in_order`)
+        self.in_order = config.in_order
         # Observability, updated once per batch (see eventbus.observability).
         self.counters: list[StepCounters] = [StepCounters() for _ in self.steps]
         self.batch_sizes = Histogram(BATCH_SIZE_BOUNDS)

@@ -280,6 +280,7 @@ class ReplicaSources:
                         decode_in_dispatch=origins,
                         doorbell=self._doorbell(i, src),
                         bridge=self._bridge(i),
+                        in_order=self._config.in_order,
                     ),
                     delivery=delivery_policy(self._config, self._redis_url),
                 )

@@ -113,6 +113,7 @@ class SourceActor:
                 linger_ms=self._config.linger_ms_of(src),
                 max_in_flight=batch.max_in_flight,
                 decode_in_dispatch=True,
+                in_order=self._config.in_order,
             ),
             delivery=delivery_policy(self._config, self._redis_url),
         )

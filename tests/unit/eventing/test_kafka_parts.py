@@ -25,7 +25,11 @@ from eventbus.eventing.sources._kafka_batch import BatchMaker
 from eventbus.eventing.sources._kafka_dead import TRUNCATED_DATA_BYTES
 from eventbus.eventing.sources._kafka_delivery import Delivery
 from eventbus.eventing.sources._kafka_errors import SourceStalledError, is_infrastructure
-from eventbus.eventing.sources._kafka_retry import EventRetries, Redispatcher
+from eventbus.eventing.sources._kafka_retry import (
+    EarlierBatchFailedError,
+    EventRetries,
+    Redispatcher,
+)
 from eventbus.testing import ListSink
 
 TP = TopicPartition("in", 0)
@@ -183,6 +187,76 @@ def test_redispatch_retries_a_raising_dispatch_and_checks_the_outcome_count() ->
     [failure] = asyncio.run(redispatch(["a"], 2))
     assert isinstance(failure, Failure)
     assert (failure.step, failure.error_type) == ("dispatch", "DispatchContractError")
+
+
+def test_in_order_dispatch_stays_pipelined_while_nothing_fails() -> None:
+    """``FetchSettings.in_order`` costs nothing on the happy path: batch 2's dispatch starts
+    while batch 1's is still running."""
+    stats = {"dispatch_retries": 0, "poison": 0}
+    release = asyncio.Event()
+    started: list[int] = []
+
+    async def dispatch(events: list[Any]) -> list[Outcome]:
+        started.append(events[0])
+        if events[0] == 1:
+            await release.wait()  # batch 1 still in flight (a Serve call, a worker thread)
+        return [[e] for e in events]
+
+    redispatch = Redispatcher(dispatch, DeliveryPolicy(), "p", stats)
+
+    async def two() -> list[list[Outcome]]:
+        first = asyncio.create_task(redispatch.after(None, [1], 1))
+        second = asyncio.create_task(redispatch.after(first, [2], 2))
+        while len(started) < 2:
+            await asyncio.sleep(0)
+        release.set()
+        return list(await asyncio.gather(first, second))
+
+    assert asyncio.run(two()) == [[[1]], [[2]]]
+    assert started == [1, 2]
+
+
+def test_in_order_dispatch_waits_for_the_batch_before_through_its_retries() -> None:
+    """``FetchSettings.in_order``: a batch whose dispatch fails and is retried keeps the
+    batches after it waiting (first tries and retries), so state sees them in order."""
+    stats = {"dispatch_retries": 0, "poison": 0}
+    ran: list[int] = []
+    failures = {1: 2}  # batch 1 fails twice (Redis restarting), then runs
+
+    async def dispatch(events: list[Any]) -> list[Outcome]:
+        if failures.get(events[0], 0):
+            failures[events[0]] -= 1
+            raise ConnectionError("Redis is restarting")
+        ran.append(events[0])
+        return [[e] for e in events]
+
+    redispatch = Redispatcher(dispatch, DeliveryPolicy(retry_initial_s=0.01), "p", stats)
+
+    async def three() -> list[list[Outcome]]:
+        first = asyncio.create_task(redispatch.after(None, [1], 1))
+        second = asyncio.create_task(redispatch.after(first, [2], 2))
+        third = asyncio.create_task(redispatch.after(second, [3], 3))
+        return list(await asyncio.gather(first, second, third))
+
+    assert asyncio.run(three()) == [[[1]], [[2]], [[3]]]
+    assert ran == [1, 2, 3]
+    assert stats["dispatch_retries"] == 2
+
+    async def after_a_failure() -> None:
+        ran.clear()
+        failures[1] = 1_000  # batch 1 is retried until give_up_s, then its source stops
+
+        policy = DeliveryPolicy(retry_initial_s=0.01, give_up_s=0.05)
+        stalling = Redispatcher(dispatch, policy, "p", stats)
+        before = asyncio.create_task(stalling.after(None, [1], 1))
+        await asyncio.sleep(0)  # its first try failed: it is held
+        with pytest.raises(EarlierBatchFailedError, match=r"batch 2 was not dispatched"):
+            await stalling.after(before, [2], 2)
+        with pytest.raises(SourceStalledError):
+            await before
+        assert ran == []  # the batch after a failed one never changes state ahead of it
+
+    asyncio.run(after_a_failure())
 
 
 # -- nothing retries forever ----------------------------------------------------------------

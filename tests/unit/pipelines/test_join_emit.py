@@ -331,3 +331,21 @@ def test_eventbus_test_case_file_of_the_join_example() -> None:
     results = run_test_file(root / "examples/join/paid_test.yaml")
     assert [(r.name, r.diffs) for r in results if not r.passed] == []
     assert len(results) == 2
+
+
+def test_joins_ask_for_their_events_in_order() -> None:
+    """A join's state depends on the order of its events: its sources hold the batches after
+    one whose dispatch failed until its retry got through (``FetchSettings.in_order``);
+    a pipeline of filters does not ask for it."""
+    assert make(None).in_order
+    doc = {
+        "apiVersion": "eventbus/v1",
+        "kind": "Pipeline",
+        "metadata": {"name": "plain"},
+        "spec": {
+            "sources": [{"kafka": {"topic": "in"}}],
+            "steps": [{"id": "f", "filter": "true"}],
+            "sink": {"kafka": {"topic": "out"}},
+        },
+    }
+    assert not PipelineRunner(PipelineConfig.model_validate(doc)).in_order

@@ -11,6 +11,8 @@ Delivery, per the architecture's contract (at-least-once, per-partition order):
    blocks its batch-mates;
 3. call ``dispatch(events)`` once per batch, up to ``max_in_flight`` batches concurrently; a
    dispatch that raises (a Ray replica died, say) is retried with capped exponential backoff;
+   with ``in_order`` (steps whose state depends on the order of events: joins, aggregates)
+   the batches after one whose dispatch is being retried wait for it (retries included);
 4. strictly in batch order: send the outputs to the sink and the failures to the dead-letter
    sink, wait for both to acknowledge, then commit ``offset + 1`` per partition. A sink that
    does not acknowledge is retried the same way; an output the sink cannot encode (not a
@@ -150,6 +152,8 @@ class KafkaSource(Source):
         self.bootstrap_servers = config.bootstrap_servers or bootstrap_servers
         self.client = config.client or client
         self._max_in_flight = fetch.max_in_flight
+        self._in_order = fetch.in_order
+        self._last_dispatch: asyncio.Task[list[Outcome]] | None = None
         self._drain_timeout_s = delivery.drain_timeout_s
         self._revoke_timeout_s = (
             fetch.revoke_timeout_s
@@ -280,6 +284,7 @@ class KafkaSource(Source):
             tasks.append(committing)
         await asyncio.gather(*tasks, return_exceptions=True)
         self._queue.clear()
+        self._last_dispatch = None
         self._deliverer = None
         self._progress.set()  # wakes a revocation callback still waiting for the drain
         await self._fetcher.stop()
@@ -320,7 +325,14 @@ class KafkaSource(Source):
         self._stats["consumed"] += batch.count
         if batch.events:
             self._stats["batches"] += 1
-            batch.task = asyncio.create_task(self._redispatch(batch.events, batch.seq))
+            if self._in_order:  # after the batch before (see FetchSettings.in_order)
+                before = self._last_dispatch
+                batch.task = asyncio.create_task(
+                    self._redispatch.after(before, batch.events, batch.seq)
+                )
+                self._last_dispatch = batch.task
+            else:
+                batch.task = asyncio.create_task(self._redispatch(batch.events, batch.seq))
         # Delivery starts as soon as the dispatch is done: a batch waits for the one before
         # it only at the ordered sinks (see _routing.Turns), and commits in order.
         batch.delivery = asyncio.create_task(self._deliver(batch, self._delivery.reserve()))

@@ -20,12 +20,13 @@ import time
 from collections.abc import AsyncGenerator, Iterable
 from typing import Any
 
+from eventbus.errors import EventBusError
 from eventbus.eventing._delivery import RetryPolicy
 from eventbus.eventing._outcome import Dispatch, Failure, Outcome
 from eventbus.eventing.sources._kafka_errors import SourceStalledError, is_infrastructure
 from eventbus.eventing.sources._kafka_settings import DeliveryPolicy
 
-__all__ = ["EventRetries", "Redispatcher", "Settled"]
+__all__ = ["EarlierBatchFailedError", "EventRetries", "Redispatcher", "Settled"]
 
 # One logger for every part of the Kafka source, as when it was one module.
 log = logging.getLogger("eventbus.eventing.sources._kafka")
@@ -58,6 +59,9 @@ class Redispatcher:
         self._policy = policy
         self._pipeline = pipeline
         self._stats = stats
+        #: in-order dispatches (:meth:`after`) that failed or wait for the batch before:
+        #: the batch after one of them waits for it before its first try
+        self._held: set[asyncio.Task[Any] | None] = set()
 
     async def __call__(self, events: list[Any], seq: int) -> list[Outcome]:
         """Dispatch ``events`` (batch ``seq``); see the class.
@@ -70,16 +74,57 @@ class Redispatcher:
         """
         return await self._call(events, seq, self._policy.dispatch_retries)
 
-    async def _call(self, events: list[Any], seq: int, retries: int) -> list[Outcome]:
+    async def after(
+        self, before: asyncio.Task[Any] | None, events: list[Any], seq: int
+    ) -> list[Outcome]:
+        """:meth:`__call__` in batch order (``FetchSettings.in_order``): ``before`` is the
+        dispatch of the batch before (None: none). While that one is being retried (or waits
+        for its own predecessor), this one's first try waits for it to get its outcomes, and
+        every retry of this one does: so a dependency that comes back while the batches in
+        flight sleep their backoffs sees them in order. On the happy path nothing waits (the
+        batches stay pipelined); a try already running when the one before fails is not
+        held back (on the source's loop, where join steps run, none is).
+
+        Raises:
+            SourceStalledError: as :meth:`__call__`.
+            EarlierBatchFailedError: the batch before never got its outcomes (its source
+                stops on that batch's error; this one must not change state ahead of it).
+        """
+        me = asyncio.current_task()
+        try:
+            return await self._call(events, seq, self._policy.dispatch_retries, before, me)
+        finally:
+            self._held.discard(me)
+
+    async def _in_turn(
+        self, before: asyncio.Task[Any], me: asyncio.Task[Any] | None, seq: int
+    ) -> None:
+        self._held.add(me)  # a batch after this one waits too
+        await asyncio.wait((before,))
+        if before.cancelled() or before.exception() is not None:
+            raise EarlierBatchFailedError(self._pipeline, seq)
+
+    async def _call(
+        self,
+        events: list[Any],
+        seq: int,
+        retries: int,
+        before: asyncio.Task[Any] | None = None,
+        me: asyncio.Task[Any] | None = None,
+    ) -> list[Outcome]:
         attempt = 0  # failed calls of this (sub-)batch
         first_failure: float | None = None
         n = len(events)
         while True:
+            if before is not None and not before.done() and (attempt or before in self._held):
+                await self._in_turn(before, me, seq)
+            self._held.discard(me)
             try:
                 outcomes = await self._dispatch(events)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
+                self._held.add(me)  # failed: the batches after this one wait for its retry
                 attempt += 1
                 self._stats["dispatch_retries"] += 1
                 now = time.monotonic()
@@ -143,6 +188,27 @@ class Redispatcher:
         # retried as usual.
         first = await self._call(events[:half], seq, 0)
         return first + await self._call(events[half:], seq, 0)
+
+
+class EarlierBatchFailedError(EventBusError, RuntimeError):
+    """An in-order dispatch was not made: the batch before it never got its outcomes.
+
+    Args:
+        pipeline: the pipeline.
+        seq: the batch not dispatched.
+    """
+
+    def __init__(self, pipeline: str, seq: int) -> None:
+        super().__init__(pipeline, seq)
+        self.pipeline = pipeline
+        self.seq = seq
+
+    def __str__(self) -> str:
+        return (
+            f"kafka source of pipeline {self.pipeline!r}: batch {self.seq} was not dispatched "
+            "because the batch before it failed (steps that need their events in order); "
+            "both are consumed again from the committed offsets"
+        )
 
 
 class EventRetries:

@@ -68,6 +68,15 @@ class FetchSettings:
         bridge: lets the source consume its partitions by assignment while its group join
             runs, when it is the first member of a group with none live (a pipeline woken
             from zero; None: it waits for the join). See :class:`JoinBridge`.
+        in_order: while a batch's dispatch is being retried (Redis restarting, a replica
+            dying), the batches after it wait for it, first tries and retries alike, so
+            steps whose state depends on the order of a partition's events (a join's first
+            or latest match, a watermark) see them in order. Without it the batches in
+            flight are retried on their own backoff schedules, and a later one can change
+            the state before an earlier one (``emit: first`` then paired an order with its
+            second payment). Nothing waits on the happy path. Exact where the steps run on
+            the source's loop (joins); with worker threads or source actors a batch already
+            dispatched when the one before fails may still run first.
 
     Example:
         >>> FetchSettings(max_batch=500, linger_ms=5).max_in_flight
@@ -82,6 +91,7 @@ class FetchSettings:
     revoke_timeout_s: float | None = None
     doorbell: Doorbell | None = None
     bridge: JoinBridge | None = None
+    in_order: bool = False
 
 
 class Doorbell(Protocol):

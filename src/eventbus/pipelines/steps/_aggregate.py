@@ -366,6 +366,7 @@ def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:
     description="Aggregate events per key over tumbling, hopping or session windows (state in Redis).",
     expressions=_expressions,
     timers=True,
+    ordered=True,  # the watermark (lateness, window closes) follows the order of the events
     example={
         "key": "string(data.id)",
         "window": {"tumbling": {"size_s": 60}},

@@ -422,6 +422,8 @@ def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:
     description="Correlate events of several sides by key (state in Redis).",
     expressions=_expressions,
     timers=True,
+    # emit first/latest and the watermark depend on the order of a partition's events
+    ordered=True,
     example={
         "sides": [
             {"name": "order", "when": "type == 'order'", "key": "data.id"},
