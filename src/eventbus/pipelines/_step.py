@@ -21,6 +21,7 @@ Traits a kind may declare at registration (all optional):
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeAlias
 
@@ -86,6 +87,11 @@ class Timer(ABC):
 
     def ack(self, fired: Fired) -> None:
         """``fired``'s outputs and dead letters were delivered."""
+
+    def wake_with(self, wake: Callable[[], None]) -> None:
+        """Whoever fires the timer gives it ``wake``: calling it, from any thread, asks for a
+        round now rather than at the next ``interval_s`` (an aggregate step calls it once a
+        batch moved its watermark past a window's close). Default: not used."""
 
 
 class Step(ABC):

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -120,18 +121,29 @@ async def sweep_forever(
         await sink.start()
     if dlq is not None:
         await dlq.start()
+    woken, asked = _wakes(timers)
     try:
-        # each timer every its own interval_s (an aggregate's 0.5 s, others' 1 s); a timer
-        # that stopped at its limit (``Fired.more``) fires again at once
+        # each timer every its own interval_s (an aggregate's 0.5 s, others' 1 s), and at
+        # once when it asks (Timer.wake_with), at most every interval_s / 10; a timer that
+        # stopped at its limit (``Fired.more``) fires again at once
         period = min([every_s, *(t.interval_s for t in timers)])
         due = [0.0] * len(timers)
+        last = [0.0] * len(timers)
         while True:
-            await asyncio.sleep(period)
+            now = time.monotonic()
+            soonest = min((last[k] + timers[k].interval_s / 10 for k in asked), default=None)
+            wait = period if soonest is None else min(period, max(0.0, soonest - now))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), wait)
+            woken.clear()
             for k, timer in enumerate(timers):
                 now = time.monotonic()
-                if now < due[k]:
+                early = k in asked and now >= last[k] + timer.interval_s / 10
+                if now < due[k] and not early:
                     continue
+                asked.discard(k)
                 due[k] = now + timer.interval_s - period / 2
+                last[k] = now
                 try:
                     while True:
                         fired = await asyncio.to_thread(timer.fire)
@@ -151,6 +163,28 @@ async def sweep_forever(
             await dlq.stop()
         if dedupe is not None:
             await dedupe.close()
+
+
+def _wakes(timers: list[Timer]) -> tuple[asyncio.Event, set[int]]:
+    """Give each timer a wake (:meth:`Timer.wake_with`), callable from any thread: it adds
+    the timer's index to the returned set and sets the event, on this loop."""
+    loop = asyncio.get_running_loop()
+    woken, asked = asyncio.Event(), set()
+
+    def waker(k: int) -> Callable[[], None]:
+        def note() -> None:
+            asked.add(k)
+            woken.set()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: the replica stopped
+                loop.call_soon_threadsafe(note)
+
+        return wake
+
+    for k, timer in enumerate(timers):
+        timer.wake_with(waker(k))
+    return woken, asked
 
 
 def _followed(

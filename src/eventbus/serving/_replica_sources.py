@@ -230,6 +230,7 @@ class ReplicaSources:
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
         self._threads = StepThreads(self._runner.steps)
+        self._threads.tune_switching()  # steps on a worker thread: the GIL handed over sooner
         spec = self._config.spec
         run = self._runner.run
         from eventbus.observability._tracing import TracedSink, run_traced, tracer

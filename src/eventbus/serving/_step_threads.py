@@ -13,16 +13,30 @@ worker threads, or on one worker thread in order.
   with nothing else moving. The steps' guarantees stay those of the loop: one batch at a time
   and in fetch order (the watermark and lateness judged as the events came), its state merged
   before its outputs are sent and its offsets committed (the source waits for the dispatch).
+
+With worker threads beside the loop, the replica's GIL switch interval is shortened
+(:meth:`StepThreads.tune_switching`): a thread whose blocking call returns (a Redis reply, a
+socket ``settimeout``/``recv``) waits for the GIL until the thread holding it gives it up, and a
+thread busy in Python (the loop decoding the next batch) gives it up only every switch
+interval, CPython's default 5 ms. redis-py releases the GIL several times per command (the
+pool's ``can_read`` check, the send, the reply's poll and recv), so an aggregate step's batch
+paid up to tens of milliseconds of such waits beside its few milliseconds in Redis.
+Measured in process (the step's batches on one thread, decoding on another, real Redis): the
+step's wall time per event 25.7–34.9 µs at 5 ms, 15.6–18.9 µs at 1 ms.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["StepThreads"]
+__all__ = ["SWITCH_INTERVAL_S", "StepThreads"]
+
+#: The GIL switch interval of a replica whose steps run on worker threads (see the module).
+SWITCH_INTERVAL_S = 0.001
 
 T = TypeVar("T")
 
@@ -51,6 +65,14 @@ class StepThreads:
             if self.mode == "ordered"
             else None
         )
+
+    def tune_switching(self) -> None:
+        """With worker threads (``ordered``, ``threads``): shorten this process's GIL switch
+        interval to :data:`SWITCH_INTERVAL_S` (never lengthen it), so a thread back from
+        Redis or another deployment gets the GIL within a millisecond of asking for it. A
+        process-wide setting: call it in the replica, which owns its process."""
+        if self.mode != "loop" and sys.getswitchinterval() > SWITCH_INTERVAL_S:
+            sys.setswitchinterval(SWITCH_INTERVAL_S)
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)``: here (the loop), on a worker thread, or queued behind the calls

@@ -126,3 +126,24 @@ def test_threads_mode_overlaps_calls() -> None:
         return await asyncio.gather(*(threads.call(meet) for _ in range(3)))
 
     assert asyncio.run(main()) == [True, True, True]
+
+
+def test_worker_threads_shorten_the_gil_switch_interval_and_the_loop_leaves_it() -> None:
+    import sys
+
+    from eventbus.serving._step_threads import SWITCH_INTERVAL_S
+
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        StepThreads([Flags()]).tune_switching()
+        assert sys.getswitchinterval() == 0.005  # steps on the loop: nothing waits for the GIL
+        for flags in (Flags(offload=True), Flags(blocking=True)):
+            sys.setswitchinterval(0.005)
+            StepThreads([flags]).tune_switching()
+            assert abs(sys.getswitchinterval() - SWITCH_INTERVAL_S) < 1e-9
+        sys.setswitchinterval(0.0002)  # shorter already (set by the user): kept
+        StepThreads([Flags(offload=True)]).tune_switching()
+        assert abs(sys.getswitchinterval() - 0.0002) < 1e-9
+    finally:
+        sys.setswitchinterval(before)

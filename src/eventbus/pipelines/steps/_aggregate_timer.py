@@ -3,6 +3,7 @@ advances with the wall clock while no events come (so idle windows close)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from eventbus.pipelines._step import Fired, Timer
@@ -44,3 +45,8 @@ class AggregateTimer(Timer):
     def ack(self, fired: Fired) -> None:
         """Forget the delivered windows."""
         self.step.state.ack(fired.token)
+
+    def wake_with(self, wake: Callable[[], None]) -> None:
+        """The step calls ``wake`` once a batch moved its watermark past a window's close
+        deadline: the window is emitted then, not up to ``interval_s`` later."""
+        self.step.wake = wake
