@@ -466,10 +466,15 @@ def zero_and_cold(
     print(f"{args.zero} pipelines at zero:", result[f"zero_{args.zero}"], flush=True)
 
     colds = []
-    for name in zero[: args.cold_rounds]:
-        # the previous wake-up has ended (the controller wakes one pipeline at a time: a wake
-        # started meanwhile would count the wait for it as this one's detection)
-        wait_until(lambda: name in at_zero(redis) and not waking(redis), 120, "the last wake")
+    for i, name in enumerate(zero[: args.cold_rounds]):
+        # the previous wake-up has ended and that pipeline is back at zero (the controller
+        # scales one pipeline at a time: a wake or scale-down running meanwhile would count
+        # the wait for it as this one's detection)
+        wait_until(
+            lambda i=i: set(zero[: i + 1]) <= at_zero(redis) and not waking(redis),
+            120,
+            "the previous cold start's pipeline back at zero",
+        )
         cold = cold_start(home, redis, bootstrap, name)
         colds.append(cold)
         print(f"cold start of {name}: {cold}", flush=True)
