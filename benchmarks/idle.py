@@ -239,6 +239,17 @@ def at_zero(redis: Any) -> set[str]:
     }
 
 
+def settled(redis: Any) -> set[str]:
+    """The pipelines at zero whose scale-down the controller finished (application gone)."""
+    from eventbus._internal import keys
+
+    return {
+        name
+        for name, raw in redis.hgetall(keys.SCALED_TO_ZERO).items()
+        if "settled_at" in json.loads(raw) and "waking_at" not in json.loads(raw)
+    }
+
+
 def waking(redis: Any) -> set[str]:
     """The pipelines whose wake-up from zero is under way."""
     from eventbus._internal import keys
@@ -471,7 +482,7 @@ def zero_and_cold(
         # scales one pipeline at a time: a wake or scale-down running meanwhile would count
         # the wait for it as this one's detection)
         wait_until(
-            lambda i=i: set(zero[: i + 1]) <= at_zero(redis) and not waking(redis),
+            lambda i=i: set(zero[: i + 1]) <= settled(redis) and not waking(redis),
             120,
             "the previous cold start's pipeline back at zero",
         )

@@ -756,6 +756,10 @@ class Controller:
                 # Redis; waking runs the application again. Blocking: the replica's drain and
                 # commit end first (a serve.run of an application being deleted never returns).
                 self._delete_app(name)
+                # when the replicas had drained and the application was gone (the lock is
+                # held until then: a wake-up of another pipeline waits for it)
+                settled = {**state, "settled_at": time.time()}
+                self._redis.hset(keys.SCALED_TO_ZERO, name, json.dumps(settled))
             else:
                 # no member is live in the pipeline's groups: its first replica's sources may
                 # consume by assignment while they join (Tansu holds a join for 3 s)
