@@ -239,6 +239,28 @@ def at_zero(redis: Any) -> set[str]:
     }
 
 
+def settled(redis: Any) -> set[str]:
+    """The pipelines at zero whose scale-down the controller finished (application gone)."""
+    from eventbus._internal import keys
+
+    return {
+        name
+        for name, raw in redis.hgetall(keys.SCALED_TO_ZERO).items()
+        if "settled_at" in json.loads(raw) and "waking_at" not in json.loads(raw)
+    }
+
+
+def waking(redis: Any) -> set[str]:
+    """The pipelines whose wake-up from zero is under way."""
+    from eventbus._internal import keys
+
+    return {
+        name
+        for name, raw in redis.hgetall(keys.SCALED_TO_ZERO).items()
+        if "waking_at" in json.loads(raw)
+    }
+
+
 def wait_until(cond: Any, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
@@ -302,6 +324,8 @@ def cold_start(home: Path, redis: Any, bootstrap: str, name: str) -> dict[str, f
         if not entry.get("final") and st.get("init_at", 0) > wall0 - 1:
             startup, pid = st, int(entry_id.split("-")[0])
     out = {"total_s": round(total, 3)}
+    if raw_zero:  # who saw the events: the ringer's look ("doorbell") or the watcher's poll
+        out["woken_by_doorbell"] = int(json.loads(raw_zero).get("woken_by") == "doorbell")
     try:
         proc_at = psutil.Process(pid).create_time() if pid else None
     except psutil.Error:
@@ -453,7 +477,15 @@ def zero_and_cold(
     print(f"{args.zero} pipelines at zero:", result[f"zero_{args.zero}"], flush=True)
 
     colds = []
-    for name in zero[: args.cold_rounds]:
+    for i, name in enumerate(zero[: args.cold_rounds]):
+        # the previous wake-up has ended and that pipeline is back at zero (the controller
+        # scales one pipeline at a time: a wake or scale-down running meanwhile would count
+        # the wait for it as this one's detection)
+        wait_until(
+            lambda i=i: set(zero[: i + 1]) <= settled(redis) and not waking(redis),
+            120,
+            "the previous cold start's pipeline back at zero",
+        )
         cold = cold_start(home, redis, bootstrap, name)
         colds.append(cold)
         print(f"cold start of {name}: {cold}", flush=True)

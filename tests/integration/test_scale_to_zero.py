@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 import uuid
 from typing import Any
 
@@ -28,6 +29,27 @@ pytestmark = [
 ]
 
 N = 5000  # the issue's figure: events published while the pipeline is at zero
+POLL_S = 2.0
+
+
+async def waking(redis_url: str, name: str, stop: asyncio.Event) -> dict[str, Any]:
+    """The pipeline's wake-up record (``waking_at``, ``woken_by``), looked at every 20 ms
+    until ``stop`` (it is there from the watcher's decision until the replica runs)."""
+    import json
+
+    from eventbus._internal import keys
+    from eventbus._internal.redis_client import connect_async
+
+    redis = connect_async(redis_url, decode_responses=True)
+    try:
+        while not stop.is_set():
+            raw = await redis.hget(keys.SCALED_TO_ZERO, name)
+            if raw is not None and "waking_at" in json.loads(raw):
+                return dict(json.loads(raw))
+            await asyncio.sleep(0.02)
+    finally:
+        await redis.aclose()
+    return {}
 
 
 async def bridge_holders(redis_url: str, group: str, stop: asyncio.Event) -> set[str]:
@@ -66,7 +88,9 @@ async def test_idle_pipeline_scales_to_zero_and_events_at_zero_arrive_once(
                 "sources": [{"kafka": {"topic": src}}],
                 "steps": [{"id": "keep", "filter": "type == 'a.test'"}],
                 "sink": {"kafka": {"topic": sink}},
-                "serving": {"replicas": {"min": 0, "max": 2, "idle_s": 2, "poll_s": 0.25}},
+                # poll_s 2: the watcher's own checks would mostly not see the wake within a s;
+                # the controller's ringer (one look every ZERO_LOOK_S) does
+                "serving": {"replicas": {"min": 0, "max": 2, "idle_s": 2, "poll_s": POLL_S}},
             },
         }
     )
@@ -95,11 +119,28 @@ async def test_idle_pipeline_scales_to_zero_and_events_at_zero_arrive_once(
 
     assert at_zero(), "the controller's restart woke the pipeline without events"
     assert app_gone(), "the controller's restore ran the application of a pipeline at zero"
+    # the restarted watcher reads the committed offsets once the drain settled (SETTLE_S after
+    # the scale-down, at its next poll) and the ringer takes them at its next idle look
+    from eventbus.serving._doorbell import IDLE_LOOK_S
+    from eventbus.serving._scale_to_zero import SETTLE_S
+
+    since = eventbus_client.status(name)["figures"]["scaled_to_zero_since"]
+    armed_at = since + SETTLE_S + POLL_S + IDLE_LOOK_S + 0.5
+    await wait_for(lambda: time.time() > armed_at, 30, "the restarted watcher's first reads")
     stop = asyncio.Event()
     holders = asyncio.create_task(bridge_holders(redis_url, f"eventbus-{name}", stop))
+    woken = asyncio.create_task(waking(redis_url, name, stop))
+    produced_at = time.time()
     await produce(kafka_bootstrap, src, N)  # while no replica runs
     out = await collect(kafka_bootstrap, sink, N, timeout_s=60)
     stop.set()
+    # the ringer saw the records and nudged the watcher: not its poll, a poll_s later
+    wake = await woken
+    detect_s = wake["waking_at"] - produced_at
+    assert detect_s < 1.0, f"the wake-up began {detect_s:.2f} s after the events"
+    # the watcher's own poll may see the records first when it falls in the ringer's
+    # ZERO_LOOK_S; then it was as fast
+    assert wake.get("woken_by") == "doorbell" or detect_s < 0.3, f"not the ringer's: {wake}"
     # the woken replica consumed by assignment while its group join ran (serving/_bridge.py)
     seen = await holders
     assert seen - {"open"}, f"the woken replica's source did not take the join bridge: {seen}"
@@ -119,7 +160,8 @@ async def test_idle_pipeline_scales_to_zero_and_events_at_zero_arrive_once(
     assert eventbus_client.wake(name) is False, "a running pipeline was woken"
     await wait_for(lambda: replica_count(name) == 1, 60, "the replica after a wake")
     print(
-        f"to zero after {down_s:.1f} s; {N} events delivered; to zero again after {again_s:.1f} s"
+        f"to zero after {down_s:.1f} s; woken {detect_s:.2f} s after the events; {N} events "
+        f"delivered; to zero again after {again_s:.1f} s"
     )
 
 

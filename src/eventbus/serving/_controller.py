@@ -74,7 +74,8 @@ class Controller:
         from eventbus.serving._doorbell import Ringer
 
         # rings the replicas' idle (parked) sources when records arrive (see _doorbell)
-        self.ringer = Ringer(self._redis, kafka_bootstrap, self.kafka_client)
+        # (and nudges the watcher when records wait for a pipeline at zero)
+        self.ringer = Ringer(self._redis, kafka_bootstrap, self.kafka_client, zero=self.scaler)
         from eventbus.serving._host_control import Hosts
 
         # pipelines sharing a host's replicas (serving.host; see _host)
@@ -582,7 +583,7 @@ class Controller:
         if not self._redis.hexists(keys.SCALED_TO_ZERO, name):
             return False
         self.scaler.track(config)
-        self._scale(name, False, time.time())
+        self._scale(name, False, time.time(), "call")
         # idle time counts from the replica being up, not from the start of its cold start
         # (a short idle_s could otherwise send it back to zero as the wake returns)
         self._woken_at[name] = time.time()
@@ -717,9 +718,10 @@ class Controller:
             )
         )
 
-    def _scale(self, name: str, zero: bool, last_event_at: float) -> None:
+    def _scale(self, name: str, zero: bool, last_event_at: float, woken_by: str = "poll") -> None:
         """Scale a ``min: 0`` pipeline's replicas to zero, or back to its configured count
-        (the scale-to-zero watcher's decision), and record it."""
+        (the scale-to-zero watcher's decision), and record it (a wake-up with who saw its
+        events: ``woken_by``)."""
         with self._lock:  # not across a deploy, which runs replicas and clears the record
             record = self._load(name)
             if record is None:
@@ -741,7 +743,11 @@ class Controller:
                 self._redis.hset(keys.SCALED_TO_ZERO, name, json.dumps(state))
             else:  # when the wake-up began (a cold start's breakdown reads it)
                 raw = self._redis.hget(keys.SCALED_TO_ZERO, name)
-                woken = {**(json.loads(raw) if raw else {}), "waking_at": time.time()}
+                woken = {
+                    **(json.loads(raw) if raw else {}),
+                    "waking_at": time.time(),
+                    "woken_by": woken_by,
+                }
                 self._redis.hset(keys.SCALED_TO_ZERO, name, json.dumps(woken))
             if zero:
                 # The Serve application goes, not just its replicas: Serve's controller spends
@@ -750,6 +756,10 @@ class Controller:
                 # Redis; waking runs the application again. Blocking: the replica's drain and
                 # commit end first (a serve.run of an application being deleted never returns).
                 self._delete_app(name)
+                # when the replicas had drained and the application was gone (the lock is
+                # held until then: a wake-up of another pipeline waits for it)
+                settled = {**state, "settled_at": time.time()}
+                self._redis.hset(keys.SCALED_TO_ZERO, name, json.dumps(settled))
             else:
                 # no member is live in the pipeline's groups: its first replica's sources may
                 # consume by assignment while they join (Tansu holds a join for 3 s)

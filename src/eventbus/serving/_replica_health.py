@@ -19,8 +19,9 @@ __all__ = ["STUCK_AFTER_S", "SourcesHealth"]
 #: A sources loop that has not turned for this long is stuck (Serve's health-check timeout is
 #: 30 s by default; a pure batch of 2,000 events runs on the loop in well under a second).
 STUCK_AFTER_S = 30.0
-#: How often the sources loop marks that it turns.
-BEAT_EVERY_S = 1.0
+#: How often the sources loop marks that it turns (a timer per pipeline: well under
+#: ``STUCK_AFTER_S``, not every second).
+BEAT_EVERY_S = 5.0
 
 
 class SourcesHealth:

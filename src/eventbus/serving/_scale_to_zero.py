@@ -25,6 +25,7 @@ also requires the replicas' own lag (from their fetches' high watermarks) to be 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -68,6 +69,10 @@ class Watched:
     busy: bool = False  # a scale action is running
     committed_read_at: float = 0.0  # epoch s of the last OffsetFetch
     fetched: dict[str, int] = field(default_factory=dict)  # what it answered
+    zero_since: float | None = None  # epoch s it went to zero (as of the last check)
+    nudged: bool = False  # the ringer saw records wait: checked now, not at next_at
+    #: (committed_read_at it was made of, (topic, partition) -> committed offset)
+    marks: tuple[float, dict[tuple[str, int], int]] = (0.0, {})
 
 
 def decide(
@@ -121,13 +126,29 @@ def watched_of(
     return Watched(config.name, groups, clients, bounds.idle_s, bounds.poll_s)
 
 
+def _marks(fetched: dict[str, int], groups: dict[str, list[str]]) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> committed offset of ``fetched`` (``group/topic[p]`` -> offset)
+    for ``groups``; a partition of two groups: the lower offset."""
+    marks: dict[tuple[str, int], int] = {}
+    for name, offset in fetched.items():
+        group, _, tp = name.rpartition("/")
+        topic, _, part = tp.rpartition("[")
+        if group not in groups:
+            continue
+        key = (topic, int(part.rstrip("]")))
+        marks[key] = min(offset, marks.get(key, offset))
+    return marks
+
+
 class ScaleToZero:
     """The watcher: a daemon thread with its own event loop and Kafka clients.
 
     Args:
         redis: a sync Redis client (``decode_responses=True``).
-        scale: ``scale(name, zero, last_event_at)`` applies a decision and records it in
-            ``eventbus:scaled-to-zero`` (the controller's, under its lock).
+        scale: ``scale(name, zero, last_event_at, woken_by)`` applies a decision and records
+            it in ``eventbus:scaled-to-zero`` (the controller's, under its lock); ``woken_by``
+            says who saw the events of a wake-up: ``"doorbell"`` (the ringer's look) or
+            ``"poll"`` (this watcher's own, every ``poll_s``).
         bootstrap: the stack's Kafka bootstrap servers.
         client: the stack's Kafka connection settings.
     """
@@ -135,7 +156,7 @@ class ScaleToZero:
     def __init__(
         self,
         redis: Any,
-        scale: Callable[[str, bool, float], None],
+        scale: Callable[[str, bool, float, str], None],
         bootstrap: str,
         client: KafkaClientConfig | None,
     ) -> None:
@@ -147,6 +168,8 @@ class ScaleToZero:
         self._lock = threading.Lock()
         self._consumers: dict[str, Any] = {}
         self._admins: dict[str, Any] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._nudge: asyncio.Event | None = None  # set by nudge(): the watcher looks now
         self._thread = threading.Thread(
             target=self._main, name="eventbus-scale-to-zero", daemon=True
         )
@@ -176,20 +199,54 @@ class ScaleToZero:
         raw = self._redis.hget(keys.SCALED_TO_ZERO, name)
         return json.loads(raw) if raw else None
 
+    def wake_marks(self) -> dict[str, dict[tuple[str, int], int]]:
+        """Per pipeline at zero whose committed offsets were read after its drain: (topic,
+        partition) -> committed offset, on the stack's Kafka (the ringer looks there; a
+        partition consumed by two groups: the lower offset)."""
+        out: dict[str, dict[tuple[str, int], int]] = {}
+        with self._lock:
+            for w in self._watched.values():
+                since = w.zero_since
+                if since is None or w.busy or w.committed_read_at <= since + SETTLE_S:
+                    continue
+                if self.bootstrap not in w.groups:
+                    continue
+                if w.marks[0] != w.committed_read_at:  # made once per OffsetFetch
+                    w.marks = (w.committed_read_at, _marks(w.fetched, w.groups[self.bootstrap]))
+                if w.marks[1]:
+                    out[w.name] = w.marks[1]
+        return out
+
+    def nudge(self, name: str) -> None:
+        """Check ``name`` now (the ringer saw records past its committed offsets)."""
+        with self._lock:
+            w = self._watched.get(name)
+            if w is None:
+                return
+            w.next_at, w.nudged = 0.0, True
+        loop, event = self._loop, self._nudge
+        if loop is not None and event is not None:
+            loop.call_soon_threadsafe(event.set)
+
     # -- the thread ---------------------------------------------------------------------------
     def _main(self) -> None:
         asyncio.run(self._run())
 
     async def _run(self) -> None:
+        self._nudge = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
         while True:
             with self._lock:
                 watched = list(self._watched.values())
             pause = min((w.poll_s for w in watched), default=1.0)
+            self._nudge.clear()
             try:
                 await self._tick(watched)
             except Exception:  # Redis or Kafka away: try again next tick
                 log.warning("scale to zero: a check failed", exc_info=True)
-            await asyncio.sleep(pause)
+            # a nudge ends the pause at once
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._nudge.wait(), pause)
 
     async def _tick(self, watched: list[Watched]) -> None:
         now = time.monotonic()
@@ -201,6 +258,7 @@ class ScaleToZero:
         zero_since = {n: float(json.loads(raw)["since"]) for n, raw in zero.items()}
         for w in due:
             w.next_at = now + w.poll_s
+            w.zero_since = zero_since.get(w.name)
         observed = await self.observe(due, zero_since)
         for w in due:
             if w.name not in observed:
@@ -217,18 +275,20 @@ class ScaleToZero:
                 at_zero_since=since,
                 replica_lag=replica_lag,
             )
+            woken_by = "doorbell" if w.nudged else "poll"
+            w.nudged = False
             if action is not None:
                 w.busy = True
-                asyncio.get_running_loop().run_in_executor(None, self._apply, w, action)
+                asyncio.get_running_loop().run_in_executor(None, self._apply, w, action, woken_by)
 
-    def _apply(self, w: Watched, action: str) -> None:
+    def _apply(self, w: Watched, action: str, woken_by: str) -> None:
         try:
             if action == "down":
                 log.info("pipeline %r: idle for %g s, scaling to zero", w.name, w.idle_s)
-                self._scale(w.name, True, w.last_event_at)
+                self._scale(w.name, True, w.last_event_at, woken_by)
             else:
-                log.info("pipeline %r: events wait, scaling up from zero", w.name)
-                self._scale(w.name, False, w.last_event_at)
+                log.info("pipeline %r: events wait (%s), scaling up from zero", w.name, woken_by)
+                self._scale(w.name, False, w.last_event_at, woken_by)
                 w.last_activity = time.monotonic()
         except Exception:
             log.exception("pipeline %r: scaling %s failed", w.name, action)

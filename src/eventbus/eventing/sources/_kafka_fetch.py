@@ -36,8 +36,12 @@ _POLL_MS = 100  # longest getmany() waits while records flow (bounds how fast st
 #: A source that fetched no record for this long is idle: its fetches long-poll (or it parks).
 IDLE_AFTER_S = 2.0
 #: A parked source fetches once anyway after this long without its doorbell ringing (the
-#: watcher may be away: a controller restart), then parks again.
-PARK_MAX_S = 5.0
+#: watcher may be away: a controller restart; the restarted ringer reads the parked entries
+#: from Redis and rings them, so this bounds only a ringer that stays away), then parks again
+#: and refreshes its parked entry (older than the doorbell's ``STALE_S``, 60 s, it is dropped).
+#: Each park costs a fetch or two and a Redis round trip: 5 s made 10 idle pipelines send ~6
+#: requests a second to the broker; 20 s, ~1.5.
+PARK_MAX_S = 20.0
 _AFTER_PARK_MS = 30  # getmany() after a park that was not rung: one or two short fetches
 _AFTER_RING_MS = 300  # ... after a ring: records are there, wait for them (a loaded machine)
 #: Longest a new group member waits, in its assignment, for another source's join bridge.
