@@ -49,9 +49,18 @@ RAY_ENV = {
 #: step waits at most one round more. The log monitor (it tails every worker's log file to
 #: forward lines to drivers, ~0.7% of a core, more with more files) is not started: EventBus's
 #: drivers set ``log_to_driver=False`` and the logs stay in the session's log directory.
+#: Task events are not reported (every worker sent its task events to the GCS each second,
+#: ~0.2% of a core per worker process, idle ones included, and the GCS's share on top): they
+#: feed ``ray list tasks`` and the Ray dashboard's task views, which the embedded stack does
+#: not run; actors, jobs and nodes (what Serve and ``ray list actors`` read) are GCS tables and
+#: stay. The raylet's memory monitor (the OOM killer) looks once a second instead of every
+#: 0.25 s (it reads every worker's memory each round: ~0.2% of a core): it still kills before
+#: the kernel's OOM killer does, a second later at worst.
 RAY_HEAD_ENV = {
     "RAY_enable_metrics_collection": "0",
     "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.2",
+    "RAY_task_events_report_interval_ms": "0",
+    "RAY_memory_monitor_refresh_ms": "1000",
 }
 RAY_HEAD_FLAGS = ("--include-log-monitor=false",)
 
