@@ -26,7 +26,9 @@ pipeline, measured first in the same run, is the baseline of the per-pipeline fi
    ``start`` for both when Ray reused a worker process it had started before, ``init`` (->
    its sources start: the pipeline's runner and canary router), ``join`` (-> its consumer
    group assigned partitions: sinks, consumer start, group join), ``first`` (-> the output is
-   read).
+   read). Ray's own marks from its logs come beside them (``ray_*_at_s``, seconds after
+   the event was produced): Serve asked for the replica actor, a worker process started,
+   the actor's creation began, the actor is alive.
 
 Last line: one JSON object with every figure (each CPU figure with its per-role split).
 
@@ -348,6 +350,53 @@ def cold_start(home: Path, redis: Any, bootstrap: str, name: str) -> dict[str, f
             continue
         out[label] = round(at - prev, 3)
         prev = at
+    out.update(ray_marks(home, wall0))
+    return out
+
+
+def ray_marks(home: Path, wall0: float) -> dict[str, float]:
+    """Ray's own marks of the replica's start, from its core-worker logs, in seconds after
+    the event was produced (``wall0``): ``ray_requested_at_s`` (the replica actor's first
+    PENDING_CREATION notice: Serve asked for it), ``ray_process_at_s`` (a worker process
+    that started after that constructs its core worker), ``ray_creating_at_s`` (it begins
+    the actor's creation: the replica's class imported next), ``ray_alive_at_s`` (ALIVE)."""
+    import datetime
+    import re
+
+    temp_dir = json.loads((home / "stack.json").read_text())["owned"].get("ray", {}).get("temp_dir")
+    logs = Path(temp_dir or "/nonexistent") / "session_latest" / "logs"
+    stamp = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+    found: dict[str, list[float]] = {}
+    for path in logs.glob("python-core-*.log"):
+        try:
+            if path.stat().st_mtime < wall0:
+                continue
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            m = stamp.match(line)
+            if not m:
+                continue
+            at = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            if at < wall0:
+                continue
+            for key, needle in (
+                ("ray_requested_at_s", "state: PENDING_CREATION"),
+                ("ray_process_at_s", "Constructing CoreWorkerProcess"),
+                ("ray_creating_at_s", "Creating actor"),
+                ("ray_alive_at_s", "state: ALIVE"),
+            ):
+                if needle in line:
+                    found.setdefault(key, []).append(at)
+    out: dict[str, float] = {}
+    prev = wall0
+    for key in ("ray_requested_at_s", "ray_process_at_s", "ray_creating_at_s", "ray_alive_at_s"):
+        later = [t for t in found.get(key, []) if t >= prev]
+        if not later:
+            break
+        prev = min(later)
+        out[key] = round(prev - wall0, 3)
     return out
 
 

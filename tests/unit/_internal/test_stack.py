@@ -1,10 +1,13 @@
-"""The local stack's secret files: created readable by us only, never briefly by others."""
+"""The local stack's secret files (created readable by us only, never briefly by others), and
+how it starts its Ray head."""
 
 from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,3 +58,27 @@ def test_ray_token_and_state_are_replaced_private(tmp_path, monkeypatch, open_um
     assert mode(state) == 0o600
     assert stack.write_private(state, "[]", replace=False) is False
     assert state.read_text() == "{}"
+
+
+def test_ray_head_starts_with_the_idle_settings_and_the_users_own_win(
+    tmp_path, monkeypatch
+) -> None:
+    # `ray start` is not run: its argv and environment are what `up` decides
+    seen: dict[str, Any] = {}
+
+    def run(argv, env, **kwargs):
+        seen["argv"], seen["env"] = argv, env
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(stack.subprocess, "run", run)
+    monkeypatch.setattr(stack, "wait_for_port", lambda *a: None)
+    monkeypatch.setenv("RAY_memory_monitor_refresh_ms", "500")  # a user's own setting
+    monkeypatch.delenv("REPORTER_UPDATE_INTERVAL_MS", raising=False)
+    stack._start_ray_head(tmp_path, 2, str(tmp_path / "token"))
+    env = seen["env"]
+    assert env["RAY_memory_monitor_refresh_ms"] == "500"
+    assert env["REPORTER_UPDATE_INTERVAL_MS"] == "30000"
+    assert env["RAY_SERVE_CONTROL_LOOP_INTERVAL_S"] == "0.2"
+    assert env["RAY_AUTH_TOKEN_PATH"] == str(tmp_path / "token")
+    assert "--include-log-monitor=false" in seen["argv"]
+    assert "--include-dashboard=false" in seen["argv"]
