@@ -1,7 +1,8 @@
 """The aggregate step on the real stack (Tansu, Redis with its append-only file, Ray Serve):
 tumbling and session windows over many keys with event times out of order, against an answer
 the test computes itself, through a crash between a batch's state update and its commit, a
-replica killed with SIGKILL and a Redis restart; closed windows run through the steps after
+replica killed with SIGKILL and a Redis restart, and (a test of its own) a redeploy while
+events flow; closed windows run through the steps after
 the aggregate (in process with the sources on the replicas; by a call to a replica from a
 source actor); late events land in the dead-letter topic.
 
@@ -278,4 +279,56 @@ async def test_tumbling_and_session_windows_exactly_once_through_crashes(
             assert f"allowed_lateness_s ({LATENESS_S} s)" in d["eberror"]
         await wait_for(lambda n=name: step_figure(client, n, "late_events") >= 3, 30, "late count")
     phase("late events dead-lettered")
+    client.close()
+
+
+#: The redeploy test's stream: its first events (2 minutes of event time, ~2,000 windows),
+#: produced as a live stream of CHUNKS chunks PACE_S apart, so the redeploy lands mid-stream.
+REDEPLOY_N, CHUNKS, PACE_S = 40_000, 40, 0.25
+
+
+async def test_a_redeploy_mid_stream_neither_loses_nor_double_counts(
+    deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str, redis_url: str
+) -> None:
+    """A redeploy (a new version: Serve starts the new replica, the old one drains) while
+    events flow: batches the old replica merged but had not committed are consumed again by
+    the new one and absorbed by the dedupe; every window's count and sum are the answer's."""
+    topic = topic_factory("aggr-in", partitions=PARTITIONS)
+    sink, dlq = topic_factory("aggr-out", partitions=2), topic_factory("aggr-dlq")
+    name = f"aggr-{uuid.uuid4().hex[:6]}"
+    spec = doc(name, topic, sink, dlq, {"tumbling": {"size_s": SIZE_S}}, "replica")
+    await asyncio.to_thread(deploy_pipeline, spec)
+    rows = make_rows()[:REDEPLOY_N]
+    parts = records(rows)
+    first_pid = await asyncio.to_thread(replica_pid, name)
+    client = redis.Redis.from_url(redis_url)
+    seen = keys.aggregate_keys(name, STEP)[5]
+
+    def applied() -> int:
+        return int(client.zcard(seen))
+
+    async def stream() -> None:
+        size = REDEPLOY_N // PARTITIONS // CHUNKS
+        for c in range(CHUNKS):
+            chunk = {p: recs[c * size : (c + 1) * size] for p, recs in parts.items()}
+            await produce_bulk(kafka_bootstrap, topic, chunk)
+            await asyncio.sleep(PACE_S)  # a live stream's pace, not a wait for a condition
+
+    async def redeploy() -> int:
+        await wait_for(lambda: applied() >= REDEPLOY_N // 10, 120, "10% applied")
+        changed = json.loads(json.dumps(spec))
+        changed["spec"]["serving"]["batch"]["linger_ms"] = 6  # a new version
+        await asyncio.to_thread(deploy_pipeline, changed)
+        return applied()
+
+    _, at_redeploy = await asyncio.gather(stream(), redeploy())
+    # the redeploy ended while the stream still had events to merge
+    assert at_redeploy < REDEPLOY_N, "the stream ended before the redeploy: nothing was tested"
+    assert await asyncio.to_thread(replica_pid, name) != first_pid
+    await wait_for(lambda: applied() >= REDEPLOY_N, 120, "all applied")
+    assert applied() == REDEPLOY_N
+    end = ce_record("m", "/agg", "end", {"k": "~", "amount": 0}, iso(T0 + 86_400_000))
+    await produce_bulk(kafka_bootstrap, topic, {0: [end]})
+    answer = tumbling_answer(rows)
+    check(await collect_data(kafka_bootstrap, sink, len(answer), 120), answer)
     client.close()
