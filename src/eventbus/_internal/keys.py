@@ -85,6 +85,7 @@ __all__ = [
     "KEEPER_CLUSTERS",
     "MODELS",
     "PIPELINES",
+    "PIPELINES_VERSION",
     "PREFIX",
     "aggregate_keys",
     "allocate_plan_lock",
@@ -119,6 +120,10 @@ _CONTROL = PREFIX + "{control}:"
 
 #: Hash: pipeline name -> JSON record of the deployed pipeline.
 PIPELINES = _CONTROL + "pipelines"
+
+#: Counter: incremented with every change of :data:`PIPELINES` (in the same transaction), so a
+#: gateway reads every pipeline's record only when one changed, not at each refresh.
+PIPELINES_VERSION = _CONTROL + "pipelines-version"
 
 
 #: Hash: pipeline name -> JSON ``{"since": t, "last_event_at": t}`` of each pipeline whose

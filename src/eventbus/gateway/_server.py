@@ -29,6 +29,10 @@ __all__ = ["Gateway", "run_gateway"]
 log = logging.getLogger("eventbus.gateway")
 
 _REFRESH_S = 0.5
+#: Every pipeline's record is read when the pipelines' version changed (the controller's
+#: deploys and deletes increment it), and at least this often (a version key lost or never
+#: written: an older controller).
+_REREAD_S = 30.0
 
 
 class Gateway:
@@ -69,6 +73,8 @@ class Gateway:
         self.backend = backend or GatewayBackend(kafka_bootstrap, kafka_client=kafka_client)
         self.ingress = Ingress(self.backend)
         self._raw: dict[str, str] | None = None
+        self._version: str | None = None  # keys.PIPELINES_VERSION at the last full read
+        self._read_at = float("-inf")  # when (monotonic)
         self._redis: Any = None
         self._last_refresh = 0.0
         self._refreshing: asyncio.Task[None] | None = None
@@ -88,10 +94,16 @@ class Gateway:
 
     async def refresh(self) -> None:
         """Re-read the pipelines from Redis; rebuild the routes when they changed."""
-        self._last_refresh = time.monotonic()
-        raw: dict[str, str] = await self._redis.hgetall(keys.PIPELINES)
-        zero = await self._redis.hkeys(keys.SCALED_TO_ZERO)
+        now = self._last_refresh = time.monotonic()
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.get(keys.PIPELINES_VERSION)
+            pipe.hkeys(keys.SCALED_TO_ZERO)
+            version, zero = await pipe.execute()
         self.ingress.scaled_to_zero = frozenset(zero)
+        if version is not None and version == self._version and now - self._read_at < _REREAD_S:
+            return  # no pipeline changed since the last read (the version is read first)
+        raw: dict[str, str] = await self._redis.hgetall(keys.PIPELINES)
+        self._version, self._read_at = version, now
         if raw == self._raw:
             return
         self._raw = raw

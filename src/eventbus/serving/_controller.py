@@ -151,6 +151,7 @@ class Controller:
         with self._redis.pipeline(transaction=True) as tx:
             tx.hdel(keys.SCALED_TO_ZERO, name)
             tx.hset(keys.PIPELINES, name, json.dumps(record))
+            tx.incr(keys.PIPELINES_VERSION)
             tx.hset(versions_key, str(version), json.dumps(record))
             tx.hdel(
                 versions_key,
@@ -451,7 +452,10 @@ class Controller:
             except Exception:
                 log.exception("releasing the models of %r failed", name)
             self.scaler.forget(name)
-            self._redis.hdel(keys.PIPELINES, name)
+            with self._redis.pipeline(transaction=True) as tx:
+                tx.hdel(keys.PIPELINES, name)
+                tx.incr(keys.PIPELINES_VERSION)
+                tx.execute()
             self._redis.hdel(keys.SCALED_TO_ZERO, name)
             self._redis.hdel(keys.WAKE, name)
             self._redis.delete(

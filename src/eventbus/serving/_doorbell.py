@@ -8,9 +8,10 @@ idle replica sends no fetch at all and still takes its first event within tens o
 * The controller's :class:`Ringer` reads ``eventbus:parked`` every :data:`RING_EVERY_S`; when
   something is parked it sends one ``ListOffsets`` for all parked partitions (prebuilt bytes
   on a plain socket: ``_end_offsets``) and publishes to the channel of each source whose
-  partition end moved past what it saw. The same look covers, every :data:`ZERO_LOOK_S`, the
-  partitions of the pipelines at zero: records past a committed offset nudge the
-  scale-to-zero watcher, which wakes the pipeline without waiting for its ``poll_s``. Tansu answers
+  partition end moved past what it saw. The same look covers, every :data:`ZERO_LOOK_S`
+  (slower with many partitions: :func:`zero_look_every`), the partitions of the pipelines at
+  zero: records past a committed offset nudge the scale-to-zero watcher, which wakes the
+  pipeline without waiting for its ``poll_s``. Tansu answers
   ``ListOffsets`` with the last record batch's base offset + 1: any batch that arrives after
   the source's last fetch puts it past the log end that fetch saw, so no arrival is missed.
 * What it costs does not grow with idle pipelines: while any source is parked, one
@@ -19,7 +20,7 @@ idle replica sends no fetch at all and still takes its first event within tens o
   ringer waits for a parking source's notice (``eventbus:parked-notice``), looking once a
   second anyway. A parked source costs its consumer group heartbeats and one fetch every
   ``PARK_MAX_S`` (the fallback when no ring comes). With pipelines at zero and none parked,
-  one look every :data:`ZERO_LOOK_S`.
+  one look every :func:`zero_look_every` (at most ~0.4% of a core, broker included).
 
 Only the sources that read the stack's own Kafka (the ringer's) get a doorbell, and only on
 a plain or TLS Redis (not a Redis Cluster); the others long-poll (``idle_fetch_max_wait_ms``).
@@ -33,7 +34,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from eventbus._internal import keys
@@ -42,11 +43,14 @@ from eventbus.eventing._kafka_client import KafkaClientConfig
 __all__ = [
     "RING_EVERY_S",
     "STALE_S",
+    "ZERO_LOOK_MAX_S",
+    "ZERO_LOOK_PER_PARTITION_S",
     "ZERO_LOOK_S",
     "RedisDoorbell",
     "Ringer",
     "ZeroWatch",
     "due_rings",
+    "zero_look_every",
 ]
 
 log = logging.getLogger("eventbus.serving.doorbell")
@@ -54,11 +58,26 @@ log = logging.getLogger("eventbus.serving.doorbell")
 #: How often the ringer looks at the parked sources' partitions (the first event after
 #: idleness waits about half of it, plus one fetch).
 RING_EVERY_S = 0.05  # 20 looks a second: ~0.3% of a core here (~0.15 ms each, raw ListOffsets)
-#: How often the ringer looks at the partitions of the pipelines at zero (a cold start's
-#: detection waits about half of it). Each look costs the broker too (Tansu: ~0.04% of a core
-#: per look a second with 10 pipelines at zero, as much again in the controller): 0.1 s raised
-#: the CPU of 10 pipelines at zero by ~0.8% of a core, 0.2 s halves that.
+#: How often, at most, the ringer looks at the partitions of the pipelines at zero (a cold
+#: start's detection waits about half of it). Each look costs the broker and the controller
+#: per partition (Tansu ~5 µs, the ringer ~3 µs: ~1.6 ms for 200 partitions), so the pace
+#: slows with the partitions looked at, :data:`ZERO_LOOK_PER_PARTITION_S` each, up to
+#: :data:`ZERO_LOOK_MAX_S`: what the looks cost stays under ~0.4% of a core however many
+#: pipelines are at zero (50 pipelines of 4 partitions: every 0.5 s; every 0.2 s they took
+#: ~1% of a core, the broker and the controller together).
 ZERO_LOOK_S = 0.2
+#: The slowest pace (the default ``poll_s``: the watcher leaves a pipeline at zero to the
+#: ringer only while it looks at least every ``poll_s``).
+ZERO_LOOK_MAX_S = 1.0
+#: The pace per partition looked at.
+ZERO_LOOK_PER_PARTITION_S = 0.0025
+
+
+def zero_look_every(partitions: int) -> float:
+    """How often the ringer looks at ``partitions`` partitions of pipelines at zero."""
+    return min(ZERO_LOOK_MAX_S, max(ZERO_LOOK_S, partitions * ZERO_LOOK_PER_PARTITION_S))
+
+
 #: A parked entry not refreshed for this long belongs to a replica that died: dropped.
 STALE_S = 60.0
 #: With nothing parked the ringer waits for a source's notice, looking anyway this often.
@@ -78,6 +97,10 @@ class ZeroWatch(Protocol):
 
     def nudge(self, name: str) -> None:
         """Records wait past a pipeline's committed offsets: check it now."""
+
+    def looked(self, names: Iterable[str], every_s: float) -> None:
+        """The ringer compared the marks of ``names`` with the ends just now, and does so
+        every ``every_s``."""
 
 
 def _drain_notices(notices: Any, timeout_s: float) -> bool:
@@ -194,10 +217,11 @@ class Ringer:
     """The controller's side: a daemon thread (no event loop) with one cheap look at the
     partitions' ends (:mod:`~eventbus.serving._end_offsets`).
 
-    It also looks, every :data:`ZERO_LOOK_S`, at the partitions of the pipelines at zero
+    It also looks, every :func:`zero_look_every`, at the partitions of the pipelines at zero
     (``zero``: the scale-to-zero watcher's :meth:`wake_marks`) and nudges the watcher as soon
-    as one has records past its committed offset: the wake-up starts within ~0.2 s of the
-    event, not at the watcher's next ``poll_s``.
+    as one has records past its committed offset: the wake-up starts within one look of the
+    event (0.2 s with up to 80 partitions at zero, 0.5 s with 200), not at the watcher's next
+    ``poll_s``.
 
     Args:
         redis: a sync Redis client (``decode_responses=True``).
@@ -224,6 +248,7 @@ class Ringer:
         self._zero_at = 0.0  # the last look at the pipelines at zero (monotonic)
         self._nudged: dict[str, Mapping[tuple[str, int], int]] = {}  # name -> marks nudged for
         self._zero_any = False  # whether some pipeline was at zero at the last look
+        self._zero_every = ZERO_LOOK_S  # their pace (zero_look_every of their partitions)
         #: rings sent so far
         self.rings = 0
         #: nudges of the scale-to-zero watcher so far
@@ -257,7 +282,7 @@ class Ringer:
     def _zero_pause(self) -> float:
         """Nothing parked: wait for a parking notice up to the next look at the pipelines at
         zero (or :data:`IDLE_LOOK_S` when none is)."""
-        return ZERO_LOOK_S if self._zero_any else IDLE_LOOK_S
+        return self._zero_every if self._zero_any else IDLE_LOOK_S
 
     def _subscribe(self) -> Any:
         """The parked notices' subscription, or False: this Redis refuses pub/sub (a cluster,
@@ -282,14 +307,17 @@ class Ringer:
         if not parked:
             self._parked = None  # the next look (after a notice) reads them
         marks: Mapping[str, Mapping[tuple[str, int], int]] = {}
-        if self.zero is not None and now - self._zero_at >= ZERO_LOOK_S * 0.9:
+        if self.zero is not None and now - self._zero_at >= self._zero_every * 0.9:
             marks = self.zero.wake_marks()
             self._zero_at, self._zero_any = now, bool(marks)
+            self._zero_every = zero_look_every(sum(len(m) for m in marks.values()))
         self._nudged = {k: v for k, v in self._nudged.items() if marks.get(k) == v}
         tps = _partitions(parked) | {tp for m in marks.values() for tp in m}
         if not tps:
             return bool(parked)
         ends = self._look(tps)
+        if marks and self.zero is not None:
+            self.zero.looked(marks, self._zero_every)
         for name, mark in marks.items():
             lagging = any(ends.get(f"{t}[{p}]", 0) > done for (t, p), done in mark.items())
             if lagging and name not in self._nudged and self.zero is not None:

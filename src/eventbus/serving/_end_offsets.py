@@ -15,6 +15,7 @@ Plaintext only: a stack whose Kafka takes TLS or SASL looks through aiokafka
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 import struct
 import time
@@ -126,13 +127,24 @@ def parse_list_offsets(body: bytes) -> tuple[dict[str, int], bool]:
     errors = False
     for _ in range(r.count()):
         topic = r.string()
-        for _ in range(r.count()):
-            part, error, _ts, offset = r.take(">ihqq")
-            if error or topic is None:
+        n = r.count()
+        if 22 * n > len(body) - r.pos:  # 22 bytes each: a count the answer cannot hold
+            msg = f"a truncated Kafka answer ({n} partitions of {topic!r} in {len(body)} bytes)"
+            raise KafkaWireError(msg)
+        fields = r.take(_partitions_format(n))  # (partition, error, timestamp, offset) * n
+        for i in range(0, 4 * n, 4):
+            if fields[i + 1] or topic is None:
                 errors = True
             else:
-                ends[f"{topic}[{part}]"] = offset
+                ends[f"{topic}[{fields[i]}]"] = fields[i + 3]
     return ends, errors
+
+
+@functools.lru_cache(maxsize=64)
+def _partitions_format(n: int) -> str:
+    """The ``struct`` format of ``n`` ``ListOffsets`` v1 partition answers, read in one call
+    (a call per partition was half of a look's CPU with 200 partitions)."""
+    return ">" + "ihqq" * n
 
 
 def parse_metadata(body: bytes) -> tuple[dict[int, tuple[str, int]], dict[tuple[str, int], int]]:

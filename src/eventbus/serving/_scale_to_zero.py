@@ -30,7 +30,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +73,11 @@ class Watched:
     nudged: bool = False  # the ringer saw records wait: checked now, not at next_at
     #: (committed_read_at it was made of, (topic, partition) -> committed offset)
     marks: tuple[float, dict[tuple[str, int], int]] = (0.0, {})
+    #: when the ringer last compared these marks with the partitions' ends (monotonic), and
+    #: how often it does: while that is at least every ``poll_s``, the watcher's own read of
+    #: a pipeline at zero is left to it (see :meth:`ScaleToZero.looked`)
+    looked_at: float = float("-inf")
+    looked_every_s: float = float("inf")
 
 
 def decide(
@@ -138,6 +143,18 @@ def _marks(fetched: dict[str, int], groups: dict[str, list[str]]) -> dict[tuple[
         key = (topic, int(part.rstrip("]")))
         marks[key] = min(offset, marks.get(key, offset))
     return marks
+
+
+def _left_to_the_ringer(w: Watched, now: float, wake_at: float) -> bool:
+    """Whether the ringer's looks cover ``w`` this round: it is at zero, no sync call came
+    since, its committed offsets are younger than :data:`REREAD_S`, and the ringer compared
+    them with the ends within the last ``poll_s`` (plus one of its rounds, its own pace) and
+    looks at least every ``poll_s``. Otherwise the watcher reads it itself."""
+    if w.zero_since is None or w.nudged or wake_at > w.zero_since:
+        return False
+    if time.time() - w.committed_read_at >= REREAD_S or w.looked_every_s > w.poll_s:
+        return False
+    return now - w.looked_at < w.poll_s + w.looked_every_s
 
 
 class ScaleToZero:
@@ -217,6 +234,20 @@ class ScaleToZero:
                     out[w.name] = w.marks[1]
         return out
 
+    def looked(self, names: Iterable[str], every_s: float) -> None:
+        """The ringer compared the marks of ``names`` (from :meth:`wake_marks`) with their
+        partitions' ends just now, and does so every ``every_s``: while that keeps a pipeline
+        at zero covered at least every ``poll_s``, this watcher does not read its ends too (its
+        ``ListOffsets`` through aiokafka cost the controller and the broker more than the
+        ringer's look at every pipeline at zero); a nudge or a sync call still checks it at
+        once, and its committed offsets are read again every :data:`REREAD_S`."""
+        now = time.monotonic()
+        with self._lock:
+            for name in names:
+                w = self._watched.get(name)
+                if w is not None:
+                    w.looked_at, w.looked_every_s = now, every_s
+
     def nudge(self, name: str) -> None:
         """Check ``name`` now (the ringer saw records past its committed offsets)."""
         with self._lock:
@@ -259,6 +290,9 @@ class ScaleToZero:
         for w in due:
             w.next_at = now + w.poll_s
             w.zero_since = zero_since.get(w.name)
+        due = [w for w in due if not _left_to_the_ringer(w, now, float(wakes.get(w.name, 0)))]
+        if not due:
+            return
         observed = await self.observe(due, zero_since)
         for w in due:
             if w.name not in observed:

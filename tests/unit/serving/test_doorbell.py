@@ -5,6 +5,7 @@ test_scale_to_zero.py)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from eventbus.serving._doorbell import STALE_S, _partitions, due_rings
 
@@ -92,6 +93,7 @@ class _Zero:
     def __init__(self, marks: dict[str, dict[tuple[str, int], int]]) -> None:
         self.marks = marks
         self.nudged: list[str] = []
+        self.looks: list[tuple[list[str], float]] = []
 
     def wake_marks(self) -> dict[str, dict[tuple[str, int], int]]:
         return self.marks
@@ -99,17 +101,21 @@ class _Zero:
     def nudge(self, name: str) -> None:
         self.nudged.append(name)
 
+    def looked(self, names: Any, every_s: float) -> None:
+        self.looks.append((sorted(names), every_s))
+
 
 def test_the_ringer_nudges_the_watcher_once_when_records_wait_for_a_pipeline_at_zero() -> None:
     import time
 
-    from eventbus.serving._doorbell import Ringer
+    from eventbus.serving._doorbell import ZERO_LOOK_S, Ringer
 
     zero = _Zero({"p1": {("t1", 0): 5, ("t1", 1): 0}, "p2": {("t2", 0): 3}})
     ringer = Ringer(_Redis(), "b:9092", None, zero=zero)
     look = ringer._looker = _Look({"t1[0]": 5, "t1[1]": 0, "t2[0]": 3})
     assert ringer.tick() is False and zero.nudged == []  # nothing parked, no lag
     assert look.asked == [{("t1", 0), ("t1", 1), ("t2", 0)}], "one look for every pipeline"
+    assert zero.looks == [(["p1", "p2"], ZERO_LOOK_S)], "the watcher is told it looked"
     look.ends_now["t1[1]"] = 1  # a record for p1
     ringer._zero_at = time.monotonic() - 1
     ringer.tick()
@@ -167,3 +173,15 @@ def test_wake_marks_cover_pipelines_at_zero_after_their_drain_on_the_stacks_kafk
     watcher.nudge("p")
     watcher.nudge("deleted-meanwhile")
     assert at_zero.nudged and at_zero.next_at == 0.0
+
+
+def test_the_look_at_pipelines_at_zero_slows_with_their_partitions_up_to_a_second() -> None:
+    """What the looks cost (per partition, at the broker and in the ringer) stays bounded as
+    pipelines go to zero; the detection of a cold start waits longer, never past poll_s."""
+    from eventbus.serving._doorbell import ZERO_LOOK_MAX_S, ZERO_LOOK_S, zero_look_every
+
+    assert zero_look_every(0) == zero_look_every(80) == ZERO_LOOK_S
+    assert zero_look_every(200) == 0.5
+    assert zero_look_every(10_000) == ZERO_LOOK_MAX_S == 1.0
+    looks = [n / zero_look_every(n) for n in (100, 200, 400, 10_000)]
+    assert max(looks[:3]) == min(looks[:3]) == 400, "partitions looked at a second: bounded"

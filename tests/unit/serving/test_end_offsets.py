@@ -86,6 +86,10 @@ def test_metadata_answers_give_brokers_and_leaders() -> None:
         (b"", "truncated"),
         (answer(b"\x00\x00\x00\x01\x00\x05ab"), "truncated"),  # a string cut short
         (answer(b"\x7f\xff\xff\xff"), "malformed"),  # 2**31 topics in 8 bytes
+        # one topic claiming 1,000 partitions (fits the byte count, not 22 bytes each)
+        (answer(b"\x00\x00\x00\x01\x00\x01t\x00\x00\x03\xe8" + b"\x00" * 1500), "1000 partitions"),
+        # a partition cut short
+        (answer(b"\x00\x00\x00\x01\x00\x01t\x00\x00\x00\x01" + b"\x00" * 21), "truncated"),
         (struct.pack(">i", 7) + b"\x00\x00\x00\x00", "another request"),
     ],
 )

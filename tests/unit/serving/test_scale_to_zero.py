@@ -223,3 +223,61 @@ def test_a_pipeline_just_at_zero_has_its_offsets_fetched_until_the_drain_settled
     for _ in range(3):
         asyncio.run(watcher.observe([w], {"p": time.time()}))
     assert admin.fetches == ["g", "g", "g"]
+
+
+class _Hashes:
+    """The two hashes the watcher reads each round (wake-ups, pipelines at zero)."""
+
+    def __init__(self, zero: dict[str, float]) -> None:
+        self.wake: dict[str, str] = {}
+        self.zero = {n: f'{{"since": {s}}}' for n, s in zero.items()}
+
+    def hgetall(self, key: str) -> dict[str, str]:
+        from eventbus._internal import keys
+
+        return dict(self.wake) if key == keys.WAKE else dict(self.zero)
+
+    def hvals(self, key: str) -> list[str]:  # the running replicas' figures: none
+        return []
+
+
+def test_pipelines_at_zero_the_ringer_looked_at_are_left_to_it_until_anything_else_is_due() -> None:
+    """With the ringer comparing every pipeline at zero with its partitions' ends each 0.2 s,
+    the watcher's own ListOffsets for them (every poll_s, through aiokafka) would read the same
+    again: it reads only the running ones, and a pipeline at zero when the ringer's look is
+    stale, a sync call came, the ringer nudged it, or its committed offsets are due again."""
+    import time
+
+    from eventbus.serving._scale_to_zero import REREAD_S, SETTLE_S, ScaleToZero
+
+    since = time.time() - 2 * SETTLE_S
+    names = ["a", "b", "c", "d", "run"]
+    redis = _Hashes(dict.fromkeys(names[:-1], since))
+    consumer, admin = _Consumer({}), _Admin({})
+    watcher = ScaleToZero(redis, lambda *a: None, "b:9092", None)
+    watcher._consumers["b:9092"], watcher._admins["b:9092"] = consumer, admin
+    ws = {n: Watched(n, {"b:9092": {f"g-{n}": [f"t-{n}"]}}, {}, idle_s=60, poll_s=1) for n in names}
+    watcher._watched = dict(ws)
+
+    def read_in_a_round() -> set[str]:
+        for w in ws.values():
+            w.next_at = 0.0
+        consumer.list_offsets.clear()
+        asyncio.run(watcher._tick(list(ws.values())))
+        return {tp.topic[2:] for call in consumer.list_offsets for tp in call}
+
+    assert read_in_a_round() == set(names), "no look of the ringer yet: the watcher reads all"
+    assert set(watcher.wake_marks()) == set(names[:-1])  # read after the drain: the ringer's now
+    watcher.looked(watcher.wake_marks(), 0.2)
+    assert read_in_a_round() == {"run"}, "the ringer looked at the four at zero"
+
+    ws["a"].looked_at -= 1.3  # the ringer has not looked for longer than poll_s + its pace
+    redis.wake["b"] = str(time.time())  # a sync call through the gateway
+    watcher.nudge("c")  # the ringer saw records wait
+    assert read_in_a_round() == {"a", "b", "c", "run"}
+    watcher.looked(["a", "b", "c"], 0.2)
+    ws["d"].committed_read_at -= REREAD_S  # its committed offsets are read again
+    redis.wake.pop("b")
+    assert read_in_a_round() == {"d", "run"}
+    watcher.looked(names[:-1], 2.0)  # a ringer slower than poll_s covers none
+    assert read_in_a_round() == set(names)
