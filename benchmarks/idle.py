@@ -328,10 +328,7 @@ def cold_start(home: Path, redis: Any, bootstrap: str, name: str) -> dict[str, f
     out = {"total_s": round(total, 3)}
     if raw_zero:  # who saw the events: the ringer's look ("doorbell") or the watcher's poll
         out["woken_by_doorbell"] = int(json.loads(raw_zero).get("woken_by") == "doorbell")
-    try:
-        proc_at = psutil.Process(pid).create_time() if pid else None
-    except psutil.Error:
-        proc_at = None
+    proc_at = process_started_at(pid) if pid else None
     marks = [("detect_s", waking_at)]
     if proc_at is not None and waking_at is not None and proc_at > waking_at:
         marks += [("schedule_s", proc_at), ("boot_s", startup.get("init_at"))]
@@ -352,6 +349,21 @@ def cold_start(home: Path, redis: Any, bootstrap: str, name: str) -> dict[str, f
         prev = at
     out.update(ray_marks(home, wall0))
     return out
+
+
+def process_started_at(pid: int) -> float | None:
+    """When process ``pid`` started (epoch s, to the kernel's clock tick). Not psutil's
+    ``create_time()``: it adds the start's ticks to the boot time in whole seconds, so here
+    a process started now read up to a second in the past (and every replica looked as if
+    Ray had started its worker before the wake-up)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            ticks = int(f.read().rpartition(")")[2].split()[19])  # field 22: starttime
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
 
 
 def ray_marks(home: Path, wall0: float) -> dict[str, float]:

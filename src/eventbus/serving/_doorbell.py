@@ -316,14 +316,23 @@ class Ringer:
         if not tps:
             return bool(parked)
         ends = self._look(tps)
-        if marks and self.zero is not None:
-            self.zero.looked(marks, self._zero_every)
+        seen = []  # the pipelines whose every partition answered (a leaderless one did not)
         for name, mark in marks.items():
-            lagging = any(ends.get(f"{t}[{p}]", 0) > done for (t, p), done in mark.items())
+            lagging, whole = False, True
+            for (t, p), done in mark.items():
+                end = ends.get(f"{t}[{p}]")
+                if end is None:
+                    whole = False
+                elif end > done:
+                    lagging = True
+            if whole:
+                seen.append(name)
             if lagging and name not in self._nudged and self.zero is not None:
                 self._nudged[name] = mark
                 self.zero.nudge(name)
                 self.nudges += 1
+        if seen and self.zero is not None:
+            self.zero.looked(seen, self._zero_every)
         if not parked:
             return False
         ring, stale = due_rings(parked, ends, time.time())

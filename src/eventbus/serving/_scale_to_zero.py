@@ -47,8 +47,10 @@ SCALED_TO_ZERO = "SCALED_TO_ZERO"
 #: After a pipeline went to zero, its replicas' drain may still commit for this long.
 SETTLE_S = 5.0
 #: A pipeline at zero has its committed offsets read again this often (someone else may
-#: commit for its group: an operator's reset).
-REREAD_S = 60.0
+#: commit for its group: an operator's reset with another tool; ``eventbus replay`` wakes
+#: the pipeline first). Each read is two requests per group and a ``ListOffsets`` through
+#: aiokafka: every 60 s, fifty pipelines at zero kept the watcher reading almost every second.
+REREAD_S = 300.0
 
 
 @dataclass

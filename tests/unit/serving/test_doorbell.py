@@ -116,6 +116,13 @@ def test_the_ringer_nudges_the_watcher_once_when_records_wait_for_a_pipeline_at_
     assert ringer.tick() is False and zero.nudged == []  # nothing parked, no lag
     assert look.asked == [{("t1", 0), ("t1", 1), ("t2", 0)}], "one look for every pipeline"
     assert zero.looks == [(["p1", "p2"], ZERO_LOOK_S)], "the watcher is told it looked"
+    del look.ends_now["t2[0]"]  # a partition without a leader (a topic deleted, recreated)
+    ringer._zero_at = time.monotonic() - 1
+    ringer.tick()
+    assert zero.looks[-1] == (["p1"], ZERO_LOOK_S), (
+        "p2 was not looked at whole: the watcher reads it"
+    )
+    look.ends_now["t2[0]"] = 3
     look.ends_now["t1[1]"] = 1  # a record for p1
     ringer._zero_at = time.monotonic() - 1
     ringer.tick()
