@@ -221,3 +221,52 @@ async def test_an_idle_replica_parks_and_the_doorbell_wakes_it_for_the_next_even
     finally:
         await pubsub.aclose()
         await redis.aclose()
+
+
+async def test_serves_control_loop_idles_only_while_it_holds_no_deployment(
+    eventbus_client: Any,
+) -> None:
+    """The pace switch works on this Ray's Serve (a Ray upgrade that moves its internals makes
+    it answer "unsupported", and this test fails): asked to idle, Serve's controller runs a
+    round every 2 s while it holds no deployment, and its usual rounds (5 a second) when it
+    holds one; asked back to its pace, the rounds resume at once."""
+    import ray
+    from ray import serve
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+    from eventbus.serving._serve_pace import set_serve_pace
+
+    eventbus_client.list()  # the session's controller is up, and Serve with it
+    serve.start(proxy_location="Disabled")
+    handle = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+
+    def rounds() -> int:
+        return int(
+            ray.get(
+                handle.__ray_call__.remote(lambda c: c._health_metrics_tracker.num_control_loops)
+            )
+        )
+
+    def deployments() -> int:
+        return len(
+            ray.get(
+                handle.__ray_call__.remote(lambda c: c.deployment_state_manager._deployment_states)
+            )
+        )
+
+    async def rate(seconds: float) -> float:
+        before = rounds()
+        await asyncio.sleep(seconds)
+        return (rounds() - before) / seconds
+
+    try:
+        assert await asyncio.to_thread(set_serve_pace, True) == "idle"
+        await asyncio.sleep(2.5)  # the round under way ends
+        held, idle_rate = deployments(), await rate(6.0)
+        if held:  # other tests' applications: Serve keeps its pace
+            assert idle_rate >= 3, f"{held} deployments, yet {idle_rate:.1f} rounds/s"
+        else:
+            assert idle_rate <= 1, f"no deployment, yet {idle_rate:.1f} rounds/s"
+    finally:
+        assert await asyncio.to_thread(set_serve_pace, False) == "busy"
+    assert await rate(2.0) >= 3, "Serve's pace came back"

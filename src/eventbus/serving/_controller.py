@@ -61,6 +61,7 @@ class Controller:
         self.redis_url = redis_url
         self._redis = connect(redis_url, decode_responses=True)
         self._serve_started = False
+        self._serve_idle: bool | None = None  # Serve's loop at its idle pace (None: unknown)
         from eventbus.serving._models import ModelControl
 
         self.models = ModelControl(redis_url)
@@ -573,6 +574,8 @@ class Controller:
             self.hosts.ensure(set(serve.status().applications), records)
         except Exception:
             log.exception("could not restore the shared hosts")
+        if self._serve_started:
+            self._pace_serve(idle=True)  # every pipeline at zero (or none): Serve idles
         return restored
 
     def wake(self, name: str) -> bool:
@@ -614,6 +617,7 @@ class Controller:
 
     def split_model(self, name: str, version: int | None, weight: float) -> dict[str, Any]:
         """Send ``weight`` of a model's traffic to ``version`` (None: end the split)."""
+        self._start_serve()
         return self.models.split(name, version, weight)
 
     def _ensure_models(self, config: PipelineConfig) -> None:
@@ -636,6 +640,7 @@ class Controller:
                 logging_config={"log_level": "WARNING", "enable_access_log": False},
             )
             self._serve_started = True
+        self._pace_serve(idle=False)  # an application is about to run: Serve's usual pace
 
     def _create_missing_topics(self, config: PipelineConfig) -> None:
         """Before a restore: a broker that restarted without storage (the embedded one keeps
@@ -802,11 +807,32 @@ class Controller:
         from ray import serve
 
         if not own_only and self.hosts.leave(name):
+            self._pace_serve(idle=True)  # the host's last member: its application went too
             return  # a host member: drained off its host, the other members untouched
         try:
             serve.delete(app_name(name))
         except Exception:
             log.exception("deleting the Serve application of %r failed", name)
+        self._pace_serve(idle=True)
+
+    def _pace_serve(self, *, idle: bool) -> None:
+        """Serve's control loop slow while no application runs on it, at its pace before
+        one runs (``_serve_pace``): idle only once the last application is gone."""
+        if idle == self._serve_idle:
+            return
+        try:
+            if idle:
+                from ray import serve
+
+                if serve.status().applications:
+                    return
+            from eventbus.serving._serve_pace import set_serve_pace
+
+            answer = set_serve_pace(idle)
+            self._serve_idle = idle if answer != "unsupported" else None
+        except Exception as e:  # noqa: BLE001 - only Serve's pace: it keeps its own
+            log.warning("setting Serve's control loop pace failed (%s)", e)
+            self._serve_idle = None
 
     def _start_sources(self, config: PipelineConfig) -> None:
         from eventbus.serving._source_actor import SourceActor
