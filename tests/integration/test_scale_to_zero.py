@@ -247,10 +247,12 @@ async def test_serves_control_loop_idles_only_while_it_holds_no_deployment(
             )
         )
 
-    def deployments() -> int:
-        return len(
+    def deployments() -> int:  # counted in Serve's controller (its states do not pickle)
+        return int(
             ray.get(
-                handle.__ray_call__.remote(lambda c: c.deployment_state_manager._deployment_states)
+                handle.__ray_call__.remote(
+                    lambda c: len(c.deployment_state_manager._deployment_states)
+                )
             )
         )
 
