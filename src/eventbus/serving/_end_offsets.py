@@ -15,7 +15,6 @@ Plaintext only: a stack whose Kafka takes TLS or SASL looks through aiokafka
 from __future__ import annotations
 
 import asyncio
-import functools
 import socket
 import struct
 import time
@@ -131,20 +130,15 @@ def parse_list_offsets(body: bytes) -> tuple[dict[str, int], bool]:
         if 22 * n > len(body) - r.pos:  # 22 bytes each: a count the answer cannot hold
             msg = f"a truncated Kafka answer ({n} partitions of {topic!r} in {len(body)} bytes)"
             raise KafkaWireError(msg)
-        fields = r.take(_partitions_format(n))  # (partition, error, timestamp, offset) * n
-        for i in range(0, 4 * n, 4):
-            if fields[i + 1] or topic is None:
+        size = 22 * n
+        entries = struct.iter_unpack(">ihqq", memoryview(body)[r.pos : r.pos + size])
+        r.pos += size  # one struct pass per topic (a call per partition was half of a look)
+        for part, error, _ts, offset in entries:
+            if error or topic is None:
                 errors = True
             else:
-                ends[f"{topic}[{fields[i]}]"] = fields[i + 3]
+                ends[f"{topic}[{part}]"] = offset
     return ends, errors
-
-
-@functools.lru_cache(maxsize=64)
-def _partitions_format(n: int) -> str:
-    """The ``struct`` format of ``n`` ``ListOffsets`` v1 partition answers, read in one call
-    (a call per partition was half of a look's CPU with 200 partitions)."""
-    return ">" + "ihqq" * n
 
 
 def parse_metadata(body: bytes) -> tuple[dict[int, tuple[str, int]], dict[tuple[str, int], int]]:
