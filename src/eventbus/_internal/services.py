@@ -154,17 +154,23 @@ def _launch(
 
 
 def _kafka_metadata_request(host: str, port: int, timeout_s: float) -> int:
-    """Send a Metadata v1 request; return the number of brokers in the answer."""
+    """Send a Metadata v4 request; return the number of brokers in the answer.
+
+    v4: Apache Kafka 4 answers v4 and later only (KIP-896), Tansu v4 too.
+    """
     client_id = b"eventbus-probe"
-    # Metadata v1 body: topics array, -1 = null = no topics (just the brokers).
-    body = struct.pack(">hhih", 3, 1, 1, len(client_id)) + client_id + struct.pack(">i", -1)
+    # Metadata v4 body: topics array (-1 = null = no topics: just the brokers), then
+    # allow_auto_topic_creation (false).
+    body = (
+        struct.pack(">hhih", 3, 4, 1, len(client_id)) + client_id + struct.pack(">ib", -1, 0)
+    )
     with socket.create_connection((host, port), timeout=timeout_s) as s:
         s.settimeout(timeout_s)
         s.sendall(struct.pack(">i", len(body)) + body)
         head = _recv_exact(s, 4)
         (size,) = struct.unpack(">i", head)
         payload = _recv_exact(s, size)
-    (_corr, n_brokers) = struct.unpack(">ii", payload[:8])
+    (_corr, _throttle_ms, n_brokers) = struct.unpack(">iii", payload[:12])
     return int(n_brokers)
 
 

@@ -1,0 +1,436 @@
+"""Apache Kafka (KRaft mode) as local processes: one combined broker + controller, or a
+cluster of several, on loopback ports.
+
+The broker's jars come from Maven Central: the POM shipped beside this module lists
+``org.apache.kafka:kafka_2.13`` and a log4j binding; :func:`kafka_classpath` resolves them once
+with Maven into a cache outside any checkout (``$EVENTBUS_KAFKA_HOME``, default
+``~/.cache/eventbus/kafka-<version>``). Java 17 or newer runs it. Storage lives on disk under
+the directory the caller gives, so records survive a stop and a start on the same directory.
+
+Example:
+    >>> broker = start_kafka(home=Path("/tmp/eb/kafka"))    # doctest: +SKIP
+    >>> broker.address                                       # doctest: +SKIP
+    '127.0.0.1:40123'
+    >>> broker.stop()                                        # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from eventbus._internal.services import (
+    ServiceProcess,
+    _launch,
+    _tail,
+    free_port,
+    kafka_metadata_ready,
+)
+from eventbus.errors import StackError
+
+__all__ = [
+    "KAFKA_VERSION",
+    "KafkaCluster",
+    "KafkaNode",
+    "kafka_classpath",
+    "start_kafka",
+    "start_kafka_cluster",
+]
+
+#: The Apache Kafka release the POM names (``org.apache.kafka:kafka_2.13``).
+KAFKA_VERSION = "4.1.1"
+_HOST = "127.0.0.1"
+_JAVA_MIN = 17
+_LOG4J = """\
+rootLogger.level = WARN
+rootLogger.appenderRef.out.ref = OUT
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+logger.server.name = kafka.server.KafkaRaftServer
+logger.server.level = INFO
+logger.ctl.name = org.apache.kafka.controller.QuorumController
+logger.ctl.level = INFO
+"""
+
+
+def _cache_dir() -> Path:
+    env = os.environ.get("EVENTBUS_KAFKA_HOME")
+    if env:
+        return Path(env)
+    return Path.home() / ".cache" / "eventbus" / f"kafka-{KAFKA_VERSION}"
+
+
+def _java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not java or not os.access(java, os.X_OK):
+        msg = (
+            f"Apache Kafka needs Java {_JAVA_MIN} or newer and none was found (JAVA_HOME, PATH); "
+            "install one (Debian: apt-get install openjdk-17-jre-headless), or run the embedded "
+            "Tansu broker instead (eventbus up --broker tansu)"
+        )
+        raise StackError(msg)
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
+    major = int(m.group(1)) if m else 0
+    if major == 1 and m and m.group(2):  # "1.8.0": Java 8
+        major = int(m.group(2))
+    if major < _JAVA_MIN:
+        msg = (
+            f"Apache Kafka {KAFKA_VERSION} needs Java {_JAVA_MIN} or newer; {java} is Java "
+            f"{major or '(unknown)'}; set JAVA_HOME to a newer JDK"
+        )
+        raise StackError(msg)
+    return java
+
+
+def kafka_classpath(*, resolve: bool = True) -> str:
+    """The broker's classpath: every jar of the resolved Kafka release.
+
+    Args:
+        resolve: resolve the jars with Maven when the cache lacks them (False: fail instead).
+
+    Returns:
+        The jars, joined with ``:``.
+
+    Raises:
+        StackError: the jars are not cached and cannot be resolved (no ``mvn``, Maven Central
+            unreachable), naming the fix.
+    """
+    libs = _cache_dir() / "libs"
+    done = _cache_dir() / ".resolved"
+    if not done.exists():
+        if not resolve:
+            msg = f"Apache Kafka {KAFKA_VERSION} is not resolved in {libs}; run `make kafka`"
+            raise StackError(msg)
+        _resolve(libs)
+        done.write_text(KAFKA_VERSION + "\n")
+    jars = sorted(libs.glob("*.jar"))
+    if not any(j.name.startswith("kafka_2.13-") for j in jars):
+        done.unlink(missing_ok=True)
+        msg = f"{libs} holds no kafka_2.13 jar; delete {_cache_dir()} and run `make kafka`"
+        raise StackError(msg)
+    return ":".join(str(j) for j in jars)
+
+
+def _resolve(libs: Path) -> None:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        msg = (
+            f"Apache Kafka {KAFKA_VERSION} is not in {libs} and there is no `mvn` to resolve it "
+            "from Maven Central; install Maven (apt-get install maven) and run `make kafka`, or "
+            "set EVENTBUS_KAFKA_HOME to a directory whose libs/ holds the broker's jars"
+        )
+        raise StackError(msg)
+    libs.mkdir(parents=True, exist_ok=True)
+    pom = resources.files("eventbus._internal").joinpath("kafka-pom.xml")
+    with resources.as_file(pom) as pom_path:
+        argv = [
+            mvn,
+            "-q",
+            "-B",
+            "-f",
+            str(pom_path),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={libs}",
+            f"-Dkafka.version={KAFKA_VERSION}",
+        ]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+    if proc.returncode != 0:
+        msg = (
+            f"resolving Apache Kafka {KAFKA_VERSION} from Maven Central failed (exit "
+            f"{proc.returncode}): {(proc.stdout + proc.stderr)[-1500:]}\nfix: check that Maven "
+            "Central is reachable (~/.m2/settings.xml mirrors, proxies), then run `make kafka`"
+        )
+        raise StackError(msg)
+
+
+def _cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+@dataclass
+class KafkaNode:
+    """One Kafka process (broker + controller) and what it needs to start again.
+
+    Attributes:
+        node_id: its KRaft node id.
+        port: its client listener (``127.0.0.1:port``).
+        controller_port: its controller listener.
+        home: its directory (``server.properties``, ``data/``, the log).
+        proc: the running process, None while stopped.
+    """
+
+    node_id: int
+    port: int
+    controller_port: int
+    home: Path
+    proc: ServiceProcess | None = field(default=None, repr=False)
+
+    @property
+    def address(self) -> str:
+        """``127.0.0.1:port``."""
+        return f"{_HOST}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        """The process id (0 while stopped)."""
+        return self.proc.pid if self.proc is not None and self.proc.alive() else 0
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the process (SIGKILL, SIGSTOP, SIGCONT) and, for SIGKILL, reap it."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, sig)
+        if sig == signal.SIGKILL:
+            self.proc.stop(5)
+            self.proc = None
+
+
+def _properties(
+    node: KafkaNode, voters: str, n_nodes: int, extra: dict[str, str] | None
+) -> dict[str, str]:
+    rf = str(min(3, n_nodes))
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": str(node.node_id),
+        "controller.quorum.voters": voters,
+        "listeners": f"PLAINTEXT://{_HOST}:{node.port},CONTROLLER://{_HOST}:{node.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{_HOST}:{node.port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(node.home / "data"),
+        "num.partitions": "1",
+        "default.replication.factor": rf,
+        "min.insync.replicas": "2" if n_nodes >= 3 else "1",
+        "offsets.topic.replication.factor": rf,
+        "offsets.topic.num.partitions": "10",
+        "transaction.state.log.replication.factor": rf,
+        "transaction.state.log.min.isr": "2" if n_nodes >= 3 else "1",
+        "transaction.state.log.num.partitions": "10",
+        # a new group's first member is not held 3 s waiting for others (a local stack)
+        "group.initial.rebalance.delay.ms": "0",
+        "auto.create.topics.enable": "true",
+        "delete.topic.enable": "true",
+        # a dead broker is fenced after 3 s of missed heartbeats (default 9 s)
+        "broker.session.timeout.ms": "3000",
+        "broker.heartbeat.interval.ms": "500",
+        "log.message.timestamp.after.max.ms": "86400000",
+    }
+    props.update(extra or {})
+    return props
+
+
+def _start_node(node: KafkaNode, props: dict[str, str], cluster_id: str, heap_mb: int) -> None:
+    java, cp = _java(), kafka_classpath()
+    node.home.mkdir(parents=True, exist_ok=True)
+    conf = node.home / "server.properties"
+    conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    log4j = node.home / "log4j2.properties"
+    log4j.write_text(_LOG4J)
+    jvm = [
+        java,
+        f"-Xmx{heap_mb}m",
+        f"-Xms{min(heap_mb, 128)}m",
+        "-XX:+UseG1GC",
+        "-XX:MaxGCPauseMillis=20",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={log4j}",
+        "-cp",
+        cp,
+    ]
+    data = node.home / "data"
+    if not (data / "meta.properties").exists():
+        fmt = [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(conf)]
+        proc = subprocess.run(fmt, capture_output=True, text=True, timeout=120, check=False)
+        if proc.returncode != 0:
+            msg = (
+                f"formatting Kafka storage {data} failed (exit {proc.returncode}): "
+                f"{(proc.stdout + proc.stderr)[-1500:]}\nfix: delete {data} and start again"
+            )
+            raise StackError(msg)
+    node.proc = _launch(
+        "kafka", [*jvm, "kafka.Kafka", str(conf)], node.home / "kafka.log", node.address, True
+    )
+
+
+def _wait_nodes(nodes: list[KafkaNode], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    for node in nodes:
+        while not kafka_metadata_ready(node.address, 1.0):
+            proc = node.proc
+            if proc is None or not proc.alive():
+                log = node.home / "kafka.log"
+                msg = (
+                    f"Apache Kafka node {node.node_id} exited while starting ({node.address}); "
+                    f"log {log}:\n{_tail(log)}\nfix: check that the ports are free and that "
+                    f"{node.home / 'data'} belongs to this cluster (delete it to start afresh)"
+                )
+                raise StackError(msg)
+            if time.monotonic() > deadline:
+                msg = (
+                    f"Apache Kafka node {node.node_id} did not answer on {node.address} within "
+                    f"{timeout_s:g} s; log {node.home / 'kafka.log'}:\n"
+                    f"{_tail(node.home / 'kafka.log')}"
+                )
+                raise StackError(msg)
+            time.sleep(0.1)
+
+
+class KafkaCluster:
+    """Apache Kafka nodes in KRaft mode on loopback, each a combined broker and controller.
+
+    Made by :func:`start_kafka` (one node) and :func:`start_kafka_cluster` (several). A node can
+    be killed, stopped and started again in place (same ports, same storage).
+
+    Attributes:
+        nodes: the nodes, by position (node ids 1..n).
+        bootstrap: every node's client address, comma-separated.
+    """
+
+    def __init__(
+        self,
+        home: Path,
+        n_nodes: int,
+        *,
+        ports: list[int] | None = None,
+        extra: dict[str, str] | None = None,
+        heap_mb: int = 512,
+    ) -> None:
+        self.home = Path(home)
+        self.heap_mb = heap_mb
+        self.extra = dict(extra or {})
+        id_file = self.home / "cluster_id"
+        self.home.mkdir(parents=True, exist_ok=True)
+        if not id_file.exists():
+            id_file.write_text(_cluster_id())
+        self.cluster_id = id_file.read_text().strip()
+        self.nodes = []
+        for i in range(n_nodes):
+            port = ports[i] if ports else free_port()
+            self.nodes.append(KafkaNode(i + 1, port, free_port(), self.home / f"node{i + 1}"))
+        self._ports_file = self.home / "controller_ports"
+        if self._ports_file.exists():  # restarting a stack: the quorum's ports stay the same
+            saved = [int(p) for p in self._ports_file.read_text().split()]
+            if len(saved) == n_nodes:
+                for node, p in zip(self.nodes, saved, strict=True):
+                    node.controller_port = p
+        self._ports_file.write_text(" ".join(str(n.controller_port) for n in self.nodes))
+        self.voters = ",".join(f"{n.node_id}@{_HOST}:{n.controller_port}" for n in self.nodes)
+
+    @property
+    def bootstrap(self) -> str:
+        """Every node's client address, comma-separated."""
+        return ",".join(n.address for n in self.nodes)
+
+    @property
+    def address(self) -> str:
+        """The bootstrap servers (as :attr:`ServiceProcess.address`)."""
+        return self.bootstrap
+
+    def props(self, node: KafkaNode) -> dict[str, str]:
+        """The ``server.properties`` of ``node``."""
+        return _properties(node, self.voters, len(self.nodes), self.extra)
+
+    def start(self, timeout_s: float = 90.0) -> None:
+        """Start every stopped node and wait until each answers."""
+        stopped = [n for n in self.nodes if n.pid == 0]
+        for node in stopped:
+            _start_node(node, self.props(node), self.cluster_id, self.heap_mb)
+        _wait_nodes(stopped, timeout_s)
+
+    def start_node(self, node: KafkaNode, timeout_s: float = 90.0) -> None:
+        """Start one stopped node again (same ports, same storage) and wait until it answers."""
+        _start_node(node, self.props(node), self.cluster_id, self.heap_mb)
+        _wait_nodes([node], timeout_s)
+
+    def node_at(self, address: str) -> KafkaNode:
+        """The node whose client listener is ``address`` (``host:port``)."""
+        port = int(address.rsplit(":", 1)[1])
+        for node in self.nodes:
+            if node.port == port:
+                return node
+        msg = f"no node of this cluster listens on {address}; its nodes: {self.bootstrap}"
+        raise StackError(msg)
+
+    def alive(self) -> bool:
+        """Whether every node runs."""
+        return all(n.pid for n in self.nodes)
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """Stop every node (SIGTERM: a controlled shutdown, then SIGKILL). Safe to call twice."""
+        for node in self.nodes:  # a stopped (SIGSTOP) node cannot take SIGTERM
+            if node.pid:
+                node.signal(signal.SIGCONT)
+        for node in reversed(self.nodes):
+            if node.proc is not None:
+                node.proc.stop(timeout_s)
+                node.proc = None
+
+
+def start_kafka(
+    *,
+    home: Path,
+    port: int | None = None,
+    extra: dict[str, str] | None = None,
+    heap_mb: int = 512,
+    timeout_s: float = 90.0,
+) -> KafkaCluster:
+    """Start a single-node Apache Kafka (KRaft, combined broker and controller) on loopback.
+
+    Its storage is ``home/node1/data``: starting again on the same ``home`` keeps the records.
+    The process is detached (its own session): it outlives the caller until stopped.
+
+    Args:
+        home: its directory.
+        port: the client port; a free one when None.
+        extra: more ``server.properties`` (they win over the defaults).
+        heap_mb: the JVM's heap.
+        timeout_s: how long to wait until it answers a metadata request.
+
+    Returns:
+        The cluster of one; ``address`` is the bootstrap ``127.0.0.1:PORT``.
+
+    Raises:
+        StackError: no Java, no jars, or the broker did not start (its log's tail included).
+    """
+    cluster = KafkaCluster(home, 1, ports=[port] if port else None, extra=extra, heap_mb=heap_mb)
+    cluster.start(timeout_s)
+    return cluster
+
+
+def start_kafka_cluster(
+    *,
+    home: Path,
+    n_nodes: int = 3,
+    extra: dict[str, str] | None = None,
+    heap_mb: int = 384,
+    timeout_s: float = 120.0,
+) -> KafkaCluster:
+    """Start an Apache Kafka cluster of ``n_nodes`` combined nodes (a KRaft quorum of all of
+    them); with three or more, topics default to replication 3 and ``min.insync.replicas`` 2.
+
+    Raises:
+        StackError: as :func:`start_kafka`.
+    """
+    cluster = KafkaCluster(home, n_nodes, extra=extra, heap_mb=heap_mb)
+    try:
+        cluster.start(timeout_s)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
