@@ -114,7 +114,7 @@ async def _run_kafka(
         bootstrap_servers=bootstrap,
         dispatch=_outcomes,
         sinks=SourceSinks(sink=sink, dead_letter=dead),
-        fetch=FetchSettings(max_batch=7, session_timeout_ms=2000),
+        fetch=FetchSettings(max_batch=7, session_timeout_ms=6000),
         delivery=DeliveryPolicy(retry_initial_s=0.05),
     )
     await source.start()

@@ -145,6 +145,7 @@ async def run_with_fault(
     return await collect(bootstrap, sink, len(expected), timeout_s=180)
 
 
+@pytest.mark.tansu  # the embedded default's kill test: also run on Tansu (make test)
 @pytest.mark.parametrize("placement", ["replica", "actor"])
 async def test_kill_9_mid_run_loses_and_duplicates_nothing(
     placement: str, deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str

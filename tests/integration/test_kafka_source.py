@@ -89,13 +89,18 @@ async def read_all(bootstrap: str, topic: str, expected: int, timeout_s: float =
 
 
 async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
+    """The topic's partitions, through a subscription (Apache Kafka answers the consumer's
+    bootstrap metadata with no topics; its subscription asks for this one)."""
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        await consumer.topics()
-        found = consumer.partitions_for_topic(topic)
-        if found:
-            return set(found)
-        await asyncio.sleep(0.05)
+    consumer.subscribe([topic])
+    try:
+        while time.monotonic() < deadline:
+            await consumer.getmany(timeout_ms=50)  # the subscription's metadata arrives
+            found = consumer.partitions_for_topic(topic)
+            if found:
+                return set(found)
+    finally:
+        consumer.unsubscribe()
     raise AssertionError(f"topic {topic} has no partitions")
 
 
@@ -176,7 +181,7 @@ def make_source(
                 else None
             ),
         ),
-        fetch=FetchSettings(**{"session_timeout_ms": 2000, **(fetch or {})}),
+        fetch=FetchSettings(**{"session_timeout_ms": 6000, **(fetch or {})}),
         delivery=DeliveryPolicy(**{"retry_initial_s": 0.05, **delivery}),
     )
 

@@ -26,6 +26,7 @@ pytestmark = [
     pytest.mark.kafka,
     pytest.mark.ray,
     pytest.mark.redis,
+    pytest.mark.tansu,  # the embedded default's set: also run on Tansu (make test)
 ]
 
 N = 5000  # the figure: events published while the pipeline is at zero

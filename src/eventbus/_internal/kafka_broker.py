@@ -230,6 +230,8 @@ def _properties(
         "broker.session.timeout.ms": "3000",
         "broker.heartbeat.interval.ms": "500",
         "log.message.timestamp.after.max.ms": "86400000",
+        # the log cleaner looks for compactable logs every second (default 15 s)
+        "log.cleaner.backoff.ms": "1000",
     }
     props.update(extra or {})
     return props

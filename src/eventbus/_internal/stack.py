@@ -122,6 +122,7 @@ def stack_up(
     grpc_port: int = 50051,
     redis_maxmemory: str = "1gb",
     kafka_client: dict[str, Any] | None = None,
+    broker: str = "tansu",
 ) -> Stack:
     """Start (or adopt) the stack and record it in ``home``.
 
@@ -142,6 +143,9 @@ def stack_up(
             (``<home>/redis_password``, mode 0600), carried in the Redis URL handed out.
         kafka_client: the Kafka connection settings (a ``KafkaClientConfig`` as a dict), for
             an existing cluster; recorded, and handed to the gateway and the controller.
+        broker: the broker started when ``kafka_bootstrap`` is None: ``tansu`` (memory
+            storage) or ``kafka`` (Apache Kafka, KRaft, storage in ``home/kafka``: records
+            survive ``down`` and ``up``).
 
     Raises:
         StackError: a part failed to start (or the given Redis refused us: the message names
@@ -156,11 +160,20 @@ def stack_up(
     owned: dict[str, dict[str, Any]] = {}
     started: list[ServiceProcess] = []
     try:
-        if kafka_bootstrap is None:
+        if kafka_bootstrap is None and broker == "kafka":
+            from eventbus._internal.kafka_broker import start_kafka
+
+            cluster = start_kafka(home=home / "kafka", port=_kafka_port(home))
+            node = cluster.nodes[0]
+            assert node.proc is not None
+            started.append(node.proc)
+            kafka_bootstrap = cluster.bootstrap
+            owned["kafka"] = {"pid": node.pid, "log": str(node.proc.log_path), "kind": "kafka"}
+        elif kafka_bootstrap is None:
             svc = start_tansu(log_dir=logs, detach=True)
             started.append(svc)
             kafka_bootstrap = svc.address
-            owned["kafka"] = {"pid": svc.pid, "log": str(svc.log_path)}
+            owned["kafka"] = {"pid": svc.pid, "log": str(svc.log_path), "kind": "tansu"}
         if redis_url is not None:
             check_redis(redis_url)
         else:
@@ -202,6 +215,20 @@ def stack_up(
     # 0600: the Redis URL in it carries the embedded Redis's password
     write_private(_state_file(home), json.dumps(asdict(stack), indent=2))
     return stack
+
+
+def _kafka_port(home: Path) -> int:
+    """The client port of the Apache Kafka ``up`` starts: the one it had before when free
+    (clients configured with the old address keep working), else a free one."""
+    path = home / "kafka" / "client_port"
+    port = 0
+    if path.exists():
+        port = _port_or_free(int(path.read_text().strip() or 0) or free_port())
+    else:
+        port = free_port()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(str(port))
+    return port
 
 
 def _port_or_free(port: int) -> int:

@@ -65,10 +65,22 @@ def up(
         "1gb",
         help="Memory limit of the Redis started here (noeviction: at the limit writes fail loudly, nothing is evicted).",
     ),
+    broker: str = typer.Option(
+        "tansu",
+        "--broker",
+        help="The broker started here when no --kafka-bootstrap is given: tansu (embedded, "
+        "memory only, no dependencies) or kafka (Apache Kafka in KRaft mode, records on disk "
+        "under $EVENTBUS_HOME/kafka, kept across down/up; needs Java 17+, its jars are "
+        "resolved from Maven Central once).",
+    ),
 ) -> None:
     """Start the local stack (Ray, Kafka-protocol broker, Redis, gateway), or adopt given addresses."""
     from eventbus._internal.stack import stack_status, stack_up
 
+    if broker not in ("tansu", "kafka"):
+        fail(f"--broker {broker!r}: use tansu (embedded) or kafka (Apache Kafka)", EXIT_USAGE)
+    if kafka_bootstrap is not None and broker == "kafka":
+        fail("--broker kafka starts a broker: leave out --kafka-bootstrap", EXIT_USAGE)
     addr = Addresses(ray_address, kafka_bootstrap, redis_url, kafka_config)
     if redis_ca is not None:
         from eventbus._internal.redis_client import with_ca
@@ -91,6 +103,7 @@ def up(
                 http_port=http_port,
                 grpc_port=grpc_port,
                 redis_maxmemory=redis_maxmemory,
+                broker=broker,
                 kafka_client=addr.kafka_client.model_dump(mode="json", exclude_defaults=True)
                 if addr.kafka_client is not None
                 else None,

@@ -123,8 +123,14 @@ async def publish_events(
     from aiokafka import AIOKafkaProducer
 
     encode = encode_kafka_binary if mode == "binary" else encode_kafka_structured
+    from eventbus.eventing._broker import is_tansu
+
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", linger_ms=5, **kafka_client_kwargs(client)
+        bootstrap_servers=bootstrap,
+        acks="all",
+        linger_ms=5,
+        enable_idempotence=not await is_tansu(bootstrap, client),  # see KafkaSink.start
+        **kafka_client_kwargs(client),
     )
     await _start(producer, f"publishing to topic {topic!r}", bootstrap, client)
     try:
@@ -164,12 +170,16 @@ async def tail_events(
         group_id=None,
         auto_offset_reset="earliest" if from_beginning else "latest",
         enable_auto_commit=False,
+        isolation_level="read_committed",
         **kafka_client_kwargs(client),
     )
     await _start(consumer, f"tailing topic {topic!r}", bootstrap, client)
     from eventbus.eventing.sources._kafka_fetch import OffsetGaps
 
-    gaps = OffsetGaps(1.0, f"tail of {topic}")  # Tansu may store concurrent batches out of order
+    from eventbus.eventing._broker import gap_wait_s
+
+    # Tansu may store concurrent batches out of order; Apache Kafka's gaps are real
+    gaps = OffsetGaps(await gap_wait_s(None, bootstrap, client), f"tail of {topic}")
     seen = 0
     last = time.monotonic()
     try:

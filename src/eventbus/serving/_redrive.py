@@ -148,6 +148,7 @@ async def redrive(
     from aiokafka.errors import KafkaError
 
     from eventbus.eventing._kafka_client import kafka_client_kwargs, kafka_connect_error
+    from eventbus.eventing._broker import gap_wait_s
     from eventbus.eventing.sources._kafka_fetch import OffsetGaps
 
     spec = config.spec
@@ -168,6 +169,7 @@ async def redrive(
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
+        isolation_level="read_committed",
         max_partition_fetch_bytes=4 * 1024 * 1024,
         **kafka_client_kwargs(kafka_client),
     )
@@ -200,7 +202,9 @@ async def redrive(
             seen: set[bytes] = set()  # 12-byte digests of source + id: ~60 bytes per event
             # Tansu may store concurrent producers' batches out of order: take records only
             # up to a gap in a partition's offsets, and fetch the gap again until it fills
-            gaps = OffsetGaps(10.0, f"redrive of {topic!r}")
+            # (on Apache Kafka every gap is real: nothing waits)
+            wait_s = await gap_wait_s(None, bootstrap, kafka_client, on_tansu_s=10.0)
+            gaps = OffsetGaps(wait_s, f"redrive of {topic!r}")
             quiet_since = time.monotonic()
             while open_parts:
                 data = await consumer.getmany(*open_parts, timeout_ms=200, max_records=batch_size)

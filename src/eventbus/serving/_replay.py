@@ -143,6 +143,7 @@ async def replay(
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
+        isolation_level="read_committed",
         **kafka_client_kwargs(kafka_client),
     )
     try:

@@ -140,12 +140,16 @@ class KafkaSink(Sink):
 
         self._client_kwargs = kafka_client_kwargs(self.client)
 
-        # aiokafka's idempotent producer cannot talk to Tansu (InitProducerId v0 only), and
-        # duplicates are removed downstream by CloudEvent source+id dedupe anyway.
+        from eventbus.eventing._broker import is_tansu
+
+        # Idempotent: a retried produce (a leader failover, a lost answer) is written once.
+        # Not on Tansu: aiokafka's idempotent producer cannot talk to it (InitProducerId v0
+        # only); there CloudEvent source+id dedupe removes the duplicates downstream.
+        idempotent = not await is_tansu(self.bootstrap_servers, self.client)
         producer = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap_servers,
             acks="all",
-            enable_idempotence=False,
+            enable_idempotence=idempotent,
             max_batch_size=_MAX_BATCH_BYTES,
             max_request_size=2 * _MAX_BATCH_BYTES,
             linger_ms=0,

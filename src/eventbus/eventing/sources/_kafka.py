@@ -298,9 +298,11 @@ class KafkaSource(Source):
         poison (events a dispatch failed on alone, dead-lettered), too_large (outputs the sink
         refused as too large, their inputs dead-lettered), dead_letters_truncated (dead letters
         sent cut down), dead_letters_lost (dead letters refused even cut down), revoke_timeouts
-        (rebalances that did not wait for the batches in flight)."""
+        (rebalances that did not wait for the batches in flight); gap_holds (fetches cut at a
+        gap in a partition's offsets and fetched again: Tansu only, 0 on Apache Kafka)."""
         out = dict(self._stats)
         out["in_flight"] = len(self._queue)
+        out["gap_holds"] = self._fetcher.gaps.holds
         return out
 
     def lag(self) -> dict[str, int]:

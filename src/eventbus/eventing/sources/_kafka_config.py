@@ -67,15 +67,17 @@ class KafkaSourceConfig(BaseModel):
         "that holds waiting fetches for the whole wait (Tansu) the first event after idleness "
         "waits up to this much.",
     )
-    offset_gap_wait_ms: int = Field(
-        default=1000,
+    offset_gap_wait_ms: int | None = Field(
+        default=None,
         ge=0,
         le=60_000,
         description="How long a gap in a partition's offsets is waited for before it is passed. "
-        "Tansu reserves a batch's offsets before it stores the batch, so while two producers write "
-        "one partition a later batch can be fetched before an earlier one exists; the source "
-        "fetches again from the gap until it fills. 0: no waiting (for compacted or transactional "
-        "topics on a real Kafka, whose gaps are real).",
+        "Unset: decided by the broker. Apache Kafka (and every broker that assigns offsets as it "
+        "appends) leaves real gaps (transaction markers, aborted transactions' records, "
+        "compaction): they are passed at once. Tansu (the embedded default's broker, known by its "
+        "cluster id) reserves a batch's offsets before it stores the batch, so while two "
+        "producers write one partition a later batch can be fetched before an earlier one "
+        "exists: there the source fetches again from the gap for up to 1 s until it fills.",
     )
 
     @model_validator(mode="after")

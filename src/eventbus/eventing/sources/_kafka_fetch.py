@@ -20,6 +20,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
+from eventbus.eventing._broker import gap_wait_s
 from eventbus.eventing._kafka_client import KafkaClientConfig, kafka_client_kwargs
 from eventbus.eventing.sources._kafka_bridge import open_bridge
 from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
@@ -55,8 +56,9 @@ class OffsetGaps:
     On Tansu a batch's offsets are reserved before the batch is stored, so while two
     producers write one partition a fetch can return a later batch before an earlier one
     exists: a consumer that took it would skip the earlier batch for good. A gap still there
-    after ``wait_s`` is taken as real (compaction, transaction markers on a real Kafka) and
-    passed, with a warning.
+    after ``wait_s`` is taken as real and passed, with a warning. On Apache Kafka every gap is
+    real (transaction markers, aborted records, compaction) and ``wait_s`` is 0: nothing is
+    held (:func:`eventbus.eventing._broker.gap_wait_s` decides).
 
     Args:
         wait_s: how long a gap is waited for (0: gaps are passed at once).
@@ -68,6 +70,8 @@ class OffsetGaps:
         self.name = name
         self._expected: dict[TopicPartition, int] = {}  # next offset, per partition
         self._since: dict[TopicPartition, tuple[int, float]] = {}  # missing offset, first seen
+        #: fetches whose records were cut at a gap and fetched again (0 on Apache Kafka)
+        self.holds = 0
 
     def reset(self) -> None:
         """Forget the partitions' positions (after a rebalance or a seek elsewhere)."""
@@ -78,6 +82,8 @@ class OffsetGaps:
         self, consumer: Any, data: dict[TopicPartition, list[Any]], now: float
     ) -> tuple[dict[TopicPartition, list[Any]], bool]:
         """The records to take now, and whether some partition is held at a gap."""
+        if self.wait_s <= 0:  # every gap is real (Apache Kafka): nothing to look at
+            return data, False
         out: dict[TopicPartition, list[Any]] = {}
         held = False
         for tp, recs in data.items():
@@ -105,6 +111,7 @@ class OffsetGaps:
                     recs = recs[:cut]
                     consumer.seek(tp, expected)
                     held = True
+                    self.holds += 1
                 else:
                     log.warning(
                         "%s: %s[%d] has no records at offsets %d-%d after %.1f s; passing them "
@@ -167,7 +174,9 @@ class KafkaFetcher:
         self.pipeline = pipeline
         self.group = group
         self.bootstrap_servers = bootstrap_servers
-        self.gaps = OffsetGaps(config.offset_gap_wait_ms / 1000, f"kafka source {pipeline}")
+        # the wait is decided at start() when unset (by the broker: see eventing._broker)
+        gap_ms = config.offset_gap_wait_ms or 0
+        self.gaps = OffsetGaps(gap_ms / 1000, f"kafka source {pipeline}")
         #: the running consumer; None before :meth:`start` and after :meth:`stop`.
         self.consumer: AIOKafkaConsumer | None = None
         self._linger_s = settings.linger_ms / 1000
@@ -203,6 +212,9 @@ class KafkaFetcher:
         Raises:
             KafkaError: the broker cannot be reached (the consumer is stopped again).
         """
+        self.gaps.wait_s = await gap_wait_s(
+            self.config.offset_gap_wait_ms, self.bootstrap_servers, self.client
+        )
         consumer = AIOKafkaConsumer(group_id=self.group, **self._consumer_kwargs())
         listener = _Listener(on_revoked, self._assigned_hook(on_assigned, on_bridged))
         consumer.subscribe(self.config.topics, listener=listener)
@@ -248,6 +260,9 @@ class KafkaFetcher:
             "bootstrap_servers": self.bootstrap_servers,
             "client_id": f"eventbus-{self.pipeline}",
             "enable_auto_commit": False,
+            # records of aborted transactions never reach a step; open transactions hold
+            # their partition at the last stable offset until they end
+            "isolation_level": "read_committed",
             "auto_offset_reset": self.config.start_from,
             "session_timeout_ms": session_timeout_ms,
             "heartbeat_interval_ms": max(100, session_timeout_ms // 3),
