@@ -25,7 +25,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.kafka_only
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def eb(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def eb(
+    home: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "EVENTBUS_"))}
     base.update({"EVENTBUS_HOME": str(home), "COLUMNS": "200"})
     base.update(env or {})

@@ -161,9 +161,7 @@ def _kafka_metadata_request(host: str, port: int, timeout_s: float) -> int:
     client_id = b"eventbus-probe"
     # Metadata v4 body: topics array (-1 = null = no topics: just the brokers), then
     # allow_auto_topic_creation (false).
-    body = (
-        struct.pack(">hhih", 3, 4, 1, len(client_id)) + client_id + struct.pack(">ib", -1, 0)
-    )
+    body = struct.pack(">hhih", 3, 4, 1, len(client_id)) + client_id + struct.pack(">ib", -1, 0)
     with socket.create_connection((host, port), timeout=timeout_s) as s:
         s.settimeout(timeout_s)
         s.sendall(struct.pack(">i", len(body)) + body)

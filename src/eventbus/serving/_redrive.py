@@ -147,8 +147,8 @@ async def redrive(
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.errors import KafkaError
 
-    from eventbus.eventing._kafka_client import kafka_client_kwargs, kafka_connect_error
     from eventbus.eventing._broker import gap_wait_s
+    from eventbus.eventing._kafka_client import kafka_client_kwargs, kafka_connect_error
     from eventbus.eventing.sources._kafka_fetch import OffsetGaps
 
     spec = config.spec
