@@ -119,15 +119,24 @@ async def sink_span(
 
 
 async def baseline(
-    bootstrap: str, src: str, sink: str, n: int, stop: asyncio.Event | None = None
+    bootstrap: str,
+    src: str,
+    sink: str,
+    n: int,
+    stop: asyncio.Event | None = None,
+    ready: asyncio.Event | None = None,
 ) -> None:
+    """Consume ``n`` records (or until ``stop``), filter/convert, produce, commit per batch;
+    ``ready`` is set once the group gave the consumer its partitions."""
     consumer = AIOKafkaConsumer(
         src,
         bootstrap_servers=bootstrap,
         group_id=f"baseline-{uuid.uuid4().hex[:6]}",
         auto_offset_reset="earliest",
         enable_auto_commit=False,
-        session_timeout_ms=2000,
+        # Apache Kafka refuses less than its group.min.session.timeout.ms (6 s); the peers'
+        # group members (peer_apps/) use the same
+        session_timeout_ms=6000,
         max_partition_fetch_bytes=4 * 1024 * 1024,
         fetch_max_wait_ms=10,
         **KAFKA_KWARGS,
@@ -145,6 +154,8 @@ async def baseline(
     try:
         while (stop is None and consumed < n) or (stop is not None and not stop.is_set()):
             batch = await consumer.getmany(timeout_ms=100, max_records=2000)
+            if ready is not None and not ready.is_set() and consumer.assignment():
+                ready.set()
             futs = []
             for tp, records in batch.items():
                 out = producer.create_batch()
@@ -311,9 +322,19 @@ async def run_baseline_latency(
     bootstrap: str, rate: float, seconds: float, topics: Any
 ) -> list[float]:
     src, sink = await topics()
-    stop = asyncio.Event()
-    task = asyncio.create_task(baseline(bootstrap, src, sink, 0, stop))
-    await asyncio.sleep(3)  # let the consumer join its group (Tansu holds joins ~session/2)
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(baseline(bootstrap, src, sink, 0, stop, ready))
+    # its consumer joins its group first (Tansu holds a join for half the session timeout)
+    joined = asyncio.ensure_future(ready.wait())
+    await asyncio.wait([joined, task], timeout=60, return_when=asyncio.FIRST_COMPLETED)
+    joined.cancel()
+    if task.done():
+        await task  # it failed: its error
+    if not ready.is_set():
+        stop.set()
+        await task
+        msg = "the baseline's consumer got no partitions within 60 s"
+        raise RuntimeError(msg)
     lat = await latency_run(bootstrap, src, sink, rate, seconds)
     stop.set()
     await task

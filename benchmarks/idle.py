@@ -47,6 +47,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,7 @@ sys.path.insert(0, str(ROOT / "src"))
 import httpx  # noqa: E402
 import psutil  # noqa: E402
 import yaml  # noqa: E402
+from _broker import add_broker_arg, start_broker  # noqa: E402
 
 TARGETS = {
     "warm_10_cpu_pct": 10.0,
@@ -88,10 +90,11 @@ def eventbus(home: Path, *args: str, timeout: float = 300) -> str:
     return proc.stdout
 
 
-def stack_processes(home: Path) -> dict[int, str]:
-    """pid -> role of every process of the stack recorded in ``home``."""
+def stack_processes(home: Path, broker_pids: list[int]) -> dict[int, str]:
+    """pid -> role of every process of the stack recorded in ``home``, and of the broker the
+    benchmark started (``broker_pids``, role ``kafka``)."""
     doc = json.loads((home / "stack.json").read_text())
-    out: dict[int, str] = {}
+    out: dict[int, str] = dict.fromkeys(broker_pids, "kafka")
     for part, info in doc["owned"].items():
         if "pid" in info:
             out[int(info["pid"])] = part
@@ -152,10 +155,10 @@ def cpu_times(pids: dict[int, str]) -> dict[int, float]:
     return out
 
 
-def measure(home: Path, window_s: float) -> dict[str, Any]:
+def measure(home: Path, window_s: float, broker_pids: list[int]) -> dict[str, Any]:
     """CPU of the stack over ``window_s``: total and per role, in % of one core; and the
     resident memory of its processes at the end (MiB; shared pages counted in each)."""
-    pids = stack_processes(home)
+    pids = stack_processes(home, broker_pids)
     before = cpu_times(pids)
     start = time.monotonic()
     time.sleep(window_s)
@@ -185,13 +188,20 @@ def measure(home: Path, window_s: float) -> dict[str, Any]:
     }
 
 
-def pipeline_doc(name: str, serving: dict[str, Any]) -> dict[str, Any]:
+def pipeline_doc(
+    name: str, serving: dict[str, Any], source_bootstrap: str | None
+) -> dict[str, Any]:
+    """A filter-only pipeline; ``source_bootstrap``: its source's ``bootstrap_servers`` (None:
+    the stack's Kafka)."""
+    source: dict[str, Any] = {"topic": f"{name}-in"}
+    if source_bootstrap is not None:
+        source["bootstrap_servers"] = source_bootstrap
     return {
         "apiVersion": "eventbus/v1",
         "kind": "Pipeline",
         "metadata": {"name": name},
         "spec": {
-            "sources": [{"kafka": {"topic": f"{name}-in"}}],
+            "sources": [{"kafka": source}],
             "steps": [{"id": "keep", "filter": "type != 'drop'"}],
             "sink": {"kafka": {"topic": f"{name}-out"}},
             "serving": serving,
@@ -412,6 +422,29 @@ def ray_marks(home: Path, wall0: float) -> dict[str, float]:
     return out
 
 
+#: The variants ``--doorbell`` picks from: where the results go (``""``: the top level).
+VARIANTS = {"on": ("doorbell",), "off": ("no_doorbell",), "both": ("doorbell", "no_doorbell")}
+
+
+@dataclass
+class Stack:
+    """The stack under measurement and what each phase needs of it."""
+
+    args: Any
+    home: Path
+    admin: Admin
+    redis: Any
+    bootstrap: str
+    broker_pids: list[int]
+    started: list[bool] = field(default_factory=lambda: [False])  # the controller started
+
+    def measure(self) -> dict[str, Any]:
+        return measure(self.home, self.args.window_s, self.broker_pids)
+
+    def deploy(self, doc: dict[str, Any]) -> None:
+        deploy(self.home, self.admin, doc, self.started)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--window-s", type=float, default=30.0, help="Seconds each CPU figure covers.")
@@ -436,65 +469,106 @@ def main() -> None:
         "each in replicas of its own), host (--warm pipelines on one shared host, "
         "serving.host), zero (--zero pipelines at zero, then the cold starts).",
     )
+    ap.add_argument(
+        "--doorbell",
+        choices=sorted(VARIANTS),
+        default="on",
+        help="on: the pipelines read the stack's own Kafka, so the stack's mechanisms for it "
+        "work (idle sources park and the controller's ringer rings them, the ringer nudges "
+        "the scale-to-zero watcher, a woken replica bridges its group join); off: each "
+        "pipeline's source names the same broker by another address (localhost:PORT), as "
+        "another cluster, so none of them does (idle sources long-poll, the watcher wakes a "
+        "pipeline at its poll_s, the woken replica waits for its group join); both: the "
+        "phases with on, then again with off (its figures under no_doorbell).",
+    )
+    add_broker_arg(ap)
     args = ap.parse_args()
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     unknown = sorted(set(phases) - {"own", "host", "zero"})
     if unknown:
         ap.error(f"--phases: unknown phase(s) {', '.join(unknown)}; use own, host, zero")
     home = Path(tempfile.mkdtemp(prefix="eventbus-idle-"))
-    result: dict[str, Any] = {"window_s": args.window_s, "targets": TARGETS, "phases": phases}
-    eventbus(home, "up")
+    result: dict[str, Any] = {
+        "broker": args.broker,
+        "doorbell": args.doorbell,
+        "window_s": args.window_s,
+        "targets": TARGETS,
+        "phases": phases,
+    }
+    # the broker is the benchmark's (its processes counted as the stack's, role "kafka");
+    # `eventbus up` adopts it
+    broker = start_broker(args.broker, Path(tempfile.mkdtemp(prefix="eventbus-idle-broker-")))
     try:
-        bootstrap = json.loads((home / "stack.json").read_text())["kafka_bootstrap"]
-        admin, redis = Admin(home), redis_of(home)
-        tag = uuid.uuid4().hex[:4]
-        time.sleep(args.settle_s)
-        result["idle_0"] = measure(home, args.window_s)
-        print("0 pipelines:", result["idle_0"], flush=True)
-        started = [False]  # the first deploy goes through the CLI: it starts the controller
-
-        def deploy_warm(names: list[str], serving: dict[str, Any], label: str) -> None:
-            if not names:  # --warm 0: the scale to zero and the cold starts only
-                return
-            for i, name in enumerate(names):
-                deploy(home, admin, pipeline_doc(name, serving), started)
-                if i == 0:
-                    time.sleep(args.settle_s)
-                    result[f"{label}_1"] = measure(home, args.window_s)
-                    print(f"1 {label} pipeline:", result[f"{label}_1"], flush=True)
-            time.sleep(args.settle_s)
-            result[f"{label}_{args.warm}"] = measure(home, args.window_s)
-            print(f"{args.warm} {label} pipelines:", result[f"{label}_{args.warm}"], flush=True)
-            latencies = []
-            for _ in range(args.rounds):
-                time.sleep(args.idle_s)
-                _, lat = asyncio.run(
-                    first_event_latency(bootstrap, f"{names[0]}-in", f"{names[0]}-out")
-                )
-                latencies.append(lat)
-                print(f"{label}: first event after {args.idle_s:g} s idle: {lat * 1000:.0f} ms")
-            prefix = "" if label == "warm" else f"{label}_"
-            result[f"{prefix}first_event_ms"] = round(1000 * statistics.median(latencies))
-            result[f"{prefix}first_event_ms_all"] = [round(1000 * x) for x in latencies]
-            for name in names:
-                admin.delete(name)
-
-        if "own" in phases:
-            names = [f"w-{tag}-{i}" for i in range(args.warm)]
-            deploy_warm(names, {"replicas": {"min": 1, "max": 1}}, "warm")
-        if "host" in phases:
-            # the same pipelines in ONE process: the replica of host `idle-<tag>`
-            names = [f"s-{tag}-{i}" for i in range(args.warm)]
-            deploy_warm(names, {"replicas": 1, "host": f"idle-{tag}"}, "host")
-        if "zero" in phases:
-            zero_and_cold(args, home, admin, redis, bootstrap, tag, result, started)
-        summarise(args, result)
-    finally:
+        eventbus(home, "up", "--kafka-bootstrap", broker.bootstrap)
         try:
-            eventbus(home, "down")
-        except Exception as exc:  # noqa: BLE001
-            print(f"eventbus down failed: {exc}", file=sys.stderr)
+            stack = Stack(args, home, Admin(home), redis_of(home), broker.bootstrap, broker.pids)
+            time.sleep(args.settle_s)
+            result["idle_0"] = stack.measure()
+            print("0 pipelines:", result["idle_0"], flush=True)
+            for variant in VARIANTS[args.doorbell]:
+                into = result if variant == "doorbell" else result.setdefault(variant, {})
+                # another address of the same broker: EventBus takes it for another cluster
+                alias = None if variant == "doorbell" else _alias(broker.bootstrap)
+                run_phases(stack, phases, alias, into, variant)
+                summarise(args, into, result["idle_0"]["cpu_pct"])
+            if args.doorbell == "both":
+                result["doorbell_effect"] = compare(args, result)
+        finally:
+            try:
+                eventbus(home, "down")
+            except Exception as exc:  # noqa: BLE001
+                print(f"eventbus down failed: {exc}", file=sys.stderr)
+    finally:
+        broker.stop()
     print(json.dumps(result))
+
+
+def _alias(bootstrap: str) -> str:
+    return ",".join(f"localhost:{a.rsplit(':', 1)[1]}" for a in bootstrap.split(","))
+
+
+def run_phases(
+    stack: Stack, phases: list[str], alias: str | None, result: dict[str, Any], label: str
+) -> None:
+    """The ``phases`` with pipelines whose source reads ``alias`` (None: the stack's Kafka)."""
+    args = stack.args
+    tag = uuid.uuid4().hex[:4]
+
+    def deploy_warm(names: list[str], serving: dict[str, Any], kind: str) -> None:
+        if not names:  # --warm 0: the scale to zero and the cold starts only
+            return
+        for i, name in enumerate(names):
+            stack.deploy(pipeline_doc(name, serving, alias))
+            if i == 0:
+                time.sleep(args.settle_s)
+                result[f"{kind}_1"] = stack.measure()
+                print(f"{label}: 1 {kind} pipeline:", result[f"{kind}_1"], flush=True)
+        time.sleep(args.settle_s)
+        result[f"{kind}_{args.warm}"] = stack.measure()
+        print(f"{label}: {args.warm} {kind} pipelines:", result[f"{kind}_{args.warm}"], flush=True)
+        latencies = []
+        for _ in range(args.rounds):
+            time.sleep(args.idle_s)
+            _, lat = asyncio.run(
+                first_event_latency(stack.bootstrap, f"{names[0]}-in", f"{names[0]}-out")
+            )
+            latencies.append(lat)
+            print(f"{label}: {kind}: first event after {args.idle_s:g} s idle: {lat * 1000:.0f} ms")
+        prefix = "" if kind == "warm" else f"{kind}_"
+        result[f"{prefix}first_event_ms"] = round(1000 * statistics.median(latencies))
+        result[f"{prefix}first_event_ms_all"] = [round(1000 * x) for x in latencies]
+        for name in names:
+            stack.admin.delete(name)
+
+    if "own" in phases:
+        names = [f"w-{tag}-{i}" for i in range(args.warm)]
+        deploy_warm(names, {"replicas": {"min": 1, "max": 1}}, "warm")
+    if "host" in phases:
+        # the same pipelines in ONE process: the replica of host `idle-<tag>`
+        names = [f"s-{tag}-{i}" for i in range(args.warm)]
+        deploy_warm(names, {"replicas": 1, "host": f"idle-{tag}"}, "host")
+    if "zero" in phases:
+        zero_and_cold(stack, alias, tag, result, label)
 
 
 def deploy(home: Path, admin: Admin, doc: dict[str, Any], started: list[bool]) -> None:
@@ -509,16 +583,11 @@ def deploy(home: Path, admin: Admin, doc: dict[str, Any], started: list[bool]) -
 
 
 def zero_and_cold(
-    args: Any,
-    home: Path,
-    admin: Admin,
-    redis: Any,
-    bootstrap: str,
-    tag: str,
-    result: dict[str, Any],
-    started: list[bool],
+    stack: Stack, alias: str | None, tag: str, result: dict[str, Any], label: str
 ) -> None:
-    """Phase ``zero``: ``--zero`` pipelines at zero, their CPU, then the cold starts."""
+    """Phase ``zero``: ``--zero`` pipelines at zero, their CPU, then the cold starts; the
+    pipelines are deleted after (a later variant measures its own)."""
+    args, redis = stack.args, stack.redis
     zero = [f"z-{tag}-{i}" for i in range(args.zero)]
     serving = {
         "replicas": {"min": 0, "max": 1, "idle_s": args.zero_idle_s, "poll_s": args.zero_poll_s}
@@ -530,12 +599,12 @@ def zero_and_cold(
             120,
             "the earlier pipelines' scale to zero",
         )
-        deploy(home, admin, pipeline_doc(name, serving), started)
+        stack.deploy(pipeline_doc(name, serving, alias))
     wait_until(lambda: at_zero(redis) >= set(zero), 300, f"all {args.zero} at zero")
     result["zero_deploy_s"] = round(time.monotonic() - t_deploy, 1)
     time.sleep(args.settle_s)
-    result[f"zero_{args.zero}"] = measure(home, args.window_s)
-    print(f"{args.zero} pipelines at zero:", result[f"zero_{args.zero}"], flush=True)
+    result[f"zero_{args.zero}"] = stack.measure()
+    print(f"{label}: {args.zero} pipelines at zero:", result[f"zero_{args.zero}"], flush=True)
 
     colds = []
     for i, name in enumerate(zero[: args.cold_rounds]):
@@ -547,21 +616,24 @@ def zero_and_cold(
             120,
             "the previous cold start's pipeline back at zero",
         )
-        cold = cold_start(home, redis, bootstrap, name)
+        cold = cold_start(stack.home, redis, stack.bootstrap, name)
         colds.append(cold)
-        print(f"cold start of {name}: {cold}", flush=True)
+        print(f"{label}: cold start of {name}: {cold}", flush=True)
     result["cold_start_all"] = colds
-    result["cold_start_s"] = round(statistics.median(c["total_s"] for c in colds), 2)
-    keys_ = sorted({k for c in colds for k in c if k != "total_s"})
-    result["cold_start_breakdown_s"] = {
-        k: round(statistics.median(c[k] for c in colds if k in c), 3) for k in keys_
-    }
+    if colds:
+        result["cold_start_s"] = round(statistics.median(c["total_s"] for c in colds), 2)
+        keys_ = sorted({k for c in colds for k in c if k != "total_s"})
+        result["cold_start_breakdown_s"] = {
+            k: round(statistics.median(c[k] for c in colds if k in c), 3) for k in keys_
+        }
+    for name in zero:
+        stack.admin.delete(name)
 
 
-def summarise(args: Any, result: dict[str, Any]) -> None:
-    """Per-pipeline figures, targets met, and the ratios to the no-pipeline baseline and
-    (with both warm phases) of a shared host to pipelines in replicas of their own."""
-    base = result["idle_0"]["cpu_pct"]
+def summarise(args: Any, result: dict[str, Any], base: float) -> None:
+    """Per-pipeline figures, targets met, and the ratios to the no-pipeline baseline
+    (``base``, % of a core) and (with both warm phases) of a shared host to pipelines in
+    replicas of their own."""
     met: dict[str, bool] = {}
     for label, count in (("warm", args.warm), ("host", args.warm), ("zero", args.zero)):
         key = f"{label}_{count}"
@@ -587,6 +659,30 @@ def summarise(args: Any, result: dict[str, Any]) -> None:
             2,
         )
     result["met"] = met
+
+
+def compare(args: Any, result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The figures the doorbell, the ringer and the join bridge change, with and without."""
+    off = result.get("no_doorbell", {})
+    out: dict[str, dict[str, Any]] = {}
+    for key in (
+        f"warm_{args.warm}",
+        f"host_{args.warm}",
+        f"zero_{args.zero}",
+        "warm_per_pipeline_pct",
+        "host_per_pipeline_pct",
+        "zero_per_pipeline_pct",
+        "first_event_ms",
+        "host_first_event_ms",
+        "cold_start_s",
+    ):
+        on_v, off_v = result.get(key), off.get(key)
+        if isinstance(on_v, dict):  # a CPU figure: its total
+            on_v, off_v = on_v.get("cpu_pct"), (off_v or {}).get("cpu_pct")
+        if on_v is not None or off_v is not None:
+            name = f"{key}_cpu_pct" if key[-1].isdigit() else key
+            out[name] = {"doorbell": on_v, "no_doorbell": off_v}
+    return out
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Kafka → filter + convert → Kafka: EventBus on Ray Serve against a single-process aiokafka loop.
 
 Both run the same pipeline (keep ``payment.created`` with amount > 100 in CNY/USD, add
-``data.amount_cny``, retype) over the same pre-produced events on the real Tansu broker:
+``data.amount_cny``, retype) over the same pre-produced events on a real broker the benchmark
+starts (``--broker kafka``: Apache Kafka, one KRaft node, the default; ``--broker tansu``: the
+embedded Tansu broker; ``_broker.py``):
 
 * baseline: one asyncio process: ``getmany(2000)`` → decode → Python filter/convert →
   encode → ``send_batch`` per partition → await acks → commit; naive, but with the fast
@@ -15,14 +17,17 @@ timestamps of the sink records), median of rounds; the sink is read once each si
 Latency: events produced at half of
 EventBus's measured maximum rate, produce time → arrival at a tail consumer, p50/p99.
 
-Last line: one JSON object with the figures and ``ratio`` (EventBus / baseline events/s).
+Last line: one JSON object with the figures, ``ratio`` (EventBus / baseline events/s) and
+``broker``.
 
-With ``--tls`` both sides (and the producers and tail readers of both) talk TLS to the broker:
-Tansu behind Debian's ``stunnel4`` with a CA made by ``trustme`` (``tests/fixtures/kafka_tls.py``),
-EventBus through the stack's Kafka client settings (``security_protocol: SSL``, ``ca_file``);
-the target is a ratio of at least 0.6 to the same loop over TLS.
+With ``--tls`` both sides (and the producers and tail readers of both) talk TLS to the broker
+with a CA made by ``trustme``: Apache Kafka on a TLS listener of its own; Tansu behind Debian's
+``stunnel4`` (``tests/fixtures/kafka_tls.py``); EventBus through the stack's Kafka client
+settings (``security_protocol: SSL``, ``ca_file``); the target is a ratio of at least 0.6 to
+the same loop over TLS.
 
-Run: ``.venv/bin/python benchmarks/kafka_pipeline.py [--events 200000] [--rounds 3] [--tls]``
+Run: ``.venv/bin/python benchmarks/kafka_pipeline.py [--broker kafka|tansu] [--events 200000]
+[--rounds 3] [--tls]``
 """
 
 from __future__ import annotations
@@ -31,13 +36,13 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import _common
 import redis as redis_lib
+from _broker import add_broker_arg, start_broker
 from _common import (
     PARTITIONS,
     PIPELINE,
@@ -53,7 +58,7 @@ from _common import (
     baseline as baseline,  # re-exported: other benchmarks import from here
 )
 
-from eventbus._internal.services import create_topics, start_redis, start_tansu
+from eventbus._internal.services import create_topics, start_redis
 
 __all__ = ["sink_span"]  # join.py and model_stage.py take it from here
 
@@ -79,26 +84,26 @@ def main() -> None:
     ap.add_argument(
         "--tls",
         action="store_true",
-        help="every client over TLS (Tansu behind stunnel4; needs Debian's stunnel4)",
+        help="every client over TLS (Kafka: its own TLS listener; Tansu: behind stunnel4, "
+        "which needs Debian's stunnel4)",
     )
+    add_broker_arg(ap)
     args = ap.parse_args()
     n = args.events
     expect = expected_outputs(n)
     work = Path(tempfile.mkdtemp(prefix="eb-bench-"))
-    kafka_client: Any = None
-    if args.tls:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from tests.fixtures.kafka_tls import TlsBroker
-
+    broker = start_broker(args.broker, work, tls=args.tls)
+    kafka_client: Any = broker.client
+    if kafka_client is not None:
         from eventbus.eventing._kafka_client import kafka_client_kwargs
 
-        tansu: Any = TlsBroker(work)
-        kafka_client = tansu.client()
         _common.KAFKA_KWARGS.update(kafka_client_kwargs(kafka_client))
-    else:
-        tansu = start_tansu(log_dir=work)
-    redis = start_redis(data_dir=work / "redis")
-    bootstrap = tansu.address
+    try:
+        redis = start_redis(data_dir=work / "redis")
+    except BaseException:
+        broker.stop()
+        raise
+    bootstrap = broker.bootstrap
     counter = iter(range(10_000))
 
     async def topics() -> tuple[str, str]:
@@ -167,10 +172,11 @@ def main() -> None:
         base_lat = asyncio.run(run_baseline_latency(bootstrap, rate, args.latency_seconds, topics))
     finally:
         ray.shutdown()
-        tansu.stop()
+        broker.stop()
         redis.stop()
     result = {
         "benchmark": "kafka_pipeline",
+        "broker": args.broker,
         "events": n,
         "rounds": args.rounds,
         "warmup_rounds": args.warmup,

@@ -16,7 +16,11 @@ while each was measured (``cpu_pct_of_one_core``: the load generator and tail co
 share this process; the broker; the replica or the loop; Redis; Ray's other processes; anything
 else on the machine; and the machine's busy share, of ``cores`` cores).
 
-Run: ``.venv/bin/python benchmarks/latency.py [--fractions 0.1,0.25,0.5] [--settings 2/10,0/2]``
+It runs on one broker it starts: ``--broker kafka`` (Apache Kafka, one KRaft node, the default)
+or ``--broker tansu`` (the embedded Tansu broker; ``_broker.py``); the JSON names it (``broker``).
+
+Run: ``.venv/bin/python benchmarks/latency.py [--broker kafka|tansu] [--fractions 0.1,0.25,0.5]
+[--settings 2/10,0/2]``
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Collection
 from typing import Any
 
 import psutil
+from _broker import add_broker_arg
 from _common import latency_run, pct
 from _peer_systems import Running, wait_ready
 from peers import Bench
@@ -65,12 +71,13 @@ def summary(lat: list[float], stages: list[tuple[float, float]], rate: float) ->
     }
 
 
-def _cpu_role(p: psutil.Process, cmd: str) -> str:
+def _cpu_role(p: psutil.Process, cmd: str, broker_pids: Collection[int]) -> str:
     if p.pid == os.getpid():
         return "generator_and_tail"  # this process: the load generator and the tail consumer
+    if p.pid in broker_pids:
+        return "broker"  # Apache Kafka's JVM; Tansu (and its stunnel4 with --tls)
     for key, role in (
         ("ServeReplica", "replica"),
-        ("tansu", "broker"),
         ("redis-server", "redis"),
         ("tail_clock", "generator_and_tail"),
         ("peer_apps", "loop"),
@@ -81,14 +88,17 @@ def _cpu_role(p: psutil.Process, cmd: str) -> str:
     return "other"  # the rest of the machine: other jobs on a shared machine
 
 
-def cpu_snapshot() -> tuple[float, float, dict[int, tuple[str, float]]]:
-    """(wall time, machine busy CPU seconds, {pid: (role, CPU seconds)})."""
+def cpu_snapshot(
+    broker_pids: Collection[int] = (),
+) -> tuple[float, float, dict[int, tuple[str, float]]]:
+    """(wall time, machine busy CPU seconds, {pid: (role, CPU seconds)}); ``broker_pids``:
+    the broker's processes."""
     procs: dict[int, tuple[str, float]] = {}
     for p in psutil.process_iter(["cmdline", "name"]):
         try:
             cmd = " ".join(p.info["cmdline"] or [p.info["name"] or ""])
             t = p.cpu_times()
-            procs[p.pid] = (_cpu_role(p, cmd), t.user + t.system)
+            procs[p.pid] = (_cpu_role(p, cmd, broker_pids), t.user + t.system)
         except psutil.Error:
             continue
     m = psutil.cpu_times()
@@ -124,9 +134,9 @@ def measure(bench: Bench, label: str, run_start: Any, rate: float) -> dict[str, 
         async def go() -> list[float]:
             await wait_ready(bench.bootstrap, src, sink, run)
             seconds = bench.args.latency_seconds
-            before = cpu_snapshot()
+            before = cpu_snapshot(bench.broker.pids)
             lat = await latency_run(bench.bootstrap, src, sink, rate, seconds, stages)
-            cpu.update(cpu_split(before, cpu_snapshot()))
+            cpu.update(cpu_split(before, cpu_snapshot(bench.broker.pids)))
             return lat
 
         lat = asyncio.run(go())
@@ -151,6 +161,7 @@ def main() -> None:
         help="EventBus variants, comma-separated LINGER_MS/FETCH_MAX_WAIT_MS (2/10: the defaults)",
     )
     ap.add_argument("--round-timeout-s", type=float, default=40.0)
+    add_broker_arg(ap)
     args = ap.parse_args()
     try:
         fractions = [float(f) for f in args.fractions.split(",")]
@@ -205,7 +216,11 @@ def main() -> None:
     finally:
         bench.close()
     results["p99_target_ms"] = 30
-    print(json.dumps({"benchmark": "latency", "events": args.events, **results}))
+    print(
+        json.dumps(
+            {"benchmark": "latency", "broker": args.broker, "events": args.events, **results}
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -16,9 +16,13 @@ converted amount, new type). Latency: the system is started on fresh topics, pro
 answers, then fed at half of its own median maximum; a tail consumer takes produce time →
 arrival by the wall clock, p50/p99. A system that cannot run here is reported with its error.
 
-Last line: one JSON object with every figure and EventBus's ratios to each system.
+Every system runs on one broker the benchmark starts: ``--broker kafka`` (Apache Kafka, one
+KRaft node, the default) or ``--broker tansu`` (the embedded Tansu broker; ``_broker.py``).
 
-Run: ``.venv/bin/python benchmarks/peers.py [--events 100000] [--rounds 3] [--only quixstreams,eventbus_1]``
+Last line: one JSON object with every figure, EventBus's ratios to each system, and ``broker``.
+
+Run: ``.venv/bin/python benchmarks/peers.py [--broker kafka|tansu] [--events 100000] [--rounds 3]
+[--only quixstreams,eventbus_1]``
 (``make bench`` installs the peers first).
 """
 
@@ -37,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import _peer_windows as windows
+from _broker import add_broker_arg, start_broker
 from _common import PARTITIONS, expected_outputs, pct, produce_all, start_eventbus
 from _peer_systems import (
     FRAMEWORKS,
@@ -53,7 +58,7 @@ from _peer_systems import (
 )
 from _profile import finish, record, render
 
-from eventbus._internal.services import create_topics, start_redis, start_tansu
+from eventbus._internal.services import create_topics, start_redis
 
 SYSTEMS = ("eventbus_1", "eventbus_2", *PROCESS_PEERS)
 SCENARIOS = ("filter_convert", "tumbling_count")
@@ -133,9 +138,13 @@ class Bench:
         self.args, self.n = args, args.events
         self.expect = expected_outputs(self.n)
         self.work = Path(tempfile.mkdtemp(prefix="eb-peers-"))
-        self.tansu = start_tansu(log_dir=self.work)
-        self.redis = start_redis(data_dir=self.work / "redis")
-        self.bootstrap = self.tansu.address
+        self.broker = start_broker(args.broker, self.work)
+        try:
+            self.redis = start_redis(data_dir=self.work / "redis")
+        except BaseException:
+            self.broker.stop()
+            raise
+        self.bootstrap = self.broker.bootstrap
         self.client = None
         if any(s.startswith("eventbus") for s in only):
             self.client = start_eventbus(self.bootstrap, self.redis.address)
@@ -150,7 +159,7 @@ class Bench:
             import ray
 
             ray.shutdown()
-        self.tansu.stop()
+        self.broker.stop()
         self.redis.stop()
 
     def topics(self, partitions: int = PARTITIONS) -> tuple[str, str]:
@@ -263,6 +272,7 @@ def main() -> None:
         default=None,
         help="a folder: instead of measuring, py-spy each system (its top frames go there)",
     )
+    add_broker_arg(ap)
     args = ap.parse_args()
     only = [s for s in args.only.split(",") if s] or list(SYSTEMS)
     unknown = sorted(set(only) - set(SYSTEMS))
@@ -278,6 +288,7 @@ def main() -> None:
     bench = Bench(args, only)
     out: dict[str, Any] = {
         "benchmark": "peers",
+        "broker": args.broker,
         "scenarios": scenarios,
         "rounds": args.rounds,
         "versions": requirement_pins(),
