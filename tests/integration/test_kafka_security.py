@@ -164,18 +164,21 @@ async def test_acl_denial_is_named_at_deploy(
     kafka_sasl.grant(user, "READ", group=f"eventbus-{name}")
     kafka_sasl.grant(user, "DESCRIBE", topic=out)  # sees the sink topic, may not write it
     client = kafka_sasl.user_client(user, kafka_sasl.password_file(user, password))
-    settings = {
-        "bootstrap_servers": kafka_sasl.address,
-        "client": client.model_dump(mode="json", exclude_defaults=True),
-    }
+
+    def settings() -> dict[str, Any]:  # one copy per use: the YAML dump makes no aliases
+        return {
+            "bootstrap_servers": kafka_sasl.address,
+            "client": client.model_dump(mode="json", exclude_defaults=True),
+        }
+
     doc = {
         "apiVersion": "eventbus/v1",
         "kind": "Pipeline",
         "metadata": {"name": name},
         "spec": {
-            "sources": [{"kafka": {"topic": src, **settings}}],
+            "sources": [{"kafka": {"topic": src, **settings()}}],
             "steps": [{"id": "tag", "convert": {"set": {"data.tagged": "true"}}}],
-            "sink": {"kafka": {"topic": out, **settings}},
+            "sink": {"kafka": {"topic": out, **settings()}},
             "serving": {"replicas": 1},
         },
     }
