@@ -29,8 +29,8 @@ system-deps:
 	{ command -v java >/dev/null && command -v mvn >/dev/null; } || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless maven >/dev/null; }
 	command -v docker-compose >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; }
 	{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
-	# TLS in front of the Tansu broker (tests/integration/test_kafka_security.py); redis-server with --tls-port/ACLs/cluster mode
-	{ command -v stunnel4 >/dev/null && command -v redis-server >/dev/null && command -v redis-cli >/dev/null; } || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq stunnel4 redis-server redis-tools >/dev/null; }
+	# redis-server with --tls-port/ACLs/cluster mode (Kafka serves its own TLS and SASL)
+	{ command -v redis-server >/dev/null && command -v redis-cli >/dev/null; } || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null; }
 
 # Style, layering and types: ruff (lint + format), import-linter (the layers declared in
 # pyproject), mypy --strict on src/.

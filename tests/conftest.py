@@ -13,4 +13,5 @@ pytest_plugins = [
     "tests.fixtures.ray_stack",
     "tests.fixtures.http_receiver",
     "tests.fixtures.redis_secure",
+    "tests.fixtures.kafka_tls",
 ]

@@ -1,199 +1,195 @@
-"""Kafka over TLS and SASL, on real servers on loopback (nothing mocked).
+"""SASL/SCRAM-SHA-512 and ACLs served by Apache Kafka itself, over TLS (a ``trustme`` CA).
 
-Tansu 0.6.0 cannot terminate TLS itself: its ``--cert`` and ``--key`` options are declared as
-conflicting (``--cert`` with ``--key`` is refused at startup, and either alone leaves the
-listener plaintext). So TLS is terminated by Debian's ``stunnel4`` in front of the broker,
-which advertises the TLS port: every client connection, bootstrap and per-broker, is TLS.
-Tansu's ``--authentication`` speaks SASL SCRAM-SHA-256/512, but users can only be created over
-an unauthenticated connection (``tansu user create``), so with memory storage a broker that
-requires authentication has no users: the tests check that a refused login fails at start
-with a clear error. A successful SCRAM login cannot be shown on this build of Tansu: with S3
-storage (tried with a local S3 server, two brokers on one bucket, one without
-``--authentication`` to create the user) ``tansu user create`` answers success but writes
-nothing to the bucket, and the storage engines that keep users (``postgres://``, ``sqlite://``)
-are not compiled in (``FeatureNotEnabled``).
+One single-node broker for the module (``kafka_sasl`` in ``tests/fixtures/kafka_tls.py``):
+the admin (super) user's credential is bootstrapped when its storage is formatted; every other
+user is created at runtime by the admin through the Admin API (AlterUserScramCredentials) and
+granted ACLs (CreateAcls), as on a production cluster. Passwords reach EventBus only by
+reference (``{file: PATH}``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import subprocess
+import re
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from eventbus._internal.services import create_topics
-from eventbus.errors import ConfigError, StackError
-from eventbus.eventing import CloudEvent
+from eventbus.errors import DeployError, StackError
+from eventbus.eventing import CloudEvent, KafkaClientConfig
 from eventbus.eventing._kafka_client import kafka_client_kwargs
-from eventbus.eventing._publish import publish_events, tail_events
+from eventbus.eventing._publish import tail_events
 from eventbus.eventing.sinks import KafkaSink, KafkaSinkConfig
 from eventbus.eventing.sources import FetchSettings, KafkaSource, KafkaSourceConfig, SourceSinks
-from tests.fixtures.kafka_tls import TlsBroker
+from tests.fixtures.kafka_tls import SecureKafka
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.kafka_only]
 
-N_EVENTS = 10_000
-
-
-@pytest.fixture(scope="module")
-def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
-    broker = TlsBroker(tmp_path_factory.mktemp("tls"))
-    try:
-        yield broker
-    finally:
-        broker.stop()
+N_EVENTS = 2_000
 
 
-@pytest.fixture(scope="module")
-def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
-    broker = TlsBroker(tmp_path_factory.mktemp("sasl"), authentication=True)
-    try:
-        yield broker
-    finally:
-        broker.stop()
-
-
-async def _wait_for(cond, timeout_s: float, what) -> None:  # type: ignore[no-untyped-def]
+async def _wait_for(cond: Callable[[], bool], timeout_s: float, what: Callable[[], object]) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out: {what()}")
+            raise AssertionError(f"timed out after {timeout_s} s: {what()}")
         await asyncio.sleep(0.05)
 
 
-async def test_source_and_sink_over_tls(tls_broker: TlsBroker) -> None:
-    client = tls_broker.client()
-    bootstrap = tls_broker.address
-    await create_topics(bootstrap, ["in", "out"], partitions=2, client=client)
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+async def _produce(kafka: SecureKafka, topic: str, n: int) -> None:
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, linger_ms=5, **kafka_client_kwargs(client)
+        bootstrap_servers=kafka.address, linger_ms=5, **kafka_client_kwargs(kafka.client())
     )
     await producer.start()
     try:
-        batch = [producer.send("in", orjson.dumps({"n": i})) for i in range(N_EVENTS)]
-        await asyncio.gather(*(await asyncio.gather(*batch)))
+        sent = [producer.send(topic, orjson.dumps({"n": i})) for i in range(n)]
+        await asyncio.gather(*(await asyncio.gather(*sent)))
     finally:
         await producer.stop()
 
-    async def dispatch(events: list[CloudEvent]) -> list[list[CloudEvent]]:
-        return [[e.replace(type="tls.out")] for e in events]
 
-    # the stack's settings, given once; the sink inherits them
-    source = KafkaSource(
-        KafkaSourceConfig(topic="in"),
-        pipeline="tls",
-        bootstrap_servers=bootstrap,
+def _source(
+    kafka: SecureKafka, pipeline: str, topic: str, out: str, client: KafkaClientConfig
+) -> KafkaSource:
+    async def dispatch(events: list[CloudEvent]) -> list[list[CloudEvent]]:
+        return [[e.replace(type="scram.out")] for e in events]
+
+    return KafkaSource(
+        KafkaSourceConfig(topic=topic),
+        pipeline=pipeline,
+        bootstrap_servers=kafka.address,
         client=client,
         dispatch=dispatch,
         sinks=SourceSinks(
-            sink=KafkaSink(KafkaSinkConfig(topic="out"), bootstrap_servers=bootstrap, client=client)
+            sink=KafkaSink(
+                KafkaSinkConfig(topic=out), bootstrap_servers=kafka.address, client=client
+            )
         ),
-        fetch=FetchSettings(max_batch=2000, session_timeout_ms=2000),
+        fetch=FetchSettings(max_batch=1000, session_timeout_ms=6000),
     )
-    await source.start()
+
+
+async def test_scram_user_created_through_the_admin_api_moves_events(
+    kafka_sasl: SecureKafka,
+) -> None:
+    user, password = _name("alice"), uuid.uuid4().hex
+    pipeline, src, out = _name("scram"), _name("in"), _name("out")
+    kafka_sasl.create_topics([src, out], partitions=2)
+    kafka_sasl.add_user(user, password)
+    kafka_sasl.grant(user, "READ", topic=src)
+    kafka_sasl.grant(user, "READ", group=f"eventbus-{pipeline}")
+    kafka_sasl.grant(user, "WRITE", topic=out)
+    await _produce(kafka_sasl, src, N_EVENTS)
+
+    client = kafka_sasl.user_client(user, kafka_sasl.password_file(user, password))
+    source = _source(kafka_sasl, pipeline, src, out, client)
+    await source.start()  # the login and the ACL check (READ src, WRITE out) pass
     runner = asyncio.create_task(source.run())
     try:
-        await _wait_for(lambda: source.stats()["committed"] >= N_EVENTS, 60, source.stats)
+        await _wait_for(lambda: source.stats()["committed"] >= N_EVENTS, 90, source.stats)
     finally:
         await source.stop()
         await runner
     assert source.stats()["outputs"] == N_EVENTS
 
-    seen: list[str] = []
+    seen: list[str] = []  # read back as the admin: the user may only write `out`
     await tail_events(
-        bootstrap,
-        "out",
+        kafka_sasl.address,
+        out,
         seen.append,
         from_beginning=True,
         max_events=N_EVENTS,
         idle_timeout_s=20,
-        client=client,
+        client=kafka_sasl.client(),
     )
-    assert len(seen) == N_EVENTS
     assert {orjson.loads(s)["data"]["n"] for s in seen} == set(range(N_EVENTS))
-    assert all(orjson.loads(s)["type"] == "tls.out" for s in seen)
+    assert all(orjson.loads(s)["type"] == "scram.out" for s in seen)
 
 
-async def test_per_component_client_overrides_the_stack(tls_broker: TlsBroker) -> None:
-    # the sink names its own settings in YAML; the runtime default (plaintext) is not used
-    sink_config = KafkaSinkConfig.model_validate(
-        {
-            "topic": "override",
-            "client": {"security_protocol": "SSL", "ca_file": str(tls_broker.ca_file)},
-        }
-    )
-    sink = KafkaSink(sink_config, bootstrap_servers=tls_broker.address)
-    await sink.start()
-    try:
-        await sink.send([(CloudEvent.create(type="t", source="s", id="1", data={"a": 1}), None)])
-    finally:
-        await sink.stop()
-
-
-async def test_untrusted_ca_fails_at_start_with_a_clear_error(tls_broker: TlsBroker) -> None:
-    client = tls_broker.client(ca_file=str(tls_broker.other_ca_file))
+async def test_wrong_password_is_named_without_the_password(kafka_sasl: SecureKafka) -> None:
+    user, wrong = _name("bob"), "not-the-password-" + uuid.uuid4().hex
+    kafka_sasl.add_user(user, uuid.uuid4().hex)
+    ref = kafka_sasl.password_file(user, wrong)
+    client = kafka_sasl.user_client(user, ref)
     sink = KafkaSink(
-        KafkaSinkConfig(topic="x"), bootstrap_servers=tls_broker.address, client=client
+        KafkaSinkConfig(topic="any"), bootstrap_servers=kafka_sasl.address, client=client
     )
-    with pytest.raises(StackError, match=r"certificate is not trusted .*set ca_file to the CA"):
-        await sink.start()
-    with pytest.raises(
-        StackError, match=r"creating topics t1 cannot connect.*certificate is not trusted"
-    ):
-        await create_topics(tls_broker.address, ["t1"], client=client)
+    source = _source(kafka_sasl, _name("wrong"), "any", "any", client)
+    for start in (sink.start, source.start):
+        with pytest.raises(StackError) as info:
+            await asyncio.wait_for(start(), 60)
+        message = str(info.value)
+        assert f"at {kafka_sasl.address} (SASL_SSL)" in message
+        assert f"the broker refused the SASL SCRAM-SHA-512 login of user {user!r}" in message
+        assert "invalid credentials" in message  # the broker's own verdict
+        assert f"the password in file {ref['file']}" in message
+        assert wrong not in message
 
 
-async def test_missing_secret_reference_is_named(tls_broker: TlsBroker, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.delenv("EB_TEST_KAFKA_PASSWORD", raising=False)
-    client = tls_broker.client(
-        security_protocol="SASL_SSL",
-        sasl={"mechanism": "PLAIN", "username": "u", "password": {"env": "EB_TEST_KAFKA_PASSWORD"}},
+async def test_missing_read_acl_is_named_at_source_start(kafka_sasl: SecureKafka) -> None:
+    user, password = _name("dave"), uuid.uuid4().hex
+    src, out = _name("in"), _name("out")
+    kafka_sasl.create_topics([src, out])
+    kafka_sasl.add_user(user, password)
+    kafka_sasl.grant(user, "WRITE", topic=out)  # may write the sink, not read the source
+    client = kafka_sasl.user_client(user, kafka_sasl.password_file(user, password))
+    source = _source(kafka_sasl, _name("noread"), src, out, client)
+    expect = (
+        f"principal User:{user} is not authorized to READ topic {src!r} (it may not even "
+        f"DESCRIBE {src!r}); grant it with: kafka-acls.sh --bootstrap-server "
+        f"{kafka_sasl.address} --command-config admin.properties --add --allow-principal "
+        f"User:{user} --operation READ --topic {src}"
     )
-    with pytest.raises(ConfigError, match="environment variable EB_TEST_KAFKA_PASSWORD is not set"):
-        await publish_events(tls_broker.address, "x", [], client=client)
+    with pytest.raises(StackError, match=re.escape(expect)):
+        await asyncio.wait_for(source.start(), 60)
 
 
-async def test_refused_sasl_login_fails_at_start(sasl_broker: TlsBroker, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("EB_TEST_KAFKA_PASSWORD", "not-the-password")
-    client = sasl_broker.client(
-        security_protocol="SASL_SSL",
-        sasl={
-            "mechanism": "SCRAM-SHA-256",
-            "username": "nobody",
-            "password": {"env": "EB_TEST_KAFKA_PASSWORD"},
+async def test_acl_denial_is_named_at_deploy(
+    kafka_sasl: SecureKafka, deploy_pipeline: Callable[[dict[str, Any]], Any]
+) -> None:
+    user, password = _name("carol"), uuid.uuid4().hex
+    name, src, out = _name("acl"), _name("in"), _name("out")
+    kafka_sasl.create_topics([src, out])
+    kafka_sasl.add_user(user, password)
+    kafka_sasl.grant(user, "READ", topic=src)
+    kafka_sasl.grant(user, "READ", group=f"eventbus-{name}")
+    kafka_sasl.grant(user, "DESCRIBE", topic=out)  # sees the sink topic, may not write it
+    client = kafka_sasl.user_client(user, kafka_sasl.password_file(user, password))
+
+    def settings() -> dict[str, Any]:  # one copy per use: the YAML dump makes no aliases
+        return {
+            "bootstrap_servers": kafka_sasl.address,
+            "client": client.model_dump(mode="json", exclude_defaults=True),
+        }
+
+    doc = {
+        "apiVersion": "eventbus/v1",
+        "kind": "Pipeline",
+        "metadata": {"name": name},
+        "spec": {
+            "sources": [{"kafka": {"topic": src, **settings()}}],
+            "steps": [{"id": "tag", "convert": {"set": {"data.tagged": "true"}}}],
+            "sink": {"kafka": {"topic": out, **settings()}},
+            "serving": {"replicas": 1},
         },
+    }
+    expect = (
+        f"principal User:{user} is not authorized to WRITE topic {out!r}; grant it with: "
+        f"kafka-acls.sh --bootstrap-server {kafka_sasl.address} --command-config "
+        f"admin.properties --add --allow-principal User:{user} --operation WRITE --topic {out}"
     )
-
-    async def dispatch(events: list[CloudEvent]) -> list[list[CloudEvent]]:
-        return [[e] for e in events]
-
-    source = KafkaSource(
-        KafkaSourceConfig(topic="in"),
-        pipeline="sasl",
-        bootstrap_servers=sasl_broker.address,
-        client=client,
-        dispatch=dispatch,
-        sinks=SourceSinks(
-            sink=KafkaSink(
-                KafkaSinkConfig(topic="out"), bootstrap_servers=sasl_broker.address, client=client
-            )
-        ),
-        fetch=FetchSettings(session_timeout_ms=2000),
-    )
-    with pytest.raises(StackError) as info:
-        await source.start()
+    with pytest.raises(DeployError) as info:
+        deploy_pipeline(doc)
     message = str(info.value)
-    assert "refused the SASL SCRAM-SHA-256 login of user 'nobody'" in message
-    assert "env EB_TEST_KAFKA_PASSWORD" in message
-    assert "not-the-password" not in message
-
-
-def test_stunnel_binary_present() -> None:
-    # CI installs it through `make system-deps`; a missing binary fails here, never skips
-    assert subprocess.run(
-        ["stunnel4", "-version"], capture_output=True, check=False
-    ).returncode in (0, 1)
+    assert f"pipeline {name!r} could not be deployed" in message
+    assert expect in message
+    assert password not in message

@@ -1,11 +1,11 @@
 """Apache Kafka (KRaft mode) as local processes: one combined broker + controller, or a
 cluster of several, on loopback ports.
 
-The broker's jars come from Maven Central: the POM shipped beside this module lists
-``org.apache.kafka:kafka_2.13`` and a log4j binding; :func:`kafka_classpath` resolves them once
-with Maven into a cache outside any checkout (``$EVENTBUS_KAFKA_HOME``, default
-``~/.cache/eventbus/kafka-<version>``). Java 17 or newer runs it. Storage lives on disk under
-the directory the caller gives, so records survive a stop and a start on the same directory.
+The broker's jars come from Maven Central (:mod:`.kafka_jars`: :func:`kafka_classpath`
+resolves them once into a cache outside any checkout); Java 17 or newer runs it. Storage lives
+on disk under the directory the caller gives, so records survive a stop and a start on the same
+directory. With ``security=`` (:class:`~.kafka_security.KafkaSecurity`) the client listener
+serves TLS and/or SASL/SCRAM-SHA-512 logins, and ACLs.
 
 Example:
     >>> broker = start_kafka(home=Path("/tmp/eb/kafka"))    # doctest: +SKIP
@@ -19,16 +19,17 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import re
-import shutil
 import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from eventbus._internal.kafka_jars import KAFKA_VERSION, java, kafka_classpath
+from eventbus._internal.kafka_security import KafkaSecurity, secured_ready, write_private
 from eventbus._internal.services import (
     ServiceProcess,
     _launch,
@@ -38,19 +39,20 @@ from eventbus._internal.services import (
 )
 from eventbus.errors import StackError
 
+if TYPE_CHECKING:
+    from eventbus.eventing import KafkaClientConfig
+
 __all__ = [
     "KAFKA_VERSION",
     "KafkaCluster",
     "KafkaNode",
+    "KafkaSecurity",
     "kafka_classpath",
     "start_kafka",
     "start_kafka_cluster",
 ]
 
-#: The Apache Kafka release the POM names (``org.apache.kafka:kafka_2.13``).
-KAFKA_VERSION = "4.1.1"
 _HOST = "127.0.0.1"
-_JAVA_MIN = 17
 _LOG4J = """\
 rootLogger.level = WARN
 rootLogger.appenderRef.out.ref = OUT
@@ -63,98 +65,6 @@ logger.server.level = INFO
 logger.ctl.name = org.apache.kafka.controller.QuorumController
 logger.ctl.level = INFO
 """
-
-
-def _cache_dir() -> Path:
-    env = os.environ.get("EVENTBUS_KAFKA_HOME")
-    if env:
-        return Path(env)
-    return Path.home() / ".cache" / "eventbus" / f"kafka-{KAFKA_VERSION}"
-
-
-def _java() -> str:
-    home = os.environ.get("JAVA_HOME")
-    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    if not java or not os.access(java, os.X_OK):
-        msg = (
-            f"Apache Kafka needs Java {_JAVA_MIN} or newer and none was found (JAVA_HOME, PATH); "
-            "install one (Debian: apt-get install openjdk-17-jre-headless), or run the embedded "
-            "Tansu broker instead (eventbus up --broker tansu)"
-        )
-        raise StackError(msg)
-    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
-    m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
-    major = int(m.group(1)) if m else 0
-    if major == 1 and m and m.group(2):  # "1.8.0": Java 8
-        major = int(m.group(2))
-    if major < _JAVA_MIN:
-        msg = (
-            f"Apache Kafka {KAFKA_VERSION} needs Java {_JAVA_MIN} or newer; {java} is Java "
-            f"{major or '(unknown)'}; set JAVA_HOME to a newer JDK"
-        )
-        raise StackError(msg)
-    return java
-
-
-def kafka_classpath(*, resolve: bool = True) -> str:
-    """The broker's classpath: every jar of the resolved Kafka release.
-
-    Args:
-        resolve: resolve the jars with Maven when the cache lacks them (False: fail instead).
-
-    Returns:
-        The jars, joined with ``:``.
-
-    Raises:
-        StackError: the jars are not cached and cannot be resolved (no ``mvn``, Maven Central
-            unreachable), naming the fix.
-    """
-    libs = _cache_dir() / "libs"
-    done = _cache_dir() / ".resolved"
-    if not done.exists():
-        if not resolve:
-            msg = f"Apache Kafka {KAFKA_VERSION} is not resolved in {libs}; run `make kafka`"
-            raise StackError(msg)
-        _resolve(libs)
-        done.write_text(KAFKA_VERSION + "\n")
-    jars = sorted(libs.glob("*.jar"))
-    if not any(j.name.startswith("kafka_2.13-") for j in jars):
-        done.unlink(missing_ok=True)
-        msg = f"{libs} holds no kafka_2.13 jar; delete {_cache_dir()} and run `make kafka`"
-        raise StackError(msg)
-    return ":".join(str(j) for j in jars)
-
-
-def _resolve(libs: Path) -> None:
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        msg = (
-            f"Apache Kafka {KAFKA_VERSION} is not in {libs} and there is no `mvn` to resolve it "
-            "from Maven Central; install Maven (apt-get install maven) and run `make kafka`, or "
-            "set EVENTBUS_KAFKA_HOME to a directory whose libs/ holds the broker's jars"
-        )
-        raise StackError(msg)
-    libs.mkdir(parents=True, exist_ok=True)
-    pom = resources.files("eventbus._internal").joinpath("kafka-pom.xml")
-    with resources.as_file(pom) as pom_path:
-        argv = [
-            mvn,
-            "-q",
-            "-B",
-            "-f",
-            str(pom_path),
-            "dependency:copy-dependencies",
-            f"-DoutputDirectory={libs}",
-            f"-Dkafka.version={KAFKA_VERSION}",
-        ]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
-    if proc.returncode != 0:
-        msg = (
-            f"resolving Apache Kafka {KAFKA_VERSION} from Maven Central failed (exit "
-            f"{proc.returncode}): {(proc.stdout + proc.stderr)[-1500:]}\nfix: check that Maven "
-            "Central is reachable (~/.m2/settings.xml mirrors, proxies), then run `make kafka`"
-        )
-        raise StackError(msg)
 
 
 def _cluster_id() -> str:
@@ -237,15 +147,21 @@ def _properties(
     return props
 
 
-def _start_node(node: KafkaNode, props: dict[str, str], cluster_id: str, heap_mb: int) -> None:
-    java, cp = _java(), kafka_classpath()
+def _start_node(
+    node: KafkaNode,
+    props: dict[str, str],
+    cluster_id: str,
+    heap_mb: int,
+    format_args: list[str] | None = None,
+) -> None:
+    java_bin, cp = java(), kafka_classpath()
     node.home.mkdir(parents=True, exist_ok=True)
-    conf = node.home / "server.properties"
-    conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    conf = node.home / "server.properties"  # 0600: it may hold the admin's password
+    write_private(conf, "".join(f"{k}={v}\n" for k, v in props.items()))
     log4j = node.home / "log4j2.properties"
     log4j.write_text(_LOG4J)
     jvm = [
-        java,
+        java_bin,
         f"-Xmx{heap_mb}m",
         f"-Xms{min(heap_mb, 128)}m",
         "-XX:+UseG1GC",
@@ -258,6 +174,7 @@ def _start_node(node: KafkaNode, props: dict[str, str], cluster_id: str, heap_mb
     data = node.home / "data"
     if not (data / "meta.properties").exists():
         fmt = [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(conf)]
+        fmt += format_args or []
         proc = subprocess.run(fmt, capture_output=True, text=True, timeout=120, check=False)
         if proc.returncode != 0:
             msg = (
@@ -270,10 +187,13 @@ def _start_node(node: KafkaNode, props: dict[str, str], cluster_id: str, heap_mb
     )
 
 
-def _wait_nodes(nodes: list[KafkaNode], timeout_s: float) -> None:
+def _wait_nodes(
+    nodes: list[KafkaNode], timeout_s: float, ready: Callable[[str], bool] | None = None
+) -> None:
     deadline = time.monotonic() + timeout_s
+    answers = ready or (lambda address: kafka_metadata_ready(address, 1.0))
     for node in nodes:
-        while not kafka_metadata_ready(node.address, 1.0):
+        while not answers(node.address):
             proc = node.proc
             if proc is None or not proc.alive():
                 log = node.home / "kafka.log"
@@ -302,6 +222,7 @@ class KafkaCluster:
     Attributes:
         nodes: the nodes, by position (node ids 1..n).
         bootstrap: every node's client address, comma-separated.
+        security: how the client listener is secured (None: plaintext).
     """
 
     def __init__(
@@ -312,10 +233,12 @@ class KafkaCluster:
         ports: list[int] | None = None,
         extra: dict[str, str] | None = None,
         heap_mb: int = 512,
+        security: KafkaSecurity | None = None,
     ) -> None:
         self.home = Path(home)
         self.heap_mb = heap_mb
         self.extra = dict(extra or {})
+        self.security = security
         id_file = self.home / "cluster_id"
         self.home.mkdir(parents=True, exist_ok=True)
         if not id_file.exists():
@@ -344,21 +267,42 @@ class KafkaCluster:
         """The bootstrap servers (as :attr:`ServiceProcess.address`)."""
         return self.bootstrap
 
+    @property
+    def admin_client(self) -> KafkaClientConfig | None:
+        """The admin's client settings on a secured cluster (None: plaintext, no settings)."""
+        if self.security is None:
+            return None
+        return self.security.admin_client(self.home)
+
     def props(self, node: KafkaNode) -> dict[str, str]:
         """The ``server.properties`` of ``node``."""
-        return _properties(node, self.voters, len(self.nodes), self.extra)
+        extra = dict(self.extra)
+        if self.security is not None:  # the listeners' security, under the caller's extra
+            sec = self.security.properties(node.port, node.controller_port, self.home)
+            extra = sec | extra
+        return _properties(node, self.voters, len(self.nodes), extra)
 
     def start(self, timeout_s: float = 90.0) -> None:
         """Start every stopped node and wait until each answers."""
         stopped = [n for n in self.nodes if n.pid == 0]
         for node in stopped:
-            _start_node(node, self.props(node), self.cluster_id, self.heap_mb)
-        _wait_nodes(stopped, timeout_s)
+            self._start_node(node)
+        _wait_nodes(stopped, timeout_s, self._ready())
 
     def start_node(self, node: KafkaNode, timeout_s: float = 90.0) -> None:
         """Start one stopped node again (same ports, same storage) and wait until it answers."""
-        _start_node(node, self.props(node), self.cluster_id, self.heap_mb)
-        _wait_nodes([node], timeout_s)
+        self._start_node(node)
+        _wait_nodes([node], timeout_s, self._ready())
+
+    def _start_node(self, node: KafkaNode) -> None:
+        fmt = self.security.format_args() if self.security is not None else None
+        _start_node(node, self.props(node), self.cluster_id, self.heap_mb, fmt)
+
+    def _ready(self) -> Callable[[str], bool] | None:
+        client = self.admin_client
+        if client is None:
+            return None
+        return lambda address: secured_ready(address, client, 2.0)
 
     def node_at(self, address: str) -> KafkaNode:
         """The node whose client listener is ``address`` (``host:port``)."""
@@ -391,6 +335,7 @@ def start_kafka(
     extra: dict[str, str] | None = None,
     heap_mb: int = 512,
     timeout_s: float = 90.0,
+    security: KafkaSecurity | None = None,
 ) -> KafkaCluster:
     """Start a single-node Apache Kafka (KRaft, combined broker and controller) on loopback.
 
@@ -403,6 +348,9 @@ def start_kafka(
         extra: more ``server.properties`` (they win over the defaults).
         heap_mb: the JVM's heap.
         timeout_s: how long to wait until it answers a metadata request.
+        security: serve TLS, SASL/SCRAM-SHA-512 and ACLs on the client listener (see
+            :class:`~eventbus._internal.kafka_security.KafkaSecurity`); the admin's client
+            settings are then :attr:`KafkaCluster.admin_client`.
 
     Returns:
         The cluster of one; ``address`` is the bootstrap ``127.0.0.1:PORT``.
@@ -410,8 +358,14 @@ def start_kafka(
     Raises:
         StackError: no Java, no jars, or the broker did not start (its log's tail included).
     """
-    cluster = KafkaCluster(home, 1, ports=[port] if port else None, extra=extra, heap_mb=heap_mb)
-    cluster.start(timeout_s)
+    cluster = KafkaCluster(
+        home, 1, ports=[port] if port else None, extra=extra, heap_mb=heap_mb, security=security
+    )
+    try:
+        cluster.start(timeout_s)
+    except BaseException:
+        cluster.stop()
+        raise
     return cluster
 
 
@@ -422,6 +376,7 @@ def start_kafka_cluster(
     extra: dict[str, str] | None = None,
     heap_mb: int = 384,
     timeout_s: float = 120.0,
+    security: KafkaSecurity | None = None,
 ) -> KafkaCluster:
     """Start an Apache Kafka cluster of ``n_nodes`` combined nodes (a KRaft quorum of all of
     them); with three or more, topics default to replication 3 and ``min.insync.replicas`` 2.
@@ -429,7 +384,7 @@ def start_kafka_cluster(
     Raises:
         StackError: as :func:`start_kafka`.
     """
-    cluster = KafkaCluster(home, n_nodes, extra=extra, heap_mb=heap_mb)
+    cluster = KafkaCluster(home, n_nodes, extra=extra, heap_mb=heap_mb, security=security)
     try:
         cluster.start(timeout_s)
     except BaseException:

@@ -369,15 +369,21 @@ async def kafka_connect_error(
         reason = f"the broker refused the SASL {sasl.mechanism} login of user {sasl.username!r}"
         fix = _sasl_fix(sasl)
     else:
-        probe = await _probe(servers.split(",")[0].strip(), config)
+        server = servers.split(",")[0].strip()
+        probe = await _probe(server, config)
         if probe is not None:
             reason, fix = probe
         elif sasl is not None:
-            reason = (
-                f"the broker accepted the {'TLS ' if protocol == 'SASL_SSL' else ''}connection "
-                f"but closed it during the SASL {sasl.mechanism} exchange"
-            )
-            fix = _sasl_fix(sasl) + ", and that the broker accepts that mechanism"
+            assert config is not None
+            refused = await _probe_login(server, config)
+            if refused is not None:
+                reason, fix = refused, _sasl_fix(sasl)
+            else:
+                reason = (
+                    f"the broker accepted the {'TLS ' if protocol == 'SASL_SSL' else ''}"
+                    f"connection but closed it during the SASL {sasl.mechanism} exchange"
+                )
+                fix = _sasl_fix(sasl) + ", and that the broker accepts that mechanism"
     msg = f"{what} cannot connect to the Kafka broker at {servers} ({protocol}): {reason}; {fix}"
     return StackError(msg)
 
@@ -427,6 +433,34 @@ async def _probe(server: str, config: KafkaClientConfig | None) -> tuple[str, st
     writer.close()
     with contextlib.suppress(OSError, ssl.SSLError):
         await writer.wait_closed()
+    return None
+
+
+async def _probe_login(server: str, config: KafkaClientConfig) -> str | None:
+    """The broker's verdict on the SASL login, when it refuses it (aiokafka's bootstrap only
+    logs it and answers "Unable to bootstrap"); None when the login works or fails otherwise.
+    """
+    import asyncio
+
+    from aiokafka.conn import create_conn
+    from aiokafka.errors import SaslAuthenticationFailed, UnsupportedSaslMechanismError
+
+    sasl = config.sasl
+    assert sasl is not None
+    host, _, port = server.rpartition(":")
+    try:
+        conn = await asyncio.wait_for(
+            create_conn(host.strip("[]"), int(port), **kafka_client_kwargs(config)), 10
+        )
+    except SaslAuthenticationFailed as e:
+        # Kafka's message names the mechanism and never the password ("invalid credentials")
+        detail = str(e).split(": ", 1)[-1]
+        return f"the broker refused the SASL {sasl.mechanism} login of user {sasl.username!r} ({detail})"
+    except UnsupportedSaslMechanismError as e:
+        return f"the broker does not accept SASL {sasl.mechanism} ({e})"
+    except Exception:  # noqa: BLE001 - no verdict: the caller says what it knows
+        return None
+    conn.close()
     return None
 
 

@@ -797,11 +797,14 @@ class Controller:
             return
         self.hosts.leave(config.name)  # it moved off a shared host
         runtime = self._runtime(run_sources=config.spec.serving.source_placement == "replica")
-        serve.run(
-            build_app(config, python_path, runtime),
-            name=app_name(config.name),
-            route_prefix=None,
-        )
+        try:
+            serve.run(
+                build_app(config, python_path, runtime),
+                name=app_name(config.name),
+                route_prefix=None,
+            )
+        except RuntimeError as e:  # Serve's message names the deployment, not why it failed
+            raise RuntimeError(_deployment_failure(app_name(config.name)) or str(e)) from e
 
     def _delete_app(self, name: str, *, own_only: bool = False) -> None:
         from ray import serve
@@ -905,6 +908,21 @@ def _wait_gone(actor_name: str, timeout_s: float = 30.0) -> None:
         except ValueError:
             return
         time.sleep(0.05)
+
+
+def _deployment_failure(app: str) -> str | None:
+    """The error a failed deployment of ``app`` recorded (a replica's constructor traceback:
+    a source refused by the broker, say), which Serve's application message leaves out."""
+    from ray import serve
+
+    try:
+        status = serve.status().applications.get(app)
+    except Exception:  # noqa: BLE001 - only a better message; Serve's own stands without it
+        return None
+    if status is None:
+        return None
+    failed = [d.message for d in status.deployments.values() if d.status != "HEALTHY"]
+    return next((m for m in failed if m), None)
 
 
 def _root_cause(exc: BaseException) -> str:

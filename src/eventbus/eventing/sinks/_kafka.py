@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from eventbus.errors import ConfigError
 from eventbus.eventing._codecs import KafkaRecord, encode_kafka_binary, encode_kafka_structured
 from eventbus.eventing._event import CloudEvent
+from eventbus.eventing._kafka_acl import check_topic_access
 from eventbus.eventing._kafka_client import (
     KafkaClientConfig,
     kafka_client_kwargs,
@@ -155,16 +156,19 @@ class KafkaSink(Sink):
             linger_ms=0,
             **self._client_kwargs,
         )
+        what = f"kafka sink for topic {self.config.topic!r}"
         try:
             await producer.start()
         except Exception as e:
             await producer.stop()
-            raise await kafka_connect_error(
-                f"kafka sink for topic {self.config.topic!r}",
-                self.bootstrap_servers,
-                self.client,
-                e,
-            ) from e
+            raise await kafka_connect_error(what, self.bootstrap_servers, self.client, e) from e
+        try:  # a producer without WRITE starts fine and fails at its first send: ask now
+            await check_topic_access(
+                what, self.bootstrap_servers, self.client, {self.config.topic: "WRITE"}
+            )
+        except BaseException:
+            await producer.stop()
+            raise
         self._producer = producer
 
     async def stop(self) -> None:

@@ -44,6 +44,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
 from eventbus.errors import ConfigError
+from eventbus.eventing._kafka_acl import check_topic_access
 from eventbus.eventing._kafka_client import KafkaClientConfig, kafka_connect_error
 from eventbus.eventing._outcome import Dispatch, Outcome
 from eventbus.eventing._routing import Turn
@@ -200,17 +201,20 @@ class KafkaSource(Source):
             StackError: the broker cannot be reached.
         """
         await self._delivery.start()
+        what = f"kafka source of pipeline {self.pipeline!r}"
+        try:  # a consumer without READ fails only in the background: ask before joining
+            await check_topic_access(
+                what, self.bootstrap_servers, self.client, dict.fromkeys(self.config.topics, "READ")
+            )
+        except BaseException:
+            await self._delivery.stop_sinks()
+            raise
         try:
             await self._fetcher.start(self._on_revoked, self._on_assigned, self._on_bridged)
         except (KafkaError, KeyError, ConfigError) as e:
             # KeyError: aiokafka's SCRAM client when the broker refuses the login
             await self._delivery.stop_sinks()
-            raise await kafka_connect_error(
-                f"kafka source of pipeline {self.pipeline!r}",
-                self.bootstrap_servers,
-                self.client,
-                e,
-            ) from e
+            raise await kafka_connect_error(what, self.bootstrap_servers, self.client, e) from e
         self._deliverer = asyncio.create_task(
             self._deliver_loop(), name=f"eventbus-{self.pipeline}-deliver"
         )
