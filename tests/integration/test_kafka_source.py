@@ -787,3 +787,26 @@ async def test_concurrent_producers_on_one_partition_lose_nothing(kafka_bootstra
     assert source.stats()["consumed"] == total
     got = await read_all(kafka_bootstrap, out, total)
     assert sorted(decode_record(r).data["n"] for r in got) == list(range(total))
+
+
+@pytest.mark.kafka_only  # Tansu takes any session timeout
+async def test_a_session_timeout_the_broker_refuses_is_named_with_the_fix(
+    kafka_bootstrap, topic_factory
+):
+    from eventbus.errors import StackError
+
+    src = topic_factory("in")
+    source = make_source(
+        kafka_bootstrap,
+        src,
+        double_even,
+        topic_factory("out"),
+        None,
+        pipeline=f"p-{src}",
+        fetch={"session_timeout_ms": 2000},  # below Apache Kafka's group.min.session.timeout.ms
+    )
+    with pytest.raises(StackError) as info:
+        await source.start()
+    msg = str(info.value)
+    assert "the broker refused the consumer group's session timeout" in msg
+    assert "set the source's session_timeout_ms within the broker's group.min.session" in msg

@@ -356,14 +356,21 @@ async def kafka_connect_error(
 
     if isinstance(exc, ConfigError):
         return exc
-    from aiokafka.errors import KafkaError
+    from aiokafka.errors import InvalidSessionTimeoutError, KafkaError
 
     protocol = config.security_protocol if config is not None else "PLAINTEXT"
     sasl = config.sasl if config is not None else None
     reason = f"{type(exc).__name__}: {exc}"
     fix = "check that it runs and the address is right (`eventbus up` starts a local one)"
     refused_login = isinstance(exc, KeyError) or "authentication" in type(exc).__name__.lower()
-    if not isinstance(exc, KafkaError | KeyError) and not refused_login:
+    if isinstance(exc, InvalidSessionTimeoutError):
+        reason = "the broker refused the consumer group's session timeout"
+        fix = (
+            "set the source's session_timeout_ms within the broker's "
+            "group.min.session.timeout.ms and group.max.session.timeout.ms (Apache Kafka: "
+            "6000 and 1800000 unless its operator changed them)"
+        )
+    elif not isinstance(exc, KafkaError | KeyError) and not refused_login:
         reason = f"{type(exc).__name__}: {exc}"
     elif refused_login and sasl is not None:
         reason = f"the broker refused the SASL {sasl.mechanism} login of user {sasl.username!r}"
