@@ -7,8 +7,9 @@ state in Redis) where :class:`~eventbus.serving._step_threads.StepThreads` says,
 :class:`~eventbus.eventing.sources.KafkaSource` with the replica's fetch settings and delivery
 policy (``serving._outputs.delivery_policy``: the Redis dedupe when the YAML asks for it), and
 real :class:`~eventbus.eventing.sinks.KafkaSink` s (``serving._outputs.source_sinks``). The one
-addition: the output sink notes when each send was acknowledged and for which partitions, so
-that the test can tell how long a partition's output stopped.
+addition, for the figures: the dispatch and the output sink note when each batch went through
+and the highest input offset per input partition behind it, so that the test can tell when
+each partition's records flowed again after a fault (:func:`outage`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -119,7 +121,7 @@ def workload(n: int, keys: int, seed: int) -> Workload:
     return Workload(parts, expected, where)
 
 
-def pipeline_yaml(name: str, source: str, sink: str, dlq: str, dedupe: bool) -> str:
+def pipeline_yaml(name: str, group: str, source: str, sink: str, dlq: str, dedupe: bool) -> str:
     """The pipeline: filter, convert and a join (emit every: one joined event per payment)."""
     delivery = "  delivery: {dedupe: {window_s: 600}}\n" if dedupe else ""
     return f"""\
@@ -128,7 +130,7 @@ kind: Pipeline
 metadata: {{name: {name}}}
 spec:
   sources:
-    - kafka: {{topic: {source}, group: {name}}}
+    - kafka: {{topic: {source}, group: {group}}}
   steps:
     - id: keep
       filter: "type != 'tick' || data.seq % 10 != 3"
@@ -180,7 +182,42 @@ async def create_topics(bootstrap: str, topics: dict[str, dict[int, list[int]]])
         await admin.close()
 
 
-async def leaders(bootstrap: str, topic: str) -> dict[int, int]:
+async def groups_coordinated(
+    bootstrap: str, prefix: str, count: int, by: Any, attempts: int = 200
+) -> list[str]:
+    """``count`` group ids ``{prefix}-<n>`` whose coordinator's node id satisfies ``by``
+    (asked with FindCoordinator: the leader of the group's ``__consumer_offsets`` partition)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    await admin.start()
+    out: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        n = 0
+        while len(out) < count:
+            group = f"{prefix}-{n}"
+            try:
+                node = await admin.find_coordinator(group)
+            except KafkaError:  # __consumer_offsets being created, a coordinator moving
+                assert time.monotonic() < deadline, "no group coordinator"
+                await asyncio.sleep(0.1)
+                continue
+            n += 1
+            assert n < attempts, f"no group of {prefix} coordinated as wanted"
+            if by(node):
+                out.append(group)
+    finally:
+        await admin.close()
+    return out
+
+
+async def coordinators(bootstrap: str) -> Counter[int]:
+    """Node id -> how many ``__consumer_offsets`` partitions it leads (for how many groups
+    it can be the coordinator); the topic is made first if it is not there yet."""
+    await groups_coordinated(bootstrap, "bf-probe", 1, lambda _: True)
+    return Counter((await leaders(bootstrap, "__consumer_offsets", 10)).values())
+
+
+async def leaders(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> dict[int, int]:
     """Partition -> its leader's node id."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
     await admin.start()
@@ -189,7 +226,7 @@ async def leaders(bootstrap: str, topic: str) -> dict[int, int]:
         while True:
             (desc,) = await admin.describe_topics([topic])
             found = {p["partition"]: p["leader"] for p in desc["partitions"]}
-            if len(found) == PARTITIONS and all(v >= 0 for v in found.values()):
+            if len(found) == partitions and all(v >= 0 for v in found.values()):
                 return found
             assert time.monotonic() < deadline, f"{topic}: leaders {found}"
             await asyncio.sleep(0.1)
@@ -279,6 +316,8 @@ class InProcessPipeline:
         self.config = config
         #: per input partition, the highest offset dispatched so far
         self.dispatched: dict[int, int] = {}
+        #: when each batch was dispatched, and per input partition its highest offset
+        self.dispatch_log: list[tuple[float, dict[int, int]]] = []
         self.runner = PipelineRunner(config, redis_url=redis_url)
         self.threads = StepThreads(self.runner.steps)
         (src,) = config.consumed_sources
@@ -292,10 +331,12 @@ class InProcessPipeline:
 
         run = self.runner.run
         threads = self.threads
-        dispatched = self.dispatched
+        dispatched, dispatch_log = self.dispatched, self.dispatch_log
 
         async def dispatch(events: list[CloudEvent]) -> list[Outcome]:
-            for p, offset in offsets_of(events, where).items():
+            tops = offsets_of(events, where)
+            dispatch_log.append((time.monotonic(), tops))
+            for p, offset in tops.items():
                 dispatched[p] = max(offset, dispatched.get(p, -1))
             outcomes: list[Outcome] = await threads.call(run, events)
             return outcomes
@@ -358,36 +399,66 @@ class InProcessPipeline:
 # -- figures and checks --------------------------------------------------------------------------
 
 
-def outage(
-    acked: list[tuple[float, dict[int, int]]],
-    fault_at: float,
-    dispatched: dict[int, int],
-    ends: dict[int, int],
-) -> dict[str, float]:
-    """How long output stopped after the fault at ``fault_at``.
-
-    Per input partition with records left, the time from the fault until the sink
-    acknowledged an output of a record dispatched after the fault (an offset past
-    ``dispatched``, the highest dispatched before it): the partition's records flow end to end
-    again. ``resume_s``: the slowest partition's (the one the fault hit); ``resume_min_s``: the
-    fastest's (what the machine's load alone costs). ``stall_s``: the longest time after the
-    fault without any acknowledged output."""
-    resumed: dict[int, float] = {}
-    prev, stall = fault_at, 0.0
-    for t, tops in acked:
+def _resumed(
+    log: list[tuple[float, dict[int, int]]], fault_at: float, before: dict[int, int]
+) -> dict[int, float]:
+    """Per partition, seconds from the fault to the first entry of ``log`` past ``before``."""
+    out: dict[int, float] = {}
+    for t, tops in log:
         if t < fault_at:
             continue
-        stall, prev = max(stall, t - prev), t
         for p, offset in tops.items():
-            if p not in resumed and offset > dispatched.get(p, -1):
-                resumed[p] = t - fault_at
-    left = [p for p, end in ends.items() if dispatched.get(p, -1) < end - 1]
-    times = [resumed.get(p, float("nan")) for p in left]
+            if p not in out and offset > before.get(p, -1):
+                out[p] = t - fault_at
+    return out
+
+
+def outage(
+    pipe: InProcessPipeline, fault_at: float, before: dict[int, int], ends: dict[int, int]
+) -> dict[str, float]:
+    """How long a pipeline's output stopped after the fault at ``fault_at``.
+
+    Per input partition with records left, the time from the fault until the sink
+    acknowledged an output of a record dispatched after the fault (past ``before``, the
+    highest offsets dispatched before it): the partition's records flow end to end again.
+    ``resume_s``: the slowest partition's (the one the fault hit); ``resume_min_s``: the
+    fastest's (the batches queued before it, the machine's load). ``fetch_resume_s``: the
+    slowest partition's time until a record past ``before`` was dispatched (the consumer's
+    part). ``stall_s``: the longest time after the fault without any acknowledged output."""
+    acked = pipe.sink.acked if pipe.sink is not None else []
+    left = [p for p, end in ends.items() if before.get(p, -1) < end - 1]
+    nan = float("nan")
+    out_at = _resumed(acked, fault_at, before)
+    in_at = _resumed(pipe.dispatch_log, fault_at, before)
+    prev, stall = fault_at, 0.0
+    for t, _ in acked:
+        if t >= fault_at:
+            stall, prev = max(stall, t - prev), t
+
+    def worst(at: dict[int, float], pick: Any = max) -> float:
+        return round(pick(at.get(p, nan) for p in left), 3) if left else 0.0
+
     return {
-        "resume_s": round(max(times), 3) if times else 0.0,
-        "resume_min_s": round(min(times), 3) if times else 0.0,
+        "resume_s": worst(out_at),
+        "resume_min_s": worst(out_at, min),
+        "fetch_resume_s": worst(in_at),
         "stall_s": round(stall, 3),
     }
+
+
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """User + system CPU seconds of processes so far (from ``/proc``; 0 for one gone)."""
+    import os
+
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 @dataclass
@@ -451,6 +522,8 @@ class Verdict:
     duplicates: int
     order_breaks: list[str]
     misplaced: int
+    #: distinct CloudEvent ids and distinct (key, seq) delivered: equal when each output's id
+    #: stands for its (key, seq), as the dedupe (by source + id) assumes
     ids_vs_pairs: tuple[int, int]
 
     def as_dict(self) -> dict[str, Any]:
@@ -511,11 +584,13 @@ __all__ = [
     "PARTITIONS",
     "Delivered",
     "InProcessPipeline",
-    "KafkaError",
     "Verdict",
     "Where",
     "Workload",
     "cluster_healthy",
+    "coordinators",
+    "cpu_seconds",
+    "groups_coordinated",
     "create_topics",
     "judge",
     "leaders",
