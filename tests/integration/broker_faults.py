@@ -446,19 +446,20 @@ def outage(
     }
 
 
-def cpu_seconds(pids: Sequence[int]) -> float:
-    """User + system CPU seconds of processes so far (from ``/proc``; 0 for one gone)."""
+def cpu_seconds(pids: Sequence[int]) -> dict[int, float]:
+    """User + system CPU seconds of processes so far, by pid (from ``/proc``; gone ones left
+    out: compare only the pids both readings have)."""
     import os
 
     tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
+    out: dict[int, float] = {}
     for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+        out[pid] = (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 @dataclass
