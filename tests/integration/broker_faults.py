@@ -1,5 +1,6 @@
-"""What ``test_broker_faults.py`` drives: a keyed workload, pipelines run in process on the
-three-node cluster, the fault's figures and the check of the output topics.
+"""What ``test_broker_faults.py`` drives: a keyed workload and its pipeline, run in process on
+the three-node cluster (the cluster's helpers: ``kafka3``; the figures and checks:
+``broker_fault_checks``).
 
 A pipeline runs as a replica runs it, without Ray (``serving/_replica_sources.py``): the steps
 compiled from its YAML by a :class:`~eventbus.pipelines._runner.PipelineRunner` (the join's
@@ -9,7 +10,7 @@ policy (``serving._outputs.delivery_policy``: the Redis dedupe when the YAML ask
 real :class:`~eventbus.eventing.sinks.KafkaSink` s (``serving._outputs.source_sinks``). The one
 addition, for the figures: the dispatch and the output sink note when each batch went through
 and the highest input offset per input partition behind it, so that the test can tell when
-each partition's records flowed again after a fault (:func:`outage`).
+each partition's records flowed again after a fault (``broker_fault_checks.outage``).
 """
 
 from __future__ import annotations
@@ -19,17 +20,13 @@ import random
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError
+from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 
-from eventbus._internal.kafka_broker import KafkaCluster
 from eventbus.eventing._codecs import KafkaRecord
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Outcome
@@ -149,105 +146,6 @@ spec:
   dead_letter: {{kafka: {{topic: {dlq}}}}}
 {delivery}  serving: {{batch: {{max_size: {MAX_BATCH}, max_in_flight: {MAX_IN_FLIGHT}}}}}
 """
-
-
-# -- the cluster -------------------------------------------------------------------------------
-
-
-def placement(leads: dict[int, int], nodes: Sequence[int] = (1, 2, 3)) -> dict[int, list[int]]:
-    """A replica assignment: partition -> [its leader, the other nodes] (replication 3)."""
-    return {p: [leader, *(n for n in nodes if n != leader)] for p, leader in leads.items()}
-
-
-async def create_topics(bootstrap: str, topics: dict[str, dict[int, list[int]]]) -> None:
-    """Create topics with the given replica assignments (the first replica leads), trying
-    again while a broker that was just restarted is not registered yet."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
-    await admin.start()
-    try:
-        deadline = time.monotonic() + 60
-        todo = dict(topics)
-        while todo:
-            answer = await admin.create_topics(
-                [NewTopic(t, -1, -1, replica_assignments=a) for t, a in todo.items()],
-                timeout_ms=10_000,
-            )
-            errors = {t: (code, rest) for t, code, *rest in answer.topic_errors if code}
-            todo = {t: a for t, a in todo.items() if t in errors and errors[t][0] != 36}
-            if todo and time.monotonic() > deadline:
-                raise AssertionError(f"topics not created: {errors}")
-            if todo:
-                await asyncio.sleep(0.2)
-    finally:
-        await admin.close()
-
-
-async def groups_coordinated(
-    bootstrap: str, prefix: str, count: int, by: Any, attempts: int = 200
-) -> list[str]:
-    """``count`` group ids ``{prefix}-<n>`` whose coordinator's node id satisfies ``by``
-    (asked with FindCoordinator: the leader of the group's ``__consumer_offsets`` partition)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
-    await admin.start()
-    out: list[str] = []
-    try:
-        deadline = time.monotonic() + 60
-        n = 0
-        while len(out) < count:
-            group = f"{prefix}-{n}"
-            try:
-                node = await admin.find_coordinator(group)
-            except KafkaError:  # __consumer_offsets being created, a coordinator moving
-                assert time.monotonic() < deadline, "no group coordinator"
-                await asyncio.sleep(0.1)
-                continue
-            n += 1
-            assert n < attempts, f"no group of {prefix} coordinated as wanted"
-            if by(node):
-                out.append(group)
-    finally:
-        await admin.close()
-    return out
-
-
-async def coordinators(bootstrap: str) -> Counter[int]:
-    """Node id -> how many ``__consumer_offsets`` partitions it leads (for how many groups
-    it can be the coordinator); the topic is made first if it is not there yet."""
-    await groups_coordinated(bootstrap, "bf-probe", 1, lambda _: True)
-    return Counter((await leaders(bootstrap, "__consumer_offsets", 10)).values())
-
-
-async def leaders(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> dict[int, int]:
-    """Partition -> its leader's node id."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
-    await admin.start()
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            (desc,) = await admin.describe_topics([topic])
-            found = {p["partition"]: p["leader"] for p in desc["partitions"]}
-            if len(found) == partitions and all(v >= 0 for v in found.values()):
-                return found
-            assert time.monotonic() < deadline, f"{topic}: leaders {found}"
-            await asyncio.sleep(0.1)
-    finally:
-        await admin.close()
-
-
-async def cluster_healthy(cluster: KafkaCluster, timeout_s: float = 120.0) -> None:
-    """Start the nodes that are down; wait until every broker is registered."""
-    down = [n for n in cluster.nodes if not n.pid]
-    for node in down:
-        await asyncio.to_thread(cluster.start_node, node)
-    admin = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=5000)
-    await admin.start()
-    try:
-        deadline = time.monotonic() + timeout_s
-        while len((await admin.describe_cluster())["brokers"]) < len(cluster.nodes):
-            assert time.monotonic() < deadline, "a broker did not register"
-            await asyncio.sleep(0.2)
-    finally:
-        await admin.close()
 
 
 async def produce(bootstrap: str, topic: str, parts: dict[int, list[Rec]]) -> None:
@@ -396,178 +294,29 @@ class InProcessPipeline:
         self.threads.close()
 
 
-# -- figures and checks --------------------------------------------------------------------------
+async def forget_state(redis_url: str, pipelines: Sequence[str], step: str = "pair") -> int:
+    """Delete what the pipelines left in Redis (dedupe marks, the join's state): ~80,000 keys
+    a run that the session's Redis (append-only file on) need not keep for their window."""
+    import redis.asyncio as aioredis
 
+    from eventbus._internal import keys
 
-def _resumed(
-    log: list[tuple[float, dict[int, int]]], fault_at: float, before: dict[int, int]
-) -> dict[int, float]:
-    """Per partition, seconds from the fault to the first entry of ``log`` past ``before``."""
-    out: dict[int, float] = {}
-    for t, tops in log:
-        if t < fault_at:
-            continue
-        for p, offset in tops.items():
-            if p not in out and offset > before.get(p, -1):
-                out[p] = t - fault_at
-    return out
-
-
-def outage(
-    pipe: InProcessPipeline, fault_at: float, before: dict[int, int], ends: dict[int, int]
-) -> dict[str, float]:
-    """How long a pipeline's output stopped after the fault at ``fault_at``.
-
-    Per input partition with records left, the time from the fault until the sink
-    acknowledged an output of a record dispatched after the fault (past ``before``, the
-    highest offsets dispatched before it): the partition's records flow end to end again.
-    ``resume_s``: the slowest partition's (the one the fault hit); ``resume_min_s``: the
-    fastest's (the batches queued before it, the machine's load). ``fetch_resume_s``: the
-    slowest partition's time until a record past ``before`` was dispatched (the consumer's
-    part). ``stall_s``: the longest time after the fault without any acknowledged output."""
-    acked = pipe.sink.acked if pipe.sink is not None else []
-    left = [p for p, end in ends.items() if before.get(p, -1) < end - 1]
-    nan = float("nan")
-    out_at = _resumed(acked, fault_at, before)
-    in_at = _resumed(pipe.dispatch_log, fault_at, before)
-    prev, stall = fault_at, 0.0
-    for t, _ in acked:
-        if t >= fault_at:
-            stall, prev = max(stall, t - prev), t
-
-    def worst(at: dict[int, float], pick: Any = max) -> float:
-        return round(pick(at.get(p, nan) for p in left), 3) if left else 0.0
-
-    return {
-        "resume_s": worst(out_at),
-        "resume_min_s": worst(out_at, min),
-        "fetch_resume_s": worst(in_at),
-        "stall_s": round(stall, 3),
-    }
-
-
-def cpu_seconds(pids: Sequence[int]) -> dict[int, float]:
-    """User + system CPU seconds of processes so far, by pid (from ``/proc``; gone ones left
-    out: compare only the pids both readings have)."""
-    import os
-
-    tick = os.sysconf("SC_CLK_TCK")
-    out: dict[int, float] = {}
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out[pid] = (int(fields[11]) + int(fields[12])) / tick
-    return out
-
-
-@dataclass
-class Delivered:
-    """What an output topic holds: per partition, the (key, seq) of each record in order."""
-
-    by_partition: dict[int, list[tuple[str, int]]] = field(default_factory=dict)
-    #: records whose partition is not their record key's (as the sink partitions keyed records)
-    misplaced: int = 0
-    ids: Counter[bytes] = field(default_factory=Counter)
-
-    def counts(self) -> Counter[tuple[str, int]]:
-        return Counter(x for recs in self.by_partition.values() for x in recs)
-
-
-async def read_topic(bootstrap: str, topic: str, timeout_s: float = 120.0) -> Delivered:
-    """Read ``topic`` from the beginning to its end as it is now, ``read_committed``."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        max_partition_fetch_bytes=4 * 1024 * 1024,
-    )
-    await consumer.start()
-    out = Delivered()
+    client = aioredis.Redis.from_url(redis_url)
+    deleted = 0
     try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        todo = {tp for tp in tps if ends[tp] > 0}
-        for tp in tps:
-            out.by_partition[tp.partition] = []
-        deadline = time.monotonic() + timeout_s
-        while todo:
-            assert time.monotonic() < deadline, f"{topic}: not read to {ends} in {timeout_s} s"
-            data = await consumer.getmany(*todo, timeout_ms=200, max_records=20_000)
-            for tp, records in data.items():
-                got = out.by_partition[tp.partition]
-                for r in records:
-                    d = orjson.loads(r.value)
-                    got.append((d["k"], d["seq"]))
-                    if r.key is None or partition_of(r.key) != tp.partition:
-                        out.misplaced += 1
-                    for name, value in r.headers:
-                        if name == "ce_id":
-                            out.ids[value] += 1
-            for tp in list(todo):
-                if await consumer.position(tp) >= ends[tp]:
-                    todo.discard(tp)
+        for name in pipelines:
+            for prefix in (keys.dedupe_prefix(name), keys.join_prefix(name, step)):
+                batch: list[bytes] = []
+                async for key in client.scan_iter(match=prefix + "*", count=10_000):
+                    batch.append(key)
+                    if len(batch) >= 5000:
+                        deleted += await client.unlink(*batch)
+                        batch.clear()
+                if batch:
+                    deleted += await client.unlink(*batch)
     finally:
-        await consumer.stop()
-    return out
-
-
-@dataclass
-class Verdict:
-    lost: int
-    unexpected: int
-    duplicates: int
-    order_breaks: list[str]
-    misplaced: int
-    #: distinct CloudEvent ids and distinct (key, seq) delivered: equal when each output's id
-    #: stands for its (key, seq), as the dedupe (by source + id) assumes
-    ids_vs_pairs: tuple[int, int]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "lost": self.lost,
-            "unexpected": self.unexpected,
-            "duplicates": self.duplicates,
-            "order_breaks": len(self.order_breaks),
-            "misplaced": self.misplaced,
-        }
-
-
-def judge(out: Delivered, expected: set[tuple[str, int]]) -> Verdict:
-    """Lost, unexpected and duplicated outputs; per key, whether the first delivery of each
-    seq came in seq order on each partition (a redelivered range comes again after, as
-    duplicates).
-
-    A key's ticks go to its partition (the record key is the input's); its joined events go
-    where their join key (the order id, the join's ``partitionkey``) hashes: on each
-    partition a key's outputs must still be in seq order (the sink writes batches in order).
-    """
-    counts = out.counts()
-    got = set(counts)
-    breaks: list[str] = []
-    for p, recs in out.by_partition.items():
-        last: dict[str, int] = {}
-        first: set[tuple[str, int]] = set()
-        for key, seq in recs:
-            if (key, seq) in first:  # a duplicate: order is judged on first deliveries
-                continue
-            first.add((key, seq))
-            prev = last.get(key, 0)
-            if seq <= prev:
-                breaks.append(f"{key}: {seq} after {prev} on partition {p}")
-            last[key] = max(seq, prev)
-    return Verdict(
-        lost=len(expected - got),
-        unexpected=len(got - expected),
-        duplicates=sum(counts.values()) - len(got),
-        order_breaks=breaks,
-        misplaced=out.misplaced,
-        ids_vs_pairs=(len(out.ids), len(got)),
-    )
+        await client.aclose()
+    return deleted
 
 
 async def wait_until(check: Any, what: str, timeout_s: float, every_s: float = 0.05) -> None:
@@ -583,25 +332,14 @@ __all__ = [
     "MAX_BATCH",
     "MAX_IN_FLIGHT",
     "PARTITIONS",
-    "Delivered",
     "InProcessPipeline",
-    "Verdict",
     "Where",
     "Workload",
-    "cluster_healthy",
-    "coordinators",
-    "cpu_seconds",
-    "groups_coordinated",
-    "create_topics",
-    "judge",
-    "leaders",
+    "forget_state",
     "offsets_of",
-    "outage",
     "partition_of",
     "pipeline_yaml",
-    "placement",
     "produce",
-    "read_topic",
     "wait_until",
     "workload",
 ]

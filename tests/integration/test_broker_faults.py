@@ -41,24 +41,24 @@ from typing import Any
 import pytest
 
 from eventbus._internal.kafka_broker import KafkaCluster
+from tests.integration.broker_fault_checks import cpu_seconds, judge, outage, read_topic
 from tests.integration.broker_faults import (
     MAX_BATCH,
     MAX_IN_FLIGHT,
     PARTITIONS,
     InProcessPipeline,
-    cluster_healthy,
-    coordinators,
-    cpu_seconds,
-    create_topics,
-    groups_coordinated,
-    judge,
-    outage,
+    forget_state,
     pipeline_yaml,
-    placement,
     produce,
-    read_topic,
     wait_until,
     workload,
+)
+from tests.integration.kafka3 import (
+    cluster_healthy,
+    coordinators,
+    create_topics,
+    groups_coordinated,
+    placement,
 )
 
 pytestmark = [
@@ -202,6 +202,7 @@ async def test_broker_fault_under_load(
     finally:
         for pipe in pipes.values():
             await pipe.stop()
+        await forget_state(redis_url, [p.config.name for p in pipes.values()])
         await cluster_healthy(cluster)  # the next test gets three nodes
     verdicts = {}
     for d, (_, out, dlq) in yamls.items():
