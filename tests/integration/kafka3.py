@@ -106,16 +106,25 @@ async def leaders(bootstrap: str, topic: str, partitions: int = 4) -> dict[int, 
 
 
 async def cluster_healthy(cluster: KafkaCluster, timeout_s: float = 120.0) -> None:
-    """Start the nodes that are down; wait until every broker is registered."""
+    """Start the nodes that are down; wait until every broker is registered and back in the
+    in-sync replicas of ``__consumer_offsets`` (a node that was down catches up first: until
+    then a fault on another node would leave its partitions below ``min.insync.replicas``)."""
     down = [n for n in cluster.nodes if not n.pid]
     for node in down:
         await asyncio.to_thread(cluster.start_node, node)
     admin = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=5000)
     await admin.start()
+    n = len(cluster.nodes)
     try:
         deadline = time.monotonic() + timeout_s
-        while len((await admin.describe_cluster())["brokers"]) < len(cluster.nodes):
+        while len((await admin.describe_cluster())["brokers"]) < n:
             assert time.monotonic() < deadline, "a broker did not register"
+            await asyncio.sleep(0.2)
+        while True:
+            (desc,) = await admin.describe_topics(["__consumer_offsets"])
+            if desc["error_code"] or all(len(p["isr"]) == n for p in desc["partitions"]):
+                return  # all in sync, or no group ever made the topic
+            assert time.monotonic() < deadline, f"__consumer_offsets not in sync: {desc}"
             await asyncio.sleep(0.2)
     finally:
         await admin.close()

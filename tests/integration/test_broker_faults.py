@@ -19,7 +19,8 @@ fault hits both. Once a fifth of the dedupe copy's outputs are out, one fault pe
 
 Partition leaders are placed by replica assignment, and the consumer groups picked by their
 coordinator, so that each fault hits what it names; but for the controller's, the victim also
-coordinates both groups (its death moves their heartbeats and commits, the hardest case).
+coordinates both groups where it can (``victim_coordinates`` in the figures): its fault then
+moves their heartbeats and commits too, the hardest case.
 Each run checks, reading the output topics ``read_committed`` from the beginning: nothing lost,
 nothing unexpected, each key's outputs in its seq order on each partition, nothing
 dead-lettered; with dedupe, nothing duplicated; without, duplicates at most the events one
@@ -135,20 +136,21 @@ async def test_broker_fault_under_load(
     await cluster_healthy(cluster)
     boot = cluster.bootstrap
     controller = (await asyncio.to_thread(cluster.active_controller)).node_id
+    led = await coordinators(boot)
     if fault == "controller_kill":
         victim = controller
     else:  # the node that can coordinate the most groups, but the controller
-        led = await coordinators(boot)
         victim = max(sorted({1, 2, 3} - {controller}), key=lambda n: led[n])
-        assert led[victim], f"no broker but the controller leads __consumer_offsets: {led}"
     in_leads, out_leads = leads(fault, victim)
     tag = uuid.uuid4().hex[:6]
     source = f"bf-in-{fault}-{tag}"
     topics = {source: placement(in_leads)}
     # The victim coordinates both consumer groups too (its fault hits their heartbeats and
-    # commits), but for the controller's: that one is the controller's failover alone.
-    coordinated = (lambda n: n != victim) if fault == "controller_kill" else (lambda n: n == victim)
-    groups = await groups_coordinated(boot, f"bf-{tag}", 2, coordinated)
+    # commits), but for the controller's: that one is the controller's failover alone. (After
+    # earlier kills the brokers but the controller may lead no __consumer_offsets partition:
+    # leaders move back only with the broker's periodic rebalance, every 5 minutes.)
+    hit = fault != "controller_kill" and led[victim] > 0
+    groups = await groups_coordinated(boot, f"bf-{tag}", 2, lambda n: (n == victim) == hit)
     yamls = {}
     for dedupe, group in zip((True, False), groups, strict=True):
         name = f"bf-{fault.replace('_', '-')}-{'on' if dedupe else 'off'}-{tag}"
@@ -162,7 +164,12 @@ async def test_broker_fault_under_load(
         d: InProcessPipeline.from_yaml(y, boot, redis_url, work.where)
         for d, (y, _, _) in yamls.items()
     }
-    figures: dict[str, Any] = {"fault": fault, "victim": victim, "controller": controller}
+    figures: dict[str, Any] = {
+        "fault": fault,
+        "victim": victim,
+        "controller": controller,
+        "victim_coordinates": hit,
+    }
     jvms = [n.pid for n in cluster.nodes]
     cpu0 = (time.process_time(), cpu_seconds(jvms))
     try:
@@ -222,6 +229,9 @@ async def test_broker_fault_under_load(
     with (tmp_path_factory.getbasetemp() / "broker_faults.json").open("a") as f:
         f.write(line + "\n")
 
+    assert all(n < len(work.expected) for n in figures["outputs_at_fault"].values()), (
+        "a pipeline had finished before the fault: not under load"
+    )
     for d, v in verdicts.items():
         mode = "dedupe on" if d else "dedupe off"
         assert v.lost == 0, f"{mode}: {v.lost} outputs lost"
