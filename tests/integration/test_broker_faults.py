@@ -172,6 +172,7 @@ async def test_broker_fault_under_load(
     }
     jvms = [n.pid for n in cluster.nodes]
     cpu0 = (time.process_time(), cpu_seconds(jvms))
+    faulting: asyncio.Task[None] | None = None
     try:
         for pipe in pipes.values():
             await pipe.start()
@@ -207,6 +208,8 @@ async def test_broker_fault_under_load(
                 },
             }
     finally:
+        if faulting is not None:  # a failure mid-fault: let it end (a stopped broker resumes)
+            await asyncio.gather(faulting, return_exceptions=True)
         for pipe in pipes.values():
             await pipe.stop()
         await forget_state(redis_url, [p.config.name for p in pipes.values()])
