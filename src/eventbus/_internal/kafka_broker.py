@@ -20,6 +20,8 @@ import base64
 import contextlib
 import os
 import signal
+import socket
+import struct
 import subprocess
 import time
 import uuid
@@ -33,6 +35,7 @@ from eventbus._internal.kafka_security import KafkaSecurity, secured_ready, writ
 from eventbus._internal.services import (
     ServiceProcess,
     _launch,
+    _recv_exact,
     _tail,
     free_port,
     kafka_metadata_ready,
@@ -48,6 +51,7 @@ __all__ = [
     "KafkaNode",
     "KafkaSecurity",
     "kafka_classpath",
+    "quorum_leader",
     "start_kafka",
     "start_kafka_cluster",
 ]
@@ -313,6 +317,46 @@ class KafkaCluster:
         msg = f"no node of this cluster listens on {address}; its nodes: {self.bootstrap}"
         raise StackError(msg)
 
+    def stop_node(self, node: KafkaNode, timeout_s: float = 30.0) -> None:
+        """Stop one node with SIGTERM (a controlled shutdown: its leaderships move first),
+        SIGKILL after ``timeout_s``; :meth:`start_node` starts it again."""
+        if node.pid:
+            node.signal(signal.SIGCONT)  # a stopped (SIGSTOP) node cannot take SIGTERM
+        if node.proc is not None:
+            node.proc.stop(timeout_s)
+            node.proc = None
+
+    def active_controller(self, timeout_s: float = 10.0) -> KafkaNode:
+        """The node that is the active KRaft controller now (the quorum's leader), asked of
+        the live nodes with DescribeQuorum (:func:`quorum_leader`) until one knows it.
+
+        DescribeCluster's and Metadata's ``controller_id`` cannot tell: in KRaft mode a broker
+        answers them with a random live broker.
+
+        Raises:
+            StackError: no live node named a leader within ``timeout_s`` (an election that
+                does not end: fewer than a majority of the voters alive).
+        """
+        deadline = time.monotonic() + timeout_s
+        last = "no live node"
+        while True:
+            for node in self.nodes:
+                if not node.pid:
+                    continue
+                try:
+                    leader = quorum_leader(node.address, 2.0)
+                except (OSError, struct.error, ValueError) as e:
+                    last = f"node {node.node_id}: {type(e).__name__}: {e}"
+                    continue
+                if leader >= 0 and self.nodes[leader - 1].pid:
+                    return self.nodes[leader - 1]
+                # -1: an election runs; a stopped node: the quorum has not noticed yet
+                last = f"node {node.node_id}: leader {leader} (an election is running)"
+            if time.monotonic() > deadline:
+                msg = f"no active KRaft controller found within {timeout_s:g} s ({last})"
+                raise StackError(msg)
+            time.sleep(0.1)
+
     def alive(self) -> bool:
         """Whether every node runs."""
         return all(n.pid for n in self.nodes)
@@ -391,3 +435,76 @@ def start_kafka_cluster(
         cluster.stop()
         raise
     return cluster
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _read_uvarint(buf: bytes, at: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        b = buf[at]
+        at += 1
+        n |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return n, at
+        shift += 7
+
+
+def quorum_leader(address: str, timeout_s: float = 5.0) -> int:
+    """The node id of the KRaft quorum's leader (the active controller) as the node at
+    ``address`` (``host:port``, a client listener) knows it: DescribeQuorum v0 (KIP-595; what
+    ``kafka-metadata-quorum describe --status`` sends), which a broker forwards to the
+    controllers. -1 while an election runs.
+
+    Raises:
+        OSError: the node does not answer.
+        ValueError: it answers with an error code (named).
+    """
+    host, _, port = address.rpartition(":")
+    client_id = b"eventbus-probe"
+    topic = b"__cluster_metadata"
+    # header v2 (flexible): api_key 55, version 0, correlation id, client_id, no tagged fields;
+    # body: one topic (compact string) with one partition (0), no tagged fields anywhere.
+    header = struct.pack(">hhih", 55, 0, 1, len(client_id)) + client_id + b"\x00"
+    body = (
+        _uvarint(2)
+        + _uvarint(len(topic) + 1)
+        + topic
+        + _uvarint(2)
+        + struct.pack(">i", 0)
+        + b"\x00\x00\x00"
+    )
+    request = header + body
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as s:
+        s.settimeout(timeout_s)
+        s.sendall(struct.pack(">i", len(request)) + request)
+        (size,) = struct.unpack(">i", _recv_exact(s, 4))
+        payload = _recv_exact(s, size)
+    # response header v1: correlation id, tagged fields; body: error code, topics, ...
+    _, at = _read_uvarint(payload, 4)
+    (error,) = struct.unpack_from(">h", payload, at)
+    if error:
+        msg = f"DescribeQuorum to {address} answered error code {error}"
+        raise ValueError(msg)
+    n_topics, at = _read_uvarint(payload, at + 2)
+    if n_topics < 2:
+        msg = f"DescribeQuorum to {address} answered no topic"
+        raise ValueError(msg)
+    name_len, at = _read_uvarint(payload, at)
+    at += name_len - 1
+    n_parts, at = _read_uvarint(payload, at)
+    if n_parts < 2:
+        msg = f"DescribeQuorum to {address} answered no partition"
+        raise ValueError(msg)
+    _index, p_error, leader = struct.unpack_from(">ihi", payload, at)
+    if p_error:
+        msg = f"DescribeQuorum to {address} answered partition error code {p_error}"
+        raise ValueError(msg)
+    return int(leader)
