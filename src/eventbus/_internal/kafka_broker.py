@@ -16,29 +16,25 @@ Example:
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import os
 import signal
-import socket
-import struct
-import subprocess
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eventbus._internal.kafka_jars import KAFKA_VERSION, java, kafka_classpath
-from eventbus._internal.kafka_security import KafkaSecurity, secured_ready, write_private
+from eventbus._internal.kafka_jars import KAFKA_VERSION, kafka_classpath
+from eventbus._internal.kafka_node import (
+    _HOST,
+    KafkaNode,
+    _cluster_id,
+    _properties,
+    _start_node,
+    _wait_nodes,
+    quorum_leader,
+)
+from eventbus._internal.kafka_security import KafkaSecurity, secured_ready
 from eventbus._internal.services import (
-    ServiceProcess,
-    _launch,
-    _recv_exact,
-    _tail,
     free_port,
-    kafka_metadata_ready,
 )
 from eventbus.errors import StackError
 
@@ -55,166 +51,6 @@ __all__ = [
     "start_kafka",
     "start_kafka_cluster",
 ]
-
-_HOST = "127.0.0.1"
-_LOG4J = """\
-rootLogger.level = WARN
-rootLogger.appenderRef.out.ref = OUT
-appender.out.type = Console
-appender.out.name = OUT
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-logger.server.name = kafka.server.KafkaRaftServer
-logger.server.level = INFO
-logger.ctl.name = org.apache.kafka.controller.QuorumController
-logger.ctl.level = INFO
-"""
-
-
-def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
-@dataclass
-class KafkaNode:
-    """One Kafka process (broker + controller) and what it needs to start again.
-
-    Attributes:
-        node_id: its KRaft node id.
-        port: its client listener (``127.0.0.1:port``).
-        controller_port: its controller listener.
-        home: its directory (``server.properties``, ``data/``, the log).
-        proc: the running process, None while stopped.
-    """
-
-    node_id: int
-    port: int
-    controller_port: int
-    home: Path
-    proc: ServiceProcess | None = field(default=None, repr=False)
-
-    @property
-    def address(self) -> str:
-        """``127.0.0.1:port``."""
-        return f"{_HOST}:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        """The process id (0 while stopped)."""
-        return self.proc.pid if self.proc is not None and self.proc.alive() else 0
-
-    def signal(self, sig: signal.Signals) -> None:
-        """Send ``sig`` to the process (SIGKILL, SIGSTOP, SIGCONT) and, for SIGKILL, reap it."""
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.proc.pid, sig)
-        if sig == signal.SIGKILL:
-            self.proc.stop(5)
-            self.proc = None
-
-
-def _properties(
-    node: KafkaNode, voters: str, n_nodes: int, extra: dict[str, str] | None
-) -> dict[str, str]:
-    rf = str(min(3, n_nodes))
-    props = {
-        "process.roles": "broker,controller",
-        "node.id": str(node.node_id),
-        "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://{_HOST}:{node.port},CONTROLLER://{_HOST}:{node.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{_HOST}:{node.port}",
-        "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "log.dirs": str(node.home / "data"),
-        "num.partitions": "1",
-        "default.replication.factor": rf,
-        "min.insync.replicas": "2" if n_nodes >= 3 else "1",
-        "offsets.topic.replication.factor": rf,
-        "offsets.topic.num.partitions": "10",
-        "transaction.state.log.replication.factor": rf,
-        "transaction.state.log.min.isr": "2" if n_nodes >= 3 else "1",
-        "transaction.state.log.num.partitions": "10",
-        # a new group's first member is not held 3 s waiting for others (a local stack)
-        "group.initial.rebalance.delay.ms": "0",
-        "auto.create.topics.enable": "true",
-        "delete.topic.enable": "true",
-        # a dead broker is fenced after 3 s of missed heartbeats (default 9 s)
-        "broker.session.timeout.ms": "3000",
-        "broker.heartbeat.interval.ms": "500",
-        "log.message.timestamp.after.max.ms": "86400000",
-        # the log cleaner looks for compactable logs every second (default 15 s)
-        "log.cleaner.backoff.ms": "1000",
-    }
-    props.update(extra or {})
-    return props
-
-
-def _start_node(
-    node: KafkaNode,
-    props: dict[str, str],
-    cluster_id: str,
-    heap_mb: int,
-    format_args: list[str] | None = None,
-) -> None:
-    java_bin, cp = java(), kafka_classpath()
-    node.home.mkdir(parents=True, exist_ok=True)
-    conf = node.home / "server.properties"  # 0600: it may hold the admin's password
-    write_private(conf, "".join(f"{k}={v}\n" for k, v in props.items()))
-    log4j = node.home / "log4j2.properties"
-    log4j.write_text(_LOG4J)
-    jvm = [
-        java_bin,
-        f"-Xmx{heap_mb}m",
-        f"-Xms{min(heap_mb, 128)}m",
-        "-XX:+UseG1GC",
-        "-XX:MaxGCPauseMillis=20",
-        "-Djava.awt.headless=true",
-        f"-Dlog4j2.configurationFile={log4j}",
-        "-cp",
-        cp,
-    ]
-    data = node.home / "data"
-    if not (data / "meta.properties").exists():
-        fmt = [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(conf)]
-        fmt += format_args or []
-        proc = subprocess.run(fmt, capture_output=True, text=True, timeout=120, check=False)
-        if proc.returncode != 0:
-            msg = (
-                f"formatting Kafka storage {data} failed (exit {proc.returncode}): "
-                f"{(proc.stdout + proc.stderr)[-1500:]}\nfix: delete {data} and start again"
-            )
-            raise StackError(msg)
-    node.proc = _launch(
-        "kafka", [*jvm, "kafka.Kafka", str(conf)], node.home / "kafka.log", node.address, True
-    )
-
-
-def _wait_nodes(
-    nodes: list[KafkaNode], timeout_s: float, ready: Callable[[str], bool] | None = None
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    answers = ready or (lambda address: kafka_metadata_ready(address, 1.0))
-    for node in nodes:
-        while not answers(node.address):
-            proc = node.proc
-            if proc is None or not proc.alive():
-                log = node.home / "kafka.log"
-                msg = (
-                    f"Apache Kafka node {node.node_id} exited while starting ({node.address}); "
-                    f"log {log}:\n{_tail(log)}\nfix: check that the ports are free and that "
-                    f"{node.home / 'data'} belongs to this cluster (delete it to start afresh)"
-                )
-                raise StackError(msg)
-            if time.monotonic() > deadline:
-                msg = (
-                    f"Apache Kafka node {node.node_id} did not answer on {node.address} within "
-                    f"{timeout_s:g} s; log {node.home / 'kafka.log'}:\n"
-                    f"{_tail(node.home / 'kafka.log')}"
-                )
-                raise StackError(msg)
-            time.sleep(0.1)
 
 
 class KafkaCluster:
@@ -327,8 +163,8 @@ class KafkaCluster:
             node.proc = None
 
     def active_controller(self, timeout_s: float = 10.0) -> KafkaNode:
-        """The node that is the active KRaft controller now (the quorum's leader), asked of
-        the live nodes with DescribeQuorum (:func:`quorum_leader`) until one knows it.
+        """The node that is the active KRaft controller now (the quorum's leader), as the live
+        nodes recorded it (:func:`quorum_leader`), once one names a live leader.
 
         DescribeCluster's and Metadata's ``controller_id`` cannot tell: in KRaft mode a broker
         answers them with a random live broker.
@@ -340,18 +176,20 @@ class KafkaCluster:
         deadline = time.monotonic() + timeout_s
         last = "no live node"
         while True:
+            seen: list[tuple[int, int]] = []
             for node in self.nodes:
                 if not node.pid:
                     continue
                 try:
-                    leader = quorum_leader(node.address, 2.0)
-                except (OSError, struct.error, ValueError) as e:
+                    seen.append(quorum_leader(node))
+                except (OSError, ValueError) as e:
                     last = f"node {node.node_id}: {type(e).__name__}: {e}"
-                    continue
-                if leader >= 0 and self.nodes[leader - 1].pid:
-                    return self.nodes[leader - 1]
-                # -1: an election runs; a stopped node: the quorum has not noticed yet
-                last = f"node {node.node_id}: leader {leader} (an election is running)"
+            # the newest epoch a live node recorded names the leader; a majority elected it
+            leader, epoch = max(seen, key=lambda le: le[1], default=(-1, -1))
+            if leader >= 1 and self.nodes[leader - 1].pid:
+                return self.nodes[leader - 1]
+            if seen:
+                last = f"leader {leader} at epoch {epoch} (an election is running)"
             if time.monotonic() > deadline:
                 msg = f"no active KRaft controller found within {timeout_s:g} s ({last})"
                 raise StackError(msg)
@@ -435,76 +273,3 @@ def start_kafka_cluster(
         cluster.stop()
         raise
     return cluster
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _read_uvarint(buf: bytes, at: int) -> tuple[int, int]:
-    n = shift = 0
-    while True:
-        b = buf[at]
-        at += 1
-        n |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return n, at
-        shift += 7
-
-
-def quorum_leader(address: str, timeout_s: float = 5.0) -> int:
-    """The node id of the KRaft quorum's leader (the active controller) as the node at
-    ``address`` (``host:port``, a client listener) knows it: DescribeQuorum v0 (KIP-595; what
-    ``kafka-metadata-quorum describe --status`` sends), which a broker forwards to the
-    controllers. -1 while an election runs.
-
-    Raises:
-        OSError: the node does not answer.
-        ValueError: it answers with an error code (named).
-    """
-    host, _, port = address.rpartition(":")
-    client_id = b"eventbus-probe"
-    topic = b"__cluster_metadata"
-    # header v2 (flexible): api_key 55, version 0, correlation id, client_id, no tagged fields;
-    # body: one topic (compact string) with one partition (0), no tagged fields anywhere.
-    header = struct.pack(">hhih", 55, 0, 1, len(client_id)) + client_id + b"\x00"
-    body = (
-        _uvarint(2)
-        + _uvarint(len(topic) + 1)
-        + topic
-        + _uvarint(2)
-        + struct.pack(">i", 0)
-        + b"\x00\x00\x00"
-    )
-    request = header + body
-    with socket.create_connection((host, int(port)), timeout=timeout_s) as s:
-        s.settimeout(timeout_s)
-        s.sendall(struct.pack(">i", len(request)) + request)
-        (size,) = struct.unpack(">i", _recv_exact(s, 4))
-        payload = _recv_exact(s, size)
-    # response header v1: correlation id, tagged fields; body: error code, topics, ...
-    _, at = _read_uvarint(payload, 4)
-    (error,) = struct.unpack_from(">h", payload, at)
-    if error:
-        msg = f"DescribeQuorum to {address} answered error code {error}"
-        raise ValueError(msg)
-    n_topics, at = _read_uvarint(payload, at + 2)
-    if n_topics < 2:
-        msg = f"DescribeQuorum to {address} answered no topic"
-        raise ValueError(msg)
-    name_len, at = _read_uvarint(payload, at)
-    at += name_len - 1
-    n_parts, at = _read_uvarint(payload, at)
-    if n_parts < 2:
-        msg = f"DescribeQuorum to {address} answered no partition"
-        raise ValueError(msg)
-    _index, p_error, leader = struct.unpack_from(">ihi", payload, at)
-    if p_error:
-        msg = f"DescribeQuorum to {address} answered partition error code {p_error}"
-        raise ValueError(msg)
-    return int(leader)
