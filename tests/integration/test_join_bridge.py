@@ -1,8 +1,9 @@
-"""The join bridge on the real broker (Tansu) and Redis: a source of a group with no live member
+"""The join bridge on the session's broker and Redis: a source of a group with no live member
 consumes by assignment while its group join runs (Tansu holds a join for half the session
 timeout), from the group's committed offsets, and hands over to its group member without
 losing or repeating an event; a second member that starts meanwhile joins after the hand-over
-and the group splits the partitions."""
+and the group splits the partitions. The mechanism runs on either broker; the controller
+opens bridges on Tansu only (Apache Kafka answers a first join at once)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from eventbus._internal import keys
 from eventbus._internal.redis_client import connect
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Outcome
-from eventbus.serving._bridge import RedisJoinBridge, open_bridges
+from eventbus.serving._bridge import JoinHold, RedisJoinBridge, open_bridges
 from tests.integration.test_kafka_source import (
     committed_offsets,
     make_source,
@@ -202,3 +203,10 @@ async def test_a_bridge_whose_holder_died_delays_the_join_only_until_it_expires(
         await runner
     assert sorted(ns_of(await read_all(kafka_bootstrap, out, 50))) == list(range(50))
     assert not any(bridged for _, bridged in seen)
+
+
+async def test_the_controller_bridges_joins_on_tansu_only(kafka_bootstrap, broker_kind):
+    """Tansu reports its default cluster id and holds a first join; Apache Kafka (the stack's
+    group.initial.rebalance.delay.ms=0) answers one in tens of ms: no bridge there."""
+    hold = JoinHold(kafka_bootstrap, None)
+    assert await asyncio.to_thread(hold.held) is (broker_kind == "tansu")

@@ -443,7 +443,16 @@ class KafkaSource(Source):
                         len(self._queue),
                         self._revoke_timeout_s,
                     )
-            await self._commits.commit_held(self._fetcher.commit_as_member)
+            try:
+                await self._commits.commit_held(self._fetcher.commit_as_member)
+            except Exception:  # whatever failed, the member must take over
+                # never left bridging (every commit held): the member reads the bridge's
+                # batches again from the group's committed offsets (at-least-once)
+                log.exception(
+                    "kafka source %s: the join bridge's hand-over commit failed; handing over "
+                    "without it (its batches are read again by the group member)",
+                    self.pipeline,
+                )
             await self._fetcher.hand_over()
         finally:
             self._revoking = False
