@@ -21,7 +21,7 @@ from eventbus._internal import keys
 from eventbus._internal.redis_client import connect
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Outcome
-from eventbus.serving._bridge import JoinHold, RedisJoinBridge, open_bridges
+from eventbus.serving._bridge import RedisJoinBridge, broker_holds_joins, open_bridges
 from tests.integration.test_kafka_source import (
     committed_offsets,
     make_source,
@@ -208,5 +208,5 @@ async def test_a_bridge_whose_holder_died_delays_the_join_only_until_it_expires(
 async def test_the_controller_bridges_joins_on_tansu_only(kafka_bootstrap, broker_kind):
     """Tansu reports its default cluster id and holds a first join; Apache Kafka (the stack's
     group.initial.rebalance.delay.ms=0) answers one in tens of ms: no bridge there."""
-    hold = JoinHold(kafka_bootstrap, None)
-    assert await asyncio.to_thread(hold.held) is (broker_kind == "tansu")
+    held = await asyncio.to_thread(broker_holds_joins, kafka_bootstrap, None)
+    assert held is (broker_kind == "tansu")

@@ -15,9 +15,9 @@
 Only a broker that holds a first JoinGroup needs it: Tansu holds one for half the session
 timeout (3 s of a cold start with a 6 s session, 5 s with 10 s), Apache Kafka with the stack's
 ``group.initial.rebalance.delay.ms=0`` answers it in ~25-45 ms (aiokafka's ``start()`` of a
-woken group's first member, session timeout 6 s or 10 s). :class:`JoinHold` tells which broker
-the stack has from the cluster id it reports (Tansu's default, :data:`TANSU_CLUSTER_ID`): on any
-other the controller opens no bridge and the sources join as usual.
+woken group's first member, session timeout 6 s or 10 s). :func:`broker_holds_joins` tells
+which broker the stack has from the cluster id it reports (Tansu's default): on any other the
+controller opens no bridge and the sources join as usual.
 """
 
 from __future__ import annotations
@@ -29,16 +29,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from eventbus._internal import keys
-from eventbus.eventing._kafka_client import KafkaClientConfig, kafka_client_kwargs
+from eventbus.eventing._broker import is_tansu
+from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.pipelines._config import PipelineConfig
 
 __all__ = [
     "CLAIM_TTL_S",
     "OPEN_TTL_S",
-    "TANSU_CLUSTER_ID",
-    "JoinHold",
     "RedisJoinBridge",
     "bridged_groups",
+    "broker_holds_joins",
     "open_bridges",
 ]
 
@@ -50,10 +50,7 @@ OPEN_TTL_S = 120
 CLAIM_TTL_S = 15
 _REFRESH_S = 5.0
 _WAIT_LOOK_S = 0.05
-#: The cluster id Tansu reports (``Metadata``, ``describe_cluster``) unless started with
-#: another (``--cluster-id``): the stack's embedded broker.
-TANSU_CLUSTER_ID = "tansu_cluster"
-_CLUSTER_ID_TIMEOUT_S = 3.0
+_ASK_TIMEOUT_S = 3.0  # a wake-up may be waiting for the answer
 
 # KEYS[1] the bridge, ARGV[1] the claimer, ARGV[2] the TTL: only an open bridge is taken
 _CLAIM = """
@@ -73,7 +70,8 @@ return 0
 def bridged_groups(config: PipelineConfig, bootstrap: str) -> dict[int, str]:
     """Consumed source index -> consumer group, of the sources of a ``min: 0`` pipeline that
     may bridge their join: those on the stack's own Kafka (the watcher's and the ringer's
-    cluster; the controller opens their bridges only where it holds joins: :class:`JoinHold`)."""
+    cluster; the controller opens their bridges only where it holds joins:
+    :func:`broker_holds_joins`)."""
     if not config.spec.serving.replica_bounds.scale_to_zero:
         return {}
     return {
@@ -83,55 +81,12 @@ def bridged_groups(config: PipelineConfig, bootstrap: str) -> dict[int, str]:
     }
 
 
-class JoinHold:
-    """Whether the stack's Kafka holds a first JoinGroup (Tansu): asked once, from the cluster
-    id it reports (aiokafka's public ``describe_cluster``).
-
-    Args:
-        bootstrap: the stack's Kafka.
-        client: its connection settings.
-    """
-
-    def __init__(self, bootstrap: str, client: KafkaClientConfig | None) -> None:
-        self.bootstrap = bootstrap
-        self.client = client
-        self._held: bool | None = None
-
-    def held(self) -> bool:
-        """True on Tansu (bridges earn their place). A broker that does not answer gives False
-        (no bridge: the sources join as usual) and is asked again next time. Blocking: call
-        it off any event loop (the controller's methods, the watcher's executor)."""
-        if self._held is None:
-            try:
-                cluster_id = asyncio.run(_cluster_id(self.bootstrap, self.client))
-            except Exception as e:  # noqa: BLE001 - a bridge is an optimisation
-                log.warning("join bridge: the cluster id of %s is unknown (%s)", self.bootstrap, e)
-                return False
-            self._held = cluster_id == TANSU_CLUSTER_ID
-            log.info(
-                "join bridge: the stack's Kafka (cluster id %r) %s",
-                cluster_id,
-                "holds a first join: woken pipelines bridge it"
-                if self._held
-                else "answers a first join at once: no bridge",
-            )
-        return self._held
-
-
-async def _cluster_id(bootstrap: str, client: KafkaClientConfig | None) -> str | None:
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap, request_timeout_ms=3000, **kafka_client_kwargs(client)
-    )
-    try:
-        async with asyncio.timeout(_CLUSTER_ID_TIMEOUT_S):  # a wake-up may be waiting
-            await admin.start()
-            cluster = await admin.describe_cluster()
-    finally:
-        await admin.close()
-    cluster_id = cluster.get("cluster_id")
-    return str(cluster_id) if cluster_id is not None else None
+def broker_holds_joins(bootstrap: str, client: KafkaClientConfig | None) -> bool:
+    """Whether the stack's Kafka holds a first JoinGroup, so that woken pipelines bridge it:
+    Tansu only (:func:`~eventbus.eventing._broker.is_tansu`, asked once per process). A broker
+    that does not answer within :data:`_ASK_TIMEOUT_S` gives False (no bridge: the sources join
+    as usual) and is asked again next time. Blocking: call it off any event loop."""
+    return asyncio.run(is_tansu(bootstrap, client, timeout_s=_ASK_TIMEOUT_S))
 
 
 def open_bridges(redis: Any, groups: Iterable[str]) -> None:
