@@ -18,7 +18,11 @@ from eventbus.eventing._kafka_client import KafkaClientConfig, kafka_client_kwar
 from eventbus.serving._end_offsets import EndOffsets
 from tests.fixtures.kafka_tls import TlsBroker
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.kafka,
+    pytest.mark.tansu,  # the embedded default's set: also run on Tansu (make test)
+]
 
 
 async def produce(bootstrap: str, topic: str, per_partition: dict[int, int], client=None) -> None:

@@ -30,7 +30,21 @@ from tests.integration.test_kafka_source import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.redis]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.kafka,
+    pytest.mark.redis,
+    pytest.mark.tansu,  # the embedded default's set: also run on Tansu (make test)
+]
+
+
+@pytest.fixture
+def join_held(broker_kind: str) -> None:
+    """The bridge's hand-over is seen only where a first join is held (Tansu): Apache Kafka
+    answers one in tens of ms, so its member takes over before the source fetched at all (and
+    the controller opens no bridge there: the last test)."""
+    if broker_kind != "tansu":
+        pytest.skip("Apache Kafka does not hold a first join: no bridge to see")
 
 
 async def commit(bootstrap: str, group: str, offsets: dict[TopicPartition, int]) -> None:
@@ -72,7 +86,7 @@ def ns_of(records: list[Any]) -> list[int]:
 
 
 async def test_bridge_starts_from_the_committed_offsets_and_hands_over_once(
-    kafka_bootstrap, topic_factory, redis_url
+    kafka_bootstrap, topic_factory, redis_url, join_held
 ):
     src, out = topic_factory("in", partitions=2), topic_factory("out")
     group = f"g-{src}"
@@ -114,7 +128,7 @@ async def test_bridge_starts_from_the_committed_offsets_and_hands_over_once(
 
 
 async def test_a_second_member_waits_for_the_hand_over_and_the_group_splits(
-    kafka_bootstrap, topic_factory, redis_url
+    kafka_bootstrap, topic_factory, redis_url, join_held
 ):
     n, partitions = 500, 4
     src, out = topic_factory("in", partitions=partitions), topic_factory("out")
@@ -185,7 +199,7 @@ async def test_only_an_open_bridge_is_taken_and_only_its_holder_releases_it(redi
 
 
 async def test_a_bridge_whose_holder_died_delays_the_join_only_until_it_expires(
-    kafka_bootstrap, topic_factory, redis_url
+    kafka_bootstrap, topic_factory, redis_url, join_held
 ):
     src, out = topic_factory("in"), topic_factory("out")
     group = f"g-{src}"
