@@ -281,6 +281,8 @@ class ReplicaSources:
                     fetch=FetchSettings(
                         max_batch=spec.serving.batch.max_size,
                         linger_ms=self._config.linger_ms_of(src),
+                        session_timeout_ms=src.session_timeout_ms,
+                        heartbeat_interval_ms=src.heartbeat_interval_ms,
                         max_in_flight=spec.serving.batch.max_in_flight,
                         decode_in_dispatch=origins,
                         doorbell=self._doorbell(i, src) if tansu else None,

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
 from contextlib import aclosing
 from typing import Any
@@ -146,6 +147,19 @@ class KafkaSource(Source):
                 "and max_in_flight must be >= 1 and linger_ms >= 0"
             )
             raise ValueError(msg)
+        # the group's timings: these settings', else the source config's (YAML)
+        session_ms = fetch.session_timeout_ms or config.session_timeout_ms
+        heartbeat_ms = fetch.heartbeat_interval_ms or config.heartbeat_interval_ms
+        fetch = dataclasses.replace(
+            fetch, session_timeout_ms=session_ms, heartbeat_interval_ms=heartbeat_ms
+        )
+        if not 0 < heartbeat_ms < session_ms:
+            msg = (
+                f"kafka source of pipeline {pipeline!r}: heartbeat_interval_ms={heartbeat_ms}, "
+                f"session_timeout_ms={session_ms}; heartbeats must come more often than the "
+                "session expires (Kafka advises a third of it)"
+            )
+            raise ValueError(msg)
         self.config = config
         self.decode_in_dispatch = fetch.decode_in_dispatch
         self.pipeline = pipeline
@@ -157,9 +171,7 @@ class KafkaSource(Source):
         self._last_dispatch: asyncio.Task[list[Outcome]] | None = None
         self._drain_timeout_s = delivery.drain_timeout_s
         self._revoke_timeout_s = (
-            fetch.revoke_timeout_s
-            if fetch.revoke_timeout_s is not None
-            else fetch.session_timeout_ms / 1000
+            fetch.revoke_timeout_s if fetch.revoke_timeout_s is not None else session_ms / 1000
         )
         self._stats = dict.fromkeys(_STAT_NAMES, 0)
         #: end-to-end latency, record timestamp to sink ack: observed once per delivered batch
