@@ -101,6 +101,11 @@ def test_the_consumer_takes_the_configs_timings_unless_the_fetch_settings_give_t
     given = source(config, FetchSettings(session_timeout_ms=6_000, heartbeat_interval_ms=2_000))
     kwargs = given._fetcher._consumer_kwargs()
     assert (kwargs["session_timeout_ms"], kwargs["heartbeat_interval_ms"]) == (6_000, 2_000)
+    # a session given in the settings alone heartbeats every third of it (at most the config's)
+    kwargs = source(config, FetchSettings(session_timeout_ms=6_000))._fetcher._consumer_kwargs()
+    assert (kwargs["session_timeout_ms"], kwargs["heartbeat_interval_ms"]) == (6_000, 2_000)
+    kwargs = source(config, FetchSettings(session_timeout_ms=60_000))._fetcher._consumer_kwargs()
+    assert kwargs["heartbeat_interval_ms"] == 5_000
     # a fetcher made without the source (the config's timings, the settings' None)
     fetcher = KafkaFetcher(config, FetchSettings(), pipeline="p", group="g", bootstrap_servers="x")
     assert fetcher._consumer_kwargs()["session_timeout_ms"] == 30_000

@@ -148,8 +148,9 @@ class KafkaSource(Source):
             )
             raise ValueError(msg)
         # the group's timings: these settings', else the source config's (YAML)
-        session_ms = fetch.session_timeout_ms or config.session_timeout_ms
-        heartbeat_ms = fetch.heartbeat_interval_ms or config.heartbeat_interval_ms
+        session_ms, heartbeat_ms = fetch.group_timings(
+            config.session_timeout_ms, config.heartbeat_interval_ms
+        )
         fetch = dataclasses.replace(
             fetch, session_timeout_ms=session_ms, heartbeat_interval_ms=heartbeat_ms
         )

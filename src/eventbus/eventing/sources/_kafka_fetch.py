@@ -255,7 +255,9 @@ class KafkaFetcher:
         self.consumer = consumer
 
     def _consumer_kwargs(self) -> dict[str, Any]:
-        settings, config = self.settings, self.config  # group timings: settings', else YAML's
+        session_ms, heartbeat_ms = self.settings.group_timings(
+            self.config.session_timeout_ms, self.config.heartbeat_interval_ms
+        )
         return {
             "bootstrap_servers": self.bootstrap_servers,
             "client_id": f"eventbus-{self.pipeline}",
@@ -264,8 +266,8 @@ class KafkaFetcher:
             # their partition at the last stable offset until they end
             "isolation_level": "read_committed",
             "auto_offset_reset": self.config.start_from,
-            "session_timeout_ms": settings.session_timeout_ms or config.session_timeout_ms,
-            "heartbeat_interval_ms": settings.heartbeat_interval_ms or config.heartbeat_interval_ms,
+            "session_timeout_ms": session_ms,
+            "heartbeat_interval_ms": heartbeat_ms,
             "max_poll_records": self.settings.max_batch,
             "fetch_max_wait_ms": self.config.fetch_max_wait_ms,
             "max_partition_fetch_bytes": 4 * 1024 * 1024,

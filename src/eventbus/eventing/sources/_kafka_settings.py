@@ -56,7 +56,8 @@ class FetchSettings:
             1800000 by default). Tansu holds a group's first join for half of it, so there it
             is also roughly the delay before the first record.
         heartbeat_interval_ms: how often the consumer heartbeats, below the session timeout;
-            None: the source config's ``heartbeat_interval_ms`` (default 3000).
+            None: the source config's ``heartbeat_interval_ms`` (default 3000), or with a
+            ``session_timeout_ms`` given here a third of it, at most the config's.
         decode_in_dispatch: hand ``dispatch`` the records undecoded
             (:class:`~eventbus.eventing._codecs.RawRecord`) so that decoding (and, by
             returning :class:`~eventbus.eventing._codecs.KafkaRecord` outputs, encoding)
@@ -97,6 +98,16 @@ class FetchSettings:
     doorbell: Doorbell | None = None
     bridge: JoinBridge | None = None
     in_order: bool = False
+
+    def group_timings(self, session_timeout_ms: int, heartbeat_interval_ms: int) -> tuple[int, int]:
+        """The consumer group's (session timeout, heartbeat interval) in ms: these settings',
+        else the given ones (the source config's; see the Args)."""
+        if self.session_timeout_ms is None:
+            return session_timeout_ms, self.heartbeat_interval_ms or heartbeat_interval_ms
+        third = max(1, self.session_timeout_ms // 3)
+        return self.session_timeout_ms, (
+            self.heartbeat_interval_ms or min(heartbeat_interval_ms, third)
+        )
 
 
 class Doorbell(Protocol):
