@@ -1,22 +1,21 @@
 """The ringer's look at partition ends (``serving/_end_offsets.py``) on real brokers: the
-session's (Apache Kafka, or Tansu) and Tansu behind TLS. It sees records arrive over the
-connections it keeps, does not create a topic that is not there (the stack's Kafka creates
-topics on first use), and speaks TLS with the stack's client settings."""
+session's (Apache Kafka, or Tansu), and Apache Kafka serving TLS and SCRAM-SHA-512 itself. It
+sees records arrive over the connections it keeps, does not create a topic that is not there
+(the stack's Kafka creates topics on first use), and speaks TLS and SASL with the stack's client
+settings."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
-from eventbus._internal.services import create_topics
 from eventbus.eventing._kafka_client import KafkaClientConfig, kafka_client_kwargs
-from eventbus.serving._end_offsets import EndOffsets
-from tests.fixtures.kafka_tls import TlsBroker
+from eventbus.serving._end_offsets import EndOffsets, EndOffsetsError
+from tests.fixtures.kafka_tls import SecureKafka
 
 pytestmark = [
     pytest.mark.integration,
@@ -99,16 +98,32 @@ async def test_a_missing_topic_is_not_looked_at_nor_created(
     assert missing not in await topics_of(kafka_bootstrap), "the look created the topic"
 
 
-@pytest.fixture(scope="module")
-def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
-    broker = TlsBroker(tmp_path_factory.mktemp("tls-ends"))
+@pytest.mark.kafka_only  # Apache Kafka serving TLS and SCRAM itself
+async def test_the_look_speaks_tls(kafka_tls: SecureKafka) -> None:
+    client = kafka_tls.client()
+    kafka_tls.create_topics(["ends"], partitions=2)
+    await look_sees_records_arrive(kafka_tls.address, "ends", client)
+
+
+@pytest.mark.kafka_only
+async def test_the_look_logs_in_with_scram_and_a_refused_login_is_an_error(
+    kafka_sasl: SecureKafka,
+) -> None:
+    user, password, topic = f"ringer-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex, "ends"
+    kafka_sasl.create_topics([topic], partitions=2)
+    kafka_sasl.add_user(user, password)
+    kafka_sasl.grant(user, "DESCRIBE", topic=topic)  # Metadata and ListOffsets need no more
+    client = kafka_sasl.user_client(user, kafka_sasl.password_file(user, password))
+    look = EndOffsets(kafka_sasl.address, client)
     try:
-        yield broker
+        tps = [(topic, 0), (topic, 1)]
+        assert await first_ends(look, tps) == {f"{topic}[0]": 0, f"{topic}[1]": 0}
     finally:
-        broker.stop()
-
-
-async def test_the_look_speaks_tls(tls_broker: TlsBroker) -> None:
-    client = tls_broker.client()
-    await create_topics(tls_broker.address, ["ends"], partitions=2, client=client)
-    await look_sees_records_arrive(tls_broker.address, "ends", client)
+        await asyncio.to_thread(look.close)
+    wrong = kafka_sasl.user_client(user, kafka_sasl.password_file(user, "not-" + password))
+    refused = EndOffsets(kafka_sasl.address, wrong, timeout_s=5.0)
+    try:
+        with pytest.raises(EndOffsetsError):
+            await asyncio.to_thread(refused.ends, [(topic, 0)])
+    finally:
+        await asyncio.to_thread(refused.close)
