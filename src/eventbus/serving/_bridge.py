@@ -11,6 +11,13 @@
   (:meth:`RedisJoinBridge.wait_clear`) before it joins: the group then rebalances as on any
   scale-up, from the offsets the bridge's member committed; no partition is read by two
   consumers.
+
+Only a broker that holds a first JoinGroup needs it: Tansu holds one for half the session
+timeout (3 s of a cold start with a 6 s session, 5 s with 10 s), Apache Kafka with the stack's
+``group.initial.rebalance.delay.ms=0`` answers it in ~25-45 ms (aiokafka's ``start()`` of a
+woken group's first member, session timeout 6 s or 10 s). :func:`broker_holds_joins` tells
+which broker the stack has from the cluster id it reports (Tansu's default): on any other the
+controller opens no bridge and the sources join as usual.
 """
 
 from __future__ import annotations
@@ -22,9 +29,18 @@ from collections.abc import Iterable
 from typing import Any
 
 from eventbus._internal import keys
+from eventbus.eventing._broker import is_tansu
+from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.pipelines._config import PipelineConfig
 
-__all__ = ["CLAIM_TTL_S", "OPEN_TTL_S", "RedisJoinBridge", "bridged_groups", "open_bridges"]
+__all__ = [
+    "CLAIM_TTL_S",
+    "OPEN_TTL_S",
+    "RedisJoinBridge",
+    "bridged_groups",
+    "broker_holds_joins",
+    "open_bridges",
+]
 
 log = logging.getLogger("eventbus.serving.bridge")
 
@@ -34,6 +50,7 @@ OPEN_TTL_S = 120
 CLAIM_TTL_S = 15
 _REFRESH_S = 5.0
 _WAIT_LOOK_S = 0.05
+_ASK_TIMEOUT_S = 3.0  # a wake-up may be waiting for the answer
 
 # KEYS[1] the bridge, ARGV[1] the claimer, ARGV[2] the TTL: only an open bridge is taken
 _CLAIM = """
@@ -52,8 +69,9 @@ return 0
 
 def bridged_groups(config: PipelineConfig, bootstrap: str) -> dict[int, str]:
     """Consumed source index -> consumer group, of the sources of a ``min: 0`` pipeline that
-    may bridge their join: those on the stack's own Kafka (Tansu, which takes commits with no
-    generation while the group has members; the watcher's and the ringer's cluster)."""
+    may bridge their join: those on the stack's own Kafka (the watcher's and the ringer's
+    cluster; the controller opens their bridges only where it holds joins:
+    :func:`broker_holds_joins`)."""
     if not config.spec.serving.replica_bounds.scale_to_zero:
         return {}
     return {
@@ -61,6 +79,14 @@ def bridged_groups(config: PipelineConfig, bootstrap: str) -> dict[int, str]:
         for i, src in enumerate(config.consumed_sources)
         if src.bootstrap_servers in (None, bootstrap) and src.client is None
     }
+
+
+def broker_holds_joins(bootstrap: str, client: KafkaClientConfig | None) -> bool:
+    """Whether the stack's Kafka holds a first JoinGroup, so that woken pipelines bridge it:
+    Tansu only (:func:`~eventbus.eventing._broker.is_tansu`, asked once per process). A broker
+    that does not answer within :data:`_ASK_TIMEOUT_S` gives False (no bridge: the sources join
+    as usual) and is asked again next time. Blocking: call it off any event loop."""
+    return asyncio.run(is_tansu(bootstrap, client, timeout_s=_ASK_TIMEOUT_S))
 
 
 def open_bridges(redis: Any, groups: Iterable[str]) -> None:

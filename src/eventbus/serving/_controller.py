@@ -23,7 +23,7 @@ from eventbus.errors import DeployError, PipelineNotFoundError
 from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.pipelines._config import PipelineConfig
 from eventbus.pipelines._loader import load_pipeline_text
-from eventbus.serving._bridge import bridged_groups, open_bridges
+from eventbus.serving._bridge import bridged_groups, broker_holds_joins, open_bridges
 from eventbus.serving._deployment import app_name, build_app
 from eventbus.serving._host import serving_app
 
@@ -77,6 +77,14 @@ class Controller:
         # rings the replicas' idle (parked) sources when records arrive (see _doorbell)
         # (and nudges the watcher when records wait for a pipeline at zero)
         self.ringer = Ringer(self._redis, kafka_bootstrap, self.kafka_client, zero=self.scaler)
+        # whether woken pipelines bridge their group joins (Tansu holds them; see _bridge):
+        # asked now, off the first wake-up's path (a wake-up asks again if this failed)
+        threading.Thread(
+            target=broker_holds_joins,
+            args=(kafka_bootstrap, self.kafka_client),
+            name="eventbus-broker-kind",
+            daemon=True,
+        ).start()
         from eventbus.serving._host_control import Hosts
 
         # pipelines sharing a host's replicas (serving.host; see _host)
@@ -771,9 +779,10 @@ class Controller:
                 self._redis.hset(keys.SCALED_TO_ZERO, name, json.dumps(settled))
             else:
                 # no member is live in the pipeline's groups: its first replica's sources may
-                # consume by assignment while they join (Tansu holds a join for 3 s)
+                # consume by assignment while they join, where the broker holds a first join
+                # (Tansu: half the session timeout; Apache Kafka answers at once)
                 groups = bridged_groups(config, self.kafka_bootstrap).values()
-                if groups:
+                if groups and broker_holds_joins(self.kafka_bootstrap, self.kafka_client):
                     open_bridges(self._redis, groups)
                 self._run_app(config, record["python_path"])
                 self._redis.hdel(keys.SCALED_TO_ZERO, name)

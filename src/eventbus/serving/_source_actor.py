@@ -111,6 +111,8 @@ class SourceActor:
             fetch=FetchSettings(
                 max_batch=batch.max_size,
                 linger_ms=self._config.linger_ms_of(src),
+                session_timeout_ms=src.session_timeout_ms,
+                heartbeat_interval_ms=src.heartbeat_interval_ms,
                 max_in_flight=batch.max_in_flight,
                 decode_in_dispatch=True,
                 in_order=self._config.in_order,

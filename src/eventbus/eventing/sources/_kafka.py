@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
 from contextlib import aclosing
 from typing import Any
@@ -146,6 +147,20 @@ class KafkaSource(Source):
                 "and max_in_flight must be >= 1 and linger_ms >= 0"
             )
             raise ValueError(msg)
+        # the group's timings: these settings', else the source config's (YAML)
+        session_ms, heartbeat_ms = fetch.group_timings(
+            config.session_timeout_ms, config.heartbeat_interval_ms
+        )
+        fetch = dataclasses.replace(
+            fetch, session_timeout_ms=session_ms, heartbeat_interval_ms=heartbeat_ms
+        )
+        if not 0 < heartbeat_ms < session_ms:
+            msg = (
+                f"kafka source of pipeline {pipeline!r}: heartbeat_interval_ms={heartbeat_ms}, "
+                f"session_timeout_ms={session_ms}; heartbeats must come more often than the "
+                "session expires (Kafka advises a third of it)"
+            )
+            raise ValueError(msg)
         self.config = config
         self.decode_in_dispatch = fetch.decode_in_dispatch
         self.pipeline = pipeline
@@ -157,9 +172,7 @@ class KafkaSource(Source):
         self._last_dispatch: asyncio.Task[list[Outcome]] | None = None
         self._drain_timeout_s = delivery.drain_timeout_s
         self._revoke_timeout_s = (
-            fetch.revoke_timeout_s
-            if fetch.revoke_timeout_s is not None
-            else fetch.session_timeout_ms / 1000
+            fetch.revoke_timeout_s if fetch.revoke_timeout_s is not None else session_ms / 1000
         )
         self._stats = dict.fromkeys(_STAT_NAMES, 0)
         #: end-to-end latency, record timestamp to sink ack: observed once per delivered batch
@@ -443,7 +456,16 @@ class KafkaSource(Source):
                         len(self._queue),
                         self._revoke_timeout_s,
                     )
-            await self._commits.commit_held(self._fetcher.commit_as_member)
+            try:
+                await self._commits.commit_held(self._fetcher.commit_as_member)
+            except Exception:  # whatever failed, the member must take over
+                # never left bridging (every commit held): the member reads the bridge's
+                # batches again from the group's committed offsets (at-least-once)
+                log.exception(
+                    "kafka source %s: the join bridge's hand-over commit failed; handing over "
+                    "without it (its batches are read again by the group member)",
+                    self.pipeline,
+                )
             await self._fetcher.hand_over()
         finally:
             self._revoking = False

@@ -2,7 +2,8 @@
 a consumer-group join takes (see :class:`~eventbus.eventing.sources._kafka_settings.JoinBridge`).
 
 Tansu holds a JoinGroup for half the group's session timeout (``join_group_pause`` in its group
-coordinator), so the first member of a group waits 3 s before its first fetch. A consumer with
+coordinator), so the first member of a group waits seconds before its first fetch (Apache
+Kafka answers one in tens of ms: the controller opens bridges on Tansu only). A consumer with
 the same ``group_id`` that assigns itself the partitions needs no join: its positions come
 from the group's committed offsets (``OffsetFetch``). Once the group has a member, the group
 takes commits only from members (Tansu as Kafka): what the bridge consumer delivered is

@@ -8,7 +8,20 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from eventbus.eventing._kafka_client import KafkaClientConfig
 
-__all__ = ["KafkaSourceConfig"]
+__all__ = [
+    "MAX_SESSION_TIMEOUT_MS",
+    "MIN_HEARTBEAT_INTERVAL_MS",
+    "MIN_SESSION_TIMEOUT_MS",
+    "KafkaSourceConfig",
+]
+
+#: Apache Kafka's broker defaults ``group.min.session.timeout.ms`` and
+#: ``group.max.session.timeout.ms``: a member asking a session outside them is refused at its
+#: join (``INVALID_SESSION_TIMEOUT``).
+MIN_SESSION_TIMEOUT_MS = 6_000
+MAX_SESSION_TIMEOUT_MS = 1_800_000
+#: Heartbeats more often than this only load the group coordinator.
+MIN_HEARTBEAT_INTERVAL_MS = 100
 
 
 class KafkaSourceConfig(BaseModel):
@@ -79,6 +92,65 @@ class KafkaSourceConfig(BaseModel):
         "producers write one partition a later batch can be fetched before an earlier one "
         "exists: there the source fetches again from the gap for up to 1 s until it fills.",
     )
+
+    session_timeout_ms: int = Field(
+        default=10_000,
+        ge=MIN_SESSION_TIMEOUT_MS,
+        le=MAX_SESSION_TIMEOUT_MS,
+        description="The consumer-group session timeout: a member that sends no heartbeat for "
+        "this long is expelled and its partitions go to the others (a replica that died is "
+        "noticed after it). Also how long a rebalance waits for the batches in flight of the "
+        "partitions being revoked. Apache Kafka brokers accept 6000 to 1800000 by default "
+        "(group.min/max.session.timeout.ms). Tansu holds a group's first join for half of it.",
+    )
+    heartbeat_interval_ms: int = Field(
+        default=3_000,
+        ge=MIN_HEARTBEAT_INTERVAL_MS,
+        description="How often the consumer heartbeats to its group coordinator; at most half "
+        "of session_timeout_ms (Kafka advises a third). A rebalance is noticed at the next "
+        "heartbeat.",
+    )
+
+    @field_validator("session_timeout_ms", mode="before")
+    @classmethod
+    def _session_in_brokers_range(cls, value: object) -> object:
+        # before pydantic's own bound check: this message names the broker setting and the fix
+        if isinstance(value, int) and not (
+            MIN_SESSION_TIMEOUT_MS <= value <= MAX_SESSION_TIMEOUT_MS
+        ):
+            msg = (
+                f"session_timeout_ms is {value}; Apache Kafka brokers refuse a consumer-group "
+                f"session outside {MIN_SESSION_TIMEOUT_MS}..{MAX_SESSION_TIMEOUT_MS} ms "
+                "(group.min.session.timeout.ms / group.max.session.timeout.ms); set it within "
+                "that range (the default, 10000, is Kafka's own)"
+            )
+            raise ValueError(msg)
+        return value
+
+    @field_validator("heartbeat_interval_ms", mode="before")
+    @classmethod
+    def _heartbeat_not_too_often(cls, value: object) -> object:
+        if isinstance(value, int) and value < MIN_HEARTBEAT_INTERVAL_MS:
+            msg = (
+                f"heartbeat_interval_ms is {value}; heartbeats more often than every "
+                f"{MIN_HEARTBEAT_INTERVAL_MS} ms only load the group coordinator: set it to at "
+                f"least {MIN_HEARTBEAT_INTERVAL_MS} (the default, 3000, is Kafka's own)"
+            )
+            raise ValueError(msg)
+        return value
+
+    @model_validator(mode="after")
+    def _heartbeats_within_the_session(self) -> KafkaSourceConfig:
+        hb, session = self.heartbeat_interval_ms, self.session_timeout_ms
+        if 2 * hb > session:
+            msg = (
+                f"heartbeat_interval_ms ({hb}) is more than half of session_timeout_ms "
+                f"({session}): one late heartbeat would expire the member's session; set "
+                f"heartbeat_interval_ms to at most {session // 2} (Kafka advises a third, "
+                f"{session // 3}) or raise session_timeout_ms"
+            )
+            raise ValueError(msg)
+        return self
 
     @model_validator(mode="after")
     def _idle_wait_not_shorter(self) -> KafkaSourceConfig:

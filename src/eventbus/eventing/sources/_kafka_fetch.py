@@ -255,7 +255,9 @@ class KafkaFetcher:
         self.consumer = consumer
 
     def _consumer_kwargs(self) -> dict[str, Any]:
-        session_timeout_ms = self.settings.session_timeout_ms
+        session_ms, heartbeat_ms = self.settings.group_timings(
+            self.config.session_timeout_ms, self.config.heartbeat_interval_ms
+        )
         return {
             "bootstrap_servers": self.bootstrap_servers,
             "client_id": f"eventbus-{self.pipeline}",
@@ -264,8 +266,8 @@ class KafkaFetcher:
             # their partition at the last stable offset until they end
             "isolation_level": "read_committed",
             "auto_offset_reset": self.config.start_from,
-            "session_timeout_ms": session_timeout_ms,
-            "heartbeat_interval_ms": max(100, session_timeout_ms // 3),
+            "session_timeout_ms": session_ms,
+            "heartbeat_interval_ms": heartbeat_ms,
             "max_poll_records": self.settings.max_batch,
             "fetch_max_wait_ms": self.config.fetch_max_wait_ms,
             "max_partition_fetch_bytes": 4 * 1024 * 1024,
@@ -295,9 +297,12 @@ class KafkaFetcher:
             pass
 
     async def commit_as_member(self, offsets: dict[TopicPartition, int]) -> None:
-        """Commit ``offsets`` (every partition the bridge consumer delivered, whoever owns it
-        now) as the group member: the group takes commits only from its members once it has
-        one. No other member fetched them yet (they wait for the bridge's release).
+        """Commit ``offsets`` (what the bridge consumer delivered) as the group member, through
+        its public ``commit()``: the group takes commits only from its members once it has
+        one. The member owns every partition the bridge read (it is the group's only member:
+        the others wait for the bridge's release); a partition it does not own (a member that
+        joined after :data:`BRIDGE_WAIT_S`) is left to its owner, who reads it again from the
+        older commit (at-least-once), with a warning.
 
         Raises:
             KafkaError: the commit failed.
@@ -305,14 +310,17 @@ class KafkaFetcher:
         member = self._group
         if member is None or not offsets:
             return
-        from aiokafka.structs import OffsetAndMetadata
-
-        # aiokafka's commit() takes only the member's own partitions; its coordinator commits
-        # any (the Kafka protocol does not tie commits to the assignment)
-        coordinator: Any = member._coordinator
-        subscription: Any = member._subscription.subscription
-        meta = {tp: OffsetAndMetadata(offset, "") for tp, offset in offsets.items()}
-        await coordinator.commit_offsets(subscription.assignment, meta)
+        owned = member.assignment()
+        mine = {tp: offset for tp, offset in offsets.items() if tp in owned}
+        if len(mine) < len(offsets):
+            log.warning(
+                "kafka source %s: the join bridge read %s, which its group member does not own; "
+                "their owner reads them again from the older commit",
+                self.pipeline,
+                ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(set(offsets) - owned)),
+            )
+        if mine:
+            await member.commit(mine)
 
     async def hand_over(self) -> None:
         """The group member takes over from the bridge consumer (whose batches the source

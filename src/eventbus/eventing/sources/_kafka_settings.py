@@ -51,8 +51,13 @@ class FetchSettings:
             and one fetch. Fewer fetches matter on Tansu's memory storage, where a fetch
             lists every record batch of the partition.
         max_in_flight: most batches dispatched concurrently (outputs and commits stay in order).
-        session_timeout_ms: the consumer-group session timeout. Tansu holds a group join for
-            half of it, so it is also roughly the delay before the first record.
+        session_timeout_ms: the consumer-group session timeout; None: the source config's
+            ``session_timeout_ms`` (YAML, default 10000; Apache Kafka's brokers take 6000 to
+            1800000 by default). Tansu holds a group's first join for half of it, so there it
+            is also roughly the delay before the first record.
+        heartbeat_interval_ms: how often the consumer heartbeats, below the session timeout;
+            None: the source config's ``heartbeat_interval_ms`` (default 3000), or with a
+            ``session_timeout_ms`` given here a third of it, at most the config's.
         decode_in_dispatch: hand ``dispatch`` the records undecoded
             (:class:`~eventbus.eventing._codecs.RawRecord`) so that decoding (and, by
             returning :class:`~eventbus.eventing._codecs.KafkaRecord` outputs, encoding)
@@ -86,12 +91,23 @@ class FetchSettings:
     max_batch: int = 2000
     linger_ms: int = 5
     max_in_flight: int = 4
-    session_timeout_ms: int = 6000
+    session_timeout_ms: int | None = None
+    heartbeat_interval_ms: int | None = None
     decode_in_dispatch: bool = False
     revoke_timeout_s: float | None = None
     doorbell: Doorbell | None = None
     bridge: JoinBridge | None = None
     in_order: bool = False
+
+    def group_timings(self, session_timeout_ms: int, heartbeat_interval_ms: int) -> tuple[int, int]:
+        """The consumer group's (session timeout, heartbeat interval) in ms: these settings',
+        else the given ones (the source config's; see the Args)."""
+        if self.session_timeout_ms is None:
+            return session_timeout_ms, self.heartbeat_interval_ms or heartbeat_interval_ms
+        third = max(1, self.session_timeout_ms // 3)
+        return self.session_timeout_ms, (
+            self.heartbeat_interval_ms or min(heartbeat_interval_ms, third)
+        )
 
 
 class Doorbell(Protocol):
@@ -114,8 +130,10 @@ class Doorbell(Protocol):
 class JoinBridge(Protocol):
     """Bridges the consumer-group join of the first member of a group that has no live one.
 
-    Tansu holds every JoinGroup for half the group's session timeout (3 s with the default
-    6 s), so a pipeline woken from zero would wait that long before its first fetch. A source
+    Tansu holds every JoinGroup for half the group's session timeout (5 s with the default
+    10 s), so a pipeline woken from zero would wait that long before its first fetch (Apache
+    Kafka answers a first join in tens of ms: the controller opens bridges on Tansu only). A
+    source
     that :meth:`claim` s the bridge assigns itself every partition of its topics at once
     (positions from the group's committed offsets) while its group member joins beside it;
     the group takes no commit from a non-member once it has a member, so what it delivers is
