@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from eventbus.errors import ConfigError
+from eventbus.eventing._aiokafka_adapter import refresh_metadata
 from eventbus.eventing._codecs import decode_kafka_records
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._kafka_client import KafkaClientConfig
@@ -382,7 +383,7 @@ async def _partitions(consumer: Any, topic: str, wait_s: float = 2.0) -> set[int
         parts = consumer.partitions_for_topic(topic)
         if parts:
             return set(parts)
-        await consumer._client.force_metadata_update()
+        await refresh_metadata(consumer)
         if time.monotonic() > deadline:
             return set()
         await asyncio.sleep(0.2)

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from eventbus.errors import ConfigError
+from eventbus.eventing._aiokafka_adapter import refresh_metadata
 from eventbus.eventing._codecs import decode_kafka_records
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._kafka_client import KafkaClientConfig
@@ -290,7 +291,7 @@ async def _partitions(consumer: Any, topic: str) -> set[int]:
         parts = consumer.partitions_for_topic(topic)
         if parts:
             return set(parts)
-        await consumer._client.force_metadata_update()
+        await refresh_metadata(consumer)
         if time.monotonic() > deadline:
             msg = f"topic {topic!r} does not exist on the broker; check the name (`eventbus tail {topic}` reads it)"
             raise ConfigError(msg)

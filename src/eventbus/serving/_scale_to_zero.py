@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eventbus._internal import keys
+from eventbus.eventing._aiokafka_adapter import refresh_metadata
 from eventbus.eventing._kafka_client import KafkaClientConfig, kafka_client_kwargs
 from eventbus.pipelines._config import PipelineConfig
 
@@ -369,7 +370,7 @@ class ScaleToZero:
                         for topic in topics:
                             parts = consumer.partitions_for_topic(topic)
                             if not parts:
-                                await consumer._client.force_metadata_update()
+                                await refresh_metadata(consumer)
                                 parts = consumer.partitions_for_topic(topic) or set()
                             tps.extend(TopicPartition(topic, p) for p in sorted(parts))
                         if tps:

@@ -52,6 +52,7 @@ def test_an_idle_source_long_polls_and_the_first_records_end_it() -> None:
     fetcher = KafkaFetcher(
         config, FetchSettings(linger_ms=0), pipeline="p", group="g", bootstrap_servers="x"
     )
+    fetcher._tansu = True  # the wait is switched on Tansu only (it holds a waiting fetch)
     consumer = StandInConsumer([3], config.fetch_max_wait_ms)
     now = [1000.0]
 
@@ -136,6 +137,7 @@ def _parking(bell: Bell) -> tuple[KafkaFetcher, ParkingConsumer]:
         group="g",
         bootstrap_servers="x",
     )
+    fetcher._tansu = True  # the doorbell and the wait switch are Tansu's
     return fetcher, ParkingConsumer([3], config.fetch_max_wait_ms)
 
 
@@ -200,3 +202,19 @@ def test_a_failing_doorbell_is_dropped_for_the_long_poll() -> None:
     assert len(bell.seen) == 1, "the failed doorbell was used again"
     assert consumer.paused == set()
     assert consumer.timeouts == [700, 700]
+
+
+def test_on_apache_kafka_every_fetch_long_polls_and_nothing_is_switched() -> None:
+    """Apache Kafka answers a waiting fetch when records arrive: the consumer is made with the
+    idle wait, and going idle or busy touches no aiokafka internals."""
+    config = KafkaSourceConfig(topic="in", fetch_max_wait_ms=10, idle_fetch_max_wait_ms=700)
+    fetcher = KafkaFetcher(
+        config, FetchSettings(linger_ms=0), pipeline="p", group="g", bootstrap_servers="x"
+    )
+    assert fetcher._consumer_kwargs()["fetch_max_wait_ms"] == 700
+    consumer = StandInConsumer([3], 700)
+    fetcher._set_idle(consumer, True)  # type: ignore[arg-type]
+    fetcher._set_idle(consumer, False)  # type: ignore[arg-type]
+    assert consumer._fetcher._fetch_max_wait_ms == 700
+    fetcher._tansu = True
+    assert fetcher._consumer_kwargs()["fetch_max_wait_ms"] == 10

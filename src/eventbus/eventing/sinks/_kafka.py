@@ -23,6 +23,7 @@ from aiokafka.partitioner import murmur2
 from pydantic import BaseModel, ConfigDict, Field
 
 from eventbus.errors import ConfigError
+from eventbus.eventing._aiokafka_adapter import refresh_metadata
 from eventbus.eventing._codecs import KafkaRecord, encode_kafka_binary, encode_kafka_structured
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._kafka_acl import check_topic_access
@@ -215,7 +216,7 @@ class KafkaSink(Sink):
             topic = self.config.topic
             parts = self._offsets_consumer.partitions_for_topic(topic)
             if not parts:
-                await self._offsets_consumer._client.force_metadata_update()
+                await refresh_metadata(self._offsets_consumer)
                 parts = self._offsets_consumer.partitions_for_topic(topic) or set()
             # ListOffsets answers at or below the end (Tansu: the last batch's base + 1), and
             # records sent after this call land above it: a valid lower bound.

@@ -20,7 +20,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
-from eventbus.eventing._broker import gap_wait_s
+from eventbus.eventing._aiokafka_adapter import quiet_fetch_routine, set_fetch_wait
+from eventbus.eventing._broker import gap_wait_s, is_tansu
 from eventbus.eventing._kafka_client import KafkaClientConfig, kafka_client_kwargs
 from eventbus.eventing.sources._kafka_bridge import open_bridge
 from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
@@ -195,6 +196,9 @@ class KafkaFetcher:
         self._retired: AIOKafkaConsumer | None = None  # the bridge's consumer, handed over
         #: parks so far (each ends on the doorbell, on unpark() or after PARK_MAX_S)
         self.parks = 0
+        #: whether the broker is Tansu (decided at start): only there does a waiting fetch
+        #: wait its whole fetch_max_wait_ms, so only there is the wait switched while idle
+        self._tansu = False
 
     async def start(
         self,
@@ -212,6 +216,7 @@ class KafkaFetcher:
         Raises:
             KafkaError: the broker cannot be reached (the consumer is stopped again).
         """
+        self._tansu = await is_tansu(self.bootstrap_servers, self.client)
         self.gaps.wait_s = await gap_wait_s(
             self.config.offset_gap_wait_ms, self.bootstrap_servers, self.client
         )
@@ -269,7 +274,12 @@ class KafkaFetcher:
             "session_timeout_ms": session_ms,
             "heartbeat_interval_ms": heartbeat_ms,
             "max_poll_records": self.settings.max_batch,
-            "fetch_max_wait_ms": self.config.fetch_max_wait_ms,
+            # Apache Kafka answers a waiting fetch as soon as records arrive: every fetch may
+            # long-poll (an idle source costs a fetch per idle wait, a busy one no latency).
+            # Tansu holds it for the whole wait: short while busy, switched when idle.
+            "fetch_max_wait_ms": self.config.fetch_max_wait_ms
+            if self._tansu
+            else self.config.idle_fetch_max_wait_ms,
             "max_partition_fetch_bytes": 4 * 1024 * 1024,
             **kafka_client_kwargs(self.client),
         }
@@ -445,27 +455,23 @@ class KafkaFetcher:
             return False
         self.parks += 1
         consumer.pause(*parts)
-        # aiokafka's fetch routine otherwise wakes every 0.2 s to find nothing to fetch; a
-        # resume wakes it at once whatever this is (like _fetch_max_wait_ms, read per round)
-        routine: Any = getattr(consumer, "_fetcher", None)
-        quiet = hasattr(routine, "_fetcher_timeout")
-        if quiet:
-            routine_timeout, routine._fetcher_timeout = routine._fetcher_timeout, PARK_MAX_S
         seen = {f"{tp.topic}[{tp.partition}]": consumer.highwater(tp) for tp in parts}
         ends = {k: -1 if end is None else end for k, end in seen.items()}
         rung = asyncio.ensure_future(doorbell.wait(ends))
         unparked = asyncio.ensure_future(self._unparked.wait())
-        try:
-            await asyncio.wait({rung, unparked}, timeout=PARK_MAX_S, return_when="FIRST_COMPLETED")
-        finally:
-            for task in (rung, unparked):
-                task.cancel()
-            await asyncio.gather(rung, unparked, return_exceptions=True)
-            if quiet:
-                routine._fetcher_timeout = routine_timeout
-            owned = parts & consumer.assignment()  # a rebalance may have moved some
-            if owned:
-                consumer.resume(*owned)
+        # aiokafka's fetch routine otherwise wakes every 0.2 s to find nothing to fetch
+        with quiet_fetch_routine(consumer, PARK_MAX_S):
+            try:
+                await asyncio.wait(
+                    {rung, unparked}, timeout=PARK_MAX_S, return_when="FIRST_COMPLETED"
+                )
+            finally:
+                for task in (rung, unparked):
+                    task.cancel()
+                await asyncio.gather(rung, unparked, return_exceptions=True)
+                owned = parts & consumer.assignment()  # a rebalance may have moved some
+                if owned:
+                    consumer.resume(*owned)  # wakes the fetch routine at once
         if rung.done() and not rung.cancelled() and rung.exception() is not None:
             log.warning(
                 "kafka source %s: its doorbell failed (%s: %s); long-polling instead",
@@ -491,9 +497,9 @@ class KafkaFetcher:
         self.idle = idle
         long_poll = idle and self._doorbell is None  # parked sources do not fetch
         wait = self.config.idle_fetch_max_wait_ms if long_poll else self.config.fetch_max_wait_ms
-        fetcher = getattr(consumer, "_fetcher", None)
-        if fetcher is not None and hasattr(fetcher, "_fetch_max_wait_ms"):
-            fetcher._fetch_max_wait_ms = wait
+        if not self._tansu:  # every fetch long-polls from the start (see _consumer_kwargs)
+            return
+        set_fetch_wait(consumer, wait)
         log.debug(
             "kafka source %s: %s (fetch wait %d ms)",
             self.pipeline,
