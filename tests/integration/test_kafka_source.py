@@ -444,7 +444,9 @@ async def test_rebalance_commits_in_flight_batches(kafka_bootstrap, topic_factor
     )
 
     async def slow(events: list[CloudEvent]) -> list[Outcome]:
-        await asyncio.sleep(0.1)
+        # slow enough that a's 4,000 events take ~8 s: b's join (a learns of it at its next
+        # heartbeat, 2 s apart) rebalances while a has batches in flight
+        await asyncio.sleep(0.4)
         return [[e] for e in events]
 
     group = f"g-{src}"
@@ -462,7 +464,7 @@ async def test_rebalance_commits_in_flight_batches(kafka_bootstrap, topic_factor
                 b.stats()["consumed"] > 0
                 and a.stats()["committed"] + b.stats()["committed"] >= n_events
             ),
-            30,
+            90,
             lambda: f"a={a.stats()} b={b.stats()}",
         )
     finally:
