@@ -162,6 +162,11 @@ class KafkaSink(Sink):
             await producer.start()
         except Exception as e:
             await producer.stop()
+            # an idempotent producer needs WRITE on a topic for its producer id: without it
+            # start() fails as if the login had (aiokafka), so the missing grant is named first
+            await check_topic_access(
+                what, self.bootstrap_servers, self.client, {self.config.topic: "WRITE"}
+            )
             raise await kafka_connect_error(what, self.bootstrap_servers, self.client, e) from e
         try:  # a producer without WRITE starts fine and fails at its first send: ask now
             await check_topic_access(
