@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: system-deps setup kafka demo lint test test-unit test-integration bench bench-peers proto schema down clean
+.PHONY: system-deps setup kafka demo lint test test-unit test-integration bench bench-brokers bench-peers proto schema down clean
 
 setup: $(VENV)/.installed
 
@@ -71,6 +71,10 @@ bench: setup kafka bench-peers
 	$(PY) benchmarks/kafka_clients.py
 	$(PY) benchmarks/aggregate.py
 	$(PY) benchmarks/http_sink.py
+
+# kafka_pipeline, peers, latency and idle on Apache Kafka, then on Tansu, side by side
+bench-brokers: setup kafka bench-peers
+	$(PY) benchmarks/brokers.py
 
 # The peers of benchmarks/peers.py (Quix Streams, Bytewax, Faust, the confluent-kafka loop), one
 # venv each under .venv-bench: their pins (Quix's confluent-kafka 2.12, Faust's aiokafka) stay
