@@ -29,6 +29,7 @@ from ray.serve.deployment import Application
 from eventbus._internal.gc import tune_gc
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Outcome
+from eventbus.serving._ray_adapter import fixed_version
 
 __all__ = [
     "HOST_APP_PREFIX",
@@ -200,9 +201,9 @@ def build_host_app(
         c.spec.serving.batch.max_in_flight * 2 * max(1, len(c.consumed_sources)) for c in configs
     )
     make: Any = serve.deployment
-    deployment = make(HostDeployment, name="host").options(
-        version=_HOST_VERSION,
-        _internal=True,  # Serve refuses `version` from users; a fixed one keeps replicas up
+    deployment = fixed_version(
+        make(HostDeployment, name="host"),
+        _HOST_VERSION,  # the same on every deploy: a membership change keeps replicas up
         num_replicas=replicas,
         ray_actor_options={"num_cpus": 0.0},
         max_ongoing_requests=max(8, in_flight),
@@ -235,7 +236,7 @@ class MemberHandle:
         self._pipeline = pipeline
 
     def options(self, **kwargs: Any) -> MemberHandle:
-        """The host handle's ``options`` (e.g. ``_by_reference=False``)."""
+        """The host handle's ``options`` (e.g. :func:`~eventbus.serving._ray_adapter.by_value`'s)."""
         return MemberHandle(self._handle.options(**kwargs), self._pipeline)
 
     @property

@@ -65,9 +65,9 @@ def decide(duals: torch.Tensor, revenue: torch.Tensor, consumption: Consumption)
         lam_c = lam.to(revenue.dtype)
         if consumption.layout == torch.sparse_coo:
             c = consumption.coalesce()
-            idx = c._indices()
+            idx = c.indices()
             cost = torch.zeros(bsz * m, dtype=revenue.dtype, device=revenue.device)
-            cost.index_add_(0, idx[0] * m + idx[1], c._values().to(revenue.dtype) * lam_c[idx[2]])
+            cost.index_add_(0, idx[0] * m + idx[1], c.values().to(revenue.dtype) * lam_c[idx[2]])
             cost = cost.view(bsz, m)
         else:
             cost = consumption.to(revenue.dtype) @ lam_c

@@ -49,8 +49,8 @@ def solve_with_highs(
     k_num = problem.num_resources
     sparse = problem.to_sparse().consumption
     assert isinstance(sparse, torch.Tensor)
-    idx = sparse._indices().cpu().numpy()
-    vals = sparse._values().cpu().double().numpy()
+    idx = sparse.indices().cpu().numpy()
+    vals = sparse.values().cpu().double().numpy()
     nv = n * m
     # columns: user row (coefficient 1) plus the resource rows of each variable
     col = np.concatenate([np.arange(nv, dtype=np.int64), idx[0] * m + idx[1]])

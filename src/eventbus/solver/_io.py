@@ -57,7 +57,7 @@ def save_problem(problem: AllocationProblem, path: str | Path) -> None:
         if len(names) > 1 or cons.row_weight != implied:
             row_weight = list(cons.row_weight or ())
     else:
-        arrays.update(consumption_indices=cons._indices(), consumption_values=cons._values())
+        arrays.update(consumption_indices=cons.indices(), consumption_values=cons.values())
     if path.suffix == ".npz":
         host: dict[str, Any] = {k: v.detach().cpu().numpy() for k, v in arrays.items()}
         if row_weight is not None:

@@ -38,7 +38,7 @@ def slice_users(problem: AllocationProblem, start: int, stop: int) -> Allocation
     if isinstance(cons, FactorisedConsumption):
         sub = cons.slice_users(start, stop)
     else:
-        idx, vals = cons._indices(), cons._values()
+        idx, vals = cons.indices(), cons.values()
         lo, hi = torch.searchsorted(
             idx[0].contiguous(), torch.tensor([start, stop], device=idx.device)
         ).tolist()

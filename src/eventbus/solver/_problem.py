@@ -109,7 +109,7 @@ class AllocationProblem:
                 )
             if not cons.is_coalesced():
                 object.__setattr__(self, "consumption", cons.coalesce())
-            _check_finite_nonneg("consumption values", self.consumption._values())  # type: ignore[union-attr]
+            _check_finite_nonneg("consumption values", self.consumption.values())  # type: ignore[union-attr]
         else:
             raise _bad(
                 "consumption must be a FactorisedConsumption or a sparse COO tensor",

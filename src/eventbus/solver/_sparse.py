@@ -94,7 +94,7 @@ class SparsePass:
         self.device = problem.revenue.device
         self.chunk, self.block = chunk, block
         self.k_num = int(cons.shape[2])
-        idx, vals = cons._indices(), cons._values()
+        idx, vals = cons.indices(), cons.values()
         nz = vals != 0
         if not bool(nz.all()):
             idx, vals = idx[:, nz], vals[nz]

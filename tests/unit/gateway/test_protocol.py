@@ -122,3 +122,29 @@ async def test_a_large_body_after_a_small_head_passes(port: int) -> None:
     head = b"POST / HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: %d\r\n" % len(body)
     answer = await _exchange(port, [head, b"\r\n" + body[:30_000], body[30_000:]])
     assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+
+
+def test_uvicorn_is_the_pinned_version_with_the_hooks_the_protocol_overrides() -> None:
+    """``gateway/_protocol.py`` subclasses uvicorn's httptools protocol (uvicorn's adapter): an
+    upgrade that renames a parser callback would leave the head bounds silently off."""
+    import inspect
+    from importlib.metadata import version
+
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    assert version("uvicorn") == "0.54.0", (
+        "uvicorn was upgraded: check gateway/_protocol.py's overrides against the new "
+        "HttpToolsProtocol, then update this pin and pyproject's"
+    )
+    for hook in (
+        "data_received",
+        "connection_lost",
+        "send_400_response",
+        "on_message_begin",
+        "on_url",
+        "on_header",
+        "on_headers_complete",
+    ):
+        assert callable(getattr(HttpToolsProtocol, hook, None)), hook
+    source = inspect.getsource(HttpToolsProtocol)
+    assert "self.loop =" in source and "self.transport =" in source

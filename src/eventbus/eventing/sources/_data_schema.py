@@ -15,21 +15,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from typing import Any, Final
+from typing import Any
 
-import re2
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 from jsonschema.validators import extend
 
+from eventbus._internal.re2_adapter import compile_search
+
 __all__ = ["DataValidator", "SchemaPatternError", "check_data_schema", "data_validator"]
 
-_OPTIONS: Final = re2.Options()
-_OPTIONS.log_errors = False  # a bad pattern becomes our error, not a line on stderr
-_OPTIONS.never_capture = True  # only "is there a match" is asked
-# The extension type answers in ~1.5 us; re2.compile(...).search builds match objects (~10).
-_RE2: Final[Any] = re2._re2.RE2
-_UNANCHORED: Final = _RE2.Anchor.UNANCHORED
 # Keywords whose values are data, not schemas: never searched for patterns.
 _DATA_KEYWORDS = frozenset(("const", "enum", "default", "examples"))
 
@@ -40,9 +35,9 @@ class SchemaPatternError(ValueError):
 
 @functools.lru_cache(maxsize=4096)
 def _matcher(pattern: str) -> Any:
-    compiled = _RE2(pattern.encode("utf-8", "surrogatepass"), _OPTIONS)
-    if not compiled.ok():
-        reason = bytes(compiled.error()).decode("utf-8", "replace")[:120]
+    search, reason = compile_search(pattern)
+    if search is None:
+        reason = reason[:120]
         shown = pattern if len(pattern) <= 80 else pattern[:80] + "..."
         msg = (
             f"pattern {shown!r} is not an RE2 regular expression ({reason}); data_schema "
@@ -50,12 +45,11 @@ def _matcher(pattern: str) -> Any:
             "https://github.com/google/re2/wiki/Syntax"
         )
         raise SchemaPatternError(msg)
-    return compiled.Match
+    return search
 
 
 def _search(pattern: str, text: str) -> bool:
-    data = text.encode("utf-8", "surrogatepass")
-    return bool(_matcher(pattern)(_UNANCHORED, data, 0, len(data))[0][0] >= 0)
+    return bool(_matcher(pattern)(text))
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
