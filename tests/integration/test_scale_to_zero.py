@@ -241,7 +241,7 @@ async def test_serves_control_loop_idles_only_while_it_holds_no_deployment(
     from ray import serve
     from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
 
-    from eventbus.serving._serve_pace import set_serve_pace
+    from eventbus.serving._ray_adapter import set_serve_pace
 
     eventbus_client.list()  # the session's controller is up, and Serve with it
     serve.start(proxy_location="Disabled")

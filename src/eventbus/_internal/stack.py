@@ -47,7 +47,7 @@ RAY_ENV = {
 #: round asks the GCS for the cluster's nodes and resources and walks every application, which
 #: cost ~3% of a core (Serve's controller + GCS) with two pipelines; a replica start or a scale
 #: step waits at most one round more. With no application on Serve it runs every 2 s
-#: (``serving/_serve_pace.py``). The log monitor (it tails every worker's log file to
+#: (``serving/_ray_adapter.py``). The log monitor (it tails every worker's log file to
 #: forward lines to drivers, ~0.7% of a core, more with more files) is not started: EventBus's
 #: drivers set ``log_to_driver=False`` and the logs stay in the session's log directory.
 #: The raylet's memory monitor (the OOM killer) looks once a second instead of every 0.25 s

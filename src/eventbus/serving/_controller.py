@@ -829,7 +829,7 @@ class Controller:
 
     def _pace_serve(self, *, idle: bool) -> None:
         """Serve's control loop slow while no application runs on it, at its pace before
-        one runs (``_serve_pace``): idle only once the last application is gone."""
+        one runs (``_ray_adapter.set_serve_pace``): idle only once the last application is gone."""
         if idle == self._serve_idle:
             return
         try:
@@ -838,7 +838,7 @@ class Controller:
 
                 if serve.status().applications:
                     return
-            from eventbus.serving._serve_pace import set_serve_pace
+            from eventbus.serving._ray_adapter import set_serve_pace
 
             answer = set_serve_pace(idle)
             self._serve_idle = idle if answer != "unsupported" else None

@@ -42,3 +42,16 @@ def test_handles_still_take_by_reference() -> None:
             return kwargs
 
     assert by_value(Handle()) == {"_by_reference": False}
+
+
+def test_serve_controller_still_has_what_the_pace_replaces() -> None:
+    """:func:`pace` answers "unsupported" and does nothing on a Serve without these; this
+    names the change instead of letting the idle pace go quietly."""
+    from ray.serve._private import controller
+    from ray.serve._private.deployment_state import DeploymentStateManager
+
+    assert isinstance(controller.CONTROL_LOOP_INTERVAL_S, float)
+    assert controller.asyncio.__name__ == "asyncio"
+    source = inspect.getsource(controller.ServeController)
+    assert "asyncio.sleep" in source and "self.deployment_state_manager" in source
+    assert "self._deployment_states" in inspect.getsource(DeploymentStateManager.__init__)

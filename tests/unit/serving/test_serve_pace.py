@@ -1,4 +1,4 @@
-"""Serve's control loop pace while no application runs (``serving/_serve_pace.py``), against a
+"""Serve's control loop pace while no application runs (``serving/_ray_adapter.py``), against a
 stand-in of Serve's controller module that loops as Serve's does (``asyncio.sleep`` looked up
 in its module's globals each round); the real one: ``tests/integration/test_scale_to_zero.py``."""
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from eventbus.serving._serve_pace import pace
+from eventbus.serving._ray_adapter import pace
 
 
 class _Controller:
