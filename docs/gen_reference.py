@@ -8,7 +8,8 @@ below as generated files, so they are never hand-copied and never stale:
   included) and every field of the pipeline YAML (the pydantic models' JSON Schema);
 - ``reference/http-api.md``: the gateway's routes (its FastAPI app's OpenAPI);
 - ``reference/metrics.md``: the Prometheus metrics (the exporter's own exposition);
-- ``reference/environment.md``: the environment variables the code reads.
+- ``reference/environment.md``: the environment variables the code reads;
+- ``reference/errors.md``: the exception tree (``eventbus.errors.EventBusError``'s subclasses).
 
 ``python docs/gen_reference.py OUT_DIR`` writes the pages to a folder (to look at them).
 """
@@ -113,8 +114,10 @@ def _names(config: Any) -> list[str]:
     """The model names of a kind's config: a model, or a union of models and types."""
     if config is None:
         return []
+    if typing.get_origin(config) is typing.Annotated:
+        return _names(typing.get_args(config)[0])
     if isinstance(config, type):
-        return [config.__name__]
+        return ["string" if config is str else config.__name__]
     return [n for a in typing.get_args(config) for n in _names(a)] or [str(config)]
 
 
@@ -308,6 +311,81 @@ def environment_page() -> str:
     return "".join(out)
 
 
+# -- errors -------------------------------------------------------------------------------
+
+_ERROR_PACKAGES = (
+    "eventbus.cel",
+    "eventbus.eventing",
+    "eventbus.pipelines",
+    "eventbus.gateway",
+    "eventbus.functions",
+    "eventbus.models",
+    "eventbus.solver",
+)
+
+
+def errors_page() -> str:
+    """The exception tree: every subclass of ``EventBusError`` in the library's packages."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    from eventbus.errors import EventBusError
+
+    for package in _ERROR_PACKAGES:
+        module = importlib.import_module(package)
+        for info in pkgutil.walk_packages(module.__path__, f"{package}."):
+            if "._proto" not in info.name:
+                importlib.import_module(info.name)
+    out = [
+        "# Errors\n\n",
+        GENERATED,
+        "Every error EventBus raises on purpose derives from `eventbus.errors.EventBusError`; "
+        "errors caused by input also derive from the matching built-in type (`ValueError`, "
+        "`LookupError`). An error's message names the thing, the value and the fix. Errors "
+        "of one event (a step, a late or over-size event) send that event to the dead-letter "
+        "sink with the error's name in `eberrortype` and its message in `eberror`; see "
+        "[Troubleshooting](../how-to/troubleshooting.md).\n\n",
+        "| error | derives from | module | what it means |\n| --- | --- | --- | --- |\n",
+    ]
+
+    def walk(cls: type, depth: int) -> None:
+        doc = inspect.getdoc(cls) or ""
+        first = doc.split("\n\n", 1)[0]
+        bases = ", ".join(f"`{b.__name__}`" for b in cls.__bases__)
+        module = cls.__module__
+        out.append(
+            f"| {'&nbsp;' * 4 * depth}`{cls.__name__}` | {bases} | `{module}` | {_cell(first)} |\n"
+        )
+        for sub in sorted(cls.__subclasses__(), key=lambda c: c.__name__):
+            if sub.__module__.startswith("eventbus"):
+                walk(sub, depth + 1)
+
+    walk(EventBusError, 0)
+    others = sorted(
+        {
+            cls
+            for name, module in list(sys.modules.items())
+            if name.startswith("eventbus.") and "._proto" not in name
+            for _, cls in inspect.getmembers(module, inspect.isclass)
+            if issubclass(cls, Exception)
+            and cls.__module__ == name
+            and not issubclass(cls, EventBusError)
+            and not cls.__name__.startswith("_")
+        },
+        key=lambda c: c.__name__,
+    )
+    out.append(
+        "\nOther errors of one event or one delivery, as a dead letter's `eberrortype` names "
+        "them:\n\n| error | derives from | module | what it means |\n| --- | --- | --- | --- |\n"
+    )
+    for cls in others:
+        first = (inspect.getdoc(cls) or "").split("\n\n", 1)[0]
+        bases = ", ".join(f"`{b.__name__}`" for b in cls.__bases__)
+        out.append(f"| `{cls.__name__}` | {bases} | `{cls.__module__}` | {_cell(first)} |\n")
+    return "".join(out)
+
+
 def pages() -> dict[str, str]:
     """Every generated page by its path under docs/."""
     return {
@@ -316,6 +394,7 @@ def pages() -> dict[str, str]:
         "reference/http-api.md": http_page(),
         "reference/metrics.md": metrics_page(),
         "reference/environment.md": environment_page(),
+        "reference/errors.md": errors_page(),
     }
 
 

@@ -90,6 +90,11 @@ def test_the_reference_covers_the_code(site: Path) -> None:
     assert "/v1/pipelines/{name}/events" in http and "/v1/admin/pipelines" in http
     env = (site / "reference/environment/index.html").read_text()
     assert "EVENTBUS_REDIS_URL" in env and "EVENTBUS_HOME" in env
+    errors = (site / "reference/errors/index.html").read_text()
+    import eventbus.errors
+
+    assert all(f"<code>{name}</code>" in errors for name in eventbus.errors.__all__)
+    assert "<code>LateEventError</code>" in errors
 
 
 # -- the browser ----------------------------------------------------------------------------
