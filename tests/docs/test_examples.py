@@ -213,3 +213,27 @@ def test_example_commands_pass(command: str, path: str) -> None:
 
     done = CliRunner().invoke(app, [command, str(ROOT / path)])
     assert done.exit_code == 0, done.output
+
+
+def test_first_tutorial_tells_what_the_sample_payments_give(monkeypatch: Any) -> None:
+    import json
+
+    monkeypatch.syspath_prepend(
+        str(ROOT / "examples/payments")
+    )  # as eventbus deploy resolves fraud:score
+
+    page = (ROOT / "docs" / "tutorials" / "first-pipeline.md").read_text()
+    assert "three are large payments" in page and "two are filtered" in page
+    lines = (ROOT / "examples/payments/events.jsonl").read_text().splitlines()
+    events = []
+    for line in lines:
+        raw = json.loads(line)
+        events.append(
+            CloudEvent.create(
+                type=raw["type"], source=raw["source"], id=raw["id"], data=raw["data"]
+            )
+        )
+    result = run_pipeline(ROOT / "examples/payments/payments.yaml", events)
+    assert [e.type for e in result.outputs] == ["payment.large"] * 3
+    assert result.dropped == 2
+    assert [d["ebstep"] for d in result.dead_letters] == ["score"]
