@@ -4,8 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export RAY_USAGE_STATS_ENABLED := 0
+export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: system-deps setup kafka demo lint test test-unit test-integration bench bench-brokers bench-peers proto schema down clean
+.PHONY: system-deps setup kafka demo docs docs-build lint test test-unit test-integration bench bench-brokers bench-peers proto schema down clean
 
 setup: $(VENV)/.installed
 
@@ -22,6 +23,16 @@ $(VENV)/.installed: pyproject.toml examples/plugin/pyproject.toml
 demo: setup
 	EB=$(VENV)/bin/eventbus bash examples/demo.sh
 
+# The documentation site (mkdocs-material, mkdocs.yml): `make docs` serves it on
+# http://127.0.0.1:8000 with live reload; `make docs-build` builds it into site/ with --strict
+# (a broken link or a missing page fails). The reference pages are generated from the code
+# at build time (docs/gen_reference.py).
+docs: setup
+	$(VENV)/bin/mkdocs serve
+
+docs-build: setup
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
 # Debian packages the tests use: docker-compose validates docker-compose.yml offline;
 # chromium + chromium-driver run the dashboard's headless browser test.
 system-deps:
@@ -35,8 +46,8 @@ system-deps:
 # Style, layering and types: ruff (lint + format), import-linter (the layers declared in
 # pyproject), mypy --strict on src/.
 lint: setup
-	$(VENV)/bin/ruff check src tests benchmarks examples
-	$(VENV)/bin/ruff format --check src tests benchmarks examples
+	$(VENV)/bin/ruff check src tests benchmarks examples docs/gen_reference.py
+	$(VENV)/bin/ruff format --check src tests benchmarks examples docs/gen_reference.py
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy src
 

@@ -11,7 +11,7 @@ one Lua script or one ``MULTI`` transaction touches share a tag, so each touches
 ``{<pipeline>}`` for a pipeline's dedupe marks, ``{<name>}`` for one model. Keys only ever
 touched one at a time (the replay marks) carry no tag and spread over the cluster. The tags
 came in with Redis Cluster support: state written by an earlier EventBus under the old
-untagged names is not read back (see the README's upgrade note).
+untagged names is not read back (see docs/how-to/upgrading.md).
 
 Control plane (the controller, ``serving``):
 

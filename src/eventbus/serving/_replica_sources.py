@@ -3,7 +3,7 @@
 Each replica is itself a member of the pipeline's consumer groups: it consumes its share of
 the partitions, runs the steps on each micro-batch in process and produces the outputs, then
 commits. No event crosses a process boundary between Kafka and the sink, which is what makes
-this the fast path (see docs/architecture.md for the measurements). Scaling replicas scales
+this the fast path (see docs/concepts/architecture.md for the measurements). Scaling replicas scales
 consumers, up to the partition count.
 
 The Kafka I/O runs on its own thread with its own event loop, so the replica's Serve loop
