@@ -6,19 +6,25 @@ export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export RAY_USAGE_STATS_ENABLED := 0
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: system-deps setup kafka demo docs docs-build lint test test-unit test-integration bench bench-brokers bench-peers proto schema down clean
+.PHONY: system-deps setup lock kafka demo docs docs-build lint test test-unit test-integration bench bench-brokers bench-peers proto schema down clean
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml examples/plugin/pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt examples/plugin/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, pinned: the local CPU wheel (an unpinned torch pulls a multi-GB CUDA build)
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
+	# every package at the version constraints.txt locks (make lock writes it)
+	$(PY) -m pip install -q -c constraints.txt -e ".[test]"
 	# the example plugin (a step and a sink kind through entry points): the tests use it
 	$(PY) -m pip install -q --no-deps -e examples/plugin
 	touch $@
+
+# constraints.txt: the exact versions of every package in the venv (not EventBus itself),
+# which `make setup` installs; run after changing pyproject's dependencies
+lock: setup
+	$(PY) -m pip freeze --exclude-editable | grep -v -i -E "^(eventbus|pip|setuptools|wheel)[=@ ]" > constraints.txt
 
 demo: setup
 	EB=$(VENV)/bin/eventbus bash examples/demo.sh
