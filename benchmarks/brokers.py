@@ -4,8 +4,10 @@
 baseline in its run; this collects each one's last line (its JSON figures) and prints them
 side by side.
 
-Run: ``.venv/bin/python benchmarks/brokers.py [--only kafka_pipeline,peers] [--quick]``
-(``--quick``: smaller sizes, minutes instead of the better part of an hour).
+Run: ``.venv/bin/python benchmarks/brokers.py [--only kafka_pipeline,peers] [--quick] [--record]``
+(``--quick``: smaller sizes, minutes instead of the better part of an hour; ``--record``: each
+run's figures appended to ``benchmarks/results/`` by ``record.py``, where the performance page
+reads them).
 
 Last line: one JSON object, ``{benchmark: {broker: figures}}``.
 """
@@ -18,6 +20,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from record import RecordError, append_record, last_json, make_record
 
 HERE = Path(__file__).resolve().parent
 
@@ -47,24 +51,26 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
 BROKERS = ("kafka", "tansu")
 
 
-def last_json(text: str) -> dict[str, object] | None:
-    """The last line of ``text`` that is a JSON object."""
-    for line in reversed(text.strip().splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(value, dict):
-                return value
-    return None
+def record(name: str, broker: str, figures: dict[str, object], command: str, note: str) -> None:
+    """Keep one run's figures in ``benchmarks/results/`` (``record.py``)."""
+    try:
+        path = append_record(
+            make_record(figures, benchmark=name, broker=broker, command=command, note=note)
+        )
+    except RecordError as e:
+        print(f"not recorded: {e}", flush=True)
+        return
+    print(f"recorded in {path}", flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(RUNS)}")
     ap.add_argument("--quick", action="store_true", help="smaller sizes")
+    ap.add_argument(
+        "--record", action="store_true", help="append each run's figures to benchmarks/results/"
+    )
+    ap.add_argument("--note", default="", help="with --record: what a reader must know")
     args = ap.parse_args()
     only = [b for b in args.only.split(",") if b] or list(RUNS)
     unknown = sorted(set(only) - set(RUNS))
@@ -87,6 +93,15 @@ def main() -> None:
             else:
                 print(json.dumps(figures), flush=True)
                 figures["took_s"] = took
+                if args.record:
+                    command = " ".join(["benchmarks/brokers.py", *sys.argv[1:]])
+                    record(
+                        name,
+                        broker,
+                        figures,
+                        f"{command} (this run: benchmarks/{name}.py {' '.join(argv[2:])})",
+                        args.note,
+                    )
             results.setdefault(name, {})[broker] = figures
     print(json.dumps(results))
 

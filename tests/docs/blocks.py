@@ -8,9 +8,12 @@ block that must equal a file of the repository, parsed).
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -62,3 +65,13 @@ def blocks(lang: str | None = None) -> list[Block]:
             if lang is None or block.lang == lang:
                 found.append(block)
     return found
+
+
+def docs_hook(name: str) -> ModuleType:
+    """One of the site's build hooks (``docs/<name>.py``), imported from its file."""
+    spec = importlib.util.spec_from_file_location(f"docs_{name}", DOCS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and typing look their module up
+    spec.loader.exec_module(module)
+    return module
