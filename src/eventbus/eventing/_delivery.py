@@ -2,7 +2,8 @@
 
 * :class:`RetryPolicy`: an event that failed in a step is dispatched again (alone with the
   other failures of its batch, never with its batch-mates) after the exponential backoff with
-  jitter of :class:`eventbus._internal.backoff.Backoff`, up to the step's retry count and the policy's maximum age; then it is dead-lettered.
+  jitter of :class:`eventbus._internal.backoff.Backoff`, up to the step's retry count and the
+  policy's maximum age; then it is dead-lettered.
 * :class:`RedisDeduper`: effectively-once at the sink: output events whose CloudEvent
   ``source`` + ``id`` were already delivered within the window are not sent again. Before a
   send, each output is *claimed*: marked pending, with the sink's lower bounds of where its
