@@ -25,6 +25,7 @@ from typing import Any, Literal, Protocol
 from urllib.parse import quote
 
 from eventbus._internal import keys
+from eventbus._internal.backoff import Backoff
 from eventbus.errors import ConfigError, IngressError
 from eventbus.eventing._event import CloudEvent
 
@@ -48,6 +49,8 @@ log = logging.getLogger("eventbus.client")
 #: The keeper registry's Redis key (see :mod:`eventbus._internal.keys`).
 KEEPER_KEY = keys.KEEPER_CLUSTERS
 PIPELINE_METADATA = "x-eventbus-pipeline"
+#: The random part of a failed cluster's mark-down period (0.5: 50-100 % of it).
+MARK_DOWN_JITTER = 0.5
 
 
 # -- the registry -----------------------------------------------------------------------------
@@ -214,7 +217,10 @@ class _Router:
         self.clusters: list[ClusterInfo] = []
         self.stats = ClientStats()
         self._rng = random.Random(seed)
-        self._backoff: dict[str, float] = {}
+        # A failed cluster is skipped for 50-100 % of its capped, doubling period: clients
+        # that saw it fail together do not all come back to it at once.
+        self._mark_down = Backoff(backoff_s, max_backoff_s, jitter=MARK_DOWN_JITTER)
+        self._failures: dict[str, int] = {}  # failures in a row, per cluster
         self._marked_at: dict[str, float] = {}
         # (cluster that failed, start of the failed request, when it was marked down)
         self._pending: tuple[str, float, float] | None = None
@@ -274,10 +280,8 @@ class _Router:
             # neither lengthen the backoff nor restart it.
             if started < self._marked_at.get(cluster.name, float("-inf")):
                 return
-            backoff = min(
-                self.max_backoff_s, self._backoff.get(cluster.name, self.backoff_s / 2) * 2
-            )
-            self._backoff[cluster.name] = backoff
+            failures = self._failures[cluster.name] = self._failures.get(cluster.name, 0) + 1
+            backoff = self._mark_down.delay(failures, self._rng)
             self._marked_at[cluster.name] = now
             st.down_until = now + backoff
             if self._pending is None:
@@ -295,7 +299,7 @@ class _Router:
             # A request sent before the cluster was marked down says nothing about it now.
             if started >= self._marked_at.get(cluster.name, float("-inf")):
                 st.down_until = 0.0
-                self._backoff.pop(cluster.name, None)
+                self._failures.pop(cluster.name, None)
             # Only a request sent after the failure was seen shows the failover: one already in
             # flight to another cluster would have succeeded anyway.
             if self._pending is not None and started >= self._pending[2]:
@@ -648,6 +652,9 @@ def _static_clusters(
 
 
 class _BaseClient:
+    retries: int
+    retry_delay_s: float
+
     def __init__(
         self,
         keeper_redis: str | None,
@@ -693,6 +700,11 @@ class _BaseClient:
     def stats(self) -> ClientStats:
         """A snapshot of the per-cluster counters and the measured failover times."""
         return self._router.snapshot()
+
+    def _round_delay(self, round_: int) -> float:
+        """The pause before extra round ``round_`` (1, 2, ...) over every cluster."""
+        first = self.retry_delay_s
+        return Backoff(first, max(first, self._router.max_backoff_s)).delay(round_)
 
     def _due(self) -> bool:
         return self._refreshed_at is None or self._clock() - self._refreshed_at >= self.refresh_s
@@ -747,11 +759,12 @@ class Client(_BaseClient):
         transport: ``"http"`` or ``"grpc"`` (or a transport object, for tests).
         timeout_s: per-request timeout; past it the next cluster is tried.
         refresh_s: re-read the registry this often.
-        backoff_s: a cluster that failed is skipped this long, doubling per failure in a row.
+        backoff_s: a cluster that failed is skipped this long, doubling per failure in a row
+            (50-100 % of it, drawn at random: clients do not come back in lockstep).
         max_backoff_s: the longest a failed cluster is skipped.
         retries: when every cluster failed, try them all again this many times (after
-            ``retry_delay_s``, growing linearly) before raising.
-        retry_delay_s: the pause before the first extra round.
+            ``retry_delay_s``, doubling up to ``max_backoff_s``, full jitter) before raising.
+        retry_delay_s: the longest pause before the first extra round.
         seed: seed of the weighted draw (reproducible spreading in tests).
         headers: extra HTTP headers (``authorization: Bearer ...``) or gRPC metadata.
 
@@ -819,7 +832,7 @@ class Client(_BaseClient):
             if round_:
                 if all(e.status == 404 for _, e in errors):
                     break
-                time.sleep(self.retry_delay_s * round_)
+                time.sleep(self._round_delay(round_))
             for cluster in self._order(pipeline):
                 started = self._clock()
                 try:
@@ -959,7 +972,7 @@ class AsyncClient(_BaseClient):
             if round_:
                 if all(e.status == 404 for _, e in errors):
                     break
-                await asyncio.sleep(self.retry_delay_s * round_)
+                await asyncio.sleep(self._round_delay(round_))
             for cluster in self._order(pipeline):
                 started = self._clock()
                 try:

@@ -108,6 +108,7 @@ async def test_a_retried_dispatch_keeps_the_partitions_order_in_the_join_state(
         pipeline=f"p-{src}",
         fetch={"max_batch": 1, "in_order": in_order},
         retry_initial_s=1.0,  # the batches after it are fetched and dispatched meanwhile
+        retry_jitter=0,  # ... for the whole second, not a random part of it
     )
     await run_until_committed(source, 12)
     assert failed and source.stats()["dispatch_retries"] == 1

@@ -310,7 +310,9 @@ async def test_source_throughput_trivial_dispatch(kafka_bootstrap, topic_factory
             f"\nKafkaSource throughput: {n_events} events in {elapsed:.2f} s = {rate:,.0f} events/s "
             f"(consume, decode, dispatch, encode, produce acks=all, commit; {stats['batches']} batches)"
         )
-    assert rate > 5_000
+    # speed is the benchmarks' (benchmarks/); here the work that sets it is counted: records
+    # waiting at the broker go in full micro-batches, never a dispatch per event or a few
+    assert stats["batches"] <= n_events // 50, stats
 
 
 async def test_dispatch_raising_twice_loses_nothing(kafka_bootstrap, topic_factory):

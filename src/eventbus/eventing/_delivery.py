@@ -1,8 +1,9 @@
 """Delivery policies a source applies between dispatch and the sinks: retries and dedupe.
 
 * :class:`RetryPolicy`: an event that failed in a step is dispatched again (alone with the
-  other failures of its batch, never with its batch-mates) after an exponential backoff with
-  jitter, up to the step's retry count and the policy's maximum age; then it is dead-lettered.
+  other failures of its batch, never with its batch-mates) after the exponential backoff with
+  jitter of :class:`eventbus._internal.backoff.Backoff`, up to the step's retry count and the
+  policy's maximum age; then it is dead-lettered.
 * :class:`RedisDeduper`: effectively-once at the sink: output events whose CloudEvent
   ``source`` + ``id`` were already delivered within the window are not sent again. Before a
   send, each output is *claimed*: marked pending, with the sink's lower bounds of where its
@@ -22,13 +23,13 @@ import asyncio
 import hashlib
 import logging
 import os
-import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from eventbus._internal import keys
+from eventbus._internal.backoff import FULL_JITTER, Backoff
 from eventbus.eventing._codecs import KafkaRecord
 from eventbus.eventing._event import CloudEvent
 
@@ -67,8 +68,9 @@ class RetryPolicy:
         retries: retries per failing event (0: dead-letter at once).
         initial_s: first delay.
         max_s: largest delay.
-        jitter: fraction of each delay drawn at random (0.2: 80-100 % of the delay), so
-            replicas that failed together do not retry together.
+        jitter: fraction of each delay drawn at random (1: anywhere up to the delay, "full
+            jitter"; 0.2: 80-100 % of it), so replicas that failed together do not retry
+            together.
         max_age_s: stop retrying once this long has passed since the first failure (None:
             only ``retries`` limits).
         per_step: retry counts that override ``retries`` for some step ids.
@@ -77,9 +79,13 @@ class RetryPolicy:
     retries: int = 0
     initial_s: float = 0.1
     max_s: float = 5.0
-    jitter: float = 0.2
+    jitter: float = FULL_JITTER
     max_age_s: float | None = None
     per_step: Mapping[str, int] = field(default_factory=dict)
+    backoff: Backoff = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "backoff", Backoff(self.initial_s, self.max_s, self.jitter))
 
     @classmethod
     def from_config(cls, spec: Any) -> RetryPolicy:
@@ -109,8 +115,7 @@ class RetryPolicy:
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait before try number ``attempt + 1``."""
-        base: float = min(self.initial_s * 2 ** (attempt - 1), self.max_s)
-        return base * (1 - self.jitter * random.random())
+        return self.backoff.delay(attempt)
 
 
 def dedupe_key(event: CloudEvent | KafkaRecord) -> str | None:
@@ -168,6 +173,8 @@ return #KEYS
 #: How long a claim waits for Redis to answer again before the outputs go without dedupe
 #: (fail open: a possible duplicate rather than a stalled pipeline).
 CLAIM_WAIT_S = 60.0
+#: The pause between claims while Redis does not answer (50 ms doubling up to 2 s, jittered).
+_CLAIM_BACKOFF = Backoff(initial_s=0.05, max_s=2.0)
 #: Redis errors that say the server is away for now (redis-py's, by class name).
 _AWAY = frozenset(("ConnectionError", "TimeoutError", "BusyLoadingError"))
 
@@ -256,7 +263,8 @@ class RedisDeduper:
         Each try claims with a pending value of its own (appended to ``tries``): a try whose
         answer was lost (the connection dropped after the script ran) leaves its keys holding
         its value, which the caller knows as its own claim, not as a delivery."""
-        delay, deadline = 0.05, time.monotonic() + CLAIM_WAIT_S
+        deadline = time.monotonic() + CLAIM_WAIT_S
+        attempt = 0
         while True:
             own = f"P{os.urandom(6).hex()}{where}"
             tries.append(own.encode())
@@ -270,11 +278,12 @@ class RedisDeduper:
                 if not away or left <= 0:
                     log.warning("dedupe: Redis did not answer (%s); delivering without dedupe", e)
                     return None
+                attempt += 1
+                delay = min(_CLAIM_BACKOFF.delay(attempt), left)
                 log.warning(
                     "dedupe: Redis did not answer (%s); claim tried again in %.2f s", e, delay
                 )
-                await asyncio.sleep(min(delay, left))
-                delay = min(2 * delay, 2.0)
+                await asyncio.sleep(delay)
 
     async def _resolve(
         self,

@@ -1,7 +1,8 @@
 """Caller authentication at the gateway: which secret or token guards which route.
 
-Each ``http``/``grpc`` source may name an HMAC-SHA256 signing secret or a bearer token
-(``auth:``). The signature scheme itself lives in :mod:`eventbus.eventing._signature`; this
+Each ``http``/``grpc`` source may name an HMAC-SHA256 signing secret (EventBus's HMAC v2 or
+Standard Webhooks) or a bearer token (``auth:``). The signature schemes themselves live in
+:mod:`eventbus.eventing._signature` and :mod:`eventbus.eventing._standard_webhooks`; this
 module holds the policy:
 
 * resolving a route's secret;
@@ -34,6 +35,7 @@ from typing import Any, Protocol
 
 from eventbus._internal import keys
 from eventbus.errors import ConfigError, IngressError
+from eventbus.eventing import _standard_webhooks as swh
 from eventbus.eventing._signature import DEFAULT_TOLERANCE_S, verify_signature
 from eventbus.eventing.sources._http_config import AuthConfig
 
@@ -59,14 +61,15 @@ class Credentials:
 
     Attributes:
         pipeline: the pipeline the secret guards.
-        kind: ``"hmac"`` (signed requests) or ``"bearer"`` (a static token).
-        secret: the signing secret or the token.
-        header: the signature header (HMAC only).
-        tolerance_s: the replay window (HMAC only).
+        kind: ``"hmac"`` (signed requests, HMAC v2), ``"standard_webhooks"`` (signed requests,
+            Standard Webhooks) or ``"bearer"`` (a static token).
+        secret: the signing secret (Standard Webhooks: the decoded key) or the token.
+        header: the signature header (HMAC v2 only).
+        tolerance_s: the replay window (signed requests only).
     """
 
     pipeline: str
-    kind: str  # "hmac" | "bearer"
+    kind: str  # "hmac" | "standard_webhooks" | "bearer"
     secret: bytes
     header: str = "authorization"
     tolerance_s: int = DEFAULT_TOLERANCE_S
@@ -124,6 +127,15 @@ def load_credentials(
         h = auth.hmac_sha256
         secret = _read_secret(pipeline, h.secret_env, h.secret_file, env)
         return Credentials(pipeline, "hmac", secret, h.header.lower(), h.tolerance_s)
+    if auth.standard_webhooks is not None:
+        w = auth.standard_webhooks
+        raw = _read_secret(pipeline, w.secret_env, w.secret_file, env)
+        where = f"pipeline {pipeline!r}: auth secret {w.secret_env or w.secret_file}"
+        try:
+            key = swh.decode_secret(raw.decode("utf-8", "replace"), where)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        return Credentials(pipeline, "standard_webhooks", key, swh.SIGNATURE_HEADER, w.tolerance_s)
     assert auth.bearer is not None
     b = auth.bearer
     return Credentials(pipeline, "bearer", _read_secret(pipeline, b.token_env, b.token_file, env))
@@ -218,6 +230,9 @@ def authenticate(
                 403, f"this token is not allowed to send to pipeline {cred.pipeline!r}"
             )
         raise IngressError(401, f"the bearer token is not valid for pipeline {cred.pipeline!r}")
+    t = time.time() if now is None else now
+    if cred.kind == "standard_webhooks":
+        return _check_webhook(cred, headers, body, t)
     value = headers.get(cred.header)
     if value is None:
         raise IngressError(
@@ -226,7 +241,6 @@ def authenticate(
             "t=<unix seconds>,v2=<hex HMAC-SHA256 of the canonical request> "
             "(eventbus.eventing.sources.sign computes it)",
         )
-    t = time.time() if now is None else now
     got = verify_signature(
         cred.secret,
         value,
@@ -251,6 +265,25 @@ def authenticate(
     ts, signature = got
     ttl_s = max(1, int(ts + cred.tolerance_s - t) + 1)
     return Replay(keys.replay(cred.pipeline, signature), ttl_s)
+
+
+def _check_webhook(cred: Credentials, headers: Mapping[str, str], body: bytes, t: float) -> Replay:
+    """:func:`authenticate` for a Standard Webhooks route."""
+    got = swh.verify_webhook(cred.secret, headers, body, now=t, tolerance_s=cred.tolerance_s)
+    if isinstance(got, str):
+        raise IngressError(
+            401, f"pipeline {cred.pipeline!r} needs Standard Webhooks signatures: {got}"
+        )
+    if got is None:
+        raise IngressError(
+            401,
+            f"the {swh.SIGNATURE_HEADER} does not match the request for pipeline "
+            f"{cred.pipeline!r} (it covers the webhook-id, webhook-timestamp and body) or was "
+            "made with another secret",
+        )
+    ts, signature = got
+    ttl_s = max(1, int(ts + cred.tolerance_s - t) + 1)
+    return Replay(keys.replay(cred.pipeline, "swh:" + signature), ttl_s)
 
 
 class ReplayCache(Protocol):

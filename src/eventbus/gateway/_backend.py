@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from eventbus._internal.backoff import Backoff
 from eventbus.errors import IngressError
 from eventbus.eventing._codecs import KafkaRecord, encode_kafka_binary
 from eventbus.eventing._event import CloudEvent
@@ -38,6 +39,9 @@ _RECORD_OVERHEAD = 64
 #: shorter, cancels the wait first), looking again every _APP_POLL_S.
 APP_WAIT_S = 60.0
 _APP_POLL_S = 0.05
+#: Tries of a pipeline call that raised (a replica died, say) and the pauses between them.
+_CALL_TRIES = 3
+_CALL_BACKOFF = Backoff(initial_s=0.2, max_s=0.4)
 _HEADER_OVERHEAD = 10
 
 
@@ -248,10 +252,10 @@ class GatewayBackend:
                                 handle = await self._handle(pipeline)
                                 continue
                             attempt += 1
-                            if attempt == 3:
+                            if attempt == _CALL_TRIES:
                                 raise
                             log.warning("pipeline %r: call failed (%s); retrying", pipeline, e)
-                            await asyncio.sleep(0.2 * attempt)
+                            await asyncio.sleep(_CALL_BACKOFF.delay(attempt))
 
                 self._invokers[pipeline] = MicroBatcher(
                     flush,

@@ -259,13 +259,16 @@ def model_refs(step: StepConfig) -> list[Any]:
 
 
 class BackoffConfig(BaseModel):
-    """Exponential backoff between retries."""
+    """Exponential backoff between retries (of events, dispatches and sink sends), jittered."""
 
     model_config = _MODEL
-    initial_ms: PositiveInt = Field(default=100, description="First delay.")
+    initial_ms: PositiveInt = Field(default=100, description="First delay (its upper bound).")
     max_ms: PositiveInt = Field(default=5000, description="Largest delay.")
     jitter: Annotated[float, Field(ge=0, le=1)] = Field(
-        default=0.2, description="Fraction of each delay drawn at random (0.2: 80-100% of it)."
+        default=1.0,
+        description="Fraction of each delay drawn at random (1: full jitter, anywhere up to "
+        "the delay; 0.2: 80-100% of it; 0: none), so sources that failed together do not "
+        "retry together.",
     )
 
 

@@ -51,6 +51,7 @@ def delivery_policy(config: PipelineConfig, redis_url: str | None) -> DeliveryPo
         dedupe=dedupe,
         retry_initial_s=d.backoff.initial_ms / 1000,
         retry_max_s=d.backoff.max_ms / 1000,
+        retry_jitter=d.backoff.jitter,
         dispatch_retries=d.retries,
     )
 

@@ -13,6 +13,10 @@ from eventbus import cel
 # further character doubles it. RE2 answers in time linear in the input.
 CATASTROPHIC = "^(a+)+$"
 HOSTILE = "a" * 100_000 + "!"
+# Milliseconds when linear; what these tests guard against takes minutes or forever (a
+# backtracking match of HOSTILE, an O(n^2) split of 100,000 digits: ~500 s), so a bound a
+# loaded machine cannot trip still catches it.
+BOUND_S = 10.0
 
 
 def _timed(fn: object) -> tuple[object, float]:
@@ -25,7 +29,7 @@ def test_literal_pattern_matches_in_linear_time() -> None:
     prog = cel.compile(f"data.s.matches('{CATASTROPHIC}')")
     result, elapsed = _timed(lambda: prog.evaluate({"data": {"s": HOSTILE}}))
     assert result is False
-    assert elapsed < 0.1
+    assert elapsed < BOUND_S
     assert prog.evaluate({"data": {"s": "aaaa"}}) is True
 
 
@@ -33,14 +37,14 @@ def test_dynamic_pattern_matches_in_linear_time() -> None:
     prog = cel.compile("data.s.matches(data.p)")
     result, elapsed = _timed(lambda: prog.evaluate({"data": {"s": HOSTILE, "p": CATASTROPHIC}}))
     assert result is False
-    assert elapsed < 0.1
+    assert elapsed < BOUND_S
 
 
 def test_global_matches_form_is_linear_too() -> None:
     prog = cel.compile("matches(s, p)")
     result, elapsed = _timed(lambda: prog.evaluate({"s": HOSTILE, "p": "(x+x+)+y"}))
     assert result is False
-    assert elapsed < 0.1
+    assert elapsed < BOUND_S
 
 
 @pytest.mark.parametrize(
@@ -165,6 +169,6 @@ def test_conversions_of_long_strings_fail_fast(source: str, value: str) -> None:
         return info.value.message
 
     message, elapsed = _timed(run)
-    assert elapsed < 0.1
+    assert elapsed < BOUND_S
     assert "Exceeds the limit" not in str(message)
     assert len(str(message)) < 200

@@ -427,6 +427,8 @@ def test_a_revocation_waits_for_the_drain_only_revoke_timeout_s() -> None:
         return elapsed
 
     elapsed = asyncio.run(run())
-    assert 0.05 <= elapsed < 1.0
+    # it waited its revoke timeout, then gave up (one that waited for the stuck delivery would
+    # raise the wait_for's TimeoutError above)
+    assert elapsed >= 0.05
     assert source.stats()["revoke_timeouts"] == 1
     assert not source._revoking  # fetching resumes

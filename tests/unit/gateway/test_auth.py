@@ -270,7 +270,7 @@ def test_missing_secret_names_the_variable_not_a_value(tmp_path) -> None:
 def test_auth_config_needs_exactly_one_secret_place() -> None:
     with pytest.raises(ValueError, match="exactly one of secret_env"):
         AuthConfig.model_validate({"hmac_sha256": {"secret_env": "A", "secret_file": "/f"}})
-    with pytest.raises(ValueError, match="exactly one of hmac_sha256 or bearer"):
+    with pytest.raises(ValueError, match="exactly one of hmac_sha256, standard_webhooks or bearer"):
         AuthConfig.model_validate({})
 
 

@@ -172,7 +172,9 @@ async def test_invoke_at_zero_past_the_deadline_is_unavailable_with_retry_metada
     assert "the call's deadline" in info.value.details()
     trailing = dict(info.value.trailing_metadata() or ())
     assert trailing["retry-after"] == "5" and trailing["grpc-retry-pushback-ms"] == "5000"
-    assert 0.7 <= took < 1.0  # answered before the caller's deadline, a margin short of it
+    # answered a margin short of the caller's deadline (UNAVAILABLE, not DEADLINE_EXCEEDED,
+    # says it came before the deadline), not at once
+    assert took >= 0.7
     # a warm pipeline past the call's deadline: DEADLINE_EXCEEDED from the gateway, no retry
     cold_stub.ingress.scaled_to_zero = frozenset()
     with pytest.raises(grpc.aio.AioRpcError) as info:
@@ -196,11 +198,11 @@ async def test_many_calls_at_zero_each_get_their_answer_or_their_retry(cold_stub
         except grpc.aio.AioRpcError as e:
             return e.code().name
 
-    started = time.monotonic()
     codes = await asyncio.gather(*(one(i) for i in range(200)))
     assert codes[::2] == ["ok"] * 100
     # the gateway answers 250 ms before each short deadline: on a machine so loaded that its
     # loop stalls longer than that, a caller's own deadline may fire first (still no hang)
     assert set(codes[1::2]) <= {"UNAVAILABLE", "DEADLINE_EXCEEDED"}
     assert codes[1::2].count("UNAVAILABLE") >= 90, codes[1::2]
-    assert time.monotonic() - started < 7.0
+    # no wall-clock bound: a call held to its deadline shows in the codes above (the long
+    # ones would be DEADLINE_EXCEEDED, the short ones not UNAVAILABLE)

@@ -195,7 +195,8 @@ def test_alias_bomb_is_refused_fast_with_a_position() -> None:
     started = time.perf_counter()
     found = problems(BOMB)
     elapsed = time.perf_counter() - started
-    assert elapsed < 0.5, f"validating the alias bomb took {elapsed:.2f} s"
+    # milliseconds when refused; expanding the bomb takes minutes (or all the memory)
+    assert elapsed < 10, f"validating the alias bomb took {elapsed:.2f} s"
     assert found == [
         "p.yaml:5:7: yaml: anchor &l0: YAML anchors and aliases are not allowed in EventBus "
         "pipeline and test files (an alias can expand exponentially); write the value out in "

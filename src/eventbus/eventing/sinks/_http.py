@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from eventbus.errors import ConfigError
 from eventbus.eventing._codecs import KafkaRecord, decode_kafka
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._http_codec import (
@@ -36,6 +37,7 @@ from eventbus.eventing._http_codec import (
 )
 from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.eventing._signature import sign_request
+from eventbus.eventing._standard_webhooks import decode_secret, message_id, webhook_headers
 from eventbus.eventing.sinks._base import Sink, SinkEncodeError, SinkPartialError
 from eventbus.eventing.sinks._http_config import HttpSinkConfig
 from eventbus.registry import sinks
@@ -124,6 +126,7 @@ class HttpSink(Sink):
         self._client: Any = None
         self._bearer: str | None = None
         self._hmac: bytes | None = None
+        self._webhook_key: bytes | None = None  # auth: standard_webhooks
         self._semaphore: asyncio.Semaphore | None = None
         self._next_start = 0.0  # the rate limit: when the next event may go
         # reply: true: per item sent (by identity), the subscriber's reply, until taken
@@ -146,6 +149,13 @@ class HttpSink(Sink):
         if auth is not None and auth.hmac_sha256 is not None:
             secret = auth.hmac_sha256.secret.resolve(f"{self.target} hmac_sha256 secret")
             self._hmac = secret.encode()
+        if auth is not None and auth.standard_webhooks is not None:
+            where = f"{self.target} standard_webhooks secret"
+            secret = auth.standard_webhooks.secret.resolve(where)
+            try:
+                self._webhook_key = decode_secret(secret, where)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         n = self.config.max_concurrency
         self._semaphore = asyncio.Semaphore(n)
         self._client = httpx.AsyncClient(
@@ -288,6 +298,9 @@ class HttpSink(Sink):
         if self._hmac is not None and config.auth is not None and config.auth.hmac_sha256:
             signature = sign_request(self._hmac, "POST", config.url, headers, body)
             headers[config.auth.hmac_sha256.header.lower()] = signature
+        if self._webhook_key is not None:
+            msg_id = message_id(f"{e.source}\x00{e.id}" for e in events)
+            headers.update(webhook_headers(self._webhook_key, body, msg_id=msg_id))
         await self._pace(len(events))
         assert self._semaphore is not None
         async with self._semaphore:

@@ -9,7 +9,13 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from eventbus.eventing._kafka_client import SecretRef
 from eventbus.eventing._signature import SIGNATURE_HEADER
 
-__all__ = ["HttpSinkAuthConfig", "HttpSinkConfig", "HttpSinkHmacConfig", "HttpSinkBearerConfig"]
+__all__ = [
+    "HttpSinkAuthConfig",
+    "HttpSinkBearerConfig",
+    "HttpSinkConfig",
+    "HttpSinkHmacConfig",
+    "HttpSinkStandardWebhooksConfig",
+]
 
 _MODEL = ConfigDict(extra="forbid", frozen=True)
 _HEADER = r"^[A-Za-z0-9-]+$"
@@ -35,17 +41,36 @@ class HttpSinkHmacConfig(BaseModel):
     )
 
 
+class HttpSinkStandardWebhooksConfig(BaseModel):
+    """Requests signed with Standard Webhooks (standardwebhooks.com): ``webhook-id`` (the same
+    on every retry of a request: derived from its events' ``source`` and ``id``),
+    ``webhook-timestamp`` and ``webhook-signature: v1,<base64 HMAC-SHA256>``, as a receiver's
+    Standard Webhooks library verifies them."""
+
+    model_config = _MODEL
+    secret: SecretRef = Field(
+        description="The shared secret (whsec_<base64 key>), by reference: {env: ...}/{file: ...}."
+    )
+
+
 class HttpSinkAuthConfig(BaseModel):
-    """How requests authenticate to the subscriber: exactly one of ``bearer``, ``hmac_sha256``."""
+    """How requests authenticate to the subscriber: exactly one of ``bearer``,
+    ``hmac_sha256`` or ``standard_webhooks``."""
 
     model_config = _MODEL
     bearer: HttpSinkBearerConfig | None = Field(default=None, description="A bearer token.")
-    hmac_sha256: HttpSinkHmacConfig | None = Field(default=None, description="Signed requests.")
+    hmac_sha256: HttpSinkHmacConfig | None = Field(
+        default=None, description="Signed requests, EventBus's HMAC v2 scheme."
+    )
+    standard_webhooks: HttpSinkStandardWebhooksConfig | None = Field(
+        default=None, description="Signed requests, the Standard Webhooks scheme."
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> HttpSinkAuthConfig:
-        if (self.bearer is None) == (self.hmac_sha256 is None):
-            msg = "http sink auth takes exactly one of bearer or hmac_sha256"
+        given = (self.bearer, self.hmac_sha256, self.standard_webhooks)
+        if sum(x is not None for x in given) != 1:
+            msg = "http sink auth takes exactly one of bearer, hmac_sha256 or standard_webhooks"
             raise ValueError(msg)
         return self
 
@@ -77,7 +102,8 @@ class HttpSinkConfig(BaseModel):
         description="Extra request headers (not secrets: put those in auth).",
     )
     auth: HttpSinkAuthConfig | None = Field(
-        default=None, description="Bearer token or HMAC signature; None: no authentication."
+        default=None,
+        description="Bearer token or a signature (HMAC v2, Standard Webhooks); None: none.",
     )
     timeout_s: Annotated[float, Field(gt=0, le=600)] = Field(
         default=10.0,

@@ -10,6 +10,7 @@ from eventbus.eventing.sources._http_config import (
     GrpcSourceConfig,
     HmacAuthConfig,
     HttpSourceConfig,
+    StandardWebhooksAuthConfig,
     ingress_topic,
 )
 from eventbus.eventing.sources._kafka import (
@@ -36,6 +37,7 @@ __all__ = [
     "ScheduleSourceConfig",
     "Source",
     "SourceSinks",
+    "StandardWebhooksAuthConfig",
     "ingress_topic",
     "sign",
     "sign_request",

@@ -29,6 +29,7 @@ __all__ = [
     "GrpcSourceConfig",
     "HmacAuthConfig",
     "HttpSourceConfig",
+    "StandardWebhooksAuthConfig",
     "ingress_topic",
 ]
 
@@ -94,6 +95,36 @@ class HmacAuthConfig(_SecretRef):
         return "secret_env", "secret_file"
 
 
+class StandardWebhooksAuthConfig(_SecretRef):
+    """Standard Webhooks signatures (standardwebhooks.com): ``webhook-id``,
+    ``webhook-timestamp`` and ``webhook-signature: v1,<base64 HMAC-SHA256 of
+    '<id>.<timestamp>.<body>'>``, as every language's Standard Webhooks library sends them.
+
+    The secret is ``whsec_<base64 key>``; requests older or newer than ``tolerance_s`` are
+    refused (replay window) and each signature is accepted once. The signature covers the id,
+    the time and the body only (``hmac_sha256`` also covers the method, path, query and
+    ``ce-*`` headers).
+    """
+
+    secret_env: Annotated[str, StringConstraints(pattern=_ENV_NAME)] | None = Field(
+        default=None,
+        description="Environment variable (of the gateway) holding the secret (whsec_...).",
+    )
+    secret_file: str | None = Field(
+        default=None,
+        description="File holding the secret, whsec_... (surrounding whitespace ignored).",
+    )
+    tolerance_s: int = Field(
+        default=DEFAULT_TOLERANCE_S, ge=1, le=86_400, description="Replay window in seconds."
+    )
+
+    def _refs(self) -> tuple[str | None, str | None]:
+        return self.secret_env, self.secret_file
+
+    def _names(self) -> tuple[str, str]:
+        return "secret_env", "secret_file"
+
+
 class BearerAuthConfig(_SecretRef):
     """A static bearer token (``Authorization: Bearer <token>``)."""
 
@@ -112,11 +143,15 @@ class BearerAuthConfig(_SecretRef):
 
 
 class AuthConfig(BaseModel):
-    """How callers authenticate: exactly one of ``hmac_sha256`` or ``bearer``."""
+    """How callers authenticate: exactly one of ``hmac_sha256``, ``standard_webhooks`` or
+    ``bearer``."""
 
     model_config = _MODEL
     hmac_sha256: HmacAuthConfig | None = Field(
-        default=None, description="Signed requests (HTTP only)."
+        default=None, description="Signed requests, EventBus's HMAC v2 scheme (HTTP only)."
+    )
+    standard_webhooks: StandardWebhooksAuthConfig | None = Field(
+        default=None, description="Signed requests, the Standard Webhooks scheme (HTTP only)."
     )
     bearer: BearerAuthConfig | None = Field(
         default=None, description="A bearer token (HTTP and gRPC)."
@@ -124,8 +159,9 @@ class AuthConfig(BaseModel):
 
     @model_validator(mode="after")
     def _one_kind(self) -> AuthConfig:
-        if (self.hmac_sha256 is None) == (self.bearer is None):
-            msg = "auth takes exactly one of hmac_sha256 or bearer"
+        given = (self.hmac_sha256, self.standard_webhooks, self.bearer)
+        if sum(x is not None for x in given) != 1:
+            msg = "auth takes exactly one of hmac_sha256, standard_webhooks or bearer"
             raise ValueError(msg)
         return self
 
@@ -222,7 +258,7 @@ class GrpcSourceConfig(_IngressSourceConfig):
 
     @model_validator(mode="after")
     def _no_hmac(self) -> GrpcSourceConfig:
-        if self.auth is not None and self.auth.hmac_sha256 is not None:
+        if self.auth is not None and self.auth.bearer is None:
             msg = "grpc sources authenticate with bearer tokens only; use auth: {bearer: {token_env: ...}}"
             raise ValueError(msg)
         return self

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -104,9 +103,7 @@ async def send_bounded(
             first_failure = now if first_failure is None else first_failure
             if now - first_failure >= policy.give_up_s:
                 raise SourceStalledError(pipeline, what, now - first_failure, str(e)) from e
-            delay = max(
-                policy.backoff_s(attempt) * random.uniform(0.5, 1.0), e.retry_after_s or 0.0
-            )
+            delay = max(policy.backoff_s(attempt), e.retry_after_s or 0.0)
             log.warning(
                 "kafka source %s: %s: %s (batch %d, attempt %d); retrying in %.2f s",
                 pipeline,

@@ -8,9 +8,10 @@ and suppresses duplicates on the way to the sinks (:class:`DeliveryPolicy`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from eventbus._internal.backoff import FULL_JITTER, Backoff
 from eventbus.eventing.sources._kafka_errors import GIVE_UP_S
 
 if TYPE_CHECKING:
@@ -163,6 +164,9 @@ class DeliveryPolicy:
         retry_initial_s: first backoff after a failed dispatch (a replica died, say) or a sink
             send that was not acknowledged.
         retry_max_s: the cap of that backoff.
+        retry_jitter: the fraction of each backoff drawn at random (1: full jitter; see
+            :class:`eventbus._internal.backoff.Backoff`), so that the sources of a broker that
+            failed for all of them do not retry in lockstep.
         dispatch_retries: tries of a whole batch after a dispatch error that is not an
             infrastructure error (see ``_kafka_errors``); then the batch is split in halves
             down to the events that fail alone, which are dead-lettered.
@@ -172,7 +176,7 @@ class DeliveryPolicy:
         drain_timeout_s: how long stopping waits for the batches in flight.
 
     Example:
-        >>> DeliveryPolicy(retry_initial_s=0.1, retry_max_s=0.3).backoff_s(3)
+        >>> DeliveryPolicy(retry_initial_s=0.1, retry_max_s=0.3, retry_jitter=0).backoff_s(3)
         0.3
     """
 
@@ -180,11 +184,17 @@ class DeliveryPolicy:
     dedupe: RedisDeduper | None = None
     retry_initial_s: float = 0.1
     retry_max_s: float = 5.0
+    retry_jitter: float = FULL_JITTER
     dispatch_retries: int = 2
     give_up_s: float = GIVE_UP_S
     drain_timeout_s: float = 30.0
+    backoff: Backoff = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        backoff = Backoff(self.retry_initial_s, self.retry_max_s, self.retry_jitter)
+        object.__setattr__(self, "backoff", backoff)
 
     def backoff_s(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1, 2, ...) of a dispatch or
-        a send: capped exponential, no jitter."""
-        return min(self.retry_initial_s * 2.0 ** (attempt - 1), self.retry_max_s)
+        a send: capped exponential, with jitter."""
+        return self.backoff.delay(attempt)

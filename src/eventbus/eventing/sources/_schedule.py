@@ -107,13 +107,10 @@ def _ticks(
         first = (after_ms // every + 1) * every
         return list(range(first, until_ms + 1, every)[:_CAP])
     assert cron is not None
-    zone = ZoneInfo(config.timezone)
     out: list[int] = []
-    at = after_ms / 1000
-    while len(out) < _CAP:
-        at = cron.next_after(at, zone)
+    for at in cron.fire_times(after_ms / 1000, ZoneInfo(config.timezone)):
         ms = round(at * 1000)
-        if ms > until_ms:
+        if ms > until_ms or len(out) == _CAP:
             break
         out.append(ms)
     return out
