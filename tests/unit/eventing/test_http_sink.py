@@ -189,7 +189,7 @@ async def test_a_hanging_subscriber_times_out(receiver_factory, closing) -> None
     start = time.monotonic()
     with pytest.raises(SinkPartialError) as info:
         await sink.send(_events(2))
-    assert time.monotonic() - start < 2
+    assert time.monotonic() - start < 10  # a hang, not slowness, is the bug
     assert info.value.pending == [0, 1]
     assert "no complete answer within timeout_s=0.3" in str(info.value)
 
@@ -201,7 +201,7 @@ async def test_a_10_mb_answer_is_read_no_further_than_64_kib(receiver_factory, c
     start = time.monotonic()
     with pytest.raises(SinkPartialError) as info:
         await sink.send(_events(2))
-    assert time.monotonic() - start < 2
+    assert time.monotonic() - start < 10  # a hang, not slowness, is the bug
     assert sorted(info.value.refused) == [1] and info.value.pending == []
     assert info.value.attributes[1]["ebhttpbody"] == "x" * 512
     assert r.ids() == ["e0"]

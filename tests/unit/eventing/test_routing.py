@@ -261,7 +261,7 @@ async def test_a_reply_over_max_reply_bytes_is_cut_off_and_refused_fast(receiver
         [reply] = sink.take_replies([items[0][0]])
     finally:
         await sink.stop()
-    assert time.monotonic() - started < 2  # 20 MB not read: the connection is dropped
+    assert time.monotonic() - started < 10  # 20 MB not read: the connection is dropped
     assert (
         str(reply)
         == f"http sink {r.url} answered with a reply that cannot be used: larger than max_reply_bytes=4096"
