@@ -42,6 +42,20 @@ async def _loop(module: Any, ctl: _Controller, stop: asyncio.Event) -> None:
         await module.asyncio.sleep(module.CONTROL_LOOP_INTERVAL_S)
 
 
+#: the idle pace in the test: far longer than any wait below, so a round that comes during it
+#: means the idle sleep was cut (busy) or never taken (a deployment)
+IDLE_S = 60.0
+
+
+async def _until(cond: Any, timeout_s: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.005)
+    return True
+
+
 def test_idle_slows_the_rounds_a_deployment_or_busy_brings_the_pace_back(serve_module: Any) -> None:
     ctl = _Controller()
 
@@ -49,32 +63,29 @@ def test_idle_slows_the_rounds_a_deployment_or_busy_brings_the_pace_back(serve_m
         stop = asyncio.Event()
         task = asyncio.create_task(_loop(serve_module, ctl, stop))
         out: dict[str, Any] = {}
-        await asyncio.sleep(0.2)
-        out["busy"] = len(ctl.rounds)
-        assert pace(ctl, True, 0.5) == "idle"
+        out["busy"] = await _until(lambda: len(ctl.rounds) >= 10)
+        assert pace(ctl, True, IDLE_S) == "idle"
         await asyncio.sleep(0.02)  # the round under way ends; the next sleep is the idle one
         n = len(ctl.rounds)
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.5)  # an absence: ~50 rounds at the usual pace
         out["idle"] = len(ctl.rounds) - n
-        t = time.monotonic()
-        assert pace(ctl, False) == "busy"  # cuts the idle sleep under way
-        await asyncio.sleep(0.05)
-        out["woke_after_s"] = next((r - t for r in ctl.rounds if r >= t), None)
-        assert pace(ctl, True, 0.5) == "idle"
-        ctl.deployment_state_manager._deployment_states["app"] = object()  # someone's app
-        await asyncio.sleep(0.6)
         n = len(ctl.rounds)
-        await asyncio.sleep(0.2)
-        out["idle_with_a_deployment"] = len(ctl.rounds) - n
+        assert pace(ctl, False) == "busy"  # cuts the idle sleep under way
+        out["woke"] = await _until(lambda: len(ctl.rounds) > n)
+        assert pace(ctl, True, IDLE_S) == "idle"
+        ctl.deployment_state_manager._deployment_states["app"] = object()  # someone's app
+        n = len(ctl.rounds)
+        out["paced_with_a_deployment"] = await _until(lambda: len(ctl.rounds) >= n + 8)
         stop.set()
+        pace(ctl, False)  # cut an idle sleep that may have begun, so the loop ends
         await task
         return out
 
     out = asyncio.run(scenario())
-    assert out["busy"] >= 10, out
-    assert out["idle"] <= 1, f"no deployment: one idle round in 0.3 s at most ({out})"
-    assert out["woke_after_s"] is not None and out["woke_after_s"] < 0.03, out
-    assert out["idle_with_a_deployment"] >= 8, f"a deployment keeps the usual pace ({out})"
+    assert out["busy"], out
+    assert out["idle"] <= 1, f"no deployment: one idle round in 0.5 s at most ({out})"
+    assert out["woke"], f"busy did not cut the {IDLE_S:g} s idle sleep ({out})"
+    assert out["paced_with_a_deployment"], f"a deployment keeps the usual pace ({out})"
     # the stand-in hands every other name to asyncio
     assert serve_module.asyncio.Event is asyncio.Event and serve_module.asyncio.eventbus_pace
 
