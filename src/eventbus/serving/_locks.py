@@ -22,6 +22,8 @@ class PipelineLocks:
 
     A lock lives while someone holds or waits for it (a weak mapping): deleted pipelines
     leave nothing behind, and two callers asking for the same name at once get one lock.
+    Hold one with ``with locks.of(name):`` (which refers to it until its end), never by
+    ``acquire()`` on a lock nobody keeps.
     """
 
     def __init__(self) -> None:
