@@ -91,7 +91,7 @@ class Canaries:
             old = PipelineConfig.model_validate(current["document"])
             differ = [
                 k
-                for k in old.spec.model_fields
+                for k in type(old.spec).model_fields
                 if k != "steps" and getattr(old.spec, k) != getattr(config.spec, k)
             ]
             if differ:
