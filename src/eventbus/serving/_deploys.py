@@ -278,7 +278,7 @@ class Deploys:
             self._redis.delete(
                 keys.pipeline_versions(name), keys.canary(name), keys.canary_figures(name)
             )
-            from eventbus.serving._replica_sources import clear_stats
+            from eventbus.serving._replica_figures import clear_stats
 
             clear_stats(self._redis, name)
 

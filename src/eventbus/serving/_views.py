@@ -59,7 +59,7 @@ def pipeline_status(
     config = PipelineConfig.model_validate(record["document"])
     sources: list[dict[str, Any]]
     if config.spec.serving.source_placement == "replica":
-        from eventbus.serving._replica_sources import read_stats
+        from eventbus.serving._replica_figures import read_stats
 
         sources = read_stats(redis, name, len(config.consumed_sources))
     else:
