@@ -107,6 +107,8 @@ def test_a_leave_during_a_join_keeps_the_joined_member(client: redis.Redis, host
         assert hosts.entered.wait(WAIT_S)
         leaving = threading.Thread(target=hosts.leave, args=("a",), daemon=True)
         leaving.start()
+        leaving.join(0.5)  # it cannot apply while c's join applies, however long
+        assert leaving.is_alive(), f"a left during c's join: {hosts.applied}"
     finally:
         hosts.go.set()
     for t in (joining, leaving):
