@@ -5,12 +5,17 @@ Each host's membership is kept in Redis (``keys.HOSTS``: host -> ``{"members": {
 controller finds it; the host's Serve application carries it as its ``user_config``, so a
 restarted host replica finds it too. A member's stamp changes at each of its deploys (its
 replica side restarts it); the other members' stamps stay (they are not touched).
+
+The controller changes pipelines under one lock each (``_locks``); a host's membership is
+shared by its members, so joins and leaves hold the hosts' own lock (a member's join reads
+the members, adds itself and applies them: two at once would lose one).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
 from typing import Any
@@ -39,6 +44,8 @@ class Hosts:
     def __init__(self, redis: Any, runtime: dict[str, Any]) -> None:
         self._redis = redis
         self._runtime = runtime
+        # re-entrant: a join first leaves every other host
+        self._lock = threading.RLock()
 
     def members(self, host: str) -> dict[str, dict[str, Any]]:
         """The stored members of a host (empty: no such host)."""
@@ -62,43 +69,46 @@ class Hosts:
         """
         host = config.spec.serving.host
         assert host is not None  # callers check
-        self.leave(config.name, keep=host)
-        members = self.members(host)
-        stamp = uuid.uuid4().hex[:12]
-        members[config.name] = {
-            "document": config.to_document(),
-            "python_path": python_path,
-            "stamp": stamp,
-        }
-        self._apply(host, members)
-        self._wait_started(host, config.name, stamp)
+        with self._lock:
+            self.leave(config.name, keep=host)
+            members = self.members(host)
+            stamp = uuid.uuid4().hex[:12]
+            members[config.name] = {
+                "document": config.to_document(),
+                "python_path": python_path,
+                "stamp": stamp,
+            }
+            self._apply(host, members)
+            self._wait_started(host, config.name, stamp)
 
     def leave(self, pipeline: str, keep: str | None = None) -> bool:
         """Take a pipeline off every host but ``keep`` (drained and committed there; the
         other members are not touched). Whether it was on one."""
         found = False
-        for host, raw in self._redis.hgetall(keys.HOSTS).items():
-            members = json.loads(raw)["members"]
-            if host == keep or pipeline not in members:
-                continue
-            del members[pipeline]
-            self._apply(host, members)
-            found = True
+        with self._lock:
+            for host, raw in self._redis.hgetall(keys.HOSTS).items():
+                members = json.loads(raw)["members"]
+                if host == keep or pipeline not in members:
+                    continue
+                del members[pipeline]
+                self._apply(host, members)
+                found = True
         return found
 
     def ensure(self, running: set[str], records: dict[str, dict[str, Any]]) -> None:
         """After a controller (re)start: members whose pipeline record is gone or names
         another host leave; each host whose application is missing runs again."""
-        for host, raw in self._redis.hgetall(keys.HOSTS).items():
-            members = json.loads(raw)["members"]
-            kept = {
-                name: m
-                for name, m in members.items()
-                if name in records
-                and records[name]["document"]["spec"].get("serving", {}).get("host") == host
-            }
-            if kept != members or (kept and host_app_name(host) not in running):
-                self._apply(host, kept)
+        with self._lock:
+            for host, raw in self._redis.hgetall(keys.HOSTS).items():
+                members = json.loads(raw)["members"]
+                kept = {
+                    name: m
+                    for name, m in members.items()
+                    if name in records
+                    and records[name]["document"]["spec"].get("serving", {}).get("host") == host
+                }
+                if kept != members or (kept and host_app_name(host) not in running):
+                    self._apply(host, kept)
 
     def _apply(self, host: str, members: dict[str, dict[str, Any]]) -> None:
         from ray import serve

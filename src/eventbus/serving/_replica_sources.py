@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -22,15 +21,14 @@ import time
 import uuid
 from typing import Any
 
-from eventbus._internal import keys
 from eventbus._internal.gc import collect_periodically
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.eventing._outcome import Outcome
-from eventbus.observability._history import HistoryRecorder
 from eventbus.pipelines._config import PipelineConfig, SinkConfig
 from eventbus.pipelines._runner import PipelineRunner
 from eventbus.serving._outputs import delivery_policy, make_sink, source_sinks, sweep_forever
+from eventbus.serving._replica_figures import ReplicaFigures, clear_stats, read_stats
 from eventbus.serving._replica_health import SourcesHealth
 from eventbus.serving._step_threads import StepThreads
 
@@ -46,9 +44,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("eventbus.serving.sources")
-
-_STATS_EVERY_S = 1.0
-_STATS_STALE_S = 15.0
 
 
 def decoding_dispatch(src: Any, run: Any, blocking: bool, threads: Any = None) -> Any:
@@ -111,7 +106,6 @@ class ReplicaSources:
         self._kafka_client = kafka_client
         self._redis_url = redis_url
         self.replica_id = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self._history = HistoryRecorder(config.name, self.replica_id)
         self._doorbells: list[Any] = []  # RedisDoorbell of each source that parks
         self._sources: list[Any] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -119,7 +113,6 @@ class ReplicaSources:
         self._started = threading.Event()
         self._error: BaseException | None = None
         self._stop_event: asyncio.Event | None = None
-        self._redis: Any = None  # redis.asyncio client for the counters, made on first use
         self.health = SourcesHealth(config.name)
         self.schedules: list[Any] = []  # the schedule runners (their counters)
         #: When this replica started its parts (epoch s), published with its figures: the
@@ -127,6 +120,10 @@ class ReplicaSources:
         #: consumers running (``started_at``) and their consumer groups' first assignment
         #: (``assigned_at``), for a cold start's breakdown (``benchmarks/idle.py``).
         self.startup: dict[str, float] = {"init_at": init_at or time.time()}
+        # counters, metrics and start marks to Redis; the autoscaler's load (_replica_figures)
+        self.figures = ReplicaFigures(
+            config.name, runner, self._sources, redis_url, self.replica_id, self.startup
+        )
 
     def start(self, timeout_s: float = 60.0) -> None:
         """Start consuming; returns once every source joined its group.
@@ -179,33 +176,7 @@ class ReplicaSources:
         )
 
     async def _load(self) -> dict[str, float]:
-        now = time.monotonic()
-        lag = in_flight = consumed = partitions = 0
-        ends: dict[str, int] = {}
-        for s in self._sources:
-            stats = s.stats()
-            in_flight += stats.get("in_flight", 0)
-            consumed += stats.get("consumed", 0)
-            lags = s.lag()
-            lag += sum(lags.values())
-            held = s.log_ends()
-            partitions += len(held)
-            ends.update({k: end for k, end in held.items() if end >= 0})
-        prev = getattr(self, "_load_prev", None)
-        self._load_prev = (now, consumed, ends)
-        rate = arrival = 0.0
-        if prev is not None and now > prev[0]:
-            dt = now - prev[0]
-            rate = max(0, consumed - prev[1]) / dt
-            # only partitions held across both readings: a rebalance moves log ends between replicas
-            arrival = sum(max(0, e - prev[2][k]) for k, e in ends.items() if k in prev[2]) / dt
-        return {
-            "eventbus_lag": float(lag),
-            "eventbus_in_flight": float(in_flight),
-            "eventbus_events_per_s": rate,
-            "eventbus_arrival_per_s": arrival,
-            "eventbus_partitions": float(partitions),
-        }
+        return self.figures.load()
 
     def metrics(self) -> dict[str, Any]:
         """The observability snapshot published beside the counters: the runner's per-step
@@ -303,9 +274,9 @@ class ReplicaSources:
             raise
         self._started.set()
         self.startup["started_at"] = time.time()
-        noted = asyncio.create_task(self._note_assigned())
+        noted = asyncio.create_task(self.figures.note_assigned())
         tasks = [asyncio.create_task(s.run()) for s in self._sources]
-        publisher = asyncio.create_task(self._publish_stats())
+        publisher = asyncio.create_task(self.figures.publish_forever())
         sweeper = asyncio.create_task(self._sweep_joins())
         collector = asyncio.create_task(collect_periodically())
         stopper = asyncio.create_task(self._stop_event.wait())
@@ -325,7 +296,7 @@ class ReplicaSources:
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
-        await self._write_stats(final=True)
+        await self.figures.write(final=True)
         self._threads.close()
         for bell in self._doorbells:
             with contextlib.suppress(Exception):
@@ -377,21 +348,6 @@ class ReplicaSources:
             log.exception("the schedules of pipeline %r stopped", self._config.name)
             raise
 
-    async def _note_assigned(self, timeout_s: float = 120.0) -> None:
-        """Record when every source got its first partitions (the consumer-group join), and
-        publish it at once."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            consumers = [
-                getattr(getattr(s, "_fetcher", None), "consumer", None) for s in self._sources
-            ]
-            if all(c is None or c.assignment() for c in consumers):
-                self.startup["assigned_at"] = time.time()
-                with contextlib.suppress(Exception):
-                    await self._write_stats()
-                return
-            await asyncio.sleep(0.02)
-
     async def _sweep_joins(self) -> None:
         """Close join windows on a timer: outer-join results to the sink, evicted keys to the
         dead-letter sink, then forget them (claims are leased: a replica that dies mid-way is
@@ -418,47 +374,6 @@ class ReplicaSources:
             follow=follow,
         )
 
-    async def _publish_stats(self) -> None:
-        from eventbus.serving._figures import ChangeGate
-
-        # Look every second, write when the counters, the lag or the steps' batch counts moved
-        # (or at the heartbeat): sync calls run the steps without passing a source.
-        gate = ChangeGate()
-        while True:
-            await asyncio.sleep(_STATS_EVERY_S)
-            try:
-                signature = (
-                    [(s.stats(), s.lag()) for s in self._sources],
-                    [c.batches for c in self._runner.counters],
-                )
-                if gate.due(self.replica_id, signature):
-                    await self._write_stats()
-            except Exception:
-                log.debug("publishing counters failed", exc_info=True)
-
-    async def _write_stats(self, final: bool = False) -> None:
-        if not self._redis_url:
-            return
-        if self._redis is None:
-            from eventbus._internal.redis_client import connect_async
-
-            self._redis = connect_async(self._redis_url)
-        key = keys.stats(self._config.name)
-        # The runner's snapshot asks stateful steps (join) for their state size in Redis,
-        # synchronously: off this loop.
-        metrics = await asyncio.to_thread(self._runner.metrics)
-        metrics["sources"] = [s.metrics() for s in self._sources]
-        body = {"sources": self.stats(), "metrics": metrics}
-        now = time.time()
-        pipe = self._redis.pipeline(transaction=False)
-        entry = {**body, "at": now, "final": final, "startup": self.startup}
-        pipe.hset(key, self.replica_id, json.dumps(entry))
-        self._history.queue(pipe, body, now)  # the same round trip
-        await pipe.execute()
-        if final:
-            await self._redis.aclose()
-            self._redis = None
-
 
 def _normal_priority() -> None:
     # Ray starts workers at niceness 15 so that its own daemons win the CPU. A replica that
@@ -474,32 +389,3 @@ def _normal_priority() -> None:
             "cannot raise the replica's CPU priority (no CAP_SYS_NICE); it stays at nice %d",
             os.getpriority(os.PRIO_PROCESS, 0),
         )
-
-
-def read_stats(redis_client: Any, pipeline: str, num_sources: int) -> list[dict[str, int]]:
-    """Counters of a pipeline's replica-run sources, summed over its live replicas.
-
-    Replicas that stopped contribute their final counters, so totals do not drop when a
-    replica is replaced; stale entries of replicas that died are left out.
-    """
-    key = keys.stats(pipeline)
-    totals: list[dict[str, int]] = [{} for _ in range(num_sources)]
-    now = time.time()
-    for raw in redis_client.hgetall(key).values():
-        entry = json.loads(raw)
-        if not entry.get("final") and now - entry["at"] > _STATS_STALE_S:
-            continue
-        if entry.get("role", "replica") != "replica":  # a gateway's sync counts
-            continue
-        for i, counters in enumerate(entry["sources"][:num_sources]):
-            for k, v in counters.items():
-                if k != "in_flight" or not entry.get("final"):
-                    totals[i][k] = totals[i].get(k, 0) + v
-    return totals
-
-
-def clear_stats(redis_client: Any, pipeline: str) -> None:
-    """Forget a pipeline's counters and history (on delete): one ``DEL`` (one hash tag)."""
-    from eventbus.observability._history import bucket_keys
-
-    redis_client.delete(keys.stats(pipeline), *bucket_keys(pipeline))

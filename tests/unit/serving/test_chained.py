@@ -4,13 +4,14 @@ the fix."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from eventbus.errors import DeployError
 from eventbus.pipelines import load_pipeline_text
-from eventbus.serving._controller import Controller
+from eventbus.serving._deploys import check_chained
 
 UPSTREAM = """\
 apiVersion: eventbus/v1
@@ -28,21 +29,21 @@ spec:
 
 
 class Deployed:
-    """What ``_check_chained`` reads of the controller: the deployed pipelines' records."""
+    """What ``check_chained`` reads of Redis: the deployed pipelines' records."""
 
     def __init__(self, sources: dict[str, list[dict[str, Any]]]) -> None:
         self.records = {n: {"document": {"spec": {"sources": s}}} for n, s in sources.items()}
-        self._redis = self
 
-    def _load(self, name: str) -> dict[str, Any] | None:
-        return self.records.get(name)
+    def hget(self, key: str, name: str) -> str | None:
+        record = self.records.get(name)
+        return json.dumps(record) if record is not None else None
 
     def hkeys(self, key: str) -> list[str]:
         return list(self.records)
 
 
 def check(deployed: Deployed) -> None:
-    Controller._check_chained(deployed, load_pipeline_text(UPSTREAM, "p.yaml"))  # type: ignore[arg-type]
+    check_chained(deployed, load_pipeline_text(UPSTREAM, "p.yaml"))
 
 
 def test_a_missing_target_is_refused_naming_the_deployed_ones() -> None:
