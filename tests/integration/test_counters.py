@@ -139,6 +139,47 @@ def stateful(
         eventbus_client.delete(name)
 
 
+@pytest.fixture(scope="module")
+def webhook(
+    counters_gateway: Gateway,
+    eventbus_client: Any,
+    kafka_bootstrap: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[str]:
+    """A webhook → filter → function → Kafka pipeline that took one event (async) and
+    delivered it: 1 in / 1 out in every step box."""
+    from eventbus._internal.services import create_topics
+    from tests.fixtures.services import _run_in_thread
+
+    tag = uuid.uuid4().hex[:6]
+    name, sink = f"chook-{tag}", f"chook-{tag}-out"
+    _run_in_thread(lambda: create_topics(kafka_bootstrap, [sink], 1))
+    _deploy(
+        eventbus_client,
+        tmp_path_factory.mktemp("hook"),
+        name,
+        {
+            "apiVersion": "eventbus/v1",
+            "kind": "Pipeline",
+            "metadata": {"name": name},
+            "spec": {
+                "sources": [{"http": {"path": f"/hook/{tag}", "type": "n.created"}}],
+                "steps": [
+                    {"id": "big", "filter": "data.n > 1"},
+                    {"id": "score", "function": "tests.integration.funcs:score"},
+                ],
+                "sink": {"kafka": {"topic": sink}},
+                "serving": {"replicas": 1},
+            },
+        },
+    )
+    with httpx.Client(base_url=counters_gateway.url, timeout=30) as c:
+        wait_for(lambda: c.post(f"/hook/{tag}", json={"n": 5}).status_code == 202, 60)
+    assert len(asyncio.run(collect(kafka_bootstrap, sink, 1, timeout_s=60))) == 1
+    yield name
+    eventbus_client.delete(name)
+
+
 WANT = {
     "join": ({"in": 4, "out": 1, "absorbed": 3}, ("pair", {"in": 4, "out": 1, "absorbed": 3})),
     "aggregate": (
@@ -267,3 +308,31 @@ def test_dashboard_tiles_and_step_boxes_agree_with_status_json(
         assert f"{st['absorbed']} absorbed" in box and "filtered" not in box, box
         if kind == "aggregate":
             assert f"{st['emitted']} emitted" in box, box
+
+
+def test_dashboard_step_boxes_of_a_webhook_pipeline_show_its_one_event(
+    counters_gateway: Gateway, webhook: str, browser: Any
+) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait_for(
+        lambda: _stats(counters_gateway, webhook)["steps"].get("score", {}).get("out") == 1,
+        60,
+        lambda: _stats(counters_gateway, webhook),
+    )
+    v = _stats(counters_gateway, webhook)
+    assert {k: v["totals"][k] for k in ("in", "out")} == {"in": 1, "out": 1}
+    browser.get(f"{counters_gateway.url}/dashboard")
+    read = """
+        const card = document.querySelector(`section.pipeline[data-name="${arguments[0]}"]`);
+        if (!card) return null;
+        const boxes = {};
+        for (const b of card.querySelectorAll("[data-step-box]")) boxes[b.dataset.stepBox] = b.querySelector("small").textContent;
+        const last = card.querySelector('[data-figure="last_event"] b').textContent;
+        return {boxes, last, out: card.querySelector('[data-figure="out"] b').textContent};
+    """
+    card = WebDriverWait(browser, 30, poll_frequency=0.2).until(
+        lambda d: c if (c := d.execute_script(read, webhook)) and c["out"] == "1" else None
+    )
+    assert card["boxes"] == {"big": "1 in / 1 out", "score": "1 in / 1 out"}, card
+    assert card["last"] != "–", card
