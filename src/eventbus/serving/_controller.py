@@ -19,7 +19,7 @@ import ray
 
 from eventbus._internal import keys
 from eventbus._internal.redis_client import connect
-from eventbus.errors import DeployError, PipelineNotFoundError
+from eventbus.errors import DeployError, PipelineConfigError, PipelineNotFoundError
 from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.pipelines._config import PipelineConfig
 from eventbus.pipelines._loader import load_pipeline_text
@@ -121,6 +121,11 @@ class Controller:
         config = load_pipeline_text(text, filename, check_functions=False)
         name = config.name
         self._check_chained(config)
+        from eventbus.serving._secret_check import secret_reference_problems
+
+        unresolved = secret_reference_problems(config, self._redis, filename)
+        if unresolved:  # refused before anything stops or starts
+            raise PipelineConfigError(unresolved)
         previous = self._load(name)
         version = (previous["version"] + 1) if previous else 1
         self._stop_sources(name, _consumed(previous["document"]) if previous else 0)
