@@ -25,7 +25,7 @@ from eventbus._internal.secret_store import env_digest
 from eventbus.eventing._kafka_client import SecretRef
 from eventbus.pipelines._config import PipelineConfig
 
-__all__ = ["GATEWAY_LIVE_S", "secret_reference_problems"]
+__all__ = ["GATEWAY_LIVE_S", "deprecated_spellings", "secret_reference_problems"]
 
 #: A gateway's environment entry older than this is a stopped gateway's.
 GATEWAY_LIVE_S = 30.0
@@ -43,6 +43,22 @@ def _gateway_refs(config: PipelineConfig) -> Iterator[tuple[str, SecretRef]]:
                 yield where, auth.hmac_sha256.reference()
             if auth.bearer is not None:
                 yield f"spec.sources[{i}].{kind}.auth.bearer.token", auth.bearer.reference()
+
+
+def deprecated_spellings(config: PipelineConfig) -> list[str]:
+    """A notice per secret reference spelled the old way (``secret_env: NAME`` on a source's
+    auth), naming its path and the new spelling; it keeps working."""
+    lines = []
+    for i, src in enumerate(config.spec.sources):
+        for kind in ("http", "grpc"):
+            ingress = getattr(src, kind, None)
+            auth = getattr(ingress, "auth", None) if ingress is not None else None
+            for name in ("hmac_sha256", "bearer"):
+                part = getattr(auth, name, None) if auth is not None else None
+                notice = part.deprecation() if part is not None else None
+                if notice:
+                    lines.append(f"spec.sources[{i}].{kind}.auth.{name}: {notice}")
+    return lines
 
 
 def _stored_refs(value: Any, where: str) -> Iterator[tuple[str, SecretRef]]:

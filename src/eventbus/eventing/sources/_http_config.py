@@ -7,7 +7,6 @@ caller gets its 202, and the pipeline's replicas consume that topic like any Kaf
 
 from __future__ import annotations
 
-import warnings
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -54,22 +53,26 @@ class _SecretRef(BaseModel):
     @model_validator(mode="after")
     def _one_place(self) -> Any:
         ref, env, file = self._refs()
-        new, old_env, old_file = self._names()
+        new = self._names()[0]
         if sum(x is not None for x in (ref, env, file)) != 1:
             msg = (
                 f"give exactly one {new}: {{secret: NAME}} (stored with `eventbus secret set`), "
                 f"{{env: NAME}} or {{file: PATH}}"
             )
             raise ValueError(msg)
-        if env is not None or file is not None:
-            old, spelled = (old_env, f"{{env: {env}}}") if env else (old_file, f"{{file: {file}}}")
-            warnings.warn(
-                f"auth: {old} is deprecated; write {new}: {spelled} (or {new}: {{secret: NAME}} "
-                "for a secret stored with `eventbus secret set`)",
-                FutureWarning,
-                stacklevel=2,
-            )
         return self
+
+    def deprecation(self) -> str | None:
+        """The notice for the old spelling (``secret_env: NAME``...), None for the new one."""
+        _, env, file = self._refs()
+        if env is None and file is None:
+            return None
+        new, old_env, old_file = self._names()
+        old, spelled = (old_env, f"{{env: {env}}}") if env else (old_file, f"{{file: {file}}}")
+        return (
+            f"{old} is deprecated; write {new}: {spelled} (or {new}: {{secret: NAME}} for a "
+            "secret stored with `eventbus secret set`)"
+        )
 
     def reference(self) -> SecretRef:
         """The secret's reference, whichever way it was spelled."""
