@@ -256,7 +256,7 @@ class GrpcSourceConfig(_IngressSourceConfig):
     @model_validator(mode="after")
     def _no_hmac(self) -> GrpcSourceConfig:
         if self.auth is not None and self.auth.hmac_sha256 is not None:
-            msg = "grpc sources authenticate with bearer tokens only; use auth: {bearer: {token_env: ...}}"
+            msg = "grpc sources authenticate with bearer tokens only; use auth: {bearer: {token: {secret: NAME}}} (or {env: NAME})"
             raise ValueError(msg)
         return self
 
