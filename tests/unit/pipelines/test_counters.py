@@ -149,3 +149,14 @@ def test_flush_counts_what_a_step_emits_at_the_end_of_the_input() -> None:
     agg, many = r.metrics()["steps"]["per_minute"], r.metrics()["steps"]["many"]
     assert (agg["absorbed"], agg["emitted"]) == (3, 2)
     assert (many["in"], many["out"], many["filtered"]) == (2, 1, 1)
+
+
+def test_history_counts_closed_windows_as_out_like_the_totals() -> None:
+    from eventbus.observability._history import _figures
+
+    body = {
+        "sources": [{"consumed": 10, "outputs": 0, "failed": 0}],
+        "metrics": {"timer_outputs": 4, "sources": []},
+    }
+    counters, _, _ = _figures(body)
+    assert counters == [10, 4, 0]
