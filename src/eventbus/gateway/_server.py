@@ -212,6 +212,9 @@ class Gateway:
         from eventbus.gateway._protocol import GatewayHttpProtocol
 
         self._redis = connect_async(self.redis_url, decode_responses=True)
+        from eventbus._internal.secret_store import configure as configure_secrets
+
+        configure_secrets(self.redis_url)  # {secret: NAME} of the Kafka client settings
         # signed requests are accepted once, across every gateway of the cluster
         self.ingress.replay = RedisReplayCache(self._redis)
         await self.refresh()

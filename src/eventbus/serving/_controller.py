@@ -60,6 +60,9 @@ class Controller:
         self.kafka_client = KafkaClientConfig.model_validate(kafka_client) if kafka_client else None
         self.redis_url = redis_url
         self._redis = connect(redis_url, decode_responses=True)
+        from eventbus._internal.secret_store import configure as configure_secrets
+
+        configure_secrets(redis_url)  # {secret: NAME} of the stack's Kafka client settings
         self._serve_started = False
         self._serve_idle: bool | None = None  # Serve's loop at its idle pace (None: unknown)
         from eventbus.serving._models import ModelControl
