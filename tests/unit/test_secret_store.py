@@ -234,3 +234,22 @@ def test_old_spelling_keeps_working_with_a_notice() -> None:
     assert cred is not None and cred.secret == b"v"
     new = PipelineConfig.model_validate(doc({"hmac_sha256": {"secret": {"env": "HOOK_KEY"}}}))
     assert deprecated_spellings(new) == []
+
+
+def test_validate_prints_the_deprecation_notice_and_passes(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import yaml
+
+    path = tmp_path / "hooked.yaml"
+    path.write_text(yaml.safe_dump(doc({"bearer": {"token_env": "HOOK_TOKEN"}})))
+    r = subprocess.run(
+        [sys.executable, "-m", "eventbus.cli", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0 and f"{path}: ok" in r.stdout, r.stderr
+    assert "spec.sources[0].http.auth.bearer: token_env is deprecated" in r.stderr
+    assert "write token: {env: HOOK_TOKEN}" in r.stderr
