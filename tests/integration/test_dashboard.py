@@ -305,7 +305,17 @@ def test_stats_api_reports_topology_counters_latency_and_lag(
     assert [s["id"] for s in v["topology"]["steps"]] == ["large", "cny"]
     large, cny = v["steps"]["large"], v["steps"]["cny"]
     assert (large["in"], large["out"], large["filtered"]) == (83, 71, 12)
-    assert (cny["in"], cny["out"], cny["failed"]) == (71, 65, 6)
+    assert (cny["in"], cny["out"], cny["errors"]) == (71, 65, 6)
+    # the figures status and the dashboard show, named as the steps' counters
+    assert (t["in"], t["out"], t["filtered"], t["errors"], t["absorbed"], t["late"]) == (
+        83,
+        65,
+        12,
+        6,
+        0,
+        0,
+    )
+    assert v["last_event_at"] is not None
     assert (
         v["latency"]["histogram"]["count"] == 80
         and 0 < v["latency"]["p50_s"] <= v["latency"]["p99_s"] < 60
@@ -368,9 +378,14 @@ def test_metrics_endpoint_exposes_the_same_figures(
         == 3
     )
     assert total("eventbus_events_out_total") == 65
-    assert total("eventbus_events_filtered_total") == 12
+    assert total("eventbus_events_dropped_total") == 12
     assert total("eventbus_dead_letters_total") == 5
-    assert total("eventbus_step_events_failed_total") == 6
+    assert total("eventbus_step_events_errors_total") == 6
+    assert total("eventbus_pipeline_events_in_total") == 83
+    assert total("eventbus_pipeline_events_out_total") == 65
+    assert total("eventbus_pipeline_events_filtered_total") == 12
+    assert total("eventbus_pipeline_events_errors_total") == 6
+    assert total("eventbus_pipeline_last_event_timestamp_seconds") > 0
     assert total("eventbus_end_to_end_latency_seconds_count") == 80
     assert total("eventbus_pipeline_version") == 1
     assert total("eventbus_gateway_requests_total") >= 20
@@ -465,7 +480,7 @@ def test_dashboard_shows_the_pipeline_and_sends_a_test_event(
     assert (
         f["out"],
         f["dead_letters"],
-        f["failed"],
+        f["errors"],
         f["filtered"],
         f["version"],
         f["replicas"],
@@ -481,7 +496,8 @@ def test_dashboard_shows_the_pipeline_and_sends_a_test_event(
         f"dash-dlq-{deployed['tag']}",
     ):
         assert part in c["topology"]
-    assert c["rows"]["large"][:6] == ["large", "filter", "83", "71", "12", "0"]
+    assert c["rows"]["large"][:7] == ["large", "filter", "83", "71", "12", "0", "0"]
+    assert f["last_event"] != "–"
 
     # The charts of the last 15 minutes: inline SVG drawn from /v1/history, with data.
     read_charts = """
@@ -577,11 +593,13 @@ def test_eventbus_status_shows_the_same_figures(
         f"dash-in-{deployed['tag']}" in ln and "large (filter) → cny (convert)" in ln
         for ln in lines
     ), r.stdout
-    figures = (
-        next(ln for ln in lines if ln.strip().startswith("│") and " 5 " in ln)
-        .replace("│", " ")
-        .split()
-    )
+    cells = [
+        ln.replace("│", " ").replace("┃", " ").split()
+        for ln in lines
+        if ln.strip()[:1] in ("│", "┃")
+    ]
+    header = next(i for i, c in enumerate(cells) if c[:3] == ["in", "out", "filtered"])
+    figures = cells[header + 1]
     row = (
         next(ln for ln in lines if "large" in ln and "filter" in ln and "│" in ln)
         .replace("│", " ")
@@ -596,15 +614,16 @@ def test_eventbus_status_shows_the_same_figures(
         (83, 65, 12, 6, 5),
         (85, 66, 13, 6, 5),
     )
-    assert figures[:5] == [
-        str(t[k]) for k in ("consumed", "outputs", "dropped", "failed", "dead_lettered")
-    ], r.stdout
-    assert info["figures"]["steps"]["cny"]["failed"] == 6
+    # the text shows the --json figures under the same names
+    names = ("in", "out", "filtered", "absorbed", "errors", "late", "emitted", "dead_lettered")
+    assert cells[header][:7] == list(names[:7]), r.stdout
+    assert figures[:8] == [str(t[k]) for k in names], r.stdout
+    assert info["figures"]["steps"]["cny"]["errors"] == 6
     large = info["figures"]["steps"]["large"]
-    assert large["in"] == t["consumed"] and row[:6] == [
+    assert large["in"] == t["in"] and row[:9] == [
         "large",
         "filter",
-        *(str(large[k]) for k in ("in", "out", "filtered", "failed")),
+        *(str(large[k]) for k in names[:7]),
     ], r.stdout
 
 
@@ -696,7 +715,7 @@ def test_actor_placement_publishes_the_same_figures(
         assert [s["counters"]["consumed"] for s in v["sources"]] == [32, 5]
         large, cny = v["steps"]["large"], v["steps"]["cny"]
         assert (large["in"], large["out"], large["filtered"]) == (39, 27, 12)
-        assert (cny["in"], cny["out"], cny["failed"]) == (27, 25, 2)
+        assert (cny["in"], cny["out"], cny["errors"]) == (27, 25, 2)
         assert (
             v["latency"]["histogram"]["count"] == 37
             and 0 < v["latency"]["p50_s"] <= v["latency"]["p99_s"] < 60

@@ -87,6 +87,9 @@ __all__ = [
     "PIPELINES",
     "PIPELINES_VERSION",
     "PREFIX",
+    "SECRETS",
+    "SECRETS_VERSION",
+    "GATEWAY_ENV",
     "aggregate_keys",
     "allocate_plan_lock",
     "allocate_seen",
@@ -124,6 +127,20 @@ PIPELINES = _CONTROL + "pipelines"
 #: Counter: incremented with every change of :data:`PIPELINES` (in the same transaction), so a
 #: gateway reads every pipeline's record only when one changed, not at each refresh.
 PIPELINES_VERSION = _CONTROL + "pipelines-version"
+
+
+#: Hash: secret name -> JSON ``{"token": <Fernet token>, "updated_at": t}`` of each secret
+#: ``eventbus secret set`` stored (the value encrypted, see ``_internal.secret_store``).
+SECRETS = _CONTROL + "secrets"
+
+#: Counter: incremented with every change of :data:`SECRETS` (same transaction), so gateways
+#: re-read the secrets only when one changed.
+SECRETS_VERSION = _CONTROL + "secrets-version"
+
+#: Hash: gateway id -> JSON ``{"at": t, "env": [sha256 hex of each environment variable
+#: name]}``: which variables each live gateway has (names hashed, values never), so
+#: ``deploy`` can refuse an ``{env: NAME}`` reference no gateway can resolve.
+GATEWAY_ENV = _CONTROL + "gateway-env"
 
 
 #: Hash: pipeline name -> JSON ``{"since": t, "last_event_at": t}`` of each pipeline whose

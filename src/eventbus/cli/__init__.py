@@ -22,6 +22,7 @@ from eventbus.cli import (
     _models,
     _pipelines,
     _plugins,
+    _secrets,
     _solve,
     _stack,
 )
@@ -37,7 +38,17 @@ app = typer.Typer(
 )
 
 # the order of the commands in `eventbus --help`
-_GROUPS = (_stack, _pipelines, _authoring, _plugins, _events, _solve, _keeper, _models)
+_GROUPS = (
+    _stack,
+    _pipelines,
+    _secrets,
+    _authoring,
+    _plugins,
+    _events,
+    _solve,
+    _keeper,
+    _models,
+)
 for _group in _GROUPS:
     _group.register(app)
 

@@ -185,6 +185,10 @@ class Addresses:
                 from eventbus.eventing._kafka_client import KafkaClientConfig
 
                 self.kafka_client = KafkaClientConfig.model_validate(stack.kafka_client)
+        if self.redis is not None:  # {secret: NAME} in the Kafka settings (tail, publish)
+            from eventbus._internal.secret_store import configure
+
+            configure(self.redis)
         missing = [n for n in need if getattr(self, n) is None]
         if missing:
             fail(

@@ -86,6 +86,11 @@ def validate(
             bad = True
         else:
             out.print(f"{f}: ok", highlight=False)
+        if config is not None:
+            from eventbus.serving._secret_check import deprecated_spellings
+
+            for notice in deprecated_spellings(config):
+                plain(err, f"{f}: warning: {notice}")
     if bad:
         raise typer.Exit(1)
 
@@ -150,6 +155,8 @@ def deploy(
     out.print(
         f"deployed [bold]{info['name']}[/bold] version {info['version']} ({info['sources']} source(s), {info['steps']} step(s))"
     )
+    for notice in info.get("notices", []):
+        plain(err, f"{file}: warning: {notice}")
 
 
 def delete(

@@ -25,11 +25,12 @@ import inspect
 import os
 import ssl
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from aiokafka.abc import AbstractTokenProvider
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from eventbus._internal.secret_store import NAME_PATTERN as SECRET_NAME
 from eventbus.errors import ConfigError
 
 __all__ = [
@@ -47,10 +48,16 @@ SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"
 
 
 class SecretRef(BaseModel):
-    """A secret by reference: an environment variable or a file, never the value itself."""
+    """A secret by reference, never the value itself: ``{secret: NAME}`` (stored on the stack
+    with ``eventbus secret set NAME``, encrypted in Redis), ``{env: NAME}`` (an environment
+    variable where it is used) or ``{file: PATH}``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    secret: Annotated[str, StringConstraints(pattern=SECRET_NAME)] | None = Field(
+        default=None,
+        description="Name of a secret stored on the stack (`eventbus secret set NAME`).",
+    )
     env: str | None = Field(
         default=None, min_length=1, description="Name of the environment variable holding it."
     )
@@ -60,17 +67,22 @@ class SecretRef(BaseModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> SecretRef:
-        if (self.env is None) == (self.file is None):
-            msg = "a secret reference takes exactly one of env: NAME or file: PATH"
+        if sum(x is not None for x in (self.secret, self.env, self.file)) != 1:
+            msg = "a secret reference takes exactly one of secret: NAME, env: NAME or file: PATH"
             raise ValueError(msg)
         return self
 
     def describe(self) -> str:
         """Where the secret comes from (``env KAFKA_PASSWORD``), safe to log."""
+        if self.secret is not None:
+            return f"secret {self.secret}"
         return f"env {self.env}" if self.env is not None else f"file {self.file}"
 
     def problem(self, what: str) -> str | None:
-        """Why the secret cannot be read here, naming the reference; None when it can."""
+        """Why the secret cannot be read here, naming the reference; None when it can (a
+        ``{secret: NAME}`` is checked where the stack's secrets are: ``deploy``)."""
+        if self.secret is not None:
+            return None
         if self.env is not None:
             if os.environ.get(self.env) is None:
                 return f"{what}: environment variable {self.env} is not set; export it"
@@ -84,9 +96,16 @@ class SecretRef(BaseModel):
         """The secret's value.
 
         Raises:
-            ConfigError: the variable is unset or the file unreadable (the message names the
-                reference, never a value).
+            ConfigError: the variable is unset, the file unreadable or the stack's secret
+                missing (the message names the reference, never a value).
         """
+        if self.secret is not None:
+            from eventbus._internal.secret_store import lookup
+
+            try:
+                return lookup(self.secret).decode()
+            except ConfigError as e:
+                raise ConfigError(f"{what}: {e}") from None
         problem = self.problem(what)
         if problem is not None:
             raise ConfigError(problem)

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 from eventbus._internal import keys
 from eventbus.errors import ConfigError, IngressError
 from eventbus.eventing import _standard_webhooks as swh
+from eventbus.eventing._kafka_client import SecretRef
 from eventbus.eventing._signature import DEFAULT_TOLERANCE_S, verify_signature
 from eventbus.eventing.sources._http_config import AuthConfig
 
@@ -79,19 +80,34 @@ class Credentials:
 
 
 def _read_secret(
-    pipeline: str, env: str | None, file: str | None, environ: Mapping[str, str]
+    pipeline: str,
+    ref: SecretRef,
+    environ: Mapping[str, str],
+    secrets: Mapping[str, bytes] | None,
 ) -> bytes:
-    if env is not None:
-        value = environ.get(env)
+    if ref.secret is not None:
+        value_b = (secrets or {}).get(ref.secret)
+        if not value_b:
+            msg = (
+                f"pipeline {pipeline!r}: auth secret {ref.secret!r} is not set on the stack; "
+                f"set it with `eventbus secret set {ref.secret}` (the gateway picks it up "
+                "within seconds, no restart)"
+            )
+            raise ConfigError(msg)
+        return value_b
+    if ref.env is not None:
+        value = environ.get(ref.env)
         if not value:
             msg = (
-                f"pipeline {pipeline!r}: auth secret environment variable {env} is not set in "
-                "the gateway's environment; export it where the gateway runs (eventbus up / "
-                "eventbus gateway) and redeploy"
+                f"pipeline {pipeline!r}: auth secret environment variable {ref.env} is not set in "
+                "the gateway's environment; store it on the stack instead "
+                f"(`eventbus secret set NAME`, then secret: {{secret: NAME}}), or export it where "
+                "the gateway runs (eventbus up / eventbus gateway) and redeploy"
             )
             raise ConfigError(msg)
         return value.encode()
-    assert file is not None
+    assert ref.file is not None
+    file = ref.file
     try:
         value = Path(file).expanduser().read_text(encoding="utf-8").strip()
     except OSError as e:
@@ -104,20 +120,24 @@ def _read_secret(
 
 
 def load_credentials(
-    pipeline: str, auth: AuthConfig | None, environ: Mapping[str, str] | None = None
+    pipeline: str,
+    auth: AuthConfig | None,
+    environ: Mapping[str, str] | None = None,
+    secrets: Mapping[str, bytes] | None = None,
 ) -> Credentials | None:
     """Resolve a source's ``auth:`` into its secret.
 
     Args:
         pipeline: the pipeline (named in messages).
         auth: the source's ``auth:`` (None: open).
-        environ: where ``*_env`` secrets are read from (default ``os.environ``).
+        environ: where ``{env: NAME}`` secrets are read from (default ``os.environ``).
+        secrets: the stack's secrets by name (``{secret: NAME}``; ``eventbus secret set``).
 
     Returns:
         The credentials, or None for an open source.
 
     Raises:
-        ConfigError: the environment variable is unset or the file unreadable (named, the
+        ConfigError: the secret, environment variable or file is missing (named, the
             secret never shown).
     """
     if auth is None:
@@ -125,12 +145,13 @@ def load_credentials(
     env = os.environ if environ is None else environ
     if auth.hmac_sha256 is not None:
         h = auth.hmac_sha256
-        secret = _read_secret(pipeline, h.secret_env, h.secret_file, env)
+        secret = _read_secret(pipeline, h.reference(), env, secrets)
         return Credentials(pipeline, "hmac", secret, h.header.lower(), h.tolerance_s)
     if auth.standard_webhooks is not None:
         w = auth.standard_webhooks
-        raw = _read_secret(pipeline, w.secret_env, w.secret_file, env)
-        where = f"pipeline {pipeline!r}: auth secret {w.secret_env or w.secret_file}"
+        ref = w.reference()
+        raw = _read_secret(pipeline, ref, env, secrets)
+        where = f"pipeline {pipeline!r}: auth secret ({ref.describe()})"
         try:
             key = swh.decode_secret(raw.decode("utf-8", "replace"), where)
         except ValueError as e:
@@ -138,7 +159,7 @@ def load_credentials(
         return Credentials(pipeline, "standard_webhooks", key, swh.SIGNATURE_HEADER, w.tolerance_s)
     assert auth.bearer is not None
     b = auth.bearer
-    return Credentials(pipeline, "bearer", _read_secret(pipeline, b.token_env, b.token_file, env))
+    return Credentials(pipeline, "bearer", _read_secret(pipeline, b.reference(), env, secrets))
 
 
 def token_digest(token: bytes) -> bytes:

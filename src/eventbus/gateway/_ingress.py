@@ -96,9 +96,13 @@ class RouteTable:
 
     @classmethod
     def from_documents(
-        cls, documents: Iterable[dict[str, Any]], environ: Mapping[str, str] | None = None
+        cls,
+        documents: Iterable[dict[str, Any]],
+        environ: Mapping[str, str] | None = None,
+        secrets: Mapping[str, bytes] | None = None,
     ) -> RouteTable:
-        """Routes of every pipeline document (invalid documents are skipped and logged)."""
+        """Routes of every pipeline document (invalid documents are skipped and logged);
+        ``secrets``: the stack's secrets by name, for ``{secret: NAME}`` references."""
         from eventbus.pipelines._config import PipelineConfig
 
         table = cls()
@@ -112,12 +116,14 @@ class RouteTable:
             names.add(config.name)
             for src in config.spec.sources:
                 if src.http is not None:
-                    route = _resolve(config.name, "http", src.http, environ)
+                    route = _resolve(config.name, "http", src.http, environ, secrets)
                     table.http.setdefault(config.name, route)
                     if src.http.path is not None:
                         table.paths.setdefault(src.http.path, route)
                 elif src.grpc is not None:
-                    table.grpc[config.name] = _resolve(config.name, "grpc", src.grpc, environ)
+                    table.grpc[config.name] = _resolve(
+                        config.name, "grpc", src.grpc, environ, secrets
+                    )
         table.pipelines = frozenset(names)
         routes = (*table.http.values(), *table.paths.values(), *table.grpc.values())
         table.token_owners = index_tokens(r.credentials for r in routes if r.credentials)
@@ -179,10 +185,11 @@ def _resolve(
     kind: str,
     config: HttpSourceConfig | GrpcSourceConfig,
     environ: Mapping[str, str] | None,
+    secrets: Mapping[str, bytes] | None = None,
 ) -> Route:
     route = Route(pipeline, kind, config)
     try:
-        route.credentials = load_credentials(pipeline, config.auth, environ)
+        route.credentials = load_credentials(pipeline, config.auth, environ, secrets)
     except ConfigError as e:
         route.problem = str(e)
         log.error("%s", e)

@@ -80,6 +80,9 @@ class Gateway:
         self._refreshing: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self.ready = asyncio.Event()
+        from eventbus.gateway._secrets import GatewaySecrets
+
+        self.secrets = GatewaySecrets(environ if environ is not None else os.environ)
         from eventbus.observability._metrics import GatewayMetrics
 
         self.figures = GatewayMetrics()
@@ -98,20 +101,26 @@ class Gateway:
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.get(keys.PIPELINES_VERSION)
             pipe.hkeys(keys.SCALED_TO_ZERO)
-            version, zero = await pipe.execute()
+            pipe.get(keys.SECRETS_VERSION)
+            version, zero, secrets_version = await pipe.execute()
         self.ingress.scaled_to_zero = frozenset(zero)
-        if version is not None and version == self._version and now - self._read_at < _REREAD_S:
+        # a new or rotated secret: the routes are resolved again (no restart)
+        rotated = await self.secrets.update(self._redis, secrets_version)
+        fresh = version is not None and version == self._version and now - self._read_at < _REREAD_S
+        if fresh and not rotated:
             return  # no pipeline changed since the last read (the version is read first)
         raw: dict[str, str] = await self._redis.hgetall(keys.PIPELINES)
         self._version, self._read_at = version, now
-        if raw == self._raw:
+        if raw == self._raw and not rotated:
             return
         self._raw = raw
         docs = [json.loads(v)["document"] for v in raw.values()]
         self.ingress.may_scale_to_zero = frozenset(
             d["metadata"]["name"] for d in docs if _min_replicas(d) == 0
         )
-        table = await asyncio.to_thread(RouteTable.from_documents, docs, self._environ)
+        table = await asyncio.to_thread(
+            RouteTable.from_documents, docs, self._environ, self.secrets.values
+        )
         self.ingress.routes = table
         if isinstance(self.backend, GatewayBackend):
             self.backend.may_scale_to_zero = self.ingress.may_scale_to_zero
@@ -181,6 +190,7 @@ class Gateway:
             await asyncio.sleep(PUBLISH_EVERY_S)
             try:
                 await self._publish_figures(field)
+                await self.secrets.publish_env(self._redis, field)
             except Exception as e:  # noqa: BLE001 - figures are best effort
                 log.debug("publishing the gateway's figures failed: %s", e)
 
@@ -202,6 +212,9 @@ class Gateway:
         from eventbus.gateway._protocol import GatewayHttpProtocol
 
         self._redis = connect_async(self.redis_url, decode_responses=True)
+        from eventbus._internal.secret_store import configure as configure_secrets
+
+        configure_secrets(self.redis_url)  # {secret: NAME} of the Kafka client settings
         # signed requests are accepted once, across every gateway of the cluster
         self.ingress.replay = RedisReplayCache(self._redis)
         await self.refresh()
@@ -250,6 +263,7 @@ class Gateway:
         from eventbus.serving._figures import entry_id
 
         figures_field = entry_id("gateway")
+        await self.secrets.publish_env(self._redis, figures_field)  # before ready: deploys see it
         publisher = asyncio.create_task(self._publish_forever(figures_field))
         self.ready.set()
         if on_ready is not None:
@@ -266,6 +280,7 @@ class Gateway:
             publisher.cancel()
             try:
                 await self._publish_figures(figures_field, final=True)
+                await self.secrets.forget_env(self._redis, figures_field)
             except Exception as e:  # noqa: BLE001 - figures are best effort
                 log.warning("writing the gateway's final figures failed: %s", e)
             await self._redis.aclose()

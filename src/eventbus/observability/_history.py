@@ -81,6 +81,8 @@ def _figures(body: dict[str, Any]) -> tuple[list[int], list[int], int | None]:
     for src in body.get("sources") or []:
         for i, n in enumerate(_SOURCE_NAMES):
             counters[i] += int(src.get(n, 0))
+    # what the steps' timers delivered (closed windows) is out too, as in the totals
+    counters[1] += int((body.get("metrics") or {}).get("timer_outputs") or 0)
     for m in (body.get("metrics") or {}).get("sources") or []:
         lat = m.get("latency") or {}
         if list(lat.get("bounds", ())) == list(LATENCY_BOUNDS_S):

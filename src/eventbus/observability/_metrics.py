@@ -17,7 +17,9 @@ from typing import Any
 
 __all__ = [
     "BATCH_SIZE_BOUNDS",
+    "DROP_REASONS",
     "LATENCY_BOUNDS_S",
+    "STEP_COUNTERS",
     "GatewayMetrics",
     "Histogram",
     "StepCounters",
@@ -130,35 +132,66 @@ def quantile(snapshot: dict[str, Any] | None, q: float) -> float | None:
     return float(bounds[-1]) if bounds else math.nan
 
 
+#: Why a step's input gave no output, each a counter of :class:`StepCounters` (and of the
+#: pipeline's totals): ``filtered`` (a predicate said no), ``absorbed`` (held in state: a
+#: join waiting for its partner, merged into an aggregate's window), ``errors`` (an
+#: expression or function failed on it), ``late`` (after its window closed).
+DROP_REASONS: tuple[str, ...] = ("filtered", "absorbed", "errors", "late")
+#: The counters a step reports, in the order ``eventbus status`` and the dashboard show them;
+#: ``emitted`` counts what the step's timer produced without an incoming event (closed
+#: windows, outer-join results).
+STEP_COUNTERS: tuple[str, ...] = ("in", "out", *DROP_REASONS, "emitted")
+
+
 class StepCounters:
     """Per-step counters of a replica's runner, updated once per batch.
 
     Attributes:
         events_in: events that entered the step.
-        events_out: events it emitted (a step may emit several per input, or none).
-        filtered: inputs it dropped.
-        failed: inputs it failed.
+        events_out: events it output (a step may output several per input, or none).
+        filtered: inputs a predicate dropped.
+        absorbed: inputs held in the step's state (join, aggregate) that output nothing.
+        errors: inputs whose expression or function failed (failed, or dropped by a filter
+            that could not evaluate them).
+        late: inputs that came after their window closed.
+        emitted: events the step's timer produced (closed windows, outer-join results).
         batches: batches it ran.
         seconds: time spent in the step, summed over batches.
     """
 
-    __slots__ = ("batches", "events_in", "events_out", "failed", "filtered", "seconds")
+    __slots__ = (
+        "absorbed",
+        "batches",
+        "emitted",
+        "errors",
+        "events_in",
+        "events_out",
+        "filtered",
+        "late",
+        "seconds",
+    )
 
     def __init__(self) -> None:
         self.events_in = 0
         self.events_out = 0
         self.filtered = 0
-        self.failed = 0
+        self.absorbed = 0
+        self.errors = 0
+        self.late = 0
+        self.emitted = 0
         self.batches = 0
         self.seconds = 0.0
 
     def snapshot(self) -> dict[str, Any]:
-        """JSON-able counters."""
+        """JSON-able counters, named as :data:`STEP_COUNTERS` (plus batches, seconds)."""
         return {
             "in": self.events_in,
             "out": self.events_out,
             "filtered": self.filtered,
-            "failed": self.failed,
+            "absorbed": self.absorbed,
+            "errors": self.errors,
+            "late": self.late,
+            "emitted": self.emitted,
             "batches": self.batches,
             "seconds": self.seconds,
         }

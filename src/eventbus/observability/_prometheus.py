@@ -32,7 +32,10 @@ _SOURCE_COUNTERS = {
         "eventbus_events_unrouted",
         "Outputs no route took (the pipeline has routes and no default route).",
     ),
-    "dropped": ("eventbus_events_filtered", "Input events that produced no output (filtered)."),
+    "dropped": (
+        "eventbus_events_dropped",
+        "Input events that produced no output (filtered, absorbed, or dropped on an error).",
+    ),
     "failed": ("eventbus_events_failed", "Input events that failed (after retries)."),
     "dead_lettered": ("eventbus_dead_letters", "Events written to the dead-letter sink."),
     "decode_errors": ("eventbus_decode_errors", "Records that did not decode as CloudEvents."),
@@ -62,11 +65,42 @@ _SOURCE_COUNTERS = {
 }
 _STEP_COUNTERS = {
     "in": ("eventbus_step_events_in", "Events that entered the step."),
-    "out": ("eventbus_step_events_out", "Events the step emitted."),
-    "filtered": ("eventbus_step_events_filtered", "Events the step dropped."),
-    "failed": ("eventbus_step_events_failed", "Events the step failed."),
+    "out": ("eventbus_step_events_out", "Events the step output."),
+    "filtered": ("eventbus_step_events_filtered", "Inputs the step's predicate dropped."),
+    "absorbed": (
+        "eventbus_step_events_absorbed",
+        "Inputs held in the step's state (a join waiting, an aggregate's window).",
+    ),
+    "errors": ("eventbus_step_events_errors", "Inputs whose expression or function failed."),
+    "late": ("eventbus_step_events_late", "Inputs that came after their window closed."),
+    "emitted": (
+        "eventbus_step_events_emitted",
+        "Events the step's timer emitted (closed windows, outer-join results).",
+    ),
     "batches": ("eventbus_step_batches", "Batches the step ran."),
     "seconds": ("eventbus_step_seconds", "Time spent in the step."),
+}
+#: the pipeline's totals as ``eventbus status`` and the dashboard show them
+_PIPELINE_COUNTERS = {
+    "in": ("eventbus_pipeline_events_in", "Events that came in (sources and sync calls)."),
+    "out": (
+        "eventbus_pipeline_events_out",
+        "Events delivered to the sinks, closed windows included.",
+    ),
+    "filtered": ("eventbus_pipeline_events_filtered", "Inputs a step's predicate dropped."),
+    "absorbed": (
+        "eventbus_pipeline_events_absorbed",
+        "Inputs held in a step's state (a join waiting, an aggregate's window).",
+    ),
+    "errors": (
+        "eventbus_pipeline_events_errors",
+        "Inputs whose expression or function failed in a step.",
+    ),
+    "late": ("eventbus_pipeline_events_late", "Inputs that came after their window closed."),
+    "emitted": (
+        "eventbus_pipeline_events_emitted",
+        "Events the steps' timers emitted (closed windows, outer-join results).",
+    ),
 }
 
 
@@ -99,6 +133,10 @@ class _Collector:
         steps = {
             k: CounterMetricFamily(n, h, labels=["pipeline", "step", "template"])
             for k, (n, h) in _STEP_COUNTERS.items()
+        }
+        totals = {
+            k: CounterMetricFamily(n, h, labels=["pipeline"])
+            for k, (n, h) in _PIPELINE_COUNTERS.items()
         }
         latency = HistogramMetricFamily(
             "eventbus_end_to_end_latency_seconds",
@@ -147,7 +185,7 @@ class _Collector:
         )
         last_event = GaugeMetricFamily(
             "eventbus_pipeline_last_event_timestamp_seconds",
-            "When a pipeline at zero last had an event (Unix time).",
+            "When the pipeline last had an event in (Unix time).",
             labels=["pipeline"],
         )
         for v in self.views:
@@ -168,6 +206,8 @@ class _Collector:
             if any(sync.values()):  # sync calls through the gateways: source "sync"
                 for k, n in sync.items():
                     sources[k].add_metric([p, "sync"], n)
+            for k, fam in totals.items():
+                fam.add_metric([p], v["totals"].get(k, 0))
             for sid, st in v["steps"].items():
                 for k, fam in steps.items():
                     fam.add_metric([p, sid, st.get("template", "")], st.get(k, 0))
@@ -186,6 +226,7 @@ class _Collector:
             for sid, ver in v["models"].items():
                 models.add_metric([p, sid], {"version": ver})
         yield from sources.values()
+        yield from totals.values()
         yield from steps.values()
         yield from agg.values()
         yield from (latency, batch, batch_s, lag, join, replicas, version, models, zero, last_event)

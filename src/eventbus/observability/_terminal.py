@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-__all__ = ["print_figures"]
+from eventbus.observability._metrics import STEP_COUNTERS
+
+__all__ = ["TOTALS", "print_figures"]
+
+#: The pipeline's totals shown, the steps' vocabulary (see ``pipeline_view``).
+TOTALS = STEP_COUNTERS
 
 
 def _ms(s: float | None) -> str:
     return "–" if s is None else f"{s * 1000:.1f} ms"
+
+
+def _clock(t: float | None) -> str:
+    return "–" if t is None else time.strftime("%H:%M:%S", time.localtime(t))
 
 
 def print_figures(console: Any, v: dict[str, Any]) -> None:
@@ -24,44 +34,31 @@ def print_figures(console: Any, v: dict[str, Any]) -> None:
         line += f"  (dead letters: {topo['dead_letter']['kind']} {topo['dead_letter']['detail']})"
     console.print(line, markup=False, highlight=False)
     t = v["totals"]
-    figures = Table(title=f"{v['name']}: version {v['version']}, {v['replicas']} live replicas")
-    for col in (
-        "in",
-        "out",
-        "filtered",
-        "failed",
-        "dead letters",
-        "p50",
-        "p99",
-        "lag",
-        "mean batch",
-    ):
+    title = f"{v['name']}: version {v['version']}, {v['replicas']} live replicas"
+    figures = Table(title=title)
+    for col in (*TOTALS, "dead letters"):
         figures.add_column(col, justify="right")
+    figures.add_row(*(str(t.get(k, 0)) for k in TOTALS), str(t["dead_lettered"]))
+    console.print(figures)
+    timing = Table()
+    for col in ("p50", "p99", "lag", "mean batch", "last event"):
+        timing.add_column(col, justify="right")
     mean = v["batch_size"]["mean"]
-    figures.add_row(
-        str(t["consumed"]),
-        str(t["outputs"]),
-        str(t["dropped"]),
-        str(t["failed"]),
-        str(t["dead_lettered"]),
+    timing.add_row(
         _ms(v["latency"]["p50_s"]),
         _ms(v["latency"]["p99_s"]),
         str(v["lag_total"]),
         "–" if mean is None else f"{mean:.1f}",
+        _clock(v.get("last_event_at")),
     )
-    console.print(figures)
+    console.print(timing)
     table = Table(title="steps")
-    for col in ("step", "template", "in", "out", "filtered", "failed", "ms / batch"):
+    for col in ("step", "template", *STEP_COUNTERS, "ms / batch"):
         table.add_column(col, justify="left" if col in ("step", "template") else "right")
     for s in topo["steps"]:
         st = v["steps"].get(s["id"], {})
         per = f"{st['seconds'] * 1000 / st['batches']:.3f}" if st.get("batches") else "–"
-        table.add_row(
-            s["id"],
-            s["template"],
-            *(str(st.get(k, 0)) for k in ("in", "out", "filtered", "failed")),
-            per,
-        )
+        table.add_row(s["id"], s["template"], *(str(st.get(k, 0)) for k in STEP_COUNTERS), per)
     console.print(table)
     extra = []
     if v["lag"]:

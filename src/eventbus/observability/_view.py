@@ -20,7 +20,12 @@ import json
 import time
 from typing import Any
 
-from eventbus.observability._metrics import merge_histograms, quantile
+from eventbus.observability._metrics import (
+    DROP_REASONS,
+    STEP_COUNTERS,
+    merge_histograms,
+    quantile,
+)
 from eventbus.registry import all_registries
 
 __all__ = ["STALE_S", "pipeline_view", "topology"]
@@ -151,13 +156,16 @@ def pipeline_view(
         (events run synchronously through the gateways: consumed, outputs, dropped, failed),
         ``sources`` (per consumed source: counters,
         ``p50_s``/``p99_s`` end-to-end latency, ``lag``), ``steps`` (per step: in, out,
-        filtered, failed, seconds, the step's own stats), ``latency`` (end-to-end histogram
+        filtered, absorbed, errors, late, emitted, batches, seconds, the step's own stats), ``latency`` (end-to-end histogram
         over every source, ``p50_s``, ``p99_s``), ``batch_size`` (histogram, ``mean``),
         ``lag`` (per partition) and ``lag_total``, ``join_state`` (step -> pending keys),
         ``aggregate_state`` (aggregate step -> ``open_windows``, ``state_bytes``,
         ``late_events``),
         ``models`` (step -> version, for steps reporting one), ``state`` (``RUNNING`` or
-        ``SCALED_TO_ZERO``), and at zero ``scaled_to_zero_since`` and ``last_event_at``.
+        ``SCALED_TO_ZERO``), ``last_event_at`` (when the last event came in), and at zero
+        ``scaled_to_zero_since``. ``totals`` holds the sources' counters (``consumed``,
+        ``outputs``, ``dropped``, ``failed``...) and the figures shown, named as the steps':
+        ``in``, ``out``, ``filtered``, ``absorbed``, ``errors``, ``late``, ``emitted``.
     """
     now = time.time() if now is None else now
     entries = []
@@ -226,17 +234,13 @@ def pipeline_view(
                 sid,
                 {
                     "template": st.get("template", ""),
-                    "in": 0,
-                    "out": 0,
-                    "filtered": 0,
-                    "failed": 0,
+                    **dict.fromkeys(STEP_COUNTERS, 0),
                     "batches": 0,
                     "seconds": 0.0,
-                    "errors": 0,
                     "stats": {},
                 },
             )
-            for k in ("in", "out", "filtered", "failed", "batches", "seconds", "errors"):
+            for k in (*STEP_COUNTERS, "batches", "seconds"):
                 acc[k] += st.get(k, 0)
             if not e.get("final"):
                 for k, v in (st.get("stats") or {}).items():
@@ -244,6 +248,7 @@ def pipeline_view(
                         acc["stats"][k] = acc["stats"].get(k, 0) + v
                     else:  # shared state (pending_keys) and versions: one replica's word
                         acc["stats"][k] = v
+    _vocabulary(totals, steps, entries)
     latency = merge_histograms(s["latency"] for s in sources if s["latency"])
     batch = merge_histograms(batch_hists)
     lag = {p: n for s in sources for p, n in s["lag"].items()}
@@ -288,15 +293,40 @@ def pipeline_view(
         "aggregate_state": aggregates,
         "models": models,
         "at": now,
+        "last_event_at": _last_event_at(entries, scale),
         **_scale_fields(scale),
     }
+
+
+def _vocabulary(
+    totals: dict[str, Any], steps: dict[str, Any], entries: list[dict[str, Any]]
+) -> None:
+    """Add the totals that ``eventbus status``, the dashboard and ``/metrics`` show, named as
+    the steps' counters: ``in`` (consumed, sync calls included), ``out`` (delivered: the
+    sources' outputs and what the steps' timers emitted through the last step: closed
+    windows), the inputs that gave no output by reason (``filtered``, ``absorbed``,
+    ``errors``, ``late``: summed over the steps) and ``emitted`` (by the steps' timers)."""
+    timer_outputs = sum(int((e.get("metrics") or {}).get("timer_outputs") or 0) for e in entries)
+    totals["in"] = totals["consumed"]
+    totals["out"] = totals["outputs"] + timer_outputs
+    for k in (*DROP_REASONS, "emitted"):
+        totals[k] = sum(st.get(k, 0) for st in steps.values())
+
+
+def _last_event_at(entries: list[dict[str, Any]], scale: dict[str, Any] | None) -> float | None:
+    """When the last event came in (epoch s): the latest a replica ran, or the one the
+    scale-to-zero record keeps; None before the first."""
+    times = [
+        float(t)
+        for e in entries
+        if isinstance(t := (e.get("metrics") or {}).get("last_event_at"), (int, float))
+    ]
+    if scale is not None and isinstance(scale.get("last_event_at"), (int, float)):
+        times.append(float(scale["last_event_at"]))
+    return max(times, default=None)
 
 
 def _scale_fields(scale: dict[str, Any] | None) -> dict[str, Any]:
     if scale is None:
         return {"state": "RUNNING"}
-    return {
-        "state": "SCALED_TO_ZERO",
-        "scaled_to_zero_since": scale.get("since"),
-        "last_event_at": scale.get("last_event_at"),
-    }
+    return {"state": "SCALED_TO_ZERO", "scaled_to_zero_since": scale.get("since")}

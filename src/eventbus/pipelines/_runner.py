@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from time import perf_counter
 from typing import Any
 
@@ -17,7 +18,7 @@ from eventbus.observability._metrics import (
 )
 from eventbus.pipelines._build import build_step
 from eventbus.pipelines._config import PipelineConfig
-from eventbus.pipelines._step import Step, Timer
+from eventbus.pipelines._step import ERRORED, Step, Timer
 
 __all__ = ["PipelineRunner"]
 
@@ -74,6 +75,11 @@ class PipelineRunner:
         self.counters: list[StepCounters] = [StepCounters() for _ in self.steps]
         self.batch_sizes = Histogram(BATCH_SIZE_BOUNDS)
         self.batch_seconds = Histogram(LATENCY_BOUNDS_S)
+        #: events the steps' timers emitted that came out of the last step (delivered as the
+        #: pipeline's outputs, beside the sources' ones)
+        self.timer_outputs = 0
+        #: when the last batch came in (epoch s; None: none yet)
+        self.last_event_at: float | None = None
 
     def timers(self) -> list[Timer]:
         """The steps' timers (join windows closing without an incoming event, allocate plans)."""
@@ -86,8 +92,15 @@ class PipelineRunner:
 
     def run_after(self, step_index: int, events: list[CloudEvent]) -> list[Outcome]:
         """Run what step ``step_index``'s timer fired (closed windows) through the steps
-        after it, like that step's outputs; one outcome per event (see :meth:`run`)."""
-        return self.run(events, first=step_index + 1)
+        after it, like that step's outputs; one outcome per event (see :meth:`run`).
+
+        They count as emitted by step ``step_index``, and those that come out of the last step
+        as the pipeline's outputs."""
+        outcomes = self.run(events, first=step_index + 1)
+        if 0 <= step_index < len(self.counters):
+            self.counters[step_index].emitted += len(events)
+        self.timer_outputs += sum(len(o) for o in outcomes if type(o) is list)
+        return outcomes
 
     def flush(self, *, trace: dict[str, list[CloudEvent]] | None = None) -> list[CloudEvent]:
         """End of the input (in-process runs: ``eventbus test``, ``run_pipeline``): each step
@@ -96,19 +109,29 @@ class PipelineRunner:
         out: list[CloudEvent] = []
         for k, step in enumerate(self.steps):
             current = step.flush()
+            self.counters[k].emitted += len(current)
             if trace is not None and current:
                 trace.setdefault(step.id, []).extend(current)
             for later, counters in zip(self.steps[k + 1 :], self.counters[k + 1 :]):
                 if not current:
                     break
                 nxt: list[CloudEvent] = []
+                dropped = errors = late = 0
                 for res in later.process(current):
                     if type(res) is CloudEvent:
                         nxt.append(res)
                     elif type(res) is Failure:
-                        counters.failed += 1
+                        if res.error_type in later.late_errors:
+                            late += 1
+                        else:
+                            errors += 1
+                    elif res is ERRORED:
+                        errors += 1
                     elif res:
                         nxt.extend(res)  # type: ignore[arg-type]
+                    else:
+                        dropped += 1
+                _count(later, counters, dropped, errors, late)
                 counters.events_in += len(current)
                 counters.events_out += len(nxt)
                 current = nxt
@@ -139,6 +162,8 @@ class PipelineRunner:
             :class:`Failure`. A failing event never fails its batch-mates.
         """
         n = len(events)
+        if n and not first:
+            self.last_event_at = time.time()
         current: list[CloudEvent] = list(events)
         origin: list[int] = list(range(n))
         failed: dict[int, Failure] = {}
@@ -160,8 +185,8 @@ class PipelineRunner:
                 results = [f] * len(current)
             nxt: list[CloudEvent] = []
             nxt_origin: list[int] = []
-            dropped = 0
-            step_failed = 0
+            dropped = errors = late = 0
+            late_errors = step.late_errors
             newly_failed: list[int] = []
             for res, o in zip(results, origin, strict=True):
                 if type(res) is CloudEvent:
@@ -170,10 +195,15 @@ class PipelineRunner:
                 elif res is None:
                     dropped += 1
                 elif type(res) is Failure:
-                    step_failed += 1
+                    if res.error_type in late_errors:
+                        late += 1
+                    else:
+                        errors += 1
                     if o not in failed:
                         failed[o] = res
                         newly_failed.append(o)
+                elif res is ERRORED:
+                    errors += 1
                 else:
                     if not res:
                         dropped += 1
@@ -185,8 +215,7 @@ class PipelineRunner:
             t1 = perf_counter()
             counters.events_in += len(current)
             counters.events_out += len(nxt)
-            counters.filtered += dropped
-            counters.failed += step_failed
+            _count(step, counters, dropped, errors, late)
             counters.batches += 1
             counters.seconds += t1 - t0
             t0 = t1
@@ -242,7 +271,6 @@ class PipelineRunner:
         for step, counters in zip(self.steps, self.counters):
             entry = counters.snapshot()
             entry["template"] = step.template
-            entry["errors"] = step.errors
             try:
                 own = step.stats()
             except Exception as exc:  # noqa: BLE001 - a state store down: report, do not fail
@@ -252,6 +280,8 @@ class PipelineRunner:
             steps[step.id] = entry
         return {
             "steps": steps,
+            "timer_outputs": self.timer_outputs,
+            "last_event_at": self.last_event_at,
             "batch_size": self.batch_sizes.snapshot(),
             "batch_seconds": self.batch_seconds.snapshot(),
         }
@@ -265,3 +295,13 @@ class PipelineRunner:
             if own is not None:
                 out[s.id].update(own)
         return out
+
+
+def _count(step: Step, counters: StepCounters, dropped: int, errors: int, late: int) -> None:
+    """Add one batch's inputs that gave no output, by reason (see ``DROP_REASONS``)."""
+    if step.drop_reason == "absorbed":
+        counters.absorbed += dropped
+    else:
+        counters.filtered += dropped
+    counters.errors += errors
+    counters.late += late

@@ -28,11 +28,27 @@ from typing import Any, ClassVar, TypeAlias
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure
 
-__all__ = ["Fired", "Step", "StepContext", "StepResult", "Timer"]
+__all__ = ["ERRORED", "Errored", "Fired", "Step", "StepContext", "StepResult", "Timer"]
 
-#: One input event's result in a step: the event it became, ``None`` (dropped), several
-#: events (a list, possibly empty), or a :class:`~eventbus.Failure`.
-StepResult: TypeAlias = "CloudEvent | list[CloudEvent] | Failure | None"
+
+class Errored:
+    """The result of an event a step dropped because its expression could not be evaluated
+    on it (a filter whose CEL fails on a missing field fails closed): counted in the step's
+    ``errors``, not ``filtered``. Use the one instance, :data:`ERRORED`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ERRORED"
+
+
+#: See :class:`Errored`.
+ERRORED = Errored()
+
+#: One input event's result in a step: the event it became, ``None`` (dropped: counted as
+#: the step's :attr:`Step.drop_reason`), several events (a list; empty: dropped likewise),
+#: :data:`ERRORED` (dropped on an evaluation error), or a :class:`~eventbus.Failure`.
+StepResult: TypeAlias = "CloudEvent | list[CloudEvent] | Failure | Errored | None"
 
 
 @dataclass(frozen=True)
@@ -112,6 +128,12 @@ class Step(ABC):
     #: the replica runs the batches on one worker thread, one at a time and in order, so its
     #: event loop fetches and delivers meanwhile (``serving._step_threads``)
     offload: ClassVar[bool] = False
+    #: what an input that gave no output (``None`` or ``[]``) counts as in the step's
+    #: figures: ``filtered`` (a predicate said no) or ``absorbed`` (held in state: a join
+    #: waiting for its partner, an aggregate's window)
+    drop_reason: ClassVar[str] = "filtered"
+    #: failure types (:attr:`Failure.error_type`) counted as ``late``, not ``errors``
+    late_errors: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, step_id: str) -> None:
         self.id = step_id

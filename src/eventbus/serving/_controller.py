@@ -57,6 +57,9 @@ class Controller:
         self.kafka_client = KafkaClientConfig.model_validate(kafka_client) if kafka_client else None
         self.redis_url = redis_url
         self._redis = connect(redis_url, decode_responses=True)
+        from eventbus._internal.secret_store import configure as configure_secrets
+
+        configure_secrets(redis_url)  # {secret: NAME} of the stack's Kafka client settings
         from eventbus.serving._models import ModelControl
 
         self.models = ModelControl(redis_url)

@@ -143,7 +143,11 @@ class EventBusClient:
                     min_events=min_events,
                 )
             )
-        return ray.get(self._controller.deploy.remote(text, str(path), python_path))  # type: ignore[no-any-return]
+        info: dict[str, Any] = ray.get(self._controller.deploy.remote(text, str(path), python_path))
+        from eventbus.serving._secret_check import deprecated_spellings
+
+        info["notices"] = deprecated_spellings(config)
+        return info
 
     def promote(self, name: str) -> dict[str, Any]:
         """Make the running canary of a pipeline its serving version now."""

@@ -65,6 +65,10 @@ class PipelineDeployment:
 
         configure_replica(config, os.environ, f"{os.getpid()}")
         redis_url = (runtime or {}).get("redis_url")
+        if redis_url:  # {secret: NAME} references of the sinks resolve from the stack
+            from eventbus._internal.secret_store import configure as configure_secrets
+
+            configure_secrets(redis_url)
         # a PipelineRunner, or the CanaryRouter that wraps one (the same calls)
         self._runner: Any = PipelineRunner(config, redis_url=redis_url, base_dirs=python_path)
         if redis_url:  # canary upgrades route a share of each batch to the new version's steps

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from eventbus._internal import keys
-from eventbus.errors import DeployError, PipelineNotFoundError
+from eventbus.errors import DeployError, PipelineConfigError, PipelineNotFoundError
 from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.pipelines._config import PipelineConfig
 from eventbus.serving._locks import PipelineLocks
@@ -139,11 +139,17 @@ class Deploys:
         pipeline's lock.
 
         Raises:
+            PipelineConfigError: a secret reference does not resolve where it will be used.
             DeployError: a ``pipeline:`` sink's target, or the Serve application or a source
                 could not start.
         """
         name = config.name
         check_chained(self._redis, config)
+        from eventbus.serving._secret_check import secret_reference_problems
+
+        unresolved = secret_reference_problems(config, self._redis, filename)
+        if unresolved:  # refused before anything stops or starts
+            raise PipelineConfigError(unresolved)
         previous = self.load(name)
         version = (previous["version"] + 1) if previous else 1
         if previous is not None:

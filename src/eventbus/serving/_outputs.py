@@ -71,10 +71,10 @@ async def sweep_forever(
 
     ``follow(step_index, events)`` runs a timer's outputs through the steps after the
     timer's step (one outcome per event): what they emit goes to the sinks, what fails to
-    the dead-letter sink. Without it (a pipeline whose timer steps are its last) the
-    outputs go to the sinks as they are.
+    the dead-letter sink; it is called when the timer's step is the last too (no step runs
+    then), so that the runner counts what the timer emitted and what the pipeline delivered.
+    Without it the outputs go to the sinks as they are.
     """
-    spec = config.spec
     dedupe = delivery_policy(config, redis_url).dedupe if redis_url else None
     sinks = source_sinks(
         config,
@@ -85,7 +85,7 @@ async def sweep_forever(
 
     async def deliver(timer: Timer, fired: Fired) -> None:
         outputs, dead = list(fired.outputs), list(fired.dead)
-        if outputs and follow is not None and timer.step_index + 1 < len(spec.steps):
+        if outputs and follow is not None:
             outputs, failed = _followed(
                 config.name, outputs, await follow(timer.step_index, outputs)
             )

@@ -59,6 +59,10 @@ class SourceActor:
             KafkaClientConfig.model_validate(kafka_client) if kafka_client else None
         )
         self._redis_url = redis_url
+        if redis_url:  # {secret: NAME} references of the sinks resolve from the stack
+            from eventbus._internal.secret_store import configure as configure_secrets
+
+            configure_secrets(redis_url)
         self._source: Any = None
         self._redis: Any = None  # redis.asyncio client for the figures, made on first use
         self._field = ""

@@ -246,3 +246,41 @@ async def test_a_batch_answered_413_is_sent_in_halves(receiver_factory, closing)
     closing.append(sink)
     await sink.send(_events(8))
     assert r.ids() == [f"e{i}" for i in range(8)]
+
+
+@pytest.mark.redis
+async def test_bearer_token_stored_on_the_stack_is_rotated_without_a_restart(
+    receiver_factory, closing, monkeypatch, redis_url
+) -> None:
+    from cryptography.fernet import Fernet
+
+    from eventbus._internal import keys
+    from eventbus._internal.redis_client import connect
+    from eventbus._internal.secret_store import KEY_ENV, SecretStore, configure
+    from eventbus.eventing.sinks import _http
+
+    key = Fernet.generate_key()
+    monkeypatch.setenv(KEY_ENV, key.decode())
+    monkeypatch.setattr(_http, "_ROTATE_S", 0.0)  # re-read at every batch (default 2 s)
+    redis = connect(redis_url)
+    store = SecretStore(redis, key)
+    store.set("SINK_TOKEN", b"one")
+    configure(redis_url, ttl_s=0.0)
+    try:
+        r = receiver_factory()
+        sink = await _sink(url=r.url, auth={"bearer": {"token": {"secret": "SINK_TOKEN"}}})
+        closing.append(sink)
+        await sink.send(_events(1))
+        store.set("SINK_TOKEN", b"two")
+        await sink.send(_events(1))
+        store.delete("SINK_TOKEN")  # gone: the sink keeps the one it has, and says why
+        await sink.send(_events(1))
+        assert [q.headers["authorization"] for q in r.requests] == [
+            "Bearer one",
+            "Bearer two",
+            "Bearer two",
+        ]
+    finally:
+        configure(None)
+        redis.delete(keys.SECRETS, keys.SECRETS_VERSION)
+        redis.close()

@@ -268,8 +268,12 @@ def test_missing_secret_names_the_variable_not_a_value(tmp_path) -> None:
 
 
 def test_auth_config_needs_exactly_one_secret_place() -> None:
-    with pytest.raises(ValueError, match="exactly one of secret_env"):
+    with pytest.raises(ValueError, match="give exactly one secret:"):
         AuthConfig.model_validate({"hmac_sha256": {"secret_env": "A", "secret_file": "/f"}})
+    with pytest.raises(ValueError, match="give exactly one token:"):
+        AuthConfig.model_validate({"bearer": {"token": {"env": "A"}, "token_env": "A"}})
+    with pytest.raises(ValueError, match="exactly one of secret: NAME, env: NAME or file: PATH"):
+        AuthConfig.model_validate({"hmac_sha256": {"secret": {"env": "A", "secret": "B"}}})
     with pytest.raises(ValueError, match="exactly one of hmac_sha256, standard_webhooks or bearer"):
         AuthConfig.model_validate({})
 

@@ -114,7 +114,7 @@ def test_hostile_headers_are_401_naming_the_fix(headers, message) -> None:
 def test_config_errors_name_the_secret_and_the_fix() -> None:
     with pytest.raises(
         ConfigError,
-        match=re.escape("auth secret W is not a Standard Webhooks secret: write 'whsec_'"),
+        match=re.escape("auth secret (env W) is not a Standard Webhooks secret: write 'whsec_'"),
     ):
         creds("not base64 at all!")
     with pytest.raises(ValueError, match="exactly one of hmac_sha256, standard_webhooks or bearer"):

@@ -60,23 +60,27 @@ def test_merge_adds_bucket_by_bucket_and_skips_other_bounds() -> None:
     assert merge_histograms([]) is None
 
 
-def test_runner_counts_per_step_in_out_filtered_failed() -> None:
+def test_runner_counts_per_step_in_out_filtered_errors() -> None:
     r = runner()
     # e0 filtered by `large`; e1 passes; e2 fails in `large` (string > int) and is dropped
-    # (filters fail closed); e3 passes `large` but fails in `cny` (double * int).
+    # (filters fail closed: an error, not filtered); e3 passes `large` but fails in `cny`
+    # (double * int).
+    assert r.metrics()["last_event_at"] is None
     r.run([ev(0, 5), ev(1, 500), ev(2, "x"), ev(3, 200.5)])
     r.run([ev(4, 1000)])
     m = r.metrics()
     large, cny = m["steps"]["large"], m["steps"]["cny"]
-    assert (large["in"], large["out"], large["filtered"], large["failed"], large["batches"]) == (
+    assert (large["in"], large["out"], large["filtered"], large["errors"], large["batches"]) == (
         5,
         3,
-        2,
-        0,
+        1,
+        1,
         2,
     )
-    assert large["errors"] == 1 and large["template"] == "filter"
-    assert (cny["in"], cny["out"], cny["filtered"], cny["failed"]) == (3, 2, 0, 1)
+    assert large["absorbed"] == large["late"] == large["emitted"] == 0
+    assert large["template"] == "filter"
+    assert (cny["in"], cny["out"], cny["filtered"], cny["errors"]) == (3, 2, 0, 1)
+    assert m["last_event_at"] is not None and m["timer_outputs"] == 0
     assert cny["seconds"] > 0
     assert m["batch_size"]["count"] == 2 and m["batch_size"]["sum"] == 5
     assert m["batch_seconds"]["count"] == 2

@@ -37,11 +37,13 @@ def view() -> dict:
                     "template": "filter",
                     "in": 40,
                     "out": 30,
-                    "filtered": 10,
-                    "failed": 0,
+                    "filtered": 8,
+                    "absorbed": 0,
+                    "errors": 2,
+                    "late": 0,
+                    "emitted": 0,
                     "batches": 2,
                     "seconds": 0.5,
-                    "errors": 0,
                     "stats": {"pending_keys": 3, "model_version": "2"},
                 }
             },
@@ -80,7 +82,7 @@ def test_metrics_cover_pipelines_steps_histograms_lag_and_gateway() -> None:
     src = (("pipeline", "orders"), ("source", "orders"))
     assert s[("eventbus_events_in_total", src)] == 40
     assert s[("eventbus_events_out_total", src)] == 25
-    assert s[("eventbus_events_filtered_total", src)] == 10
+    assert s[("eventbus_events_dropped_total", src)] == 10
     assert s[("eventbus_events_failed_total", src)] == 5
     assert s[("eventbus_dead_letters_total", src)] == 5
     # what was set aside is counted with its reason, never silently
@@ -92,7 +94,16 @@ def test_metrics_cover_pipelines_steps_histograms_lag_and_gateway() -> None:
     assert s[("eventbus_events_unrouted_total", src)] == 4
     step = (("pipeline", "orders"), ("step", "large"), ("template", "filter"))
     assert s[("eventbus_step_events_in_total", step)] == 40
-    assert s[("eventbus_step_events_filtered_total", step)] == 10
+    assert s[("eventbus_step_events_filtered_total", step)] == 8
+    assert s[("eventbus_step_events_errors_total", step)] == 2
+    assert s[("eventbus_step_events_absorbed_total", step)] == 0
+    # the pipeline's totals under the names `eventbus status` and the dashboard show
+    pipe = (("pipeline", "orders"),)
+    assert s[("eventbus_pipeline_events_in_total", pipe)] == 40
+    assert s[("eventbus_pipeline_events_out_total", pipe)] == 25
+    assert s[("eventbus_pipeline_events_filtered_total", pipe)] == 8
+    assert s[("eventbus_pipeline_events_errors_total", pipe)] == 2
+    assert s[("eventbus_pipeline_events_late_total", pipe)] == 0
     assert s[("eventbus_end_to_end_latency_seconds_count", src)] == 40
     assert s[("eventbus_end_to_end_latency_seconds_bucket", (("le", "0.005"), *src))] == 30
     assert s[("eventbus_end_to_end_latency_seconds_bucket", (("le", "+Inf"), *src))] == 40

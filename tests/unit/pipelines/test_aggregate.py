@@ -469,7 +469,11 @@ def test_windows_closed_by_the_timer_run_through_the_later_steps() -> None:
     assert [(e.data["key"], e.data["r"]) for e in outputs] == [("b", 10)]
     (d,) = dead  # a: 10 / 0 fails in the step after the filter: a dead letter with the reason
     assert d.data["key"] == "a" and d["ebstep"] == "ratio" and d["ebpipeline"] == "p"
-    assert runner.counters[2].filtered == 0 and runner.counters[3].failed == 1
+    assert runner.counters[2].filtered == 0 and runner.counters[3].errors == 1
+    # the six inputs are absorbed into windows (not filtered); two windows emitted, one output
+    per_user = runner.counters[1]
+    assert (per_user.events_in, per_user.events_out, per_user.absorbed) == (6, 0, 6)
+    assert (per_user.filtered, per_user.emitted) == (0, 2) and runner.timer_outputs == 1
 
 
 @pytest.mark.redis

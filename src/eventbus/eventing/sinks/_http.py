@@ -46,6 +46,10 @@ __all__ = ["HttpSink", "ReplyError", "safe_url"]
 
 log = logging.getLogger(__name__)
 
+#: How often a sink whose auth secret is stored on the stack re-reads it (a rotation takes
+#: effect within this long plus the resolver's cache, without a restart).
+_ROTATE_S = 2.0
+
 #: Bytes of an answer read at most (the rest is dropped with the connection).
 _MAX_ANSWER_BYTES = 64 * 1024
 #: Bytes of a refusing answer's body kept in the dead letter's ``ebhttpbody``.
@@ -131,6 +135,18 @@ class HttpSink(Sink):
         self._next_start = 0.0  # the rate limit: when the next event may go
         # reply: true: per item sent (by identity), the subscriber's reply, until taken
         self._replies: dict[int, CloudEvent | ReplyError] = {}
+        auth = config.auth
+        refs = (
+            [
+                auth.bearer.token if auth.bearer else None,
+                auth.hmac_sha256.secret if auth.hmac_sha256 else None,
+            ]
+            if auth is not None
+            else []
+        )
+        #: the auth secret is stored on the stack ({secret: NAME}): re-read every _ROTATE_S
+        self._stored_auth = any(r is not None and r.secret is not None for r in refs)
+        self._auth_at = 0.0
 
     async def start(self) -> None:
         """Resolve the auth secret and open the connection pool (idempotent).
@@ -143,6 +159,18 @@ class HttpSink(Sink):
             return
         import httpx
 
+        self._resolve_auth()
+        n = self.config.max_concurrency
+        self._semaphore = asyncio.Semaphore(n)
+        self._client = httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
+            timeout=httpx.Timeout(self.config.timeout_s),
+            follow_redirects=False,
+            verify=self.config.verify_tls,
+            trust_env=False,
+        )
+
+    def _resolve_auth(self) -> None:
         auth = self.config.auth
         if auth is not None and auth.bearer is not None:
             self._bearer = auth.bearer.token.resolve(f"{self.target} bearer token")
@@ -156,15 +184,18 @@ class HttpSink(Sink):
                 self._webhook_key = decode_secret(secret, where)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
-        n = self.config.max_concurrency
-        self._semaphore = asyncio.Semaphore(n)
-        self._client = httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
-            timeout=httpx.Timeout(self.config.timeout_s),
-            follow_redirects=False,
-            verify=self.config.verify_tls,
-            trust_env=False,
-        )
+        self._auth_at = time.monotonic()
+
+    def _rotate_auth(self) -> None:
+        # a {secret: NAME} reference: the stack's secret may have been rotated (``eventbus
+        # secret set``); a failure keeps the value in use (the reason logged, never a value)
+        try:
+            self._resolve_auth()
+        except Exception as e:  # noqa: BLE001 - keep sending with the current secret
+            self._auth_at = time.monotonic()
+            log.warning(
+                "%s: re-reading its secret failed, the current one stays: %s", self.target, e
+            )
 
     def take_replies(self, items: Sequence[Any]) -> list[CloudEvent | ReplyError | None]:
         """With ``reply: true``: per item of earlier :meth:`send` calls (the same objects),
@@ -192,6 +223,8 @@ class HttpSink(Sink):
         if self._client is None:
             msg = f"{self.target} is not started; await start() first"
             raise RuntimeError(msg)
+        if self._stored_auth and time.monotonic() - self._auth_at >= _ROTATE_S:
+            await asyncio.to_thread(self._rotate_auth)
         lanes, failures = self._plan(items)
         if failures:
             raise SinkEncodeError(self.target, failures)

@@ -25,7 +25,10 @@ class HttpSinkBearerConfig(BaseModel):
     """``Authorization: Bearer <token>`` on every request."""
 
     model_config = _MODEL
-    token: SecretRef = Field(description="The token, by reference: {env: NAME} or {file: PATH}.")
+    token: SecretRef = Field(
+        description="The token, by reference: {secret: NAME} (stored on the stack, re-read "
+        "within seconds of a rotation), {env: NAME} or {file: PATH}."
+    )
 
 
 class HttpSinkHmacConfig(BaseModel):
@@ -34,7 +37,8 @@ class HttpSinkHmacConfig(BaseModel):
 
     model_config = _MODEL
     secret: SecretRef = Field(
-        description="The shared secret, by reference: {env: ...}/{file: ...}."
+        description="The shared secret, by reference: {secret: NAME} (stored on the stack, "
+        "re-read within seconds of a rotation), {env: NAME} or {file: PATH}."
     )
     header: Annotated[str, StringConstraints(pattern=_HEADER)] = Field(
         default=SIGNATURE_HEADER, description="The header carrying the signature."

@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from eventbus.eventing._kafka_client import SecretRef
 from eventbus.eventing._signature import DEFAULT_TOLERANCE_S, SIGNATURE_HEADER
 from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
 from eventbus.registry import sources
@@ -52,17 +53,39 @@ class _SecretRef(BaseModel):
 
     @model_validator(mode="after")
     def _one_place(self) -> Any:
-        env, file = self._refs()
-        if (env is None) == (file is None):
-            names = self._names()
-            msg = f"give exactly one of {names[0]} (an environment variable) or {names[1]} (a file path)"
+        ref, env, file = self._refs()
+        new = self._names()[0]
+        if sum(x is not None for x in (ref, env, file)) != 1:
+            msg = (
+                f"give exactly one {new}: {{secret: NAME}} (stored with `eventbus secret set`), "
+                f"{{env: NAME}} or {{file: PATH}}"
+            )
             raise ValueError(msg)
         return self
 
-    def _refs(self) -> tuple[str | None, str | None]:
+    def deprecation(self) -> str | None:
+        """The notice for the old spelling (``secret_env: NAME``...), None for the new one."""
+        _, env, file = self._refs()
+        if env is None and file is None:
+            return None
+        new, old_env, old_file = self._names()
+        old, spelled = (old_env, f"{{env: {env}}}") if env else (old_file, f"{{file: {file}}}")
+        return (
+            f"{old} is deprecated; write {new}: {spelled} (or {new}: {{secret: NAME}} for a "
+            "secret stored with `eventbus secret set`)"
+        )
+
+    def reference(self) -> SecretRef:
+        """The secret's reference, whichever way it was spelled."""
+        ref, env, file = self._refs()
+        if ref is not None:
+            return ref
+        return SecretRef(env=env) if env is not None else SecretRef(file=file)
+
+    def _refs(self) -> tuple[SecretRef | None, str | None, str | None]:
         raise NotImplementedError
 
-    def _names(self) -> tuple[str, str]:
+    def _names(self) -> tuple[str, str, str]:
         raise NotImplementedError
 
 
@@ -75,11 +98,16 @@ class HmacAuthConfig(_SecretRef):
     and each signature is accepted once.
     """
 
+    secret: SecretRef | None = Field(
+        default=None,
+        description="The signing secret, by reference: {secret: NAME} (stored on the stack), "
+        "{env: NAME} (of the gateway) or {file: PATH}.",
+    )
     secret_env: Annotated[str, StringConstraints(pattern=_ENV_NAME)] | None = Field(
-        default=None, description="Environment variable (of the gateway) holding the secret."
+        default=None, description="Deprecated: write secret: {env: NAME}."
     )
     secret_file: str | None = Field(
-        default=None, description="File holding the secret (surrounding whitespace ignored)."
+        default=None, description="Deprecated: write secret: {file: PATH}."
     )
     header: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9-]+$")] = Field(
         default=SIGNATURE_HEADER, description="Header carrying 't=...,v2=...'."
@@ -88,11 +116,11 @@ class HmacAuthConfig(_SecretRef):
         default=DEFAULT_TOLERANCE_S, ge=1, le=86_400, description="Replay window in seconds."
     )
 
-    def _refs(self) -> tuple[str | None, str | None]:
-        return self.secret_env, self.secret_file
+    def _refs(self) -> tuple[SecretRef | None, str | None, str | None]:
+        return self.secret, self.secret_env, self.secret_file
 
-    def _names(self) -> tuple[str, str]:
-        return "secret_env", "secret_file"
+    def _names(self) -> tuple[str, str, str]:
+        return "secret", "secret_env", "secret_file"
 
 
 class StandardWebhooksAuthConfig(_SecretRef):
@@ -106,40 +134,48 @@ class StandardWebhooksAuthConfig(_SecretRef):
     ``ce-*`` headers).
     """
 
-    secret_env: Annotated[str, StringConstraints(pattern=_ENV_NAME)] | None = Field(
+    secret: SecretRef | None = Field(
         default=None,
-        description="Environment variable (of the gateway) holding the secret (whsec_...).",
+        description="The signing secret (whsec_...), by reference: {secret: NAME} (stored on "
+        "the stack), {env: NAME} (of the gateway) or {file: PATH}.",
+    )
+    secret_env: Annotated[str, StringConstraints(pattern=_ENV_NAME)] | None = Field(
+        default=None, description="Deprecated: write secret: {env: NAME}."
     )
     secret_file: str | None = Field(
-        default=None,
-        description="File holding the secret, whsec_... (surrounding whitespace ignored).",
+        default=None, description="Deprecated: write secret: {file: PATH}."
     )
     tolerance_s: int = Field(
         default=DEFAULT_TOLERANCE_S, ge=1, le=86_400, description="Replay window in seconds."
     )
 
-    def _refs(self) -> tuple[str | None, str | None]:
-        return self.secret_env, self.secret_file
+    def _refs(self) -> tuple[SecretRef | None, str | None, str | None]:
+        return self.secret, self.secret_env, self.secret_file
 
-    def _names(self) -> tuple[str, str]:
-        return "secret_env", "secret_file"
+    def _names(self) -> tuple[str, str, str]:
+        return "secret", "secret_env", "secret_file"
 
 
 class BearerAuthConfig(_SecretRef):
     """A static bearer token (``Authorization: Bearer <token>``)."""
 
+    token: SecretRef | None = Field(
+        default=None,
+        description="The token, by reference: {secret: NAME} (stored on the stack), "
+        "{env: NAME} (of the gateway) or {file: PATH}.",
+    )
     token_env: Annotated[str, StringConstraints(pattern=_ENV_NAME)] | None = Field(
-        default=None, description="Environment variable (of the gateway) holding the token."
+        default=None, description="Deprecated: write token: {env: NAME}."
     )
     token_file: str | None = Field(
-        default=None, description="File holding the token (surrounding whitespace ignored)."
+        default=None, description="Deprecated: write token: {file: PATH}."
     )
 
-    def _refs(self) -> tuple[str | None, str | None]:
-        return self.token_env, self.token_file
+    def _refs(self) -> tuple[SecretRef | None, str | None, str | None]:
+        return self.token, self.token_env, self.token_file
 
-    def _names(self) -> tuple[str, str]:
-        return "token_env", "token_file"
+    def _names(self) -> tuple[str, str, str]:
+        return "token", "token_env", "token_file"
 
 
 class AuthConfig(BaseModel):
@@ -259,7 +295,7 @@ class GrpcSourceConfig(_IngressSourceConfig):
     @model_validator(mode="after")
     def _no_hmac(self) -> GrpcSourceConfig:
         if self.auth is not None and self.auth.bearer is None:
-            msg = "grpc sources authenticate with bearer tokens only; use auth: {bearer: {token_env: ...}}"
+            msg = "grpc sources authenticate with bearer tokens only; use auth: {bearer: {token: {secret: NAME}}} (or {env: NAME})"
             raise ValueError(msg)
         return self
 

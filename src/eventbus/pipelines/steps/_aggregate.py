@@ -67,6 +67,8 @@ class AggregateStep(Step):
 
     kind = "aggregate"
     offload = True  # one Redis script per batch: the replica overlaps it with fetch and send
+    drop_reason = "absorbed"  # merged into a window, emitted when the window closes
+    late_errors = frozenset({"AggregateLateEventError"})
 
     def __init__(
         self,

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, model_validator
 from eventbus import cel
 from eventbus.eventing._event import CloudEvent
 from eventbus.pipelines._activation import activation_builder
-from eventbus.pipelines._step import Step, StepContext, StepResult
+from eventbus.pipelines._step import ERRORED, Step, StepContext, StepResult
 from eventbus.pipelines.steps._values import CONFIG, CelSource, compile_cel
 from eventbus.registry import steps
 
@@ -112,7 +112,8 @@ def _dialect_predicate(spec: FilterDialect | str) -> Predicate:
 
 class FilterStep(Step):
     """Keep the events for which the condition holds; an evaluation error drops the event
-    (fail closed, as the CloudEvents Subscriptions API says) and is counted in ``errors``."""
+    (fail closed, as the CloudEvents Subscriptions API says) and is counted in ``errors``, not
+    ``filtered``."""
 
     kind = "filter"
     pure = True
@@ -130,7 +131,7 @@ class FilterStep(Step):
                 append(e if pred(e) else None)
             except cel.CELError:
                 self.errors += 1
-                append(None)
+                append(ERRORED)
         return out
 
 

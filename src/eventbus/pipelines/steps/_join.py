@@ -84,6 +84,8 @@ class JoinStep(Step):
     """
 
     kind = "join"
+    drop_reason = "absorbed"  # an event waiting for its partner emitted nothing yet
+    late_errors = frozenset({"LateEventError"})
 
     def __init__(
         self, step_id: str, spec: JoinConfig, *, pipeline: str, redis_url: str | None = None
