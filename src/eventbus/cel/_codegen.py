@@ -12,7 +12,7 @@ from collections.abc import Collection
 from typing import Any, Final
 
 from eventbus.cel import _ast as ast
-from eventbus.cel import _logic, _runtime
+from eventbus.cel import _containers, _logic, _runtime
 from eventbus.cel._budget import BUDGETED
 from eventbus.cel._codegen_core import Code, qualified_name
 from eventbus.cel._codegen_ops import OperatorGenerator
@@ -148,9 +148,9 @@ class Generator(OperatorGenerator):
             v2 = self.fresh("y")
             scope[node.var2] = v2
             targets = f"{v1}, {v2}"
-            source = f"{self.helper(_runtime.iter_pairs)}({rng})"
+            source = f"{self.helper(_containers.iter_pairs)}({rng})"
         else:
-            source = f"{self.helper(_runtime.iter_range)}({rng})"
+            source = f"{self.helper(_containers.iter_range)}({rng})"
         self.scopes.append(scope)
         # Walrus targets inside a comprehension would bind in the enclosing
         # scope; they are allowed, but keep the loop bodies simple.

@@ -21,7 +21,7 @@ import difflib
 import math
 from typing import Any, Final
 
-from eventbus.cel import _arith, _logic, _runtime
+from eventbus.cel import _arith, _containers, _logic, _runtime
 from eventbus.cel import _ast as ast
 from eventbus.cel._budget import Budget
 from eventbus.cel._errors import CELError
@@ -192,21 +192,21 @@ class GeneratorCore:
                 return self.const(CelType(_TYPE_CONSTANTS[qualified])), "type"
         operand, _ = self.gen(node.operand)
         if node.test_only:
-            return f"{self.helper(_runtime.has_field)}({operand}, {node.field!r})", "bool"
+            return f"{self.helper(_containers.has_field)}({operand}, {node.field!r})", "bool"
         if node.optional:
-            return f"{self.helper(_runtime.opt_select)}({operand}, {node.field!r})", None
+            return f"{self.helper(_containers.opt_select)}({operand}, {node.field!r})", None
         if self.fast:
             return f"{operand}[{node.field!r}]", None
-        return f"{self.helper(_runtime.select)}({operand}, {node.field!r})", None
+        return f"{self.helper(_containers.select)}({operand}, {node.field!r})", None
 
     def gen_Index(self, node: ast.Index) -> Code:
         operand, _ = self.gen(node.operand)
         index, kind = self.gen(node.index)
         if node.optional:
-            return f"{self.helper(_runtime.opt_index)}({operand}, {index})", None
+            return f"{self.helper(_containers.opt_index)}({operand}, {index})", None
         if self.fast and kind == "string" and isinstance(node.index, ast.Lit):
             return f"{operand}[{index}]", None
-        return f"{self.helper(_runtime.index)}({operand}, {index})", None
+        return f"{self.helper(_containers.index)}({operand}, {index})", None
 
     # -- operators ---------------------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from eventbus.cel import _arith, _logic, _runtime
+from eventbus.cel import _arith, _containers, _logic, _runtime
 from eventbus.cel import _ast as ast
 from eventbus.cel._codegen_core import Code, GeneratorCore
 from eventbus.cel._values import UInt
@@ -149,9 +149,12 @@ class OperatorGenerator(GeneratorCore):
             if len(values) == len(container.items):
                 if self.fast and all(type(x) is str for x in values):
                     return f"({item} in {self.const(frozenset(values))})", "bool"
-                return f"{self.helper(_runtime.in_)}({item}, {self.const(tuple(values))})", "bool"
+                return (
+                    f"{self.helper(_containers.in_)}({item}, {self.const(tuple(values))})",
+                    "bool",
+                )
         coll, _ = self.gen(container)
-        return f"{self.helper(_runtime.in_)}({item}, {coll})", "bool"
+        return f"{self.helper(_containers.in_)}({item}, {coll})", "bool"
 
     # -- literals --------------------------------------------------------------
     def gen_ListLit(self, node: ast.ListLit) -> Code:
@@ -159,7 +162,7 @@ class OperatorGenerator(GeneratorCore):
         if node.optional:
             inner = "".join(f"{i}, " for i in items)
             opt = self.const(node.optional)
-            return f"{self.helper(_runtime.make_list)}(({inner}), {opt})", "list"
+            return f"{self.helper(_containers.make_list)}(({inner}), {opt})", "list"
         return "[" + ", ".join(items) + "]", "list"
 
     def gen_MapLit(self, node: ast.MapLit) -> Code:
@@ -214,4 +217,4 @@ def _make_map_entries(entries: tuple[tuple[Any, Any, bool], ...]) -> dict[Any, A
                 continue
             value = value.value
         pairs.append((key, value))
-    return _runtime.make_map(pairs)
+    return _containers.make_map(pairs)
