@@ -17,11 +17,11 @@ from typing import Any
 
 from eventbus._internal.ray_head import RAY_ENV, start_ray_head, stop_ray
 from eventbus._internal.redis_client import check_redis, redact
+from eventbus._internal.redis_service import start_redis
 from eventbus._internal.services import (
     ServiceProcess,
     free_port,
     kafka_metadata_ready,
-    start_redis,
     start_tansu,
     wait_for_port,
 )
