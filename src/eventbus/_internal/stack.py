@@ -131,33 +131,12 @@ def stack_up(
     owned: dict[str, dict[str, Any]] = {}
     started: list[ServiceProcess] = []
     try:
-        if kafka_bootstrap is None and broker == "kafka":
-            from eventbus._internal.kafka_broker import start_kafka
-
-            cluster = start_kafka(home=home / "kafka", port=_kafka_port(home))
-            node = cluster.nodes[0]
-            assert node.proc is not None
-            started.append(node.proc)
-            kafka_bootstrap = cluster.bootstrap
-            owned["kafka"] = {"pid": node.pid, "log": str(node.proc.log_path), "kind": "kafka"}
-        elif kafka_bootstrap is None:
-            svc = start_tansu(log_dir=logs, detach=True)
-            started.append(svc)
-            kafka_bootstrap = svc.address
-            owned["kafka"] = {"pid": svc.pid, "log": str(svc.log_path), "kind": "tansu"}
+        if kafka_bootstrap is None:
+            kafka_bootstrap = _start_broker(home, logs, broker, started, owned)
         if redis_url is not None:
             check_redis(redis_url)
         else:
-            svc = start_redis(
-                data_dir=home / "redis",
-                detach=True,
-                appendonly=True,
-                password=redis_password(home),
-                maxmemory=redis_maxmemory,
-            )
-            started.append(svc)
-            redis_url = svc.address
-            owned["redis"] = {"pid": svc.pid, "log": str(svc.log_path)}
+            redis_url = _start_redis(home, redis_maxmemory, started, owned)
         token_path: str | None = None
         if ray_address is None:
             token_path = make_ray_token(home)
@@ -186,6 +165,45 @@ def stack_up(
     # 0600: the Redis URL in it carries the embedded Redis's password
     write_private(_state_file(home), json.dumps(asdict(stack), indent=2))
     return stack
+
+
+def _start_broker(
+    home: Path,
+    logs: Path,
+    broker: str,
+    started: list[ServiceProcess],
+    owned: dict[str, dict[str, Any]],
+) -> str:
+    """Start the local broker (``kafka`` or ``tansu``); record it in ``started`` and ``owned``."""
+    if broker == "kafka":
+        from eventbus._internal.kafka_broker import start_kafka
+
+        cluster = start_kafka(home=home / "kafka", port=_kafka_port(home))
+        node = cluster.nodes[0]
+        assert node.proc is not None
+        started.append(node.proc)
+        owned["kafka"] = {"pid": node.pid, "log": str(node.proc.log_path), "kind": "kafka"}
+        return cluster.bootstrap
+    svc = start_tansu(log_dir=logs, detach=True)
+    started.append(svc)
+    owned["kafka"] = {"pid": svc.pid, "log": str(svc.log_path), "kind": "tansu"}
+    return svc.address
+
+
+def _start_redis(
+    home: Path, maxmemory: str, started: list[ServiceProcess], owned: dict[str, dict[str, Any]]
+) -> str:
+    """Start the local Redis (persistent, with a password); record it; its URL."""
+    svc = start_redis(
+        data_dir=home / "redis",
+        detach=True,
+        appendonly=True,
+        password=redis_password(home),
+        maxmemory=maxmemory,
+    )
+    started.append(svc)
+    owned["redis"] = {"pid": svc.pid, "log": str(svc.log_path)}
+    return svc.address
 
 
 def _kafka_port(home: Path) -> int:
