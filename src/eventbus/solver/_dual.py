@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, TypedDict
+from typing import Protocol
 
 import torch
 
@@ -104,15 +104,6 @@ def _inv_rho(usage: torch.Tensor, budget: torch.Tensor, dtype: torch.dtype) -> t
     return torch.where(rho > 1 - margin, (1 - margin) / rho, torch.ones_like(rho))
 
 
-class _DualState(TypedDict, total=False):
-    """What the dual function's closure shares with the loop (a plain dict at run time)."""
-
-    evals: int
-    stride: int
-    dual: float
-    usage: torch.Tensor
-
-
 @dataclass
 class _Best:
     dual: float = math.inf
@@ -121,6 +112,78 @@ class _Best:
     point: tuple[torch.Tensor, float, torch.Tensor] | None = (
         None  # (lam, tau, inv_rho) of the primal
     )
+
+
+class _Dual:
+    """The smoothed dual in the scaled duals ``y`` at temperature ``tau``, and the best bounds
+    seen: what the continuation loop of :func:`run_dual` evaluates and certifies."""
+
+    def __init__(
+        self,
+        ev: Evaluator,
+        budget: torch.Tensor,
+        num_users: int,
+        num_items: int,
+        chunk_users: int,
+        dtype: torch.dtype,
+        lam0: torch.Tensor | None,
+        tau0: float | None,
+    ) -> None:
+        self.ev = ev
+        self.dtype = dtype
+        self.num_users = num_users
+        self.b = b = budget.to("cpu", torch.float64)
+        scale = _fsum_rows(ev.scale())
+        self.c_total = c_total = max(float(scale[0]), 1e-300)  # C = D(0)
+        self.to_lam = to_lam = c_total / b
+        self.y = torch.zeros_like(b) if lam0 is None else lam0 / to_lam
+        self.mean_best = mean_best = c_total / max(1, num_users)
+        tau = tau0 if tau0 is not None else TAU_START * mean_best
+        if lam0 is not None and tau0 is None:
+            tau = TAU_START * TAU_FACTOR**2 * mean_best
+        self.tau = tau
+        self.best = _Best()
+        self.evals = 0
+        self.k_num = b.shape[0]
+        self.hess_scale = torch.outer(to_lam, to_lam) / c_total
+        chunks = -(-num_users // max(1, chunk_users))
+        self.entries = chunks * chunk_users * num_items
+        self.stride = max(1, round(self.entries / HESSIAN_SAMPLE))
+        self.dual = math.inf
+        self.usage: torch.Tensor | None = None
+
+    def fun(self, yv: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:
+        """The scaled dual at ``yv``, its gradient and its (sampled) Hessian."""
+        lam = yv * self.to_lam
+        tot = _fsum_rows(self.ev.evaluate(lam, self.tau, self.stride))
+        self.evals += 1
+        # the next sample: about HESSIAN_SAMPLE entries of users the metric sums (at low
+        # temperatures most users' choices are one-hot and left out, so the sample widens)
+        summed = float(tot[3]) / max(float(tot[2]), 1.0)
+        self.stride = max(1, round(self.entries * summed / HESSIAN_SAMPLE))
+        k_num = self.k_num
+        usage = tot[HEAD : HEAD + k_num]
+        self.dual = float(tot[1]) + float(lam @ self.b)
+        self.usage = usage
+        h = (
+            tot[HEAD + k_num :].reshape(k_num, k_num)
+            * self.hess_scale
+            * (self.num_users / max(float(tot[2]), 1.0))
+        )
+        return float(tot[0]) / self.c_total + float(yv.sum()), 1.0 - usage / self.b, h
+
+    def certify(self) -> float:
+        """Repair the last evaluation's choice into a feasible primal; the relative gap."""
+        usage = self.usage
+        assert isinstance(usage, torch.Tensor)
+        best = self.best
+        best.dual = min(best.dual, self.dual)
+        inv = _inv_rho(usage, self.b, self.dtype)
+        out = self.ev.primal(inv)
+        if float(out[0]) > best.primal:
+            best.primal, best.usage = float(out[0]), out[1:]
+            best.point = (self.y * self.to_lam, self.tau, inv)
+        return (best.dual - best.primal) / max(abs(best.dual), 1e-300)
 
 
 def run_dual(
@@ -142,62 +205,18 @@ def run_dual(
     Returns the result and the point ``(lam, tau, inv_rho)`` whose repaired primal is the best.
     """
     start = time.perf_counter()
-    b = budget.to("cpu", torch.float64)
-    scale = _fsum_rows(ev.scale())
-    c_total = max(float(scale[0]), 1e-300)  # C = D(0)
-    to_lam = c_total / b
-    y = torch.zeros_like(b) if lam0 is None else lam0 / to_lam
-    mean_best = c_total / max(1, num_users)
-    tau = tau0 if tau0 is not None else TAU_START * mean_best
-    if lam0 is not None and tau0 is None:
-        tau = TAU_START * TAU_FACTOR**2 * mean_best
-    best = _Best()
-    state: _DualState = {"evals": 0}
-    k_num = b.shape[0]
-    hess_scale = torch.outer(to_lam, to_lam) / c_total
-    chunks = -(-num_users // max(1, chunk_users))
-    entries = chunks * chunk_users * num_items
-    state["stride"] = max(1, round(entries / HESSIAN_SAMPLE))
-
-    def fun(yv: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:
-        lam = yv * to_lam
-        tot = _fsum_rows(ev.evaluate(lam, tau, int(state["stride"])))
-        state["evals"] = int(state["evals"]) + 1
-        # the next sample: about HESSIAN_SAMPLE entries of users the metric sums (at low
-        # temperatures most users' choices are one-hot and left out, so the sample widens)
-        summed = float(tot[3]) / max(float(tot[2]), 1.0)
-        state["stride"] = max(1, round(entries * summed / HESSIAN_SAMPLE))
-        usage = tot[HEAD : HEAD + k_num]
-        state["dual"] = float(tot[1]) + float(lam @ b)
-        state["usage"] = usage
-        h = (
-            tot[HEAD + k_num :].reshape(k_num, k_num)
-            * hess_scale
-            * (num_users / max(float(tot[2]), 1.0))
-        )
-        return float(tot[0]) / c_total + float(yv.sum()), 1.0 - usage / b, h
-
-    def certify() -> float:
-        usage = state["usage"]
-        assert isinstance(usage, torch.Tensor)
-        best.dual = min(best.dual, float(state["dual"]))
-        inv = _inv_rho(usage, b, dtype)
-        out = ev.primal(inv)
-        if float(out[0]) > best.primal:
-            best.primal, best.usage = float(out[0]), out[1:]
-            best.point = (y * to_lam, tau, inv)
-        return (best.dual - best.primal) / max(abs(best.dual), 1e-300)
-
+    d = _Dual(ev, budget, num_users, num_items, chunk_users, dtype, lam0, tau0)
+    best = d.best
     iterations = 0
     cur_gap = math.inf
     newton = NewtonSolver()
-    f, g, h = fun(y)
+    f, g, h = d.fun(d.y)
     while True:
-        cur_gap = certify()
+        cur_gap = d.certify()
         stage_iters = 0
         history = [cur_gap]
         while cur_gap > gap and iterations < max_iterations:
-            pg = float(projected_gradient(y, g).abs().max())
+            pg = float(projected_gradient(d.y, g).abs().max())
             # go colder once the dual residual is small next to the gap this temperature allows,
             # or once the gap stops improving here
             stalled = len(history) > STALL and history[-1] > 0.98 * history[-1 - STALL]
@@ -207,42 +226,37 @@ def run_dual(
                 or stage_iters >= STAGE_ITERATIONS
             ):
                 break
-            stepped = newton.step(fun, y, f, g, h)
+            stepped = newton.step(d.fun, d.y, f, g, h)
             if stepped is None:
-                f, g, h = fun(y)  # restore the partitions' cache at y
+                f, g, h = d.fun(d.y)  # restore the partitions' cache at y
                 break
-            y, f, g, h = stepped
+            d.y, f, g, h = stepped
             iterations += 1
             stage_iters += 1
-            cur_gap = certify()
+            cur_gap = d.certify()
             history.append(cur_gap)
             if callback is not None:
+                elapsed = time.perf_counter() - start
                 callback(
                     SolveProgress(
-                        iterations,
-                        int(state["evals"]),
-                        tau,
-                        best.dual,
-                        best.primal,
-                        cur_gap,
-                        time.perf_counter() - start,
+                        iterations, d.evals, d.tau, best.dual, best.primal, cur_gap, elapsed
                     )
                 )
-        if cur_gap <= gap or iterations >= max_iterations or tau <= TAU_FLOOR * mean_best:
+        if cur_gap <= gap or iterations >= max_iterations or d.tau <= TAU_FLOOR * d.mean_best:
             break
-        tau *= TAU_FACTOR
+        d.tau *= TAU_FACTOR
         newton.reset()
-        f, g, h = fun(y)
-    usage_x = best.usage if best.usage is not None else torch.zeros_like(b)
+        f, g, h = d.fun(d.y)
+    usage_x = best.usage if best.usage is not None else torch.zeros_like(d.b)
     res = SolveResult(
-        duals=(y * to_lam).clone(),
+        duals=(d.y * d.to_lam).clone(),
         primal_value=best.primal,
         dual_value=best.dual,
         gap=cur_gap,
         converged=cur_gap <= gap,
         iterations=iterations,
-        evaluations=int(state["evals"]),
-        temperature=tau,
+        evaluations=d.evals,
+        temperature=d.tau,
         seconds=time.perf_counter() - start,
         usage=usage_x,
     )
