@@ -64,7 +64,8 @@ import orjson  # noqa: E402
 from _profile import finish, record, render  # noqa: E402
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # noqa: E402
 
-from eventbus._internal.services import create_topics, start_redis, start_tansu  # noqa: E402
+from eventbus._internal.redis_service import start_redis  # noqa: E402
+from eventbus._internal.services import create_topics, start_tansu  # noqa: E402
 
 KEYS = 1000
 WINDOW_MS = 1000

@@ -50,7 +50,7 @@ from aggregate import (
     make_events,
 )
 
-from eventbus._internal.services import start_redis
+from eventbus._internal.redis_service import start_redis
 from eventbus.eventing._codecs import RawRecord, decode_kafka_records
 from eventbus.pipelines.steps._aggregate import AggregateStep
 from eventbus.pipelines.steps._aggregate_config import AggregateConfig

@@ -257,7 +257,8 @@ def main() -> None:
     import ray
     from ray import serve
 
-    from eventbus._internal.services import create_topics, start_redis, start_tansu
+    from eventbus._internal.redis_service import start_redis
+    from eventbus._internal.services import create_topics, start_tansu
     from eventbus.serving import EventBusClient
 
     os.chdir(ROOT)  # replicas import benchmarks.autoscaling from here

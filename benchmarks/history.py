@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from eventbus._internal import keys
-from eventbus._internal.services import start_redis
+from eventbus._internal.redis_service import start_redis
 from eventbus.observability._history import BUCKET_S, WINDOW_S, HistoryRecorder, read_history
 from eventbus.observability._metrics import LATENCY_BOUNDS_S, Histogram
 

@@ -42,7 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import httpx
 
-from eventbus._internal.services import free_port, start_redis, start_tansu
+from eventbus._internal.redis_service import start_redis
+from eventbus._internal.services import free_port, start_tansu
 
 BODY = '{"amount": 500, "currency": "USD", "order": 1}'
 CE_HEADERS = {

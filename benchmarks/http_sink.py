@@ -43,7 +43,8 @@ import httpx
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from eventbus._internal.services import create_topics, start_redis, start_tansu
+from eventbus._internal.redis_service import start_redis
+from eventbus._internal.services import create_topics, start_tansu
 
 PARTITIONS = 3
 

@@ -44,7 +44,8 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from kafka_pipeline import sink_span
 
-from eventbus._internal.services import create_topics, start_redis, start_tansu
+from eventbus._internal.redis_service import start_redis
+from eventbus._internal.services import create_topics, start_tansu
 
 PARTITIONS = 3
 

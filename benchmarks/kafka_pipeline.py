@@ -58,7 +58,8 @@ from _common import (
     baseline as baseline,  # re-exported: other benchmarks import from here
 )
 
-from eventbus._internal.services import create_topics, start_redis
+from eventbus._internal.redis_service import start_redis
+from eventbus._internal.services import create_topics
 
 __all__ = ["sink_span"]  # join.py and model_stage.py take it from here
 

@@ -45,7 +45,8 @@ import orjson  # noqa: E402
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # noqa: E402
 from kafka_pipeline import sink_span  # noqa: E402
 
-from eventbus._internal.services import create_topics, start_redis, start_tansu  # noqa: E402
+from eventbus._internal.redis_service import start_redis  # noqa: E402
+from eventbus._internal.services import create_topics, start_tansu  # noqa: E402
 
 PARTITIONS = 3
 MODEL = ROOT / "examples/fraud_model/fraud.pt2"

@@ -58,7 +58,8 @@ from _peer_systems import (
 )
 from _profile import finish, record, render
 
-from eventbus._internal.services import create_topics, start_redis
+from eventbus._internal.redis_service import start_redis
+from eventbus._internal.services import create_topics
 
 SYSTEMS = ("eventbus_1", "eventbus_2", *PROCESS_PEERS)
 SCENARIOS = ("filter_convert", "tumbling_count")

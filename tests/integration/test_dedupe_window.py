@@ -146,7 +146,7 @@ async def test_a_claim_waits_out_a_redis_restart_and_a_redis_gone_for_good_fails
     import asyncio
     import time
 
-    from eventbus._internal.services import start_redis
+    from eventbus._internal.redis_service import start_redis
     from eventbus.eventing import _delivery
 
     topic = topic_factory("dw", partitions=3)

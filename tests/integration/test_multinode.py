@@ -35,8 +35,8 @@ import yaml
 from aiokafka import AIOKafkaConsumer
 
 from eventbus import CloudEvent
+from eventbus._internal.ray_head import RAY_ENV
 from eventbus._internal.services import free_port, wait_for_port
-from eventbus._internal.stack import RAY_ENV
 from eventbus.eventing._codecs import decode_kafka
 from eventbus.eventing._publish import publish_events
 from tests.integration.kafka_helpers import reader_gaps

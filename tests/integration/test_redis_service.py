@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from eventbus._internal.services import start_redis
+from eventbus._internal.redis_service import start_redis
 from eventbus._internal.stack import redact
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]

@@ -7,62 +7,33 @@ for it. ``down`` stops only what ``up`` started.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eventbus._internal.ray_head import RAY_ENV, start_ray_head, stop_ray
 from eventbus._internal.redis_client import check_redis, redact
+from eventbus._internal.redis_service import start_redis
 from eventbus._internal.services import (
     ServiceProcess,
     free_port,
     kafka_metadata_ready,
-    start_redis,
     start_tansu,
     wait_for_port,
+)
+from eventbus._internal.stack_secrets import (
+    make_admin_token,
+    make_ray_token,
+    redis_password,
+    write_private,
 )
 from eventbus.errors import StackError
 
 __all__ = ["Stack", "load_stack", "redact", "stack_down", "stack_status", "stack_up"]
-
-#: The environment of the Ray processes EventBus starts. Serve replicas run the pipeline's
-#: code on their own event loop instead of a second thread's (a cross-thread hop per request
-#: less: sync calls ~1.5x the req/s here); the steps themselves run on Serve's thread pool.
-RAY_ENV = {
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
-}
-
-#: What the Ray head ``up`` starts costs while idle (``benchmarks/idle.py``). Ray's own metrics
-#: (OpenCensus export from every worker to the node's agent every few seconds) are off: the
-#: embedded stack has no Prometheus scraping Ray, and EventBus's metrics are its own
-#: (``/metrics`` on the gateway). Serve's control loop runs every 0.2 s instead of 0.1 s: each
-#: round asks the GCS for the cluster's nodes and resources and walks every application, which
-#: cost ~3% of a core (Serve's controller + GCS) with two pipelines; a replica start or a scale
-#: step waits at most one round more. With no application on Serve it runs every 2 s
-#: (``serving/_ray_adapter.py``). The log monitor (it tails every worker's log file to
-#: forward lines to drivers, ~0.7% of a core, more with more files) is not started: EventBus's
-#: drivers set ``log_to_driver=False`` and the logs stay in the session's log directory.
-#: The raylet's memory monitor (the OOM killer) looks once a second instead of every 0.25 s
-#: (it reads every worker's memory each round): the raylet 0.52% -> 0.45% of a core, idle; it
-#: still kills a runaway worker before the kernel's OOM killer does, a second later at worst.
-#: The dashboard agent's reporter collects the node's and every worker's stats for the Ray
-#: dashboard's node views every 30 s instead of 5 s (0.35% -> 0.18%): the embedded stack runs
-#: no Ray dashboard UI and EventBus reads none of them (failures: the GCS's health checks).
-RAY_HEAD_ENV = {
-    "RAY_enable_metrics_collection": "0",
-    "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.2",
-    "RAY_memory_monitor_refresh_ms": "1000",
-    "REPORTER_UPDATE_INTERVAL_MS": "30000",
-}
-RAY_HEAD_FLAGS = ("--include-log-monitor=false",)
 
 
 @dataclass
@@ -160,37 +131,16 @@ def stack_up(
     owned: dict[str, dict[str, Any]] = {}
     started: list[ServiceProcess] = []
     try:
-        if kafka_bootstrap is None and broker == "kafka":
-            from eventbus._internal.kafka_broker import start_kafka
-
-            cluster = start_kafka(home=home / "kafka", port=_kafka_port(home))
-            node = cluster.nodes[0]
-            assert node.proc is not None
-            started.append(node.proc)
-            kafka_bootstrap = cluster.bootstrap
-            owned["kafka"] = {"pid": node.pid, "log": str(node.proc.log_path), "kind": "kafka"}
-        elif kafka_bootstrap is None:
-            svc = start_tansu(log_dir=logs, detach=True)
-            started.append(svc)
-            kafka_bootstrap = svc.address
-            owned["kafka"] = {"pid": svc.pid, "log": str(svc.log_path), "kind": "tansu"}
+        if kafka_bootstrap is None:
+            kafka_bootstrap = _start_broker(home, logs, broker, started, owned)
         if redis_url is not None:
             check_redis(redis_url)
         else:
-            svc = start_redis(
-                data_dir=home / "redis",
-                detach=True,
-                appendonly=True,
-                password=_redis_password(home),
-                maxmemory=redis_maxmemory,
-            )
-            started.append(svc)
-            redis_url = svc.address
-            owned["redis"] = {"pid": svc.pid, "log": str(svc.log_path)}
+            redis_url = _start_redis(home, redis_maxmemory, started, owned)
         token_path: str | None = None
         if ray_address is None:
-            token_path = _make_token(home)
-            ray_address, ray_dir = _start_ray_head(home, num_cpus, token_path)
+            token_path = make_ray_token(home)
+            ray_address, ray_dir = start_ray_head(home, num_cpus, token_path)
             owned["ray"] = {"temp_dir": ray_dir}
         stack = Stack(
             ray_address=ray_address,
@@ -210,11 +160,50 @@ def stack_up(
         for svc in started:
             svc.stop()
         if "ray" in owned:
-            _stop_ray(owned["ray"]["temp_dir"], token_path)
+            stop_ray(owned["ray"]["temp_dir"], token_path)
         raise
     # 0600: the Redis URL in it carries the embedded Redis's password
     write_private(_state_file(home), json.dumps(asdict(stack), indent=2))
     return stack
+
+
+def _start_broker(
+    home: Path,
+    logs: Path,
+    broker: str,
+    started: list[ServiceProcess],
+    owned: dict[str, dict[str, Any]],
+) -> str:
+    """Start the local broker (``kafka`` or ``tansu``); record it in ``started`` and ``owned``."""
+    if broker == "kafka":
+        from eventbus._internal.kafka_broker import start_kafka
+
+        cluster = start_kafka(home=home / "kafka", port=_kafka_port(home))
+        node = cluster.nodes[0]
+        assert node.proc is not None
+        started.append(node.proc)
+        owned["kafka"] = {"pid": node.pid, "log": str(node.proc.log_path), "kind": "kafka"}
+        return cluster.bootstrap
+    svc = start_tansu(log_dir=logs, detach=True)
+    started.append(svc)
+    owned["kafka"] = {"pid": svc.pid, "log": str(svc.log_path), "kind": "tansu"}
+    return svc.address
+
+
+def _start_redis(
+    home: Path, maxmemory: str, started: list[ServiceProcess], owned: dict[str, dict[str, Any]]
+) -> str:
+    """Start the local Redis (persistent, with a password); record it; its URL."""
+    svc = start_redis(
+        data_dir=home / "redis",
+        detach=True,
+        appendonly=True,
+        password=redis_password(home),
+        maxmemory=maxmemory,
+    )
+    started.append(svc)
+    owned["redis"] = {"pid": svc.pid, "log": str(svc.log_path)}
+    return svc.address
 
 
 def _kafka_port(home: Path) -> int:
@@ -274,7 +263,7 @@ def start_gateway(
         "--kafka-bootstrap",
         stack.kafka_bootstrap,
         "--admin-token-file",
-        _make_admin_token(logs.parent),  # logs is $EVENTBUS_HOME/logs
+        make_admin_token(logs.parent),  # logs is $EVENTBUS_HOME/logs
     ]
     saved = dict(os.environ)
     os.environ.update(stack.ray_env())
@@ -307,106 +296,6 @@ def start_gateway(
     return svc, f"http://127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}"
 
 
-def write_private(path: Path, text: str, *, replace: bool = True) -> bool:
-    """Write ``text`` to ``path`` readable by us only, atomically: a temporary file created
-    with mode 0600 (never briefly readable by others, whatever the umask), then renamed.
-
-    Args:
-        path: the file.
-        text: its content.
-        replace: replace an existing file; False keeps it (and returns False).
-
-    Returns:
-        Whether the file was written.
-    """
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 0600
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if replace:
-            os.replace(tmp, path)
-            return True
-        try:
-            os.link(tmp, path)  # fails if it exists: two `up` at once keep one token
-        except FileExistsError:
-            return False
-        return True
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-
-
-def _make_admin_token(home: Path) -> str:
-    """The gateway's admin API token (kept across restarts), readable by us only."""
-    import secrets
-
-    path = home / "admin_token"
-    write_private(path, secrets.token_hex(32), replace=False)
-    return str(path)
-
-
-def _redis_password(home: Path) -> str:
-    """The password of the Redis ``up`` starts (kept across restarts), readable by us only."""
-    import secrets
-
-    path = home / "redis_password"
-    write_private(path, secrets.token_hex(32), replace=False)
-    return path.read_text(encoding="utf-8").strip()
-
-
-def _make_token(home: Path) -> str:
-    """A fresh token for the local Ray head: Ray's token authentication, readable by us only."""
-    import secrets
-
-    path = home / "ray_auth_token"
-    write_private(path, secrets.token_hex(32))
-    return str(path)
-
-
-def _start_ray_head(home: Path, num_cpus: int | None, token_path: str) -> tuple[str, str]:
-    port = free_port()
-    # Ray's Unix sockets live under its temp dir and their paths may not exceed 107 bytes:
-    # keep it short, unique per EVENTBUS_HOME.
-    import hashlib
-    import tempfile
-
-    digest = hashlib.sha1(str(home.resolve()).encode()).hexdigest()[:10]
-    temp_dir = str(Path(tempfile.gettempdir()) / f"eventbus-ray-{digest}")
-    argv = [
-        str(Path(sys.executable).parent / "ray"),
-        "start",
-        "--head",
-        "--node-ip-address=127.0.0.1",
-        f"--port={port}",
-        "--include-dashboard=false",
-        "--disable-usage-stats",
-        f"--temp-dir={temp_dir}",
-        *RAY_HEAD_FLAGS,
-    ]
-    if num_cpus is not None:
-        argv.append(f"--num-cpus={num_cpus}")
-    env = {
-        **RAY_HEAD_ENV,
-        **os.environ,  # a user's own RAY_* settings win
-        **RAY_ENV,
-        "RAY_AUTH_MODE": "token",
-        "RAY_AUTH_TOKEN_PATH": token_path,
-    }
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
-    if proc.returncode != 0:
-        msg = f"`ray start --head` failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}\nfix: check `ray status`, or pass --ray-address"
-        raise StackError(msg)
-    try:
-        wait_for_port("127.0.0.1", port, 30)
-    except TimeoutError as exc:
-        raise StackError(f"the Ray head did not listen on 127.0.0.1:{port}: {exc}") from exc
-    return f"127.0.0.1:{port}", temp_dir
-
-
 def stack_down(home: Path) -> list[str]:
     """Stop what ``up`` started; returns the names of the parts stopped."""
     stack = load_stack(home)
@@ -419,7 +308,7 @@ def stack_down(home: Path) -> list[str]:
         stopped.append("gateway")
     ray_part = stack.owned.get("ray")
     if ray_part:
-        _stop_ray(ray_part["temp_dir"], stack.ray_auth_token_path)
+        stop_ray(ray_part["temp_dir"], stack.ray_auth_token_path)
         stopped.append("ray")
     for part in ("kafka", "redis"):
         info = stack.owned.get(part)
@@ -428,43 +317,6 @@ def stack_down(home: Path) -> list[str]:
             stopped.append(part)
     _state_file(home).unlink(missing_ok=True)
     return stopped
-
-
-def _stop_ray(temp_dir: str, token_path: str | None = None) -> None:
-    """Stop the Ray processes of the head started with ``temp_dir`` (and only those).
-
-    Ray's workers and agents rewrite their command lines (``ray::ServeReplica...``), so a
-    process is also ours when its environment carries our head's token path.
-    """
-    marker = f"RAY_AUTH_TOKEN_PATH={token_path}".encode() if token_path else None
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            ours = temp_dir in cmd
-            if not ours and marker is not None:
-                ours = marker in (proc / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if ours:
-            pids.append(int(proc.name))
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
-            time.sleep(0.1)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def stack_status(home: Path) -> dict[str, Any]:

@@ -10,21 +10,22 @@ from typing import Any, Final
 
 from eventbus.cel import _ext_strings as strs
 from eventbus.cel import _stdlib as std
+from eventbus.cel import _time
 from eventbus.cel._ext_misc import FUNCTIONS as _EXT_FUNCTIONS
 
 __all__ = ["FUNCTIONS", "function_names"]
 
 _TIME_ACCESSORS: Final = {
-    "getFullYear": std.get_full_year,
-    "getMonth": std.get_month,
-    "getDayOfYear": std.get_day_of_year,
-    "getDayOfMonth": std.get_day_of_month,
-    "getDate": std.get_date,
-    "getDayOfWeek": std.get_day_of_week,
-    "getHours": std.get_hours,
-    "getMinutes": std.get_minutes,
-    "getSeconds": std.get_seconds,
-    "getMilliseconds": std.get_milliseconds,
+    "getFullYear": _time.get_full_year,
+    "getMonth": _time.get_month,
+    "getDayOfYear": _time.get_day_of_year,
+    "getDayOfMonth": _time.get_day_of_month,
+    "getDate": _time.get_date,
+    "getDayOfWeek": _time.get_day_of_week,
+    "getHours": _time.get_hours,
+    "getMinutes": _time.get_minutes,
+    "getSeconds": _time.get_seconds,
+    "getMilliseconds": _time.get_milliseconds,
 }
 
 FUNCTIONS: Final[dict[tuple[str, bool], dict[int, Any]]] = {

@@ -13,15 +13,9 @@ from typing import Any
 
 from eventbus.cel._arith import check_bool
 from eventbus.cel._budget import BudgetError
+from eventbus.cel._containers import iter_pairs, iter_range, make_map
 from eventbus.cel._errors import EvalError
-from eventbus.cel._runtime import (
-    iter_pairs,
-    iter_range,
-    kind,
-    make_map,
-    no_overload,
-    type_name,
-)
+from eventbus.cel._runtime import kind, no_overload, type_name
 from eventbus.cel._values import NONE, Optional
 
 __all__ = [

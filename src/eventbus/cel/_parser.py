@@ -1,4 +1,4 @@
-"""CEL parser: tokens to AST, with macro expansion.
+"""CEL parser: tokens to AST, with macro expansion (in ``_macros``).
 
 Recursive descent over the CEL grammar (cel-spec ``langdef.md``), including the
 optional-syntax extensions (``.?field``, ``[?index]``, ``[?elem]``, ``{?key: v}``)
@@ -13,6 +13,7 @@ from typing import Final
 from eventbus.cel import _ast as ast
 from eventbus.cel._errors import CELError
 from eventbus.cel._lexer import RESERVED, Token, tokenize
+from eventbus.cel._macros import make_call
 from eventbus.cel._values import UInt
 
 __all__ = ["MAX_EXPRESSION_LENGTH", "parse"]
@@ -25,21 +26,6 @@ _MAX_NESTING: Final = 50
 #: The longest expression accepted, in code points (cel-go's default limit).
 MAX_EXPRESSION_LENGTH: Final = 100_000
 _RELOPS: Final = frozenset({"<", "<=", ">", ">=", "==", "!=", "in"})
-
-# macro name -> accepted argument counts (receiver-style macros)
-_MEMBER_MACROS: Final = {
-    "all": (2, 3),
-    "exists": (2, 3),
-    "exists_one": (2, 3),
-    "existsOne": (2, 3),
-    "map": (2, 3),
-    "filter": (2,),
-    "transformList": (3, 4),
-    "transformMap": (3, 4),
-    "transformMapEntry": (3, 4),
-    "optMap": (2,),
-    "optFlatMap": (2,),
-}
 
 
 class _Parser:
@@ -180,7 +166,7 @@ class _Parser:
                 if tok.kind == "." and name_tok.kind == "IDENT" and self.peek().kind == "(":
                     self.next()
                     args = self.expr_list(")")
-                    node = self.make_call(name, node, args, name_tok.pos)
+                    node = make_call(self.source, name, node, args, name_tok.pos)
                 else:
                     node = ast.Select(name_tok.pos, node, name, optional=tok.kind == ".?")
             elif tok.kind in ("[", "[?"):
@@ -214,7 +200,7 @@ class _Parser:
                 raise self.error(f"reserved identifier '{name}'", tok.pos)
             if self.accept("("):
                 args = self.expr_list(")")
-                return self.make_call(name, None, args, tok.pos)
+                return make_call(self.source, name, None, args, tok.pos)
             return ast.Ident(tok.pos, name)
         if kind == ".":
             ident = self.expect("IDENT")
@@ -222,7 +208,7 @@ class _Parser:
             if name in RESERVED:
                 raise self.error(f"reserved identifier '{name}'", ident.pos)
             if self.accept("("):
-                return self.make_call(name, None, self.expr_list(")"), ident.pos)
+                return make_call(self.source, name, None, self.expr_list(")"), ident.pos)
             return ast.Ident(ident.pos, name)
         if kind == "(":
             node = self.expr()
@@ -278,75 +264,6 @@ class _Parser:
                 )
             if self.accept(close):  # trailing comma
                 return args
-
-    # -- macros --------------------------------------------------------------
-    def make_call(
-        self, name: str, target: ast.Node | None, args: list[ast.Node], pos: int
-    ) -> ast.Node:
-        if target is None:
-            if name == "has":
-                if len(args) != 1:
-                    raise self.error("has() macro takes exactly one argument", pos)
-                arg = args[0]
-                if not isinstance(arg, ast.Select) or arg.optional or arg.test_only:
-                    raise self.error("invalid argument to has() macro", arg.pos)
-                return ast.Select(arg.pos, arg.operand, arg.field, test_only=True)
-            return ast.Call(pos, name, None, args)
-        qualified = _qualified_name(target)
-        if qualified == "cel":
-            return self.cel_macro(name, args, pos)
-        if name in _MEMBER_MACROS and len(args) in _MEMBER_MACROS[name]:
-            return self.member_macro(name, target, args, pos)
-        return ast.Call(pos, name, target, args)
-
-    def var_name(self, node: ast.Node) -> str:
-        if isinstance(node, ast.Ident) and "." not in node.name:
-            return node.name
-        raise self.error("macro variable must be a simple identifier", node.pos)
-
-    def member_macro(self, name: str, target: ast.Node, args: list[ast.Node], pos: int) -> ast.Node:
-        if name in ("optMap", "optFlatMap"):
-            return ast.Comprehension(pos, name, target, self.var_name(args[0]), None, args[1])
-        two_var = name.startswith("transform") or (name != "map" and len(args) == 3)
-        var = self.var_name(args[0])
-        var2 = self.var_name(args[1]) if two_var else None
-        if var2 is not None and var2 == var:
-            raise self.error(f"duplicate iteration variable '{var}'", args[1].pos)
-        rest = args[2:] if two_var else args[1:]
-        kind = "exists_one" if name == "existsOne" else name
-        if kind == "map" or kind.startswith("transform"):
-            pred = rest[0] if len(rest) == 2 else None
-            return ast.Comprehension(pos, kind, target, var, var2, rest[-1], pred)
-        return ast.Comprehension(pos, kind, target, var, var2, rest[0])
-
-    def cel_macro(self, name: str, args: list[ast.Node], pos: int) -> ast.Node:
-        if name == "bind" and len(args) == 3:
-            return ast.Comprehension(pos, "bind", args[1], self.var_name(args[0]), None, args[2])
-        if name == "block" and len(args) == 2:
-            if not isinstance(args[0], ast.ListLit) or args[0].optional:
-                raise self.error("cel.block requires a list literal of bindings", args[0].pos)
-            return ast.Block(pos, list(args[0].items), args[1])
-        if name in ("index", "iterVar", "accuVar"):
-            values: list[int] = []
-            for arg in args:
-                if not isinstance(arg, ast.Lit) or type(arg.value) is not int or arg.value < 0:
-                    raise self.error(f"cel.{name} requires non-negative int literals", arg.pos)
-                values.append(arg.value)
-            if name == "index" and len(values) == 1:
-                return ast.Ident(pos, f"@index{values[0]}")
-            if name != "index" and len(values) == 2:
-                prefix = "@it" if name == "iterVar" else "@ac"
-                return ast.Ident(pos, f"{prefix}:{values[0]}:{values[1]}")
-        raise self.error(f"undeclared reference to function 'cel.{name}'", pos)
-
-
-def _qualified_name(node: ast.Node) -> str | None:
-    if isinstance(node, ast.Ident):
-        return node.name
-    if isinstance(node, ast.Select) and not node.test_only and not node.optional:
-        base = _qualified_name(node.operand)
-        return None if base is None else f"{base}.{node.field}"
-    return None
 
 
 def _describe(tok: Token) -> str:

@@ -23,21 +23,23 @@ from urllib.parse import quote, unquote
 import orjson
 
 from eventbus.errors import EventDecodeError
-from eventbus.eventing._codecs import (
+from eventbus.eventing._event import CloudEvent, is_json_content_type
+from eventbus.eventing._event_checks import (
     _DUMPS,
     _OCTET_STREAM,
     BATCH_CONTENT_TYPE,
     STRUCTURED_CONTENT_TYPE,
-    _from_obj,
     _loads_json,
     _shown,
-    _to_obj,
     _validate,
     check_json_depth,
+)
+from eventbus.eventing._json_format import (
+    _from_obj,
+    _to_obj,
     event_to_json,
     events_from_json_batch,
 )
-from eventbus.eventing._event import CloudEvent, is_json_content_type
 
 __all__ = ["decode_http", "encode_http_batch", "encode_http_binary", "encode_http_structured"]
 
@@ -60,7 +62,7 @@ def decode_http(
     """Decode one HTTP request into CloudEvents.
 
     JSON (a structured event, a batch, JSON data) may nest at most
-    :data:`~eventbus.eventing._codecs.MAX_JSON_DEPTH` levels.
+    :data:`~eventbus.eventing._event_checks.MAX_JSON_DEPTH` levels.
 
     Args:
         headers: the request headers, names lowercased (Starlette's ``request.headers`` and a

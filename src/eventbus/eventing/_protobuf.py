@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 
 from eventbus.errors import EventDecodeError
-from eventbus.eventing._codecs import _DUMPS, _loads_json, _validate
 from eventbus.eventing._event import CloudEvent, format_time, is_json_content_type, parse_time
+from eventbus.eventing._event_checks import _DUMPS, _loads_json, _validate
 from eventbus.eventing._proto import cloudevents_pb2 as pb
 
 __all__ = ["event_from_proto", "event_to_proto", "events_from_proto_batch", "events_to_proto_batch"]
@@ -39,7 +39,7 @@ def event_from_proto(
     """Decode a protobuf ``CloudEvent``.
 
     JSON data (``text_data`` or ``binary_data`` with a JSON content type) is parsed and may
-    nest at most :data:`~eventbus.eventing._codecs.MAX_JSON_DEPTH` levels; other data stays
+    nest at most :data:`~eventbus.eventing._event_checks.MAX_JSON_DEPTH` levels; other data stays
     ``bytes``; ``proto_data`` becomes the packed message's bytes with ``dataschema`` set to
     its type URL when none is given.
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import ray
 
-from eventbus._internal.stack import RAY_ENV
+from eventbus._internal.ray_head import RAY_ENV
 from eventbus.errors import EventBusError
 from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.serving._controller import CONTROLLER_NAME, NAMESPACE, Controller

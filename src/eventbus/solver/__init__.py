@@ -31,10 +31,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from eventbus.solver._decide import decide
     from eventbus.solver._distributed import solve_distributed
+    from eventbus.solver._dual import SolveProgress, SolveResult
     from eventbus.solver._generate import generate_problem
     from eventbus.solver._io import load_problem, save_problem
     from eventbus.solver._problem import AllocationProblem, Consumption, FactorisedConsumption
-    from eventbus.solver._solve import SolveProgress, SolveResult, solve
+    from eventbus.solver._solve import solve
 
 __all__ = [
     "AllocationProblem",
@@ -54,8 +55,8 @@ _WHERE = {
     "AllocationProblem": "_problem",
     "Consumption": "_problem",
     "FactorisedConsumption": "_problem",
-    "SolveProgress": "_solve",
-    "SolveResult": "_solve",
+    "SolveProgress": "_dual",
+    "SolveResult": "_dual",
     "decide": "_decide",
     "generate_problem": "_generate",
     "load_problem": "_io",

@@ -15,16 +15,15 @@ from typing import Any
 import torch
 
 from eventbus.errors import SolverError, StackError
+from eventbus.solver._dual import SolveResult, run_dual
 from eventbus.solver._kernel import Partition, slice_users
 from eventbus.solver._problem import AllocationProblem
 from eventbus.solver._sample import wants_sample
 from eventbus.solver._solve import (
     BLOCK_CHUNKS,
-    SolveResult,
     check_options,
     chunk_users_for,
     configure_torch,
-    run_dual,
     sampled_start,
 )
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from eventbus._internal import stack
+from eventbus._internal import ray_head, stack_secrets
 
 
 def mode(path: Path) -> int:
@@ -37,26 +37,26 @@ def test_admin_token_is_never_readable_by_others(tmp_path, monkeypatch, open_uma
         return real_link(src, dst, *a, **k)
 
     monkeypatch.setattr(os, "link", link)
-    path = Path(stack._make_admin_token(tmp_path))
+    path = Path(stack_secrets.make_admin_token(tmp_path))
     assert mode(path) == 0o600 and seen == [0o600]
     assert len(path.read_text()) == 64
     assert sorted(p.name for p in tmp_path.iterdir()) == ["admin_token"]  # no temp file left
 
 
 def test_admin_token_is_kept_across_restarts(tmp_path) -> None:
-    first = Path(stack._make_admin_token(tmp_path)).read_text()
-    assert Path(stack._make_admin_token(tmp_path)).read_text() == first
+    first = Path(stack_secrets.make_admin_token(tmp_path)).read_text()
+    assert Path(stack_secrets.make_admin_token(tmp_path)).read_text() == first
 
 
 def test_ray_token_and_state_are_replaced_private(tmp_path, monkeypatch, open_umask) -> None:
     monkeypatch.setattr(Path, "chmod", lambda self, m: None)
-    first = Path(stack._make_token(tmp_path)).read_text()
-    path = Path(stack._make_token(tmp_path))
+    first = Path(stack_secrets.make_ray_token(tmp_path)).read_text()
+    path = Path(stack_secrets.make_ray_token(tmp_path))
     assert mode(path) == 0o600 and path.read_text() != first
     state = tmp_path / "stack.json"
-    assert stack.write_private(state, "{}") is True
+    assert stack_secrets.write_private(state, "{}") is True
     assert mode(state) == 0o600
-    assert stack.write_private(state, "[]", replace=False) is False
+    assert stack_secrets.write_private(state, "[]", replace=False) is False
     assert state.read_text() == "{}"
 
 
@@ -70,11 +70,11 @@ def test_ray_head_starts_with_the_idle_settings_and_the_users_own_win(
         seen["argv"], seen["env"] = argv, env
         return subprocess.CompletedProcess(argv, 0, "", "")
 
-    monkeypatch.setattr(stack.subprocess, "run", run)
-    monkeypatch.setattr(stack, "wait_for_port", lambda *a: None)
+    monkeypatch.setattr(ray_head.subprocess, "run", run)
+    monkeypatch.setattr(ray_head, "wait_for_port", lambda *a: None)
     monkeypatch.setenv("RAY_memory_monitor_refresh_ms", "500")  # a user's own setting
     monkeypatch.delenv("REPORTER_UPDATE_INTERVAL_MS", raising=False)
-    stack._start_ray_head(tmp_path, 2, str(tmp_path / "token"))
+    ray_head.start_ray_head(tmp_path, 2, str(tmp_path / "token"))
     env = seen["env"]
     assert env["RAY_memory_monitor_refresh_ms"] == "500"
     assert env["REPORTER_UPDATE_INTERVAL_MS"] == "30000"
