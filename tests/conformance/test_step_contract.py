@@ -14,6 +14,7 @@ import pytest
 from eventbus import CloudEvent, Failure
 from eventbus.pipelines import PipelineRunner, Step, StepConfig, Timer, build_step
 from eventbus.pipelines._schema import pipeline_schema
+from eventbus.pipelines._step import ERRORED
 from eventbus.registry import Registration, steps
 
 KINDS = steps.names()
@@ -64,7 +65,9 @@ def _hostile() -> list[CloudEvent]:
 
 
 def _valid_result(result: Any) -> bool:
-    if result is None or type(result) is CloudEvent or isinstance(result, Failure):
+    if result is None or result is ERRORED or type(result) is CloudEvent:
+        return True
+    if isinstance(result, Failure):
         return True
     return isinstance(result, list) and all(type(r) is CloudEvent for r in result)
 

@@ -92,7 +92,7 @@ def load_key(environ: Mapping[str, str] | None = None, *, create: bool = False) 
                     f"export {KEY_ENV} with the stack's key where this process runs"
                 )
                 raise ConfigError(msg)
-            from eventbus._internal.stack import write_private
+            from eventbus._internal.stack_secrets import write_private
 
             path.parent.mkdir(parents=True, exist_ok=True)
             write_private(path, Fernet.generate_key().decode(), replace=False)
