@@ -24,6 +24,7 @@ from eventbus.cli import (
     _plugins,
     _solve,
     _stack,
+    _topics,
 )
 
 __all__ = ["app", "main"]
@@ -37,7 +38,7 @@ app = typer.Typer(
 )
 
 # the order of the commands in `eventbus --help`
-_GROUPS = (_stack, _pipelines, _authoring, _plugins, _events, _solve, _keeper, _models)
+_GROUPS = (_stack, _pipelines, _authoring, _plugins, _events, _topics, _solve, _keeper, _models)
 for _group in _GROUPS:
     _group.register(app)
 

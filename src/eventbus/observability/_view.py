@@ -300,3 +300,14 @@ def _scale_fields(scale: dict[str, Any] | None) -> dict[str, Any]:
         "scaled_to_zero_since": scale.get("since"),
         "last_event_at": scale.get("last_event_at"),
     }
+
+
+def mark_degraded(view: dict[str, Any], raw: str | bytes | None) -> None:
+    """Turn a view's ``state`` to ``DEGRADED`` with ``degraded_reason`` and
+    ``degraded_since``, given a pipeline's :data:`keys.DEGRADED` entry (None: left as is)."""
+    if not raw:
+        return
+    mark = json.loads(raw)
+    view["state"] = "DEGRADED"
+    view["degraded_reason"] = mark.get("reason", "")
+    view["degraded_since"] = mark.get("since")

@@ -89,9 +89,14 @@ class Controller:
 
         # pipelines sharing a host's replicas (serving.host; see _host)
         self.hosts = Hosts(self._redis, self._runtime(run_sources=True))
+        from eventbus.serving._topics import TopicWatch
+
+        # marks the pipelines whose topics were deleted under them DEGRADED (see _topics)
+        self.topic_watch = TopicWatch(self._redis, kafka_bootstrap, self.kafka_client)
         self.restore()
         self.scaler.start()
         self.ringer.start()
+        self.topic_watch.start()
         threading.Thread(target=self._canary_loop, name="eventbus-canary", daemon=True).start()
 
     # -- public operations --------------------------------------------------------------------
@@ -121,6 +126,10 @@ class Controller:
         config = load_pipeline_text(text, filename, check_functions=False)
         name = config.name
         self._check_chained(config)
+        from eventbus.serving._topics import check_topics
+
+        # every Kafka topic exists, or carries `create:` and is created now (else refused)
+        check_topics(config, self.kafka_bootstrap, self.kafka_client)
         previous = self._load(name)
         version = (previous["version"] + 1) if previous else 1
         self._stop_sources(name, _consumed(previous["document"]) if previous else 0)
@@ -159,6 +168,7 @@ class Controller:
         self.scaler.track(config)  # a deploy runs replicas: the idle time starts again
         with self._redis.pipeline(transaction=True) as tx:
             tx.hdel(keys.SCALED_TO_ZERO, name)
+            tx.hdel(keys.DEGRADED, name)  # its topics were just checked
             tx.hset(keys.PIPELINES, name, json.dumps(record))
             tx.incr(keys.PIPELINES_VERSION)
             tx.hset(versions_key, str(version), json.dumps(record))
@@ -466,6 +476,7 @@ class Controller:
                 tx.incr(keys.PIPELINES_VERSION)
                 tx.execute()
             self._redis.hdel(keys.SCALED_TO_ZERO, name)
+            self._redis.hdel(keys.DEGRADED, name)
             self._redis.hdel(keys.WAKE, name)
             self._redis.delete(
                 keys.pipeline_versions(name),
@@ -489,10 +500,13 @@ class Controller:
         from eventbus.serving._scale_to_zero import SCALED_TO_ZERO
 
         zero = self._redis.hgetall(keys.SCALED_TO_ZERO)
+        degraded = self._redis.hgetall(keys.DEGRADED)
         out = []
         for raw in self._redis.hgetall(keys.PIPELINES).values():
             rec = json.loads(raw)
             status = statuses.get(serving_app(rec["document"]), "MISSING")
+            if status == "RUNNING" and rec["name"] in degraded:
+                status = "DEGRADED"  # a topic of it is gone (see _topics)
             out.append(
                 {
                     "name": rec["name"],
@@ -522,7 +536,7 @@ class Controller:
             from eventbus.serving._replica_sources import read_stats
 
             stats = read_stats(self._redis, name, len(config.consumed_sources))
-            from eventbus.observability._view import pipeline_view
+            from eventbus.observability._view import mark_degraded, pipeline_view
 
             raw = list(self._redis.hgetall(keys.stats(name)).values())
             figures = pipeline_view(
@@ -531,6 +545,7 @@ class Controller:
                 [list(s.topics) for s in config.consumed_sources],
                 scale=self.scaler.state(name),
             )
+            mark_degraded(figures, self._redis.hget(keys.DEGRADED, name))
             return {
                 "name": name,
                 "version": record["version"],
@@ -546,7 +561,7 @@ class Controller:
                 sources.append(ray.get(actor.stats.remote(), timeout=10))
             except Exception as exc:  # noqa: BLE001
                 sources.append({"error": f"{type(exc).__name__}: {exc}"})
-        from eventbus.observability._view import pipeline_view
+        from eventbus.observability._view import mark_degraded, pipeline_view
 
         raw = list(self._redis.hgetall(keys.stats(name)).values())
         figures = pipeline_view(
@@ -555,6 +570,7 @@ class Controller:
             [list(s.topics) for s in config.consumed_sources],
             scale=self.scaler.state(name),
         )
+        mark_degraded(figures, self._redis.hget(keys.DEGRADED, name))
         return {
             "name": name,
             "version": record["version"],
