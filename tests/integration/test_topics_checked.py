@@ -214,10 +214,31 @@ def test_a_topic_deleted_under_a_running_pipeline_turns_it_degraded(
     assert "eventbus logs controller" in reason
     listed = {p["name"]: p["status"] for p in eventbus_client.list()}
     assert listed[name] == "DEGRADED"
+    # the controller's log, which the reason points to, says it too
+    logs = eb_cli("logs", "controller", "-n", "400", "--ray-logs", str(_ray_logs_of_controller()))
+    assert logs.returncode == 0, logs.stderr
+    assert f"pipeline {name!r} is degraded: spec.sink.kafka.topic {out!r}" in logs.stdout
     # the topic back: RUNNING again
     created = eb_cli("topics", "create", out, "--kafka-bootstrap", kafka_bootstrap)
     assert created.returncode == 0, created.stderr
     _wait(lambda: eventbus_client.status(name)["state"] == "RUNNING", 60, "RUNNING again")
+
+
+def _ray_logs_of_controller() -> Path:
+    """The log folder of this session's Ray (the controller's worker file is named by its pid;
+    other Ray sessions may run on the machine)."""
+    import glob
+    import tempfile
+
+    import ray
+
+    from eventbus.serving._controller import CONTROLLER_NAME, NAMESPACE
+
+    actor = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+    pid = int(ray.get(actor.__ray_call__.remote(lambda self: os.getpid()), timeout=60))
+    root = Path(tempfile.gettempdir()) / "ray"
+    files = glob.glob(f"{root}/session_*/logs/worker-*-{pid}.err")
+    return Path(max(files, key=os.path.getmtime)).parent  # an older session may reuse the pid
 
 
 def eb_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -25,6 +25,7 @@ from eventbus.cli import (
     _solve,
     _stack,
     _topics,
+    _where,
 )
 
 __all__ = ["app", "main"]
@@ -38,7 +39,18 @@ app = typer.Typer(
 )
 
 # the order of the commands in `eventbus --help`
-_GROUPS = (_stack, _pipelines, _authoring, _plugins, _events, _topics, _solve, _keeper, _models)
+_GROUPS = (
+    _stack,
+    _where,
+    _pipelines,
+    _authoring,
+    _plugins,
+    _events,
+    _topics,
+    _solve,
+    _keeper,
+    _models,
+)
 for _group in _GROUPS:
     _group.register(app)
 

@@ -329,9 +329,7 @@ def _require_topic(addr: Addresses, topic: str) -> None:
     topic that does not exist, or having a broker create it)."""
     from eventbus.eventing._topics import require_topics
 
-    _run_or_fail(
-        lambda: asyncio.run(require_topics(addr.kafka or "", [topic], addr.kafka_client))
-    )
+    _run_or_fail(lambda: asyncio.run(require_topics(addr.kafka or "", [topic], addr.kafka_client)))
 
 
 def _run_or_fail(call: Any) -> None:

@@ -4,7 +4,7 @@ A pipeline's Kafka topics must exist before it is deployed, or be created by Eve
 its YAML asks for it (``create: {partitions: N}`` on the source or sink): a misspelled topic is
 refused at deploy instead of being created empty by a broker's ``auto.create.topics.enable``.
 ``eventbus publish`` and ``tail`` refuse a missing topic the same way. Topics EventBus owns
-(the gateway's ingress topics, the registry's ``_schemas``) are created by EventBus as before.
+(the gateway's ingress topics) are created by EventBus as before.
 """
 
 from __future__ import annotations
