@@ -81,6 +81,7 @@ def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
 
         # a misspelled topic is refused at deploy and by publish, naming the close one
         typo = tmp_path / "typo.yaml"
+        (tmp_path / "fraud.py").write_text((ROOT / "examples/payments/fraud.py").read_text())
         typo.write_text(
             (ROOT / "examples/payments/payments.yaml")
             .read_text()
