@@ -37,6 +37,9 @@ log = logging.getLogger("eventbus.serving.topics")
 
 #: How often the watch lists the clusters' topics.
 WATCH_EVERY_S = 3.0
+#: How long a deploy waits for a topic it does not see yet: a broker answers metadata from a
+#: cache that learns of a topic created a moment ago (KRaft) shortly after the create returned.
+SETTLE_S = 5.0
 
 
 @dataclass
@@ -88,7 +91,7 @@ def check_topics(
     to_create: list[tuple[str, _Cluster, str, TopicCreateConfig]] = []
     for at, cluster in clusters.items():
         try:
-            existing = asyncio.run(list_topics(at, cluster.client))
+            existing = _settled_topics(at, cluster.client, {t for _, t, _ in cluster.topics})
         except EventBusError as exc:
             msg = f"pipeline {config.name!r} could not be deployed: {exc}"
             raise DeployError(msg) from None
@@ -98,8 +101,13 @@ def check_topics(
             if create is not None:
                 to_create.append((at, cluster, topic, create))
                 continue
+            hidden = (
+                " (or its principal may not DESCRIBE it: Kafka hides such topics)"
+                if cluster.client is not None and cluster.client.sasl is not None
+                else ""
+            )
             problems.append(
-                f"{path}.topic: {missing_topic_message(topic, at, existing)}; create it "
+                f"{path}.topic: {missing_topic_message(topic, at, existing)}{hidden}; create it "
                 f"(`eventbus topics create {topic} --partitions N`), or add "
                 f"'create: {{partitions: N}}' to {path} to let EventBus create it"
             )
@@ -124,6 +132,17 @@ def check_topics(
             raise DeployError(msg) from None
         created.append(topic)
     return created
+
+
+def _settled_topics(bootstrap: str, client: KafkaClientConfig | None, wanted: set[str]) -> set[str]:
+    """The cluster's topics; while some of ``wanted`` are missing, asked again for up to
+    :data:`SETTLE_S` (a topic created just before the deploy may not be listed yet)."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        existing = asyncio.run(list_topics(bootstrap, client))
+        if wanted <= existing or time.monotonic() >= deadline:
+            return existing
+        time.sleep(0.25)
 
 
 def missing_reason(
@@ -171,6 +190,11 @@ class TopicWatch:
         self._client = client
         self._every_s = every_s or WATCH_EVERY_S
         self._stop = threading.Event()
+        self._last_error = ""
+        #: pipeline -> the reason seen at the last look, not yet marked: a topic is marked
+        #: missing at the second look in a row that misses it (a topic created a moment ago
+        #: may not be listed yet)
+        self._suspect: dict[str, str] = {}
 
     def start(self) -> None:
         """Run the watch on a daemon thread."""
@@ -184,8 +208,11 @@ class TopicWatch:
         while not self._stop.wait(self._every_s):
             try:
                 self.look()
-            except Exception:
-                log.exception("topic watch failed")
+                self._last_error = ""
+            except Exception as exc:  # noqa: BLE001 - e.g. Redis away: said once, tried again
+                if str(exc) != self._last_error:
+                    log.warning("topic watch: a look failed (%s)", exc)
+                self._last_error = str(exc)
 
     def look(self) -> None:
         """One look at every deployed pipeline's topics."""
@@ -194,6 +221,10 @@ class TopicWatch:
         for name, raw in self._redis.hgetall(keys.PIPELINES).items():
             config = PipelineConfig.model_validate(json.loads(raw)["document"])
             reason = missing_reason(config, self._bootstrap, self._client, listed)
+            if reason is not None and name not in marks and self._suspect.get(name) != reason:
+                self._suspect[name] = reason
+                continue
+            self._suspect.pop(name, None)
             if reason is None:
                 if name in marks:
                     self._redis.hdel(keys.DEGRADED, name)
