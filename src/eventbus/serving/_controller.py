@@ -668,35 +668,25 @@ class Controller:
 
     def _create_missing_topics(self, config: PipelineConfig) -> None:
         """Before a restore: a broker that restarted without storage (the embedded one keeps
-        topics in memory) lost the pipeline's topics; create the missing ones."""
+        topics in memory) lost the pipeline's topics, which existed (or were created) at its
+        deploy; create the missing ones (``create:``'s partitions, else one per replica, at
+        least 2)."""
         import asyncio
 
         from eventbus._internal.services import create_topics
+        from eventbus.serving._topics import kafka_topics
 
-        spec = config.spec
-        partitions = max(2, spec.serving.replica_bounds.max)
-        wanted: dict[str, list[str]] = {}
-        # per cluster, the connection settings of the first component naming it (None: stack's)
-        clients: dict[str, KafkaClientConfig | None] = {}
-        for src in spec.sources:
-            if src.kafka is not None:
-                wanted.setdefault(src.kafka.bootstrap_servers or self.kafka_bootstrap, []).extend(
-                    src.kafka.topics
+        default = max(2, config.spec.serving.replica_bounds.max)
+        for bootstrap, cluster in kafka_topics(
+            config, self.kafka_bootstrap, self.kafka_client
+        ).items():
+            by_count: dict[int, list[str]] = {}  # one admin call per partition count
+            for _, topic, create in cluster.topics:
+                by_count.setdefault((create.partitions if create else None) or default, []).append(
+                    topic
                 )
-                clients.setdefault(
-                    src.kafka.bootstrap_servers or self.kafka_bootstrap, src.kafka.client
-                )
-        for sink in spec.output_paths().values():
-            if sink.kafka is not None:
-                wanted.setdefault(sink.kafka.bootstrap_servers or self.kafka_bootstrap, []).append(
-                    sink.kafka.topic
-                )
-                clients.setdefault(
-                    sink.kafka.bootstrap_servers or self.kafka_bootstrap, sink.kafka.client
-                )
-        for bootstrap, topics in wanted.items():
-            client = clients.get(bootstrap) or self.kafka_client
-            asyncio.run(create_topics(bootstrap, topics, partitions, client=client))
+            for partitions, topics in by_count.items():
+                asyncio.run(create_topics(bootstrap, topics, partitions, client=cluster.client))
         self._create_ingress_topic(config)
 
     def _check_chained(self, config: PipelineConfig) -> None:
