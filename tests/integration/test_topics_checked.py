@@ -309,3 +309,25 @@ def test_topics_cli_lists_creates_and_refuses_bad_names(kafka_bootstrap: str) ->
     gone = eb_cli("topics", "delete", name + "-nope", "--kafka-bootstrap", kafka_bootstrap)
     assert gone.returncode == 1
     assert f"(did you mean {name!r}?)" in " ".join(gone.stderr.split())
+
+
+def test_validate_checks_topics_only_when_asked(
+    kafka_bootstrap: str, topic_factory: Any, tmp_path: Path
+) -> None:
+    real = topic_factory("val-in")
+    path = tmp_path / "p.yaml"
+    document = doc(_name("val"), real[:-1] + "q", _name("val-out"), create={"sink": {}})
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    offline = eb_cli("validate", str(path))
+    assert offline.returncode == 0, offline.stderr  # no cluster contacted
+    checked = eb_cli("validate", str(path), "--check-topics", "--kafka-bootstrap", kafka_bootstrap)
+    assert checked.returncode == 1
+    err = " ".join(checked.stderr.split())
+    assert f"spec.sources[0].kafka.topic: topic {real[:-1] + 'q'!r} does not exist" in err
+    assert f"(did you mean {real!r}?)" in err
+    assert "spec.sink" not in err  # create: it would be created at deploy
+    assert _describe(kafka_bootstrap, document["spec"]["sink"]["kafka"]["topic"]) == 0
+    unreachable = eb_cli(
+        "validate", str(path), "--check-topics", "--kafka-bootstrap", "127.0.0.1:1"
+    )
+    assert unreachable.returncode == 1 and "127.0.0.1:1" in unreachable.stderr

@@ -31,7 +31,7 @@ from eventbus.eventing._topics import (
 )
 from eventbus.pipelines._config import PipelineConfig
 
-__all__ = ["TopicWatch", "check_topics", "kafka_topics"]
+__all__ = ["TopicWatch", "check_topics", "kafka_topics", "topic_problems"]
 
 log = logging.getLogger("eventbus.serving.topics")
 
@@ -71,30 +71,24 @@ def kafka_topics(
     return clusters
 
 
-def check_topics(
-    config: PipelineConfig, bootstrap: str, client: KafkaClientConfig | None
-) -> list[str]:
-    """Create the missing topics that carry ``create:``; refuse the other missing ones.
+_Missing = tuple[str, _Cluster, str, TopicCreateConfig]
 
-    Returns:
-        The topics created.
+
+def topic_problems(
+    config: PipelineConfig, bootstrap: str, client: KafkaClientConfig | None
+) -> tuple[list[str], list[_Missing]]:
+    """The missing topics of a pipeline: one problem line per topic without ``create:``
+    (its YAML path, the closest existing topic, the fix), and those with ``create:``
+    (``(cluster, its settings, topic, create)``). Creates nothing (``eventbus validate
+    --check-topics``).
 
     Raises:
-        DeployError: naming every missing topic (its YAML path, the closest existing topic,
-            the fix); nothing was created. Or a cluster cannot be reached.
+        StackError: a cluster cannot be reached, naming why.
     """
-    from eventbus._internal.services import create_topics
-    from eventbus.errors import EventBusError
-
-    clusters = kafka_topics(config, bootstrap, client)
     problems: list[str] = []
-    to_create: list[tuple[str, _Cluster, str, TopicCreateConfig]] = []
-    for at, cluster in clusters.items():
-        try:
-            existing = _settled_topics(at, cluster.client, {t for _, t, _ in cluster.topics})
-        except EventBusError as exc:
-            msg = f"pipeline {config.name!r} could not be deployed: {exc}"
-            raise DeployError(msg) from None
+    to_create: list[_Missing] = []
+    for at, cluster in kafka_topics(config, bootstrap, client).items():
+        existing = _settled_topics(at, cluster.client, {t for _, t, _ in cluster.topics})
         for path, topic, create in cluster.topics:
             if topic in existing:
                 continue
@@ -111,6 +105,29 @@ def check_topics(
                 f"(`eventbus topics create {topic} --partitions N`), or add "
                 f"'create: {{partitions: N}}' to {path} to let EventBus create it"
             )
+    return problems, to_create
+
+
+def check_topics(
+    config: PipelineConfig, bootstrap: str, client: KafkaClientConfig | None
+) -> list[str]:
+    """Create the missing topics that carry ``create:``; refuse the other missing ones.
+
+    Returns:
+        The topics created.
+
+    Raises:
+        DeployError: naming every missing topic (its YAML path, the closest existing topic,
+            the fix); nothing was created. Or a cluster cannot be reached.
+    """
+    from eventbus._internal.services import create_topics
+    from eventbus.errors import EventBusError
+
+    try:
+        problems, to_create = topic_problems(config, bootstrap, client)
+    except EventBusError as exc:
+        msg = f"pipeline {config.name!r} could not be deployed: {exc}"
+        raise DeployError(msg) from None
     if problems:
         msg = f"pipeline {config.name!r} could not be deployed:\n" + "\n".join(problems)
         raise DeployError(msg)
