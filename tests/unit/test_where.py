@@ -178,3 +178,9 @@ def test_logs_shows_the_gateway_log_and_names_what_is_missing(tmp_path: Path) ->
     assert "eventbus list" in missing.output
     gone = runner.invoke(app, ["logs", "controller", "--ray-logs", str(tmp_path / "no")], env=env)
     assert gone.exit_code == 1 and "no Ray session logs at" in gone.output
+    for hostile in ("../../etc", "x" * 5000, "Orders", "a/b"):
+        res = runner.invoke(app, ["logs", hostile, "--ray-logs", str(ray_logs)], env=env)
+        assert (
+            res.exit_code == 2 and "neither gateway, controller nor a pipeline name" in res.output
+        )
+        assert len(res.output) < 600

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +26,7 @@ URL_TARGETS = {
     "ray": "the Ray cluster's address",
 }
 
+_PIPELINE_NAME = re.compile(r"[a-z][a-z0-9-]{0,47}")
 _URL_HELP = "One of: " + ", ".join(f"{k} ({v})" for k, v in URL_TARGETS.items())
 
 
@@ -89,6 +91,13 @@ def logs(
     from eventbus._internal.logs import actor_logs, pipeline_logs, session_logs, tail_lines
     from eventbus._internal.stack import load_stack
 
+    if what not in ("gateway", "controller") and not _PIPELINE_NAME.fullmatch(what):
+        shown = what if len(what) <= 60 else what[:60] + "..."
+        fail(
+            f"{shown!r} is neither gateway, controller nor a pipeline name (pipeline names "
+            "match ^[a-z][a-z0-9-]{0,47}$; `eventbus list` shows them)",
+            EXIT_USAGE,
+        )
     stack = load_stack(home())
     if what == "gateway":
         gw = stack.owned.get("gateway") if stack is not None else None
