@@ -303,11 +303,13 @@ def _scale_fields(scale: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def mark_degraded(view: dict[str, Any], raw: str | bytes | None) -> None:
-    """Turn a view's ``state`` to ``DEGRADED`` with ``degraded_reason`` and
-    ``degraded_since``, given a pipeline's :data:`keys.DEGRADED` entry (None: left as is)."""
+    """Add ``degraded_reason`` and ``degraded_since`` to a view, given a pipeline's
+    :data:`keys.DEGRADED` entry (None: left as is), and turn a ``RUNNING`` state to
+    ``DEGRADED`` (one scaled to zero stays ``SCALED_TO_ZERO``: its replicas are not running)."""
     if not raw:
         return
     mark = json.loads(raw)
-    view["state"] = "DEGRADED"
+    if view.get("state", "RUNNING") == "RUNNING":
+        view["state"] = "DEGRADED"
     view["degraded_reason"] = mark.get("reason", "")
     view["degraded_since"] = mark.get("since")
