@@ -76,7 +76,7 @@ spec:
       filter: "type == 'payment.created' && data.amount > 100 && data.currency in ['CNY', 'USD']"
     - id: to_cny
       convert: {{set: {{data.amount_cny: "double(data.amount) * 7.1", type: "'payment.large'"}}}}
-  sink: {{kafka: {{topic: {sink}}}}}
+  sink: {{kafka: {{topic: {sink}, create: {{partitions: 4}}}}}}
   serving: {{replicas: 1}}
 """
 

@@ -193,7 +193,7 @@ def pipeline_doc(
 ) -> dict[str, Any]:
     """A filter-only pipeline; ``source_bootstrap``: its source's ``bootstrap_servers`` (None:
     the stack's Kafka)."""
-    source: dict[str, Any] = {"topic": f"{name}-in"}
+    source: dict[str, Any] = {"topic": f"{name}-in", "create": {"partitions": 1}}
     if source_bootstrap is not None:
         source["bootstrap_servers"] = source_bootstrap
     return {
@@ -203,7 +203,7 @@ def pipeline_doc(
         "spec": {
             "sources": [{"kafka": source}],
             "steps": [{"id": "keep", "filter": "type != 'drop'"}],
-            "sink": {"kafka": {"topic": f"{name}-out"}},
+            "sink": {"kafka": {"topic": f"{name}-out", "create": {"partitions": 1}}},
             "serving": serving,
         },
     }

@@ -23,7 +23,7 @@ $EB tail payments-large --from-beginning --max 3 --timeout 60
 echo "== eventbus tail payments-dlq: the event the function rejected"
 $EB tail payments-dlq --from-beginning --max 1 --timeout 30
 
-GW=$($EB status --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["parts"]["gateway"]["url"])')
+GW=$($EB url gateway)   # 8080 unless it was taken (then `up` said which port it took)
 echo "== HTTP at the gateway ($GW): a plain JSON payment, answered synchronously (?wait=true)"
 curl -sS -X POST "$GW/payments?wait=true" -H 'content-type: application/json' \
   -d '{"amount": 900, "currency": "EUR", "card": "4000-0000"}' -D - ; echo

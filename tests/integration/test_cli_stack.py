@@ -74,11 +74,30 @@ def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
         for port in (ray_port, gw_port, stack["gateway_grpc"].rsplit(":", 1)[1]):
             assert re.search(rf"127\.0\.0\.1\]?:{port}\s", ports), ports
             assert not re.search(rf"(0\.0\.0\.0|\*|\[::\]):{port}\s", ports), ports
+        # the documented default port unless taken (then `up` says so); `url` prints it
+        assert gw_port == "8080" or "gateway HTTP port 8080 (its default) is taken" in up.stderr
+        assert eb(home, "url", "gateway").stdout.strip() == stack["gateway_http"]
+        assert eb(home, "url", "dashboard").stdout.strip() == stack["gateway_http"] + "/dashboard"
+
+        # a misspelled topic is refused at deploy and by publish, naming the close one
+        typo = tmp_path / "typo.yaml"
+        (tmp_path / "fraud.py").write_text((ROOT / "examples/payments/fraud.py").read_text())
+        typo.write_text(
+            (ROOT / "examples/payments/payments.yaml")
+            .read_text()
+            .replace("{topic: payments-large, create: {partitions: 1}}", "{topic: payments-lrage}")
+        )
+        bad = eb(home, "deploy", str(typo))
+        assert bad.returncode == 1, bad.stdout
+        assert "topic 'payments-lrage' does not exist" in " ".join(bad.stderr.split()), bad.stderr
 
         dep = eb(home, "deploy", "examples/payments/payments.yaml")
         assert dep.returncode == 0, dep.stderr
         assert "deployed large-payments version 1" in dep.stdout
 
+        nope = eb(home, "publish", "paymnets", "--file", "examples/payments/events.jsonl")
+        assert nope.returncode == 1
+        assert "(did you mean 'payments'?)" in " ".join(nope.stderr.split()), nope.stderr
         pub = eb(home, "publish", "payments", "--file", "examples/payments/events.jsonl")
         assert pub.returncode == 0, pub.stderr
         tail = eb(
@@ -155,6 +174,16 @@ def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
 
         ls = eb(home, "list")
         assert "large-payments" in ls.stdout and "RUNNING" in ls.stdout
+        # the logs the errors point to
+        for what, expect in (
+            ("gateway", "gateway: HTTP on"),
+            ("controller", ""),
+            ("large-payments", ""),
+        ):
+            logs = eb(home, "logs", what, "--files")
+            assert logs.returncode == 0 and logs.stdout.strip(), (what, logs.stderr)
+            shown = eb(home, "logs", what, "-n", "200")
+            assert shown.returncode == 0 and expect in shown.stdout, (what, shown.stdout[-2000:])
 
         # The admin API on the gateway, with the token `up` wrote (CLI parity: list, versions).
         token = (home / "admin_token").read_text().strip()
@@ -193,6 +222,13 @@ def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
         assert up.returncode == 0, up.stderr
         phase("up again")
         assert "restored 1 of 1 pipeline(s): large-payments" in up.stdout, up.stdout
+        # the same addresses as before the restart (the ports had been freed by `down`)
+        again = json.loads((home / "stack.json").read_text())
+        assert (again["gateway_http"], again["gateway_grpc"], again["kafka_bootstrap"]) == (
+            stack["gateway_http"],
+            stack["gateway_grpc"],
+            stack["kafka_bootstrap"],
+        ), up.stderr
         ls = eb(home, "list")
         assert "large-payments" in ls.stdout and "RUNNING" in ls.stdout
         pub = eb(home, "publish", "payments", "--file", "examples/payments/events.jsonl")

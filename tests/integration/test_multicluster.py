@@ -52,7 +52,7 @@ spec:
   sources:
     - http: {type: order.created, source: /it/multicluster}
     - grpc: {mode: sync}
-  sink: {kafka: {topic: mc-orders-out}}
+  sink: {kafka: {topic: mc-orders-out, create: {partitions: 4}}}
   serving: {replicas: 1, batch: {max_size: 1000, linger_ms: 2}}
 """
 

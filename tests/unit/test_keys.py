@@ -23,6 +23,7 @@ def test_control_plane_keys() -> None:
     assert keys.CANARY_PATTERN == "eventbus:{control}:canary:*"
     assert keys.SCALED_TO_ZERO == "eventbus:{control}:scaled-to-zero"
     assert keys.HOSTS == "eventbus:{control}:hosts"
+    assert keys.DEGRADED == "eventbus:{control}:degraded"
     assert keys.WAKE == "eventbus:wake"
     assert keys.PARKED == "eventbus:parked"
     assert keys.PARKED_NOTICE == "eventbus:parked-notice"

@@ -16,6 +16,7 @@ untagged names is not read back (see docs/how-to/upgrading.md).
 Control plane (the controller, ``serving``):
 
 * :data:`PIPELINES` (hash): pipeline name -> JSON record (name, version, document, YAML...).
+* :data:`DEGRADED` (hash): pipeline name -> JSON reason of a pipeline whose topics are missing.
 * :data:`HOSTS` (hash): host name -> JSON of the pipelines a shared host runs.
 * :func:`pipeline_versions` (hash): version number -> JSON record of that version.
 * :func:`canary` (string): JSON of a pipeline's running canary (YAML, schedule, weight...).
@@ -146,6 +147,11 @@ GATEWAY_ENV = _CONTROL + "gateway-env"
 #: Hash: pipeline name -> JSON ``{"since": t, "last_event_at": t}`` of each pipeline whose
 #: replicas the controller scaled to zero (``serving.replicas.min: 0``).
 SCALED_TO_ZERO = _CONTROL + "scaled-to-zero"  # in the deploy transaction
+
+#: Hash: pipeline name -> JSON ``{"reason": text, "since": t}`` of each pipeline that runs
+#: DEGRADED: a topic it reads or writes is missing (deleted under it); the controller's topic
+#: watch sets and clears it.
+DEGRADED = _CONTROL + "degraded"
 
 #: Hash: host name -> JSON ``{"members": {pipeline: {"document", "python_path", "stamp"}}}``
 #: of each shared host (``serving.host``): the pipelines its replicas run (``_host``).

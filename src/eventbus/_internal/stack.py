@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eventbus._internal.ports import pick_port
 from eventbus._internal.ray_head import RAY_ENV, start_ray_head, stop_ray
 from eventbus._internal.redis_client import check_redis, redact
 from eventbus._internal.redis_service import start_redis
@@ -50,6 +51,7 @@ class Stack:
         gateway_grpc: ``host:port`` of its gRPC service.
         kafka_client: the Kafka connection settings (``KafkaClientConfig`` as a dict: TLS
             files and secret references, never secrets); None: plaintext.
+        moved: one line per part ``up`` could not give the port it wanted (taken), naming it.
     """
 
     ray_address: str
@@ -60,6 +62,7 @@ class Stack:
     gateway_http: str | None = None
     gateway_grpc: str | None = None
     kafka_client: dict[str, Any] | None = None
+    moved: list[str] = field(default_factory=list)
 
     def ray_env(self) -> dict[str, str]:
         """Environment a Ray client needs for this cluster (its auth token, if we made one)."""
@@ -89,8 +92,8 @@ def stack_up(
     redis_url: str | None = None,
     num_cpus: int | None = None,
     gateway: bool = True,
-    http_port: int = 8080,
-    grpc_port: int = 50051,
+    http_port: int | None = None,
+    grpc_port: int | None = None,
     redis_maxmemory: str = "1gb",
     kafka_client: dict[str, Any] | None = None,
     broker: str = "tansu",
@@ -107,8 +110,10 @@ def stack_up(
             redis-server.
         num_cpus: CPUs the local Ray head offers (default: all).
         gateway: start the HTTP/gRPC gateway too.
-        http_port: the gateway's HTTP port (a free one when taken).
-        grpc_port: the gateway's gRPC port (a free one when taken).
+        http_port: the gateway's HTTP port; None: the one it had at the last ``up``, else
+            8080 (see :mod:`eventbus._internal.ports`); a free one when taken (recorded in
+            ``Stack.moved``).
+        grpc_port: the gateway's gRPC port, likewise (default 50051).
         redis_maxmemory: the memory limit of a Redis started here (``noeviction``: at the
             limit writes fail loudly; nothing is evicted). A Redis started here also gets a password
             (``<home>/redis_password``, mode 0600), carried in the Redis URL handed out.
@@ -130,13 +135,14 @@ def stack_up(
     logs.mkdir(exist_ok=True)
     owned: dict[str, dict[str, Any]] = {}
     started: list[ServiceProcess] = []
+    moved: list[str] = []
     try:
         if kafka_bootstrap is None:
-            kafka_bootstrap = _start_broker(home, logs, broker, started, owned)
+            kafka_bootstrap = _start_broker(home, logs, broker, started, owned, moved)
         if redis_url is not None:
             check_redis(redis_url)
         else:
-            redis_url = _start_redis(home, redis_maxmemory, started, owned)
+            redis_url = _start_redis(home, redis_maxmemory, started, owned, moved)
         token_path: str | None = None
         if ray_address is None:
             token_path = make_ray_token(home)
@@ -149,8 +155,13 @@ def stack_up(
             owned=owned,
             ray_auth_token_path=token_path,
             kafka_client=kafka_client,
+            moved=moved,
         )
         if gateway:
+            http_port, note = pick_port(home, "gateway HTTP", http_port)
+            moved += [note] if note else []
+            grpc_port, note = pick_port(home, "gateway gRPC", grpc_port)
+            moved += [note] if note else []
             gw, stack.gateway_http, stack.gateway_grpc = start_gateway(
                 stack, logs, http_port, grpc_port
             )
@@ -173,8 +184,10 @@ def _start_broker(
     broker: str,
     started: list[ServiceProcess],
     owned: dict[str, dict[str, Any]],
+    moved: list[str],
 ) -> str:
-    """Start the local broker (``kafka`` or ``tansu``); record it in ``started`` and ``owned``."""
+    """Start the local broker (``kafka`` or ``tansu``); record it in ``started`` and ``owned``
+    (and in ``moved`` why it left the port it had)."""
     if broker == "kafka":
         from eventbus._internal.kafka_broker import start_kafka
 
@@ -184,17 +197,26 @@ def _start_broker(
         started.append(node.proc)
         owned["kafka"] = {"pid": node.pid, "log": str(node.proc.log_path), "kind": "kafka"}
         return cluster.bootstrap
-    svc = start_tansu(log_dir=logs, detach=True)
+    port, note = pick_port(home, "kafka")
+    moved += [note] if note else []
+    svc = start_tansu(log_dir=logs, detach=True, port=port)
     started.append(svc)
     owned["kafka"] = {"pid": svc.pid, "log": str(svc.log_path), "kind": "tansu"}
     return svc.address
 
 
 def _start_redis(
-    home: Path, maxmemory: str, started: list[ServiceProcess], owned: dict[str, dict[str, Any]]
+    home: Path,
+    maxmemory: str,
+    started: list[ServiceProcess],
+    owned: dict[str, dict[str, Any]],
+    moved: list[str],
 ) -> str:
     """Start the local Redis (persistent, with a password); record it; its URL."""
+    port, note = pick_port(home, "redis")
+    moved += [note] if note else []
     svc = start_redis(
+        port=port,
         data_dir=home / "redis",
         detach=True,
         appendonly=True,
@@ -221,14 +243,9 @@ def _kafka_port(home: Path) -> int:
 
 
 def _port_or_free(port: int) -> int:
-    import socket
+    from eventbus._internal.ports import port_free
 
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return free_port()
-    return port
+    return port if port_free(port) else free_port()
 
 
 def start_gateway(
@@ -246,7 +263,7 @@ def start_gateway(
 
     from eventbus._internal.services import _launch, _tail
 
-    http_port, grpc_port = _port_or_free(http_port), _port_or_free(grpc_port)
+    # the ports were picked free (pick_port): a race lost here fails loudly with the log
     argv = [
         sys.executable,
         "-m",

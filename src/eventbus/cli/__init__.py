@@ -25,6 +25,8 @@ from eventbus.cli import (
     _secrets,
     _solve,
     _stack,
+    _topics,
+    _where,
 )
 
 __all__ = ["app", "main"]
@@ -40,11 +42,13 @@ app = typer.Typer(
 # the order of the commands in `eventbus --help`
 _GROUPS = (
     _stack,
+    _where,
     _pipelines,
     _secrets,
     _authoring,
     _plugins,
     _events,
+    _topics,
     _solve,
     _keeper,
     _models,

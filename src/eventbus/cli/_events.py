@@ -71,6 +71,7 @@ def publish(
         events = build_events(type_=type_, source=source, data=data, file=file, count=count)
     except EventBusError as exc:
         fail(str(exc))
+    _require_topic(addr, topic)
     try:
         n = asyncio.run(
             publish_events(
@@ -100,6 +101,8 @@ def tail(
 
     addr = Addresses(None, kafka_bootstrap, None, kafka_config)
     addr.fill_from_stack(("kafka",))
+
+    _require_topic(addr, topic)
 
     def show(line: str) -> None:
         if as_json:
@@ -319,6 +322,14 @@ def _redrive_summary(pipeline: str, r: Any) -> str:
         + (f"{r.unrouted} matched no route, " if r.unrouted else "")
         + f"{r.dead_lettered} dead-lettered again; left alone: {left_text}"
     )
+
+
+def _require_topic(addr: Addresses, topic: str) -> None:
+    """Exit 1 naming ``topic`` when it is invalid or missing (instead of waiting silently on a
+    topic that does not exist, or having a broker create it)."""
+    from eventbus.eventing._topics import require_topics
+
+    _run_or_fail(lambda: asyncio.run(require_topics(addr.kafka or "", [topic], addr.kafka_client)))
 
 
 def _run_or_fail(call: Any) -> None:

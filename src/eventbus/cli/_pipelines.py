@@ -50,6 +50,15 @@ def register(app: typer.Typer) -> None:
 def validate(
     files: list[Path] = typer.Argument(..., help="Pipeline YAML files."),
     kafka_config: Path | None = KafkaConfigOpt,
+    check_topics: bool = typer.Option(
+        False,
+        "--check-topics",
+        help="Also check that every Kafka topic exists (or says create:) on its cluster: "
+        "the stack's (--kafka-bootstrap, $EVENTBUS_KAFKA_BOOTSTRAP, the recorded stack) or "
+        "the one a component names. Without it validate never contacts a cluster; deploy "
+        "always checks.",
+    ),
+    kafka_bootstrap: str | None = KafkaOpt,
 ) -> None:
     """Check pipeline files; print every problem as file:line:col: path: message.
 
@@ -82,6 +91,10 @@ def validate(
         client_problems = _kafka_client_problems(config) if config is not None else []
         for line in client_problems:
             plain(err, f"{f}: {line}")
+        if check_topics and config is not None and not client_problems:
+            client_problems = _missing_topics(config, kafka_bootstrap, kafka_config)
+            for line in client_problems:
+                plain(err, f"{f}: {line}")
         if problems or client_problems:
             bad = True
         else:
@@ -297,3 +310,18 @@ def list_(
 ) -> None:
     """List the deployed pipelines."""
     print_pipelines(controller_client(Addresses(ray_address, kafka_bootstrap, redis_url)).list())
+
+
+def _missing_topics(
+    config: Any, kafka_bootstrap: str | None, kafka_config: Path | None
+) -> list[str]:
+    """``validate --check-topics``: the pipeline's missing topics (nothing is created)."""
+    from eventbus.serving._topic_checks import topic_problems
+
+    addr = Addresses(None, kafka_bootstrap, None, kafka_config)
+    addr.fill_from_stack(("kafka",))
+    try:
+        problems, _ = topic_problems(config, addr.kafka or "", addr.kafka_client)
+    except EventBusError as exc:
+        return [str(exc)]
+    return problems

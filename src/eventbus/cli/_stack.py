@@ -59,8 +59,14 @@ def up(
     gateway: bool = typer.Option(
         True, "--gateway/--no-gateway", help="Start the HTTP/gRPC gateway."
     ),
-    http_port: int = typer.Option(8080, help="The gateway's HTTP port (a free one if taken)."),
-    grpc_port: int = typer.Option(50051, help="The gateway's gRPC port (a free one if taken)."),
+    http_port: int | None = typer.Option(
+        None,
+        help="The gateway's HTTP port. Default: the one it had at the last `up`, else 8080; "
+        "a free one if taken (said so). `eventbus url gateway` prints it.",
+    ),
+    grpc_port: int | None = typer.Option(
+        None, help="The gateway's gRPC port. Default: the last one, else 50051 (as --http-port)."
+    ),
     redis_maxmemory: str = typer.Option(
         "1gb",
         help="Memory limit of the Redis started here (noeviction: at the limit writes fail loudly, nothing is evicted).",
@@ -93,7 +99,7 @@ def up(
             fail(str(exc), EXIT_USAGE)
     with out.status("starting the EventBus stack..."):
         try:
-            stack_up(
+            stack = stack_up(
                 home(),
                 ray_address=addr.ray,
                 kafka_bootstrap=addr.kafka,
@@ -111,6 +117,9 @@ def up(
         except EventBusError as exc:
             fail(str(exc))
     _print_stack(stack_status(home()))
+    for line in stack.moved:
+        err.print("[yellow]note:[/yellow] ", end="")
+        plain(err, line)
     _restore_pipelines(Addresses(ray_address, kafka_bootstrap, redis_url, kafka_config))
 
 

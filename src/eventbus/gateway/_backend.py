@@ -337,5 +337,8 @@ def _app_handle(name: str) -> Any:
     try:
         return serve.get_app_handle(name)
     except Exception as e:  # noqa: BLE001
-        msg = f"the Serve application {name!r} is not running ({e}); check `eventbus list`"
+        msg = (
+            f"the Serve application {name!r} is not running ({e}); check `eventbus list`, and "
+            f"`eventbus logs {name.removeprefix('eventbus-')}` for its replicas' log"
+        )
         raise IngressError(503, msg) from None

@@ -268,7 +268,8 @@ class Ingress:
             raise IngressError(
                 503,
                 f"pipeline {route.pipeline!r} is not accepting {route.kind} events: its auth "
-                "secret is not configured on the gateway (the gateway's log says what is missing)",
+                "secret is not configured on the gateway (the gateway's log says what is missing: "
+                "`eventbus logs gateway`)",
             )
         replay = authenticate(
             route.credentials,

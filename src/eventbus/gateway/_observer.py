@@ -31,7 +31,7 @@ from eventbus.observability._history import (
 )
 from eventbus.observability._metrics import GatewayMetrics
 from eventbus.observability._prometheus import render_prometheus
-from eventbus.observability._view import pipeline_view
+from eventbus.observability._view import mark_degraded, pipeline_view
 
 __all__ = ["Observer", "add_observability_routes"]
 
@@ -83,6 +83,7 @@ class Observer:
             self._consumed_topics(record),
             scale=json.loads(scale) if scale else None,
         )
+        mark_degraded(view, await self.redis.hget(keys.DEGRADED, record["name"]))
         if self.gateway is not None:
             view["gateway"] = self.gateway.for_pipeline(record["name"])
         return view

@@ -33,6 +33,8 @@ def print_figures(console: Any, v: dict[str, Any]) -> None:
     if topo["dead_letter"]:
         line += f"  (dead letters: {topo['dead_letter']['kind']} {topo['dead_letter']['detail']})"
     console.print(line, markup=False, highlight=False)
+    if v.get("degraded_reason"):
+        console.print(f"DEGRADED: {v['degraded_reason']}", style="red", markup=False)
     t = v["totals"]
     title = f"{v['name']}: version {v['version']}, {v['replicas']} live replicas"
     figures = Table(title=title)

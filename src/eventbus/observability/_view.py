@@ -330,3 +330,16 @@ def _scale_fields(scale: dict[str, Any] | None) -> dict[str, Any]:
     if scale is None:
         return {"state": "RUNNING"}
     return {"state": "SCALED_TO_ZERO", "scaled_to_zero_since": scale.get("since")}
+
+
+def mark_degraded(view: dict[str, Any], raw: str | bytes | None) -> None:
+    """Add ``degraded_reason`` and ``degraded_since`` to a view, given a pipeline's
+    :data:`keys.DEGRADED` entry (None: left as is), and turn a ``RUNNING`` state to
+    ``DEGRADED`` (one scaled to zero stays ``SCALED_TO_ZERO``: its replicas are not running)."""
+    if not raw:
+        return
+    mark = json.loads(raw)
+    if view.get("state", "RUNNING") == "RUNNING":
+        view["state"] = "DEGRADED"
+    view["degraded_reason"] = mark.get("reason", "")
+    view["degraded_since"] = mark.get("since")

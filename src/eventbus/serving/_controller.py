@@ -99,9 +99,14 @@ class Controller:
             name="eventbus-broker-kind",
             daemon=True,
         ).start()
+        from eventbus.serving._topic_checks import TopicWatch
+
+        # marks the pipelines whose topics were deleted under them DEGRADED (_topic_checks)
+        self.topic_watch = TopicWatch(self._redis, kafka_bootstrap, self.kafka_client)
         self.restore()
         self.scaler.start()
         self.ringer.start()
+        self.topic_watch.start()
         threading.Thread(
             target=self.canaries.run_forever, name="eventbus-canary", daemon=True
         ).start()

@@ -150,6 +150,10 @@ class Deploys:
         unresolved = secret_reference_problems(config, self._redis, filename)
         if unresolved:  # refused before anything stops or starts
             raise PipelineConfigError(unresolved)
+        from eventbus.serving._topic_checks import check_topics
+
+        # every Kafka topic exists, or carries `create:` and is created now (else refused)
+        check_topics(config, self.kafka_bootstrap, self.kafka_client)
         previous = self.load(name)
         version = (previous["version"] + 1) if previous else 1
         if previous is not None:
@@ -207,6 +211,7 @@ class Deploys:
         old = range(max(1, version - 2 * KEEP_VERSIONS), version - KEEP_VERSIONS + 1)
         with self._redis.pipeline(transaction=True) as tx:
             tx.hdel(keys.SCALED_TO_ZERO, name)
+            tx.hdel(keys.DEGRADED, name)  # its topics were just checked
             tx.hset(keys.PIPELINES, name, json.dumps(record))
             tx.incr(keys.PIPELINES_VERSION)
             tx.hset(versions_key, str(version), json.dumps(record))
@@ -280,6 +285,7 @@ class Deploys:
                 tx.incr(keys.PIPELINES_VERSION)
                 tx.execute()
             self._redis.hdel(keys.SCALED_TO_ZERO, name)
+            self._redis.hdel(keys.DEGRADED, name)
             self._redis.hdel(keys.WAKE, name)
             self._redis.delete(
                 keys.pipeline_versions(name), keys.canary(name), keys.canary_figures(name)

@@ -31,27 +31,18 @@ def create_missing_topics(
     config: PipelineConfig, bootstrap: str, client: KafkaClientConfig | None
 ) -> None:
     """Before a restore: a broker that restarted without storage (the embedded one keeps
-    topics in memory) lost the pipeline's topics; create the missing ones (sources', sinks'
-    and the ingress topic), each on its own cluster with that cluster's settings."""
+    topics in memory) lost the pipeline's topics, which existed (or were created) at its
+    deploy; create the missing ones (sources', sinks' and the ingress topic; ``create:``'s
+    partitions, else one per replica, at least 2), each on its own cluster with its settings."""
     from eventbus._internal.services import create_topics
+    from eventbus.serving._topic_checks import kafka_topics
 
-    spec = config.spec
-    partitions = max(2, spec.serving.replica_bounds.max)
-    wanted: dict[str, list[str]] = {}
-    # per cluster, the connection settings of the first component naming it (None: stack's)
-    clients: dict[str, KafkaClientConfig | None] = {}
-    for src in spec.sources:
-        if src.kafka is not None:
-            cluster = src.kafka.bootstrap_servers or bootstrap
-            wanted.setdefault(cluster, []).extend(src.kafka.topics)
-            clients.setdefault(cluster, src.kafka.client)
-    for sink in spec.output_paths().values():
-        if sink.kafka is not None:
-            cluster = sink.kafka.bootstrap_servers or bootstrap
-            wanted.setdefault(cluster, []).append(sink.kafka.topic)
-            clients.setdefault(cluster, sink.kafka.client)
-    for cluster, topics in wanted.items():
-        asyncio.run(
-            create_topics(cluster, topics, partitions, client=clients.get(cluster) or client)
-        )
+    default = max(2, config.spec.serving.replica_bounds.max)
+    for cluster_at, cluster in kafka_topics(config, bootstrap, client).items():
+        by_count: dict[int, list[str]] = {}  # one admin call per partition count
+        for _, topic, create in cluster.topics:
+            count = (create.partitions if create else None) or default
+            by_count.setdefault(count, []).append(topic)
+        for partitions, topics in by_count.items():
+            asyncio.run(create_topics(cluster_at, topics, partitions, client=cluster.client))
     create_ingress_topic(config, bootstrap, client)

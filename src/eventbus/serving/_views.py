@@ -29,10 +29,13 @@ def pipeline_list(redis: Any) -> list[dict[str, Any]]:
     except Exception:  # noqa: BLE001, S110 - Serve not started yet
         pass
     zero = redis.hgetall(keys.SCALED_TO_ZERO)
+    degraded = redis.hgetall(keys.DEGRADED)
     out = []
     for raw in redis.hgetall(keys.PIPELINES).values():
         rec = json.loads(raw)
         status = statuses.get(serving_app(rec["document"]), "MISSING")
+        if status == "RUNNING" and rec["name"] in degraded:
+            status = "DEGRADED"  # a topic of it is gone (see _topic_checks)
         out.append(
             {
                 "name": rec["name"],
@@ -53,7 +56,7 @@ def pipeline_status(
     """A pipeline's live figures from its stored ``record``: source counters (published by
     its replicas, or asked of its source actors), the merged view, and ``scale``, its
     scaled-to-zero entry (None: it runs)."""
-    from eventbus.observability._view import pipeline_view
+    from eventbus.observability._view import mark_degraded, pipeline_view
 
     name = record["name"]
     config = PipelineConfig.model_validate(record["document"])
@@ -75,6 +78,7 @@ def pipeline_status(
     figures = pipeline_view(
         record, raw, [list(s.topics) for s in config.consumed_sources], scale=scale
     )
+    mark_degraded(figures, redis.hget(keys.DEGRADED, name))
     return {
         "name": name,
         "version": record["version"],

@@ -181,3 +181,21 @@ async def test_settled_buckets_are_read_once(redis) -> None:
     observer._history.clear()
     await observer.history("orders")
     assert redis.keys_read - before == WINDOW_S // BUCKET_S
+
+
+async def test_a_degraded_pipeline_shows_its_state_and_reason(redis) -> None:
+    """The dashboard's view (the gateway's) says DEGRADED with the controller's reason while
+    the mark is there, and RUNNING again once it is gone."""
+    observer = Observer(redis)
+    assert (await observer.view("orders"))["state"] == "RUNNING"
+    reason = "spec.sink.kafka.topic 'out' no longer exists on k:9092; `eventbus logs controller`"
+    redis.hashes[keys.DEGRADED] = {"orders": json.dumps({"reason": reason, "since": 5.0})}
+    view = await observer.view("orders")
+    assert (view["state"], view["degraded_reason"], view["degraded_since"]) == (
+        "DEGRADED",
+        reason,
+        5.0,
+    )
+    assert (await observer.view("idle"))["state"] == "RUNNING"
+    redis.hashes[keys.DEGRADED] = {}
+    assert (await observer.view("orders"))["state"] == "RUNNING"

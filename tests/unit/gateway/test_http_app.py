@@ -236,7 +236,7 @@ async def test_unloadable_secret_is_503_without_naming_the_variable(client, capl
     assert r.status_code == 503
     assert r.json()["error"] == (
         "pipeline 'broken' is not accepting http events: its auth secret is not configured on "
-        "the gateway (the gateway's log says what is missing)"
+        "the gateway (the gateway's log says what is missing: `eventbus logs gateway`)"
     )
     assert "UNSET_TOKEN" not in r.text
 

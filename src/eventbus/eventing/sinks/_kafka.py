@@ -20,7 +20,7 @@ from aiokafka.errors import (
     RecordTooLargeError,
 )
 from aiokafka.partitioner import murmur2
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from eventbus.errors import ConfigError
 from eventbus.eventing._aiokafka_adapter import refresh_metadata
@@ -32,6 +32,7 @@ from eventbus.eventing._kafka_client import (
     kafka_client_kwargs,
     kafka_connect_error,
 )
+from eventbus.eventing._topics import TopicCreateConfig, topic_name_problem
 from eventbus.eventing.sinks._base import Sink, SinkEncodeError, SinkTooLargeError
 from eventbus.registry import sinks
 
@@ -61,6 +62,11 @@ class KafkaSinkConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     topic: str = Field(min_length=1, description="The topic the events are written to.")
+    create: TopicCreateConfig | None = Field(
+        default=None,
+        description="Create the topic at deploy when missing ({partitions: N}); unset, a "
+        "missing topic is refused at deploy (naming it and the closest existing topic).",
+    )
     bootstrap_servers: str | None = Field(
         default=None,
         description="Comma-separated host:port list of the Kafka cluster; None uses the "
@@ -77,6 +83,14 @@ class KafkaSinkConfig(BaseModel):
         description="CloudEvents Kafka content mode: 'binary' (attributes in ce_ headers, data "
         "as the value) or 'structured' (the whole event as JSON in the value).",
     )
+
+    @field_validator("topic")
+    @classmethod
+    def _valid_topic(cls, value: str) -> str:
+        problem = topic_name_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 class KafkaSink(Sink):

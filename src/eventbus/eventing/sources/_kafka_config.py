@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from eventbus.eventing._kafka_client import KafkaClientConfig
+from eventbus.eventing._topics import TopicCreateConfig, topic_name_problem
 
 __all__ = [
     "MAX_SESSION_TIMEOUT_MS",
@@ -31,6 +32,11 @@ class KafkaSourceConfig(BaseModel):
 
     topic: str | list[str] = Field(
         description="The topic to consume, or a list of topics.",
+    )
+    create: TopicCreateConfig | None = Field(
+        default=None,
+        description="Create the topic(s) at deploy when missing ({partitions: N}); unset, a "
+        "missing topic is refused at deploy (naming it and the closest existing topic).",
     )
     group: str | None = Field(
         default=None,
@@ -169,6 +175,9 @@ class KafkaSourceConfig(BaseModel):
         if not names or not all(names):
             msg = f"topic is {value!r}; name a topic, or a non-empty list of topic names"
             raise ValueError(msg)
+        problems = [p for p in map(topic_name_problem, names) if p]
+        if problems:
+            raise ValueError("; ".join(problems))
         return value
 
     @property

@@ -1,0 +1,83 @@
+"""Where the stack's logs are: ``eventbus logs gateway|controller|PIPELINE``.
+
+The gateway ``eventbus up`` starts writes ``<home>/logs/gateway.log``. The controller and a
+pipeline's replicas are Ray actors: each writes to its worker's files in the Ray session's log
+folder (``<temp dir>/session_latest/logs/worker-*.err|.out``), which Ray begins with a line
+``:actor_name:<class>`` (``Controller``; ``ServeReplica:eventbus-<pipeline>:<deployment>`` for
+a replica); Ray Serve also keeps a log per replica (``serve/replica_eventbus-<pipeline>_*``).
+No Ray import: the files are read where the stack runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["actor_logs", "pipeline_logs", "session_logs", "tail_lines"]
+
+_MARKER = ":actor_name:"
+#: Lines at the top of a worker's file where Ray's markers are (``:job_id:`` comes first).
+_HEAD_LINES = 4
+
+
+def session_logs(temp_dir: str | Path) -> Path:
+    """The log folder of the newest Ray session under ``temp_dir``."""
+    return Path(temp_dir) / "session_latest" / "logs"
+
+
+def _markers(path: Path) -> Iterator[str]:
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as f:
+            for _ in range(_HEAD_LINES):
+                line = f.readline()
+                if not line:
+                    return
+                if line.startswith(_MARKER):
+                    yield line[len(_MARKER) :].strip()
+    except OSError:
+        return
+
+
+def actor_logs(logs: Path, actor_class: str, *, prefix: bool = False) -> list[Path]:
+    """The worker files of the actors of class ``actor_class`` (``prefix``: whose class starts
+    with it), newest first."""
+    found = []
+    for path in logs.glob("worker-*"):
+        if path.suffix not in (".err", ".out"):
+            continue
+        for cls in _markers(path):
+            if cls == actor_class or (prefix and cls.startswith(actor_class)):
+                found.append(path)
+                break
+    return _newest_first(found)
+
+
+def pipeline_logs(logs: Path, app: str) -> list[Path]:
+    """A pipeline's replica logs (Serve application ``app``): its workers' stderr/stdout and
+    Serve's per-replica logs, newest first."""
+    serve = list((logs / "serve").glob(f"replica_{app}_*.log"))
+    return actor_logs(logs, f"ServeReplica:{app}:", prefix=True) + _newest_first(serve)
+
+
+def _newest_first(paths: Iterator[Path] | list[Path]) -> list[Path]:
+    def mtime(p: Path) -> float:
+        try:
+            return p.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    return sorted(paths, key=mtime, reverse=True)
+
+
+def tail_lines(path: Path, n: int) -> list[str]:
+    """The last ``n`` lines of a file (Ray's marker lines left out), read from its end."""
+    with path.open("rb") as f:
+        f.seek(0, 2)
+        size = f.tell()
+        chunk = min(size, max(4096, n * 400))
+        f.seek(size - chunk)
+        text = f.read().decode("utf-8", errors="replace")
+    lines = [line for line in text.splitlines() if not line.startswith((":job_id:", _MARKER))]
+    if chunk < size and lines:
+        lines = lines[1:]  # the first one may be cut
+    return lines[-n:]
