@@ -33,9 +33,10 @@ def text(name: str, expr: str = "data.n > 0") -> str:
             "kind": "Pipeline",
             "metadata": {"name": name},
             "spec": {
-                "sources": [{"kafka": {"topic": "in"}}],
+                # created at the first deploy on the session's broker (deploy checks topics)
+                "sources": [{"kafka": {"topic": "deploys-in", "create": {"partitions": 1}}}],
                 "steps": [{"id": "keep", "filter": expr}],
-                "sink": {"kafka": {"topic": "out"}},
+                "sink": {"kafka": {"topic": "deploys-out", "create": {"partitions": 1}}},
             },
         }
     )
@@ -91,6 +92,15 @@ class Side:
         self.done.append(f"forget {name}")
 
 
+@pytest.fixture(autouse=True)
+def _broker(kafka_bootstrap: str) -> None:
+    global BOOTSTRAP  # the session's broker, for reconciler()
+    BOOTSTRAP = kafka_bootstrap
+
+
+BOOTSTRAP = ""
+
+
 @pytest.fixture
 def client(redis_url: str) -> Iterator[redis.Redis]:
     r = redis.Redis.from_url(redis_url, decode_responses=True)
@@ -108,7 +118,7 @@ def names(client: redis.Redis) -> Iterator[list[str]]:
 
 
 def reconciler(client: redis.Redis, side: Side) -> Deploys:
-    return Deploys(client, side, side, side, PipelineLocks(), "stack:9092", None)  # type: ignore[arg-type]
+    return Deploys(client, side, side, side, PipelineLocks(), BOOTSTRAP, None)  # type: ignore[arg-type]
 
 
 def deploy(d: Deploys, body: str) -> dict[str, Any]:
