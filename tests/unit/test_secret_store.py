@@ -222,6 +222,19 @@ def test_sink_and_kafka_client_references_are_checked_too(redis: Any) -> None:
     ]
 
 
+def test_a_standard_webhooks_secret_is_checked_like_the_others(redis: Any, key: bytes) -> None:
+    swh = PipelineConfig.model_validate(doc({"standard_webhooks": {"secret": {"secret": "WH"}}}))
+    (line,) = secret_reference_problems(swh, redis, "w.yaml")
+    assert line.startswith(
+        "w.yaml: spec.sources[0].http.auth.standard_webhooks.secret: secret 'WH'"
+    )
+    SecretStore(redis, key).set("WH", b"whsec_" + b"a2V5a2V5a2V5a2V5")
+    assert secret_reference_problems(swh, redis, "w.yaml") == []
+    old = PipelineConfig.model_validate(doc({"standard_webhooks": {"secret_env": "WH_ENV"}}))
+    (notice,) = deprecated_spellings(old)
+    assert "standard_webhooks: secret_env is deprecated; write secret: {env: WH_ENV}" in notice
+
+
 def test_old_spelling_keeps_working_with_a_notice() -> None:
     config = PipelineConfig.model_validate(doc({"hmac_sha256": {"secret_env": "HOOK_KEY"}}))
     (notice,) = deprecated_spellings(config)

@@ -41,6 +41,9 @@ def _gateway_refs(config: PipelineConfig) -> Iterator[tuple[str, SecretRef]]:
             if auth.hmac_sha256 is not None:
                 where = f"spec.sources[{i}].{kind}.auth.hmac_sha256.secret"
                 yield where, auth.hmac_sha256.reference()
+            if auth.standard_webhooks is not None:
+                where = f"spec.sources[{i}].{kind}.auth.standard_webhooks.secret"
+                yield where, auth.standard_webhooks.reference()
             if auth.bearer is not None:
                 yield f"spec.sources[{i}].{kind}.auth.bearer.token", auth.bearer.reference()
 
@@ -53,7 +56,7 @@ def deprecated_spellings(config: PipelineConfig) -> list[str]:
         for kind in ("http", "grpc"):
             ingress = getattr(src, kind, None)
             auth = getattr(ingress, "auth", None) if ingress is not None else None
-            for name in ("hmac_sha256", "bearer"):
+            for name in ("hmac_sha256", "standard_webhooks", "bearer"):
                 part = getattr(auth, name, None) if auth is not None else None
                 notice = part.deprecation() if part is not None else None
                 if notice:
