@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 import eventbus
-from eventbus._client import ClientStats
+from eventbus._client._router import ClientStats
 from eventbus.errors import IngressError
 from tests.integration.kafka_helpers import collect
 

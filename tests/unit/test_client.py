@@ -20,15 +20,14 @@ import eventbus
 from eventbus import CloudEvent
 from eventbus._client import (
     Accepted,
-    AsyncHttpTransport,
     ClusterInfo,
     Unavailable,
-    _answer,
-    _grpc_error,
     dump_registry,
     parse_registry,
     read_registry,
 )
+from eventbus._client._grpc import _grpc_error
+from eventbus._client._http import AsyncHttpTransport, _answer
 from eventbus.errors import ConfigError, IngressError
 
 

@@ -80,7 +80,7 @@ def test_keeper_key() -> None:
 
 
 def test_users_of_the_layout_spell_it_through_the_module() -> None:
-    from eventbus._client import KEEPER_KEY
+    from eventbus._client._registry import KEEPER_KEY
     from eventbus.eventing._delivery import RedisDeduper
     from eventbus.pipelines.steps._allocate import duals_key
 

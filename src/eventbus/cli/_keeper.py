@@ -100,7 +100,7 @@ def add(
 ) -> None:
     """Register a cluster (or replace the one of the same name)."""
     keeper = _keeper(keeper_redis)
-    from eventbus._client import ClusterInfo
+    from eventbus._client._registry import ClusterInfo
     from eventbus.serving._keeper import cluster_from_home
 
     given: dict[str, Any] = {
@@ -153,7 +153,7 @@ def list_(
     except EventBusError as exc:
         fail(str(exc))
     if as_json:
-        from eventbus._client import dump_registry
+        from eventbus._client._registry import dump_registry
 
         print(dump_registry(clusters))
         return

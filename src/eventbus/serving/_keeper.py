@@ -1,7 +1,8 @@
 """The keeper: one pipeline on several Ray clusters, and the traffic weight of each.
 
-The registry of clusters is one JSON document (:func:`eventbus._client.dump_registry`) in
-the Redis key ``eventbus:keeper:clusters`` of the *keeper Redis*, or in a file. Clients
+The registry of clusters is one JSON document
+(:func:`eventbus._client._registry.dump_registry`) in the Redis key
+``eventbus:keeper:clusters`` of the *keeper Redis*, or in a file. Clients
 (:class:`eventbus.Client`) read it to find the gateways. Any Redis every client reaches
 will do; a separate, persistent one outlives the clusters it describes (a cluster's own Redis
 works too, but clients then keep their last copy while that cluster is down).
@@ -21,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from eventbus._client import ClusterInfo, dump_registry, parse_registry
+from eventbus._client._registry import ClusterInfo, dump_registry, parse_registry
 from eventbus._internal import keys
 from eventbus.errors import ConfigError, DeployError
 
@@ -138,7 +139,7 @@ class Keeper:
 
     def clusters(self) -> list[ClusterInfo]:
         """The registered clusters."""
-        from eventbus._client import read_registry
+        from eventbus._client._registry import read_registry
 
         try:
             if self._redis:
