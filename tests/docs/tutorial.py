@@ -73,16 +73,19 @@ def _line(expected: str) -> re.Pattern[str]:
     return re.compile(".*".join(re.escape(part) for part in expected.split("...")))
 
 
-def _match_from(exp: list[str], act: list[str], i: int, j: int) -> bool:
-    if i == len(exp):
-        return True
-    if exp[i] == "...":
-        return any(_match_from(exp, act, i + 1, k) for k in range(j, len(act) + 1))
-    return (
-        j < len(act)
-        and bool(_line(exp[i]).fullmatch(act[j]))
-        and _match_from(exp, act, i + 1, j + 1)
-    )
+def _shows(exp: list[str], act: list[str]) -> bool:
+    """Whether ``act`` holds ``exp`` somewhere: the set of line positions each prefix of
+    ``exp`` can end at, one expected line at a time (linear in both, whatever the ``...``)."""
+    ends = set(range(len(act) + 1))
+    for line in exp:
+        if not ends:
+            return False
+        if line == "...":
+            ends = set(range(min(ends), len(act) + 1))
+        else:
+            pattern = _line(line)
+            ends = {j + 1 for j in ends if j < len(act) and pattern.fullmatch(act[j])}
+    return bool(ends)
 
 
 def _records(text: str) -> list[str]:
@@ -98,7 +101,6 @@ def mismatch(expected: str, actual: str, unordered: bool = False) -> str | None:
     """None when ``actual`` shows ``expected`` (see the module's rules), else which part of
     ``expected`` it does not show."""
     for part in _records(expected) if unordered else [expected]:
-        exp, act = _norm(part), _norm(actual)
-        if not any(_match_from(exp, act, 0, j) for j in range(len(act) + 1)):
+        if not _shows(_norm(part), _norm(actual)):
             return part
     return None
