@@ -25,18 +25,28 @@ payment.large /shop/eu demo-1
 """
 
 
-def test_lines_in_order_with_ellipses() -> None:
-    assert mismatch("published 6 event(s) to ...\npayment.large /shop/us demo-5", PRINTED) is None
-    assert mismatch('payment.large ... demo-5\n...\n  "fraud_score": 0.3536', PRINTED) is None
+def test_the_whole_output_in_order_with_ellipses() -> None:
+    assert (
+        mismatch("published 6 event(s) to ...\npayment.large /shop/us demo-5\n...", PRINTED) is None
+    )
+    assert (
+        mismatch('...\npayment.large ... demo-5\n...\n  "fraud_score": 0.3536\n}', PRINTED) is None
+    )
     assert mismatch("...\n}", PRINTED) is None
+    assert mismatch(PRINTED, PRINTED) is None
+    # an extra line before or after (a new warning, say) is caught
+    assert mismatch(PRINTED, PRINTED + "warning: deprecated\n") is not None
+    assert mismatch(PRINTED, "warning: deprecated\n" + PRINTED) is not None
 
 
 def test_a_wrong_value_a_wrong_order_or_a_gap_is_caught() -> None:
-    assert mismatch('"amount": 25001', PRINTED) is not None
-    assert mismatch("payment.large /shop/eu demo-1\npayment.large /shop/us demo-5", PRINTED)
+    assert mismatch('...\n"amount": 25001,\n...', PRINTED) is not None
+    assert mismatch(
+        "...\npayment.large /shop/eu demo-1\n...\npayment.large /shop/us demo-5\n...", PRINTED
+    )
     # consecutive lines must be consecutive: without `...`, no line may be skipped
-    assert mismatch('payment.large /shop/us demo-5\n"amount": 25000', PRINTED) is not None
-    assert mismatch('payment.large /shop/us demo-5\n{\n"amount": 25000,', PRINTED) is None
+    assert mismatch('...\npayment.large /shop/us demo-5\n"amount": 25000,\n...', PRINTED)
+    assert mismatch('...\npayment.large /shop/us demo-5\n{\n"amount": 25000,\n...', PRINTED) is None
     assert mismatch("anything", "") == "anything"
 
 
@@ -58,9 +68,10 @@ def test_blanks_and_table_rules_of_any_width_are_one() -> None:
 
 
 def test_many_ellipses_over_a_long_output_stay_linear() -> None:
-    printed = "x\n" * 20_000
+    printed = "x\n" * 5_000
     assert mismatch("...\ny\n" * 50, printed) is not None
-    assert mismatch("...\nx\n" * 50, printed) is None
+    assert mismatch("...\nx\n" * 50 + "...", printed) is None
+    assert mismatch("...\nx\n" * 50 + "...", printed, unordered=True) is None
 
 
 TUTORIALS = sorted((DOCS / "tutorials").glob("*.md"))

@@ -6,12 +6,13 @@ The marks (the HTML comment on the line before a fence, as in ``blocks.py``):
 - ``<!-- docs-test: output -->`` on a ``text`` block: what the shell block before it prints
   (stdout and stderr, as a terminal shows them). ``...`` in a line matches anything in it; a
   line of only ``...`` matches any number of lines; runs of blanks count as one, so do runs
-  of a table's rule characters (``━``, ``─``), and blank lines are ignored. The lines must appear in this order, one after the other except where a
-  ``...`` line stands; output before and after them is allowed.
-- ``<!-- docs-test: output unordered -->``: the same per record (a record starts at each line
-  that begins with a letter); the records may come in any order.
+  of a table's rule characters (``━``, ``─``), and blank lines are ignored. The block is the
+  whole output: line for line, in this order, except where a ``...`` line stands (so a new
+  warning fails the page until the page shows it).
+- ``<!-- docs-test: output unordered -->``: per record (a record starts at each line that
+  begins with a letter), each record somewhere in the output, in any order.
 - ``<!-- docs-test: output background -->``: what the background block (below) has printed
-  by now; the test waits for it.
+  by now, as with ``unordered``; the test waits for it.
 - ``<!-- docs-test: file NAME -->`` on a YAML or Python block: the reader saves it as NAME.
 - ``<!-- docs-test: background -->`` on a shell block: the reader runs it in a second
   terminal; it keeps running until the tutorial ends.
@@ -73,10 +74,11 @@ def _line(expected: str) -> re.Pattern[str]:
     return re.compile(".*".join(re.escape(part) for part in expected.split("...")))
 
 
-def _shows(exp: list[str], act: list[str]) -> bool:
-    """Whether ``act`` holds ``exp`` somewhere: the set of line positions each prefix of
-    ``exp`` can end at, one expected line at a time (linear in both, whatever the ``...``)."""
-    ends = set(range(len(act) + 1))
+def _shows(exp: list[str], act: list[str], whole: bool) -> bool:
+    """Whether ``act`` is ``exp`` (``whole``) or holds it somewhere: the set of line positions
+    each prefix of ``exp`` can end at, one expected line at a time (linear in both, whatever
+    the ``...``)."""
+    ends = {0} if whole else set(range(len(act) + 1))
     for line in exp:
         if not ends:
             return False
@@ -85,7 +87,7 @@ def _shows(exp: list[str], act: list[str]) -> bool:
         else:
             pattern = _line(line)
             ends = {j + 1 for j in ends if j < len(act) and pattern.fullmatch(act[j])}
-    return bool(ends)
+    return len(act) in ends if whole else bool(ends)
 
 
 def _records(text: str) -> list[str]:
@@ -101,6 +103,6 @@ def mismatch(expected: str, actual: str, unordered: bool = False) -> str | None:
     """None when ``actual`` shows ``expected`` (see the module's rules), else which part of
     ``expected`` it does not show."""
     for part in _records(expected) if unordered else [expected]:
-        if not _shows(_norm(part), _norm(actual)):
+        if not _shows(_norm(part), _norm(actual), whole=not unordered):
             return part
     return None
