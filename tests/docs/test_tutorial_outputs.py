@@ -3,11 +3,12 @@ tutorials' marks (the pages run in tests/integration/test_tutorials.py)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from tests.docs.blocks import DOCS
+from tests.docs.blocks import DOCS, ROOT, blocks
 from tests.docs.tutorial import mismatch, steps
 
 PRINTED = """\
@@ -89,3 +90,11 @@ def test_output_and_file_marks_are_well_placed(page: Path) -> None:
 def test_the_first_tutorial_shows_every_step_s_output() -> None:
     first = [s for s in steps(DOCS / "tutorials" / "first-pipeline.md") if s.kind == "shell"]
     assert len(first) >= 5 and all(s.expected for s in first)
+
+
+def test_only_the_install_step_is_not_run() -> None:
+    """The tutorials' skipped shell blocks: the install, whose target must exist."""
+    skipped = [b for b in blocks() if b.path.parent == DOCS / "tutorials" and b.mark == "skip"]
+    assert [b.where for b in skipped] == [b.where for b in skipped if "make setup" in b.text]
+    assert len(skipped) == 1
+    assert re.search(r"^setup:", (ROOT / "Makefile").read_text(), re.M)
