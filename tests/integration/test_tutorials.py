@@ -1,0 +1,177 @@
+"""The tutorials, followed as a new user follows them: each page's shell blocks run in order
+with bash, in a fresh directory holding the repository's examples, against the stack the page
+itself starts (``eventbus up``, a fresh EVENTBUS_HOME) and stops; the files it says to save are
+taken from the page; what it says the reader will see is checked (``tests/docs/tutorial.py``).
+A page that is wrong fails here: fix the page."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.docs.blocks import DOCS, ROOT
+from tests.docs.tutorial import Step, mismatch, steps
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.kafka,
+    pytest.mark.ray,
+    pytest.mark.redis,
+    pytest.mark.slow,
+]
+
+STATE = ".docs-test-env"  # the shell's variables, carried from one block to the next
+# Each block runs as the reader types it, with the variables of the blocks before it; bash
+# stops at the first failing command.
+PROLOGUE = f"set -a; [ -f {STATE} ] && . ./{STATE}; set -eo pipefail\n"
+EPILOGUE = f"\nexport -p > {STATE}\n"
+
+
+class Tutorial:
+    """A page's steps run in ``workdir``: a clone's examples, the repository's venv on PATH."""
+
+    def __init__(self, page: Path, workdir: Path) -> None:
+        self.page, self.workdir = page, workdir
+        shutil.copytree(
+            ROOT / "examples", workdir / "examples", ignore=shutil.ignore_patterns("__pycache__")
+        )
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "EVENTBUS_"))
+        }
+        venv_bin = str(Path(sys.executable).parent)
+        src = str(ROOT / "src")  # this checkout's code, whatever the venv's editable install
+        env.update(
+            PATH=f"{venv_bin}:{env.get('PATH', '/usr/bin:/bin')}",
+            PYTHONPATH=f"{src}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else src,
+            EVENTBUS_HOME=str(workdir / "eventbus-home"),
+            COLUMNS="200",  # a wide terminal: rich tables and lines unwrapped
+            PYTHONUNBUFFERED="1",  # a background program prints as on a terminal
+            RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+        )
+        self.env = env
+        self.background: list[tuple[subprocess.Popen[bytes], Path]] = []
+        self.transcript: list[str] = []
+
+    def run(self) -> None:
+        for step in steps(self.page):
+            t0 = time.monotonic()
+            if step.kind == "file":
+                (self.workdir / step.name).write_text(step.block.text)
+            elif step.kind == "background":
+                self._start(step)
+            elif step.kind == "await":
+                self._await(step)
+            else:
+                self._shell(step)
+            print(f"{step.block.where}: {step.kind} {time.monotonic() - t0:.1f} s")
+
+    def _shell(self, step: Step) -> None:
+        res = subprocess.run(
+            ["bash", "-c", PROLOGUE + step.block.text + EPILOGUE],
+            cwd=self.workdir,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        self.transcript.append(f"$ {step.block.where}\n{res.stdout}")
+        assert res.returncode == 0, (
+            f"{step.block.where}: the block failed (exit {res.returncode}):\n"
+            f"{step.block.text}\n--- output\n{res.stdout}"
+        )
+        if step.expected is not None:
+            missing = mismatch(step.expected, res.stdout, step.unordered)
+            assert missing is None, (
+                f"{step.block.where}: the page says the reader sees\n{missing}\n"
+                f"--- but the block printed\n{res.stdout}"
+            )
+
+    def _start(self, step: Step) -> None:
+        log = self.workdir / f"background-{len(self.background)}.log"
+        with log.open("wb") as sink:
+            proc = subprocess.Popen(
+                ["bash", "-c", PROLOGUE + "exec " + step.block.text.strip()],
+                cwd=self.workdir,
+                env=self.env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.background.append((proc, log))
+
+    def _await(self, step: Step, within_s: float = 60) -> None:
+        assert self.background, f"{step.block.where}: no background block runs before it"
+        proc, log = self.background[-1]
+        assert step.expected is not None
+        deadline = time.monotonic() + within_s
+        while (missing := mismatch(step.expected, log.read_text(), unordered=True)) is not None:
+            assert proc.poll() is None, f"{step.block.where}: the background block exited:\n" + (
+                log.read_text()
+            )
+            assert time.monotonic() < deadline, (
+                f"{step.block.where}: within {within_s:.0f} s the background block did not "
+                f"print\n{missing}\n--- it printed\n{log.read_text()}"
+            )
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        """Stop what the page started, whether or not it got as far as `eventbus down`."""
+        for proc, _ in self.background:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=30)
+        down = subprocess.run(
+            ["eventbus", "down"],
+            cwd=self.workdir,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        if down.returncode != 0:  # reported, not raised: the page's own failure comes first
+            print(f"eventbus down failed: {down.stdout}{down.stderr}")
+
+
+def follow(page: Path, workdir: Path) -> None:
+    tutorial = Tutorial(page, workdir)
+    try:
+        tutorial.run()
+    finally:
+        tutorial.close()
+    print("\n".join(tutorial.transcript))
+
+
+# up, deploy, publish, tail, HTTP, status, down: ~80 s on a quiet 2-core machine
+@pytest.mark.timeout(600)
+def test_the_first_tutorial_runs_as_written(tmp_path: Path) -> None:
+    page = DOCS / "tutorials" / "first-pipeline.md"
+    kinds = [s.kind for s in steps(page)]
+    assert kinds.count("shell") >= 5 and kinds[-1] == "shell"
+    assert any("eventbus up" in s.block.text for s in steps(page))
+    assert steps(page)[-1].block.text.strip().endswith("eventbus down")
+    assert all(s.expected for s in steps(page) if s.kind == "shell"), "a step without its output"
+    follow(page, tmp_path)
+
+
+# up, deploy, a subscriber, signed webhooks, a refusal, down: ~80 s on a quiet 2-core machine
+@pytest.mark.timeout(600)
+def test_the_webhooks_tutorial_runs_as_written(tmp_path: Path) -> None:
+    page = DOCS / "tutorials" / "webhooks.md"
+    kinds = [s.kind for s in steps(page)]
+    assert kinds.count("file") == 3 and "background" in kinds and "await" in kinds
+    assert steps(page)[-1].block.text.strip() == "eventbus down"
+    with socket.socket() as probe:  # the page's subscriber listens on 127.0.0.1:9000
+        busy = probe.connect_ex(("127.0.0.1", 9000)) == 0
+    assert not busy, "port 9000, the webhooks tutorial's subscriber's, is taken: free it"
+    follow(page, tmp_path)
