@@ -33,7 +33,7 @@ from eventbus.pipelines.steps._aggregate_ops import (
 )
 from eventbus.pipelines.steps._aggregate_output import window_event
 from eventbus.pipelines.steps._aggregate_program import compile_aggregate
-from eventbus.pipelines.steps._join import format_time_ms
+from eventbus.pipelines.steps._join_output import format_time_ms
 from eventbus.pipelines.steps._join_state import now_ms
 from eventbus.registry import steps
 

@@ -13,7 +13,7 @@ from eventbus.eventing._codecs import event_from_json
 from eventbus.eventing._event import CloudEvent
 from eventbus.pipelines.steps._aggregate_ops import Window, number
 from eventbus.pipelines.steps._aggregate_program import AggregateProgram
-from eventbus.pipelines.steps._join import format_time_ms
+from eventbus.pipelines.steps._join_output import format_time_ms
 from eventbus.pipelines.steps._values import json_value
 
 __all__ = ["window_event"]
