@@ -601,9 +601,9 @@ async def test_a_content_length_that_lies_is_not_believed() -> None:
 async def test_a_body_that_stops_arriving_is_408(
     monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
-    import eventbus.gateway._http as http
+    import eventbus.gateway._http_io as http_io
 
-    monkeypatch.setattr(http, "BODY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(http_io, "BODY_TIMEOUT_S", 0.2)
     never = asyncio.Event()
 
     async def slowloris():
