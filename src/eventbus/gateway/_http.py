@@ -43,8 +43,9 @@ from eventbus.gateway._http_io import (
     wait_of,
 )
 from eventbus.gateway._http_openapi import REQUEST_BODY, RESPONSES
-from eventbus.gateway._ingress import Ingress, Route, split_outcomes
+from eventbus.gateway._ingress import Ingress, split_outcomes
 from eventbus.gateway._replies import JSON_HEADERS, Reply, error_reply, to_response
+from eventbus.gateway._routes import Route
 from eventbus.observability._tracing import end_spans, start_event_spans, tracer
 
 __all__ = ["MAX_HEADER_BYTES", "build_http_app"]

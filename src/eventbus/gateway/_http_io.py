@@ -11,8 +11,8 @@ from urllib.parse import parse_qsl
 from fastapi import Request
 
 from eventbus.errors import IngressError
-from eventbus.gateway._ingress import Route
 from eventbus.gateway._replies import Reply, error_reply
+from eventbus.gateway._routes import Route
 
 __all__ = [
     "BODY_TIMEOUT_S",

@@ -23,7 +23,8 @@ from eventbus.eventing._protobuf import event_to_proto, events_to_proto_batch
 from eventbus.gateway._backend import _to_record
 from eventbus.gateway._grpc import MAX_METADATA_BYTES, build_grpc_server
 from eventbus.gateway._http import MAX_HEADER_BYTES, build_http_app
-from eventbus.gateway._ingress import MAX_ATTRIBUTE_CHARS, MAX_BATCH_EVENTS, Ingress, RouteTable
+from eventbus.gateway._ingress import MAX_ATTRIBUTE_CHARS, MAX_BATCH_EVENTS, Ingress
+from eventbus.gateway._routes import RouteTable
 from eventbus.observability import configure_tracing, shutdown_tracing
 from tests.unit.gateway.conftest import STEPS, MemoryBackend, pipeline_doc
 
