@@ -445,7 +445,8 @@ async def test_async_client_fails_over_under_concurrency() -> None:
 
 def _gateway_app(fail: Exception | None = None) -> Any:
     from eventbus.gateway._http import build_http_app
-    from eventbus.gateway._ingress import Ingress, RouteTable
+    from eventbus.gateway._ingress import Ingress
+    from eventbus.gateway._routes import RouteTable
     from eventbus.pipelines._config import PipelineConfig
     from eventbus.pipelines._runner import PipelineRunner
 

@@ -29,7 +29,7 @@ from eventbus._internal.secret_store import (
 )
 from eventbus.errors import ConfigError
 from eventbus.eventing._kafka_client import SecretRef
-from eventbus.gateway._ingress import RouteTable
+from eventbus.gateway._routes import RouteTable
 from eventbus.pipelines._config import PipelineConfig
 from eventbus.serving._secret_check import deprecated_spellings, secret_reference_problems
 

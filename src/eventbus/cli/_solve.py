@@ -126,7 +126,7 @@ def solve_command(
             EXIT_FAILED,
         )
     if publish is not None:
-        from eventbus.pipelines.steps._allocate import publish_duals
+        from eventbus.pipelines.steps._allocate_config import publish_duals
 
         pipeline, step = publish.split(":")
         assert redis_url is not None

@@ -21,8 +21,9 @@ from eventbus.gateway._backend import GatewayBackend
 from eventbus.gateway._batcher import MicroBatcher
 from eventbus.gateway._grpc import build_grpc_server, grpc_status
 from eventbus.gateway._http import build_http_app
-from eventbus.gateway._ingress import Ingress, IngressBackend, Route, RouteTable, split_outcomes
+from eventbus.gateway._ingress import Ingress, IngressBackend, split_outcomes
 from eventbus.gateway._observer import Observer, add_observability_routes
+from eventbus.gateway._routes import Route, RouteTable
 from eventbus.gateway._server import Gateway, run_gateway
 
 __all__ = [

@@ -127,6 +127,31 @@ def add_admin_routes(
     """
     router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
+    async def call(method: str, *args: Any, **kwargs: Any) -> Any:
+        handle = controller()
+        return await getattr(handle, method).remote(*args, **kwargs)
+
+    guarded = [Depends(_authoriser(token))]
+    _add_record_routes(router, call, guarded)
+    _add_rollout_routes(router, call, guarded)
+    before = list(app.router.routes)
+    app.include_router(router)
+    # The event routes end in a POST catch-all (``/{path:path}``): the admin routes go first.
+    # By identity, not by path: FastAPI 0.165 includes a router as one entry without a path.
+    mine = [r for r in app.router.routes if not any(r is b for b in before)]
+    app.router.routes[:] = [*mine, *before]
+    app.add_exception_handler(_Refused, _refused)  # type: ignore[arg-type]
+    for exc_type, status_code in (
+        (PipelineNotFoundError, 404),
+        (PipelineConfigError, 422),
+        (DeployError, 409),
+    ):
+        app.add_exception_handler(exc_type, _mapped(status_code))
+
+
+def _authoriser(token: str | None) -> Callable[[Request], Awaitable[None]]:
+    """The dependency every admin route has: the bearer token checked (404 when the API is off)."""
+
     async def authorise(request: Request) -> None:
         if token is None:
             raise _Refused(
@@ -142,11 +167,14 @@ def add_admin_routes(
         if not hmac.compare_digest(given.strip().encode(), token.encode()):
             raise _Refused(401, "the admin token is not valid")
 
-    async def call(method: str, *args: Any, **kwargs: Any) -> Any:
-        handle = controller()
-        return await getattr(handle, method).remote(*args, **kwargs)
+    return authorise
 
-    guarded = [Depends(authorise)]
+
+_Call = Callable[..., Awaitable[Any]]
+
+
+def _add_record_routes(router: APIRouter, call: _Call, guarded: list[Any]) -> None:
+    """List, deploy, get and delete pipelines."""
 
     @router.get("/pipelines", dependencies=guarded, summary="List the deployed pipelines")
     async def list_pipelines() -> Response:
@@ -191,6 +219,10 @@ def add_admin_routes(
         await call("delete", name)
         return Response(status_code=204)
 
+
+def _add_rollout_routes(router: APIRouter, call: _Call, guarded: list[Any]) -> None:
+    """Versions, rollback, canaries and status."""
+
     @router.get(
         "/pipelines/{name}/versions", dependencies=guarded, summary="A pipeline's kept versions"
     )
@@ -228,19 +260,9 @@ def add_admin_routes(
         if len(body) > MAX_YAML_BYTES:
             return _problem(413, f"pipeline YAML over {MAX_YAML_BYTES} bytes")
         text = body.decode("utf-8", errors="replace")
-        import yaml
-
-        from eventbus.pipelines._yaml import load_yaml  # anchors/aliases refused (no bombs)
-
-        try:
-            named = ((load_yaml(text)[1] or {}).get("metadata") or {}).get("name")
-        except (yaml.YAMLError, AttributeError):
-            named = None  # the controller reports the YAML's problems
-        if named is not None and named != name:
-            return _problem(
-                400,
-                f"the YAML is of pipeline {named!r}, not {name!r}; post it to /v1/admin/pipelines/{named}/canary",
-            )
+        wrong = _other_pipeline(text, name)
+        if wrong is not None:
+            return wrong
         info = await call("deploy_canary", text, filename, [], weights=ws, step_s=step_s)
         return JSONResponse(info, status_code=201)
 
@@ -264,19 +286,23 @@ def add_admin_routes(
     async def status(name: str) -> Response:
         return JSONResponse(await call("status", name))
 
-    before = list(app.router.routes)
-    app.include_router(router)
-    # The event routes end in a POST catch-all (``/{path:path}``): the admin routes go first.
-    # By identity, not by path: FastAPI 0.165 includes a router as one entry without a path.
-    mine = [r for r in app.router.routes if not any(r is b for b in before)]
-    app.router.routes[:] = [*mine, *before]
-    app.add_exception_handler(_Refused, _refused)  # type: ignore[arg-type]
-    for exc_type, status_code in (
-        (PipelineNotFoundError, 404),
-        (PipelineConfigError, 422),
-        (DeployError, 409),
-    ):
-        app.add_exception_handler(exc_type, _mapped(status_code))
+
+def _other_pipeline(text: str, name: str) -> Response | None:
+    """A 400 when the YAML posted to ``name``'s canary names another pipeline."""
+    import yaml
+
+    from eventbus.pipelines._yaml import load_yaml  # anchors/aliases refused (no bombs)
+
+    try:
+        named = ((load_yaml(text)[1] or {}).get("metadata") or {}).get("name")
+    except (yaml.YAMLError, AttributeError):
+        named = None  # the controller reports the YAML's problems
+    if named is not None and named != name:
+        return _problem(
+            400,
+            f"the YAML is of pipeline {named!r}, not {name!r}; post it to /v1/admin/pipelines/{named}/canary",
+        )
+    return None
 
 
 class _Refused(Exception):

@@ -28,13 +28,8 @@ from eventbus.eventing._protobuf import (
     events_to_proto_batch,
 )
 from eventbus.gateway._auth import answer_sync
-from eventbus.gateway._ingress import (
-    MAX_ATTRIBUTE_CHARS,
-    MAX_BATCH_EVENTS,
-    Ingress,
-    Route,
-    split_outcomes,
-)
+from eventbus.gateway._ingress import MAX_ATTRIBUTE_CHARS, MAX_BATCH_EVENTS, Ingress, split_outcomes
+from eventbus.gateway._routes import Route
 
 __all__ = [
     "DEADLINE_MARGIN_S",

@@ -22,7 +22,8 @@ from typing import Any
 from eventbus._internal import keys
 from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.gateway._backend import GatewayBackend
-from eventbus.gateway._ingress import Ingress, RouteTable
+from eventbus.gateway._ingress import Ingress
+from eventbus.gateway._routes import RouteTable
 
 __all__ = ["Gateway", "run_gateway"]
 

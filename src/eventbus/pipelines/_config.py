@@ -42,7 +42,7 @@ from eventbus.pipelines._routes_config import (
     loop_problems,
     route_problems,
 )
-from eventbus.pipelines.steps._allocate import AllocateConfig
+from eventbus.pipelines.steps._allocate_config import AllocateConfig
 from eventbus.pipelines.steps._convert import ConvertConfig
 from eventbus.pipelines.steps._filter import FilterDialect
 from eventbus.pipelines.steps._function import FunctionStepConfig

@@ -9,7 +9,8 @@ import pytest
 
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Outcome
-from eventbus.gateway._ingress import Ingress, RouteTable
+from eventbus.gateway._ingress import Ingress
+from eventbus.gateway._routes import RouteTable
 from eventbus.pipelines._config import PipelineConfig
 from eventbus.pipelines._runner import PipelineRunner
 

@@ -19,7 +19,8 @@ from eventbus.gateway._auth import (
     index_tokens,
     load_credentials,
 )
-from eventbus.gateway._ingress import Ingress, RouteTable
+from eventbus.gateway._ingress import Ingress
+from eventbus.gateway._routes import RouteTable
 from tests.unit.gateway.conftest import MemoryBackend, pipeline_doc
 
 BODY = b'{"amount": 5}'

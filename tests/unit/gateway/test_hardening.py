@@ -23,7 +23,8 @@ from eventbus.eventing._protobuf import event_to_proto, events_to_proto_batch
 from eventbus.gateway._backend import _to_record
 from eventbus.gateway._grpc import MAX_METADATA_BYTES, build_grpc_server
 from eventbus.gateway._http import MAX_HEADER_BYTES, build_http_app
-from eventbus.gateway._ingress import MAX_ATTRIBUTE_CHARS, MAX_BATCH_EVENTS, Ingress, RouteTable
+from eventbus.gateway._ingress import MAX_ATTRIBUTE_CHARS, MAX_BATCH_EVENTS, Ingress
+from eventbus.gateway._routes import RouteTable
 from eventbus.observability import configure_tracing, shutdown_tracing
 from tests.unit.gateway.conftest import STEPS, MemoryBackend, pipeline_doc
 
@@ -601,9 +602,9 @@ async def test_a_content_length_that_lies_is_not_believed() -> None:
 async def test_a_body_that_stops_arriving_is_408(
     monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
-    import eventbus.gateway._http as http
+    import eventbus.gateway._http_io as http_io
 
-    monkeypatch.setattr(http, "BODY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(http_io, "BODY_TIMEOUT_S", 0.2)
     never = asyncio.Event()
 
     async def slowloris():

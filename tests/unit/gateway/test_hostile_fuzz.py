@@ -24,7 +24,8 @@ from eventbus.eventing._proto import cloudevents_pb2 as pb
 from eventbus.eventing._proto import eventbus_pb2_grpc
 from eventbus.gateway._grpc import build_grpc_server
 from eventbus.gateway._http import build_http_app
-from eventbus.gateway._ingress import Ingress, RouteTable
+from eventbus.gateway._ingress import Ingress
+from eventbus.gateway._routes import RouteTable
 from tests.unit.gateway.conftest import ENV, MemoryBackend, default_docs
 
 #: one request slower than this fails the property: milliseconds when right, a timeout

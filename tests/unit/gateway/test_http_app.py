@@ -242,7 +242,7 @@ async def test_unloadable_secret_is_503_without_naming_the_variable(client, capl
 
 
 def test_unloadable_secret_is_logged_with_its_variable(caplog) -> None:
-    from eventbus.gateway._ingress import RouteTable
+    from eventbus.gateway._routes import RouteTable
     from tests.unit.gateway.conftest import default_docs
 
     with caplog.at_level("ERROR", logger="eventbus.gateway"):

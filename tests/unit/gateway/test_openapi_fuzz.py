@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 
 from eventbus.gateway._http import build_http_app
-from eventbus.gateway._ingress import Ingress, RouteTable
+from eventbus.gateway._ingress import Ingress
+from eventbus.gateway._routes import RouteTable
 from tests.unit.gateway.conftest import ENV, MemoryBackend, default_docs
 
 

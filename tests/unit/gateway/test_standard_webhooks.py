@@ -21,7 +21,8 @@ from eventbus.eventing.sources import GrpcSourceConfig
 from eventbus.eventing.sources._http_config import AuthConfig
 from eventbus.gateway._auth import Replay, authenticate, load_credentials
 from eventbus.gateway._http import build_http_app
-from eventbus.gateway._ingress import Ingress, RouteTable
+from eventbus.gateway._ingress import Ingress
+from eventbus.gateway._routes import RouteTable
 from tests.unit.gateway.conftest import MemoryBackend, pipeline_doc
 
 SECRET = "whsec_" + base64.b64encode(b"a 32-byte key for the webhooks!!").decode()

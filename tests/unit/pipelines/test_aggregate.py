@@ -204,7 +204,7 @@ def test_window_ids_depend_on_pipeline_step_key_and_window_only(store: str | Non
     ids = []
     for _ in range(2):
         runner, step = make(store, window={"tumbling": {"size_s": 60}})
-        step.pipeline = "same"  # what the ids are made of; the state stays apart
+        step.program.pipeline = "same"  # what the ids are made of; the state stays apart
         runner.run([ev("a", T0 + 1000), ev("a", T0 + 3000)])
         ids.append([e.id for e in close_all(step)])
     assert ids[0] == ids[1] and len(ids[0]) == 1

@@ -258,8 +258,8 @@ def test_the_one_pass_fold_of_counts_and_sums_gives_the_general_items(
             aggregations=aggregations,
             allowed_lateness_s=300,
         )
-        assert step.sums_only
-        step.sums_only = fast
+        assert step.program.sums_only
+        step.program.sums_only = fast
         seen: list[Any] = []
         step.state.add = lambda now, items, seen_=None, out=seen: (  # type: ignore[method-assign]
             out.extend(

@@ -3,6 +3,7 @@ declines, the budget safeguard, bad requests, config errors."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,7 @@ def test_picks_the_best_reduced_cost_at_the_duals(catalogue: Path) -> None:
     r = runner(catalogue)
     step = r.steps[0]
     step.memory_duals = [1.0, 0.0]
-    step._read_at = -1e9  # read now
+    step.expire_duals()  # read now
     [[a], [b], [c]] = r.run(
         [req(0, [3.0, 5.0, 0.5]), req(1, [0.5, 1.0, -1.0]), req(2, [3.0, 5.0, 0.5], segment=1)]
     )
@@ -150,13 +151,13 @@ def test_mixed_catalogue_prices_and_counts_expected_spend(mixed_catalogue: Path)
     r = runner(mixed_catalogue, weights={"redeem": "data.redeem"})
     step = r.steps[0]
     step.memory_duals = [1.0, 0.0]
-    step._read_at = -1e9
+    step.expire_duals()
     # weighted price of item 1: 2 x 0.1 = 0.2, so 3.5 - 0.2 beats 3 - 1 (unweighted it would not)
     [[a]] = r.run([wreq(0, [3.0, 3.5, 0.0], [1.0, 0.1, 1.0])])
     assert a.data["item"] == 1
     assert step.used_budget() == pytest.approx([0.2, 0.0])
     step.memory_duals = [0.0, 0.0]
-    step._read_at = -1e9
+    step.expire_duals()
     # item 1 at probability 0.5 spends 1 of the 9.8 left: 9 fit; item 2 counts coupons: 3 fit
     outs = r.run([wreq(1 + i, [0.0, 1.0, 0.0], [0.5, 0.5, 0.5]) for i in range(12)])
     assert [o[0].data["item"] for o in outs].count(1) == 9
@@ -210,3 +211,35 @@ def test_bad_weight_fails_the_request_alone(mixed_catalogue: Path) -> None:
         and "weights.redeem must be a list of 3 non-negative" in bad.message
     )
     assert ok[0].data["item"] == 2
+
+
+def test_redis_state_is_shared_by_replicas_and_the_planner_publishes_there(
+    catalogue: Path, redis_url: str
+) -> None:
+    import uuid
+
+    from eventbus._internal.redis_client import connect
+    from eventbus.pipelines.steps._allocate import AllocateConfig, AllocateStep, duals_key
+
+    spec = AllocateConfig(
+        catalogue=str(catalogue),
+        revenue="data.scores",
+        segment="data.segment",
+        plan={"every_s": 0.001, "window": 100, "expected_requests": 1000},  # type: ignore[arg-type]
+    )
+    pipeline = f"alloc-{uuid.uuid4().hex[:8]}"
+    a, b = (AllocateStep("coupon", spec, pipeline=pipeline, redis_url=redis_url) for _ in "ab")
+    # two replicas, 3 of item 2 in stock between them: the Lua safeguard holds it
+    got = [o.data["item"] for o in a.process([req(i, [0.0, 0.0, 9.0]) for i in range(4)])]
+    got += [o.data["item"] for o in b.process([req(10 + i, [0.0, 0.0, 9.0]) for i in range(4)])]
+    assert got.count(2) == 3 and got.count(None) == 5
+    assert a.used_budget()[1] == b.used_budget()[1] == 3.0
+    a.process([req(20 + i, [1.0, 1.5, 4.0]) for i in range(50)])
+    [planner] = b.timers()  # b re-solves from the window a recorded
+    assert planner.tick() and planner.solves == 1
+    duals = connect(redis_url).get(duals_key(pipeline, "coupon"))
+    assert duals is not None and len(json.loads(duals)) == 2
+    a.expire_duals()
+    [after] = a.process([req(999, [1.0, 1.5, 4.0])])
+    assert a.duals.tolist() == pytest.approx(json.loads(duals))
+    assert after.data["item"] != 2  # priced out (and out of stock)

@@ -12,8 +12,9 @@ import pytest
 from eventbus.errors import IngressError
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Outcome
-from eventbus.gateway._ingress import Ingress, RouteTable
+from eventbus.gateway._ingress import Ingress
 from eventbus.gateway._replies import error_reply
+from eventbus.gateway._routes import RouteTable
 from eventbus.observability._view import pipeline_view
 from eventbus.pipelines._config import PipelineConfig, ReplicasConfig
 from eventbus.serving._deployment import autoscaling_options

@@ -20,29 +20,21 @@ from collections.abc import Callable
 from typing import Any
 
 from eventbus import cel
-from eventbus.eventing._codecs import event_to_json
 from eventbus.eventing._delivery import injected_fault
 from eventbus.eventing._event import CloudEvent, time_ms, utc_ms
-from eventbus.pipelines._activation import activation_builder
 from eventbus.pipelines._step import Step, StepContext, Timer
-from eventbus.pipelines.steps._aggregate_config import (
-    AggregateConfig,
-    CollectAggregation,
-    FieldAggregation,
-    ReducerAggregation,
-)
-from eventbus.pipelines.steps._aggregate_items import build_items, value_getters
+from eventbus.pipelines.steps._aggregate_config import AggregateConfig
+from eventbus.pipelines.steps._aggregate_items import build_items
 from eventbus.pipelines.steps._aggregate_ops import (
     Item,
     MemoryAggregateState,
     Seen,
-    Spec,
     Window,
 )
 from eventbus.pipelines.steps._aggregate_output import window_event
-from eventbus.pipelines.steps._join import format_time_ms
+from eventbus.pipelines.steps._aggregate_program import compile_aggregate
+from eventbus.pipelines.steps._join_output import format_time_ms
 from eventbus.pipelines.steps._join_state import now_ms
-from eventbus.pipelines.steps._values import compile_cel, json_value
 from eventbus.registry import steps
 
 __all__ = ["AggregateLateEventError", "AggregateStep"]
@@ -82,56 +74,10 @@ class AggregateStep(Step):
         super().__init__(step_id)
         self.spec, self.pipeline = spec, pipeline
         self.dedupe_ms = None if dedupe_window_s is None else int(dedupe_window_s * 1000)
-        self.names = list(spec.aggregations)
-        ops: list[str] = []
-        maxes: list[int] = []
-        self._fields: list[Any] = []  # per aggregation: its CEL evaluate, or None
-        self._reducers: dict[int, tuple[Any, Any, Any]] = {}  # a -> (init, add, merge)
-        used: frozenset[str] = frozenset()
-        key = compile_cel(spec.key)
-        used |= key.variables
-        self._key = key.evaluate
-        for a, (name, agg) in enumerate(spec.aggregations.items()):
-            program = None
-            if isinstance(agg, FieldAggregation):
-                ops.append(agg.op)
-                program = self._compile(name, agg.op, agg.field)
-            elif isinstance(agg, CollectAggregation):
-                ops.append("collect")
-                program = self._compile(name, "collect", agg.collect)
-            elif isinstance(agg, ReducerAggregation):
-                ops.append("reducer")
-                self._reducers[a] = self._reducer(name, agg)
-                used |= self._reducers[a][1].variables - {"acc"}
-            else:
-                ops.append("count")
-            maxes.append(
-                agg.max if isinstance(agg, (CollectAggregation, ReducerAggregation)) else 0
-            )
-            if program is not None:
-                used |= program.variables
-            self._fields.append(program.evaluate if program is not None else None)
-        self._build = activation_builder(used | frozenset({"data"}))
-        # expressions of data only, no reducer keeping activations: one dict serves every event
-        self._shared_act = used <= {"data"} and not self._reducers
-        w = spec.window
-        self.size_ms = int(1000 * (w.tumbling or w.hopping).size_s) if not w.session else 0  # type: ignore[union-attr]
-        self.advance_ms = int(1000 * w.hopping.advance_s) if w.hopping else self.size_ms
-        gap_ms = int(1000 * w.session.gap_s) if w.session else 0
-        self.state_spec = Spec(
-            ops,
-            maxes,
-            int(1000 * spec.allowed_lateness_s),
-            gap_ms,
-            update=spec.emit == "update",
-            processing=spec.time == "processing",
-            idle_ms=int(1000 * spec.idle_timeout_s),
-        )
-        self._get = value_getters(self)
-        #: tumbling windows of counts and sums only: the batch folded in one pass
-        self.sums_only = (
-            self.size_ms > 0 and self.advance_ms == self.size_ms and set(ops) <= {"count", "sum"}
-        )
+        #: the compiled configuration, shared with the items and the window events
+        self.program = program = compile_aggregate(step_id, spec, pipeline)
+        self.names, self.state_spec = program.names, program.state_spec
+        self.size_ms, self.advance_ms = program.size_ms, program.advance_ms
         if redis_url:
             from eventbus.pipelines.steps._aggregate_lua import RedisAggregateState
 
@@ -144,8 +90,6 @@ class AggregateStep(Step):
         self.wake: Callable[[], None] | None = None
         self._wm: int | None = None
         self._next_due: int | None = None
-        self.type = spec.output.type or f"{step_id}.window"
-        self.source = spec.output.source or f"/eventbus/{pipeline}/{step_id}"
         self.counters = dict.fromkeys(
             (
                 "windows_emitted",
@@ -159,28 +103,6 @@ class AggregateStep(Step):
             ),
             0,
         )
-
-    def _compile(self, name: str, op: str, source: str) -> cel.Program:
-        try:
-            return compile_cel(source)
-        except cel.CELError as exc:
-            msg = f"aggregation {name!r} ({op}: {source!r}): {exc}"
-            raise cel.CELError(msg) from None
-
-    def _reducer(self, name: str, agg: ReducerAggregation) -> tuple[Any, Any, Any]:
-        init = cel.compile(agg.init)
-        if init.variables:
-            msg = f"aggregation {name!r}: init {agg.init!r} uses {sorted(init.variables)[0]!r}; init is a constant such as '0', '[]' or '{{}}'"
-            raise cel.CELError(msg)
-        add = self._compile(name, "add", agg.add)
-        merge = None
-        if agg.merge is not None:
-            merge = cel.compile(agg.merge)
-            extra = sorted(merge.variables - {"acc", "other"})
-            if extra:
-                msg = f"aggregation {name!r}: merge {agg.merge!r} uses {extra[0]!r}; merge sees only 'acc' and 'other' (two accumulators), e.g. 'acc + other'"
-                raise cel.CELError(msg)
-        return json_value(init.evaluate({})), add, merge
 
     @staticmethod
     def now() -> int:
@@ -199,9 +121,10 @@ class AggregateStep(Step):
         now = self.now()
         processing = self.state_spec.processing
         acts: dict[int, dict[str, Any]] = {}
-        build, key_of, getters = self._build, self._key, self._get
-        shared: dict[str, Any] | None = {} if self._shared_act else None
-        keep = self._reducers
+        program = self.program
+        build, key_of, getters = program.build, program.key, program.getters
+        shared: dict[str, Any] | None = {} if program.shared_act else None
+        keep = program.reducers
         for i, e in enumerate(events):
             try:
                 if shared is None:
@@ -236,7 +159,7 @@ class AggregateStep(Step):
             return results
         seen = self._seen(events, rows)
         while True:
-            items, failed = build_items(self, rows, acts, events)
+            items, failed = build_items(program, rows, acts, events)
             for i, error in failed.items():
                 results[i] = self._failure(error)
             if not items:
@@ -346,11 +269,7 @@ class AggregateStep(Step):
 
     def output(self, w: Window, *, update: bool = False) -> CloudEvent:
         """The event of a window's values (``update``: an intermediate one)."""
-        return window_event(self, w, update=update)
-
-    def event_json(self, e: CloudEvent) -> str:
-        """An event as a reducer without ``merge`` keeps it."""
-        return event_to_json(e).decode()
+        return window_event(self.program, self.counters, w, update=update)
 
     def stats(self) -> dict[str, Any]:
         return {**self.counters, **self.state.figures()}

@@ -3,66 +3,24 @@
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from eventbus import cel
+from eventbus.eventing._codecs import event_to_json
 from eventbus.eventing._event import CloudEvent
 from eventbus.pipelines.steps._aggregate_ops import Item, dumps, fmt_number
+from eventbus.pipelines.steps._aggregate_program import AggregateProgram
 from eventbus.pipelines.steps._values import json_value
 
-if TYPE_CHECKING:
-    from eventbus.pipelines.steps._aggregate import AggregateStep
-
-__all__ = ["build_items", "check_value", "value_getters"]
-
-_NUMERIC = ("sum", "avg", "min", "max")
+__all__ = ["build_items"]
 
 #: One event of the batch: (index, key, time ms, value per aggregation).
 Row = tuple[int, str, int, list[Any]]
 
 
-def check_value(step: AggregateStep, a: int, v: Any) -> Any:
-    """Aggregation ``a``'s value as its expression gave it: checked (numbers for sum, avg,
-    min and max) and JSON-ready.
-
-    Raises:
-        TypeError: a sum, avg, min or max got something other than a finite number.
-    """
-    op = step.state_spec.ops[a]
-    if v is None or op not in _NUMERIC:
-        return v if v is None else json_value(v)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        msg = f"aggregation {step.names[a]!r} ({op}) needs a finite number; its expression gave {v!r} ({type(v).__name__}): convert it, e.g. double(data.amount)"
-        raise TypeError(msg)
-    return v
-
-
-def value_getters(step: AggregateStep) -> list[Any]:
-    """Per aggregation a function of the activation giving its checked value (None: count);
-    a string or a finite int or float passes as it is, the rest goes to :func:`check_value`."""
-    out: list[Any] = []
-    isfinite = math.isfinite
-    for a, fn in enumerate(step._fields):
-        if fn is None:
-            out.append(None)
-            continue
-        numeric = step.state_spec.ops[a] in _NUMERIC
-
-        def get(act: dict[str, Any], a: int = a, fn: Any = fn, numeric: bool = numeric) -> Any:
-            v = fn(act)
-            c = v.__class__
-            if c is int or (c is float and isfinite(v)) or (c is str and not numeric):
-                return v
-            return check_value(step, a, v)
-
-        out.append(get)
-    return out
-
-
-def _windows(step: AggregateStep, rows: list[Row]) -> dict[tuple[str, int], Item]:
+def _windows(program: AggregateProgram, rows: list[Row]) -> dict[tuple[str, int], Item]:
     items: dict[tuple[str, int], Item] = {}
-    gap = step.state_spec.gap_ms
+    gap = program.state_spec.gap_ms
     if gap:
         by_key: dict[str, list[Row]] = {}
         for r in rows:
@@ -79,7 +37,7 @@ def _windows(step: AggregateStep, rows: list[Row]) -> dict[tuple[str, int], Item
         for it in items.values():
             it.events.sort()
         return items
-    size, adv = step.size_ms, step.advance_ms
+    size, adv = program.size_ms, program.advance_ms
     if size == adv:  # tumbling: one window per event
         get = items.get
         for i, key, t, _ in rows:
@@ -105,13 +63,13 @@ def _windows(step: AggregateStep, rows: list[Row]) -> dict[tuple[str, int], Item
 
 
 def _fold(
-    step: AggregateStep,
+    program: AggregateProgram,
     a: int,
     it: Item,
     acts: dict[int, dict[str, Any]],
     failed: dict[int, Exception],
 ) -> str:
-    init, add, merge = step._reducers[a]
+    init, add, merge = program.reducers[a]
     if merge is None:
         raise AssertionError
     acc = init
@@ -123,19 +81,19 @@ def _fold(
         try:
             acc = json_value(add.evaluate(act))
         except (cel.CELError, ValueError, TypeError) as exc:
-            msg = f"aggregation {step.names[a]!r}: add {step.spec.aggregations[step.names[a]].add!r} failed: {exc}"  # type: ignore[union-attr]
+            msg = f"aggregation {program.names[a]!r}: add {program.spec.aggregations[program.names[a]].add!r} failed: {exc}"  # type: ignore[union-attr]
             failed[i] = type(exc)(msg)
     return f"1\n{dumps(acc)}"
 
 
 def _partial(
-    step: AggregateStep, a: int, it: Item, by_index: dict[int, Row], events: list[CloudEvent]
+    program: AggregateProgram, a: int, it: Item, by_index: dict[int, Row], events: list[CloudEvent]
 ) -> str:
-    op = step.state_spec.ops[a]
+    op = program.state_spec.ops[a]
     if op == "count":
         return str(len(it.events))
     if op == "reducer":  # without merge: the events, folded when the window closes
-        kept = [step.event_json(events[i]) for i in it.events[: step.state_spec.maxes[a]]]
+        kept = [_event_json(events[i]) for i in it.events[: program.state_spec.maxes[a]]]
         return "\n".join([str(len(it.events)), *kept])
     vals = [(by_index[i][2], i, by_index[i][3][a]) for i in it.events]
     vals = [v for v in vals if v[2] is not None]
@@ -156,16 +114,16 @@ def _partial(
         return f"{t} {dumps(v)}"
     if op == "distinct":
         return "\n".join(sorted({dumps(v[2]) for v in vals}))
-    kept = [dumps(v[2]) for v in vals[: step.state_spec.maxes[a]]]
+    kept = [dumps(v[2]) for v in vals[: program.state_spec.maxes[a]]]
     return "\n".join([str(len(vals)), *kept])
 
 
-def _tumbling_sums(step: AggregateStep, rows: list[Row]) -> list[Item]:
+def _tumbling_sums(program: AggregateProgram, rows: list[Row]) -> list[Item]:
     # Tumbling windows with count and sum aggregations only (the usual case): the items and
     # their partials in one pass over the rows, as _windows and _partial give them (each sum
     # added in event order from 0, a null value left out)
-    size = step.size_ms
-    ops = step.state_spec.ops
+    size = program.size_ms
+    ops = program.state_spec.ops
     sums = list(enumerate(a for a, op in enumerate(ops) if op == "sum"))
     layout, j = [], 0  # per aggregation: None (count) or its sum's place in the accumulators
     for op in ops:
@@ -198,27 +156,33 @@ def _tumbling_sums(step: AggregateStep, rows: list[Row]) -> list[Item]:
 
 
 def build_items(
-    step: AggregateStep,
+    program: AggregateProgram,
     rows: list[Row],
     acts: dict[int, dict[str, Any]],
     events: list[CloudEvent],
 ) -> tuple[list[Item], dict[int, Exception]]:
-    """The batch's items, and the events a reducer failed on (left out of every window)."""
+    """The batch's items under ``program``, and the events a reducer failed on (left out
+    of every window)."""
     failed: dict[int, Exception] = {}
-    if step.sums_only:
-        return _tumbling_sums(step, rows), failed
-    merging = [a for a, (_, _, m) in step._reducers.items() if m is not None]
+    if program.sums_only:
+        return _tumbling_sums(program, rows), failed
+    merging = [a for a, (_, _, m) in program.reducers.items() if m is not None]
     while True:  # a reducer failing on an event takes it out of all its windows: fold again
-        items = list(_windows(step, [r for r in rows if r[0] not in failed]).values())
+        items = list(_windows(program, [r for r in rows if r[0] not in failed]).values())
         before = len(failed)
-        folds = {a: [_fold(step, a, it, acts, failed) for it in items] for a in merging}
+        folds = {a: [_fold(program, a, it, acts, failed) for it in items] for a in merging}
         if len(failed) == before:
             break
     by_index = {r[0]: r for r in rows}
     for n, it in enumerate(items):
         it.count = len(it.events)
         it.partials = [
-            folds[a][n] if a in folds else _partial(step, a, it, by_index, events)
-            for a in range(len(step.state_spec.ops))
+            folds[a][n] if a in folds else _partial(program, a, it, by_index, events)
+            for a in range(len(program.state_spec.ops))
         ]
     return items, failed
+
+
+def _event_json(e: CloudEvent) -> str:
+    """An event as a reducer without ``merge`` keeps it."""
+    return event_to_json(e).decode()

@@ -1,22 +1,20 @@
 """The events an ``aggregate`` step emits: a window's values as a CloudEvent with a
-deterministic id (pipeline, step, key, window), reducers without ``merge`` folded here."""
+deterministic id (pipeline, program, key, window), reducers without ``merge`` folded here."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from eventbus import cel
 from eventbus.eventing._codecs import event_from_json
 from eventbus.eventing._event import CloudEvent
 from eventbus.pipelines.steps._aggregate_ops import Window, number
-from eventbus.pipelines.steps._join import format_time_ms
+from eventbus.pipelines.steps._aggregate_program import AggregateProgram
+from eventbus.pipelines.steps._join_output import format_time_ms
 from eventbus.pipelines.steps._values import json_value
-
-if TYPE_CHECKING:
-    from eventbus.pipelines.steps._aggregate import AggregateStep
 
 __all__ = ["window_event"]
 
@@ -24,24 +22,27 @@ __all__ = ["window_event"]
 _time_text = lru_cache(maxsize=256)(format_time_ms)
 
 
-def window_event(step: AggregateStep, w: Window, *, update: bool = False) -> CloudEvent:
-    """The event of a window's values (``update``: an intermediate one)."""
+def window_event(
+    program: AggregateProgram, counters: dict[str, int], w: Window, *, update: bool = False
+) -> CloudEvent:
+    """The event of a window's values (``update``: an intermediate one); ``counters`` (the
+    step's) counts what collect and reducers dropped and the reducers that failed."""
     data: dict[str, Any] = {
         "key": w.key,
         "window_start": _time_text(w.start),
         "window_end": _time_text(w.end),
     }
-    for a, (name, raw) in enumerate(zip(step.names, w.values)):
-        data[name] = _final(step, a, raw)
-    basis = f"{step.pipeline}\x00{step.id}\x00{w.key}\x00{w.start}\x00{w.end}"
+    for a, (name, raw) in enumerate(zip(program.names, w.values)):
+        data[name] = _final(program, counters, a, raw)
+    basis = f"{program.pipeline}\x00{program.step_id}\x00{w.key}\x00{w.start}\x00{w.end}"
     if update:
         basis += f"\x00update\x00{w.count}"
     digest = hashlib.blake2b(basis.encode(), digest_size=10).hexdigest()
     attrs: dict[str, Any] = {
         "specversion": "1.0",
-        "id": f"{step.id}-{digest}",
-        "source": step.source,
-        "type": step.type,
+        "id": f"{program.step_id}-{digest}",
+        "source": program.source,
+        "type": program.type,
         "time": _time_text(w.end),
         "datacontenttype": "application/json",
         "partitionkey": w.key,
@@ -49,8 +50,8 @@ def window_event(step: AggregateStep, w: Window, *, update: bool = False) -> Clo
     return CloudEvent(attrs, data)
 
 
-def _final(step: AggregateStep, a: int, raw: str) -> Any:
-    op = step.state_spec.ops[a]
+def _final(program: AggregateProgram, counters: dict[str, int], a: int, raw: str) -> Any:
+    op = program.state_spec.ops[a]
     if op in ("count", "distinct"):
         return int(raw or 0)
     if op == "sum":
@@ -65,14 +66,14 @@ def _final(step: AggregateStep, a: int, raw: str) -> Any:
     dropped, _, rest = raw.partition("\n")
     items = [x for x in rest.split("\n") if x]
     if op == "collect":
-        step.counters["collect_truncated"] += int(dropped)
+        counters["collect_truncated"] += int(dropped)
         return [json.loads(x) for x in items]
-    step.counters["reducer_truncated"] += int(dropped)
-    return _fold(step, a, items)
+    counters["reducer_truncated"] += int(dropped)
+    return _fold(program, counters, a, items)
 
 
-def _fold(step: AggregateStep, a: int, items: list[str]) -> Any:
-    init, add, merge = step._reducers[a]
+def _fold(program: AggregateProgram, counters: dict[str, int], a: int, items: list[str]) -> Any:
+    init, add, merge = program.reducers[a]
     acc = init
     try:
         if merge is not None:
@@ -80,10 +81,10 @@ def _fold(step: AggregateStep, a: int, items: list[str]) -> Any:
                 acc = json_value(merge.evaluate({"acc": acc, "other": json.loads(x)}))
             return acc
         for x in items:
-            act = step._build(event_from_json(x.encode()))
+            act = program.build(event_from_json(x.encode()))
             act["acc"] = acc
             acc = json_value(add.evaluate(act))
     except (cel.CELError, ValueError, TypeError):
-        step.counters["reducer_errors"] += 1
+        counters["reducer_errors"] += 1
         return None
     return acc

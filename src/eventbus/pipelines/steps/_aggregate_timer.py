@@ -4,14 +4,25 @@ advances with the wall clock while no events come (so idle windows close)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
+from eventbus.eventing._event import CloudEvent
 from eventbus.pipelines._step import Fired, Timer
+from eventbus.pipelines.steps._aggregate_ops import Window
 
-if TYPE_CHECKING:
-    from eventbus.pipelines.steps._aggregate import AggregateStep
+__all__ = ["AggregateTimer", "ClosingStep"]
 
-__all__ = ["AggregateTimer"]
+
+class ClosingStep(Protocol):
+    """What the timer needs of its step (:class:`~._aggregate.AggregateStep` is one)."""
+
+    state: Any
+    counters: dict[str, int]
+    wake: Callable[[], None] | None
+
+    def now(self) -> int: ...
+
+    def output(self, w: Window, *, update: bool = False) -> CloudEvent: ...
 
 
 class AggregateTimer(Timer):
@@ -25,7 +36,7 @@ class AggregateTimer(Timer):
 
     interval_s = 0.5
 
-    def __init__(self, step: AggregateStep, lease_s: float = 30.0) -> None:
+    def __init__(self, step: ClosingStep, lease_s: float = 30.0) -> None:
         self.step = step
         self._lease_ms = int(lease_s * 1000)
 

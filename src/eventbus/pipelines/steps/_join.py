@@ -18,19 +18,29 @@ and over-``max_key_bytes`` events go to the dead-letter sink with the reason.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-from datetime import UTC, datetime
+from collections.abc import Callable
 from typing import Any
 
 from eventbus import cel
 from eventbus._internal import keys
-from eventbus.eventing._codecs import event_from_json, event_to_json
-from eventbus.eventing._event import CloudEvent, format_time, parse_time
+from eventbus.eventing._codecs import event_to_json
+from eventbus.eventing._event import CloudEvent
 from eventbus.pipelines._activation import activation_builder, check_identifiers
 from eventbus.pipelines._step import Step, StepContext, Timer
 from eventbus.pipelines.steps._join_config import JoinConfig
 from eventbus.pipelines.steps._join_memory import MemoryJoinState, MemoryPairState
+from eventbus.pipelines.steps._join_output import (
+    REASONS,
+    EventTimeAheadError,
+    JoinKeyFullError,
+    JoinOutput,
+    LateEventError,
+    ahead_error,
+    event_ms,
+    key_full_error,
+    late_error,
+)
 from eventbus.pipelines.steps._join_pairs import PairState, RedisPairState
 from eventbus.pipelines.steps._join_state import (
     AFTER_MATCH,
@@ -43,34 +53,9 @@ from eventbus.pipelines.steps._join_state import (
 )
 from eventbus.pipelines.steps._join_sweep import JoinSweeper
 from eventbus.pipelines.steps._join_watermark import NO_LANE, PROCESSING, Clock
-from eventbus.pipelines.steps._values import json_value
 from eventbus.registry import steps
 
 __all__ = ["EventTimeAheadError", "JoinKeyFullError", "JoinStep", "LateEventError"]
-
-#: Why events emitted nothing: each a counter ``absorbed_<reason>`` in the step's stats.
-REASONS = (
-    "waiting",
-    "superseded",
-    "after_match",
-    "late",
-    "ahead",
-    "key_full",
-    "evicted",
-    "expired",
-)
-
-
-class LateEventError(ValueError):
-    """An event's time is older than the join window plus the allowed lateness."""
-
-
-class EventTimeAheadError(ValueError):
-    """An event's time is further ahead of the wall clock than ``max_ahead_s`` (event time)."""
-
-
-class JoinKeyFullError(ValueError):
-    """A key's window holds ``max_key_bytes`` of events already."""
 
 
 class JoinStep(Step):
@@ -84,6 +69,7 @@ class JoinStep(Step):
     """
 
     kind = "join"
+    output: Callable[..., CloudEvent]
     drop_reason = "absorbed"  # an event waiting for its partner emitted nothing yet
     late_errors = frozenset({"LateEventError"})
 
@@ -110,16 +96,8 @@ class JoinStep(Step):
             self._sides.append((side.name, when.evaluate, key.evaluate))
         self._build = activation_builder(used)
         self.side_names = [s.name for s in spec.sides]
-        self._data = None
-        if spec.output.data is not None:
-            program = cel.compile(spec.output.data)
-            unknown = sorted(program.variables - set(self.side_names))
-            if unknown:
-                msg = f"join output.data uses {unknown[0]!r}, which is not a side; its variables are the side names ({', '.join(self.side_names)})"
-                raise cel.CELError(msg)
-            self._data = program.evaluate
-        self.type = spec.output.type or f"{step_id}.joined"
-        self.source = spec.output.source or f"/eventbus/{pipeline}/{step_id}"
+        #: the joined event of a key's sides (see :meth:`JoinOutput.event`)
+        self.output = JoinOutput(step_id, spec, pipeline).event
         self._window_ms = int(spec.window_s * 1000)
         self.clock = (
             Clock(True, int(spec.allowed_lateness_s * 1000), int(spec.watermark_idle_s * 1000))
@@ -199,30 +177,15 @@ class JoinStep(Step):
 
     def _full(self, key: str, size: int, held: int) -> JoinKeyFullError:
         self.absorb("key_full")
-        msg = (
-            f"join key {key!r} cannot keep this event ({size} bytes): its window holds {held} bytes "
-            f"and max_key_bytes is {self.spec.max_key_bytes}; raise max_key_bytes or shorten window_s"
-        )
-        return JoinKeyFullError(msg)
+        return key_full_error(self.spec, key, size, held)
 
     def _ahead(self, key: str, t: int, now: int) -> EventTimeAheadError:
         self.absorb("ahead")
-        msg = (
-            f"join key {key!r}: event time {format_time_ms(t)} is {(t - now) / 1000:.0f} s ahead of the "
-            f"wall clock ({format_time_ms(now)}), beyond max_ahead_s ({self.spec.max_ahead_s:g} s): fix the "
-            "producer's clock or the event's time, or raise max_ahead_s"
-        )
-        return EventTimeAheadError(msg)
+        return ahead_error(self.spec, key, t, now)
 
     def _late(self, key: str, t: int, watermark: int) -> LateEventError:
         self.absorb("late")
-        msg = (
-            f"join key {key!r}: event time {format_time_ms(t)} is late: {(watermark - t) / 1000:.1f} s "
-            f"behind the watermark {format_time_ms(watermark)}, beyond window_s ({self.spec.window_s:g} s) "
-            f"plus allowed_lateness_s ({self.spec.allowed_lateness_s:g} s); raise allowed_lateness_s "
-            "to join events this late"
-        )
-        return LateEventError(msg)
+        return late_error(self.spec, key, t, watermark)
 
     def _first(
         self,
@@ -323,42 +286,6 @@ class JoinStep(Step):
             out = self.output(key, h, now, id_of=events[i].attributes["id"])
             results[i] = [out]
 
-    def output(
-        self,
-        key: str,
-        h: dict[str, bytes],
-        now: int,
-        *,
-        id_of: str | None = None,
-        basis: str | None = None,
-    ) -> CloudEvent:
-        """The joined event of a key's sides (missing sides named in ``_missing``)."""
-        present = {n: event_from_json(h[n]) for n in self.side_names if n in h}
-        missing = [n for n in self.side_names if n not in present]
-        if self._data is not None:
-            act = {
-                n: ({**present[n].attributes, "data": present[n].data} if n in present else None)
-                for n in self.side_names
-            }
-            data = json_value(self._data(act))
-        else:
-            data = {n: e.data for n, e in present.items()}
-            if missing:
-                data["_missing"] = missing
-        if basis is None:
-            basis = id_of if id_of is not None else h.get("__t0", b"").decode()
-        digest = hashlib.blake2b(f"{key}\x00{basis}".encode(), digest_size=10).hexdigest()
-        attrs: dict[str, Any] = {
-            "specversion": "1.0",
-            "id": f"{self.id}-{digest}",
-            "source": self.source,
-            "type": self.type,
-            "time": format_time_ms(now),
-            "datacontenttype": "application/json",
-            "partitionkey": key,
-        }
-        return CloudEvent(attrs, data)
-
     def stats(self) -> dict[str, Any]:
         pending = self.pairs.pending() if self.stream else self.state.pending()
         return {**self.counters, "pending_keys": pending}
@@ -384,27 +311,6 @@ class JoinStep(Step):
             if hasattr(state, "watermark"):  # the in-memory states' (pipeline tests)
                 state.watermark = None
         return outputs
-
-
-def event_ms(e: CloudEvent) -> int:
-    """The event's CloudEvent ``time`` in epoch milliseconds.
-
-    Raises:
-        ValueError: the event has no ``time`` (``time: event`` needs one).
-    """
-    t = e.attributes.get("time")
-    if not t:
-        msg = f"event {e.attributes.get('id')!r} has no 'time' attribute; a join with time: event windows by it: set it at the source, or use time: processing"
-        raise ValueError(msg)
-    if not isinstance(t, str):
-        msg = f"event {e.attributes.get('id')!r} has time {t!r} ({type(t).__name__}); it must be an RFC 3339 string like '2024-05-01T12:00:00Z'"
-        raise ValueError(msg)
-    return int(parse_time(t).timestamp() * 1000)
-
-
-def format_time_ms(ms: int) -> str:
-    """RFC 3339 time of epoch milliseconds."""
-    return format_time(datetime.fromtimestamp(ms / 1000, tz=UTC))
 
 
 def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:

@@ -1,0 +1,100 @@
+"""Where a ``model`` or ``ensemble`` step's model runs: :class:`LocalModel` loads the step's
+``path`` artifact in this process (``eventbus test``), :class:`RemoteModel` calls the model's own
+Serve deployment through a handle (on the platform). Both answer ``input_shape``,
+``call(x, u)`` (start a prediction) and ``result(pending, timeout_s)``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from eventbus.errors import ConfigError, ModelError
+from eventbus.pipelines.steps._model_config import _ModelRef
+
+__all__ = ["LocalModel", "RemoteModel"]
+
+#: How often a deployed model's input shape is asked again.
+_INFO_EVERY_S = 5.0
+
+
+class LocalModel:
+    """A model loaded in this process from the step's ``path``."""
+
+    def __init__(self, ref: _ModelRef, step_id: str, base_dirs: list[str] | None) -> None:
+        from eventbus.models._artifact import load_model, pick_device, read_artifact
+
+        if ref.path is None:
+            msg = (
+                f"step {step_id!r}: model {ref.name!r} runs in process here (eventbus test) and needs "
+                "its artifact: add 'path:' (a TorchScript, torch.export or state_dict file) to the step"
+            )
+            raise ConfigError(msg)
+        self.name = ref.name
+        self.model = load_model(
+            read_artifact(ref.path, base_dirs),
+            factory=ref.factory,
+            device=pick_device(),
+            what=f"model {ref.name!r} ({ref.path})",
+        )
+
+    @property
+    def input_shape(self) -> tuple[int, ...] | None:
+        return self.model.input_shape
+
+    def call(self, x: Any, u: Any) -> Any:
+        import numpy as np
+        import torch
+
+        y = self.model(torch.from_numpy(x)).numpy()
+        return y, np.zeros(len(x), dtype=np.int64)
+
+    @staticmethod
+    def result(pending: Any, timeout_s: float) -> Any:
+        return pending
+
+
+class RemoteModel:
+    """The model's own Serve deployment, called through a handle."""
+
+    def __init__(self, ref: _ModelRef) -> None:
+        self.name = ref.name
+        self._handle: Any = None
+        self._shape: tuple[int, ...] | None = None
+        self._shape_at = 0.0
+        self._made_at = time.monotonic()
+
+    def _h(self) -> Any:
+        if self._handle is None:
+            from ray import serve
+
+            from eventbus.models._serve import model_app_name
+
+            try:
+                self._handle = serve.get_app_handle(model_app_name(self.name))
+            except Exception as exc:  # noqa: BLE001 - name the model and the fix
+                msg = f"model {self.name!r} is not deployed ({exc}); deploy a pipeline using it, or push it with `eventbus model push {self.name} PATH`"
+                raise ModelError(msg) from None
+        return self._handle
+
+    @property
+    def input_shape(self) -> tuple[int, ...] | None:
+        now = time.monotonic()
+        # Unknown in the first minute, the shape is asked again at every batch: a model
+        # replica still loading answers None, and a batch read meanwhile must not take its
+        # odd rows' shape as the model's for _INFO_EVERY_S (a lone malformed row then reached
+        # the model). A model whose artifact never tells its shape is asked every 5 s after.
+        fresh = self._shape is None and now - self._made_at < 60.0
+        if fresh or now - self._shape_at > _INFO_EVERY_S:
+            self._shape_at = now
+            info = self._h().info.remote().result(timeout_s=30)
+            self._shape = tuple(info["input_shape"]) if info.get("input_shape") else None
+        return self._shape
+
+    def call(self, x: Any, u: Any) -> Any:
+        return self._h().predict.remote((x, u))
+
+    def result(self, pending: Any, timeout_s: float) -> Any:
+        res = pending.result(timeout_s=timeout_s)
+        if isinstance(res[0], str) and res[0] == "error":
+            raise ModelError(res[1])
+        return res
