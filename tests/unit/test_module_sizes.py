@@ -13,7 +13,6 @@ MODULE_LINES = 400
 CLASS_LINES = 300
 #: still over the bound: path -> lines today (not to grow; to be split)
 MODULES_OVER = {
-    "eventing/sinks/_http.py": 430,
     "eventing/sinks/_kafka.py": 454,
     "eventing/sources/_kafka.py": 497,
     "eventing/_kafka_client.py": 515,

@@ -18,16 +18,13 @@ in flight and ``max_rate`` events/s start. Events with the same key go one after
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from eventbus.errors import ConfigError
-from eventbus.eventing._codecs import KafkaRecord, decode_kafka
+from eventbus.eventing._codecs import KafkaRecord
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._http_codec import (
     decode_http,
@@ -40,6 +37,17 @@ from eventbus.eventing._signature import sign_request
 from eventbus.eventing._standard_webhooks import decode_secret, message_id, webhook_headers
 from eventbus.eventing.sinks._base import Sink, SinkEncodeError, SinkPartialError
 from eventbus.eventing.sinks._http_config import HttpSinkConfig
+from eventbus.eventing.sinks._http_exchange import (
+    BODY_ATTRIBUTE_BYTES,
+    MAX_ANSWER_BYTES,
+    RETRYABLE,
+    Answer,
+    ReplyError,
+    Request,
+    as_event,
+    parse_retry_after,
+    safe_url,
+)
 from eventbus.registry import sinks
 
 __all__ = ["HttpSink", "ReplyError", "safe_url"]
@@ -49,68 +57,6 @@ log = logging.getLogger(__name__)
 #: How often a sink whose auth secret is stored on the stack re-reads it (a rotation takes
 #: effect within this long plus the resolver's cache, without a restart).
 _ROTATE_S = 2.0
-
-#: Bytes of an answer read at most (the rest is dropped with the connection).
-_MAX_ANSWER_BYTES = 64 * 1024
-#: Bytes of a refusing answer's body kept in the dead letter's ``ebhttpbody``.
-BODY_ATTRIBUTE_BYTES = 512
-_RETRYABLE = frozenset((408, 429))
-
-
-def safe_url(url: str) -> str:
-    """The URL without user info and query (which may carry secrets), for messages."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"
-
-
-@dataclass(slots=True)
-class _Request:
-    indexes: list[int]  # the items of the send call this request carries
-    events: list[CloudEvent]
-    encoded: tuple[list[tuple[str, str]], bytes] | None = None  # one event, encoded already
-    item: Any = None  # the item of the send call (reply: true keys the reply by it)
-
-
-class ReplyError(Exception):
-    """A subscriber's 2xx answer claimed to be a CloudEvent reply but is not a valid one (or
-    is larger than ``max_reply_bytes``): the event's input is dead-lettered with the reason."""
-
-    def __init__(self, sink: str, detail: str) -> None:
-        super().__init__(sink, detail)
-        self.sink = sink
-        self.detail = detail
-
-    def __str__(self) -> str:
-        return f"{self.sink} answered with a reply that cannot be used: {self.detail}"
-
-
-@dataclass(slots=True)
-class _Answer:
-    status: int | None  # None: no answer (connection error, timeout)
-    detail: str
-    body: bytes = b""
-    retry_after_s: float | None = None
-    reply: CloudEvent | ReplyError | None = None
-
-
-def parse_retry_after(value: str | None, cap_s: float, now: float | None = None) -> float | None:
-    """Seconds a ``Retry-After`` asks for (delta-seconds or an HTTP date), capped; None when
-    absent or malformed (then the source's own backoff applies)."""
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return min(float(value), cap_s)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        return None
-    delta = when.timestamp() - (time.time() if now is None else now)
-    return min(max(delta, 0.0), cap_s)
 
 
 class HttpSink(Sink):
@@ -232,7 +178,7 @@ class HttpSink(Sink):
         refused: dict[int, tuple[str, str]] = {}
         attributes: dict[int, dict[str, Any]] = {}
         pending: list[int] = []
-        last: _Answer | None = None
+        last: Answer | None = None
         for lane_refused, lane_pending, lane_last in results:
             for answer, indexes in lane_refused:
                 body = answer.body[:BODY_ATTRIBUTE_BYTES].decode(errors="replace")
@@ -249,7 +195,7 @@ class HttpSink(Sink):
 
     def _plan(
         self, items: Sequence[tuple[CloudEvent | KafkaRecord, bytes | None]]
-    ) -> tuple[list[list[_Request]], dict[int, tuple[str, str]]]:
+    ) -> tuple[list[list[Request]], dict[int, tuple[str, str]]]:
         """Encode-check every event and group the requests into lanes (sent in order)."""
         events: list[CloudEvent] = []
         encoded: list[tuple[list[tuple[str, str]], bytes] | None] = []
@@ -260,7 +206,7 @@ class HttpSink(Sink):
         encode = encode_http_binary if binary else encode_http_structured
         for i, (item, key) in enumerate(items):
             try:
-                event = _as_event(item)
+                event = as_event(item)
                 encoded.append(encode(event))  # before anything is sent
             except Exception as e:  # noqa: BLE001 - reported per item
                 failures[i] = (type(e).__name__, str(e))
@@ -275,14 +221,14 @@ class HttpSink(Sink):
             chunks = [
                 list(range(s, min(s + size, len(events)))) for s in range(0, len(events), size)
             ]
-            lanes = [[_Request(c, [events[i] for i in c]) for c in chunks]]
+            lanes = [[Request(c, [events[i] for i in c]) for c in chunks]]
         elif self.config.max_concurrency == 1:
-            lanes = [[_Request([i], [e], encoded[i], originals[i]) for i, e in enumerate(events)]]
+            lanes = [[Request([i], [e], encoded[i], originals[i]) for i, e in enumerate(events)]]
         else:
-            by_key: dict[Any, list[_Request]] = {}
+            by_key: dict[Any, list[Request]] = {}
             lanes = []
             for i, (event, key) in enumerate(zip(events, keys)):
-                request = _Request([i], [event], encoded[i], originals[i])
+                request = Request([i], [event], encoded[i], originals[i])
                 if key is None:
                     lanes.append([request])
                 else:
@@ -291,11 +237,11 @@ class HttpSink(Sink):
         return lanes, failures
 
     async def _run_lane(
-        self, lane: list[_Request]
-    ) -> tuple[list[tuple[_Answer, list[int]]], list[int], _Answer | None]:
+        self, lane: list[Request]
+    ) -> tuple[list[tuple[Answer, list[int]]], list[int], Answer | None]:
         """Send a lane's requests in order; after one that is not acknowledged, the rest of
         the lane stays pending (unsent), keeping per-key order."""
-        refused: list[tuple[_Answer, list[int]]] = []
+        refused: list[tuple[Answer, list[int]]] = []
         todo = list(lane)
         while todo:
             request = todo.pop(0)
@@ -308,17 +254,17 @@ class HttpSink(Sink):
             if status == 413 and len(request.events) > 1:  # a batch too large: halves
                 half = len(request.events) // 2
                 todo[:0] = [
-                    _Request(request.indexes[:half], request.events[:half]),
-                    _Request(request.indexes[half:], request.events[half:]),
+                    Request(request.indexes[:half], request.events[:half]),
+                    Request(request.indexes[half:], request.events[half:]),
                 ]
                 continue
-            if status is None or status >= 500 or status in _RETRYABLE:
+            if status is None or status >= 500 or status in RETRYABLE:
                 rest = [i for r in [request, *todo] for i in r.indexes]
                 return refused, rest, answer
             refused.append((answer, request.indexes))
         return refused, [], None
 
-    async def _post(self, request: _Request) -> _Answer:
+    async def _post(self, request: Request) -> Answer:
         import httpx
 
         config = self.config
@@ -341,17 +287,17 @@ class HttpSink(Sink):
                 async with asyncio.timeout(config.timeout_s):
                     return await self._exchange(headers, body)
             except TimeoutError:
-                return _Answer(None, f"no complete answer within timeout_s={config.timeout_s:g}")
+                return Answer(None, f"no complete answer within timeout_s={config.timeout_s:g}")
             except httpx.TransportError as e:
-                return _Answer(None, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+                return Answer(None, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
 
-    async def _exchange(self, headers: dict[str, str], body: bytes) -> _Answer:
+    async def _exchange(self, headers: dict[str, str], body: bytes) -> Answer:
         client = self._client
         async with client.stream("POST", self.config.url, headers=headers, content=body) as r:
             answer = bytearray()
             status = r.status_code
             replying = self.config.reply and 200 <= status < 300
-            cap = self.config.max_reply_bytes + 1 if replying else _MAX_ANSWER_BYTES
+            cap = self.config.max_reply_bytes + 1 if replying else MAX_ANSWER_BYTES
             async for chunk in r.aiter_raw():
                 answer += chunk
                 if len(answer) >= cap:
@@ -367,7 +313,7 @@ class HttpSink(Sink):
             if raw_after is not None and after is None:
                 detail += f" (Retry-After {raw_after[:40]!r} is malformed; the backoff applies)"
             reply = self._reply(r.headers, bytes(answer)) if replying else None
-            return _Answer(status, detail, bytes(answer), after, reply)
+            return Answer(status, detail, bytes(answer), after, reply)
 
     def _reply(self, headers: Any, body: bytes) -> CloudEvent | ReplyError | None:
         """The CloudEvent a 2xx answer carries (reply: true), or None when it carries none."""
@@ -397,21 +343,6 @@ class HttpSink(Sink):
         self._next_start = start + n / rate
         if start > now:
             await asyncio.sleep(start - now)
-
-
-def _as_event(item: CloudEvent | KafkaRecord) -> CloudEvent:
-    if isinstance(item, KafkaRecord):  # encoded for Kafka by a replica: decode it back
-        return decode_kafka(
-            item.value,
-            item.headers,
-            key=item.key,
-            topic="",
-            partition=0,
-            offset=0,
-            default_type="eventbus.record",
-            default_source="eventbus",
-        )
-    return item
 
 
 @sinks.register(
