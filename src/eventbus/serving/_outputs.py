@@ -52,6 +52,7 @@ def delivery_policy(config: PipelineConfig, redis_url: str | None) -> DeliveryPo
         retry_initial_s=d.backoff.initial_ms / 1000,
         retry_max_s=d.backoff.max_ms / 1000,
         dispatch_retries=d.retries,
+        exactly_once=d.guarantee == "exactly_once",
     )
 
 

@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import logging
 from contextlib import aclosing
 from typing import Any
 
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import IllegalStateError, KafkaError
 
 from eventbus.errors import ConfigError
 from eventbus.eventing._kafka_acl import check_topic_access
@@ -57,6 +58,7 @@ from eventbus.eventing.sources._kafka_delivery import DECODE_ERROR_TYPE, Deliver
 from eventbus.eventing.sources._kafka_fetch import KafkaFetcher
 from eventbus.eventing.sources._kafka_retry import EventRetries, Redispatcher
 from eventbus.eventing.sources._kafka_settings import DeliveryPolicy, FetchSettings, SourceSinks
+from eventbus.eventing.sources._kafka_txn import Transactions, TransactionSkipped
 from eventbus.observability._metrics import LATENCY_BOUNDS_S, Histogram
 from eventbus.registry import sources
 
@@ -91,6 +93,8 @@ _STAT_NAMES = (
     "dead_letters_truncated",
     "dead_letters_lost",
     "revoke_timeouts",
+    # exactly_once: batches whose transaction aborted (or came after one that did)
+    "txn_skipped",
 )
 
 
@@ -196,6 +200,13 @@ class KafkaSource(Source):
             self._stats,
             self.latency,
             hold=lambda: self._fetcher.bridging,
+            transactional=delivery.exactly_once,
+        )
+        #: exactly_once: one transaction per batch, one producer per input partition
+        self._txns = (
+            Transactions(self.group, self.bootstrap_servers, self.client, pipeline, self._rewind)
+            if delivery.exactly_once
+            else None
         )
         self._queue: collections.deque[KafkaBatch] = collections.deque()
         self._progress = asyncio.Event()  # set whenever the queue changes or stop is asked
@@ -305,6 +316,8 @@ class KafkaSource(Source):
         self._deliverer = None
         self._progress.set()  # wakes a revocation callback still waiting for the drain
         await self._fetcher.stop()
+        if self._txns is not None:
+            await self._txns.close()
         await self._delivery.close()
 
     def stats(self) -> dict[str, int]:
@@ -320,6 +333,7 @@ class KafkaSource(Source):
         out = dict(self._stats)
         out["in_flight"] = len(self._queue)
         out["gap_holds"] = self._fetcher.gaps.holds
+        out["txn_aborts"] = self._txns.aborts if self._txns is not None else 0
         return out
 
     def lag(self) -> dict[str, int]:
@@ -338,6 +352,10 @@ class KafkaSource(Source):
 
     # -- batching ----------------------------------------------------------------------------
     def _enqueue(self, data: dict[TopicPartition, list[Any]]) -> None:
+        if self._txns is not None and len(data) > 1:  # a transaction per input partition
+            for tp, records in data.items():
+                self._enqueue({tp: records})
+            return
         batch = self._batches.make(data)
         if batch is None:
             return
@@ -354,7 +372,14 @@ class KafkaSource(Source):
                 batch.task = asyncio.create_task(self._redispatch(batch.events, batch.seq))
         # Delivery starts as soon as the dispatch is done: a batch waits for the one before
         # it only at the ordered sinks (see _routing.Turns), and commits in order.
-        batch.delivery = asyncio.create_task(self._deliver(batch, self._delivery.reserve()))
+        if self._txns is None:
+            batch.delivery = asyncio.create_task(self._deliver(batch, self._delivery.reserve()))
+        else:
+            turn = self._delivery.reserve()
+            (tp,) = batch.offsets
+            ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            prior = self._txns.chain(tp, ready)
+            batch.delivery = asyncio.create_task(self._deliver_txn(batch, turn, prior, ready))
         self._queue.append(batch)
         self._progress.set()
 
@@ -368,7 +393,14 @@ class KafkaSource(Source):
                     continue
                 batch = self._queue[0]
                 assert batch.delivery is not None
-                await batch.delivery
+                try:
+                    await batch.delivery
+                except TransactionSkipped as e:  # aborted: its records are consumed again
+                    self._stats["txn_skipped"] += 1
+                    log.info("kafka source %s: batch %d: %s", self.pipeline, batch.seq, e)
+                    self._queue.popleft()
+                    self._progress.set()
+                    continue
                 self._commits.add(batch)
                 self._queue.popleft()
                 self._progress.set()
@@ -394,9 +426,43 @@ class KafkaSource(Source):
                     async for later in later_rounds:
                         await self._delivery.send(batch, later, [], turn)
         except BaseException as e:
-            turn.release(e)
+            # exactly_once: nothing of it is visible (its transaction aborts), the next go on
+            turn.release(e if self._txns is None else None)
             raise
         turn.release()
+
+    async def _deliver_txn(
+        self,
+        batch: KafkaBatch,
+        turn: Turn,
+        before: asyncio.Future[Any] | None,
+        ready: asyncio.Future[None],
+    ) -> None:
+        # exactly_once: the batch's delivery in its partition's transaction, after the
+        # partition's batch before; ``ready`` tells the partition's next batch how it ended.
+        assert self._txns is not None
+        try:
+            async with self._txns.transaction(batch.offsets, before):
+                await self._deliver(batch, turn)
+        except BaseException as e:
+            turn.release()  # nothing of it is visible: the batches after it go on
+            if isinstance(e, asyncio.CancelledError):
+                ready.cancel()
+            else:
+                ready.set_exception(e)
+                ready.exception()  # retrieved: the partition's next batch may not look
+            raise
+        ready.set_result(None)
+
+    async def _rewind(self, tp: TopicPartition) -> None:
+        # an aborted transaction: the partition goes back to its committed offset; records
+        # fetched meanwhile are dropped (the fetcher's generation) and come again
+        consumer = self._fetcher.consumer
+        self._fetcher.revoked()
+        if consumer is not None and tp in consumer.assignment():
+            with contextlib.suppress(KafkaError, IllegalStateError):
+                await consumer.seek_to_committed(tp)
+        self._fetcher.revoked()
 
     # -- rebalancing -------------------------------------------------------------------------
     async def _wait_drained(self) -> None:
@@ -434,6 +500,8 @@ class KafkaSource(Source):
                 self._revoke_timeout_s,
             )
         finally:
+            if self._txns is not None:
+                await self._txns.release(revoked)
             self._revoking = False
             self._progress.set()
 
@@ -471,7 +539,16 @@ class KafkaSource(Source):
             self._revoking = False
             self._progress.set()
 
-    def _on_assigned(self, assigned: set[TopicPartition]) -> None:
+    async def _on_assigned(self, assigned: set[TopicPartition]) -> None:
+        if self._txns is not None and assigned:
+            # fence the partitions' previous owners (their open transactions end) before the
+            # committed offsets are read; records fetched meanwhile are dropped and read again
+            await self._txns.assign(assigned)
+            consumer = self._fetcher.consumer
+            self._fetcher.revoked()
+            if consumer is not None:
+                with contextlib.suppress(KafkaError, IllegalStateError):
+                    await consumer.seek_to_committed(*assigned)
         log.info(
             "kafka source %s: assigned %s",
             self.pipeline,

@@ -203,7 +203,7 @@ class KafkaFetcher:
     async def start(
         self,
         on_revoked: Callable[[set[TopicPartition]], Awaitable[None]],
-        on_assigned: Callable[[set[TopicPartition]], None],
+        on_assigned: Callable[[set[TopicPartition]], Awaitable[None]],
         on_bridged: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Join the consumer group; the callbacks run on rebalances (revoked is awaited).
@@ -286,13 +286,13 @@ class KafkaFetcher:
 
     def _assigned_hook(
         self,
-        on_assigned: Callable[[set[TopicPartition]], None],
+        on_assigned: Callable[[set[TopicPartition]], Awaitable[None]],
         on_bridged: Callable[[], Awaitable[None]] | None,
     ) -> Callable[[set[TopicPartition]], Awaitable[None]]:
         async def assigned(tps: set[TopicPartition]) -> None:
             if self._group is not None and on_bridged is not None:
                 await on_bridged()  # the member has its partitions: the bridge hands over
-            on_assigned(tps)
+            await on_assigned(tps)
 
         return assigned
 

@@ -170,6 +170,9 @@ class DeliveryPolicy:
             before the source stops (:class:`SourceStalledError`; nothing is committed past
             it, so its events are consumed again).
         drain_timeout_s: how long stopping waits for the batches in flight.
+        exactly_once: each batch's outputs, dead letters and offsets go in one Kafka
+            transaction (one partition per batch, one transactional producer per input
+            partition; see ``_kafka_txn``); no dedupe, no consumer commits.
 
     Example:
         >>> DeliveryPolicy(retry_initial_s=0.1, retry_max_s=0.3).backoff_s(3)
@@ -183,6 +186,7 @@ class DeliveryPolicy:
     dispatch_retries: int = 2
     give_up_s: float = GIVE_UP_S
     drain_timeout_s: float = 30.0
+    exactly_once: bool = False
 
     def backoff_s(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1, 2, ...) of a dispatch or

@@ -1,0 +1,81 @@
+"""A replica's Kafka path in a process of its own, for the exactly-once tests to kill -9 or
+SIGSTOP: a :class:`KafkaSource` with ``exactly_once`` delivery running a filter + convert
+pipeline (the replica's :class:`PipelineRunner`) into Kafka sinks, no Ray, no Redis.
+
+    python -m tests.integration.eos_driver BOOTSTRAP SRC SINK DLQ GROUP
+
+Prints ``ready`` once its consumer joined, then its counters as JSON every half second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+from eventbus.eventing.sinks._kafka import KafkaSink, KafkaSinkConfig
+from eventbus.eventing.sources._kafka import (
+    DeliveryPolicy,
+    FetchSettings,
+    KafkaSource,
+    KafkaSourceConfig,
+    SourceSinks,
+)
+from eventbus.pipelines import PipelineConfig
+from eventbus.pipelines._runner import PipelineRunner
+
+
+def pipeline(src: str, sink: str, dlq: str) -> PipelineConfig:
+    """Drop odd ``n``; tag the rest; ``data.boom`` fails the convert (dead letters)."""
+    return PipelineConfig.model_validate(
+        {
+            "apiVersion": "eventbus/v1",
+            "kind": "Pipeline",
+            "metadata": {"name": "eos"},
+            "spec": {
+                "sources": [{"kafka": {"topic": src}}],
+                "steps": [
+                    {"id": "even", "filter": "data.n % 2 == 0"},
+                    {
+                        "id": "tag",
+                        "convert": {"set": {"data.half": "data.n / (data.boom ? 0 : 2)"}},
+                    },
+                ],
+                "sink": {"kafka": {"topic": sink}},
+                "dead_letter": {"kafka": {"topic": dlq}},
+                "delivery": {"guarantee": "exactly_once"},
+            },
+        }
+    )
+
+
+async def main(bootstrap: str, src: str, sink: str, dlq: str, group: str) -> None:
+    runner = PipelineRunner(pipeline(src, sink, dlq))
+
+    async def dispatch(events: list) -> list:  # type: ignore[type-arg]
+        return runner.run(events)  # type: ignore[no-any-return]
+
+    source = KafkaSource(
+        KafkaSourceConfig(topic=src, group=group, session_timeout_ms=6000),
+        pipeline="eos",
+        bootstrap_servers=bootstrap,
+        dispatch=dispatch,
+        sinks=SourceSinks(
+            KafkaSink(KafkaSinkConfig(topic=sink), bootstrap_servers=bootstrap),
+            KafkaSink(KafkaSinkConfig(topic=dlq), bootstrap_servers=bootstrap),
+        ),
+        fetch=FetchSettings(max_batch=500, linger_ms=5, heartbeat_interval_ms=1000),
+        delivery=DeliveryPolicy(exactly_once=True),
+    )
+    await source.start()
+    print("ready", flush=True)
+    run = asyncio.create_task(source.run())
+    while not run.done():
+        print(json.dumps(source.stats()), flush=True)
+        await asyncio.wait([run], timeout=0.5)
+    await source.stop()
+    run.result()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:6]))
