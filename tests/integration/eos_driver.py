@@ -2,7 +2,10 @@
 SIGSTOP: a :class:`KafkaSource` with ``exactly_once`` delivery running a filter + convert
 pipeline (the replica's :class:`PipelineRunner`) into Kafka sinks, no Ray, no Redis.
 
-    python -m tests.integration.eos_driver BOOTSTRAP SRC SINK DLQ GROUP
+    python -m tests.integration.eos_driver BOOTSTRAP SRC SINK DLQ GROUP [DISPATCH_DELAY_S]
+
+``DISPATCH_DELAY_S`` makes each batch's steps take that long (the batch's transaction is open
+meanwhile), so that a SIGSTOP lands inside a transaction.
 
 Prints ``ready`` once its consumer joined, then its counters as JSON every half second.
 """
@@ -38,7 +41,9 @@ def pipeline(src: str, sink: str, dlq: str) -> PipelineConfig:
                     {"id": "even", "filter": "data.n % 2 == 0"},
                     {
                         "id": "tag",
-                        "convert": {"set": {"data.half": "data.n / (data.boom ? 0 : 2)"}},
+                        "convert": {
+                            "set": {"data.half": "has(data.boom) ? data.n / 0 : data.n / 2"}
+                        },
                     },
                 ],
                 "sink": {"kafka": {"topic": sink}},
@@ -49,10 +54,14 @@ def pipeline(src: str, sink: str, dlq: str) -> PipelineConfig:
     )
 
 
-async def main(bootstrap: str, src: str, sink: str, dlq: str, group: str) -> None:
+async def main(
+    bootstrap: str, src: str, sink: str, dlq: str, group: str, delay_s: str = "0"
+) -> None:
     runner = PipelineRunner(pipeline(src, sink, dlq))
 
     async def dispatch(events: list) -> list:  # type: ignore[type-arg]
+        if float(delay_s):
+            await asyncio.sleep(float(delay_s))  # a slow step, not a wait for a condition
         return runner.run(events)  # type: ignore[no-any-return]
 
     source = KafkaSource(
@@ -78,4 +87,8 @@ async def main(bootstrap: str, src: str, sink: str, dlq: str, group: str) -> Non
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:6]))
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(process)d %(message)s")
+    logging.getLogger("eventbus.eventing.sources._kafka").setLevel(logging.INFO)
+    asyncio.run(main(*sys.argv[1:7]))

@@ -16,8 +16,7 @@ from eventbus import registry
 __all__ = ["guarantee_problems"]
 
 _ALTERNATIVES = (
-    "keep guarantee: at_least_once (the default) with delivery.dedupe for effectively-once "
-    "delivery"
+    "keep guarantee: at_least_once (the default) with delivery.dedupe for effectively-once delivery"
 )
 
 

@@ -378,8 +378,11 @@ class KafkaSource(Source):
             turn = self._delivery.reserve()
             (tp,) = batch.offsets
             ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            owned = self._txns.owns(tp)  # fetched from where it may commit
             prior = self._txns.chain(tp, ready)
-            batch.delivery = asyncio.create_task(self._deliver_txn(batch, turn, prior, ready))
+            batch.delivery = asyncio.create_task(
+                self._deliver_txn(batch, turn, prior, ready, owned)
+            )
         self._queue.append(batch)
         self._progress.set()
 
@@ -437,12 +440,13 @@ class KafkaSource(Source):
         turn: Turn,
         before: asyncio.Future[Any] | None,
         ready: asyncio.Future[None],
+        owned: bool,
     ) -> None:
         # exactly_once: the batch's delivery in its partition's transaction, after the
         # partition's batch before; ``ready`` tells the partition's next batch how it ended.
         assert self._txns is not None
         try:
-            async with self._txns.transaction(batch.offsets, before):
+            async with self._txns.transaction(batch.offsets, before, owned):
                 await self._deliver(batch, turn)
         except BaseException as e:
             turn.release()  # nothing of it is visible: the batches after it go on
@@ -457,12 +461,20 @@ class KafkaSource(Source):
     async def _rewind(self, tp: TopicPartition) -> None:
         # an aborted transaction: the partition goes back to its committed offset; records
         # fetched meanwhile are dropped (the fetcher's generation) and come again
+        self._fetcher.revoked()
+        await self._seek_committed({tp})
+        self._fetcher.revoked()
+
+    async def _seek_committed(self, tps: set[TopicPartition]) -> None:
         consumer = self._fetcher.consumer
-        self._fetcher.revoked()
-        if consumer is not None and tp in consumer.assignment():
-            with contextlib.suppress(KafkaError, IllegalStateError):
-                await consumer.seek_to_committed(tp)
-        self._fetcher.revoked()
+        if consumer is None:
+            return
+        tps = tps & consumer.assignment()
+        with contextlib.suppress(KafkaError, IllegalStateError):
+            committed = await consumer.seek_to_committed(*tps) if tps else {}
+            fresh = [tp for tp, off in committed.items() if not off]  # nothing committed yet
+            if fresh and self.config.start_from == "earliest":
+                await consumer.seek_to_beginning(*fresh)
 
     # -- rebalancing -------------------------------------------------------------------------
     async def _wait_drained(self) -> None:
@@ -473,6 +485,8 @@ class KafkaSource(Source):
 
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
         self._fetcher.revoked()  # positions go back to the committed offsets
+        if self._txns is not None:  # what is fetched from now on is not committed
+            self._txns.disown(revoked)
         self._revoking = True
         try:
             if self._queue and self._fatal is None:
@@ -544,11 +558,10 @@ class KafkaSource(Source):
             # fence the partitions' previous owners (their open transactions end) before the
             # committed offsets are read; records fetched meanwhile are dropped and read again
             await self._txns.assign(assigned)
-            consumer = self._fetcher.consumer
             self._fetcher.revoked()
-            if consumer is not None:
-                with contextlib.suppress(KafkaError, IllegalStateError):
-                    await consumer.seek_to_committed(*assigned)
+            await self._seek_committed(assigned)
+            self._fetcher.revoked()  # what a fetch begun before brings is dropped
+            self._txns.own(assigned)
         log.info(
             "kafka source %s: assigned %s",
             self.pipeline,

@@ -48,10 +48,13 @@ class TransactionSkipped(Exception):
     visible and its offsets were not committed; its records are consumed again (by this
     source after a rewind, or by the partition's next owner when fenced)."""
 
-    def __init__(self, partition: str, reason: str) -> None:
-        super().__init__(partition, reason)
+    def __init__(self, partition: str, reason: str, poisons: bool = True) -> None:
+        super().__init__(partition, reason, poisons)
         self.partition = partition
         self.reason = reason
+        #: False: the batch was fetched while the partition was not (yet) this source's; the
+        #: partition's position is put back before it is, so the batches after it go on
+        self.poisons = poisons
 
     def __str__(self) -> str:
         return f"transaction of {self.partition} aborted: {self.reason}"
@@ -90,21 +93,38 @@ class Transactions:
         self._producers: dict[TopicPartition, AIOKafkaProducer] = {}
         # per partition: the delivery of its last batch (the next one's transaction waits)
         self._tails: dict[TopicPartition, asyncio.Future[Any]] = {}
+        # partitions whose producer fenced the previous owner and whose position was put
+        # back to the committed offset after that: only their batches may commit
+        self._owned: set[TopicPartition] = set()
         #: aborted transactions (the source's ``txn_aborts`` counter)
         self.aborts = 0
 
     async def assign(self, tps: set[TopicPartition]) -> None:
         """Start the producers of newly assigned partitions: each start fences the partition's
-        previous owner and ends its open transaction (before the offsets are read)."""
+        previous owner and ends its open transaction (before the offsets are read). Call
+        :meth:`own` once the partitions' positions were put back to the committed offsets."""
         new = [tp for tp in tps if tp not in self._producers]
         await asyncio.gather(*(self._start(tp) for tp in new))
-        for tp in new:
+
+    def own(self, tps: set[TopicPartition]) -> None:
+        """Batches of ``tps`` fetched from now on may commit (each partition's chain anew)."""
+        for tp in tps:
             self._tails.pop(tp, None)
+        self._owned.update(tps)
+
+    def owns(self, tp: TopicPartition) -> bool:
+        """Whether a batch of ``tp`` fetched now may commit."""
+        return tp in self._owned
+
+    def disown(self, tps: set[TopicPartition]) -> None:
+        """Batches of ``tps`` fetched from now on are skipped (a revocation began)."""
+        self._owned.difference_update(tps)
 
     async def release(self, tps: set[TopicPartition]) -> None:
         """Close the producers of revoked partitions (their batches were finished)."""
         for tp in tps:
             self._tails.pop(tp, None)
+            self._owned.discard(tp)
             producer = self._producers.pop(tp, None)
             if producer is not None:
                 with contextlib.suppress(Exception):
@@ -124,7 +144,7 @@ class Transactions:
 
     @contextlib.asynccontextmanager
     async def transaction(
-        self, offsets: dict[TopicPartition, int], before: asyncio.Future[Any] | None
+        self, offsets: dict[TopicPartition, int], before: asyncio.Future[Any] | None, owned: bool
     ) -> AsyncIterator[None]:
         """One batch's transaction: sends inside the block go through the partition's
         producer; on leaving, the offsets join and it commits, or it aborts on an error.
@@ -134,12 +154,15 @@ class Transactions:
         """
         (tp,) = offsets
         name = f"{tp.topic}[{tp.partition}]"
+        if not owned:
+            raise TransactionSkipped(name, "fetched while the partition was not owned", False)
         if before is not None:
             await asyncio.wait([before])
-            if before.cancelled() or before.exception() is not None:
+            error = None if before.cancelled() else before.exception()
+            if before.cancelled() or getattr(error, "poisons", error is not None):
                 raise TransactionSkipped(name, "a batch before it of its partition aborted")
         producer = self._producers.get(tp)
-        if producer is None:  # not assigned through the group (fenced since): start it now
+        if producer is None:  # a new one after an abort (the same id)
             producer = await self._start(tp)
         try:
             await producer.begin_transaction()
@@ -195,6 +218,7 @@ class Transactions:
                 tp.topic,
                 tp.partition,
             )
+            self._owned.discard(tp)
             await self._drop(tp, producer)
             return
         log.warning(
@@ -207,10 +231,11 @@ class Transactions:
             e,
         )
         # A producer in an error state cannot begin again: a new one of the same id.
+        self._owned.discard(tp)
         await self._drop(tp, producer)
         await self._rewind(tp)
         # the batches chained so far are skipped; what is fetched from now on starts afresh
-        self._tails.pop(tp, None)
+        self.own({tp})
 
     async def _drop(self, tp: TopicPartition, producer: AIOKafkaProducer) -> None:
         if self._producers.get(tp) is producer:
