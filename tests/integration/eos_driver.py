@@ -2,10 +2,11 @@
 SIGSTOP: a :class:`KafkaSource` with ``exactly_once`` delivery running a filter + convert
 pipeline (the replica's :class:`PipelineRunner`) into Kafka sinks, no Ray, no Redis.
 
-    python -m tests.integration.eos_driver BOOTSTRAP SRC SINK DLQ GROUP [DISPATCH_DELAY_S]
+    python -m tests.integration.eos_driver BOOTSTRAP SRC SINK DLQ GROUP [DELAY_S]
 
-``DISPATCH_DELAY_S`` makes each batch's steps take that long (the batch's transaction is open
-meanwhile), so that a SIGSTOP lands inside a transaction.
+``DELAY_S`` makes each batch's steps, and each acknowledged send to the sink, take that long
+longer (the batch's transaction is open meanwhile, its records written), so that a SIGKILL or
+SIGSTOP lands inside a transaction.
 
 Prints ``ready`` once its consumer joined, then its counters as JSON every half second.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from typing import Any
 
 from eventbus.eventing.sinks._kafka import KafkaSink, KafkaSinkConfig
 from eventbus.eventing.sources._kafka import (
@@ -26,6 +28,17 @@ from eventbus.eventing.sources._kafka import (
 )
 from eventbus.pipelines import PipelineConfig
 from eventbus.pipelines._runner import PipelineRunner
+
+
+class SlowSink(KafkaSink):
+    """A Kafka sink whose acknowledgements come ``delay_s`` late (records already written)."""
+
+    delay_s = 0.0
+
+    async def send(self, items: Any) -> None:
+        await super().send(items)
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)  # a slow sink, not a wait for a condition
 
 
 def pipeline(src: str, sink: str, dlq: str) -> PipelineConfig:
@@ -58,6 +71,7 @@ async def main(
     bootstrap: str, src: str, sink: str, dlq: str, group: str, delay_s: str = "0"
 ) -> None:
     runner = PipelineRunner(pipeline(src, sink, dlq))
+    SlowSink.delay_s = float(delay_s)
 
     async def dispatch(events: list) -> list:  # type: ignore[type-arg]
         if float(delay_s):
@@ -70,7 +84,7 @@ async def main(
         bootstrap_servers=bootstrap,
         dispatch=dispatch,
         sinks=SourceSinks(
-            KafkaSink(KafkaSinkConfig(topic=sink), bootstrap_servers=bootstrap),
+            SlowSink(KafkaSinkConfig(topic=sink), bootstrap_servers=bootstrap),
             KafkaSink(KafkaSinkConfig(topic=dlq), bootstrap_servers=bootstrap),
         ),
         fetch=FetchSettings(max_batch=500, linger_ms=5, heartbeat_interval_ms=1000),

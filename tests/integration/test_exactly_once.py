@@ -44,6 +44,8 @@ class Driver:
 
     def __init__(self, bootstrap: str, topics: tuple[str, str, str], group: str, delay_s: float):
         env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}:{ROOT}")
+        # EOS_LOG=FILE: the drivers' logs go there (debugging), else nowhere
+        self._log = open(env["EOS_LOG"], "a") if "EOS_LOG" in env else None  # noqa: SIM115
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -55,16 +57,15 @@ class Driver:
                 str(delay_s),
             ],
             stdout=subprocess.PIPE,
-            stderr=open(os.environ["EOS_LOG"], "a")
-            if "EOS_LOG" in os.environ
-            else subprocess.DEVNULL,  # noqa: SIM115
+            stderr=self._log if self._log is not None else subprocess.DEVNULL,
             env=env,
             cwd=ROOT,
             text=True,
         )
         self.ready = threading.Event()
         self.stats: dict[str, int] = {}
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -89,6 +90,9 @@ class Driver:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._reader.join(10)  # the pipe ended with the process
+        if self._log is not None:
+            self._log.close()
         if self.proc.stdout is not None:
             self.proc.stdout.close()
 
@@ -197,7 +201,7 @@ async def test_kill_9_mid_stream_exactly_once(topic_factory: Any, kafka_bootstra
                 await asyncio.sleep(0.05)
             victim = drivers.pop(0)
             victim.signal(signal.SIGKILL)
-            victim.proc.wait()
+            victim.stop()
             drivers.append(Driver(kafka_bootstrap, topics, group, 0.02))
         await producing
         await check(kafka_bootstrap, topics[1], topics[2], n)

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import dataclasses
 import logging
 from contextlib import aclosing
@@ -470,11 +469,13 @@ class KafkaSource(Source):
         if consumer is None:
             return
         tps = tps & consumer.assignment()
-        with contextlib.suppress(KafkaError, IllegalStateError):
+        try:  # (nothing committed yet: from the start, as start_from says)
             committed = await consumer.seek_to_committed(*tps) if tps else {}
             fresh = [tp for tp, off in committed.items() if not off]  # nothing committed yet
             if fresh and self.config.start_from == "earliest":
                 await consumer.seek_to_beginning(*fresh)
+        except (KafkaError, IllegalStateError) as e:
+            log.warning("kafka source %s: cannot seek %s back: %r", self.pipeline, tps, e)
 
     # -- rebalancing -------------------------------------------------------------------------
     async def _wait_drained(self) -> None:
