@@ -36,7 +36,7 @@ def guarantee_problems(spec: Any) -> list[str]:
     for i, src in enumerate(spec.sources):
         if src.kind != "kafka":
             problems.append(
-                f"sources[{i}] is a {src.kind} source but {why}: only events read from a Kafka "
+                f"sources[{i}] is of kind {src.kind!r} but {why}: only events read from a Kafka "
                 "topic can be consumed inside a Kafka transaction; move the source to another "
                 f"pipeline that writes a Kafka topic, or {_ALTERNATIVES}"
             )
@@ -45,7 +45,7 @@ def guarantee_problems(spec: Any) -> list[str]:
     for path, sink in spec.output_paths().items():
         if sink.kind != "kafka":
             problems.append(
-                f"spec.{path} is a {sink.kind} sink but {why}: a {sink.kind} sink cannot join a "
+                f"spec.{path} is of kind {sink.kind!r} but {why}: a {sink.kind} sink cannot join a "
                 "Kafka transaction; write to a Kafka topic and deliver it from there with an "
                 f"at-least-once pipeline, or {_ALTERNATIVES}"
             )
@@ -61,7 +61,7 @@ def guarantee_problems(spec: Any) -> list[str]:
     for step in spec.steps:
         if registry.steps.get(step.kind).trait("ordered", False):
             problems.append(
-                f"step {step.id!r} is a {step.kind} step but {why}: its state lives in Redis, "
+                f"step {step.id!r} is of kind {step.kind!r} but {why}: its state lives in Redis, "
                 "outside the Kafka transaction, so a batch consumed again would update it "
                 f"twice; {_ALTERNATIVES}"
             )
