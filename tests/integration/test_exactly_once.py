@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -247,3 +248,31 @@ async def test_zombie_is_fenced(topic_factory: Any, kafka_bootstrap: str) -> Non
         zombie.stop()
         if heir is not None:
             heir.stop()
+
+
+@pytest.mark.ray
+@pytest.mark.redis
+async def test_kill_9_of_a_serve_replica_exactly_once(
+    deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str
+) -> None:
+    """The deployed path: an exactly_once pipeline on a Ray Serve replica killed with SIGKILL
+    mid-run (test_faults' run, without dedupe and without Redis in the delivery): a
+    read_committed reader gets every event once, in key order."""
+    from tests.integration.test_faults import N, doc, replica_pid, run_with_fault
+
+    src, sink, dlq = (
+        topic_factory("r-in", partitions=4),
+        topic_factory("r-out", partitions=4),
+        topic_factory("r-dlq"),
+    )
+    name = f"eos-replica-{uuid.uuid4().hex[:6]}"
+    pipeline = doc(name, src, sink, dlq)
+    pipeline["spec"]["delivery"] = {"guarantee": "exactly_once"}
+    deploy_pipeline(pipeline)
+    victim = await asyncio.to_thread(replica_pid, name)
+    want = {f"f{i}" for i in range(N)}
+    out = await run_with_fault(
+        kafka_bootstrap, src, sink, lambda: os.kill(victim, signal.SIGKILL), want
+    )
+    check_exactly_once_in_key_order(out, want)
+    assert await asyncio.to_thread(replica_pid, name) != victim
