@@ -264,7 +264,7 @@ class KafkaSource(Source):
         self._run_done.clear()
         try:
             while not self._stopping:
-                if self._revoking or len(self._queue) >= self._max_in_flight:
+                if self._revoking or len(self._queue) >= self._in_flight_limit():
                     self._progress.clear()
                     await self._progress.wait()
                     continue
@@ -319,6 +319,13 @@ class KafkaSource(Source):
             await self._txns.close()
         await self._delivery.close()
 
+    def _in_flight_limit(self) -> int:
+        # exactly_once cuts a fetch into a batch per partition: max_in_flight counts fetches
+        consumer = self._fetcher.consumer
+        if self._txns is None or consumer is None:
+            return self._max_in_flight
+        return self._max_in_flight * max(1, len(consumer.assignment()))
+
     def stats(self) -> dict[str, int]:
         """Counters since start: consumed, decode_errors, batches, outputs, dropped, failed,
         dead_lettered, committed (records whose offsets were committed), in_flight (batches),
@@ -351,9 +358,8 @@ class KafkaSource(Source):
 
     # -- batching ----------------------------------------------------------------------------
     def _enqueue(self, data: dict[TopicPartition, list[Any]]) -> None:
-        if self._txns is not None and len(data) > 1:  # a transaction per input partition
-            for tp, records in data.items():
-                self._enqueue({tp: records})
+        if self._txns is not None:
+            self._enqueue_txn(data)
             return
         batch = self._batches.make(data)
         if batch is None:
@@ -371,18 +377,34 @@ class KafkaSource(Source):
                 batch.task = asyncio.create_task(self._redispatch(batch.events, batch.seq))
         # Delivery starts as soon as the dispatch is done: a batch waits for the one before
         # it only at the ordered sinks (see _routing.Turns), and commits in order.
-        if self._txns is None:
-            batch.delivery = asyncio.create_task(self._deliver(batch, self._delivery.reserve()))
-        else:
-            turn = self._delivery.reserve()
+        batch.delivery = asyncio.create_task(self._deliver(batch, self._delivery.reserve()))
+        self._queue.append(batch)
+        self._progress.set()
+
+    def _enqueue_txn(self, data: dict[TopicPartition, list[Any]]) -> None:
+        # exactly_once: one dispatch for the whole fetch, then one batch (one transaction) per
+        # input partition, each delivered after its partition's batch before
+        assert self._txns is not None
+        batches = [b for tp, recs in data.items() if (b := self._batches.make({tp: recs}))]
+        events: list[Any] = [e for b in batches for e in b.events]
+        shared = asyncio.create_task(self._redispatch(events, batches[0].seq)) if events else None
+        start = 0
+        for batch in batches:
+            self._stats["consumed"] += batch.count
+            if batch.events and shared is not None:
+                self._stats["batches"] += 1
+                end = start + len(batch.events)
+                batch.task = asyncio.create_task(_part(shared, start, end))
+                start = end
             (tp,) = batch.offsets
             ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             owned = self._txns.owns(tp)  # fetched from where it may commit
             prior = self._txns.chain(tp, ready)
+            turn = self._delivery.reserve()
             batch.delivery = asyncio.create_task(
                 self._deliver_txn(batch, turn, prior, ready, owned)
             )
-        self._queue.append(batch)
+            self._queue.append(batch)
         self._progress.set()
 
     # -- delivering --------------------------------------------------------------------------
@@ -568,6 +590,11 @@ class KafkaSource(Source):
             self.pipeline,
             ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(assigned)) or "nothing",
         )
+
+
+async def _part(shared: asyncio.Task[list[Outcome]], start: int, end: int) -> list[Outcome]:
+    """One partition's outcomes of a dispatch shared by several batches (exactly_once)."""
+    return (await shared)[start:end]
 
 
 # -- the kafka source kind ------------------------------------------------------------------
