@@ -276,3 +276,45 @@ async def test_kill_9_of_a_serve_replica_exactly_once(
     )
     check_exactly_once_in_key_order(out, want)
     assert await asyncio.to_thread(replica_pid, name) != victim
+
+
+@pytest.mark.kafka_only
+@pytest.mark.timeout(300)
+async def test_output_leader_kill_on_three_brokers(kafka_cluster3: Any) -> None:
+    """Three brokers (replication 3, min.insync.replicas 2, the transaction log likewise):
+    kill -9 the leader of output partition 0 mid-stream. The transactions in flight to it
+    abort or retry on the new leader; read_committed still gets every output exactly once in
+    per-key order."""
+    from tests.integration.kafka3 import cluster_healthy, create_topics, placement
+
+    cluster = kafka_cluster3
+    await cluster_healthy(cluster)
+    boot = cluster.bootstrap
+    controller = (await asyncio.to_thread(cluster.active_controller)).node_id
+    victim = max({1, 2, 3} - {controller})
+    others = [x for x in (1, 2, 3) if x != victim]
+    base = {p: others[p % 2] for p in range(4)}
+    tag = uuid.uuid4().hex[:6]
+    topics = (f"e3-in-{tag}", f"e3-out-{tag}", f"e3-dlq-{tag}")
+    await create_topics(
+        boot,
+        {
+            topics[0]: placement(base),
+            topics[1]: placement({**base, 0: victim}),
+            topics[2]: placement({0: others[0]}),
+        },
+    )
+    n = 20_000
+    driver = Driver(boot, topics, f"eos3-{tag}", 0.02)
+    try:
+        await asyncio.to_thread(driver.wait_ready)
+        done = [0]
+        producing = asyncio.create_task(produce(boot, topics[0], n, 8.0, done))
+        while done[0] < n * 0.3:
+            await asyncio.sleep(0.05)
+        await asyncio.to_thread(cluster.nodes[victim - 1].signal, signal.SIGKILL)
+        await producing
+        await check(boot, topics[1], topics[2], n)
+    finally:
+        driver.stop()
+        await cluster_healthy(cluster)  # the next test gets three nodes

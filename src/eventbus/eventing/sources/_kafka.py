@@ -467,6 +467,8 @@ class KafkaSource(Source):
         # partition's batch before; ``ready`` tells the partition's next batch how it ended.
         assert self._txns is not None
         try:
+            if batch.task is not None:  # the steps run before the transaction begins
+                await asyncio.wait([batch.task])
             async with self._txns.transaction(batch.offsets, before, owned):
                 await self._deliver(batch, turn)
         except BaseException as e:

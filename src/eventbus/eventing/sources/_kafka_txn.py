@@ -39,8 +39,15 @@ __all__ = ["TransactionSkipped", "Transactions", "transactional_id"]
 
 log = logging.getLogger("eventbus.eventing.sources._kafka")
 
-#: Longest a transaction may stay open before the broker aborts it (a stuck batch).
+#: Longest a transaction may stay open before the broker aborts it.
 TRANSACTION_TIMEOUT_MS = 60_000
+#: Longest a batch's transaction may take from its first send to its commit (the steps ran
+#: before it began) before it is given up: aborted, its producer replaced, the partition
+#: rewound. A producer can wait forever on a broker that died (a send to the dead leader, a
+#: request to the dead transaction coordinator); the replacement finds the new ones.
+STUCK_S = 20.0
+#: Longest an abort or a producer's close may take.
+_CLOSE_S = 10.0
 
 
 class TransactionSkipped(Exception):
@@ -128,7 +135,7 @@ class Transactions:
             producer = self._producers.pop(tp, None)
             if producer is not None:
                 with contextlib.suppress(Exception):
-                    await producer.stop()
+                    await asyncio.wait_for(producer.stop(), _CLOSE_S)
 
     async def close(self) -> None:
         """Close every producer (an open transaction is aborted by the broker or fenced)."""
@@ -171,9 +178,10 @@ class Transactions:
             raise TransactionSkipped(name, f"{type(e).__name__}: {e}") from e
         token = CURRENT_PRODUCER.set(producer)
         try:
-            yield
-            await producer.send_offsets_to_transaction(offsets, self._group)
-            await producer.commit_transaction()
+            async with asyncio.timeout(STUCK_S):  # TimeoutError: given up, as any failure
+                yield
+                await producer.send_offsets_to_transaction(offsets, self._group)
+                await producer.commit_transaction()
         except asyncio.CancelledError:
             await self._abort(tp, producer)
             raise
@@ -203,7 +211,7 @@ class Transactions:
     async def _abort(self, tp: TopicPartition, producer: AIOKafkaProducer) -> None:
         self.aborts += 1
         with contextlib.suppress(Exception):  # fenced, or the broker is gone: it aborts itself
-            await asyncio.wait_for(producer.abort_transaction(), 10.0)
+            await asyncio.wait_for(producer.abort_transaction(), _CLOSE_S)
 
     async def _failed(
         self, tp: TopicPartition, producer: AIOKafkaProducer, e: BaseException
@@ -241,4 +249,4 @@ class Transactions:
         if self._producers.get(tp) is producer:
             del self._producers[tp]
         with contextlib.suppress(Exception):
-            await producer.stop()
+            await asyncio.wait_for(producer.stop(), _CLOSE_S)
