@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sys
 from typing import Any
 
@@ -91,6 +92,12 @@ async def main(
         delivery=DeliveryPolicy(exactly_once=True),
     )
     await source.start()
+
+    def dump() -> None:  # SIGUSR1: every task's stack to stderr (debugging a stall)
+        for task in asyncio.all_tasks():
+            task.print_stack(file=sys.stderr)
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump)
     print("ready", flush=True)
     run = asyncio.create_task(source.run())
     while not run.done():

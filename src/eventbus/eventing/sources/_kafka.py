@@ -201,6 +201,7 @@ class KafkaSource(Source):
             hold=lambda: self._fetcher.bridging,
             transactional=delivery.exactly_once,
         )
+        self._fetcher.skips_uncommitted = delivery.exactly_once and config.start_from == "earliest"
         #: exactly_once: one transaction per batch, one producer per input partition
         self._txns = (
             Transactions(self.group, self.bootstrap_servers, self.client, pipeline, self._rewind)
