@@ -42,7 +42,7 @@ from contextlib import aclosing
 from typing import Any
 
 from aiokafka import TopicPartition
-from aiokafka.errors import IllegalStateError, KafkaError
+from aiokafka.errors import KafkaError
 
 from eventbus.errors import ConfigError
 from eventbus.eventing._kafka_acl import check_topic_access
@@ -54,6 +54,7 @@ from eventbus.eventing.sources._kafka_batch import BatchMaker, KafkaBatch
 from eventbus.eventing.sources._kafka_commit import Committer
 from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
 from eventbus.eventing.sources._kafka_delivery import DECODE_ERROR_TYPE, Delivery
+from eventbus.eventing.sources._kafka_eos import ExactlyOnce
 from eventbus.eventing.sources._kafka_fetch import KafkaFetcher
 from eventbus.eventing.sources._kafka_retry import EventRetries, Redispatcher
 from eventbus.eventing.sources._kafka_settings import DeliveryPolicy, FetchSettings, SourceSinks
@@ -97,7 +98,7 @@ _STAT_NAMES = (
 )
 
 
-class KafkaSource(Source):
+class KafkaSource(ExactlyOnce, Source):
     """Consumes Kafka topics as a consumer-group member and runs micro-batches through dispatch.
 
     The source owns its sinks' lifecycle: :meth:`start` starts them, :meth:`stop` stops them.
@@ -320,13 +321,6 @@ class KafkaSource(Source):
             await self._txns.close()
         await self._delivery.close()
 
-    def _in_flight_limit(self) -> int:
-        # exactly_once cuts a fetch into a batch per partition: max_in_flight counts fetches
-        consumer = self._fetcher.consumer
-        if self._txns is None or consumer is None:
-            return self._max_in_flight
-        return self._max_in_flight * max(1, len(consumer.assignment()))
-
     def stats(self) -> dict[str, int]:
         """Counters since start: consumed, decode_errors, batches, outputs, dropped, failed,
         dead_lettered, committed (records whose offsets were committed), in_flight (batches),
@@ -382,32 +376,6 @@ class KafkaSource(Source):
         self._queue.append(batch)
         self._progress.set()
 
-    def _enqueue_txn(self, data: dict[TopicPartition, list[Any]]) -> None:
-        # exactly_once: one dispatch for the whole fetch, then one batch (one transaction) per
-        # input partition, each delivered after its partition's batch before
-        assert self._txns is not None
-        batches = [b for tp, recs in data.items() if (b := self._batches.make({tp: recs}))]
-        events: list[Any] = [e for b in batches for e in b.events]
-        shared = asyncio.create_task(self._redispatch(events, batches[0].seq)) if events else None
-        start = 0
-        for batch in batches:
-            self._stats["consumed"] += batch.count
-            if batch.events and shared is not None:
-                self._stats["batches"] += 1
-                end = start + len(batch.events)
-                batch.task = asyncio.create_task(_part(shared, start, end))
-                start = end
-            (tp,) = batch.offsets
-            ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            owned = self._txns.owns(tp)  # fetched from where it may commit
-            prior = self._txns.chain(tp, ready)
-            turn = self._delivery.reserve()
-            batch.delivery = asyncio.create_task(
-                self._deliver_txn(batch, turn, prior, ready, owned)
-            )
-            self._queue.append(batch)
-        self._progress.set()
-
     # -- delivering --------------------------------------------------------------------------
     async def _deliver_loop(self) -> None:
         try:
@@ -455,52 +423,6 @@ class KafkaSource(Source):
             turn.release(e if self._txns is None else None)
             raise
         turn.release()
-
-    async def _deliver_txn(
-        self,
-        batch: KafkaBatch,
-        turn: Turn,
-        before: asyncio.Future[Any] | None,
-        ready: asyncio.Future[None],
-        owned: bool,
-    ) -> None:
-        # exactly_once: the batch's delivery in its partition's transaction, after the
-        # partition's batch before; ``ready`` tells the partition's next batch how it ended.
-        assert self._txns is not None
-        try:
-            if batch.task is not None:  # the steps run before the transaction begins
-                await asyncio.wait([batch.task])
-            async with self._txns.transaction(batch.offsets, before, owned):
-                await self._deliver(batch, turn)
-        except BaseException as e:
-            turn.release()  # nothing of it is visible: the batches after it go on
-            if isinstance(e, asyncio.CancelledError):
-                ready.cancel()
-            else:
-                ready.set_exception(e)
-                ready.exception()  # retrieved: the partition's next batch may not look
-            raise
-        ready.set_result(None)
-
-    async def _rewind(self, tp: TopicPartition) -> None:
-        # an aborted transaction: the partition goes back to its committed offset; records
-        # fetched meanwhile are dropped (the fetcher's generation) and come again
-        self._fetcher.revoked()
-        await self._seek_committed({tp})
-        self._fetcher.revoked()
-
-    async def _seek_committed(self, tps: set[TopicPartition]) -> None:
-        consumer = self._fetcher.consumer
-        if consumer is None:
-            return
-        tps = tps & consumer.assignment()
-        try:  # (nothing committed yet: from the start, as start_from says)
-            committed = await consumer.seek_to_committed(*tps) if tps else {}
-            fresh = [tp for tp, off in committed.items() if not off]  # nothing committed yet
-            if fresh and self.config.start_from == "earliest":
-                await consumer.seek_to_beginning(*fresh)
-        except (KafkaError, IllegalStateError) as e:
-            log.warning("kafka source %s: cannot seek %s back: %r", self.pipeline, tps, e)
 
     # -- rebalancing -------------------------------------------------------------------------
     async def _wait_drained(self) -> None:
@@ -593,11 +515,6 @@ class KafkaSource(Source):
             self.pipeline,
             ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(assigned)) or "nothing",
         )
-
-
-async def _part(shared: asyncio.Task[list[Outcome]], start: int, end: int) -> list[Outcome]:
-    """One partition's outcomes of a dispatch shared by several batches (exactly_once)."""
-    return (await shared)[start:end]
 
 
 # -- the kafka source kind ------------------------------------------------------------------
