@@ -241,9 +241,9 @@ async def test_zombie_is_fenced(topic_factory: Any, kafka_bootstrap: str) -> Non
         await check(kafka_bootstrap, topics[1], topics[2], n)
         # the zombie went on with the batches it had in flight: refused (fenced), not committed
         deadline = time.monotonic() + 30
-        while zombie.stats.get("txn_skipped", 0) == 0 and time.monotonic() < deadline:
+        while zombie.stats.get("txn_fenced", 0) == 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        assert zombie.stats.get("txn_skipped", 0) >= 1, zombie.stats
+        assert zombie.stats.get("txn_fenced", 0) >= 1, zombie.stats
     finally:
         zombie.stop()
         if heir is not None:

@@ -330,11 +330,15 @@ class KafkaSource(ExactlyOnce, Source):
         refused as too large, their inputs dead-lettered), dead_letters_truncated (dead letters
         sent cut down), dead_letters_lost (dead letters refused even cut down), revoke_timeouts
         (rebalances that did not wait for the batches in flight); gap_holds (fetches cut at a
-        gap in a partition's offsets and fetched again: Tansu only, 0 on Apache Kafka)."""
+        gap in a partition's offsets and fetched again: Tansu only, 0 on Apache Kafka);
+        exactly_once: txn_skipped (batches not committed: their transaction aborted, one before
+        them of their partition did, or they were fetched before the partition was owned),
+        txn_aborts (transactions aborted), txn_fenced (refused: a newer owner fenced them)."""
         out = dict(self._stats)
         out["in_flight"] = len(self._queue)
         out["gap_holds"] = self._fetcher.gaps.holds
         out["txn_aborts"] = self._txns.aborts if self._txns is not None else 0
+        out["txn_fenced"] = self._txns.fenced if self._txns is not None else 0
         return out
 
     def lag(self) -> dict[str, int]:

@@ -105,6 +105,8 @@ class Transactions:
         self._owned: set[TopicPartition] = set()
         #: aborted transactions (the source's ``txn_aborts`` counter)
         self.aborts = 0
+        #: transactions refused because a newer owner fenced the producer (``txn_fenced``)
+        self.fenced = 0
 
     async def assign(self, tps: set[TopicPartition]) -> None:
         """Start the producers of newly assigned partitions: each start fences the partition's
@@ -219,6 +221,7 @@ class Transactions:
         """After an abort: a fenced producer is dropped (the partition moved on); otherwise
         the partition goes back to its committed offset and is consumed again."""
         if isinstance(e, ProducerFenced):
+            self.fenced += 1
             log.warning(
                 "kafka source %s: the transactional producer of %s[%d] was fenced (the "
                 "partition has a newer owner); its batches are left to it",
