@@ -94,6 +94,9 @@ async def sink_span(
         group_id=None,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
+        # what a transactional (exactly_once) pipeline committed; the same as read_uncommitted
+        # for the others (no transactions)
+        isolation_level="read_committed",
         **KAFKA_KWARGS,
     )
     await consumer.start()
@@ -228,6 +231,7 @@ async def latency_run(
         auto_offset_reset="latest",
         enable_auto_commit=False,
         fetch_max_wait_ms=5,
+        isolation_level="read_committed",  # an exactly_once pipeline's outputs at its commit
         **KAFKA_KWARGS,
     )
     await consumer.start()

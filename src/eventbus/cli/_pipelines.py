@@ -196,15 +196,36 @@ def get(
     kafka_bootstrap: str | None = KafkaOpt,
     redis_url: str | None = RedisOpt,
 ) -> None:
-    """Print a deployed pipeline's YAML (as deployed), or its stored record."""
+    """Print a deployed pipeline's YAML (as deployed), or its stored record; the delivery
+    guarantee it runs goes to stderr as a YAML comment (``guarantee`` in the JSON), so the YAML
+    on stdout stays the deployable file."""
     try:
         record = controller_client(Addresses(ray_address, kafka_bootstrap, redis_url)).get(name)
     except EventBusError as exc:
         fail(str(exc))
+    guarantee = delivery_guarantee(record["yaml"])
     if as_json:
-        sys.stdout.write(json.dumps({k: v for k, v in record.items() if k != "python_path"}) + "\n")
+        shown = {k: v for k, v in record.items() if k != "python_path"}
+        sys.stdout.write(json.dumps({**shown, "guarantee": guarantee}) + "\n")
         return
     sys.stdout.write(record["yaml"] if record["yaml"].endswith("\n") else record["yaml"] + "\n")
+    sys.stderr.write(f"# delivery guarantee: {guarantee}\n")
+
+
+def delivery_guarantee(text: str) -> str:
+    """The delivery guarantee a pipeline document asks for, in words: ``at_least_once``,
+    ``at_least_once + dedupe`` (effectively once at the sink) or ``exactly_once``."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(text)
+        delivery = (doc.get("spec") or {}).get("delivery") or {}
+    except (yaml.YAMLError, AttributeError):
+        return "unknown (the stored YAML does not parse)"
+    guarantee = str(delivery.get("guarantee", "at_least_once"))
+    if guarantee == "at_least_once" and delivery.get("dedupe") is not None:
+        return "at_least_once + dedupe"
+    return guarantee
 
 
 def versions(

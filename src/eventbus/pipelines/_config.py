@@ -36,6 +36,7 @@ from eventbus.eventing.sources._http_config import ingress_topic
 from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
 from eventbus.observability._config import ObservabilityConfig
 from eventbus.pipelines._autoscaling_config import AutoscalingConfig
+from eventbus.pipelines._guarantee import guarantee_problems
 from eventbus.pipelines._routes_config import (
     RouteConfig,
     SinkName,
@@ -304,6 +305,13 @@ class DeliveryConfig(BaseModel):
         default=None,
         description="Suppress outputs already delivered (by source + id) within a window, in Redis.",
     )
+    guarantee: Literal["at_least_once", "exactly_once"] = Field(
+        default="at_least_once",
+        description="'at_least_once' (with dedupe: effectively once at the sink), or "
+        "'exactly_once': each batch's outputs, dead letters and source offsets in one Kafka "
+        "transaction (Kafka sources and sinks of one cluster, stateless steps; readers of the "
+        "sink use isolation.level=read_committed). No Redis needed.",
+    )
 
 
 class ReplicasConfig(BaseModel):
@@ -560,6 +568,9 @@ class PipelineSpecConfig(BaseModel):
                 raise ValueError(msg)
             seen.add(step.id)
         problems = route_problems(self.routes, self.sinks, self.sink)
+        if problems:
+            raise ValueError("\n".join(problems))
+        problems = guarantee_problems(self)
         if problems:
             raise ValueError("\n".join(problems))
         by_kind: dict[str, list[Any]] = {}

@@ -53,6 +53,7 @@ def delivery_policy(config: PipelineConfig, redis_url: str | None) -> DeliveryPo
         retry_max_s=d.backoff.max_ms / 1000,
         retry_jitter=d.backoff.jitter,
         dispatch_retries=d.retries,
+        exactly_once=d.guarantee == "exactly_once",
     )
 
 

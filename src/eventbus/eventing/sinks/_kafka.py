@@ -33,6 +33,7 @@ from eventbus.eventing._kafka_client import (
     kafka_connect_error,
 )
 from eventbus.eventing._topics import TopicCreateConfig, topic_name_problem
+from eventbus.eventing._txn_context import CURRENT_PRODUCER
 from eventbus.eventing.sinks._base import Sink, SinkEncodeError, SinkTooLargeError
 from eventbus.registry import sinks
 
@@ -326,7 +327,8 @@ class KafkaSink(Sink):
         """
         if not items:
             return
-        producer = self._producer
+        # inside a source's transaction (exactly_once) the records go through its producer
+        producer = CURRENT_PRODUCER.get() or self._producer
         if producer is None:
             msg = f"kafka sink for topic {self.config.topic!r} is not started; await start() first"
             raise RuntimeError(msg)

@@ -54,9 +54,11 @@ from eventbus.eventing.sources._kafka_batch import BatchMaker, KafkaBatch
 from eventbus.eventing.sources._kafka_commit import Committer
 from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
 from eventbus.eventing.sources._kafka_delivery import DECODE_ERROR_TYPE, Delivery
+from eventbus.eventing.sources._kafka_eos import ExactlyOnce
 from eventbus.eventing.sources._kafka_fetch import KafkaFetcher
 from eventbus.eventing.sources._kafka_retry import EventRetries, Redispatcher
 from eventbus.eventing.sources._kafka_settings import DeliveryPolicy, FetchSettings, SourceSinks
+from eventbus.eventing.sources._kafka_txn import Transactions, TransactionSkipped
 from eventbus.observability._metrics import LATENCY_BOUNDS_S, Histogram
 from eventbus.registry import sources
 
@@ -91,10 +93,12 @@ _STAT_NAMES = (
     "dead_letters_truncated",
     "dead_letters_lost",
     "revoke_timeouts",
+    # exactly_once: batches whose transaction aborted (or came after one that did)
+    "txn_skipped",
 )
 
 
-class KafkaSource(Source):
+class KafkaSource(ExactlyOnce, Source):
     """Consumes Kafka topics as a consumer-group member and runs micro-batches through dispatch.
 
     The source owns its sinks' lifecycle: :meth:`start` starts them, :meth:`stop` stops them.
@@ -196,6 +200,14 @@ class KafkaSource(Source):
             self._stats,
             self.latency,
             hold=lambda: self._fetcher.bridging,
+            transactional=delivery.exactly_once,
+        )
+        self._fetcher.skips_uncommitted = delivery.exactly_once and config.start_from == "earliest"
+        #: exactly_once: one transaction per batch, one producer per input partition
+        self._txns = (
+            Transactions(self.group, self.bootstrap_servers, self.client, pipeline, self._rewind)
+            if delivery.exactly_once
+            else None
         )
         self._queue: collections.deque[KafkaBatch] = collections.deque()
         self._progress = asyncio.Event()  # set whenever the queue changes or stop is asked
@@ -254,7 +266,7 @@ class KafkaSource(Source):
         self._run_done.clear()
         try:
             while not self._stopping:
-                if self._revoking or len(self._queue) >= self._max_in_flight:
+                if self._revoking or len(self._queue) >= self._in_flight_limit():
                     self._progress.clear()
                     await self._progress.wait()
                     continue
@@ -305,6 +317,8 @@ class KafkaSource(Source):
         self._deliverer = None
         self._progress.set()  # wakes a revocation callback still waiting for the drain
         await self._fetcher.stop()
+        if self._txns is not None:
+            await self._txns.close()
         await self._delivery.close()
 
     def stats(self) -> dict[str, int]:
@@ -316,10 +330,15 @@ class KafkaSource(Source):
         refused as too large, their inputs dead-lettered), dead_letters_truncated (dead letters
         sent cut down), dead_letters_lost (dead letters refused even cut down), revoke_timeouts
         (rebalances that did not wait for the batches in flight); gap_holds (fetches cut at a
-        gap in a partition's offsets and fetched again: Tansu only, 0 on Apache Kafka)."""
+        gap in a partition's offsets and fetched again: Tansu only, 0 on Apache Kafka);
+        exactly_once: txn_skipped (batches not committed: their transaction aborted, one before
+        them of their partition did, or they were fetched before the partition was owned),
+        txn_aborts (transactions aborted), txn_fenced (refused: a newer owner fenced them)."""
         out = dict(self._stats)
         out["in_flight"] = len(self._queue)
         out["gap_holds"] = self._fetcher.gaps.holds
+        out["txn_aborts"] = self._txns.aborts if self._txns is not None else 0
+        out["txn_fenced"] = self._txns.fenced if self._txns is not None else 0
         return out
 
     def lag(self) -> dict[str, int]:
@@ -338,6 +357,9 @@ class KafkaSource(Source):
 
     # -- batching ----------------------------------------------------------------------------
     def _enqueue(self, data: dict[TopicPartition, list[Any]]) -> None:
+        if self._txns is not None:
+            self._enqueue_txn(data)
+            return
         batch = self._batches.make(data)
         if batch is None:
             return
@@ -368,7 +390,14 @@ class KafkaSource(Source):
                     continue
                 batch = self._queue[0]
                 assert batch.delivery is not None
-                await batch.delivery
+                try:
+                    await batch.delivery
+                except TransactionSkipped as e:  # aborted: its records are consumed again
+                    self._stats["txn_skipped"] += 1
+                    log.info("kafka source %s: batch %d: %s", self.pipeline, batch.seq, e)
+                    self._queue.popleft()
+                    self._progress.set()
+                    continue
                 self._commits.add(batch)
                 self._queue.popleft()
                 self._progress.set()
@@ -394,7 +423,8 @@ class KafkaSource(Source):
                     async for later in later_rounds:
                         await self._delivery.send(batch, later, [], turn)
         except BaseException as e:
-            turn.release(e)
+            # exactly_once: nothing of it is visible (its transaction aborts), the next go on
+            turn.release(e if self._txns is None else None)
             raise
         turn.release()
 
@@ -407,6 +437,8 @@ class KafkaSource(Source):
 
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
         self._fetcher.revoked()  # positions go back to the committed offsets
+        if self._txns is not None:  # what is fetched from now on is not committed
+            self._txns.disown(revoked)
         self._revoking = True
         try:
             if self._queue and self._fatal is None:
@@ -434,6 +466,8 @@ class KafkaSource(Source):
                 self._revoke_timeout_s,
             )
         finally:
+            if self._txns is not None:
+                await self._txns.release(revoked)
             self._revoking = False
             self._progress.set()
 
@@ -471,7 +505,15 @@ class KafkaSource(Source):
             self._revoking = False
             self._progress.set()
 
-    def _on_assigned(self, assigned: set[TopicPartition]) -> None:
+    async def _on_assigned(self, assigned: set[TopicPartition]) -> None:
+        if self._txns is not None and assigned:
+            # fence the partitions' previous owners (their open transactions end) before the
+            # committed offsets are read; records fetched meanwhile are dropped and read again
+            await self._txns.assign(assigned)
+            self._fetcher.revoked()
+            await self._seek_committed(assigned)
+            self._fetcher.revoked()  # what a fetch begun before brings is dropped
+            self._txns.own(assigned)
         log.info(
             "kafka source %s: assigned %s",
             self.pipeline,

@@ -46,7 +46,10 @@ class Committer:
         stats: dict[str, int],
         latency: Histogram,
         hold: Callable[[], bool] = lambda: False,
+        transactional: bool = False,
     ) -> None:
+        # exactly_once: the offsets were committed in the batch's transaction already
+        self._transactional = transactional
         self._consumer = consumer
         # while true (a join bridge fetches: the group takes no commit from it once its member
         # joined), delivered batches wait for commit_held()
@@ -64,6 +67,10 @@ class Committer:
         """Queue a delivered batch's offsets (batches in delivery order)."""
         if batch.oldest_ms:
             self._latency.observe(max(0.0, time.time() - batch.oldest_ms / 1000), batch.count)
+        if self._transactional:
+            self.committed.update(batch.offsets)
+            self._stats["committed"] += batch.count
+            return
         self._to_commit.append(batch)
         if (self._task is None or self._task.done()) and not self._hold():
             self._task = asyncio.create_task(self._loop())

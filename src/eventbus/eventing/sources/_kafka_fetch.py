@@ -200,10 +200,15 @@ class KafkaFetcher:
         #: wait its whole fetch_max_wait_ms, so only there is the wait switched while idle
         self._tansu = False
 
+    #: exactly_once (with start_from earliest): batches of a partition fetched before this
+    #: source owned it are skipped, so records dropped in a rebalance are fetched again from
+    #: the partition's start when nothing was committed yet (not from the dropped ones)
+    skips_uncommitted = False
+
     async def start(
         self,
         on_revoked: Callable[[set[TopicPartition]], Awaitable[None]],
-        on_assigned: Callable[[set[TopicPartition]], None],
+        on_assigned: Callable[[set[TopicPartition]], Awaitable[None]],
         on_bridged: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Join the consumer group; the callbacks run on rebalances (revoked is awaited).
@@ -286,13 +291,13 @@ class KafkaFetcher:
 
     def _assigned_hook(
         self,
-        on_assigned: Callable[[set[TopicPartition]], None],
+        on_assigned: Callable[[set[TopicPartition]], Awaitable[None]],
         on_bridged: Callable[[], Awaitable[None]] | None,
     ) -> Callable[[set[TopicPartition]], Awaitable[None]]:
         async def assigned(tps: set[TopicPartition]) -> None:
             if self._group is not None and on_bridged is not None:
                 await on_bridged()  # the member has its partitions: the bridge hands over
-            on_assigned(tps)
+            await on_assigned(tps)
 
         return assigned
 
@@ -435,6 +440,10 @@ class KafkaFetcher:
             for tp, recs in data.items():
                 if tp in assigned and recs:
                     committed = await consumer.committed(tp)
+                    if committed is None and self.skips_uncommitted:
+                        # batches before these were skipped, not delivered: from the start
+                        await consumer.seek_to_beginning(tp)
+                        continue
                     consumer.seek(
                         tp, committed if committed is not None else min(r.offset for r in recs)
                     )

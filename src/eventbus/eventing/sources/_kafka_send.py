@@ -115,6 +115,8 @@ async def send_bounded(
             )
             await asyncio.sleep(delay)
         except Exception as e:
+            if policy.exactly_once:  # the transaction is broken: it aborts, the batch comes again
+                raise
             attempt += 1
             now = time.monotonic()
             first_failure = now if first_failure is None else first_failure

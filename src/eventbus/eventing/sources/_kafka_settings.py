@@ -174,6 +174,9 @@ class DeliveryPolicy:
             before the source stops (:class:`SourceStalledError`; nothing is committed past
             it, so its events are consumed again).
         drain_timeout_s: how long stopping waits for the batches in flight.
+        exactly_once: each batch's outputs, dead letters and offsets go in one Kafka
+            transaction (one partition per batch, one transactional producer per input
+            partition; see ``_kafka_txn``); no dedupe, no consumer commits.
 
     Example:
         >>> DeliveryPolicy(retry_initial_s=0.1, retry_max_s=0.3, retry_jitter=0).backoff_s(3)
@@ -188,6 +191,7 @@ class DeliveryPolicy:
     dispatch_retries: int = 2
     give_up_s: float = GIVE_UP_S
     drain_timeout_s: float = 30.0
+    exactly_once: bool = False
     backoff: Backoff = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -1,0 +1,115 @@
+"""A replica's Kafka path in a process of its own, for the exactly-once tests to kill -9 or
+SIGSTOP: a :class:`KafkaSource` with ``exactly_once`` delivery running a filter + convert
+pipeline (the replica's :class:`PipelineRunner`) into Kafka sinks, no Ray, no Redis.
+
+    python -m tests.integration.eos_driver BOOTSTRAP SRC SINK DLQ GROUP [DELAY_S]
+
+``DELAY_S`` makes each batch's steps, and each acknowledged send to the sink, take that long
+longer (the batch's transaction is open meanwhile, its records written), so that a SIGKILL or
+SIGSTOP lands inside a transaction.
+
+Prints ``ready`` once its consumer joined, then its counters as JSON every half second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from typing import Any
+
+from eventbus.eventing.sinks._kafka import KafkaSink, KafkaSinkConfig
+from eventbus.eventing.sources._kafka import (
+    DeliveryPolicy,
+    FetchSettings,
+    KafkaSource,
+    KafkaSourceConfig,
+    SourceSinks,
+)
+from eventbus.pipelines import PipelineConfig
+from eventbus.pipelines._runner import PipelineRunner
+
+
+class SlowSink(KafkaSink):
+    """A Kafka sink whose acknowledgements come ``delay_s`` late (records already written)."""
+
+    delay_s = 0.0
+
+    async def send(self, items: Any) -> None:
+        await super().send(items)
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)  # a slow sink, not a wait for a condition
+
+
+def pipeline(src: str, sink: str, dlq: str) -> PipelineConfig:
+    """Drop odd ``n``; tag the rest; ``data.boom`` fails the convert (dead letters)."""
+    return PipelineConfig.model_validate(
+        {
+            "apiVersion": "eventbus/v1",
+            "kind": "Pipeline",
+            "metadata": {"name": "eos"},
+            "spec": {
+                "sources": [{"kafka": {"topic": src}}],
+                "steps": [
+                    {"id": "even", "filter": "data.n % 2 == 0"},
+                    {
+                        "id": "tag",
+                        "convert": {
+                            "set": {"data.half": "has(data.boom) ? data.n / 0 : data.n / 2"}
+                        },
+                    },
+                ],
+                "sink": {"kafka": {"topic": sink}},
+                "dead_letter": {"kafka": {"topic": dlq}},
+                "delivery": {"guarantee": "exactly_once"},
+            },
+        }
+    )
+
+
+async def main(
+    bootstrap: str, src: str, sink: str, dlq: str, group: str, delay_s: str = "0"
+) -> None:
+    runner = PipelineRunner(pipeline(src, sink, dlq))
+    SlowSink.delay_s = float(delay_s)
+
+    async def dispatch(events: list) -> list:  # type: ignore[type-arg]
+        if float(delay_s):
+            await asyncio.sleep(float(delay_s))  # a slow step, not a wait for a condition
+        return runner.run(events)  # type: ignore[no-any-return]
+
+    source = KafkaSource(
+        KafkaSourceConfig(topic=src, group=group, session_timeout_ms=6000),
+        pipeline="eos",
+        bootstrap_servers=bootstrap,
+        dispatch=dispatch,
+        sinks=SourceSinks(
+            SlowSink(KafkaSinkConfig(topic=sink), bootstrap_servers=bootstrap),
+            KafkaSink(KafkaSinkConfig(topic=dlq), bootstrap_servers=bootstrap),
+        ),
+        fetch=FetchSettings(max_batch=500, linger_ms=5, heartbeat_interval_ms=1000),
+        delivery=DeliveryPolicy(exactly_once=True),
+    )
+    await source.start()
+
+    def dump() -> None:  # SIGUSR1: every task's stack to stderr (debugging a stall)
+        for task in asyncio.all_tasks():
+            task.print_stack(file=sys.stderr)
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump)
+    print("ready", flush=True)
+    run = asyncio.create_task(source.run())
+    while not run.done():
+        print(json.dumps(source.stats()), flush=True)
+        await asyncio.wait([run], timeout=0.5)
+    await source.stop()
+    run.result()
+
+
+if __name__ == "__main__":
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(process)d %(message)s")
+    logging.getLogger("eventbus.eventing.sources._kafka").setLevel(logging.INFO)
+    asyncio.run(main(*sys.argv[1:7]))

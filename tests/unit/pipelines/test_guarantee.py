@@ -1,0 +1,105 @@
+"""``delivery: {guarantee: exactly_once}``: which pipelines may ask for it, and the reasons
+given for those that may not (a non-Kafka source or sink, another cluster, Redis state,
+dedupe), all at once with the alternatives."""
+
+from __future__ import annotations
+
+import pytest
+
+from eventbus.cli._pipelines import delivery_guarantee
+from eventbus.pipelines import load_pipeline_text, validate_pipeline_text
+
+HEAD = """apiVersion: eventbus/v1
+kind: Pipeline
+metadata: {name: eos}
+spec:
+"""
+GOOD = """  sources: [{kafka: {topic: in}}]
+  steps:
+    - {id: big, filter: "data.n > 1"}
+    - {id: tag, convert: {set: {"data.tag": "'x'"}}}
+  sink: {kafka: {topic: out}}
+  dead_letter: {kafka: {topic: dlq}}
+  delivery: {guarantee: exactly_once}
+"""
+
+
+def problems(body: str) -> str:
+    config, found = validate_pipeline_text(HEAD + body, "p.yaml")
+    assert config is None
+    return "\n".join(str(p) for p in found)
+
+
+def test_a_stateless_kafka_to_kafka_pipeline_runs_exactly_once() -> None:
+    config = load_pipeline_text(HEAD + GOOD, "p.yaml")
+    assert config.spec.delivery.guarantee == "exactly_once"
+    assert delivery_guarantee(HEAD + GOOD) == "exactly_once"
+
+
+def test_the_default_is_at_least_once() -> None:
+    body = GOOD.replace("  delivery: {guarantee: exactly_once}\n", "")
+    assert load_pipeline_text(HEAD + body, "p.yaml").spec.delivery.guarantee == "at_least_once"
+    assert delivery_guarantee(HEAD + body) == "at_least_once"
+    dedupe = body + "  delivery: {dedupe: {window_s: 60}}\n"
+    assert delivery_guarantee(HEAD + dedupe) == "at_least_once + dedupe"
+    assert delivery_guarantee(": not yaml: [").startswith("unknown")
+
+
+@pytest.mark.parametrize(
+    ("change", "expect"),
+    [
+        (
+            ("sink: {kafka: {topic: out}}", "sink: {http: {url: 'http://127.0.0.1:1/x'}}"),
+            "spec.sink is of kind 'http' but delivery.guarantee is 'exactly_once': a http sink "
+            "cannot join a Kafka transaction",
+        ),
+        (
+            ("dead_letter: {kafka: {topic: dlq}}", "dead_letter: {http: {url: 'http://h/x'}}"),
+            "spec.dead_letter is of kind 'http'",
+        ),
+        (
+            ("{topic: out}", "{topic: out, bootstrap_servers: 'other:9092'}"),
+            "name several Kafka clusters (other:9092, the stack's broker)",
+        ),
+        (
+            ("sources: [{kafka: {topic: in}}]", "sources: [{http: {path: /in}}]"),
+            "sources[0] is of kind 'http' but delivery.guarantee is 'exactly_once'",
+        ),
+        (
+            ("{guarantee: exactly_once}", "{guarantee: exactly_once, dedupe: {window_s: 60}}"),
+            "delivery.dedupe is set but delivery.guarantee is 'exactly_once'",
+        ),
+        (
+            ("{guarantee: exactly_once}", "{guarantee: exactly-once}"),
+            "'at_least_once' or 'exactly_once'",
+        ),
+    ],
+)
+def test_refusals_name_the_reason_and_the_alternative(change: tuple[str, str], expect: str) -> None:
+    body = GOOD.replace(*change)
+    assert body != GOOD
+    found = problems(body)
+    assert expect in found, found
+    if "guarantee: exactly-once" not in body and "dedupe" not in expect:
+        assert "at_least_once" in found  # the alternative is named
+
+
+def test_a_join_or_aggregate_is_refused_for_its_redis_state() -> None:
+    body = GOOD.replace(
+        '    - {id: tag, convert: {set: {"data.tag": "\'x\'"}}}\n',
+        "    - id: total\n"
+        "      aggregate: {key: data.k, window: {tumbling: {size_s: 60}}, aggregations: {n: count}}\n",
+    )
+    found = problems(body)
+    assert "step 'total' is of kind 'aggregate' but delivery.guarantee is 'exactly_once'" in found
+    assert "Redis" in found
+
+
+def test_every_reason_at_once() -> None:
+    body = (
+        GOOD.replace("sink: {kafka: {topic: out}}", "sink: {http: {url: 'http://h/x'}}")
+        .replace("dead_letter: {kafka: {topic: dlq}}", "dead_letter: {http: {url: 'http://h/y'}}")
+        .replace("{guarantee: exactly_once}", "{guarantee: exactly_once, dedupe: {}}")
+    )
+    found = problems(body)
+    assert "spec.sink" in found and "spec.dead_letter" in found and "delivery.dedupe" in found
