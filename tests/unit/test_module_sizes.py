@@ -1,5 +1,5 @@
 """Modules a contributor can hold (issue 43): no module of ``src/`` over 400 lines and no class
-over 300. The modules still over (the Kafka source and client, the pipeline schema) are
+over 300. The modules still over (the Kafka fetcher and client, the pipeline schema) are
 listed with their size today: they may only shrink, and one that gets under the bound must
 leave the list. Generated gRPC stubs are grpcio-tools' code."""
 
@@ -13,7 +13,6 @@ MODULE_LINES = 400
 CLASS_LINES = 300
 #: still over the bound: path -> lines today (not to grow; to be split)
 MODULES_OVER = {
-    "eventing/sources/_kafka.py": 539,
     "eventing/_kafka_client.py": 515,
     "eventing/sources/_kafka_fetch.py": 551,
     "pipelines/_config.py": 663,
@@ -21,7 +20,6 @@ MODULES_OVER = {
 #: still over the bound: "path:Class" -> lines today
 CLASSES_OVER = {
     "eventing/sources/_kafka_fetch.py:KafkaFetcher": 402,
-    "eventing/sources/_kafka.py:KafkaSource": 421,
 }
 
 
