@@ -1,5 +1,5 @@
 """Modules a contributor can hold (issue 43): no module of ``src/`` over 400 lines and no class
-over 300. The modules still over (the Kafka fetcher and client, the pipeline schema) are
+over 300. The modules still over (the Kafka client, the pipeline schema) are
 listed with their size today: they may only shrink, and one that gets under the bound must
 leave the list. Generated gRPC stubs are grpcio-tools' code."""
 
@@ -14,13 +14,10 @@ CLASS_LINES = 300
 #: still over the bound: path -> lines today (not to grow; to be split)
 MODULES_OVER = {
     "eventing/_kafka_client.py": 515,
-    "eventing/sources/_kafka_fetch.py": 551,
     "pipelines/_config.py": 663,
 }
 #: still over the bound: "path:Class" -> lines today
-CLASSES_OVER = {
-    "eventing/sources/_kafka_fetch.py:KafkaFetcher": 402,
-}
+CLASSES_OVER: dict[str, int] = {}
 
 
 def _modules() -> list[Path]:
