@@ -10,7 +10,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from eventbus import CloudEvent
 from eventbus.eventing._codecs import decode_kafka
 from eventbus.eventing._publish import publish_events
-from eventbus.eventing.sources._kafka_fetch import OffsetGaps
+from eventbus.eventing.sources._kafka_gaps import OffsetGaps
 from tests.fixtures.services import BROKER
 
 

@@ -1,7 +1,7 @@
 """Modules a contributor can hold (issue 43): no module of ``src/`` over 400 lines and no class
-over 300. The modules still over (the Kafka source, its fetcher and the Kafka sink) are
-listed with their size today: they may only shrink, and one that gets under the bound must
-leave the list. Generated gRPC stubs are grpcio-tools' code."""
+over 300. A module or class that grows past the bound fails here, naming it. The lists below
+hold any still over, at their size today (none now): they may only shrink, and one that gets
+under the bound must leave the list. Generated gRPC stubs are grpcio-tools' code."""
 
 from __future__ import annotations
 
@@ -12,17 +12,9 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "eventbus"
 MODULE_LINES = 400
 CLASS_LINES = 300
 #: still over the bound: path -> lines today (not to grow; to be split)
-MODULES_OVER = {
-    "eventing/sinks/_kafka.py": 456,
-    "eventing/sources/_kafka.py": 539,
-    "eventing/sources/_kafka_fetch.py": 551,
-}
+MODULES_OVER: dict[str, int] = {}
 #: still over the bound: "path:Class" -> lines today
-CLASSES_OVER = {
-    "eventing/sinks/_kafka.py:KafkaSink": 330,
-    "eventing/sources/_kafka_fetch.py:KafkaFetcher": 402,
-    "eventing/sources/_kafka.py:KafkaSource": 421,
-}
+CLASSES_OVER: dict[str, int] = {}
 
 
 def _modules() -> list[Path]:

@@ -8,7 +8,7 @@ by ``read_committed``), a compacted record. Readers pass such gaps at once.
 Tansu, the embedded default's broker, reserves a batch's offsets before it stores the batch:
 while two producers write one partition, a fetch can return a later batch before an earlier one
 exists, and a reader that took it would skip the earlier batch for good. Only there do readers
-wait for a gap to fill (:class:`~eventbus.eventing.sources._kafka_fetch.OffsetGaps`).
+wait for a gap to fill (:class:`~eventbus.eventing.sources._kafka_gaps.OffsetGaps`).
 
 Tansu names itself by its cluster id (``tansu_cluster`` unless its ``--cluster-id`` says
 otherwise), which every Kafka client reads in the Metadata answer.

@@ -175,7 +175,7 @@ async def tail_events(
     )
     await _start(consumer, f"tailing topic {topic!r}", bootstrap, client)
     from eventbus.eventing._broker import gap_wait_s
-    from eventbus.eventing.sources._kafka_fetch import OffsetGaps
+    from eventbus.eventing.sources._kafka_gaps import OffsetGaps
 
     # Tansu may store concurrent batches out of order; Apache Kafka's gaps are real
     gaps = OffsetGaps(await gap_wait_s(None, bootstrap, client), f"tail of {topic}")

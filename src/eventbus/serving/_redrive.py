@@ -150,7 +150,7 @@ async def redrive(
 
     from eventbus.eventing._broker import gap_wait_s
     from eventbus.eventing._kafka_client import kafka_client_kwargs, kafka_connect_error
-    from eventbus.eventing.sources._kafka_fetch import OffsetGaps
+    from eventbus.eventing.sources._kafka_gaps import OffsetGaps
 
     spec = config.spec
     dlq_config = spec.dead_letter

@@ -9,7 +9,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from eventbus.eventing.sources import KafkaSource, KafkaSourceConfig, SourceSinks
-from eventbus.eventing.sources._kafka_fetch import OffsetGaps
+from eventbus.eventing.sources._kafka_gaps import OffsetGaps
 
 TP = TopicPartition("in", 0)
 OTHER = TopicPartition("in", 1)

@@ -1,13 +1,14 @@
 """Fetching and positions of the Kafka source: the consumer, fetch pacing, offset gaps, and the
 seek back after a rebalance.
 
-* :class:`OffsetGaps` takes a partition's records only up to a gap in their offsets and seeks
-  back to it (Tansu stores concurrent producers' batches out of order).
-* :class:`KafkaFetcher` owns the consumer-group member: it fetches at most once per
-  ``linger_ms`` while records keep coming, long-polls (``idle_fetch_max_wait_ms``) once none
-  came for :data:`IDLE_AFTER_S`, or with a doorbell parks (fetches nothing until it rings; see
-  :class:`~eventbus.eventing.sources._kafka_settings.Doorbell`), and drops what it fetched across a rebalance, putting the
-  partitions it still owns back to their committed offsets.
+:class:`KafkaFetcher` owns the consumer-group member: it fetches at most once per
+``linger_ms`` while records keep coming, long-polls (``idle_fetch_max_wait_ms``) once none
+came for :data:`IDLE_AFTER_S`, or with a doorbell parks (fetches nothing until it rings; see
+:class:`~eventbus.eventing.sources._kafka_settings.Doorbell`), and drops what it fetched
+across a rebalance, putting the partitions it still owns back to their committed offsets.
+Its parts: offset gaps (``_kafka_gaps.OffsetGaps``: a partition's records only up to a gap in
+their offsets; Tansu stores concurrent producers' batches out of order), the idle waits
+(``_kafka_waits.FetchWaits``: park, long poll) and the join bridge (``_kafka_bridge.Bridging``).
 """
 
 from __future__ import annotations
@@ -20,14 +21,15 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
-from eventbus.eventing._aiokafka_adapter import quiet_fetch_routine, set_fetch_wait
 from eventbus.eventing._broker import gap_wait_s, is_tansu
 from eventbus.eventing._kafka_client import KafkaClientConfig, kafka_client_kwargs
-from eventbus.eventing.sources._kafka_bridge import open_bridge
+from eventbus.eventing.sources._kafka_bridge import BRIDGE_WAIT_S, Bridging, open_bridge
 from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
-from eventbus.eventing.sources._kafka_settings import Doorbell, FetchSettings
+from eventbus.eventing.sources._kafka_gaps import OffsetGaps
+from eventbus.eventing.sources._kafka_settings import FetchSettings
+from eventbus.eventing.sources._kafka_waits import PARK_MAX_S, FetchWaits
 
-__all__ = ["BRIDGE_WAIT_S", "IDLE_AFTER_S", "PARK_MAX_S", "KafkaFetcher", "OffsetGaps"]
+__all__ = ["BRIDGE_WAIT_S", "IDLE_AFTER_S", "PARK_MAX_S", "KafkaFetcher"]
 
 # One logger for every part of the Kafka source, as when it was one module.
 log = logging.getLogger("eventbus.eventing.sources._kafka")
@@ -37,98 +39,8 @@ _POLL_MS = 100  # longest getmany() waits while records flow (bounds how fast st
 
 #: A source that fetched no record for this long is idle: its fetches long-poll (or it parks).
 IDLE_AFTER_S = 2.0
-#: A parked source fetches once anyway after this long without its doorbell ringing (the
-#: watcher may be away: a controller restart; the restarted ringer reads the parked entries
-#: from Redis and rings them, so this bounds only a ringer that stays away), then parks again
-#: and refreshes its parked entry (older than the doorbell's ``STALE_S``, 60 s, it is dropped).
-#: Each park costs a fetch or two and a Redis round trip: 5 s made 10 idle pipelines send ~6
-#: requests a second to the broker; 20 s, ~1.5.
-PARK_MAX_S = 20.0
 _AFTER_PARK_MS = 30  # getmany() after a park that was not rung: one or two short fetches
 _AFTER_RING_MS = 300  # ... after a ring: records are there, wait for them (a loaded machine)
-#: Longest a new group member waits, in its assignment, for another source's join bridge.
-BRIDGE_WAIT_S = 30.0
-
-
-class OffsetGaps:
-    """Takes each partition's fetched records only up to the first gap in their offsets, and
-    seeks back to the gap so that it is fetched again.
-
-    On Tansu a batch's offsets are reserved before the batch is stored, so while two
-    producers write one partition a fetch can return a later batch before an earlier one
-    exists: a consumer that took it would skip the earlier batch for good. A gap still there
-    after ``wait_s`` is taken as real and passed, with a warning. On Apache Kafka every gap is
-    real (transaction markers, aborted records, compaction) and ``wait_s`` is 0: nothing is
-    held (:func:`eventbus.eventing._broker.gap_wait_s` decides).
-
-    Args:
-        wait_s: how long a gap is waited for (0: gaps are passed at once).
-        name: who consumes, for the warning.
-    """
-
-    def __init__(self, wait_s: float, name: str) -> None:
-        self.wait_s = wait_s
-        self.name = name
-        self._expected: dict[TopicPartition, int] = {}  # next offset, per partition
-        self._since: dict[TopicPartition, tuple[int, float]] = {}  # missing offset, first seen
-        #: fetches whose records were cut at a gap and fetched again (0 on Apache Kafka)
-        self.holds = 0
-
-    def reset(self) -> None:
-        """Forget the partitions' positions (after a rebalance or a seek elsewhere)."""
-        self._expected.clear()
-        self._since.clear()
-
-    def take(
-        self, consumer: Any, data: dict[TopicPartition, list[Any]], now: float
-    ) -> tuple[dict[TopicPartition, list[Any]], bool]:
-        """The records to take now, and whether some partition is held at a gap."""
-        if self.wait_s <= 0:  # every gap is real (Apache Kafka): nothing to look at
-            return data, False
-        out: dict[TopicPartition, list[Any]] = {}
-        held = False
-        for tp, recs in data.items():
-            if not recs:
-                continue
-            expected = self._expected.get(tp)
-            cut = None
-            first, last = recs[0].offset, recs[-1].offset
-            if (expected is None or first <= expected) and last - first == len(recs) - 1:
-                expected = last + 1  # the usual case: no gap (offsets only increase)
-            else:
-                for i, r in enumerate(recs):
-                    if expected is not None and r.offset > expected:
-                        cut = i
-                        break
-                    expected = r.offset + 1
-            if cut is None:
-                self._since.pop(tp, None)
-            else:
-                assert expected is not None
-                since = self._since.get(tp)
-                if since is None or since[0] != expected:
-                    since = self._since[tp] = (expected, now)
-                if now - since[1] < self.wait_s:
-                    recs = recs[:cut]
-                    consumer.seek(tp, expected)
-                    held = True
-                    self.holds += 1
-                else:
-                    log.warning(
-                        "%s: %s[%d] has no records at offsets %d-%d after %.1f s; passing them "
-                        "(a compacted or transactional topic? set offset_gap_wait_ms: 0 for it)",
-                        self.name,
-                        tp.topic,
-                        tp.partition,
-                        expected,
-                        recs[cut].offset - 1,
-                        now - since[1],
-                    )
-                    del self._since[tp]
-            if recs:
-                out[tp] = recs
-                self._expected[tp] = recs[-1].offset + 1
-        return out, held
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -147,7 +59,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         await self._on_assigned(assigned)
 
 
-class KafkaFetcher:
+class KafkaFetcher(Bridging, FetchWaits):
     """The consumer-group member of a Kafka source: fetches records, paced and gap-free.
 
     Args:
@@ -289,87 +201,6 @@ class KafkaFetcher:
             **kafka_client_kwargs(self.client),
         }
 
-    def _assigned_hook(
-        self,
-        on_assigned: Callable[[set[TopicPartition]], Awaitable[None]],
-        on_bridged: Callable[[], Awaitable[None]] | None,
-    ) -> Callable[[set[TopicPartition]], Awaitable[None]]:
-        async def assigned(tps: set[TopicPartition]) -> None:
-            if self._group is not None and on_bridged is not None:
-                await on_bridged()  # the member has its partitions: the bridge hands over
-            await on_assigned(tps)
-
-        return assigned
-
-    @property
-    def bridging(self) -> bool:
-        """Whether a bridge consumer fetches while the group member joins."""
-        return self._group is not None
-
-    async def quiet(self) -> None:
-        """Wait until no fetch is in progress."""
-        async with self._fetching:
-            pass
-
-    async def commit_as_member(self, offsets: dict[TopicPartition, int]) -> None:
-        """Commit ``offsets`` (what the bridge consumer delivered) as the group member, through
-        its public ``commit()``: the group takes commits only from its members once it has
-        one. The member owns every partition the bridge read (it is the group's only member:
-        the others wait for the bridge's release); a partition it does not own (a member that
-        joined after :data:`BRIDGE_WAIT_S`) is left to its owner, who reads it again from the
-        older commit (at-least-once), with a warning.
-
-        Raises:
-            KafkaError: the commit failed.
-        """
-        member = self._group
-        if member is None or not offsets:
-            return
-        owned = member.assignment()
-        mine = {tp: offset for tp, offset in offsets.items() if tp in owned}
-        if len(mine) < len(offsets):
-            log.warning(
-                "kafka source %s: the join bridge read %s, which its group member does not own; "
-                "their owner reads them again from the older commit",
-                self.pipeline,
-                ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(set(offsets) - owned)),
-            )
-        if mine:
-            await member.commit(mine)
-
-    async def hand_over(self) -> None:
-        """The group member takes over from the bridge consumer (whose batches the source
-        delivered and committed): it starts from the committed offsets; the bridge is
-        released."""
-        member = self._group
-        if member is None:
-            return
-        async with self._fetching:
-            bridge, self.consumer, self._group = self.consumer, member, None
-            self._retired = bridge
-            self._generation += 1
-            self.gaps.reset()
-            self.idle = False
-            self._last_records_at = asyncio.get_running_loop().time()
-        try:
-            if bridge is not None:
-                await bridge.stop()
-            assigned = member.assignment()
-            if assigned:  # failing, the member starts from what it read at its assignment
-                await member.seek_to_committed(*assigned)
-        finally:
-            await self._close_bridge(bridge_of=True)
-        log.info("kafka source %s: the group member took over from the bridge", self.pipeline)
-
-    async def _close_bridge(self, *, bridge_of: bool) -> None:
-        if bridge_of and self._bridge is not None:
-            try:
-                await self._bridge.release()
-            except Exception as e:  # noqa: BLE001 - it expires by itself
-                log.warning(
-                    "kafka source %s: releasing the join bridge failed: %s", self.pipeline, e
-                )
-
     async def stop(self) -> None:
         """Leave the group (idempotent)."""
         consumer, self.consumer = self.consumer, None
@@ -449,72 +280,6 @@ class KafkaFetcher:
                     )
             return {}
         return data
-
-    def unpark(self) -> None:
-        """End a park now (the source stops); later parks are not affected."""
-        self._unparked.set()
-
-    async def _park(self, consumer: AIOKafkaConsumer, doorbell: Doorbell) -> bool:
-        """Idle with a doorbell: pause every partition (no fetch goes to the broker) until the
-        doorbell rings, :meth:`unpark` is called or :data:`PARK_MAX_S` passed; then resume.
-        Whether it rang. A doorbell that fails (its Redis refuses pub/sub: an ACL without
-        channels, a cluster) is dropped for good: the source long-polls from then on."""
-        parts = consumer.assignment()
-        if not parts or self._unparked.is_set():
-            return False
-        self.parks += 1
-        consumer.pause(*parts)
-        seen = {f"{tp.topic}[{tp.partition}]": consumer.highwater(tp) for tp in parts}
-        ends = {k: -1 if end is None else end for k, end in seen.items()}
-        rung = asyncio.ensure_future(doorbell.wait(ends))
-        unparked = asyncio.ensure_future(self._unparked.wait())
-        # aiokafka's fetch routine otherwise wakes every 0.2 s to find nothing to fetch
-        with quiet_fetch_routine(consumer, PARK_MAX_S):
-            try:
-                await asyncio.wait(
-                    {rung, unparked}, timeout=PARK_MAX_S, return_when="FIRST_COMPLETED"
-                )
-            finally:
-                for task in (rung, unparked):
-                    task.cancel()
-                await asyncio.gather(rung, unparked, return_exceptions=True)
-                owned = parts & consumer.assignment()  # a rebalance may have moved some
-                if owned:
-                    consumer.resume(*owned)  # wakes the fetch routine at once
-        if rung.done() and not rung.cancelled() and rung.exception() is not None:
-            log.warning(
-                "kafka source %s: its doorbell failed (%s: %s); long-polling instead",
-                self.pipeline,
-                type(rung.exception()).__name__,
-                rung.exception(),
-            )
-            self._doorbell = None
-            self._set_idle(consumer, True)
-            return False
-        return rung.done() and not rung.cancelled()
-
-    def _set_idle(self, consumer: AIOKafkaConsumer, idle: bool) -> None:
-        """Switch the fetch requests between the long poll (idle) and the low-latency wait.
-
-        An idle source that sent a fetch every ``fetch_max_wait_ms`` (10 ms) cost ~6% of a
-        core in the replica and ~4.5% in the broker; a long poll costs a fetch every
-        ``idle_fetch_max_wait_ms``. aiokafka reads the wait when it builds each fetch request,
-        so the next request after the first records is short again. A broker that answers a
-        waiting fetch when data arrives (Kafka) adds no latency; one that holds it for the
-        whole wait (Tansu) delays the first record after idleness by up to the idle wait.
-        """
-        self.idle = idle
-        long_poll = idle and self._doorbell is None  # parked sources do not fetch
-        wait = self.config.idle_fetch_max_wait_ms if long_poll else self.config.fetch_max_wait_ms
-        if not self._tansu:  # every fetch long-polls from the start (see _consumer_kwargs)
-            return
-        set_fetch_wait(consumer, wait)
-        log.debug(
-            "kafka source %s: %s (fetch wait %d ms)",
-            self.pipeline,
-            "idle" if idle else "busy",
-            wait,
-        )
 
     def log_ends(self) -> dict[str, int]:
         """Per assigned partition (``topic[partition]``, every one, fetched from yet or not):
