@@ -146,7 +146,9 @@ class EventBusClient:
         info: dict[str, Any] = ray.get(self._controller.deploy.remote(text, str(path), python_path))
         from eventbus.serving._secret_check import deprecated_spellings
 
-        info["notices"] = deprecated_spellings(config)
+        notices = deprecated_spellings(config)
+        if notices:  # old spellings that keep working: the CLI prints each
+            info["notices"] = notices
         return info
 
     def promote(self, name: str) -> dict[str, Any]:
