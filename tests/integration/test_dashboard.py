@@ -343,14 +343,19 @@ def test_history_api_adds_up_to_the_totals(gateway: Gateway, deployed: dict[str,
 
     # 83 in (80 Kafka + 3 sync), 65 out, 6 failed; buckets settle 10-12 s after their start
     wait_for(lambda: summed() == (83, 65, 6), 40, summed)
+    # the lag the replica published last: 0 once its last commit is in (it publishes every
+    # second while figures move, so the newest bucket may still hold the lag before it)
+    wait_for(
+        lambda: httpx.get(url, timeout=5).json()["lag"][-1] == 0,
+        30,
+        lambda: httpx.get(url, timeout=5).json()["lag"][-5:],
+    )
     h = httpx.get(url, timeout=5).json()
+    assert h["lag"][-1] == 0
     assert h["window_s"] == 900 and len(h["t"]) == 90 and h["bucket_s"] == 10
     assert h["replicas"][-1] == 1 and 0 in h["replicas"]  # none before the deploy
     delivered = [p for p in h["p99_s"] if p is not None]
     assert delivered and all(0 < p < 60 for p in delivered)
-    # the lag the replica published last: 0 once its last commit is in (it publishes every
-    # second while figures move, so the newest bucket may still hold the lag before it)
-    wait_for(lambda: httpx.get(url, timeout=5).json()["lag"][-1] == 0, 30, lambda: h["lag"][-5:])
     short = httpx.get(url + "?window_s=60", timeout=5).json()
     assert short["t"] == h["t"][-6:] and short["in_per_s"] == h["in_per_s"][-6:]
     r = httpx.get(url + "?window_s=5", timeout=5)
