@@ -33,6 +33,7 @@ from eventbus.eventing._http_codec import (
     encode_http_structured,
 )
 from eventbus.eventing._kafka_client import KafkaClientConfig
+from eventbus.eventing._routing import as_event
 from eventbus.eventing._signature import sign_request
 from eventbus.eventing._standard_webhooks import decode_secret, message_id, webhook_headers
 from eventbus.eventing.sinks._base import Sink, SinkEncodeError, SinkPartialError
@@ -44,7 +45,6 @@ from eventbus.eventing.sinks._http_exchange import (
     Answer,
     ReplyError,
     Request,
-    as_event,
     parse_retry_after,
     safe_url,
 )

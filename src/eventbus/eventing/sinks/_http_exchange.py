@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from eventbus.eventing._codecs import KafkaRecord, decode_kafka
 from eventbus.eventing._event import CloudEvent
 
 __all__ = [
@@ -20,7 +19,6 @@ __all__ = [
     "Answer",
     "ReplyError",
     "Request",
-    "as_event",
     "parse_retry_after",
     "safe_url",
 ]
@@ -86,18 +84,3 @@ def parse_retry_after(value: str | None, cap_s: float, now: float | None = None)
         return None
     delta = when.timestamp() - (time.time() if now is None else now)
     return min(max(delta, 0.0), cap_s)
-
-
-def as_event(item: CloudEvent | KafkaRecord) -> CloudEvent:
-    if isinstance(item, KafkaRecord):  # encoded for Kafka by a replica: decode it back
-        return decode_kafka(
-            item.value,
-            item.headers,
-            key=item.key,
-            topic="",
-            partition=0,
-            offset=0,
-            default_type="eventbus.record",
-            default_source="eventbus",
-        )
-    return item
