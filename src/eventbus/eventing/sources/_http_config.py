@@ -89,14 +89,9 @@ class _SecretRef(BaseModel):
         raise NotImplementedError
 
 
-class HmacAuthConfig(_SecretRef):
-    """HMAC-SHA256 signatures of the whole request (Stripe's header, a canonical request).
-
-    The sender puts ``t=<unix seconds>,v2=<hex HMAC-SHA256 of the canonical request>`` in the
-    signature header (the canonical form: :mod:`eventbus.eventing._signature`; ``sign()``
-    computes it); requests older or newer than ``tolerance_s`` are refused (replay window)
-    and each signature is accepted once.
-    """
+class _SigningSecret(_SecretRef):
+    """A signature scheme's secret (one reference, or the deprecated spellings) and its replay
+    window: what ``hmac_sha256`` and ``standard_webhooks`` share."""
 
     secret: SecretRef | None = Field(
         default=None,
@@ -109,9 +104,6 @@ class HmacAuthConfig(_SecretRef):
     secret_file: str | None = Field(
         default=None, description="Deprecated: write secret: {file: PATH}."
     )
-    header: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9-]+$")] = Field(
-        default=SIGNATURE_HEADER, description="Header carrying 't=...,v2=...'."
-    )
     tolerance_s: int = Field(
         default=DEFAULT_TOLERANCE_S, ge=1, le=86_400, description="Replay window in seconds."
     )
@@ -123,7 +115,21 @@ class HmacAuthConfig(_SecretRef):
         return "secret", "secret_env", "secret_file"
 
 
-class StandardWebhooksAuthConfig(_SecretRef):
+class HmacAuthConfig(_SigningSecret):
+    """HMAC-SHA256 signatures of the whole request (Stripe's header, a canonical request).
+
+    The sender puts ``t=<unix seconds>,v2=<hex HMAC-SHA256 of the canonical request>`` in the
+    signature header (the canonical form: :mod:`eventbus.eventing._signature`; ``sign()``
+    computes it); requests older or newer than ``tolerance_s`` are refused (replay window)
+    and each signature is accepted once.
+    """
+
+    header: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9-]+$")] = Field(
+        default=SIGNATURE_HEADER, description="Header carrying 't=...,v2=...'."
+    )
+
+
+class StandardWebhooksAuthConfig(_SigningSecret):
     """Standard Webhooks signatures (standardwebhooks.com): ``webhook-id``,
     ``webhook-timestamp`` and ``webhook-signature: v1,<base64 HMAC-SHA256 of
     '<id>.<timestamp>.<body>'>``, as every language's Standard Webhooks library sends them.
@@ -133,27 +139,6 @@ class StandardWebhooksAuthConfig(_SecretRef):
     the time and the body only (``hmac_sha256`` also covers the method, path, query and
     ``ce-*`` headers).
     """
-
-    secret: SecretRef | None = Field(
-        default=None,
-        description="The signing secret (whsec_...), by reference: {secret: NAME} (stored on "
-        "the stack), {env: NAME} (of the gateway) or {file: PATH}.",
-    )
-    secret_env: Annotated[str, StringConstraints(pattern=_ENV_NAME)] | None = Field(
-        default=None, description="Deprecated: write secret: {env: NAME}."
-    )
-    secret_file: str | None = Field(
-        default=None, description="Deprecated: write secret: {file: PATH}."
-    )
-    tolerance_s: int = Field(
-        default=DEFAULT_TOLERANCE_S, ge=1, le=86_400, description="Replay window in seconds."
-    )
-
-    def _refs(self) -> tuple[SecretRef | None, str | None, str | None]:
-        return self.secret, self.secret_env, self.secret_file
-
-    def _names(self) -> tuple[str, str, str]:
-        return "secret", "secret_env", "secret_file"
 
 
 class BearerAuthConfig(_SecretRef):
