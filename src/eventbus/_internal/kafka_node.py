@@ -44,7 +44,14 @@ logger.ctl.level = INFO
 
 
 def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id; never one that starts with ``-`` (a command line reads it as a flag).
+
+    Kafka's own ``Uuid.randomUuid`` draws again for the same reason.
+    """
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 @dataclass
