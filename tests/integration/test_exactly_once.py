@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -45,8 +46,10 @@ class Driver:
 
     def __init__(self, bootstrap: str, topics: tuple[str, str, str], group: str, delay_s: float):
         env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}:{ROOT}")
-        # EOS_LOG=FILE: the drivers' logs go there (debugging), else nowhere
-        self._log = open(env["EOS_LOG"], "a") if "EOS_LOG" in env else None  # noqa: SIM115
+        # EOS_LOG=FILE: the drivers' logs go there too (debugging); each driver's own log is
+        # kept so that a failed check shows what the drivers warned of
+        self.log_path = Path(tempfile.mkstemp(prefix="eos-driver-", suffix=".log")[1])
+        self._log = open(env.get("EOS_LOG", self.log_path), "a")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -58,7 +61,7 @@ class Driver:
                 str(delay_s),
             ],
             stdout=subprocess.PIPE,
-            stderr=self._log if self._log is not None else subprocess.DEVNULL,
+            stderr=self._log,
             env=env,
             cwd=ROOT,
             text=True,
@@ -92,10 +95,27 @@ class Driver:
                 self.proc.kill()
                 self.proc.wait()
         self._reader.join(10)  # the pipe ended with the process
-        if self._log is not None:
-            self._log.close()
+        self._log.close()
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+
+
+def warnings_of(drivers: list[Driver]) -> str:
+    """What the drivers logged at WARNING or above (shown when a check fails)."""
+    lines = []
+    for d in drivers:
+        if d.log_path.exists():
+            text = d.log_path.read_text(errors="replace")
+            lines += [ln for ln in text.splitlines() if " WARNING " in ln or " ERROR " in ln]
+    return "\n".join(lines[-60:])
+
+
+async def checked(drivers: list[Driver], *args: Any) -> list[CloudEvent]:
+    """:func:`check`, with the drivers' warnings added to a failure's message."""
+    try:
+        return await check(*args)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n-- the drivers' warnings:\n{warnings_of(drivers)}") from e
 
 
 def event(i: int, seq: Counter[str]) -> tuple[str, CloudEvent]:
@@ -192,6 +212,7 @@ async def test_kill_9_mid_stream_exactly_once(topic_factory: Any, kafka_bootstra
     )
     group = f"eos-{topics[0]}"
     drivers = [Driver(kafka_bootstrap, topics, group, 0.02) for _ in range(2)]
+    everyone = list(drivers)
     try:
         for d in drivers:
             await asyncio.to_thread(d.wait_ready)
@@ -201,11 +222,17 @@ async def test_kill_9_mid_stream_exactly_once(topic_factory: Any, kafka_bootstra
             while done[0] < n * mark:
                 await asyncio.sleep(0.05)
             victim = drivers.pop(0)
+            # a replica that committed a transaction owns partitions and works on them: with
+            # its slow sink most of its time is inside a transaction, where the kill lands
+            deadline = time.monotonic() + 60
+            while victim.stats.get("committed", 0) == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
             victim.signal(signal.SIGKILL)
             victim.stop()
             drivers.append(Driver(kafka_bootstrap, topics, group, 0.02))
+            everyone.append(drivers[-1])
         await producing
-        await check(kafka_bootstrap, topics[1], topics[2], n)
+        await checked(everyone, kafka_bootstrap, topics[1], topics[2], n)
         # the kills left open transactions that were aborted: their records are in the log
         committed = len(expected(n)[0])
         raw = await read(kafka_bootstrap, topics[1], "read_uncommitted", committed + 1, 20)
@@ -238,7 +265,7 @@ async def test_zombie_is_fenced(topic_factory: Any, kafka_bootstrap: str) -> Non
             await asyncio.sleep(0.05)
         zombie.signal(signal.SIGCONT)
         await producing
-        await check(kafka_bootstrap, topics[1], topics[2], n)
+        await checked([zombie, heir], kafka_bootstrap, topics[1], topics[2], n)
         # the zombie went on with the batches it had in flight: refused (fenced), not committed
         deadline = time.monotonic() + 30
         while zombie.stats.get("txn_fenced", 0) == 0 and time.monotonic() < deadline:
@@ -314,7 +341,7 @@ async def test_output_leader_kill_on_three_brokers(kafka_cluster3: Any) -> None:
             await asyncio.sleep(0.05)
         await asyncio.to_thread(cluster.nodes[victim - 1].signal, signal.SIGKILL)
         await producing
-        await check(boot, topics[1], topics[2], n)
+        await checked([driver], boot, topics[1], topics[2], n)
     finally:
         driver.stop()
         await cluster_healthy(cluster)  # the next test gets three nodes

@@ -58,7 +58,7 @@ class Draining:
 
     if TYPE_CHECKING:  # ExactlyOnce's (mixed in beside); nothing defined here at run time
 
-        async def _seek_committed(self, tps: set[TopicPartition]) -> None: ...
+        async def _take(self, tps: set[TopicPartition], fence: bool = True) -> None: ...
 
     async def stop(self, drain: bool = True) -> None:
         """Stop fetching; with ``drain``, finish, deliver and commit the batches in flight.
@@ -181,11 +181,7 @@ class Draining:
         if self._txns is not None and assigned:
             # fence the partitions' previous owners (their open transactions end) before the
             # committed offsets are read; records fetched meanwhile are dropped and read again
-            await self._txns.assign(assigned)
-            self._fetcher.revoked()
-            await self._seek_committed(assigned)
-            self._fetcher.revoked()  # what a fetch begun before brings is dropped
-            self._txns.own(assigned)
+            await self._take(assigned)
         log.info(
             "kafka source %s: assigned %s",
             self.pipeline,

@@ -14,6 +14,7 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
+from eventbus._internal.backoff import Backoff
 from eventbus.eventing._outcome import Outcome
 from eventbus.eventing._routing import Turn
 from eventbus.eventing.sources._kafka_batch import BatchMaker, KafkaBatch
@@ -26,6 +27,11 @@ from eventbus.eventing.sources._kafka_txn import Transactions
 __all__ = ["ExactlyOnce"]
 
 log = logging.getLogger("eventbus.eventing.sources._kafka")
+
+#: Longest a partition may stay unowned because its position cannot be put back (the
+#: committed offsets unreadable, the producer not started) before the source stops.
+TAKE_GIVE_UP_S = 120.0
+_TAKE_BACKOFF = Backoff(initial_s=0.2, max_s=5.0)
 
 
 class ExactlyOnce:
@@ -42,6 +48,8 @@ class ExactlyOnce:
     _progress: asyncio.Event
     _stats: dict[str, int]
     _max_in_flight: int
+    _fatal: BaseException | None
+    _stopping: bool
 
     async def _deliver(self, batch: KafkaBatch, turn: Turn) -> None:
         raise NotImplementedError  # KafkaSource's
@@ -108,22 +116,76 @@ class ExactlyOnce:
     async def _rewind(self, tp: TopicPartition) -> None:
         # an aborted transaction: the partition goes back to its committed offset; records
         # fetched meanwhile are dropped (the fetcher's generation) and come again
-        self._fetcher.revoked()
-        await self._seek_committed({tp})
-        self._fetcher.revoked()
+        await self._take({tp}, fence=False)
+
+    async def _take(self, tps: set[TopicPartition], fence: bool = True) -> None:
+        """Fence the partitions' previous owners (``fence``), put their positions back to the
+        committed offsets, then own them (their batches may commit from then on).
+
+        A partition is owned only once its position was put back: batches fetched before are
+        skipped, so a position left where they ended would lose their records. A failed step
+        is tried again (the one backoff policy) while the partitions stay assigned; after
+        :data:`TAKE_GIVE_UP_S` the source stops (its replica restarts), never skipping on.
+        """
+        assert self._txns is not None
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + TAKE_GIVE_UP_S
+        attempt = 0
+        while True:
+            consumer = self._fetcher.consumer
+            live = tps if consumer is None else tps & consumer.assignment()
+            if not live:
+                return  # revoked meanwhile: the next owner takes them
+            try:
+                if fence:
+                    await self._txns.assign(live)
+                self._fetcher.revoked()
+                await self._seek_committed(live)
+                self._fetcher.revoked()  # what a fetch begun before brings is dropped
+                self._txns.own(live)
+                return
+            except (KafkaError, IllegalStateError) as e:
+                attempt += 1
+                if loop.time() >= give_up:
+                    log.error(
+                        "kafka source %s: cannot put %s back to the committed offsets for "
+                        "%.0f s (%r); stopping (a restart reads them again)",
+                        self.pipeline,
+                        _names(live),
+                        TAKE_GIVE_UP_S,
+                        e,
+                    )
+                    self._fatal = e
+                    self._stopping = True
+                    self._progress.set()
+                    return
+                delay = _TAKE_BACKOFF.delay(attempt)
+                log.warning(
+                    "kafka source %s: cannot put %s back to the committed offsets yet (%r); "
+                    "their batches are skipped until it succeeds, trying again in %.1f s",
+                    self.pipeline,
+                    _names(live),
+                    e,
+                    delay,
+                )
+                await asyncio.sleep(delay)  # the backoff between tries
 
     async def _seek_committed(self, tps: set[TopicPartition]) -> None:
+        """Raises:
+        KafkaError, IllegalStateError: the committed offsets could not be read or sought."""
         consumer = self._fetcher.consumer
         if consumer is None:
-            return
+            return  # the group member is still starting: nothing was fetched yet
         tps = tps & consumer.assignment()
-        try:  # (nothing committed yet: from the start, as start_from says)
-            committed = await consumer.seek_to_committed(*tps) if tps else {}
-            fresh = [tp for tp, off in committed.items() if not off]  # nothing committed yet
-            if fresh and self.config.start_from == "earliest":
-                await consumer.seek_to_beginning(*fresh)
-        except (KafkaError, IllegalStateError) as e:
-            log.warning("kafka source %s: cannot seek %s back: %r", self.pipeline, tps, e)
+        # (nothing committed yet: from the start, as start_from says)
+        committed = await consumer.seek_to_committed(*tps) if tps else {}
+        fresh = [tp for tp, off in committed.items() if not off]  # nothing committed yet
+        if fresh and self.config.start_from == "earliest":
+            await consumer.seek_to_beginning(*fresh)
+
+
+def _names(tps: set[TopicPartition]) -> str:
+    return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(tps))
 
 
 async def _part(shared: asyncio.Task[list[Outcome]], start: int, end: int) -> list[Outcome]:

@@ -81,7 +81,8 @@ class Transactions:
         bootstrap_servers: the cluster of the source and of every sink.
         client: connection settings (TLS, SASL).
         pipeline: for logs.
-        rewind: puts a partition back to its committed offset (after an abort).
+        rewind: puts a partition back to its committed offset and :meth:`own` s it again
+            (after an abort).
     """
 
     def __init__(
@@ -244,9 +245,9 @@ class Transactions:
         # A producer in an error state cannot begin again: a new one of the same id.
         self._owned.discard(tp)
         await self._drop(tp, producer)
+        # the batches chained so far are skipped; what is fetched once the partition is back
+        # at its committed offset starts afresh (the rewind owns it again)
         await self._rewind(tp)
-        # the batches chained so far are skipped; what is fetched from now on starts afresh
-        self.own({tp})
 
     async def _drop(self, tp: TopicPartition, producer: AIOKafkaProducer) -> None:
         if self._producers.get(tp) is producer:
