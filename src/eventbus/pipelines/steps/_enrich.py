@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+import time
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import quote
 
 import orjson
@@ -40,15 +41,14 @@ from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure
 from eventbus.pipelines._activation import activation_builder
 from eventbus.pipelines._step import Step, StepContext, StepResult
-from eventbus.pipelines.steps._enrich_cache import AnswerCache, TokenBucket
-from eventbus.pipelines.steps._enrich_config import EnrichConfig, url_parts
+from eventbus.pipelines.steps._enrich_cache import AnswerCache, StepLoop, TokenBucket
+from eventbus.pipelines.steps._enrich_config import EnrichConfig, expressions, url_parts
 from eventbus.pipelines.steps._enrich_targets import EnrichCallError, HttpTarget, RedisTarget
 from eventbus.pipelines.steps._values import compile_cel, json_value, set_path
 from eventbus.registry import steps
 
 __all__ = ["EnrichCallError", "EnrichStep"]
 
-T = TypeVar("T")
 _MISS = object()
 #: the figures of :meth:`EnrichStep.stats`
 COUNTERS = (
@@ -63,24 +63,6 @@ COUNTERS = (
     "defaulted",
     "dropped_empty",
 )
-
-
-class _Loop:
-    """An event loop on a daemon thread of its own (the step's I/O)."""
-
-    def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
-        self._thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(5)
-        if not self._thread.is_alive():
-            self.loop.close()
 
 
 def _is_empty(value: Any) -> bool:
@@ -110,12 +92,19 @@ class EnrichStep(Step):
         step_id: the step id.
         config: its configuration.
         redis_url: the stack's Redis (a ``redis`` target without its own ``url`` reads it).
+        clock: the cache's and the rate limit's clock (tests pass a manual one).
     """
 
     kind = "enrich"
     blocking = True
 
-    def __init__(self, step_id: str, config: EnrichConfig, redis_url: str | None = None) -> None:
+    def __init__(
+        self,
+        step_id: str,
+        config: EnrichConfig,
+        redis_url: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__(step_id)
         self.config = config
         programs: list[cel.Program] = []
@@ -164,13 +153,15 @@ class EnrichStep(Step):
             config.backoff.initial_ms / 1000, config.backoff.max_ms / 1000, config.backoff.jitter
         )
         self.counters = dict.fromkeys(COUNTERS, 0)
-        self.cache = AnswerCache(cache.ttl_s, cache.max_entries) if cache is not None else None
+        self.cache = (
+            AnswerCache(cache.ttl_s, cache.max_entries, clock) if cache is not None else None
+        )
         self._bucket = (
-            TokenBucket(config.max_rate, config.burst or max(1, int(config.max_rate)))
+            TokenBucket(config.max_rate, config.burst or max(1, int(config.max_rate)), clock)
             if config.max_rate is not None
             else None
         )
-        self._io: _Loop | None = None
+        self._io: StepLoop | None = None
         self._io_lock = threading.Lock()
         self._started: asyncio.Future[None] | None = None
         self._semaphore: asyncio.Semaphore | None = None
@@ -181,7 +172,7 @@ class EnrichStep(Step):
             return []
         with self._io_lock:
             if self._io is None:
-                self._io = _Loop(f"eventbus-enrich-{self.id}")
+                self._io = StepLoop(f"eventbus-enrich-{self.id}")
         return self._io.run(self._process(events))
 
     def close(self) -> None:
@@ -235,9 +226,7 @@ class EnrichStep(Step):
             url = "".join(
                 quote(_text(part(act)), safe="") if is_cel else part for is_cel, part in self._url
             )
-            body = (
-                orjson.dumps(json_value(self._body(act))) if self._body is not None else None
-            )
+            body = orjson.dumps(json_value(self._body(act))) if self._body is not None else None
             request = (url, body)
         cache_key = _hashable(self._cache_key(act)) if self._cache_key is not None else request
         return request, cache_key
@@ -298,8 +287,8 @@ class EnrichStep(Step):
         except EnrichCallError as exc:
             settled = [(key, None, exc) for key, _ in chunk]
         except Exception as exc:  # noqa: BLE001 - a bug or the unexpected: fail these events
-            error = EnrichCallError(f"{type(exc).__name__}: {exc}", "EnrichError")
-            settled = [(key, None, error) for key, _ in chunk]
+            unexpected = EnrichCallError(f"{type(exc).__name__}: {exc}", "EnrichError")
+            settled = [(key, None, unexpected) for key, _ in chunk]
         for key, value, error in settled:
             if self.cache is not None:
                 self.cache.finish(key, value, error)  # errors are not cached
@@ -349,7 +338,9 @@ class EnrichStep(Step):
             return self._merge(e, answer)
         except ValueError as exc:
             self.errors += 1
-            return Failure(self.id, "EnrichMergeError", f"merging the answer at {self.config.into}: {exc}")
+            return Failure(
+                self.id, "EnrichMergeError", f"merging the answer at {self.config.into}: {exc}"
+            )
 
     def _merge(self, e: CloudEvent, answer: Any) -> CloudEvent:
         data = answer if not self._into else set_path(e.data, self._into, answer, set(), e)
@@ -365,28 +356,11 @@ class EnrichStep(Step):
         return out
 
 
-def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:
-    out: list[tuple[tuple[int | str, ...], str, bool]] = []
-    if not isinstance(raw, dict):
-        return out
-    http, redis, cache = raw.get("http"), raw.get("redis"), raw.get("cache")
-    if isinstance(http, dict):
-        if isinstance(http.get("url"), str):
-            out += [(("http", "url"), s, False) for c, s in url_parts(http["url"]) if c]
-        if isinstance(http.get("body"), str):
-            out.append((("http", "body"), http["body"], False))
-    if isinstance(redis, dict) and isinstance(redis.get("key"), str):
-        out.append((("redis", "key"), redis["key"], False))
-    if isinstance(cache, dict) and isinstance(cache.get("key"), str):
-        out.append((("cache", "key"), cache["key"], False))
-    return out
-
-
 @steps.register(
     "enrich",
     config=EnrichConfig,
     description="Merge each event's answer from an HTTP endpoint or a Redis hash (cached, rate limited).",
-    expressions=_expressions,
+    expressions=expressions,
     example={
         "http": {"url": "http://127.0.0.1:9/customers/{data.id}"},
         "into": "data.customer",

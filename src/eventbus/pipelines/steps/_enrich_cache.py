@@ -1,15 +1,19 @@
 """The ``enrich`` step's answer cache (TTL, LRU, size bounded, single-flight) and its rate
-limit (a token bucket). Both live on the step's one event loop, so they need no locks."""
+limit (a token bucket). Both live on the step's one event loop (:class:`StepLoop`, a thread
+of its own), so they need no locks."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
-__all__ = ["AnswerCache", "TokenBucket"]
+__all__ = ["AnswerCache", "StepLoop", "TokenBucket"]
+
+T = TypeVar("T")
 
 _MISSING = object()
 
@@ -107,3 +111,21 @@ class TokenBucket:
             await asyncio.sleep(wait)
             return True
         return False
+
+
+class StepLoop:
+    """An event loop on a daemon thread of its own (the step's I/O)."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        if not self._thread.is_alive():
+            self.loop.close()

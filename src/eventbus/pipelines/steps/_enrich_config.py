@@ -27,6 +27,7 @@ __all__ = [
     "EnrichConfig",
     "EnrichHttpConfig",
     "EnrichRedisConfig",
+    "expressions",
     "url_parts",
 ]
 
@@ -92,8 +93,8 @@ class EnrichHttpConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> EnrichHttpConfig:
-        literal = "".join("x" if is_cel else text for is_cel, text in url_parts(self.url))
-        if not re.match(r"^https?://[^/?#\s{}]+", literal):
+        literal = "".join("{" if is_cel else text for is_cel, text in url_parts(self.url))
+        if not re.match(r"^https?://[^/?#\s{}]+([/?#:]|$)", literal):
             msg = (
                 f"url must start with http:// or https:// and a host (placeholders only after "
                 f"it); got {self.url!r}; e.g. 'http://crm/customers/{{data.id}}'"
@@ -193,9 +194,7 @@ class EnrichConfig(BaseModel):
         "dead-lettered with the status and reason), 'skip' (it goes on unenriched, counted) "
         "or 'default' (the 'default' value is merged instead).",
     )
-    default: Any = Field(
-        default=None, description="The value merged when on_failure is 'default'."
-    )
+    default: Any = Field(default=None, description="The value merged when on_failure is 'default'.")
     drop_on_empty: bool = Field(
         default=False,
         description="An empty answer (no body, null, {}, [], a missing hash) drops the event, "
@@ -214,3 +213,21 @@ class EnrichConfig(BaseModel):
             msg = f"'default' is used only with on_failure: default; got on_failure: {self.on_failure}"
             raise ValueError(msg)
         return self
+
+
+def expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:
+    """The CEL expressions of an enrich step's raw YAML value, by their place in it."""
+    out: list[tuple[tuple[int | str, ...], str, bool]] = []
+    if not isinstance(raw, dict):
+        return out
+    http, redis, cache = raw.get("http"), raw.get("redis"), raw.get("cache")
+    if isinstance(http, dict):
+        if isinstance(http.get("url"), str):
+            out += [(("http", "url"), s, False) for c, s in url_parts(http["url"]) if c]
+        if isinstance(http.get("body"), str):
+            out.append((("http", "body"), http["body"], False))
+    if isinstance(redis, dict) and isinstance(redis.get("key"), str):
+        out.append((("redis", "key"), redis["key"], False))
+    if isinstance(cache, dict) and isinstance(cache.get("key"), str):
+        out.append((("cache", "key"), cache["key"], False))
+    return out

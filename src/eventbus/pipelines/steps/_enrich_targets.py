@@ -105,11 +105,15 @@ class HttpTarget:
         if auth is not None and auth.bearer is not None:
             self._bearer = auth.bearer.token.resolve(f"{self.where} bearer token")
         if auth is not None and auth.hmac_sha256 is not None:
-            self._hmac = auth.hmac_sha256.secret.resolve(f"{self.where} hmac_sha256 secret").encode()
+            self._hmac = auth.hmac_sha256.secret.resolve(
+                f"{self.where} hmac_sha256 secret"
+            ).encode()
         if auth is not None and auth.standard_webhooks is not None:
             where = f"{self.where} standard_webhooks secret"
             try:
-                self._webhook_key = decode_secret(auth.standard_webhooks.secret.resolve(where), where)
+                self._webhook_key = decode_secret(
+                    auth.standard_webhooks.secret.resolve(where), where
+                )
             except ValueError as e:
                 raise ConfigError(str(e)) from None
         self._auth_at = time.monotonic()
