@@ -298,6 +298,7 @@ steps: Registry[Callable[..., Any]] = Registry(
         "allocate": "eventbus.pipelines.steps._allocate",
         "model": "eventbus.pipelines.steps._model",
         "ensemble": "eventbus.pipelines.steps._model",
+        "enrich": "eventbus.pipelines.steps._enrich",
     },
 )
 

@@ -222,6 +222,16 @@ def test_sink_and_kafka_client_references_are_checked_too(redis: Any) -> None:
     ]
 
 
+def test_an_enrich_steps_endpoint_secret_is_checked(redis: Any) -> None:
+    d = doc({"hmac_sha256": {"secret": {"env": "A"}}})
+    auth = {"bearer": {"token": {"secret": "CRM_TOKEN"}}}
+    d["spec"]["steps"] = [{"id": "look", "enrich": {"http": {"url": "http://crm/c", "auth": auth}}}]
+    (line,) = secret_reference_problems(PipelineConfig.model_validate(d), redis, "e.yaml")
+    assert line.startswith(
+        "e.yaml: spec.steps[0].enrich.http.auth.bearer.token: secret 'CRM_TOKEN'"
+    )
+
+
 def test_a_standard_webhooks_secret_is_checked_like_the_others(redis: Any, key: bytes) -> None:
     swh = PipelineConfig.model_validate(doc({"standard_webhooks": {"secret": {"secret": "WH"}}}))
     (line,) = secret_reference_problems(swh, redis, "w.yaml")

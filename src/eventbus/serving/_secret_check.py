@@ -127,6 +127,10 @@ def secret_reference_problems(
             for where, ref in _stored_refs(src.kafka, f"spec.sources[{i}].kafka"):
                 if ref.secret is not None and ref.secret not in stored:
                     missing_secret(where, ref)
+    for k, step in enumerate(spec.steps):  # an enrich step's endpoint auth
+        for where, ref in _stored_refs(step.options, f"spec.steps[{k}].{step.kind}"):
+            if ref.secret is not None and ref.secret not in stored:
+                missing_secret(where, ref)
     for name, sink in spec.output_paths().items():
         for where, ref in _stored_refs(sink, f"spec.{name}"):
             if ref.secret is not None and ref.secret not in stored:

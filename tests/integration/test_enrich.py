@@ -1,0 +1,76 @@
+"""An ``enrich`` step on the real stack (Ray Serve replica, broker, Redis): events get their
+customer from an HTTP endpoint, each customer fetched once (the replica's cache); once the
+endpoint is down, the events are dead-lettered with the reason."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from eventbus import CloudEvent
+from tests.fixtures.http_receiver import Received, Reply
+from tests.integration.kafka_helpers import collect, produce
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.ray, pytest.mark.redis]
+
+N = 200
+
+
+def _customer(req: Received, n: int) -> Reply:
+    cid = req.path.rsplit("/", 1)[1]
+    return Reply(200, body=json.dumps({"name": f"c{cid}"}).encode())
+
+
+async def test_events_enriched_end_to_end_and_an_outage_dead_lettered(
+    deploy_pipeline: Any, kafka_bootstrap: str, topic_factory: Any, receiver_factory: Any
+) -> None:
+    receiver = receiver_factory(_customer)
+    src, out, dlq = topic_factory("in"), topic_factory("out"), topic_factory("dlq")
+    deploy_pipeline(
+        {
+            "apiVersion": "eventbus/v1",
+            "kind": "Pipeline",
+            "metadata": {"name": "enriched"},
+            "spec": {
+                "sources": [{"kafka": {"topic": src}}],
+                "steps": [
+                    {
+                        "id": "customer",
+                        "enrich": {
+                            "http": {"url": f"http://127.0.0.1:{receiver.port}/c/{{data.cid}}"},
+                            "into": "data.customer",
+                            "cache": {"key": "data.cid", "ttl_s": 600},
+                            "call_retries": 1,
+                            "backoff": {"initial_ms": 10, "max_ms": 20},
+                            "timeout_s": 2,
+                        },
+                    }
+                ],
+                "sink": {"kafka": {"topic": out}},
+                "dead_letter": {"kafka": {"topic": dlq}},
+                "serving": {"replicas": 1, "batch": {"max_size": 100, "linger_ms": 5}},
+            },
+        }
+    )
+
+    def events(first: int, n: int, keys: int) -> list[CloudEvent]:
+        return [
+            CloudEvent.create(type="o", source="/t", id=f"o{i}", data={"cid": i % keys})
+            for i in range(first, first + n)
+        ]
+
+    await produce(kafka_bootstrap, src, events(0, N, 10))
+    got = await collect(kafka_bootstrap, out, N, timeout_s=60)
+    assert sorted(e.id for e in got) == sorted(f"o{i}" for i in range(N))
+    assert all(e.data["customer"] == {"name": f"c{e.data['cid']}"} for e in got)
+    assert len(receiver.requests) == 10  # one call per customer: the rest from the cache
+
+    receiver.stop()  # the outage: customers not cached cannot be enriched
+    await produce(kafka_bootstrap, src, events(N, 20, 1000))
+    dead = await collect(kafka_bootstrap, dlq, 20, timeout_s=60)
+    assert sorted(e.id for e in dead) == sorted(f"o{i}" for i in range(N, N + 20))
+    for e in dead:
+        assert e["ebstep"] == "customer" and e["eberrortype"] == "EnrichConnectError"
+        assert f"enrich endpoint http://127.0.0.1:{receiver.port}/c/" in e["eberror"]
