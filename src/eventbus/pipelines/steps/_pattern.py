@@ -1,0 +1,224 @@
+"""EventBridge event patterns (``filter: {pattern: {...}}``), compiled once into a matcher.
+
+The event as a pattern sees it: the top-level keys are the CloudEvent's attributes (``type``,
+``source``, ``subject``, ``id``, ``time``, extensions, ...) and ``data`` is its payload, so
+EventBridge's ``{"source": [...], "detail": {...}}`` reads ``{"source": [...], "data":
+{...}}``. EventBridge's names work too: ``detail-type`` is ``type`` and ``detail`` is
+``data``. A field's value is a list of conditions (see :mod:`._pattern_values`) or an object
+of nested fields; ``$or`` takes a list of two or more patterns, one of which must match.
+Arrays in the event match when any element does; fields under an array of objects must match
+within one element (event-ruler's array consistency).
+
+A malformed pattern raises :class:`PatternError` with the path inside the pattern, the value
+and the fix; :func:`validate_pattern` turns it into a pydantic error at that path, so
+``eventbus validate`` reports it at its line and column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
+
+from eventbus.eventing._event import CloudEvent
+from eventbus.pipelines.steps._pattern_values import (
+    MISSING,
+    OPERATORS,
+    PatternError,
+    compile_leaf,
+)
+
+__all__ = [
+    "MAX_PATTERN_DEPTH",
+    "PatternError",
+    "compile_event_pattern",
+    "compile_pattern",
+    "validate_pattern",
+]
+
+#: Nested objects (and ``$or`` levels) a pattern may hold; deeper is an error, not a
+#: RecursionError.
+MAX_PATTERN_DEPTH = 64
+#: EventBridge's names for CloudEvents attributes, at the top level of a pattern.
+ALIASES = {"detail-type": "type", "detail": "data"}
+
+Loc = tuple[int | str, ...]
+Matcher = Callable[[Any], bool]
+_EMPTY: dict[str, Any] = {}
+
+
+def compile_pattern(pattern: Any) -> Matcher:
+    """A predicate over a JSON document (a dict) for an EventBridge pattern, as event-ruler's
+    ``Ruler.matchesRule`` matches one.
+
+    >>> compile_pattern({"detail": {"state": [{"anything-but": "stopped"}]}})({"detail": {"state": "running"}})
+    True
+
+    Raises:
+        PatternError: the pattern is malformed (``loc`` the path inside it).
+    """
+    match = _compile_object(pattern, (), 0)
+    return lambda doc: match(doc if type(doc) is dict else _EMPTY)
+
+
+def compile_event_pattern(pattern: Any) -> Callable[[CloudEvent], bool]:
+    """A predicate over CloudEvents: top-level keys are attributes, ``data`` the payload
+    (``detail-type``/``detail`` accepted as EventBridge's names for ``type``/``data``).
+
+    Raises:
+        PatternError: the pattern is malformed (``loc`` the path inside it).
+    """
+    return _event_matcher(pattern, (), 0)
+
+
+def _event_matcher(pattern: Any, loc: Loc, depth: int) -> Callable[[CloudEvent], bool]:
+    fields, ors = _parts(pattern, loc, depth, _event_matcher)
+    checks = [(ALIASES.get(k, k), m) for k, m in fields]
+    data_checks = tuple(m for k, m in checks if k == "data")
+    attr_checks = tuple((k, m) for k, m in checks if k != "data")
+    groups = tuple(tuple(g) for g in ors)
+    if not groups and len(attr_checks) == 1 and len(data_checks) <= 1:
+        (key, check), data_check = attr_checks[0], (data_checks or (None,))[0]
+        if data_check is None:
+            return lambda e: check(e.attributes.get(key, MISSING))
+        return lambda e: check(e.attributes.get(key, MISSING)) and data_check(e.data)
+
+    def match(e: CloudEvent) -> bool:
+        attrs = e.attributes
+        for key, check in attr_checks:
+            if not check(attrs.get(key, MISSING)):
+                return False
+        for check in data_checks:
+            if not check(e.data):
+                return False
+        for group in groups:
+            if not any(alt(e) for alt in group):
+                return False
+        return True
+
+    return match
+
+
+def validate_pattern(pattern: dict[str, Any]) -> dict[str, Any]:
+    """Pydantic after-validator: compile the pattern, raising a validation error at the
+    offending path inside it (so ``eventbus validate`` reports its line and column)."""
+    try:
+        compile_event_pattern(pattern)
+    except PatternError as exc:
+        detail = InitErrorDetails(
+            type=PydanticCustomError("value_error", "{message}", {"message": exc.message}),
+            loc=exc.loc,
+            input=exc.value,
+        )
+        raise ValidationError.from_exception_data("pattern", [detail]) from None
+    return pattern
+
+
+def _parts(
+    pattern: Any, loc: Loc, depth: int, alternative: Callable[[Any, Loc, int], Matcher]
+) -> tuple[list[tuple[str, Matcher]], list[list[Matcher]]]:
+    """The field matchers and ``$or`` groups (each alternative compiled by ``alternative``)
+    of one pattern object."""
+    if depth > MAX_PATTERN_DEPTH:
+        msg = (
+            f"the pattern nests deeper than {MAX_PATTERN_DEPTH} levels; flatten it "
+            "(match fewer levels of the event, or use a cel filter)"
+        )
+        raise PatternError(msg, loc, None)
+    if not isinstance(pattern, dict):
+        msg = f"a pattern is an object of fields; got {pattern!r} ({type(pattern).__name__})"
+        raise PatternError(msg, loc, pattern)
+    if not pattern:
+        msg = "an empty object matches nothing here; name at least one field (or remove it)"
+        raise PatternError(msg, loc, pattern)
+    fields: list[tuple[str, Matcher]] = []
+    ors: list[list[Matcher]] = []
+    for key, value in pattern.items():
+        at = (*loc, key)
+        if not isinstance(key, str):
+            msg = f"field names are strings; got {key!r} (quote it in YAML)"
+            raise PatternError(msg, at, key)
+        if key == "$or":
+            if not isinstance(value, list) or len(value) < 2:
+                msg = (
+                    f"$or takes a list of two or more patterns; got {value!r} (a single "
+                    "pattern's fields belong in the enclosing object)"
+                )
+                raise PatternError(msg, at, value)
+            ors.append([alternative(alt, (*at, i), depth + 1) for i, alt in enumerate(value)])
+        elif isinstance(value, list):
+            fields.append((key, compile_leaf(value, at)))
+        elif isinstance(value, dict):
+            fields.append((key, _compile_value(value, at, depth + 1)))
+        elif key in OPERATORS:
+            field = loc[-1] if loc and isinstance(loc[-1], str) else "field"
+            msg = (
+                f"{key!r} is an operator: conditions go in a list under the field, e.g. "
+                f"{field}: [{{{key!r}: {value!r}}}]"
+            )
+            raise PatternError(msg, at, value)
+        else:
+            msg = (
+                f"a field takes a list of values/conditions or an object of nested fields; "
+                f"got {value!r}: write [{value!r}]"
+            )
+            raise PatternError(msg, at, value)
+    return fields, ors
+
+
+def _compile_object(pattern: Any, loc: Loc, depth: int) -> Callable[[dict[str, Any]], bool]:
+    """A matcher over one event object (a dict)."""
+    fields, ors = _parts(pattern, loc, depth, _compile_object)
+    checks = tuple(fields)
+    groups = tuple(tuple(g) for g in ors)
+    if not groups and len(checks) == 1:
+        key, check = checks[0]
+        return lambda d: check(d.get(key, MISSING))
+
+    def match(d: dict[str, Any]) -> bool:
+        for key, check in checks:
+            if not check(d.get(key, MISSING)):
+                return False
+        for group in groups:
+            if not any(alt(d) for alt in group):
+                return False
+        return True
+
+    return match
+
+
+def _compile_value(pattern: dict[str, Any], loc: Loc, depth: int) -> Matcher:
+    """A matcher over a field's value for a nested pattern object: an object matches itself;
+    an array matches when one of its objects (nested arrays flattened) does, or, holding no
+    objects, as an object without fields (so ``exists: false`` holds); anything else is an
+    object without fields."""
+    match = _compile_object(pattern, loc, depth)
+
+    def value(v: Any) -> bool:
+        t = type(v)
+        if t is dict:
+            return match(v)
+        if t is list:
+            objects = _objects(v)
+            if not objects:
+                return match(_EMPTY)
+            return any(match(o) for o in objects)
+        return match(_EMPTY)
+
+    return value
+
+
+def _objects(v: list[Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    stack = [iter(v)]
+    while stack:
+        for x in stack[-1]:
+            if type(x) is list:
+                stack.append(iter(x))
+                break
+            if type(x) is dict:
+                out.append(x)
+        else:
+            stack.pop()
+    return out
