@@ -13,6 +13,7 @@ of any type. Wildcards match in linear time (one ``str.find`` per literal betwee
 from __future__ import annotations
 
 import ipaddress
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -154,8 +155,8 @@ def _cidr_pred(v: Any, loc: Loc) -> Pred:
 
 
 def _number(v: Any, op: str, loc: Loc) -> float | int:
-    if not _is_num(v):
-        msg = f"numeric: the value after {op!r} must be a number; got {v!r} ({type(v).__name__})"
+    if not _is_num(v) or (type(v) is float and not math.isfinite(v)):
+        msg = f"numeric: the value after {op!r} must be a finite number; got {v!r} ({type(v).__name__})"
         raise PatternError(msg, loc, v)
     return v  # type: ignore[no-any-return]
 
@@ -236,6 +237,9 @@ def _anything_but(v: Any, loc: Loc) -> Pred:
         if form == "equals-ignore-case":
             lows = frozenset(t.lower() for t in texts)
             return lambda x: type(x) is not str or x.lower() not in lows
+        if form in ("prefix", "suffix") and "" in texts:
+            msg = f"anything-but.{form}: an empty {form} would exclude every string; remove it"
+            raise PatternError(msg, (*loc, form), inner)
         preds = [_string_op(form, t, (*loc, form)) for t in texts]
         return lambda x: type(x) is not str or not any(p(x) for p in preds)
     values = v if isinstance(v, list) else [v]
