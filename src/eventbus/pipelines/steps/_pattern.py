@@ -92,10 +92,7 @@ def _event_matcher(pattern: Any, loc: Loc, depth: int) -> Callable[[CloudEvent],
         for check in data_checks:
             if not check(e.data):
                 return False
-        for group in groups:
-            if not any(alt(e) for alt in group):
-                return False
-        return True
+        return all(any(alt(e) for alt in group) for group in groups)
 
     return match
 
@@ -180,10 +177,7 @@ def _compile_object(pattern: Any, loc: Loc, depth: int) -> Callable[[dict[str, A
         for key, check in checks:
             if not check(d.get(key, MISSING)):
                 return False
-        for group in groups:
-            if not any(alt(d) for alt in group):
-                return False
-        return True
+        return all(any(alt(d) for alt in group) for group in groups)
 
     return match
 

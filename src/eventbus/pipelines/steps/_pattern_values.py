@@ -12,17 +12,24 @@ of any type. Wildcards match in linear time (one ``str.find`` per literal betwee
 
 from __future__ import annotations
 
-import ipaddress
 import math
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MISSING", "PatternError", "compile_leaf"]
+from eventbus.pipelines.steps._pattern_strings import (
+    Loc,
+    PatternError,
+    as_strings,
+    as_text,
+    cidr_condition,
+    string_condition,
+)
+
+__all__ = ["MISSING", "OPERATORS", "PatternError", "compile_leaf"]
 
 #: A field absent from the event.
 MISSING: Any = object()
 
-Loc = tuple[int | str, ...]
 Pred = Callable[[Any], bool]
 
 OPERATORS = (
@@ -40,118 +47,8 @@ _ANYTHING_BUT_FORMS = ("equals-ignore-case", "prefix", "suffix", "wildcard")
 _NUM = (int, float)
 
 
-class PatternError(ValueError):
-    """A malformed event pattern: ``loc`` is the path inside the pattern, ``value`` the
-    offending value; the message names the fix."""
-
-    def __init__(self, message: str, loc: Loc = (), value: Any = None) -> None:
-        super().__init__(message, loc, value)
-        self.message = message
-        self.loc = loc
-        self.value = value
-
-    def __str__(self) -> str:
-        where = "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in self.loc)
-        return f"pattern{where}: {self.message}"
-
-
 def _is_num(v: Any) -> bool:
     return type(v) in _NUM
-
-
-def _text(v: Any, what: str, loc: Loc) -> str:
-    if type(v) is not str:
-        msg = f"{what} takes a string; got {v!r} ({type(v).__name__})"
-        raise PatternError(msg, loc, v)
-    return v
-
-
-def _strings(v: Any, what: str, loc: Loc) -> list[str]:
-    """One string or a non-empty list of strings."""
-    if isinstance(v, list):
-        if not v:
-            msg = f"{what} takes a string or a non-empty list of strings; got []"
-            raise PatternError(msg, loc, v)
-        return [_text(x, what, (*loc, i)) for i, x in enumerate(v)]
-    return [_text(v, what, loc)]
-
-
-def parse_wildcard(text: str, loc: Loc) -> list[str]:
-    """The literal segments between the unescaped ``*``s of a wildcard (``\\*`` is a star,
-    ``\\\\`` a backslash; any other escape, and ``**``, are errors, as in event-ruler)."""
-    segments: list[str] = []
-    current: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "\\":
-            if i + 1 < n and text[i + 1] in "*\\":
-                current.append(text[i + 1])
-                i += 2
-                continue
-            msg = (
-                f"wildcard {text!r}: invalid escape at position {i}; only \\* (a star) and "
-                "\\\\ (a backslash) may be escaped"
-            )
-            raise PatternError(msg, loc, text)
-        if c == "*":
-            if i + 1 < n and text[i + 1] == "*":
-                msg = (
-                    f"wildcard {text!r}: consecutive wildcard characters at position {i}; "
-                    "one * already matches any run of characters"
-                )
-                raise PatternError(msg, loc, text)
-            segments.append("".join(current))
-            current = []
-        else:
-            current.append(c)
-        i += 1
-    segments.append("".join(current))
-    return segments
-
-
-def wildcard_pred(text: str, loc: Loc) -> Callable[[str], bool]:
-    """A predicate on strings for a wildcard: linear time, no backtracking."""
-    segs = parse_wildcard(text, loc)
-    if len(segs) == 1:
-        only = segs[0]
-        return lambda s: s == only
-    first, last, middle = segs[0], segs[-1], tuple(s for s in segs[1:-1] if s)
-    least = sum(map(len, segs))
-    start0, tail = len(first), len(last)
-
-    def match(s: str) -> bool:
-        if len(s) < least or not s.startswith(first) or not s.endswith(last):
-            return False
-        pos, end = start0, len(s) - tail
-        for seg in middle:  # leftmost placement of each literal is optimal for '*' globs
-            i = s.find(seg, pos, end)
-            if i < 0:
-                return False
-            pos = i + len(seg)
-        return True
-
-    return match
-
-
-def _cidr_pred(v: Any, loc: Loc) -> Pred:
-    text = _text(v, "cidr", loc)
-    if "/" not in text:
-        msg = f"cidr {text!r} needs a prefix length, e.g. '10.0.0.0/24' (or '{text}/32' for one address)"
-        raise PatternError(msg, loc, v)
-    try:
-        net = ipaddress.ip_network(text, strict=False)
-    except ValueError as exc:
-        msg = f"cidr {text!r} is not an IPv4 or IPv6 network ({exc}); write e.g. '10.0.0.0/24'"
-        raise PatternError(msg, loc, v) from None
-
-    def match(s: str) -> bool:
-        try:
-            return ipaddress.ip_address(s) in net
-        except ValueError:
-            return False
-
-    return match
 
 
 def _number(v: Any, op: str, loc: Loc) -> float | int:
@@ -166,7 +63,7 @@ def _numeric_pred(v: Any, loc: Loc) -> Pred:
     if not isinstance(v, list) or len(v) not in (2, 4):
         msg = (
             f"numeric takes [op, number] or [>|>=, low, <|<=, high]; got {v!r} "
-            "(e.g. [\">\", 0, \"<=\", 5])"
+            '(e.g. [">", 0, "<=", 5])'
         )
         raise PatternError(msg, loc, v)
     ops = v[0::2]
@@ -200,30 +97,6 @@ def _numeric_pred(v: Any, loc: Loc) -> Pred:
     return match
 
 
-def _string_op(op: str, v: Any, loc: Loc) -> Callable[[str], bool]:
-    """A positive string operator (prefix, suffix, equals-ignore-case, wildcard, exactly)."""
-    if op in ("prefix", "suffix") and isinstance(v, dict):
-        if list(v) != ["equals-ignore-case"]:
-            msg = f"{op} takes a string or {{equals-ignore-case: string}}; got {v!r}"
-            raise PatternError(msg, loc, v)
-        p = _text(v["equals-ignore-case"], f"{op}.equals-ignore-case", (*loc, "equals-ignore-case"))
-        low = p.lower()
-        if op == "prefix":
-            return lambda s: s.lower().startswith(low)
-        return lambda s: s.lower().endswith(low)
-    text = _text(v, op, loc)
-    if op == "prefix":
-        return lambda s: s.startswith(text)
-    if op == "suffix":
-        return lambda s: s.endswith(text)
-    if op == "equals-ignore-case":
-        low = text.lower()
-        return lambda s: s.lower() == low
-    if op == "wildcard":
-        return wildcard_pred(text, loc)
-    return lambda s: s == text  # exactly
-
-
 def _anything_but(v: Any, loc: Loc) -> Pred:
     if isinstance(v, dict):
         if len(v) != 1 or next(iter(v)) not in _ANYTHING_BUT_FORMS:
@@ -233,14 +106,14 @@ def _anything_but(v: Any, loc: Loc) -> Pred:
             )
             raise PatternError(msg, loc, v)
         form, inner = next(iter(v.items()))
-        texts = _strings(inner, f"anything-but.{form}", (*loc, form))
+        texts = as_strings(inner, f"anything-but.{form}", (*loc, form))
         if form == "equals-ignore-case":
             lows = frozenset(t.lower() for t in texts)
             return lambda x: type(x) is not str or x.lower() not in lows
         if form in ("prefix", "suffix") and "" in texts:
             msg = f"anything-but.{form}: an empty {form} would exclude every string; remove it"
             raise PatternError(msg, (*loc, form), inner)
-        preds = [_string_op(form, t, (*loc, form)) for t in texts]
+        preds = [string_condition(form, t, (*loc, form)) for t in texts]
         return lambda x: type(x) is not str or not any(p(x) for p in preds)
     values = v if isinstance(v, list) else [v]
     if not values:
@@ -314,11 +187,11 @@ def compile_leaf(conditions: list[Any], loc: Loc) -> Pred:
             elif op == "anything-but":
                 any_preds.append(_anything_but(arg, at))
             elif op == "cidr":
-                str_preds.append(_cidr_pred(arg, at))
+                str_preds.append(cidr_condition(arg, at))
             elif op == "exactly":
-                strs.add(_text(arg, op, at))
+                strs.add(as_text(arg, op, at))
             else:
-                str_preds.append(_string_op(op, arg, at))
+                str_preds.append(string_condition(op, arg, at))
         else:
             msg = (
                 f"a condition must be a string, number, true, false, null or an operator "

@@ -75,7 +75,9 @@ def ruler_cases(src: str) -> list[dict[str, Any]]:
     cases: list[dict[str, Any]] = []
 
     def add(method: str, rule: Any, event: Any, match: bool) -> None:
-        cases.append({"source": f"{where}:{method}", "pattern": rule, "event": event, "match": match})
+        cases.append(
+            {"source": f"{where}:{method}", "pattern": rule, "event": event, "match": match}
+        )
 
     m = "WHEN_RulesFromReadmeAreTried_THEN_TheyWork"
     readme_event = json.loads(consts["JSON_FROM_README"])
@@ -89,10 +91,15 @@ def ruler_cases(src: str) -> list[dict[str, Any]]:
         rules = _json(_strings(_method(src, m)))
         for i, rule in enumerate(rules):
             add(m, rule, event, i < n_match)
-    for m in ("WHEN_WeTryToMatchExistsRules_THEN_TheyWork", "WHEN_WeTryReallySimpleRules_THEN_TheyWork"):
+    for m in (
+        "WHEN_WeTryToMatchExistsRules_THEN_TheyWork",
+        "WHEN_WeTryReallySimpleRules_THEN_TheyWork",
+    ):
         body = _method(src, m)
         names = _assigned(body)
-        for a in re.finditer(r"assert(True|False)\(\"[^\"]*\", Ruler\.matchesRule\((\w+), (\w+)\)\)", body):
+        for a in re.finditer(
+            r"assert(True|False)\(\"[^\"]*\", Ruler\.matchesRule\((\w+), (\w+)\)\)", body
+        ):
             add(m, json.loads(names[a[3]]), json.loads(names[a[2]]), a[1] == "True")
     for m in (
         "WHEN_WeTryAnythingButRules_THEN_Theywork",

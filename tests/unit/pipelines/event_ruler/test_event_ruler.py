@@ -57,9 +57,19 @@ README: list[tuple[str, dict[str, Any], dict[str, Any], bool]] = [
         True,
     ),
     ("prefix", {"time": [{"prefix": "2017-10-02"}]}, README_EVENT, True),
-    ("prefix ignore case", {"source": [{"prefix": {"equals-ignore-case": "AWS.EC"}}]}, README_EVENT, True),
+    (
+        "prefix ignore case",
+        {"source": [{"prefix": {"equals-ignore-case": "AWS.EC"}}]},
+        README_EVENT,
+        True,
+    ),
     ("suffix", {"source": [{"suffix": "ec2"}]}, README_EVENT, True),
-    ("suffix ignore case", {"source": [{"suffix": {"equals-ignore-case": "EC2"}}]}, README_EVENT, True),
+    (
+        "suffix ignore case",
+        {"source": [{"suffix": {"equals-ignore-case": "EC2"}}]},
+        README_EVENT,
+        True,
+    ),
     ("equals-ignore-case", {"source": [{"equals-ignore-case": "AWS.EC2"}]}, README_EVENT, True),
     ("equals-ignore-case miss", {"source": [{"equals-ignore-case": "EC2"}]}, README_EVENT, False),
     ("wildcard", {"source": [{"wildcard": "aws.*2"}]}, README_EVENT, True),
@@ -83,7 +93,12 @@ README: list[tuple[str, dict[str, Any], dict[str, Any], bool]] = [
         README_EVENT,
         True,
     ),
-    ("anything-but prefix", {"detail": {"state": [{"anything-but": {"prefix": "init"}}]}}, README_EVENT, True),
+    (
+        "anything-but prefix",
+        {"detail": {"state": [{"anything-but": {"prefix": "init"}}]}},
+        README_EVENT,
+        True,
+    ),
     (
         "anything-but prefix list",
         {"detail": {"state": [{"anything-but": {"prefix": ["init", "run"]}}]}},
@@ -110,7 +125,11 @@ README: list[tuple[str, dict[str, Any], dict[str, Any], bool]] = [
     ),
     (
         "anything-but ignore case list",
-        {"detail": {"state": [{"anything-but": {"equals-ignore-case": ["Stopped", "OverLoaded"]}}]}},
+        {
+            "detail": {
+                "state": [{"anything-but": {"equals-ignore-case": ["Stopped", "OverLoaded"]}}]
+            }
+        },
         README_EVENT,
         True,
     ),
@@ -164,21 +183,35 @@ README: list[tuple[str, dict[str, Any], dict[str, Any], bool]] = [
     ),
     (
         "$or normal",
-        {"source": ["aws.cloudwatch"], "$or": [{"metricName": ["CPUUtilization"]}, {"namespace": ["AWS/EC2"]}]},
+        {
+            "source": ["aws.cloudwatch"],
+            "$or": [{"metricName": ["CPUUtilization"]}, {"namespace": ["AWS/EC2"]}],
+        },
         {"source": "aws.cloudwatch", "namespace": "AWS/EC2"},
         True,
     ),
     (
         "$or normal miss",
-        {"source": ["aws.cloudwatch"], "$or": [{"metricName": ["CPUUtilization"]}, {"namespace": ["AWS/EC2"]}]},
+        {
+            "source": ["aws.cloudwatch"],
+            "$or": [{"metricName": ["CPUUtilization"]}, {"namespace": ["AWS/EC2"]}],
+        },
         {"source": "aws.cloudwatch", "namespace": "AWS/ES"},
         False,
     ),
     (
         "$or parallel",
         {
-            "$or": [{"metricName": ["CPUUtilization", "ReadLatency"]}, {"namespace": ["AWS/EC2", "AWS/ES"]}],
-            "detail": {"$or": [{"source": ["aws.cloudwatch"]}, {"detail-type": ["CloudWatch Alarm State Change"]}]},
+            "$or": [
+                {"metricName": ["CPUUtilization", "ReadLatency"]},
+                {"namespace": ["AWS/EC2", "AWS/ES"]},
+            ],
+            "detail": {
+                "$or": [
+                    {"source": ["aws.cloudwatch"]},
+                    {"detail-type": ["CloudWatch Alarm State Change"]},
+                ]
+            },
         },
         {"metricName": "ReadLatency", "detail": {"detail-type": "CloudWatch Alarm State Change"}},
         True,
@@ -197,7 +230,12 @@ README: list[tuple[str, dict[str, Any], dict[str, Any], bool]] = [
                 {"scope": ["Service"]},
             ],
         },
-        {"source": "aws.cloudwatch", "metricType": "MetricType", "namespace": "AWS/ES", "spaceId": 1000},
+        {
+            "source": "aws.cloudwatch",
+            "metricType": "MetricType",
+            "namespace": "AWS/ES",
+            "spaceId": 1000,
+        },
         True,
     ),
     (
@@ -213,7 +251,12 @@ README: list[tuple[str, dict[str, Any], dict[str, Any], bool]] = [
                 },
             ],
         },
-        {"source": "aws.cloudwatch", "metricType": "MetricType", "namespace": "AWS/ES", "spaceId": 1001},
+        {
+            "source": "aws.cloudwatch",
+            "metricType": "MetricType",
+            "namespace": "AWS/ES",
+            "spaceId": 1001,
+        },
         False,
     ),
     (
@@ -233,7 +276,10 @@ README: list[tuple[str, dict[str, Any], dict[str, Any], bool]] = [
         {"employees": {"firstName": ["Peter"]}},
         {
             "employees": [
-                [{"firstName": "John", "lastName": "Doe"}, {"firstName": "Anna", "lastName": "Smith"}],
+                [
+                    {"firstName": "John", "lastName": "Doe"},
+                    {"firstName": "Anna", "lastName": "Smith"},
+                ],
                 [{"firstName": "Peter", "lastName": "Jones"}],
             ]
         },
@@ -310,7 +356,12 @@ MACHINE: list[tuple[str, dict[str, Any], dict[str, Any], bool]] = [
         )
     ),
     *(
-        (f"testIPAddressOfCIDRIsEqualToMaximumOfRange {c} {ip}", {"sourceIPAddress": [{"cidr": c}]}, {"sourceIPAddress": ip}, m)
+        (
+            f"testIPAddressOfCIDRIsEqualToMaximumOfRange {c} {ip}",
+            {"sourceIPAddress": [{"cidr": c}]},
+            {"sourceIPAddress": ip},
+            m,
+        )
         for c, ip, m in (
             ("220.160.153.171/31", "220.160.153.170", True),
             ("220.160.153.171/31", "220.160.153.171", True),
@@ -350,7 +401,10 @@ MACHINE: list[tuple[str, dict[str, Any], dict[str, Any], bool]] = [
         {
             "detail": {
                 "detail-type": ["EC2 Instance State-change Notification"],
-                "info": {"state-status": ["initializing", "running"], "state-count": {"count": [100]}},
+                "info": {
+                    "state-status": ["initializing", "running"],
+                    "state-count": {"count": [100]},
+                },
                 "$or": [
                     {"c-count": [{"numeric": [">", 0, "<=", 5]}]},
                     {"d-count": [{"numeric": ["<", 10]}]},
@@ -381,7 +435,9 @@ for bits in (22, 24, 28, 31):
     for offset, inside in ((-1, False), (0, True), (size - 1, True), (size, False)):
         n = 0x0A000000 + offset
         ip = ".".join(str((n >> s) & 255) for s in (24, 16, 8, 0))
-        MACHINE.append((f"CIDRTest /{bits} {ip}", {"a": [{"cidr": f"10.0.0.0/{bits}"}]}, {"a": ip}, inside))
+        MACHINE.append(
+            (f"CIDRTest /{bits} {ip}", {"a": [{"cidr": f"10.0.0.0/{bits}"}]}, {"a": ip}, inside)
+        )
 
 
 def _id(case: dict[str, Any]) -> str:
