@@ -17,6 +17,8 @@ and the fix; :func:`validate_pattern` turns it into a pydantic error at that pat
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
@@ -25,15 +27,18 @@ from eventbus.eventing._event import CloudEvent
 from eventbus.pipelines.steps._pattern_values import (
     MISSING,
     OPERATORS,
+    Leaf,
     PatternError,
     compile_leaf,
 )
 
 __all__ = [
     "MAX_PATTERN_DEPTH",
+    "Node",
     "PatternError",
     "compile_event_pattern",
     "compile_pattern",
+    "parse_pattern",
     "validate_pattern",
 ]
 
@@ -58,8 +63,9 @@ def compile_pattern(pattern: Any) -> Matcher:
     Raises:
         PatternError: the pattern is malformed (``loc`` the path inside it).
     """
-    match = _compile_object(pattern, (), 0)
-    return lambda doc: match(doc if type(doc) is dict else _EMPTY)
+    from eventbus.pipelines.steps._pattern_codegen import generate
+
+    return generate(parse_pattern(pattern), event=False)
 
 
 def compile_event_pattern(pattern: Any) -> Callable[[CloudEvent], bool]:
@@ -69,39 +75,88 @@ def compile_event_pattern(pattern: Any) -> Callable[[CloudEvent], bool]:
     Raises:
         PatternError: the pattern is malformed (``loc`` the path inside it).
     """
-    return _event_matcher(pattern, (), 0)
+    from eventbus.pipelines.steps._pattern_codegen import generate
+
+    return generate(parse_pattern(pattern), event=True)
 
 
-def _event_matcher(pattern: Any, loc: Loc, depth: int) -> Callable[[CloudEvent], bool]:
-    fields, ors = _parts(pattern, loc, depth, _event_matcher)
-    checks = [(ALIASES.get(k, k), m) for k, m in fields]
-    data_checks = tuple(m for k, m in checks if k == "data")
-    attr_checks = tuple((k, m) for k, m in checks if k != "data")
-    groups = tuple(tuple(g) for g in ors)
-    if not groups and len(attr_checks) == 1 and len(data_checks) <= 1:
-        (key, check), data_check = attr_checks[0], (data_checks or (None,))[0]
-        if data_check is None:
-            return lambda e: check(e.attributes.get(key, MISSING))
-        return lambda e: check(e.attributes.get(key, MISSING)) and data_check(e.data)
+def parse_pattern(pattern: Any) -> Node:
+    """The pattern, checked and parsed (see :class:`Node`).
 
-    def match(e: CloudEvent) -> bool:
-        attrs = e.attributes
-        for key, check in attr_checks:
-            if not check(attrs.get(key, MISSING)):
-                return False
-        for check in data_checks:
-            if not check(e.data):
-                return False
-        return all(any(alt(e) for alt in group) for group in groups)
+    Raises:
+        PatternError: the pattern is malformed (``loc`` the path inside it).
+    """
+    return _parse(pattern, (), 0)
 
-    return match
+
+@dataclass(frozen=True)
+class Node:
+    """One object of a pattern, parsed: its fields (a :class:`Leaf` of conditions or a
+    nested :class:`Node`) and its ``$or`` groups. The matchers are closures; the code
+    generator inlines what it can and calls these for the rest."""
+
+    fields: tuple[tuple[str, Leaf | Node], ...]
+    ors: tuple[tuple[Node, ...], ...]
+
+    @cached_property
+    def match_object(self) -> Callable[[dict[str, Any]], bool]:
+        """The predicate over one event object (a dict)."""
+        checks = tuple((key, sub.match) for key, sub in self.fields)
+        groups = tuple(tuple(alt.match_object for alt in g) for g in self.ors)
+        if not groups and len(checks) == 1:
+            key, check = checks[0]
+            return lambda d: check(d.get(key, MISSING))
+
+        def match(d: dict[str, Any]) -> bool:
+            for key, check in checks:
+                if not check(d.get(key, MISSING)):
+                    return False
+            return all(any(alt(d) for alt in group) for group in groups)
+
+        return match
+
+    @cached_property
+    def match(self) -> Matcher:
+        """The predicate over a field's value: an object matches itself; an array matches
+        when one of its objects (nested arrays flattened) does, or, holding no objects, as an
+        object without fields (so ``exists: false`` holds); anything else is an object
+        without fields."""
+        match = self.match_object
+
+        def value(v: Any) -> bool:
+            t = type(v)
+            if t is dict:
+                return match(v)
+            if t is list:
+                objects = _objects(v)
+                if not objects:
+                    return match(_EMPTY)
+                return any(match(o) for o in objects)
+            return match(_EMPTY)
+
+        return value
+
+    @cached_property
+    def match_event(self) -> Callable[[CloudEvent], bool]:
+        """The predicate over a CloudEvent, this node being a whole pattern."""
+        checks = tuple((ALIASES.get(k, k), sub.match) for k, sub in self.fields)
+        groups = tuple(tuple(alt.match_event for alt in g) for g in self.ors)
+
+        def match(e: CloudEvent) -> bool:
+            attrs = e.attributes
+            for key, check in checks:
+                if not check(e.data if key == "data" else attrs.get(key, MISSING)):
+                    return False
+            return all(any(alt(e) for alt in group) for group in groups)
+
+        return match
 
 
 def validate_pattern(pattern: dict[str, Any]) -> dict[str, Any]:
     """Pydantic after-validator: compile the pattern, raising a validation error at the
     offending path inside it (so ``eventbus validate`` reports its line and column)."""
     try:
-        compile_event_pattern(pattern)
+        parse_pattern(pattern)
     except PatternError as exc:
         detail = InitErrorDetails(
             type=PydanticCustomError("value_error", "{message}", {"message": exc.message}),
@@ -112,11 +167,7 @@ def validate_pattern(pattern: dict[str, Any]) -> dict[str, Any]:
     return pattern
 
 
-def _parts(
-    pattern: Any, loc: Loc, depth: int, alternative: Callable[[Any, Loc, int], Matcher]
-) -> tuple[list[tuple[str, Matcher]], list[list[Matcher]]]:
-    """The field matchers and ``$or`` groups (each alternative compiled by ``alternative``)
-    of one pattern object."""
+def _parse(pattern: Any, loc: Loc, depth: int) -> Node:
     if depth > MAX_PATTERN_DEPTH:
         msg = (
             f"the pattern nests deeper than {MAX_PATTERN_DEPTH} levels; flatten it "
@@ -129,8 +180,8 @@ def _parts(
     if not pattern:
         msg = "an empty object matches nothing here; name at least one field (or remove it)"
         raise PatternError(msg, loc, pattern)
-    fields: list[tuple[str, Matcher]] = []
-    ors: list[list[Matcher]] = []
+    fields: list[tuple[str, Leaf | Node]] = []
+    ors: list[tuple[Node, ...]] = []
     for key, value in pattern.items():
         at = (*loc, key)
         if not isinstance(key, str):
@@ -143,11 +194,11 @@ def _parts(
                     "pattern's fields belong in the enclosing object)"
                 )
                 raise PatternError(msg, at, value)
-            ors.append([alternative(alt, (*at, i), depth + 1) for i, alt in enumerate(value)])
+            ors.append(tuple(_parse(alt, (*at, i), depth + 1) for i, alt in enumerate(value)))
         elif isinstance(value, list):
             fields.append((key, compile_leaf(value, at)))
         elif isinstance(value, dict):
-            fields.append((key, _compile_value(value, at, depth + 1)))
+            fields.append((key, _parse(value, at, depth + 1)))
         elif key in OPERATORS:
             field = loc[-1] if loc and isinstance(loc[-1], str) else "field"
             msg = (
@@ -161,46 +212,7 @@ def _parts(
                 f"got {value!r}: write [{value!r}]"
             )
             raise PatternError(msg, at, value)
-    return fields, ors
-
-
-def _compile_object(pattern: Any, loc: Loc, depth: int) -> Callable[[dict[str, Any]], bool]:
-    """A matcher over one event object (a dict)."""
-    fields, ors = _parts(pattern, loc, depth, _compile_object)
-    checks = tuple(fields)
-    groups = tuple(tuple(g) for g in ors)
-    if not groups and len(checks) == 1:
-        key, check = checks[0]
-        return lambda d: check(d.get(key, MISSING))
-
-    def match(d: dict[str, Any]) -> bool:
-        for key, check in checks:
-            if not check(d.get(key, MISSING)):
-                return False
-        return all(any(alt(d) for alt in group) for group in groups)
-
-    return match
-
-
-def _compile_value(pattern: dict[str, Any], loc: Loc, depth: int) -> Matcher:
-    """A matcher over a field's value for a nested pattern object: an object matches itself;
-    an array matches when one of its objects (nested arrays flattened) does, or, holding no
-    objects, as an object without fields (so ``exists: false`` holds); anything else is an
-    object without fields."""
-    match = _compile_object(pattern, loc, depth)
-
-    def value(v: Any) -> bool:
-        t = type(v)
-        if t is dict:
-            return match(v)
-        if t is list:
-            objects = _objects(v)
-            if not objects:
-                return match(_EMPTY)
-            return any(match(o) for o in objects)
-        return match(_EMPTY)
-
-    return value
+    return Node(tuple(fields), tuple(ors))
 
 
 def _objects(v: list[Any]) -> list[dict[str, Any]]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from eventbus.pipelines.steps._pattern_strings import (
@@ -25,7 +27,7 @@ from eventbus.pipelines.steps._pattern_strings import (
     string_condition,
 )
 
-__all__ = ["MISSING", "OPERATORS", "PatternError", "compile_leaf"]
+__all__ = ["MISSING", "OPERATORS", "Leaf", "NumRange", "PatternError", "compile_leaf"]
 
 #: A field absent from the event.
 MISSING: Any = object()
@@ -58,7 +60,7 @@ def _number(v: Any, op: str, loc: Loc) -> float | int:
     return v  # type: ignore[no-any-return]
 
 
-def _numeric_pred(v: Any, loc: Loc) -> Pred:
+def _numeric_pred(v: Any, loc: Loc) -> NumRange:
     """``["=", n]``, ``[">"|">=", n]``, ``["<"|"<=", n]`` or ``[">"|">=", lo, "<"|"<=", hi]``."""
     if not isinstance(v, list) or len(v) not in (2, 4):
         msg = (
@@ -78,23 +80,35 @@ def _numeric_pred(v: Any, loc: Loc) -> Pred:
     if len(ops) == 2 and not nums[0] < nums[1]:
         msg = f"numeric range {v!r}: the lower bound must be below the upper bound"
         raise PatternError(msg, loc, v)
-    lo, lo_open, hi, hi_open = None, False, None, False
+    lo: float | int | None = None
+    hi: float | int | None = None
+    lo_open = hi_open = False
     for op, n in zip(ops, nums, strict=True):
         if op == "=":
-            return lambda x: type(x) in _NUM and x == n
+            return NumRange(n, False, n, False)
         if op in (">", ">="):
             lo, lo_open = n, op == ">"
         else:
             hi, hi_open = n, op == "<"
+    return NumRange(lo, lo_open, hi, hi_open)
 
-    def match(x: Any) -> bool:
+
+@dataclass(frozen=True)
+class NumRange:
+    """A ``numeric`` condition: numbers (never booleans) within the bounds (None: open)."""
+
+    lo: float | int | None
+    lo_open: bool
+    hi: float | int | None
+    hi_open: bool
+
+    def __call__(self, x: Any) -> bool:
         if type(x) not in _NUM:
             return False
-        if lo is not None and (x <= lo if lo_open else x < lo):
+        lo, hi = self.lo, self.hi
+        if lo is not None and (x <= lo if self.lo_open else x < lo):
             return False
-        return hi is None or (x < hi if hi_open else x <= hi)
-
-    return match
+        return hi is None or (x < hi if self.hi_open else x <= hi)
 
 
 def _anything_but(v: Any, loc: Loc) -> Pred:
@@ -151,7 +165,7 @@ def _operator(cond: dict[str, Any], loc: Loc) -> tuple[str, Any]:
     return op, arg
 
 
-def compile_leaf(conditions: list[Any], loc: Loc) -> Pred:
+def compile_leaf(conditions: list[Any], loc: Loc) -> Leaf:
     """One predicate over a field's value (``MISSING``, a scalar, an array or an object) for
     the list of conditions under that field."""
     if not conditions:
@@ -161,7 +175,7 @@ def compile_leaf(conditions: list[Any], loc: Loc) -> Pred:
     nums: set[float | int] = set()
     flags: set[Any] = set()  # True, False, None
     str_preds: list[Callable[[str], bool]] = []
-    num_preds: list[Pred] = []
+    num_preds: list[NumRange] = []
     any_preds: list[Pred] = []  # anything-but: every type
     exists_true = exists_false = False
     for i, c in enumerate(conditions):
@@ -198,22 +212,44 @@ def compile_leaf(conditions: list[Any], loc: Loc) -> Pred:
                 f"object; got {c!r} ({t.__name__})"
             )
             raise PatternError(msg, at, c)
-    return _leaf(strs, nums, flags, str_preds, num_preds, any_preds, exists_true, exists_false)
+    leaf = Leaf(
+        frozenset(strs),
+        frozenset(nums),
+        frozenset(flags),
+        tuple(str_preds),
+        tuple(num_preds),
+        tuple(any_preds),
+        exists_true,
+        exists_false,
+    )
+    return leaf
 
 
-def _leaf(
-    strs: set[str],
-    nums: set[float | int],
-    flags: set[Any],
-    str_preds: list[Callable[[str], bool]],
-    num_preds: list[Pred],
-    any_preds: list[Pred],
-    exists_true: bool,
-    exists_false: bool,
-) -> Pred:
-    strs_f, nums_f = frozenset(strs), frozenset(nums)
-    has_true, has_false, has_null = True in flags, False in flags, None in flags
-    s_preds, n_preds, a_preds = tuple(str_preds), tuple(num_preds), tuple(any_preds)
+@dataclass(frozen=True)
+class Leaf:
+    """The conditions under one field, parsed; :attr:`match` is the predicate over the
+    field's value (``MISSING``, a scalar, an array or an object), and the fields are what
+    the code generator inlines."""
+
+    strs: frozenset[str]
+    nums: frozenset[float | int]
+    flags: frozenset[Any]  # True, False, None
+    str_preds: tuple[Callable[[str], bool], ...]
+    ranges: tuple[NumRange, ...]
+    any_preds: tuple[Pred, ...]  # anything-but: every type
+    exists_true: bool
+    exists_false: bool
+
+    @cached_property
+    def match(self) -> Pred:
+        return _leaf(self)
+
+
+def _leaf(spec: Leaf) -> Pred:
+    strs_f, nums_f = spec.strs, spec.nums
+    has_true, has_false, has_null = True in spec.flags, False in spec.flags, None in spec.flags
+    s_preds, n_preds, a_preds = spec.str_preds, spec.ranges, spec.any_preds
+    exists_true, exists_false = spec.exists_true, spec.exists_false
 
     def one(x: Any) -> bool:
         t = type(x)
@@ -226,8 +262,8 @@ def _leaf(
         elif t is int or t is float:
             if x in nums_f:
                 return True
-            for p in n_preds:
-                if p(x):
+            for r in n_preds:
+                if r(x):
                     return True
         elif x is True:
             if has_true:
@@ -239,7 +275,7 @@ def _leaf(
             return True
         return any(p(x) for p in a_preds) if a_preds else False
 
-    if not (s_preds or n_preds or a_preds or flags or nums_f or exists_true or exists_false):
+    if not (s_preds or n_preds or a_preds or spec.flags or nums_f or exists_true or exists_false):
         # only exact strings: the common case, kept short
         def leaf_strs(v: Any) -> bool:
             if type(v) is str:
