@@ -350,3 +350,28 @@ def test_concurrent_matching_from_threads() -> None:
         t.join()
     assert errors == [] and len(results) == 160 and all(r == expected for r in results)
     assert sum(expected) == len([i for i in range(101, 400) if i % 2])
+
+
+def test_the_docs_example_runs() -> None:
+    from tests.docs.blocks import blocks
+
+    (block,) = [b for b in blocks("yaml") if "large_card_payments" in b.text]
+    r = pipeline(block.text)
+
+    def pay(i: int, source: str = "/shop", **data: Any) -> CloudEvent:
+        base = {"amount": 500, "card": {"brand": "VISA"}, "country": "DE"}
+        return CloudEvent.create(
+            type="payment.created", source=source, id=f"e{i}", data={**base, **data}
+        )
+
+    events = [
+        pay(0),
+        pay(1, source="/test/x"),
+        pay(2, amount=100),
+        pay(3, card=[{"brand": "amex"}, {"brand": "mastercard"}]),
+        pay(4, country="US"),
+        pay(5, country="US", ip="10.1.2.3"),
+        pay(6, card={"brand": "amex"}),
+    ]
+    out = r.run(events)
+    assert [o[0].id for o in out if o] == ["e0", "e3", "e5"]
