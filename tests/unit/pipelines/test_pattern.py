@@ -20,6 +20,7 @@ from eventbus.pipelines.steps._pattern import (
     compile_event_pattern,
     compile_pattern,
     parse_pattern,
+    pattern_problems,
 )
 
 HEAD = """\
@@ -183,6 +184,24 @@ def test_a_bad_pattern_is_reported_at_its_line_and_column() -> None:
         "p.yaml:16:41: spec.steps[1].filter.all[0].pattern.type[0].wildcard: wildcard 'a**b': "
         "consecutive wildcard characters at position 1; one * already matches any run of characters",
     ]
+
+
+def test_every_bad_field_is_reported_not_only_the_first() -> None:
+    pattern = {
+        "type": ["ok"],
+        "data": {"a": [{"numerc": 1}], "b": "x", "c": {"d": [{"wildcard": "**"}]}},
+        "$or": [{"e": []}, {"f": [1]}],
+    }
+    assert [p.loc for p in pattern_problems(pattern)] == [
+        ("data", "a", 0, "numerc"),
+        ("data", "b"),
+        ("data", "c", "d", 0, "wildcard"),
+        ("$or", 0, "e"),
+    ]
+    with pytest.raises(ValidationError) as info:
+        FilterDialect.model_validate({"pattern": pattern})
+    assert len(info.value.errors()) == 4
+    assert pattern_problems({"type": ["ok"]}) == []
 
 
 def test_the_python_api_raises_a_validation_error_at_the_path() -> None:

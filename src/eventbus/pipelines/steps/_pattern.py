@@ -39,6 +39,7 @@ __all__ = [
     "compile_event_pattern",
     "compile_pattern",
     "parse_pattern",
+    "pattern_problems",
     "validate_pattern",
 ]
 
@@ -86,7 +87,19 @@ def parse_pattern(pattern: Any) -> Node:
     Raises:
         PatternError: the pattern is malformed (``loc`` the path inside it).
     """
-    return _parse(pattern, (), 0)
+    errors: list[PatternError] = []
+    node = _parse(pattern, (), 0, errors)
+    if errors:
+        raise errors[0]
+    return node
+
+
+def pattern_problems(pattern: Any) -> list[PatternError]:
+    """Every problem of a pattern (each field is checked even when a sibling is bad), in
+    the order they appear; empty when the pattern is good."""
+    errors: list[PatternError] = []
+    _parse(pattern, (), 0, errors)
+    return errors
 
 
 @dataclass(frozen=True)
@@ -155,19 +168,23 @@ class Node:
 def validate_pattern(pattern: dict[str, Any]) -> dict[str, Any]:
     """Pydantic after-validator: compile the pattern, raising a validation error at the
     offending path inside it (so ``eventbus validate`` reports its line and column)."""
-    try:
-        parse_pattern(pattern)
-    except PatternError as exc:
-        detail = InitErrorDetails(
-            type=PydanticCustomError("value_error", "{message}", {"message": exc.message}),
-            loc=exc.loc,
-            input=exc.value,
-        )
-        raise ValidationError.from_exception_data("pattern", [detail]) from None
+    problems = pattern_problems(pattern)
+    if problems:
+        details = [
+            InitErrorDetails(
+                type=PydanticCustomError("value_error", "{message}", {"message": p.message}),
+                loc=p.loc,
+                input=p.value,
+            )
+            for p in problems
+        ]
+        raise ValidationError.from_exception_data("pattern", details)
     return pattern
 
 
-def _parse(pattern: Any, loc: Loc, depth: int) -> Node:
+def _parse(pattern: Any, loc: Loc, depth: int, errors: list[PatternError]) -> Node:
+    """The node for one pattern object; a bad field's error is added to ``errors`` and the
+    other fields are still checked (a bad object as a whole raises)."""
     if depth > MAX_PATTERN_DEPTH:
         msg = (
             f"the pattern nests deeper than {MAX_PATTERN_DEPTH} levels; flatten it "
@@ -183,36 +200,52 @@ def _parse(pattern: Any, loc: Loc, depth: int) -> Node:
     fields: list[tuple[str, Leaf | Node]] = []
     ors: list[tuple[Node, ...]] = []
     for key, value in pattern.items():
-        at = (*loc, key)
-        if not isinstance(key, str):
-            msg = f"field names are strings; got {key!r} (quote it in YAML)"
-            raise PatternError(msg, at, key)
-        if key == "$or":
-            if not isinstance(value, list) or len(value) < 2:
-                msg = (
-                    f"$or takes a list of two or more patterns; got {value!r} (a single "
-                    "pattern's fields belong in the enclosing object)"
-                )
-                raise PatternError(msg, at, value)
-            ors.append(tuple(_parse(alt, (*at, i), depth + 1) for i, alt in enumerate(value)))
-        elif isinstance(value, list):
-            fields.append((key, compile_leaf(value, at)))
-        elif isinstance(value, dict):
-            fields.append((key, _parse(value, at, depth + 1)))
-        elif key in OPERATORS:
-            field = loc[-1] if loc and isinstance(loc[-1], str) else "field"
-            msg = (
-                f"{key!r} is an operator: conditions go in a list under the field, e.g. "
-                f"{field}: [{{{key!r}: {value!r}}}]"
-            )
-            raise PatternError(msg, at, value)
-        else:
-            msg = (
-                f"a field takes a list of values/conditions or an object of nested fields; "
-                f"got {value!r}: write [{value!r}]"
-            )
-            raise PatternError(msg, at, value)
+        try:
+            _field(key, value, loc, depth, errors, fields, ors)
+        except PatternError as exc:
+            errors.append(exc)
     return Node(tuple(fields), tuple(ors))
+
+
+def _field(
+    key: Any,
+    value: Any,
+    loc: Loc,
+    depth: int,
+    errors: list[PatternError],
+    fields: list[tuple[str, Leaf | Node]],
+    ors: list[tuple[Node, ...]],
+) -> None:
+    """Parse one field of a pattern object into ``fields`` or ``ors``."""
+    at = (*loc, key)
+    if not isinstance(key, str):
+        msg = f"field names are strings; got {key!r} (quote it in YAML)"
+        raise PatternError(msg, at, key)
+    if key == "$or":
+        if not isinstance(value, list) or len(value) < 2:
+            msg = (
+                f"$or takes a list of two or more patterns; got {value!r} (a single "
+                "pattern's fields belong in the enclosing object)"
+            )
+            raise PatternError(msg, at, value)
+        ors.append(tuple(_parse(alt, (*at, i), depth + 1, errors) for i, alt in enumerate(value)))
+    elif isinstance(value, list):
+        fields.append((key, compile_leaf(value, at)))
+    elif isinstance(value, dict):
+        fields.append((key, _parse(value, at, depth + 1, errors)))
+    elif key in OPERATORS:
+        field = loc[-1] if loc and isinstance(loc[-1], str) else "field"
+        msg = (
+            f"{key!r} is an operator: conditions go in a list under the field, e.g. "
+            f"{field}: [{{{key!r}: {value!r}}}]"
+        )
+        raise PatternError(msg, at, value)
+    else:
+        msg = (
+            f"a field takes a list of values/conditions or an object of nested fields; "
+            f"got {value!r}: write [{value!r}]"
+        )
+        raise PatternError(msg, at, value)
 
 
 def _objects(v: list[Any]) -> list[dict[str, Any]]:
