@@ -1,4 +1,5 @@
-"""Benchmark: eventbus.cel vs a hand-written lambda vs cel-expr-python (C++).
+"""Benchmark: eventbus.cel vs a hand-written lambda vs cel-expr-python (C++), and the
+EventBridge ``pattern`` filter dialect vs a hand-written lambda.
 
 Run: ``python benchmarks/expressions.py``. Prints a table, then one JSON line
 with evaluations/s (medians over repeats) and the ratios per expression. The first three
@@ -60,6 +61,23 @@ CASES: list[tuple[str, str, Callable[[dict[str, Any]], Any]]] = [
     ),
 ]
 
+# EventBridge event patterns (filter: {pattern: ...}) over a CloudEvent, against a lambda
+# doing the same checks by hand.
+PATTERN_CASES: list[tuple[str, dict[str, Any], Callable[[Any], bool]]] = [
+    (
+        "pattern_filter",
+        {
+            "type": ["payment.created"],
+            "data": {"amount": [{"numeric": [">", 100]}], "currency": ["CNY", "USD"]},
+        },
+        lambda e: (
+            e.attributes.get("type") == "payment.created"
+            and e.data["amount"] > 100
+            and e.data["currency"] in ("CNY", "USD")
+        ),
+    ),
+]
+
 REPEATS = 7
 TARGET_S = 0.2  # per timing run
 
@@ -118,6 +136,27 @@ def _reference() -> Callable[[str], Callable[[], Any]] | None:
     return make
 
 
+def _patterns() -> dict[str, dict[str, float | None]]:
+    """The pattern dialect's cases: the compiled matcher vs the lambda, on one CloudEvent."""
+    from eventbus import CloudEvent
+    from eventbus.pipelines.steps._pattern import compile_event_pattern
+
+    attrs = {k: v for k, v in EVENT.items() if k != "data"}
+    event = CloudEvent.create(**attrs, data=EVENT["data"])
+    miss = event.replace(data={**EVENT["data"], "currency": "EUR"})
+    out: dict[str, dict[str, float | None]] = {}
+    for name, pattern, hand in PATTERN_CASES:
+        match = compile_event_pattern(pattern)
+        assert match(event) is hand(event) is True and match(miss) is hand(miss) is False
+        ours_rate, lambda_rate = _median_rates([lambda: match(event), lambda: hand(event)])
+        out[name] = {
+            "eventbus_pattern_eval_per_s": round(ours_rate),
+            "lambda_eval_per_s": round(lambda_rate),
+            "ratio_vs_lambda": round(ours_rate / lambda_rate, 3),
+        }
+    return out
+
+
 def main() -> None:
     reference = _reference()
     results: dict[str, dict[str, float | None]] = {}
@@ -143,14 +182,16 @@ def main() -> None:
             if ref_rate is None
             else round(ours_rate / ref_rate, 2),
         }
+    results.update(_patterns())
     header = f"{'expression':<16}{'eventbus.cel':>14}{'lambda':>14}{'cel-expr-py':>14}{'vs lambda':>11}{'vs C++':>9}"
     print(header)
     print("-" * len(header))
     for name, r in results.items():
-        ref = r["cel_expr_python_eval_per_s"]
-        ratio_ref = r["ratio_vs_cel_expr_python"]
+        ref = r.get("cel_expr_python_eval_per_s")
+        ratio_ref = r.get("ratio_vs_cel_expr_python")
+        ours_rate = r.get("eventbus_cel_eval_per_s", r.get("eventbus_pattern_eval_per_s"))
         print(
-            f"{name:<16}{r['eventbus_cel_eval_per_s']:>14,.0f}{r['lambda_eval_per_s']:>14,.0f}"
+            f"{name:<16}{ours_rate:>14,.0f}{r['lambda_eval_per_s']:>14,.0f}"
             f"{(f'{ref:,.0f}' if ref else 'n/a'):>14}{r['ratio_vs_lambda']:>10.2f}x"
             f"{(f'{ratio_ref:.1f}x' if ratio_ref else 'n/a'):>9}"
         )

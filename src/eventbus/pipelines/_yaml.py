@@ -14,7 +14,11 @@ from typing import Any
 import yaml
 from yaml.composer import ComposerError
 
-__all__ = ["YAMLAliasError", "load_yaml"]
+__all__ = ["MAX_YAML_DEPTH", "YAMLAliasError", "YAMLDepthError", "load_yaml"]
+
+#: Nested collections a document may hold: PyYAML composes recursively (three frames a
+#: level), so a deeper document would end in a RecursionError instead of a positioned error.
+MAX_YAML_DEPTH = 100
 
 _WHY = (
     "YAML anchors and aliases are not allowed in EventBus pipeline and test files "
@@ -26,8 +30,15 @@ class YAMLAliasError(ComposerError):
     """An anchor or alias in user YAML; ``problem_mark`` is its position."""
 
 
+class YAMLDepthError(ComposerError):
+    """User YAML nested deeper than :data:`MAX_YAML_DEPTH`; ``problem_mark`` is where."""
+
+
 class _NoAliasLoader(yaml.SafeLoader):
-    """The safe loader, refusing the first anchor or alias it meets."""
+    """The safe loader, refusing the first anchor or alias it meets, and documents nested
+    deeper than :data:`MAX_YAML_DEPTH`."""
+
+    _depth = 0
 
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         event: Any = self.peek_event()  # type: ignore[no-untyped-call]
@@ -36,7 +47,14 @@ class _NoAliasLoader(yaml.SafeLoader):
             what = f"alias *{anchor}" if isinstance(event, yaml.AliasEvent) else f"anchor &{anchor}"
             problem = f"{what}: {_WHY}"
             raise YAMLAliasError(None, None, problem, event.start_mark)
-        return super().compose_node(parent, index)
+        if self._depth >= MAX_YAML_DEPTH:
+            problem = f"the document nests deeper than {MAX_YAML_DEPTH} levels; flatten it"
+            raise YAMLDepthError(None, None, problem, event.start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def load_yaml(text: str, filename: str = "<yaml>") -> tuple[yaml.Node | None, Any]:

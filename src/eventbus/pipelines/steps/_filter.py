@@ -1,18 +1,19 @@
 """The ``filter`` step: keep the events for which a CEL expression, or a CloudEvents
 Subscriptions API dialect (``exact``, ``prefix``, ``suffix``, ``all``, ``any``, ``not``,
-``cel``), holds."""
+``cel``), or an EventBridge event pattern (``pattern``, see :mod:`._pattern`), holds."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import Annotated, Any, TypeAlias
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from eventbus import cel
 from eventbus.eventing._event import CloudEvent
 from eventbus.pipelines._activation import activation_builder
 from eventbus.pipelines._step import ERRORED, Step, StepContext, StepResult
+from eventbus.pipelines.steps._pattern import compile_event_pattern, validate_pattern
 from eventbus.pipelines.steps._values import CONFIG, CelSource, compile_cel
 from eventbus.registry import steps
 
@@ -23,7 +24,8 @@ class FilterDialect(BaseModel):
     """A CloudEvents Subscriptions API filter (Knative triggers): exactly one dialect key.
 
     ``exact``/``prefix``/``suffix`` map attribute names to strings; ``all``/``any`` hold lists
-    of filters; ``not`` one filter; ``cel`` a CEL expression.
+    of filters; ``not`` one filter; ``cel`` a CEL expression; ``pattern`` an EventBridge
+    event pattern.
     """
 
     model_config = CONFIG
@@ -46,17 +48,24 @@ class FilterDialect(BaseModel):
         default=None, alias="not", description="The filter does not match."
     )
     cel: CelSource | None = Field(default=None, description="A CEL boolean expression.")
+    pattern: Annotated[dict[str, Any], AfterValidator(validate_pattern)] | None = Field(
+        default=None,
+        description="An EventBridge event pattern: top-level keys are CloudEvent attributes "
+        "(detail-type = type), data (= detail) the payload; values are lists of values or "
+        "conditions (prefix, suffix, anything-but, numeric, exists, wildcard, "
+        "equals-ignore-case, cidr), objects nest, $or alternates.",
+    )
 
     @model_validator(mode="after")
     def _one_dialect(self) -> FilterDialect:
         keys = [
             k
-            for k in ("exact", "prefix", "suffix", "all", "any", "not_", "cel")
+            for k in ("exact", "prefix", "suffix", "all", "any", "not_", "cel", "pattern")
             if getattr(self, k) is not None
         ]
         if len(keys) != 1:
             got = ", ".join(k.rstrip("_") for k in keys) or "none"
-            msg = f"a filter dialect takes exactly one of exact, prefix, suffix, all, any, not, cel; got {got}"
+            msg = f"a filter dialect takes exactly one of exact, prefix, suffix, all, any, not, cel, pattern; got {got}"
             raise ValueError(msg)
         return self
 
@@ -86,6 +95,8 @@ def _dialect_predicate(spec: FilterDialect | str) -> Predicate:
         return _cel_predicate(spec)
     if spec.cel is not None:
         return _cel_predicate(spec.cel)
+    if spec.pattern is not None:
+        return compile_event_pattern(spec.pattern)
     if spec.exact is not None:
         items = tuple(spec.exact.items())
         return lambda e: all(e.attributes.get(k) == v for k, v in items)
