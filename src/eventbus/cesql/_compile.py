@@ -84,8 +84,7 @@ def _attr(name: str) -> Closure:
 def _logic(node: Node, kids: tuple[Closure, ...]) -> Closure:
     bools = all(n.type == "bool" for n in node.args)
     if not bools:
-        raw = kids
-        kids = tuple((lambda k: lambda a: to_bool(k(a)))(k) for k in raw)
+        kids = tuple(_as_bool(k) for k in kids)
     if len(kids) == 2:
         x, y = kids
         if node.value == "AND":
@@ -94,6 +93,10 @@ def _logic(node: Node, kids: tuple[Closure, ...]) -> Closure:
     if node.value == "AND":
         return lambda a: all(k(a) for k in kids)
     return lambda a: any(k(a) for k in kids)
+
+
+def _as_bool(k: Closure) -> Closure:
+    return lambda a: to_bool(k(a))
 
 
 def _equals_literal(node: Node, left: Closure) -> Closure:
