@@ -65,17 +65,22 @@ class CESQLError(ValueError):
         return self.message
 
 
-class EvalError(Exception):
-    """Internal: an evaluation error; ``fallback`` is the value the failing operator or
-    function gives with it (the spec's "zero value plus an error")."""
-
-    __slots__ = ("fallback", "kind", "message")
+class EvalError(CESQLError):
+    """An evaluation error as raised by the fast path: a :class:`CESQLError` with no
+    position; ``fallback`` is the value the failing operator or function gives with it (the
+    spec's "zero value plus an error")."""
 
     def __init__(self, kind: str, message: str, fallback: Any = None) -> None:
-        super().__init__(kind, message, fallback)
+        ValueError.__init__(self, kind, message, fallback)  # all arguments: it pickles
         self.kind = kind
         self.message = message
         self.fallback = fallback
+        self.expression = None
+        self.line = None
+        self.column = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (EvalError, (self.kind, self.message, self.fallback))
 
 
 def brief(value: object, limit: int = 60) -> str:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from eventbus.cesql._apply import ChildFailed, Recording, apply
+from eventbus.cesql._codegen import generate
 from eventbus.cesql._compile import compile_node, share_budget
 from eventbus.cesql._errors import CESQLError, EvalError
 from eventbus.cesql._parser import Node, parse
@@ -37,15 +38,21 @@ class Program:
         (0, [CESQLError('division by zero (1 / 0); the result is 0', 'math', '1 / 0', None, None)])
     """
 
-    __slots__ = ("_fast", "_kids", "_root", "source", "type")
+    __slots__ = ("_fast", "_kids", "_root", "matches", "source", "type")
+
+    #: Whether the event passes, as a Subscriptions API filter: the value is ``true``.
+    #: Raises :class:`CESQLError` on an evaluation error or a value that is not a Boolean.
+    matches: Callable[[Mapping[str, Any]], bool]
 
     def __init__(self, source: str, root: Node) -> None:
         self.source = source
         self._root = root
-        self._fast = compile_node(root)
+        self._fast = generate(root)
         self._kids = tuple(compile_node(k) for k in root.args)
         #: the static type of the result: ``bool``, ``int``, ``str`` or ``any`` (an attribute)
         self.type = root.type
+        # a Boolean expression is its own predicate: no wrapper on the hot path
+        self.matches = self._fast if root.type == "bool" else self._checked
 
     def value(self, attributes: Mapping[str, Any]) -> Any:
         """The value, failing fast: the first evaluation error raises.
@@ -53,21 +60,10 @@ class Program:
         Raises:
             CESQLError: an evaluation error (its ``kind`` as the TCK names it).
         """
-        try:
-            return self._fast(attributes)
-        except EvalError as e:
-            raise _public(e, self.source) from None
+        return self._fast(attributes)
 
-    def matches(self, attributes: Mapping[str, Any]) -> bool:
-        """Whether the event passes, as a Subscriptions API filter: the value is ``true``.
-
-        Raises:
-            CESQLError: an evaluation error, or a value that is not a Boolean.
-        """
-        try:
-            v = self._fast(attributes)
-        except EvalError as e:
-            raise _public(e, self.source) from None
+    def _checked(self, attributes: Mapping[str, Any]) -> bool:
+        v = self._fast(attributes)
         if v is True or v is False:
             return v
         msg = f"the expression gave {v!r}, not a Boolean; a filter must give TRUE or FALSE"

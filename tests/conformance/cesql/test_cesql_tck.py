@@ -6,7 +6,7 @@ Each case is compiled; a compile error must be the case's expected ``parse`` or
 minimal valid event with the case's overrides) in the spec's complete mode: the value must
 equal the expected one *with its type* (a Boolean is not an Integer) and the first error
 must be the expected kind (none when none is expected). The fail-fast path must agree: the
-same value, or the same error kind raised.
+same value, or the same error kind raised, by the generated code and by the closures.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import pytest
 import yaml
 
 from eventbus import cesql
+from eventbus.cesql._compile import compile_node
+from eventbus.cesql._parser import parse
 
 _DATA = Path(__file__).parent / "data"
 _BASE_EVENT = {"specversion": "1.0", "id": "tck-id", "source": "tck/source", "type": "tck.type"}
@@ -71,11 +73,14 @@ def test_tck_case(case: dict[str, Any]) -> None:
     value, errors = program.evaluate(event)
     expected = _value(case["result"])
     assert (value, type(value)) == (expected, type(expected))
+    closure = compile_node(parse(case["expression"]))
     if expected_error is None:
         assert errors == []
         assert program.value(event) == expected
+        assert closure(event) == expected
     else:
         assert errors and errors[0].kind == expected_error, errors
-        with pytest.raises(cesql.CESQLError) as info:
-            program.value(event)
-        assert info.value.kind == expected_error
+        for fast in (program.value, closure):
+            with pytest.raises(cesql.CESQLError) as info:
+                fast(event)
+            assert info.value.kind == expected_error
