@@ -121,5 +121,5 @@ def generate(root: Node) -> Closure:
     except (RecursionError, SyntaxError, MemoryError):  # Python's own nesting limits
         return compile_node(root)
     namespace = dict(gen.names)
-    exec(code, namespace)  # noqa: S102 - source built above from the parsed tree only
+    exec(code, namespace)  # source built above from the parsed tree only
     return namespace["_cesql"]  # type: ignore[no-any-return]

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from eventbus import cesql
-from eventbus.cesql._compile import compile_node
+from eventbus.cesql._compile import compile_node, share_budget
 from eventbus.cesql._parser import parse
 
 _DATA = Path(__file__).parent / "data"
@@ -73,7 +73,9 @@ def test_tck_case(case: dict[str, Any]) -> None:
     value, errors = program.evaluate(event)
     expected = _value(case["result"])
     assert (value, type(value)) == (expected, type(expected))
-    closure = compile_node(parse(case["expression"]))
+    tree = parse(case["expression"])
+    share_budget(tree, 10_000_000)
+    closure = compile_node(tree)
     if expected_error is None:
         assert errors == []
         assert program.value(event) == expected
