@@ -139,7 +139,8 @@ def apply(node: Node, a: Any, kids: Kids, casts: Callable[[Any, str], Any]) -> A
         last = len(ops) - 1
         for k, o in enumerate(ops):
             y = kids[k + 1](a)
-            if k < last:  # an inner node of ((x op y) op z): its errors are a child's
+            if k < last and casts is not STRICT:
+                # an inner node of ((x op y) op z): its errors are a child's
                 try:
                     acc = _step(o, acc, y, STRICT)
                 except EvalError as e:
@@ -170,7 +171,7 @@ def _logic(kind: str, a: Any, kids: Kids, casts: Callable[[Any, str], Any]) -> b
     # the nested nodes (their errors are children's errors here)
     def operand(i: int) -> bool:
         v = kids[i](a)
-        if i == 0 or n == 2:
+        if i == 0 or n == 2 or casts is STRICT:
             return casts(v, "bool")  # type: ignore[no-any-return]
         try:
             return to_bool(v)
