@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from eventbus.cesql._errors import EvalError
-from eventbus.cesql._values import _INT_TEXT, INT_MAX, INT_MIN, explicit_bool, to_int, to_str
+from eventbus.cesql._values import INT_MAX, INT_MIN, explicit_bool, to_int, to_str
 
 __all__ = ["FUNCTIONS", "GROWING", "Function"]
 
@@ -121,12 +121,21 @@ def _abs(args: list[Any], limit: int) -> int:
 
 
 def _is_bool(args: list[Any], limit: int) -> bool:
-    return args[0].lower() in ("true", "false")
+    """Whether ``BOOL(x)`` succeeds (a Boolean, an Integer, 'true'/'false' in any case)."""
+    try:
+        explicit_bool(args[0])
+    except EvalError:
+        return False
+    return True
 
 
 def _is_int(args: list[Any], limit: int) -> bool:
-    s = args[0]
-    return _INT_TEXT.fullmatch(s) is not None and INT_MIN <= int(s) <= INT_MAX
+    """Whether ``INT(x)`` succeeds (an Integer, a Boolean, a 32-bit integer string)."""
+    try:
+        to_int(args[0])
+    except EvalError:
+        return False
+    return True
 
 
 FUNCTIONS: Final[dict[str, Function]] = {
@@ -140,8 +149,8 @@ FUNCTIONS: Final[dict[str, Function]] = {
     "LEFT": Function(("str", "int"), "str", _left, 2, 2),
     "RIGHT": Function(("str", "int"), "str", _right, 2, 2),
     "SUBSTRING": Function(("str", "int", "int"), "str", _substring, 2, 3),
-    "IS_BOOL": Function(("str",), "bool", _is_bool, 1, 1),
-    "IS_INT": Function(("str",), "bool", _is_int, 1, 1),
+    "IS_BOOL": Function(("any",), "bool", _is_bool, 1, 1),
+    "IS_INT": Function(("any",), "bool", _is_int, 1, 1),
     "BOOL": Function(("any",), "bool", lambda a, _: explicit_bool(a[0]), 1, 1),
     "INT": Function(("any",), "int", lambda a, _: to_int(a[0]), 1, 1),
     "STRING": Function(("any",), "str", lambda a, _: to_str(a[0]), 1, 1),

@@ -33,3 +33,23 @@ def test_evaluate_gives_the_value_and_every_error() -> None:
     value, errors = cesql.compile("NOT 10").evaluate({})
     assert value is True and [e.kind for e in errors] == ["cast"]
     assert cesql.compile("CONCAT(a, '-', b)").evaluate({"a": "x", "b": 1}) == ("x-1", [])
+
+
+@pytest.mark.parametrize(
+    ("source", "value"),
+    [
+        ("IS_INT('42')", True),
+        ("IS_INT('-2147483648')", True),
+        ("IS_INT('2147483648')", False),
+        ("IS_INT('4x')", False),
+        ("IS_INT(TRUE)", True),  # INT(TRUE) is 1
+        ("IS_BOOL('fAlSe')", True),
+        ("IS_BOOL('yes')", False),
+        ("IS_BOOL(0)", True),  # BOOL(0) is false
+        ("IS_INT(missing)", False),  # a missing attribute: the error, and the zero value
+    ],
+)
+def test_is_int_and_is_bool_tell_whether_the_cast_succeeds(source: str, value: bool) -> None:
+    got, errors = cesql.compile(source).evaluate({})
+    assert got is value
+    assert [e.kind for e in errors] == (["missingAttribute"] if "missing" in source else [])
