@@ -1,10 +1,12 @@
-"""Benchmark: eventbus.cel vs a hand-written lambda vs cel-expr-python (C++), and the
-EventBridge ``pattern`` filter dialect vs a hand-written lambda.
+"""Benchmark: eventbus.cel vs a hand-written lambda vs cel-expr-python (C++), the
+EventBridge ``pattern`` filter dialect and eventbus.cesql (CloudEvents SQL) vs a hand-written
+lambda.
 
 Run: ``python benchmarks/expressions.py``. Prints a table, then one JSON line
 with evaluations/s (medians over repeats) and the ratios per expression. The first three
 expressions cannot grow values and pay nothing for the evaluation budget; the last one
-charges it (a budget per evaluation, comprehension iterations, concatenations).
+charges it (a budget per evaluation, comprehension iterations, concatenations). The
+CESQL filter is evaluated as a filter step does (``Program.matches`` on the attributes).
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from eventbus import cel
+    from eventbus import cel, cesql
 except ImportError:  # running from a checkout without an installed package
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-    from eventbus import cel
+    from eventbus import cel, cesql
 
 EVENT: dict[str, Any] = {
     "type": "payment.created",
@@ -74,6 +76,27 @@ PATTERN_CASES: list[tuple[str, dict[str, Any], Callable[[Any], bool]]] = [
             e.attributes.get("type") == "payment.created"
             and e.data["amount"] > 100
             and e.data["currency"] in ("CNY", "USD")
+        ),
+    ),
+]
+
+#: CloudEvents SQL filters over the attributes, and the hand-written lambda of each.
+ATTRIBUTES: dict[str, Any] = {
+    "specversion": "1.0",
+    "type": "order.created",
+    "source": "https://shop.example.com/orders",
+    "id": "a1b2c3",
+    "subject": "order-42",
+    "tier": "gold",
+}
+SQL_CASES: list[tuple[str, str, Callable[[dict[str, Any]], Any]]] = [
+    (
+        "cesql_filter",
+        "type LIKE 'order.%' AND source LIKE 'https://%' AND tier IN ('gold', 'platinum')",
+        lambda a: (
+            a["type"].startswith("order.")
+            and a["source"].startswith("https://")
+            and a["tier"] in ("gold", "platinum")
         ),
     ),
 ]
@@ -183,6 +206,20 @@ def main() -> None:
             else round(ours_rate / ref_rate, 2),
         }
     results.update(_patterns())
+    for name, source, hand in SQL_CASES:
+        prog = cesql.compile(source)
+        matches = prog.matches
+        assert matches(ATTRIBUTES) is hand(ATTRIBUTES) is True, name
+        ours_rate, lambda_rate = _median_rates(
+            [lambda: matches(ATTRIBUTES), lambda: hand(ATTRIBUTES)]
+        )
+        results[name] = {
+            "eventbus_cel_eval_per_s": round(ours_rate),  # eventbus.cesql here
+            "lambda_eval_per_s": round(lambda_rate),
+            "cel_expr_python_eval_per_s": None,
+            "ratio_vs_lambda": round(ours_rate / lambda_rate, 3),
+            "ratio_vs_cel_expr_python": None,
+        }
     header = f"{'expression':<16}{'eventbus.cel':>14}{'lambda':>14}{'cel-expr-py':>14}{'vs lambda':>11}{'vs C++':>9}"
     print(header)
     print("-" * len(header))

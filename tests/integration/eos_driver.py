@@ -110,6 +110,8 @@ async def main(
 if __name__ == "__main__":
     import logging
 
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(process)d %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(process)d %(levelname)s %(message)s"
+    )
     logging.getLogger("eventbus.eventing.sources._kafka").setLevel(logging.INFO)
     asyncio.run(main(*sys.argv[1:7]))

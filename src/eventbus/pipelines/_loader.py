@@ -341,33 +341,35 @@ def _check_expression(
     filename: str,
     step_id: str,
     *,
-    output: bool = False,
+    output: bool | str = False,
 ) -> Problem | None:
-    from eventbus import cel
+    from eventbus import cel, cesql
     from eventbus.pipelines._activation import check_identifiers
 
     try:
-        if output:
+        if output == "sql":  # a CloudEvents SQL filter
+            cesql.compile(source)
+        elif output:
             from eventbus.pipelines.steps._model import check_output_expression
 
             check_output_expression(source)
         else:
             program = cel.compile(source)
             check_identifiers(program)
-    except cel.CELError as exc:
+    except (cel.CELError, cesql.CESQLError) as exc:
         node = _node_at(root, loc)
-        col_in_expr = exc.column or 1
+        col_in_expr, at = exc.column or 1, getattr(exc, "line", None)
         line, col = node.start_mark.line + 1, node.start_mark.column + 1
         style = getattr(node, "style", None)
         if isinstance(node, yaml.ScalarNode) and style in (None, "'", '"') and "\n" not in source:
             col += col_in_expr - 1 + (1 if style in ("'", '"') else 0)
-        message = exc.message if hasattr(exc, "message") else str(exc)
+        where = f"line {at}, column" if at not in (None, 1) else "column"
         return Problem(
             filename,
             line,
             col,
             _path(loc),
-            f"step {step_id!r}: {message} (column {col_in_expr} of the expression)",
+            f"step {step_id!r}: {exc.message} ({where} {col_in_expr} of the expression)",
         )
     return None
 

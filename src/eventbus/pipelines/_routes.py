@@ -9,19 +9,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from eventbus import cel
+from eventbus import cel, cesql
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._routing import Route, Routing
 from eventbus.pipelines._activation import activation_builder
 from eventbus.pipelines._config import PipelineConfig, SinkConfig
+from eventbus.pipelines._routes_config import SqlCondition
 from eventbus.pipelines.steps._values import compile_cel
 
 __all__ = ["build_routing", "route_predicate"]
 
 
-def route_predicate(source: str) -> Callable[[CloudEvent], bool]:
+def route_predicate(source: str | SqlCondition) -> Callable[[CloudEvent], bool]:
     """A route's ``when`` as a predicate; an expression that gives no bool raises CELError
-    (the event's input is dead-lettered, naming the route)."""
+    (CESQLError for ``{sql: ...}``, as does its evaluation error): the event's input is
+    dead-lettered, naming the route."""
+    if isinstance(source, SqlCondition):
+        matches = cesql.compile(source.sql).matches
+        return lambda event: matches(event.attributes)
     program = compile_cel(source)
     build = activation_builder(program.variables)
     evaluate = program.evaluate

@@ -13,6 +13,8 @@ spec:
       ordered: true
     - when: "data.amount > 1000"
       sinks: [audit, next]
+    - when: {sql: "source LIKE 'https://partner.%'"}   # CloudEvents SQL instead of CEL
+      sinks: [audit]
     - default: true                  # events no ``when`` route matched
       sinks: [audit]
 ```
@@ -29,7 +31,14 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-__all__ = ["MISSING_SINK", "RouteConfig", "SinkName", "loop_problems", "route_problems"]
+__all__ = [
+    "MISSING_SINK",
+    "RouteConfig",
+    "SinkName",
+    "SqlCondition",
+    "loop_problems",
+    "route_problems",
+]
 
 _MODEL = ConfigDict(extra="forbid", frozen=True)
 
@@ -39,15 +48,27 @@ MISSING_SINK = "required field is missing (or give sinks with routes)"
 SinkName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$", max_length=64)]
 
 
+class SqlCondition(BaseModel):
+    """A route condition in CloudEvents SQL (CESQL v1) instead of CEL."""
+
+    model_config = _MODEL
+    sql: Annotated[str, StringConstraints(min_length=1, max_length=10_000)] = Field(
+        description="A CloudEvents SQL boolean expression over the event's attributes, "
+        "e.g. \"type LIKE 'order.%'\"; an evaluation error dead-letters the event."
+    )
+
+
 class RouteConfig(BaseModel):
     """One route: the events for which ``when`` holds (or, for the default route, those no
     other route took) go to every sink of ``sinks``."""
 
     model_config = _MODEL
-    when: Annotated[str, StringConstraints(min_length=1, max_length=10_000)] | None = Field(
+    when: (
+        Annotated[str, StringConstraints(min_length=1, max_length=10_000)] | SqlCondition | None
+    ) = Field(
         default=None,
-        description="A CEL boolean expression over the output event (as filter steps); "
-        "exactly one of when or default.",
+        description="A CEL boolean expression over the output event (as filter steps), or "
+        "{sql: ...}, a CloudEvents SQL one; exactly one of when or default.",
     )
     default: bool = Field(
         default=False,
@@ -183,10 +204,16 @@ def loop_problems(outputs: Mapping[str, Any], pipeline: str) -> list[str]:
     return problems
 
 
-def _cel_problem(source: str) -> str | None:
-    from eventbus import cel
+def _cel_problem(source: str | SqlCondition) -> str | None:
+    from eventbus import cel, cesql
     from eventbus.pipelines._activation import check_identifiers
 
+    if isinstance(source, SqlCondition):
+        try:
+            cesql.compile(source.sql)
+        except cesql.CESQLError as exc:
+            return f"{exc.message} (line {exc.line}, column {exc.column} of the expression); got {source.sql!r}"
+        return None
     try:
         check_identifiers(cel.compile(source))
     except cel.CELError as exc:

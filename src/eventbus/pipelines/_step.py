@@ -13,7 +13,8 @@ Traits a kind may declare at registration (all optional):
 
 - ``pure=True``: no I/O, a few µs per event; a replica may run small batches on its loop.
 - ``expressions=fn``: ``fn(raw) -> [(loc, source, output)]``, the CEL expressions in the raw
-  YAML value of the kind (``loc`` relative to it), so ``validate`` reports them by position.
+  YAML value of the kind (``loc`` relative to it), so ``validate`` reports them by position
+  (``output="sql"``: a CloudEvents SQL expression instead).
 - ``imports=fn``: ``fn(raw) -> [(loc, "module:attr")]``, references ``validate`` imports.
 - ``models=fn``: ``fn(config) -> [model refs]``, the models the step calls (deployed first).
 """

@@ -1,6 +1,7 @@
 """The ``filter`` step: keep the events for which a CEL expression, or a CloudEvents
 Subscriptions API dialect (``exact``, ``prefix``, ``suffix``, ``all``, ``any``, ``not``,
-``cel``), or an EventBridge event pattern (``pattern``, see :mod:`._pattern`), holds."""
+``cel``), an EventBridge event pattern (``pattern``, see :mod:`._pattern`) or
+CloudEvents SQL (``sql``), holds."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Annotated, Any, TypeAlias
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
-from eventbus import cel
+from eventbus import cel, cesql
 from eventbus.eventing._event import CloudEvent
 from eventbus.pipelines._activation import activation_builder
 from eventbus.pipelines._step import ERRORED, Step, StepContext, StepResult
@@ -55,17 +56,22 @@ class FilterDialect(BaseModel):
         "conditions (prefix, suffix, anything-but, numeric, exists, wildcard, "
         "equals-ignore-case, cidr), objects nest, $or alternates.",
     )
+    sql: CelSource | None = Field(
+        default=None,
+        description="A CloudEvents SQL (CESQL v1) boolean expression over the attributes, "
+        "e.g. \"type LIKE 'order.%' AND EXISTS subject\".",
+    )
 
     @model_validator(mode="after")
     def _one_dialect(self) -> FilterDialect:
         keys = [
             k
-            for k in ("exact", "prefix", "suffix", "all", "any", "not_", "cel", "pattern")
+            for k in ("exact", "prefix", "suffix", "all", "any", "not_", "cel", "pattern", "sql")
             if getattr(self, k) is not None
         ]
         if len(keys) != 1:
             got = ", ".join(k.rstrip("_") for k in keys) or "none"
-            msg = f"a filter dialect takes exactly one of exact, prefix, suffix, all, any, not, cel, pattern; got {got}"
+            msg = f"a filter dialect takes exactly one of exact, prefix, suffix, all, any, not, cel, pattern, sql; got {got}"
             raise ValueError(msg)
         return self
 
@@ -97,6 +103,9 @@ def _dialect_predicate(spec: FilterDialect | str) -> Predicate:
         return _cel_predicate(spec.cel)
     if spec.pattern is not None:
         return compile_event_pattern(spec.pattern)
+    if spec.sql is not None:
+        matches = cesql.compile(spec.sql).matches
+        return lambda e: matches(e.attributes)
     if spec.exact is not None:
         items = tuple(spec.exact.items())
         return lambda e: all(e.attributes.get(k) == v for k, v in items)
@@ -140,14 +149,14 @@ class FilterStep(Step):
         for e in events:
             try:
                 append(e if pred(e) else None)
-            except cel.CELError:
+            except (cel.CELError, cesql.CESQLError):
                 self.errors += 1
                 append(ERRORED)
         return out
 
 
-def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:
-    out: list[tuple[tuple[int | str, ...], str, bool]] = []
+def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool | str]]:
+    out: list[tuple[tuple[int | str, ...], str, bool | str]] = []
 
     def walk(spec: Any, loc: tuple[int | str, ...]) -> None:
         if isinstance(spec, str):
@@ -155,6 +164,8 @@ def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:
         elif isinstance(spec, dict):
             if isinstance(spec.get("cel"), str):
                 out.append(((*loc, "cel"), spec["cel"], False))
+            if isinstance(spec.get("sql"), str):
+                out.append(((*loc, "sql"), spec["sql"], "sql"))
             for key in ("all", "any"):
                 if isinstance(spec.get(key), list):
                     for k, sub in enumerate(spec[key]):
