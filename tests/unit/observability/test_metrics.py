@@ -333,3 +333,37 @@ def test_status_prints_each_aggregate_step_line() -> None:
     assert (
         "aggregate per_user: 7 open windows, 2048 bytes of state, 3 late events" in buf.getvalue()
     )
+
+
+def test_topology_labels_the_new_filter_dialects_and_enrich() -> None:
+    """The dashboard's step boxes say what a sql/pattern filter and an enrich step do (not
+    only their keys), and an enrich URL's credentials are not shown."""
+    from eventbus.observability._view import topology
+
+    doc = {
+        "apiVersion": "eventbus/v1",
+        "kind": "Pipeline",
+        "metadata": {"name": "x"},
+        "spec": {
+            "sources": [{"kafka": {"topic": "a"}}],
+            "steps": [
+                {"id": "f", "filter": {"sql": "type LIKE 'order.%'"}},
+                {"id": "p", "filter": {"pattern": {"type": [{"prefix": "order."}]}}},
+                {"id": "c", "filter": "data.n > 1"},
+                {
+                    "id": "e",
+                    "enrich": {"http": {"url": "http://u:pw@h/c/{data.id}"}, "into": "data.c"},
+                },
+                {"id": "r", "enrich": {"redis": {"key": "'c:' + data.id"}}},
+            ],
+            "sink": {"kafka": {"topic": "b"}},
+        },
+    }
+    details = {s["id"]: s["detail"] for s in topology(doc)["steps"]}
+    assert details["f"] == "sql: type LIKE 'order.%'"
+    assert details["p"] == 'pattern: {"type":[{"prefix":"order."}]}'
+    assert details["c"] == "data.n > 1"
+    assert (
+        details["e"].startswith("GET http://h/c/{data.id} -> data.c") and "pw" not in details["e"]
+    )
+    assert details["r"] == "redis 'c:' + data.id"

@@ -39,6 +39,7 @@ from eventbus._internal.backoff import Backoff
 from eventbus.errors import ConfigError
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure
+from eventbus.eventing.sinks._http_exchange import safe_url
 from eventbus.pipelines._activation import activation_builder
 from eventbus.pipelines._step import Step, StepContext, StepResult
 from eventbus.pipelines.steps._enrich_cache import AnswerCache, StepLoop, TokenBucket
@@ -356,11 +357,25 @@ class EnrichStep(Step):
         return out
 
 
+def _describe(raw: Any) -> str:
+    """The dashboard's short label of an enrich step: its target and where the answer goes."""
+    if not isinstance(raw, dict):
+        return ""
+    into = f" -> {raw['into']}" if raw.get("into") else ""
+    http, redis = raw.get("http"), raw.get("redis")
+    if isinstance(http, dict):
+        return f"{http.get('method', 'GET')} {safe_url(str(http.get('url') or ''))}{into}"[:160]
+    if isinstance(redis, dict):
+        return f"redis {redis.get('key', '')}{into}"[:160]
+    return into.strip()
+
+
 @steps.register(
     "enrich",
     config=EnrichConfig,
     description="Merge each event's answer from an HTTP endpoint or a Redis hash (cached, rate limited).",
     expressions=expressions,
+    describe=_describe,
     example={
         "http": {"url": "http://127.0.0.1:9/customers/{data.id}"},
         "into": "data.customer",

@@ -5,6 +5,7 @@ CloudEvents SQL (``sql``), holds."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Annotated, Any, TypeAlias
 
@@ -177,12 +178,24 @@ def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool | str]
     return out
 
 
+def _describe(raw: Any) -> str:
+    """The dashboard's short label of a filter: its expression, or its dialect and body."""
+    if isinstance(raw, str):
+        return raw[:160]
+    if not isinstance(raw, dict) or not raw:
+        return ""
+    key, body = next(iter(raw.items()))
+    text = body if isinstance(body, str) else json.dumps(body, separators=(",", ":"), default=str)
+    return f"{key}: {text}"[:160]
+
+
 @steps.register(
     "filter",
     config=CelSource | FilterDialect,
     description="Keep events for which this CEL expression (or dialect) is true.",
     pure=True,
     expressions=_expressions,
+    describe=_describe,
     example="has(data.amount) && data.amount > 100",
 )
 def build_filter(step_id: str, config: str | FilterDialect, context: StepContext) -> FilterStep:
