@@ -107,3 +107,25 @@ def test_publish_needs_type_with_data(tmp_path: Path) -> None:
     )
     assert res.returncode == 1
     assert "--type is required with --data" in res.stderr
+
+
+def test_test_command_runs_sql_and_pattern_filters(tmp_path: Path) -> None:
+    """``eventbus test`` runs the CloudEvents SQL and EventBridge pattern dialects as a
+    deployment would: events kept and dropped by each."""
+    (tmp_path / "p.yaml").write_text(
+        "apiVersion: eventbus/v1\nkind: Pipeline\nmetadata: {name: dialects}\nspec:\n"
+        "  sources: [{kafka: {topic: a}}]\n  steps:\n"
+        "    - id: orders\n      filter: {sql: \"type LIKE 'order.%'\"}\n"
+        "    - id: big\n      filter: {pattern: {data: {amount: [{numeric: ['>', 100]}]}}}\n"
+        "  sink: {kafka: {topic: b}}\n"
+    )
+    (tmp_path / "p_test.yaml").write_text(
+        "tests:\n  - name: kept and dropped\n    input:\n"
+        "      - {type: order.created, data: {amount: 200}}\n"
+        "      - {type: order.created, data: {amount: 50}}\n"
+        "      - {type: refund.created, data: {amount: 500}}\n"
+        "    output:\n      - {type: order.created, data: {amount: 200}}\n"
+    )
+    res = runner.invoke(app, ["test", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "1 passed, 0 failed" in res.output
