@@ -205,7 +205,9 @@ def trace_batch(
             span.set_attribute("eventbus.step", outcome.step)
             span.set_attribute("eventbus.outcome", "failed")
         elif not outcome:
-            span.set_attribute("eventbus.outcome", "filtered")
+            # no output: filtered, absorbed into a join or window, or late (the steps' counters
+            # say which); "dropped" as in the source's stats and the docs' outcome picture
+            span.set_attribute("eventbus.outcome", "dropped")
         else:
             span.set_attribute("eventbus.outcome", "output")
             span.set_attribute("eventbus.outputs", len(outcome))
