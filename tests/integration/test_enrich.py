@@ -1,6 +1,7 @@
 """An ``enrich`` step on the real stack (Ray Serve replica, broker, Redis): events get their
-customer from an HTTP endpoint, each customer fetched once (the replica's cache); once the
-endpoint is down, the events are dead-lettered with the reason."""
+customer from an HTTP endpoint, each customer fetched once (the replica's cache) and no
+faster than the rate limit; a call past the timeout and, once the endpoint is down, every
+call fails: those events are dead-lettered with the reason."""
 
 from __future__ import annotations
 
@@ -18,9 +19,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.ray, pytes
 N = 200
 
 
+SLOW = 999  # the customer whose endpoint answers after the step's timeout
+RATE = 2.0  # calls per second the step may make
+
+
 def _customer(req: Received, n: int) -> Reply:
     cid = req.path.rsplit("/", 1)[1]
-    return Reply(200, body=json.dumps({"name": f"c{cid}"}).encode())
+    delay = 8.0 if cid == str(SLOW) else 0.0
+    return Reply(200, body=json.dumps({"name": f"c{cid}"}).encode(), delay_s=delay)
 
 
 async def test_events_enriched_end_to_end_and_an_outage_dead_lettered(
@@ -42,7 +48,9 @@ async def test_events_enriched_end_to_end_and_an_outage_dead_lettered(
                             "http": {"url": f"http://127.0.0.1:{receiver.port}/c/{{data.cid}}"},
                             "into": "data.customer",
                             "cache": {"key": "data.cid", "ttl_s": 600},
-                            "call_retries": 1,
+                            "call_retries": 0,
+                            "max_rate": RATE,
+                            "burst": 1,
                             "backoff": {"initial_ms": 10, "max_ms": 20},
                             "timeout_s": 2,
                         },
@@ -66,10 +74,21 @@ async def test_events_enriched_end_to_end_and_an_outage_dead_lettered(
     assert sorted(e.id for e in got) == sorted(f"o{i}" for i in range(N))
     assert all(e.data["customer"] == {"name": f"c{e.data['cid']}"} for e in got)
     assert len(receiver.requests) == 10  # one call per customer: the rest from the cache
+    # the rate limit: 10 calls at RATE/s with a burst of 1 are sent over >= 9 / RATE s (4.5);
+    # arrivals can only be later than sends, so only the first one's delay can shorten the
+    # span seen here: 2 s are left for it
+    arrivals = sorted(r.at for r in receiver.requests)
+    assert arrivals[-1] - arrivals[0] >= 9 / RATE - 2.0, arrivals
+
+    # a call past the timeout: the event is dead-lettered (on_failure: fail) with the reason
+    slow = CloudEvent.create(type="o", source="/t", id="slow", data={"cid": SLOW})
+    await produce(kafka_bootstrap, src, [slow])
+    (timed_out,) = await collect(kafka_bootstrap, dlq, 1, timeout_s=60)
+    assert timed_out.id == "slow" and timed_out["eberrortype"] == "EnrichTimeout", timed_out
 
     receiver.stop()  # the outage: customers not cached cannot be enriched
     await produce(kafka_bootstrap, src, events(N, 20, 1000))
-    dead = await collect(kafka_bootstrap, dlq, 20, timeout_s=60)
+    dead = [e for e in await collect(kafka_bootstrap, dlq, 21, timeout_s=60) if e.id != "slow"]
     assert sorted(e.id for e in dead) == sorted(f"o{i}" for i in range(N, N + 20))
     for e in dead:
         assert e["ebstep"] == "customer" and e["eberrortype"] == "EnrichConnectError"
