@@ -106,7 +106,11 @@ def warnings_of(drivers: list[Driver]) -> str:
     for d in drivers:
         if d.log_path.exists():
             text = d.log_path.read_text(errors="replace")
-            lines += [ln for ln in text.splitlines() if " WARNING " in ln or " ERROR " in ln]
+            lines += [
+                ln
+                for ln in text.splitlines()
+                if (" WARNING " in ln or " ERROR " in ln) and " in step 'tag'" not in ln
+            ]
     return "\n".join(lines[-60:])
 
 

@@ -220,7 +220,17 @@ class Transactions:
         self, tp: TopicPartition, producer: AIOKafkaProducer, e: BaseException
     ) -> None:
         """After an abort: a fenced producer is dropped (the partition moved on); otherwise
-        the partition goes back to its committed offset and is consumed again."""
+        the partition goes back to its committed offset and is consumed again.
+
+        A producer that is no longer the partition's (it was released on a revocation, or
+        replaced after an earlier abort) says nothing of the current one: it is only closed.
+        Disowning or rewinding on its failure would skip the current producer's batches with
+        the position left where they ended (their records lost), or rewind under batches
+        that then commit (their records twice)."""
+        if self._producers.get(tp) is not producer:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.stop(), _CLOSE_S)
+            return
         if isinstance(e, ProducerFenced):
             self.fenced += 1
             log.warning(
