@@ -114,12 +114,38 @@ def warnings_of(drivers: list[Driver]) -> str:
     return "\n".join(lines[-60:])
 
 
-async def checked(drivers: list[Driver], *args: Any) -> list[CloudEvent]:
-    """:func:`check`, with the drivers' warnings added to a failure's message."""
+async def checked(
+    drivers: list[Driver], bootstrap: str, sink: str, dlq: str, n: int
+) -> list[CloudEvent]:
+    """:func:`check`, with the drivers' warnings and where the missing outputs are added to
+    a failure's message."""
     try:
-        return await check(*args)
+        return await check(bootstrap, sink, dlq, n)
     except AssertionError as e:
-        raise AssertionError(f"{e}\n-- the drivers' warnings:\n{warnings_of(drivers)}") from e
+        where = await missing_outputs(bootstrap, sink, n)
+        msg = (
+            f"{e}\n-- missing outputs:\n{where}\n-- the drivers' warnings:\n{warnings_of(drivers)}"
+        )
+        raise AssertionError(msg) from e
+
+
+async def missing_outputs(bootstrap: str, sink: str, n: int) -> str:
+    """Per output partition: the missing outputs' range, and how many of them a
+    ``read_uncommitted`` reader sees (written in an aborted or open transaction) or not
+    (never written)."""
+    want = expected(n)[0]
+    got = {e.id for e in await read(bootstrap, sink, "read_committed", len(want), 30)}
+    raw: dict[str, Any] = {}
+    for e in await read(bootstrap, sink, "read_uncommitted", len(want), 30):
+        raw.setdefault(e.id, e)
+    by_key: dict[str, list[int]] = {}
+    for i in sorted(int(x[1:]) for x in want - got):
+        by_key.setdefault(f"k{i % KEYS}", []).append(i)
+    lines = []
+    for key, ns in sorted(by_key.items()):
+        seen = sum(f"e{i}" in raw for i in ns)
+        lines.append(f"{key}: {len(ns)} missing, e{ns[0]}..e{ns[-1]}, {seen} of them uncommitted")
+    return "\n".join(lines[:40])
 
 
 def event(i: int, seq: Counter[str]) -> tuple[str, CloudEvent]:

@@ -11,7 +11,7 @@ import collections
 import logging
 from typing import Any
 
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
 from eventbus._internal.backoff import Backoff
@@ -122,27 +122,33 @@ class ExactlyOnce:
         """Fence the partitions' previous owners (``fence``), put their positions back to the
         committed offsets, then own them (their batches may commit from then on).
 
-        A partition is owned only once its position was put back: batches fetched before are
-        skipped, so a position left where they ended would lose their records. A failed step
-        is tried again (the one backoff policy) while the partitions stay assigned; after
+        The partitions are paused meanwhile (nothing of them is fetched until they are owned),
+        and a partition is owned only once its position was put back: batches fetched before
+        are skipped, so a position left where they ended would lose their records. A failed
+        step is tried again (the one backoff policy) while the partitions stay assigned; after
         :data:`TAKE_GIVE_UP_S` the source stops (its replica restarts), never skipping on.
         """
         assert self._txns is not None
+        joined = self._fetcher.member
+        if joined is None:
+            return  # stopped
+        member: AIOKafkaConsumer = joined
+        live = tps & member.assignment()
+        if not live:
+            return  # revoked meanwhile: the next owner takes them
+        member.pause(*live)  # before any await: no fetch of them from here until owned
         loop = asyncio.get_running_loop()
         give_up = loop.time() + TAKE_GIVE_UP_S
         attempt = 0
         while True:
-            consumer = self._fetcher.consumer
-            live = tps if consumer is None else tps & consumer.assignment()
-            if not live:
-                return  # revoked meanwhile: the next owner takes them
             try:
                 if fence:
                     await self._txns.assign(live)
                 self._fetcher.revoked()
-                await self._seek_committed(live)
+                await self._seek_committed(member, live)
                 self._fetcher.revoked()  # what a fetch begun before brings is dropped
                 self._txns.own(live)
+                member.resume(*(live & member.assignment()))
                 return
             except (KafkaError, IllegalStateError) as e:
                 attempt += 1
@@ -162,23 +168,27 @@ class ExactlyOnce:
                 delay = _TAKE_BACKOFF.delay(attempt)
                 log.warning(
                     "kafka source %s: cannot put %s back to the committed offsets yet (%r); "
-                    "their batches are skipped until it succeeds, trying again in %.1f s",
+                    "they stay paused, trying again in %.1f s",
                     self.pipeline,
                     _names(live),
                     e,
                     delay,
                 )
                 await asyncio.sleep(delay)  # the backoff between tries
+            if self._fetcher.member is not joined:
+                return  # stopped meanwhile
+            live &= member.assignment()
+            if not live:
+                return  # revoked meanwhile: the next owner takes them
 
-    async def _seek_committed(self, tps: set[TopicPartition]) -> None:
-        """Raises:
-        KafkaError, IllegalStateError: the committed offsets could not be read or sought."""
-        consumer = self._fetcher.consumer
-        if consumer is None:
-            return  # the group member is still starting: nothing was fetched yet
-        tps = tps & consumer.assignment()
-        # (nothing committed yet: from the start, as start_from says)
-        committed = await consumer.seek_to_committed(*tps) if tps else {}
+    async def _seek_committed(self, consumer: AIOKafkaConsumer, tps: set[TopicPartition]) -> None:
+        """Put ``tps`` back to their committed offsets (nothing committed yet: the start, as
+        ``start_from`` says).
+
+        Raises:
+            KafkaError, IllegalStateError: the committed offsets could not be read or sought.
+        """
+        committed = await consumer.seek_to_committed(*tps)
         fresh = [tp for tp, off in committed.items() if not off]  # nothing committed yet
         if fresh and self.config.start_from == "earliest":
             await consumer.seek_to_beginning(*fresh)

@@ -92,6 +92,9 @@ class KafkaFetcher(Bridging, FetchWaits):
         self.gaps = OffsetGaps(gap_ms / 1000, f"kafka source {pipeline}")
         #: the running consumer; None before :meth:`start` and after :meth:`stop`.
         self.consumer: AIOKafkaConsumer | None = None
+        #: the group member, from before it starts (its rebalance callbacks may run before
+        #: ``consumer`` is set); None once stopped
+        self.member: AIOKafkaConsumer | None = None
         self._linger_s = settings.linger_ms / 1000
         self._next_fetch_at = 0.0
         self._last_records_at = 0.0  # loop time of the last fetch that returned records
@@ -138,6 +141,7 @@ class KafkaFetcher(Bridging, FetchWaits):
             self.config.offset_gap_wait_ms, self.bootstrap_servers, self.client
         )
         consumer = AIOKafkaConsumer(group_id=self.group, **self._consumer_kwargs())
+        self.member = consumer
         listener = _Listener(on_revoked, self._assigned_hook(on_assigned, on_bridged))
         consumer.subscribe(self.config.topics, listener=listener)
         # idle (long poll, park) only after IDLE_AFTER_S without records from now: not while
@@ -205,6 +209,7 @@ class KafkaFetcher(Bridging, FetchWaits):
         """Leave the group (idempotent)."""
         consumer, self.consumer = self.consumer, None
         member, self._group = self._group, None
+        self.member = None
         joining, self._joining = self._joining, None
         if joining is not None:
             joining.cancel()
