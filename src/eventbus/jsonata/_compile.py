@@ -1,0 +1,375 @@
+"""The evaluation tree compiled once into nested Python closures ``fn(input, frame)``; an
+evaluation runs those closures and never walks the tree again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eventbus.jsonata._apply import Composition, Partial, Thunk, apply, hole
+from eventbus.jsonata._errors import fail
+from eventbus.jsonata._ops import binary_fn
+from eventbus.jsonata._parser import Node
+from eventbus.jsonata._paths import Fn, filter_fn, group_fn, lookup, path_fn, sort_step, stages_fn
+from eventbus.jsonata._regex import Regex
+from eventbus.jsonata._transform import transform_fn
+from eventbus.jsonata._values import UNDEFINED, Cons, Frame, Lambda, Seq, is_function, to_boolean
+
+__all__ = ["Compiler"]
+
+_CONSTANT = frozenset(["string", "number", "value", "regex", "lambda"])
+
+
+def _unwrap(fn: Fn, keep: bool) -> Fn:
+    def run(inp: Any, env: Frame) -> Any:
+        r = fn(inp, env)
+        if r.__class__ is Seq and not r.tuple_stream:
+            if keep:
+                r.keep_singleton = True
+            n = len(r)
+            if n == 0:
+                return UNDEFINED
+            if n == 1 and not r.keep_singleton:
+                return r[0]
+        return r
+
+    return run
+
+
+def _tracked(fn: Fn, position: int) -> Fn:
+    def run(inp: Any, env: Frame) -> Any:
+        state = env.state
+        state.depth += 1
+        if state.depth > state.max_depth:
+            state.depth = 0
+            msg = f"Stack overflow: evaluation nested deeper than {state.max_depth} (max_depth)"
+            raise fail("U1001", msg, position)
+        try:
+            return fn(inp, env)
+        finally:
+            state.depth -= 1
+
+    return run
+
+
+class Compiler:
+    """Compiles one evaluation tree; ``track_depth`` counts every node's depth (jsonata-js's
+    ``depth`` option) instead of only function calls."""
+
+    def __init__(self, track_depth: bool = False) -> None:
+        self.track = track_depth
+
+    def compile(self, node: Node) -> Fn:
+        fn = self._base(node)
+        preds = node.get("predicate")
+        if preds:
+            filters = [filter_fn(p.expr, self.compile(p.expr)) for p in preds]
+            inner = fn
+
+            def filtered(inp: Any, env: Frame) -> Any:
+                r = inner(inp, env)
+                for f in filters:
+                    r = f(r, env)
+                return r
+
+            fn = filtered
+        if node.type != "path" and node.get("group") is not None:
+            group = self._group(node.group)
+            inner2 = fn
+
+            def grouped(inp: Any, env: Frame) -> Any:
+                return group(inner2(inp, env), env)
+
+            fn = grouped
+        if node.type not in _CONSTANT or preds:
+            fn = _unwrap(fn, bool(node.get("keepArray")))
+        if self.track:
+            fn = _tracked(fn, node.position)
+        return fn
+
+    def _group(self, group: Node) -> Any:
+        pairs = [(self.compile(k), self.compile(v)) for k, v in group.lhs]
+        return group_fn(pairs, group.position)
+
+    def _base(self, node: Node) -> Fn:  # noqa: C901, PLR0911, PLR0912
+        t = node.type
+        if t in ("string", "number", "value"):
+            value = node.value
+            return lambda inp, env: value
+        if t == "regex":
+            regex = Regex(node.value[0], node.value[1], node.position)
+            return lambda inp, env: regex
+        if t == "name":
+            key = node.value
+
+            def name(inp: Any, env: Frame) -> Any:
+                if inp.__class__ is dict:
+                    return inp.get(key, UNDEFINED)
+                return lookup(inp, key)
+
+            return name
+        if t == "variable":
+            return self._variable(node)
+        if t == "wildcard":
+            return _wildcard
+        if t == "descendant":
+            return _descendants
+        if t == "parent":
+            label = node.slot.label
+            return lambda inp, env: env.lookup(label)
+        if t == "path":
+            return self._path(node)
+        if t == "binary":
+            return binary_fn(node.value, self.compile(node.lhs), self.compile(node.rhs), node.position)
+        if t == "unary":
+            return self._unary(node)
+        if t == "condition":
+            return self._condition(node)
+        if t in ("coalesce", "elvis"):
+            return self._coalesce(node)
+        if t == "block":
+            return self._block(node)
+        if t == "bind":
+            var = node.lhs.value
+            rhs = self.compile(node.rhs)
+
+            def bind(inp: Any, env: Frame) -> Any:
+                v = rhs(inp, env)
+                env.vars[var] = v
+                return v
+
+            return bind
+        if t == "function":
+            return self._call(node, with_context=False)
+        if t == "partial":
+            return self._partial(node)
+        if t == "lambda":
+            return self._lambda(node)
+        if t == "apply":
+            return self._apply(node)
+        if t == "transform":
+            return transform_fn(self.compile(node.pattern), self.compile(node.update),
+                                self.compile(node.delete) if node.delete is not None else None,
+                                node.position)  # fmt: skip
+        if t == "sort":  # a sort on its own (not in a path): sort the input
+            return sort_step([(d, self.compile(e)) for d, e in node.terms], node.position)
+        raise fail("S0206", f"Unknown expression type: {t}", node.position, t)  # pragma: no cover
+
+    def _variable(self, node: Node) -> Fn:
+        name = node.value
+        if name == "":
+
+            def context(inp: Any, env: Frame) -> Any:
+                if inp.__class__ is Seq and inp.outer_wrapper:
+                    return inp[0]
+                return inp
+
+            return context
+        return lambda inp, env: env.lookup(name)
+
+    def _path(self, node: Node) -> Fn:
+        steps = []
+        for s in node.steps:
+            stages = s.get("stages")
+            compiled_stages = None
+            if stages:
+                compiled_stages = stages_fn([
+                    ("filter", filter_fn(st.expr, self.compile(st.expr))) if st.type == "filter"
+                    else ("index", st.value)
+                    for st in stages
+                ])  # fmt: skip
+            is_sort = s.type == "sort"
+            ancestor = s.get("ancestor")
+            steps.append({
+                "type": s.type,
+                "fn": None if is_sort else self.compile(s),
+                "sort": sort_step([(d, self.compile(e)) for d, e in s.terms], s.position) if is_sort else None,
+                "stages": compiled_stages,
+                "tuple": bool(s.get("tuple")),
+                "consarray": bool(s.get("consarray")),
+                "focus": s.get("focus"),
+                "index": s.get("index"),
+                "ancestor": ancestor.label if ancestor is not None else None,
+            })  # fmt: skip
+        group = self._group(node.group) if node.get("group") is not None else None
+        return path_fn(steps, bool(node.get("keepSingletonArray")), group, bool(node.get("tuple")))
+
+    def _unary(self, node: Node) -> Fn:
+        if node.value == "-":
+            expr = self.compile(node.expression)
+            pos = node.position
+
+            def neg(inp: Any, env: Frame) -> Any:
+                v = expr(inp, env)
+                if v is UNDEFINED:
+                    return UNDEFINED
+                if v.__class__ is int or v.__class__ is float:
+                    return -v
+                raise fail("D1002", "Cannot negate a non-numeric value", pos, v)
+
+            return neg
+        if node.value == "[":
+            items = [(self.compile(e), e.type == "unary" and e.value == "[") for e in node.expressions]
+
+            def array(inp: Any, env: Frame) -> Any:
+                out = Cons()
+                for fn, nested in items:
+                    v = fn(inp, env)
+                    if v is UNDEFINED:
+                        continue
+                    if nested or not isinstance(v, list):
+                        out.append(v)
+                    else:
+                        out.extend(v)
+                return out
+
+            if node.get("consarray"):
+                return array
+
+            def plain(inp: Any, env: Frame) -> Any:
+                return list(array(inp, env))
+
+            return plain
+        return group_fn([(self.compile(k), self.compile(v)) for k, v in node.lhs], node.position)
+
+    def _condition(self, node: Node) -> Fn:
+        cond = self.compile(node.condition)
+        then = self.compile(node.then)
+        other = self.compile(node.other) if node.other is not None else None
+
+        def run(inp: Any, env: Frame) -> Any:
+            if to_boolean(cond(inp, env)) is True:
+                return then(inp, env)
+            return other(inp, env) if other is not None else UNDEFINED
+
+        return run
+
+    def _coalesce(self, node: Node) -> Fn:
+        lhs, rhs = self.compile(node.lhs), self.compile(node.rhs)
+        if node.type == "coalesce":
+
+            def coalesce(inp: Any, env: Frame) -> Any:
+                v = lhs(inp, env)
+                return rhs(inp, env) if v is UNDEFINED else v
+
+            return coalesce
+
+        def elvis(inp: Any, env: Frame) -> Any:
+            v = lhs(inp, env)
+            return v if to_boolean(v) is True else rhs(inp, env)
+
+        return elvis
+
+    def _block(self, node: Node) -> Fn:
+        fns = [self.compile(e) for e in node.expressions]
+
+        def block(inp: Any, env: Frame) -> Any:
+            frame = Frame(env)
+            r = UNDEFINED
+            for fn in fns:
+                r = fn(inp, frame)
+            return r
+
+        return block
+
+    def _call(self, node: Node, with_context: bool) -> Any:
+        proc_fn = self.compile(node.procedure)
+        arg_fns = [self.compile(a) for a in node.arguments]
+        pos = node.position
+        proc_node = node.procedure
+        forgot = proc_node.steps[0].value if proc_node.type == "path" else None
+
+        def call(inp: Any, env: Frame, *first: Any) -> Any:
+            proc = proc_fn(inp, env)
+            if proc is UNDEFINED and forgot is not None and env.lookup(forgot) is not UNDEFINED:
+                msg = f"Attempted to invoke a non-function. Did you mean ${forgot}?"
+                raise fail("T1005", msg, pos, forgot)
+            args = [*first, *(a(inp, env) for a in arg_fns)]
+            return apply(proc, args, inp, env, pos)
+
+        return call
+
+    def _partial(self, node: Node) -> Fn:
+        proc_fn = self.compile(node.procedure)
+        arg_fns = [None if (a.type == "operator" and a.value == "?") else self.compile(a) for a in node.arguments]
+        pos = node.position
+
+        def partial(inp: Any, env: Frame) -> Any:
+            args = [hole() if a is None else a(inp, env) for a in arg_fns]
+            proc = proc_fn(inp, env)
+            if not is_function(proc):
+                raise fail("T1008", "Attempted to partially apply a non-function", pos, proc)
+            return Partial(proc, args)
+
+        return partial
+
+    def _lambda(self, node: Node) -> Fn:
+        if node.get("thunk"):
+            body = node.body
+            proc_fn = self.compile(body.procedure)
+            arg_fns = [self.compile(a) for a in body.arguments]
+            pos = body.position
+            return lambda inp, env: Thunk(proc_fn, arg_fns, inp, env, pos)
+        params = [a.value for a in node.arguments]
+        body_fn = self.compile(node.body)
+        sig = node.signature
+        pos = node.position
+        return lambda inp, env: Lambda(params, body_fn, env, inp, sig, pos)
+
+    def _apply(self, node: Node) -> Fn:
+        lhs = self.compile(node.lhs)
+        pos = node.position
+        if node.rhs.type == "function":
+            call = self._call(node.rhs, with_context=True)
+            return lambda inp, env: call(inp, env, lhs(inp, env))
+        rhs = self.compile(node.rhs)
+
+        def run(inp: Any, env: Frame) -> Any:
+            v = lhs(inp, env)
+            func = rhs(inp, env)
+            if not is_function(func):
+                raise fail("T2006", "The right side of the function application operator ~> must be a function", pos, func)  # noqa: E501
+            if is_function(v):
+                return Composition(v, func)
+            return apply(func, [v], UNDEFINED, env, pos)
+
+        return run
+
+
+def _flatten(v: Any, out: list[Any]) -> None:
+    if isinstance(v, list):
+        for x in v:
+            _flatten(x, out)
+    else:
+        out.append(v)
+
+
+def _wildcard(inp: Any, env: Frame) -> Any:
+    results = Seq()
+    if inp.__class__ is Seq and inp.outer_wrapper and inp:
+        inp = inp[0]
+    if isinstance(inp, dict):
+        for v in inp.values():
+            if isinstance(v, list):
+                _flatten(v, results)
+            else:
+                results.append(v)
+    return results
+
+
+def _descendants(inp: Any, env: Frame) -> Any:
+    if inp is UNDEFINED:
+        return UNDEFINED
+    out = Seq()
+    stack = [inp]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, list):
+            stack.extend(reversed(v))
+            continue
+        out.append(v)
+        if isinstance(v, dict):
+            stack.extend(reversed(list(v.values())))
+    env.state.charge(len(out))
+    if len(out) == 1:
+        return out[0]
+    return out
