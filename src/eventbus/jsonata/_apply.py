@@ -107,9 +107,5 @@ def apply(proc: Any, args: list[Any], inp: Any, env: Frame, position: int = 0) -
 def call(env: Frame, proc: Any, *args: Any) -> Any:
     """Call a function value from a native function (``$map``'s callback), trimming the
     arguments to what the function declares."""
-    arity = getattr(proc, "arity", len(args))
-    if proc.__class__ is Lambda or proc.__class__ is Partial:
-        args = args[: max(arity, 1)] if arity < len(args) else args
-    elif proc.__class__ is Builtin and proc.signature is None:
-        args = args[:arity] if arity < len(args) else args
-    return apply(proc, list(args), UNDEFINED, env)
+    arity = max(getattr(proc, "arity", len(args)), 1)
+    return apply(proc, list(args[:arity]) if arity < len(args) else list(args), UNDEFINED, env)

@@ -165,10 +165,10 @@ def _format_number(env: Frame, value: Any, picture: str, options: Any = U) -> An
         max_m = 10 ** pic["scaling"]
         min_m = 10 ** (pic["scaling"] - 1)
         mantissa, exponent = adjusted, 0
-        while 0 < mantissa < min_m:
+        while 0 < abs(mantissa) < min_m:
             mantissa *= 10
             exponent -= 1
-        while mantissa > max_m and math.isfinite(mantissa):
+        while abs(mantissa) > max_m and math.isfinite(mantissa):
             mantissa /= 10
             exponent += 1
     rounded = _round_half_even(mantissa, pic["max_frac"])

@@ -90,6 +90,8 @@ def _pad(env: Frame, s: Any, width: Any, char: Any = U) -> Any:
 def _contains(env: Frame, s: Any, token: Any) -> Any:
     if s is U:
         return U
+    if token is U:
+        return U
     if token.__class__ is str:
         return token in s
     return token.first(s) is not U

@@ -179,8 +179,9 @@ def group_fn(pairs: list[tuple[Fn, Fn]], position: int) -> Callable[[Any, Frame]
             items = [UNDEFINED]
         groups: dict[str, list[Any]] = {}
         for item in items:
-            e = frame_from_tuple(env, item) if reduce else env
-            context = item["@"] if reduce else item
+            tup = reduce and item is not UNDEFINED
+            e = frame_from_tuple(env, item) if tup else env
+            context = item["@"] if tup else item
             for index, (key_fn, _) in enumerate(pairs):
                 key = key_fn(context, e)
                 if key is UNDEFINED:

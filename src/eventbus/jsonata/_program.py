@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ UNSUPPORTED_FUNCTIONS: tuple[str, ...] = (
     "$now with a picture or timezone",
 )
 
+_RECURSION_LIMIT = 20_000
 #: the largest expression accepted, in characters
 MAX_EXPRESSION_CHARS = 1_000_000
 
@@ -119,6 +121,10 @@ class Expression:
         if isinstance(data, list) and not isinstance(data, Seq):
             inp = Seq([data])
             inp.outer_wrapper = True
+        if sys.getrecursionlimit() < _RECURSION_LIMIT:
+            # Python 3.11+ runs Python-to-Python calls without C stack, so the limit may be
+            # raised safely; max_depth (not the interpreter) then bounds recursion.
+            sys.setrecursionlimit(_RECURSION_LIMIT)
         try:
             result = self._fn(inp, env)
         except RecursionError as exc:
