@@ -13,6 +13,7 @@ MODULES = [
     "eventbus.eventing",
     "eventbus.errors",
     "eventbus.cel",
+    "eventbus.jsonata",
     "eventbus.solver",
     "eventbus.eventing.sources",
     "eventbus.models",

@@ -19,4 +19,4 @@ from eventbus.jsonata._errors import JSONataError
 from eventbus.jsonata._program import UNSUPPORTED_FUNCTIONS, Budget, Expression, compile
 from eventbus.jsonata._values import UNDEFINED
 
-__all__ = ["UNDEFINED", "UNSUPPORTED_FUNCTIONS", "Budget", "Expression", "JSONataError", "compile"]
+__all__ = ["Budget", "Expression", "JSONataError", "UNDEFINED", "UNSUPPORTED_FUNCTIONS", "compile"]

@@ -23,13 +23,14 @@ class JSONataError(EventBusError, ValueError):
     def __init__(self, code: str, message: str, position: int = 0, token: Any = None) -> None:
         super().__init__(code, message, position, token)
         self.code = code
-        self.message = message
+        self.description = message
         self.position = position
         self.token = token
+        where = f" at position {position}" if position else ""
+        self.message = f"JSONata {code}{where}: {message}"
 
     def __str__(self) -> str:
-        where = f" at position {self.position}" if self.position else ""
-        return f"{self.code}{where}: {self.message}"
+        return self.message
 
 
 def fail(code: str, message: str, position: int = 0, token: Any = None) -> JSONataError:

@@ -11,8 +11,9 @@ from eventbus.jsonata._signature import Signature
 
 __all__ = ["MAX_NESTING", "Node", "parse_raw"]
 
-#: deepest nesting of brackets/operators the parser accepts (keeps the Python stack safe)
-MAX_NESTING = 200
+#: deepest nesting the parser accepts: brackets, prefix operators and each operator of a
+#: chain (``a + b + c`` nests left-deep) count one level (keeps the Python stack safe)
+MAX_NESTING = 500
 
 #: symbols that end an expression (binding power 0 in jsonata-js's symbol table)
 _TERMINATORS = frozenset([":", ";", ",", ")", "]", "}", "..", "|"])
@@ -78,12 +79,17 @@ class _Parser:
         if self.depth > MAX_NESTING:
             msg = f"Expression nested deeper than {MAX_NESTING} levels; split it into variables"
             raise fail("U1002", msg, self.token.position)
+        start = self.depth
         t = self.advance(None, True)
         left = self.nud(t)
         while rbp < self.lbp():
+            self.depth += 1
+            if self.depth > MAX_NESTING:
+                msg = f"Expression nested deeper than {MAX_NESTING} levels; split it into variables"
+                raise fail("U1002", msg, self.token.position)
             t = self.advance()
             left = self.led(t, left)
-        self.depth -= 1
+        self.depth = start - 1
         return left
 
     # --- prefix positions -------------------------------------------------------------------

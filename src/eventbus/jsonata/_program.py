@@ -57,6 +57,13 @@ class Budget:
 _DEFAULT_BUDGET = Budget()
 
 
+def _headroom() -> None:
+    # Python 3.11+ runs Python-to-Python calls without the C stack, so the interpreter's limit
+    # may be raised safely; MAX_NESTING and Budget.max_depth then bound the recursion.
+    if sys.getrecursionlimit() < _RECURSION_LIMIT:
+        sys.setrecursionlimit(_RECURSION_LIMIT)
+
+
 def _builtins() -> Frame:
     root = Frame.__new__(Frame)
     root.vars = {}
@@ -94,11 +101,12 @@ class Expression:
             raise fail("U1003", msg)
         self.source = source
         self._track = track_depth
+        _headroom()
         try:
             tree = process(parse_raw(source))
             self._fn = Compiler(track_depth).compile(tree)
         except RecursionError as exc:  # pragma: no cover - the parser's nesting limit comes first
-            raise fail("U1002", "Expression nested too deeply to compile") from exc
+            raise fail("U1002", "Expression nested deeper than the compiler allows") from exc
 
     def evaluate(self, data: Any, bindings: dict[str, Any] | None = None,
                  budget: Budget = _DEFAULT_BUDGET) -> Any:  # fmt: skip
@@ -121,10 +129,7 @@ class Expression:
         if isinstance(data, list) and not isinstance(data, Seq):
             inp = Seq([data])
             inp.outer_wrapper = True
-        if sys.getrecursionlimit() < _RECURSION_LIMIT:
-            # Python 3.11+ runs Python-to-Python calls without C stack, so the limit may be
-            # raised safely; max_depth (not the interpreter) then bounds recursion.
-            sys.setrecursionlimit(_RECURSION_LIMIT)
+        _headroom()
         try:
             result = self._fn(inp, env)
         except RecursionError as exc:

@@ -341,22 +341,24 @@ def _check_expression(
     filename: str,
     step_id: str,
     *,
-    output: bool = False,
+    output: bool | str = False,
 ) -> Problem | None:
-    from eventbus import cel
+    from eventbus import cel, jsonata
     from eventbus.pipelines._activation import check_identifiers
 
     try:
-        if output:
+        if output == "jsonata":
+            jsonata.compile(source)
+        elif output:
             from eventbus.pipelines.steps._model import check_output_expression
 
             check_output_expression(source)
         else:
             program = cel.compile(source)
             check_identifiers(program)
-    except cel.CELError as exc:
+    except (cel.CELError, jsonata.JSONataError) as exc:
         node = _node_at(root, loc)
-        col_in_expr = exc.column or 1
+        col_in_expr = (exc.position if isinstance(exc, jsonata.JSONataError) else exc.column) or 1
         line, col = node.start_mark.line + 1, node.start_mark.column + 1
         style = getattr(node, "style", None)
         if isinstance(node, yaml.ScalarNode) and style in (None, "'", '"') and "\n" not in source:
