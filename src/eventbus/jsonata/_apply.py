@@ -56,7 +56,7 @@ def hole() -> Any:
     return _HOLE
 
 
-def _inner(proc: Any, args: list[Any], inp: Any, env: Frame, position: int) -> Any:  # noqa: C901
+def _inner(proc: Any, args: list[Any], inp: Any, env: Frame, position: int) -> Any:
     cls = proc.__class__
     if cls is Lambda:
         if proc.signature is not None:
@@ -100,7 +100,9 @@ def apply(proc: Any, args: list[Any], inp: Any, env: Frame, position: int = 0) -
     result = _inner(proc, args, inp, env, position)
     while result.__class__ is Thunk:
         t = result
-        result = _inner(t.proc(t.inp, t.env), [a(t.inp, t.env) for a in t.args], inp, env, t.position)
+        result = _inner(
+            t.proc(t.inp, t.env), [a(t.inp, t.env) for a in t.args], inp, env, t.position
+        )
     return result
 
 

@@ -91,7 +91,7 @@ class _Processor:
                     i -= 1
                 slot = self.seek_parent(step, slot)
 
-    def process(self, expr: Node) -> Node:  # noqa: C901, PLR0912, PLR0915
+    def process(self, expr: Node) -> Node:
         t = expr.type
         result: Node
         if t == "binary":
@@ -153,7 +153,9 @@ class _Processor:
             for item in expr.expressions:
                 part = self.process(item)
                 self.push_ancestry(result, part)
-                if part.get("consarray") or (part.type == "path" and part.steps[0].get("consarray")):
+                if part.get("consarray") or (
+                    part.type == "path" and part.steps[0].get("consarray")
+                ):
                     result.consarray = True
                 result.expressions.append(part)
         elif t == "name":
@@ -178,11 +180,13 @@ class _Processor:
             result.keepArray = True
         return result
 
-    def binary(self, expr: Node) -> Node:  # noqa: C901, PLR0912, PLR0915
+    def binary(self, expr: Node) -> Node:
         op = expr.value
         if op == ".":
             lstep = self.process(expr.lhs)
-            result = lstep if lstep.type == "path" else Node("path", None, lstep.position, steps=[lstep])
+            result = (
+                lstep if lstep.type == "path" else Node("path", None, lstep.position, steps=[lstep])
+            )
             if lstep.type == "parent":
                 result.seekingParent = [lstep.slot]
             rest = self.process(expr.rhs)
@@ -195,7 +199,7 @@ class _Processor:
                 result.steps.append(rest)
             for step in result.steps:
                 if step.type in ("number", "value"):
-                    msg = f"The literal value {step.value!r} cannot be used as a step within a path expression"  # noqa: E501
+                    msg = f"The literal value {step.value!r} cannot be used as a step within a path expression"
                     raise fail("S0213", msg, step.position, step.value)
                 if step.type == "string":
                     step.type = "name"
@@ -251,7 +255,9 @@ class _Processor:
             self.resolve_ancestry(result)
             return result
         if op == ":=":
-            result = Node("bind", ":=", expr.position, lhs=self.process(expr.lhs), rhs=self.process(expr.rhs))
+            result = Node(
+                "bind", ":=", expr.position, lhs=self.process(expr.lhs), rhs=self.process(expr.rhs)
+            )
             self.push_ancestry(result, result.rhs)
             return result
         if op == "@":
@@ -285,10 +291,14 @@ class _Processor:
             step.tuple = True
             return result
         if op == "~>":
-            result = Node("apply", op, expr.position, lhs=self.process(expr.lhs), rhs=self.process(expr.rhs))
+            result = Node(
+                "apply", op, expr.position, lhs=self.process(expr.lhs), rhs=self.process(expr.rhs)
+            )
             result.keepArray = bool(result.lhs.get("keepArray") or result.rhs.get("keepArray"))
             return result
-        result = Node("binary", op, expr.position, lhs=self.process(expr.lhs), rhs=self.process(expr.rhs))
+        result = Node(
+            "binary", op, expr.position, lhs=self.process(expr.lhs), rhs=self.process(expr.rhs)
+        )
         self.push_ancestry(result, result.lhs)
         self.push_ancestry(result, result.rhs)
         return result
@@ -296,7 +306,9 @@ class _Processor:
 
 def _tail_call(expr: Node) -> Node:
     if expr.type == "function" and expr.get("predicate") is None:
-        return Node("lambda", None, expr.position, thunk=True, arguments=[], signature=None, body=expr)
+        return Node(
+            "lambda", None, expr.position, thunk=True, arguments=[], signature=None, body=expr
+        )
     if expr.type == "condition":
         expr.then = _tail_call(expr.then)
         if expr.other is not None:
@@ -312,5 +324,7 @@ def process(raw: Node) -> Any:
     result = p.process(raw)
     if result.get("seekingParent") or result.type == "parent":
         pos = result.position
-        raise fail("S0217", "The parent operator % has no ancestor at the top of the expression", pos)
+        raise fail(
+            "S0217", "The parent operator % has no ancestor at the top of the expression", pos
+        )
     return result

@@ -3,6 +3,7 @@ evaluation runs those closures and never walks the tree again."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from eventbus.jsonata._apply import Composition, Partial, Thunk, apply, hole
@@ -90,7 +91,7 @@ class Compiler:
         pairs = [(self.compile(k), self.compile(v)) for k, v in group.lhs]
         return group_fn(pairs, group.position)
 
-    def _base(self, node: Node) -> Fn:  # noqa: C901, PLR0911, PLR0912
+    def _base(self, node: Node) -> Fn:
         t = node.type
         if t in ("string", "number", "value"):
             value = node.value
@@ -119,7 +120,9 @@ class Compiler:
         if t == "path":
             return self._path(node)
         if t == "binary":
-            return binary_fn(node.value, self.compile(node.lhs), self.compile(node.rhs), node.position)
+            return binary_fn(
+                node.value, self.compile(node.lhs), self.compile(node.rhs), node.position
+            )
         if t == "unary":
             return self._unary(node)
         if t == "condition":
@@ -208,7 +211,9 @@ class Compiler:
 
             return neg
         if node.value == "[":
-            items = [(self.compile(e), e.type == "unary" and e.value == "[") for e in node.expressions]
+            items = [
+                (self.compile(e), e.type == "unary" and e.value == "[") for e in node.expressions
+            ]
 
             def array(inp: Any, env: Frame) -> Any:
                 out = Cons()
@@ -271,7 +276,7 @@ class Compiler:
 
         return block
 
-    def _call(self, node: Node, with_context: bool) -> Any:
+    def _call(self, node: Node, with_context: bool) -> Callable[..., Any]:
         proc_fn = self.compile(node.procedure)
         arg_fns = [self.compile(a) for a in node.arguments]
         pos = node.position
@@ -290,7 +295,10 @@ class Compiler:
 
     def _partial(self, node: Node) -> Fn:
         proc_fn = self.compile(node.procedure)
-        arg_fns = [None if (a.type == "operator" and a.value == "?") else self.compile(a) for a in node.arguments]
+        arg_fns = [
+            None if (a.type == "operator" and a.value == "?") else self.compile(a)
+            for a in node.arguments
+        ]
         pos = node.position
 
         def partial(inp: Any, env: Frame) -> Any:
@@ -327,7 +335,12 @@ class Compiler:
             v = lhs(inp, env)
             func = rhs(inp, env)
             if not is_function(func):
-                raise fail("T2006", "The right side of the function application operator ~> must be a function", pos, func)  # noqa: E501
+                raise fail(
+                    "T2006",
+                    "The right side of the function application operator ~> must be a function",
+                    pos,
+                    func,
+                )
             if is_function(v):
                 return Composition(v, func)
             return apply(func, [v], UNDEFINED, env, pos)

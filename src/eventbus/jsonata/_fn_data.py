@@ -44,7 +44,11 @@ def _number(env: Frame, v: Any) -> Any:
         if _NUMBER.match(s):
             f = float(s)
             if math.isfinite(f):
-                return int(f) if f.is_integer() and abs(f) < 2**53 and "." not in s and "e" not in s.lower() else f
+                return (
+                    int(f)
+                    if f.is_integer() and abs(f) < 2**53 and "." not in s and "e" not in s.lower()
+                    else f
+                )
         m = re.fullmatch(r"0([xXoObB])([0-9A-Fa-f]+)", s)
         if m:
             base = {"x": 16, "o": 8, "b": 2}[m.group(1).lower()]
@@ -72,7 +76,12 @@ def _power(env: Frame, b: Any, e: Any) -> Any:
     except (OverflowError, ValueError):
         r = math.nan
     if not math.isfinite(r):
-        raise fail("D3061", f"The power function has resulted in a value that cannot be represented as a JSON number: base={b}, exponent={e}", 0, b)  # noqa: E501
+        raise fail(
+            "D3061",
+            f"The power function has resulted in a value that cannot be represented as a JSON number: base={b}, exponent={e}",
+            0,
+            b,
+        )
     return int(r) if b.__class__ is int and e.__class__ is int and e >= 0 and abs(r) < 2**53 else r
 
 
@@ -171,7 +180,11 @@ def _sort(env: Frame, a: Any, fn: Any = U) -> Any:
     if fn is U:
         if all(is_number(x) for x in items) or all(x.__class__ is str for x in items):
             return Seq(sorted(items))
-        raise fail("D3070", "The single argument form of the sort function can only be applied to an array of strings or an array of numbers.  Use the second argument to specify a comparison function", 0)  # noqa: E501
+        raise fail(
+            "D3070",
+            "The single argument form of the sort function can only be applied to an array of strings or an array of numbers.  Use the second argument to specify a comparison function",
+            0,
+        )
     env.state.charge(len(items) * max(1, len(items).bit_length()))
     return Seq(_merge_sort(env, items, lambda x, y: to_boolean(call(env, fn, x, y)) is True))
 
@@ -216,7 +229,7 @@ def _keys(env: Frame, v: Any) -> Any:
 
 
 def _lookup(env: Frame, v: Any, key: Any) -> Any:
-    from eventbus.jsonata._paths import lookup  # noqa: PLC0415
+    from eventbus.jsonata._paths import lookup
 
     return lookup(v, key)
 
@@ -288,10 +301,18 @@ def _single(env: Frame, a: Any, fn: Any = U) -> Any:
     for i, x in enumerate(items):
         if fn is U or to_boolean(call(env, fn, x, i, items)) is True:
             if seen:
-                raise fail("D3138", "The $single() function expected exactly 1 matching result.  Instead it matched more.", 0)  # noqa: E501
+                raise fail(
+                    "D3138",
+                    "The $single() function expected exactly 1 matching result.  Instead it matched more.",
+                    0,
+                )
             found, seen = x, True
     if not seen:
-        raise fail("D3139", "The $single() function expected exactly 1 matching result.  Instead it matched 0.", 0)  # noqa: E501
+        raise fail(
+            "D3139",
+            "The $single() function expected exactly 1 matching result.  Instead it matched 0.",
+            0,
+        )
     return found
 
 
@@ -300,7 +321,12 @@ def _reduce(env: Frame, a: Any, fn: Any, init: Any = U) -> Any:
         return U
     arity = getattr(fn, "arity", 2)
     if arity < 2:
-        raise fail("D3050", "The second argument of reduce function must be a function with at least two arguments", 0, fn)  # noqa: E501
+        raise fail(
+            "D3050",
+            "The second argument of reduce function must be a function with at least two arguments",
+            0,
+            fn,
+        )
     items = _as_list(a)
     if init is U:
         if not items:

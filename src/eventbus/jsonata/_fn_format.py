@@ -27,7 +27,14 @@ def _round_half_even(v: float, dp: int) -> float:
 def _split_parts(sub: str, props: dict[str, str], active: list[str]) -> dict[str, Any]:
     exp_sep = props["exponent-separator"]
     prefix = next((sub[:i] for i, ch in enumerate(sub) if ch in active and ch != exp_sep), "")
-    suffix = next((sub[i + 1 :] for i in range(len(sub) - 1, -1, -1) if sub[i] in active and sub[i] != exp_sep), "")
+    suffix = next(
+        (
+            sub[i + 1 :]
+            for i in range(len(sub) - 1, -1, -1)
+            if sub[i] in active and sub[i] != exp_sep
+        ),
+        "",
+    )
     active_part = sub[len(prefix) : len(sub) - len(suffix)]
     exp_pos = sub.find(exp_sep, len(prefix))
     if exp_pos == -1 or exp_pos > len(sub) - len(suffix):
@@ -43,7 +50,9 @@ def _split_parts(sub: str, props: dict[str, str], active: list[str]) -> dict[str
             "exponent": exponent, "integer": integer, "fractional": fractional, "sub": sub}  # fmt: skip
 
 
-def _validate(p: dict[str, Any], props: dict[str, str], digits: list[str], active: list[str]) -> None:  # noqa: C901
+def _validate(
+    p: dict[str, Any], props: dict[str, str], digits: list[str], active: list[str]
+) -> None:
     sub = p["sub"]
     err = None
     dsep, gsep, digit = props["decimal-separator"], props["grouping-separator"], props["digit"]
@@ -129,7 +138,7 @@ def _analyse(p: dict[str, Any], props: dict[str, str], digits: list[str]) -> dic
             "max_frac": max_frac, "min_exp": min_exp, "suffix": p["suffix"], "picture": p["sub"]}  # fmt: skip
 
 
-def _format_number(env: Frame, value: Any, picture: str, options: Any = U) -> Any:  # noqa: C901, PLR0912, PLR0915
+def _format_number(env: Frame, value: Any, picture: str, options: Any = U) -> Any:
     if value is U:
         return U
     props = dict(_DEFAULTS)
@@ -141,12 +150,21 @@ def _format_number(env: Frame, value: Any, picture: str, options: Any = U) -> An
               props["digit"], props["pattern-separator"]]  # fmt: skip
     subs = picture.split(props["pattern-separator"])
     if len(subs) > 2:
-        raise fail("D3080", "The picture string must not contain more than one instance of the pattern-separator character", 0)  # noqa: E501
+        raise fail(
+            "D3080",
+            "The picture string must not contain more than one instance of the pattern-separator character",
+            0,
+        )
     parts = [_split_parts(s, props, active) for s in subs]
     for p in parts:
         _validate(p, props, digits, active)
     variables = [_analyse(p, props, digits) for p in parts]
-    minus, zd, dsep, gsep = props["minus-sign"], props["zero-digit"], props["decimal-separator"], props["grouping-separator"]
+    minus, zd, dsep, gsep = (
+        props["minus-sign"],
+        props["zero-digit"],
+        props["decimal-separator"],
+        props["grouping-separator"],
+    )
     if len(variables) == 1:
         neg = dict(variables[0])
         neg["prefix"] = minus + neg["prefix"]
@@ -215,7 +233,12 @@ def _format_base(env: Frame, value: Any, radix: Any = U) -> Any:
     n = int(_round_half_even(value, 0))
     r = 10 if radix is U else int(radix)
     if r < 2 or r > 36:
-        raise fail("D3100", f"The radix of the formatBase function must be between 2 and 36.  It was given {r}", 0, r)  # noqa: E501
+        raise fail(
+            "D3100",
+            f"The radix of the formatBase function must be between 2 and 36.  It was given {r}",
+            0,
+            r,
+        )
     chars = "0123456789abcdefghijklmnopqrstuvwxyz"
     m = abs(n)
     out = ""
@@ -231,7 +254,12 @@ def _from_millis(env: Frame, ms: Any, picture: Any = U, tz: Any = U) -> Any:
     if ms is U:
         return U
     if picture is not U or tz is not U:
-        raise fail("D3136", "$fromMillis with a picture string or timezone is not supported by EventBus", 0, picture)
+        raise fail(
+            "D3136",
+            "$fromMillis with a picture string or timezone is not supported by EventBus",
+            0,
+            picture,
+        )
     dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
 
@@ -245,10 +273,14 @@ def _to_millis(env: Frame, s: Any, picture: Any = U) -> Any:
     if s is U:
         return U
     if picture is not U:
-        raise fail("D3136", "$toMillis with a picture string is not supported by EventBus", 0, picture)
+        raise fail(
+            "D3136", "$toMillis with a picture string is not supported by EventBus", 0, picture
+        )
     m = _ISO.match(s)
     if m is None:
-        msg = f"The timestamp {s!r} is not in ISO 8601 format (give a picture string is unsupported)"
+        msg = (
+            f"The timestamp {s!r} is not in ISO 8601 format (give a picture string is unsupported)"
+        )
         raise fail("D3110", msg, 0, s)
     y, mo, d, h, mi, sec, frac, tz = m.groups()
     try:

@@ -101,7 +101,9 @@ def _limit(limit: Any, code: str, name: str) -> int | None:
     if limit is U:
         return None
     if limit < 0:
-        raise fail(code, f"Third argument of {name} function must evaluate to a positive number", 0, limit)
+        raise fail(
+            code, f"Third argument of {name} function must evaluate to a positive number", 0, limit
+        )
     return int(limit)
 
 
@@ -168,31 +170,35 @@ def _replace(env: Frame, s: Any, pattern: Any, replacement: Any, limit: Any = U)
     if s is U:
         return U
     if pattern == "":
-        raise fail("D3010", "Second argument of replace function cannot be an empty string", 0, pattern)
+        raise fail(
+            "D3010", "Second argument of replace function cannot be an empty string", 0, pattern
+        )
     lim = _limit(limit, "D3011", "replace")
     if pattern.__class__ is str:
         if replacement.__class__ is not str:
             replacement = _string(env, replacement)
-        out = s.replace(pattern, replacement) if lim is None else s.replace(pattern, replacement, lim)
+        out = (
+            s.replace(pattern, replacement) if lim is None else s.replace(pattern, replacement, lim)
+        )
         env.state.check_length(len(out), "A string")
         return out
     parts: list[str] = []
     pos = 0
-    count = 0
-    for start, end, text, groups in pattern.matches(s):
+    for count, (start, end, text, groups) in enumerate(pattern.matches(s)):
         if lim is not None and count >= lim:
             break
         parts.append(s[pos:start])
         if replacement.__class__ is str:
             parts.append(_expand(replacement, text, groups))
         else:
-            r = call(env, replacement, {"match": text, "start": start, "end": end, "groups": groups})
+            r = call(
+                env, replacement, {"match": text, "start": start, "end": end, "groups": groups}
+            )
             if r.__class__ is not str:
                 msg = "Attempted to replace a matched string with a non-string value"
                 raise fail("D3012", msg, 0, r)
             parts.append(r)
         pos = end
-        count += 1
     parts.append(s[pos:])
     out = "".join(parts)
     env.state.check_length(len(out), "A string")

@@ -62,7 +62,7 @@ class Lexer:
             self.pos += 1
         raise fail("S0302", "No terminating / in regular expression", self.pos)
 
-    def next(self, infix: bool) -> Token | None:  # noqa: C901, PLR0911, PLR0912
+    def next(self, infix: bool) -> Token | None:
         """The next token; ``infix`` is True where an operator is expected."""
         path = self.path
         while True:
@@ -95,14 +95,20 @@ class Lexer:
         if m is not None and ch != "-":
             text = m.group(0)
             value: Any = float(text) if any(c in text for c in ".eE") else int(text)
-            if isinstance(value, float) and (value != value or value in (float("inf"), -float("inf"))):
+            if isinstance(value, float) and (
+                value != value or value in (float("inf"), -float("inf"))
+            ):
                 raise fail("S0102", f"Number out of range: {text}", self.pos, text)
             self.pos = m.end()
             return Token("number", value, self.pos)
         if ch == "`":
             end = path.find("`", self.pos + 1)
             if end < 0:
-                raise fail("S0105", "Quoted property name must be terminated with a backquote (`)", self.pos + 1)
+                raise fail(
+                    "S0105",
+                    "Quoted property name must be terminated with a backquote (`)",
+                    self.pos + 1,
+                )
             name = path[self.pos + 1 : end]
             self.pos = end + 1
             return Token("name", name, self.pos)
@@ -139,7 +145,9 @@ class Lexer:
                 elif esc == "u":
                     code = path[i + 1 : i + 5]
                     if not re.fullmatch(r"[0-9a-fA-F]{4}", code):
-                        raise fail("S0104", "The escape sequence \\u must be followed by 4 hex digits", i)
+                        raise fail(
+                            "S0104", "The escape sequence \\u must be followed by 4 hex digits", i
+                        )
                     out.append(chr(int(code, 16)))
                     i += 4
                 else:

@@ -33,29 +33,34 @@ def _finite(v: Any, position: int) -> Any:
 
 def string_of(v: Any) -> str:
     """``$string`` of a defined value (for ``&``)."""
-    from eventbus.jsonata._values import stringify  # noqa: PLC0415
+    from eventbus.jsonata._values import stringify
 
     if v.__class__ is str:
         return str(v)
     return stringify(v)
 
 
-def _arith(op: str, lf: Fn, rf: Fn, pos: int) -> Fn:  # noqa: C901
+def _arith(op: str, lf: Fn, rf: Fn, pos: int) -> Fn:
     if op == "+":
+
         def calc(a: Any, b: Any) -> Any:
             return a + b
     elif op == "-":
+
         def calc(a: Any, b: Any) -> Any:
             return a - b
     elif op == "*":
+
         def calc(a: Any, b: Any) -> Any:
             return a * b
     elif op == "/":
+
         def calc(a: Any, b: Any) -> Any:
             if b == 0:
                 return math.copysign(math.inf, a) * math.copysign(1, b) if a else math.nan
             return a / b
     else:
+
         def calc(a: Any, b: Any) -> Any:
             if b == 0:
                 return math.nan
@@ -81,7 +86,7 @@ def _arith(op: str, lf: Fn, rf: Fn, pos: int) -> Fn:  # noqa: C901
 
 
 def _compare(op: str, lf: Fn, rf: Fn, pos: int) -> Fn:
-    import operator  # noqa: PLC0415
+    import operator
 
     cmp = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}[op]
 
@@ -104,7 +109,7 @@ def _compare(op: str, lf: Fn, rf: Fn, pos: int) -> Fn:
     return run
 
 
-def binary_fn(op: str, lf: Fn, rf: Fn, pos: int) -> Fn:  # noqa: C901, PLR0911
+def binary_fn(op: str, lf: Fn, rf: Fn, pos: int) -> Fn:
     """The closure of ``lhs op rhs``."""
     if op in ("+", "-", "*", "/", "%"):
         return _arith(op, lf, rf, pos)
@@ -165,9 +170,19 @@ def _range(lf: Fn, rf: Fn, pos: int) -> Fn:
         a = lf(inp, env)
         b = rf(inp, env)
         if a is not UNDEFINED and not (a.__class__ in _NUM and _is_num(a) and a == int(a)):
-            raise fail("T2003", "The left side of the range operator (..) must evaluate to an integer", pos, a)
+            raise fail(
+                "T2003",
+                "The left side of the range operator (..) must evaluate to an integer",
+                pos,
+                a,
+            )
         if b is not UNDEFINED and not (b.__class__ in _NUM and _is_num(b) and b == int(b)):
-            raise fail("T2004", "The right side of the range operator (..) must evaluate to an integer", pos, b)
+            raise fail(
+                "T2004",
+                "The right side of the range operator (..) must evaluate to an integer",
+                pos,
+                b,
+            )
         if a is UNDEFINED or b is UNDEFINED:
             return UNDEFINED
         a, b = int(a), int(b)

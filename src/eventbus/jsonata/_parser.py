@@ -26,11 +26,17 @@ _INFIX = frozenset(
 class Node:
     """A syntax-tree node; attributes vary by ``type`` (as jsonata-js's plain objects)."""
 
-    def __init__(self, type: str, value: Any = None, position: int = 0, **kw: Any) -> None:  # noqa: A002
+    def __init__(self, type: str, value: Any = None, position: int = 0, **kw: Any) -> None:
         self.type = type
         self.value = value
         self.position = position
         self.__dict__.update(kw)
+
+    def __getattr__(self, name: str) -> Any:  # attributes vary by node type
+        raise AttributeError(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.__dict__[name] = value
 
     def get(self, name: str, default: Any = None) -> Any:
         """An optional attribute."""
@@ -57,7 +63,9 @@ class _Parser:
         t = self.token
         if expect is not None and not (t.type in ("operator", "end") and t.value == expect):
             if t.type == "end":
-                raise fail("S0203", f"Expected {expect!r} before end of expression", t.position, expect)
+                raise fail(
+                    "S0203", f"Expected {expect!r} before end of expression", t.position, expect
+                )
             raise fail("S0202", f"Expected {expect!r}, got {t.value!r}", t.position, t.value)
         nxt = self.lexer.next(infix)
         if nxt is None:
@@ -93,7 +101,7 @@ class _Parser:
         return left
 
     # --- prefix positions -------------------------------------------------------------------
-    def nud(self, t: Token) -> Node:  # noqa: C901, PLR0911, PLR0912
+    def nud(self, t: Token) -> Node:
         ty, v, pos = t
         if ty in ("string", "number", "value", "variable", "regex", "name"):
             return Node(ty, v, pos)
@@ -163,7 +171,7 @@ class _Parser:
         return pairs
 
     # --- infix positions ----------------------------------------------------------------------
-    def led(self, t: Token, left: Node) -> Node:  # noqa: C901, PLR0911, PLR0912
+    def led(self, t: Token, left: Node) -> Node:
         _, v, pos = t
         if t.type != "operator":
             raise fail("S0201", f"Syntax error: {v!r}", pos, v)
@@ -207,7 +215,9 @@ class _Parser:
             return Node("binary", "{", pos, lhs=left, rhs=self.object_pairs())
         if v == ":=":
             if left.type != "variable":
-                raise fail("S0212", "The left side of := must be a variable name (start with $)", pos, v)
+                raise fail(
+                    "S0212", "The left side of := must be a variable name (start with $)", pos, v
+                )
             return Node("binary", ":=", pos, lhs=left, rhs=self.expression(bp - 1))
         if v in ("@", "#"):
             rhs = self.expression(bp)
@@ -242,7 +252,12 @@ class _Parser:
         if left.type == "name" and left.value in ("function", "\u03bb"):
             for a in args:
                 if a.type != "variable":
-                    raise fail("S0208", f"Parameter {a.value!r} of function definition must be a variable name (start with $)", a.position, a.value)  # noqa: E501
+                    raise fail(
+                        "S0208",
+                        f"Parameter {a.value!r} of function definition must be a variable name (start with $)",
+                        a.position,
+                        a.value,
+                    )
             signature = None
             if self.id == "<":
                 sig_pos = self.token.position

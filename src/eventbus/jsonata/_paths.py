@@ -41,8 +41,10 @@ def frame_from_tuple(env: Frame, tup: dict[str, Any]) -> Frame:
 
 
 def _is_number_list(v: Any) -> bool:
-    return isinstance(v, list) and len(v) > 0 and all(
-        (x.__class__ is int or x.__class__ is float) for x in v
+    return (
+        isinstance(v, list)
+        and len(v) > 0
+        and all((x.__class__ is int or x.__class__ is float) for x in v)
     )
 
 
@@ -77,10 +79,7 @@ def filter_fn(pred: Any, pred_fn: Fn) -> Callable[[Any, Frame], Any]:
         n = len(inp)
         env.state.charge(n)
         for i, item in enumerate(inp):
-            if tuples:
-                res = pred_fn(item["@"], frame_from_tuple(env, item))
-            else:
-                res = pred_fn(item, env)
+            res = pred_fn(item["@"], frame_from_tuple(env, item)) if tuples else pred_fn(item, env)
             cls = res.__class__
             if cls is int or cls is float:
                 res = [res]
@@ -143,7 +142,9 @@ def sort_step(terms: list[tuple[bool, Fn]], position: int) -> Callable[[Any, Fra
                     msg = "The expressions within an order-by clause must evaluate to numeric or string values"
                     raise fail("T2008", msg, position, x if not xs else y)
                 if (x.__class__ is str) != (y.__class__ is str):
-                    msg = "Type mismatch within order-by clause. All values must be of the same type"
+                    msg = (
+                        "Type mismatch within order-by clause. All values must be of the same type"
+                    )
                     raise fail("T2007", msg, position, x)
                 if x == y:
                     continue
@@ -200,10 +201,10 @@ def group_fn(pairs: list[tuple[Fn, Fn]], position: int) -> Callable[[Any, Frame]
         result: dict[str, Any] = {}
         for key, (data, index) in groups.items():
             e = env
-            if reduce:
-                tup = _reduce_tuples(data)
-                data = tup.pop("@")
-                e = frame_from_tuple(env, tup)
+            if reduce and data is not UNDEFINED:
+                reduced = _reduce_tuples(data)
+                data = reduced.pop("@")
+                e = frame_from_tuple(env, reduced)
             value = pairs[index][1](data, e)
             if value is not UNDEFINED:
                 result[key] = value
@@ -230,11 +231,8 @@ def path_fn(steps: list[dict[str, Any]], keep_singleton: bool, group: Any,
     first_is_var = steps[0]["type"] == "variable"
     n = len(steps)
 
-    def run(inp: Any, env: Frame) -> Any:  # noqa: C901, PLR0912
-        if isinstance(inp, list) and not first_is_var:
-            seq = inp
-        else:
-            seq = Seq([inp])
+    def run(inp: Any, env: Frame) -> Any:
+        seq = inp if isinstance(inp, list) and not first_is_var else Seq([inp])
         result: Any = UNDEFINED
         tuples: Any = None
         is_tuple = False
@@ -266,10 +264,7 @@ def path_fn(steps: list[dict[str, Any]], keep_singleton: bool, group: Any,
             if step["focus"] is None:
                 seq = result if isinstance(result, list) else Seq([result])
         if is_tuple:
-            if tuple_path:
-                result = tuples
-            else:
-                result = Seq(t["@"] for t in tuples)
+            result = tuples if tuple_path else Seq(t["@"] for t in tuples)
         if keep_singleton:
             if result.__class__ is Cons:
                 result = Seq([result])

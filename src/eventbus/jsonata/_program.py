@@ -133,7 +133,9 @@ class Expression:
         try:
             result = self._fn(inp, env)
         except RecursionError as exc:
-            msg = "Stack overflow: evaluation nested too deeply; check for non-terminating recursion"
+            msg = (
+                "Stack overflow: evaluation nested too deeply; check for non-terminating recursion"
+            )
             raise fail("U1001", msg) from exc
         if isinstance(result, (dict, list)):
             return plain(result)
@@ -142,7 +144,7 @@ class Expression:
         return result
 
 
-def compile(source: str, track_depth: bool = False) -> Expression:  # noqa: A001
+def compile(source: str, track_depth: bool = False) -> Expression:
     """Parse and compile a JSONata expression once.
 
     Example:

@@ -23,13 +23,17 @@ class Regex:
         source = f"(?{inline}){pattern}" if inline else pattern
         compiled, reason = compile_regex(source)
         if compiled is None:
-            raise fail("S0303", f"Invalid regular expression /{pattern}/: {reason}", position, pattern)
+            raise fail(
+                "S0303", f"Invalid regular expression /{pattern}/: {reason}", position, pattern
+            )
         self.compiled = compiled
         self.pattern = pattern
         self.position = position
         self.arity = 1
 
-    def matches(self, text: str, zero_ok: bool = False) -> Iterator[tuple[int, int, str, list[Any]]]:
+    def matches(
+        self, text: str, zero_ok: bool = False
+    ) -> Iterator[tuple[int, int, str, list[Any]]]:
         """Successive non-overlapping matches as ``(start, end, text, groups)``."""
         pos = 0
         n = len(text)
@@ -40,7 +44,12 @@ class Regex:
                 return
             start, end = m.span()
             if start == end and not zero_ok:
-                raise fail("D1004", "Regular expression matches zero length string", self.position, self.pattern)
+                raise fail(
+                    "D1004",
+                    "Regular expression matches zero length string",
+                    self.position,
+                    self.pattern,
+                )
             groups = ["" if g is None else g for g in m.groups()]
             yield start, end, m.group(0), groups
             pos = end if end > start else end + 1
@@ -64,7 +73,12 @@ class Regex:
                 return UNDEFINED
             r = self.first(text, nxt)
             if r is not UNDEFINED and r["match"] == "":
-                raise fail("D1004", "Regular expression matches zero length string", self.position, self.pattern)
+                raise fail(
+                    "D1004",
+                    "Regular expression matches zero length string",
+                    self.position,
+                    self.pattern,
+                )
             return r
 
         result["next"] = Builtin("next", next_, None, 0)
@@ -76,5 +90,10 @@ class Regex:
         if text is UNDEFINED:
             return UNDEFINED
         if text.__class__ is not str:
-            raise fail("T0410", "Argument 1 of function does not match function signature", self.position, text)
+            raise fail(
+                "T0410",
+                "Argument 1 of function does not match function signature",
+                self.position,
+                text,
+            )
         return self.first(text)

@@ -17,7 +17,7 @@ _ARRAY_NAMES = {"a": "arrays", "b": "booleans", "f": "functions", "n": "numbers"
 
 def symbol_of(value: Any) -> str:
     """The signature letter of a value (``m`` for undefined)."""
-    from eventbus.jsonata._values import UNDEFINED, is_function  # noqa: PLC0415
+    from eventbus.jsonata._values import UNDEFINED, is_function
 
     if value is UNDEFINED:
         return "m"
@@ -67,7 +67,7 @@ class _Param:
 class Signature:
     """A parsed signature; :meth:`validate` checks one call's arguments."""
 
-    def __init__(self, sig: str, position: int = 0) -> None:  # noqa: C901, PLR0912
+    def __init__(self, sig: str, position: int = 0) -> None:
         self.text = sig
         params: list[_Param] = []
         param = _Param()
@@ -123,9 +123,9 @@ class Signature:
         self.params = params
         self.regex = re.compile("^" + "".join(f"({p.regex})" for p in params) + "$")
 
-    def validate(self, args: list[Any], context: Any, position: int = 0) -> list[Any]:  # noqa: C901
+    def validate(self, args: list[Any], context: Any, position: int = 0) -> list[Any]:
         """The arguments to pass: checked, with the context filled in where allowed."""
-        from eventbus.jsonata._values import UNDEFINED  # noqa: PLC0415
+        from eventbus.jsonata._values import UNDEFINED
 
         supplied = "".join(symbol_of(a) for a in args)
         m = self.regex.match(supplied)

@@ -52,7 +52,7 @@ def transform_fn(pattern: Fn, update: Fn, delete: Fn | None, position: int) -> F
                         continue
                     names = dels if isinstance(dels, list) else [dels]
                     if not all(n.__class__ is str for n in names):
-                        msg = "The delete clause of the transform expression must evaluate to a string or array of strings"  # noqa: E501
+                        msg = "The delete clause of the transform expression must evaluate to a string or array of strings"
                         raise fail("T2012", msg, position, dels)
                     if isinstance(match, dict):
                         for n in names:

@@ -188,7 +188,9 @@ def deep_equal(a: Any, b: Any) -> bool:
     if isinstance(a, list):
         return isinstance(b, list) and len(a) == len(b) and all(map(deep_equal, a, b))
     if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(deep_equal(a[k], b[k]) for k in a)
+        return (
+            isinstance(b, dict) and a.keys() == b.keys() and all(deep_equal(a[k], b[k]) for k in a)
+        )
     if isinstance(b, (list, dict)):
         return False
     return bool(a == b)
@@ -261,13 +263,12 @@ def stringify(v: Any, indent: int | None = None, level: int = 0) -> str:
         return js_number(_precise(v))
     if is_function(v):
         return '""'
-    sep = "," if indent is None else ","
     if isinstance(v, list):
         items = ["null" if x is UNDEFINED else stringify(x, indent, level + 1) for x in v]
         if not items:
             return "[]"
         if indent is None:
-            return "[" + sep.join(items) + "]"
+            return "[" + ",".join(items) + "]"
         pad = "\n" + " " * (indent * (level + 1))
         return "[" + ",".join(pad + i for i in items) + "\n" + " " * (indent * level) + "]"
     if isinstance(v, dict):
@@ -275,7 +276,10 @@ def stringify(v: Any, indent: int | None = None, level: int = 0) -> str:
         if not pairs:
             return "{}"
         colon = ":" if indent is None else ": "
-        parts = [json.dumps(k, ensure_ascii=False) + colon + stringify(x, indent, level + 1) for k, x in pairs]
+        parts = [
+            json.dumps(k, ensure_ascii=False) + colon + stringify(x, indent, level + 1)
+            for k, x in pairs
+        ]
         if indent is None:
             return "{" + ",".join(parts) + "}"
         pad = "\n" + " " * (indent * (level + 1))

@@ -65,7 +65,11 @@ def run(case: dict[str, Any]) -> str | None:
         result = expr.evaluate(data, case.get("bindings") or None, budget)
     except jsonata.JSONataError as exc:
         if "code" in case:
-            return None if exc.code == case["code"] else f"error {exc.code}, expected {case['code']}: {exc}"
+            return (
+                None
+                if exc.code == case["code"]
+                else f"error {exc.code}, expected {case['code']}: {exc}"
+            )
         return f"error {exc}"
     if "code" in case:
         return f"no error, expected {case['code']}; got {result!r}"[:300]
@@ -84,10 +88,12 @@ if __name__ == "__main__":
     for name, case in all_cases:
         try:
             problem = run(case)
-        except Exception as exc:  # noqa: BLE001 - a crash is a failure to report
+        except Exception as exc:
             problem = f"CRASH {type(exc).__name__}: {exc}"
         if problem:
             failed += 1
             if "-q" not in sys.argv:
                 print(f"{name}: {case['expr'][:120]!r}: {problem}")
-    print(f"passed {len(all_cases) - failed}/{len(all_cases)} = {(len(all_cases) - failed) / len(all_cases):.1%}")
+    print(
+        f"passed {len(all_cases) - failed}/{len(all_cases)} = {(len(all_cases) - failed) / len(all_cases):.1%}"
+    )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import _suite  # noqa: E402
+import _suite
 
 #: Cases of functions EventBus does not support: ``$toMillis`` with a picture string (XPath
 #: date parsing). The same list is in docs/reference/jsonata.md. They count as not passing.

@@ -20,7 +20,9 @@ spec:
 
 
 def pipeline(steps: str) -> PipelineRunner:
-    return PipelineRunner(load_pipeline_text(HEAD + textwrap.indent(textwrap.dedent(steps), "    "), "t.yaml"))
+    return PipelineRunner(
+        load_pipeline_text(HEAD + textwrap.indent(textwrap.dedent(steps), "    "), "t.yaml")
+    )
 
 
 def ev(i: int, **data: object) -> CloudEvent:

@@ -36,7 +36,7 @@ def _as_event(result: Any) -> CloudEvent:
         raise ValueError(msg)
     missing = [k for k in ("id", "source", "type") if k not in result]
     if missing:
-        msg = f"the jsonata result lacks the required attribute(s) {missing}; copy them, e.g. \"id\": id"
+        msg = f'the jsonata result lacks the required attribute(s) {missing}; copy them, e.g. "id": id'
         raise ValueError(msg)
     version = result.get("specversion", "1.0")
     if version != "1.0":
@@ -55,13 +55,17 @@ def _as_event(result: Any) -> CloudEvent:
                 raise ValueError(msg)
             if value is None:
                 continue  # a null attribute is an absent one
-            attrs[name] = value if value.__class__ is str and value else attribute_value(name, value)
+            attrs[name] = (
+                value if value.__class__ is str and value else attribute_value(name, value)
+            )
     if data is not None and "datacontenttype" not in attrs and not isinstance(data, bytes):
         attrs["datacontenttype"] = "application/json"
     return CloudEvent(attrs, data)
 
 
-def jsonata_converter(source: str, budget: jsonata.Budget | None = None) -> Callable[[CloudEvent], CloudEvent]:
+def jsonata_converter(
+    source: str, budget: jsonata.Budget | None = None
+) -> Callable[[CloudEvent], CloudEvent]:
     """Compile ``source`` once; the returned function converts one event.
 
     Raises:
