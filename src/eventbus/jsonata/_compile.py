@@ -15,9 +15,37 @@ from eventbus.jsonata._regex import Regex
 from eventbus.jsonata._transform import transform_fn
 from eventbus.jsonata._values import UNDEFINED, Cons, Frame, Lambda, Seq, is_function, to_boolean
 
-__all__ = ["Compiler"]
+__all__ = ["Compiler", "bound_names"]
 
-_CONSTANT = frozenset(["string", "number", "value", "regex", "lambda"])
+
+def bound_names(node: Any, out: set[str] | None = None) -> set[str]:
+    """Every variable name the tree binds (``:=``, parameters, ``@``, ``#``)."""
+    out = set() if out is None else out
+    if isinstance(node, Node):
+        t = node.type
+        if t == "bind":
+            out.add(node.lhs.value)
+        elif t == "lambda":
+            out.update(a.value for a in node.arguments)
+        elif t == "index":
+            out.add(node.value)
+        for attr in ("focus", "index"):
+            v = node.get(attr)
+            if isinstance(v, str):
+                out.add(v)
+        for v in node.__dict__.values():
+            if isinstance(v, (Node, list, tuple)):
+                bound_names(v, out)
+    elif isinstance(node, (list, tuple)):
+        for v in node:
+            bound_names(v, out)
+    return out
+
+
+#: node types whose value may be a sequence to unwrap (a singleton to its item, empty to
+#: undefined); the others produce plain values
+_SEQUENCES = frozenset(["path", "name", "wildcard", "descendant", "variable", "parent", "function",
+                        "partial", "apply", "sort"])  # fmt: skip
 
 
 def _unwrap(fn: Fn, keep: bool) -> Fn:
@@ -56,8 +84,11 @@ class Compiler:
     """Compiles one evaluation tree; ``track_depth`` counts every node's depth (jsonata-js's
     ``depth`` option) instead of only function calls."""
 
-    def __init__(self, track_depth: bool = False) -> None:
+    def __init__(self, track_depth: bool = False, builtins: dict[str, Any] | None = None,
+                 bound: frozenset[str] = frozenset()) -> None:  # fmt: skip
         self.track = track_depth
+        # builtin functions no name in the expression rebinds: resolved here, once
+        self.constants = {k: v for k, v in (builtins or {}).items() if k not in bound}
 
     def compile(self, node: Node) -> Fn:
         fn = self._base(node)
@@ -81,7 +112,12 @@ class Compiler:
                 return group(inner2(inp, env), env)
 
             fn = grouped
-        if node.type not in _CONSTANT or preds:
+        if (
+            node.type in _SEQUENCES
+            or preds
+            or node.get("group") is not None
+            or node.get("keepArray")
+        ):
             fn = _unwrap(fn, bool(node.get("keepArray")))
         if self.track:
             fn = _tracked(fn, node.position)
@@ -167,6 +203,9 @@ class Compiler:
                 return inp
 
             return context
+        if name in self.constants:
+            const = self.constants[name]
+            return lambda inp, env: const
         return lambda inp, env: env.lookup(name)
 
     def _path(self, node: Node) -> Fn:
@@ -194,7 +233,18 @@ class Compiler:
                 "ancestor": ancestor.label if ancestor is not None else None,
             })  # fmt: skip
         group = self._group(node.group) if node.get("group") is not None else None
-        return path_fn(steps, bool(node.get("keepSingletonArray")), group, bool(node.get("tuple")))
+        general = path_fn(
+            steps, bool(node.get("keepSingletonArray")), group, bool(node.get("tuple"))
+        )
+        simple = all(
+            s["type"] == "name" and s["stages"] is None and not s["tuple"] and s["focus"] is None
+            and s["index"] is None and s["ancestor"] is None and s["sort"] is None
+            and not n.get("keepArray") and n.get("predicate") is None and n.get("group") is None
+            for s, n in zip(steps, node.steps, strict=True)
+        )  # fmt: skip
+        if not simple or group is not None or node.get("keepSingletonArray") or node.get("tuple"):
+            return general
+        return _name_chain([n.value for n in node.steps], general)
 
     def _unary(self, node: Node) -> Fn:
         if node.value == "-":
@@ -234,7 +284,25 @@ class Compiler:
                 return list(array(inp, env))
 
             return plain
-        return group_fn([(self.compile(k), self.compile(v)) for k, v in node.lhs], node.position)
+        pairs = [(self.compile(k), self.compile(v)) for k, v in node.lhs]
+        general = group_fn(pairs, node.position)
+        keys = [k.value for k, _ in node.lhs if k.type == "string"]
+        if len(keys) != len(node.lhs) or len(set(keys)) != len(keys):
+            return general
+        values = [(k, v) for k, (_, v) in zip(keys, pairs, strict=True)]
+
+        def literal_keys(inp: Any, env: Frame) -> Any:
+            # one context (not a sequence to group): each value over it
+            if isinstance(inp, list):
+                return general(inp, env)
+            out = {}
+            for key, value in values:
+                v = value(inp, env)
+                if v is not UNDEFINED:
+                    out[key] = v
+            return out
+
+        return literal_keys
 
     def _condition(self, node: Node) -> Fn:
         cond = self.compile(node.condition)
@@ -346,6 +414,26 @@ class Compiler:
             return apply(func, [v], UNDEFINED, env, pos)
 
         return run
+
+
+def _name_chain(keys: list[str], general: Fn) -> Fn:
+    """``a.b.c`` over objects: plain lookups; any array on the way takes the general path."""
+    last = len(keys) - 1
+
+    def run(inp: Any, env: Frame) -> Any:
+        v = inp
+        for i, key in enumerate(keys):
+            if v.__class__ is dict:
+                v = v.get(key, UNDEFINED)
+                if v is UNDEFINED:
+                    return UNDEFINED
+                if i < last and v.__class__ is not dict:
+                    return general(inp, env)
+            else:
+                return general(inp, env)
+        return v
+
+    return run
 
 
 def _flatten(v: Any, out: list[Any]) -> None:

@@ -297,7 +297,7 @@ def _to_millis(env: Frame, s: Any, picture: Any = U) -> Any:
 
 
 def _now(env: Frame, picture: Any = U, tz: Any = U) -> Any:
-    return _from_millis(env, env.state.millis, picture, tz)
+    return _from_millis(env, env.state.now_millis(), picture, tz)
 
 
 FORMAT_FUNCTIONS: dict[str, tuple[Any, str]] = {
@@ -306,5 +306,5 @@ FORMAT_FUNCTIONS: dict[str, tuple[Any, str]] = {
     "fromMillis": (_from_millis, "<n-s?s?:s>"),
     "toMillis": (_to_millis, "<s-s?:n>"),
     "now": (_now, "<s?s?:s>"),
-    "millis": (lambda env: env.state.millis, "<:n>"),
+    "millis": (lambda env: env.state.now_millis(), "<:n>"),
 }

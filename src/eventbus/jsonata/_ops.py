@@ -20,11 +20,11 @@ _NUM = (int, float)
 
 def _is_num(v: Any) -> bool:
     cls = v.__class__
-    return cls is int or (cls is float and math.isfinite(v))
+    return cls is int or cls is float
 
 
 def _finite(v: Any, position: int) -> Any:
-    if v.__class__ is float and not math.isfinite(v):
+    if v.__class__ is float and (v - v) != 0.0:  # inf or nan
         raise fail("D1001", f"Number out of range: {v}", position, v)
     if v.__class__ is int and not -(2**63) < v < 2**63:
         return float(v)
@@ -72,6 +72,14 @@ def _arith(op: str, lf: Fn, rf: Fn, pos: int) -> Fn:
     def run(inp: Any, env: Frame) -> Any:
         a = lf(inp, env)
         b = rf(inp, env)
+        ca, cb = a.__class__, b.__class__
+        if (ca is int or ca is float) and (cb is int or cb is float):
+            r = calc(a, b)
+            if r.__class__ is float and (r - r) != 0.0:
+                return _finite(r, pos)
+            if r.__class__ is int and not -(2**63) < r < 2**63:
+                return float(r)
+            return r
         if a is not UNDEFINED and not _is_num(a):
             msg = f"The left side of the {op!r} operator must evaluate to a number"
             raise fail("T2001", msg, pos, a)
@@ -121,6 +129,9 @@ def binary_fn(op: str, lf: Fn, rf: Fn, pos: int) -> Fn:
         def eq(inp: Any, env: Frame) -> Any:
             a = lf(inp, env)
             b = rf(inp, env)
+            ca = a.__class__
+            if ca is b.__class__ and (ca is str or ca is int or ca is float):
+                return (a == b) is not negate
             if a is UNDEFINED or b is UNDEFINED:
                 return False
             return deep_equal(a, b) is not negate

@@ -230,6 +230,10 @@ def path_fn(steps: list[dict[str, Any]], keep_singleton: bool, group: Any,
     """A path ``a.b.c``: each step maps over the previous step's sequence and flattens."""
     first_is_var = steps[0]["type"] == "variable"
     n = len(steps)
+    if not (keep_singleton or group is not None or tuple_path or steps[0]["consarray"]) and all(
+        not s["tuple"] and s["sort"] is None and s["focus"] is None for s in steps
+    ):
+        return _mapping_path([(s["fn"], s["stages"]) for s in steps], first_is_var)
 
     def run(inp: Any, env: Frame) -> Any:
         seq = inp if isinstance(inp, list) and not first_is_var else Seq([inp])
@@ -272,6 +276,46 @@ def path_fn(steps: list[dict[str, Any]], keep_singleton: bool, group: Any,
                 result.keep_singleton = True
         if group is not None:
             result = group(tuples if is_tuple else result, env)
+        return result
+
+    return run
+
+
+def _mapping_path(plan: list[tuple[Fn, Any]], first_is_var: bool) -> Fn:
+    """A path of plain steps (no tuples, sorts, bindings): map, filter, flatten."""
+    last = len(plan) - 1
+
+    def run(inp: Any, env: Frame) -> Any:
+        seq: Any = inp if isinstance(inp, list) and not first_is_var else (inp,)
+        charge = env.state.charge
+        result: Any = UNDEFINED
+        for ii, (fn, stages) in enumerate(plan):
+            charge(len(seq))
+            raw = []
+            for item in seq:
+                r = fn(item, env)
+                if stages is not None:
+                    r = stages(r, env)
+                if r is not UNDEFINED:
+                    raw.append(r)
+            if not raw:
+                return Seq()
+            if (
+                ii == last
+                and len(raw) == 1
+                and isinstance(raw[0], list)
+                and raw[0].__class__ is not Seq
+            ):
+                return raw[0]
+            result = Seq()
+            for r in raw:
+                if isinstance(r, list) and r.__class__ is not Cons:
+                    result.extend(r)
+                else:
+                    result.append(r)
+            if not result:
+                return result
+            seq = result
         return result
 
     return run

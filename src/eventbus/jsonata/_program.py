@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eventbus.jsonata._ast import process
-from eventbus.jsonata._compile import Compiler
+from eventbus.jsonata._compile import Compiler, bound_names
 from eventbus.jsonata._errors import fail
 from eventbus.jsonata._fn_data import DATA_FUNCTIONS
 from eventbus.jsonata._fn_format import FORMAT_FUNCTIONS
@@ -55,6 +55,7 @@ class Budget:
 
 
 _DEFAULT_BUDGET = Budget()
+_SCALARS = frozenset([str, int, float, bool, type(None)])
 
 
 def _headroom() -> None:
@@ -83,6 +84,8 @@ _ROOT = _builtins()
 
 def plain(v: Any) -> Any:
     """A result as plain JSON values (sequences to lists, functions to ``""``)."""
+    if v.__class__ is dict and all(x.__class__ in _SCALARS for x in v.values()):
+        return v
     if isinstance(v, dict):
         return {k: plain(x) for k, x in v.items() if x is not UNDEFINED}
     if isinstance(v, list):
@@ -104,7 +107,8 @@ class Expression:
         _headroom()
         try:
             tree = process(parse_raw(source))
-            self._fn = Compiler(track_depth).compile(tree)
+            bound = frozenset(bound_names(tree))
+            self._fn = Compiler(track_depth, _ROOT.vars, bound).compile(tree)
         except RecursionError as exc:  # pragma: no cover - the parser's nesting limit comes first
             raise fail("U1002", "Expression nested deeper than the compiler allows") from exc
 
@@ -129,7 +133,6 @@ class Expression:
         if isinstance(data, list) and not isinstance(data, Seq):
             inp = Seq([data])
             inp.outer_wrapper = True
-        _headroom()
         try:
             result = self._fn(inp, env)
         except RecursionError as exc:

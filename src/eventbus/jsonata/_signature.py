@@ -121,20 +121,33 @@ class Signature:
             param = _Param()
             pos += 1
         self.params = params
+        self._matches: dict[str, Any] = {}  # supplied symbols -> match (few distinct ones)
         self.regex = re.compile("^" + "".join(f"({p.regex})" for p in params) + "$")
 
     def validate(self, args: list[Any], context: Any, position: int = 0) -> list[Any]:
         """The arguments to pass: checked, with the context filled in where allowed."""
         from eventbus.jsonata._values import UNDEFINED
 
-        supplied = "".join(symbol_of(a) for a in args)
-        m = self.regex.match(supplied)
+        supplied = "".join([symbol_of(a) for a in args])
+        cached = self._matches.get(supplied)
+        if cached is not None:
+            m, identity = cached
+            if identity:  # every argument given, one per parameter, nothing to convert
+                return args
+        else:
+            m = self.regex.match(supplied)
+            if m is not None and len(self._matches) < 256:
+                identity = len(args) == len(self.params) and all(
+                    len(g) == 1 and g != "m" and p.subtype is None
+                    for g, p in zip(m.groups(), self.params, strict=True)
+                )
+                self._matches[supplied] = (m, identity)
         if m is None:
             self._invalid(args, supplied, position)
         out: list[Any] = []
         i = 0
         for n, param in enumerate(self.params):
-            match = m.group(n + 1)  # type: ignore[union-attr]
+            match = m.group(n + 1)
             if match == "":
                 if param.context and param.context_re is not None:
                     if param.context_re.match(symbol_of(context)):

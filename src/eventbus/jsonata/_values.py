@@ -73,9 +73,14 @@ class State:
         self.call_weight = 1  # 0 where every expression counts its own depth
         self.max_depth = max_depth
         self.max_length = max_length
-        now = time.time()
-        self.millis = int(now * 1000)
+        self.millis = -1  # read on the first $now()/$millis(), then fixed
         self.deadline = time.monotonic() + max_time_ms / 1000
+
+    def now_millis(self) -> int:
+        """The evaluation's clock, in ms since the epoch: the same for every call."""
+        if self.millis < 0:
+            self.millis = int(time.time() * 1000)
+        return self.millis
 
     def charge(self, n: int) -> None:
         """Spend ``n`` steps; raise once the budget or the time is spent."""
