@@ -3,44 +3,26 @@ evaluation runs those closures and never walks the tree again."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from eventbus.jsonata._apply import Composition, Partial, Thunk, apply, hole
+from eventbus.jsonata._compile_calls import FunctionForms
+from eventbus.jsonata._compile_helpers import (
+    bound_names,
+    descendants,
+    name_chain,
+    tracked,
+    unwrap,
+    wildcard,
+)
 from eventbus.jsonata._errors import fail
 from eventbus.jsonata._ops import binary_fn
 from eventbus.jsonata._parser import Node
 from eventbus.jsonata._paths import Fn, filter_fn, group_fn, lookup, path_fn, sort_step, stages_fn
 from eventbus.jsonata._regex import Regex
 from eventbus.jsonata._transform import transform_fn
-from eventbus.jsonata._values import UNDEFINED, Cons, Frame, Lambda, Seq, is_function, to_boolean
+from eventbus.jsonata._values import UNDEFINED, Cons, Frame, Seq, to_boolean
 
 __all__ = ["Compiler", "bound_names"]
-
-
-def bound_names(node: Any, out: set[str] | None = None) -> set[str]:
-    """Every variable name the tree binds (``:=``, parameters, ``@``, ``#``)."""
-    out = set() if out is None else out
-    if isinstance(node, Node):
-        t = node.type
-        if t == "bind":
-            out.add(node.lhs.value)
-        elif t == "lambda":
-            out.update(a.value for a in node.arguments)
-        elif t == "index":
-            out.add(node.value)
-        for attr in ("focus", "index"):
-            v = node.get(attr)
-            if isinstance(v, str):
-                out.add(v)
-        for v in node.__dict__.values():
-            if isinstance(v, (Node, list, tuple)):
-                bound_names(v, out)
-    elif isinstance(node, (list, tuple)):
-        for v in node:
-            bound_names(v, out)
-    return out
-
 
 #: node types whose value may be a sequence to unwrap (a singleton to its item, empty to
 #: undefined); the others produce plain values
@@ -48,39 +30,7 @@ _SEQUENCES = frozenset(["path", "name", "wildcard", "descendant", "variable", "p
                         "partial", "apply", "sort"])  # fmt: skip
 
 
-def _unwrap(fn: Fn, keep: bool) -> Fn:
-    def run(inp: Any, env: Frame) -> Any:
-        r = fn(inp, env)
-        if r.__class__ is Seq and not r.tuple_stream:
-            if keep:
-                r.keep_singleton = True
-            n = len(r)
-            if n == 0:
-                return UNDEFINED
-            if n == 1 and not r.keep_singleton:
-                return r[0]
-        return r
-
-    return run
-
-
-def _tracked(fn: Fn, position: int) -> Fn:
-    def run(inp: Any, env: Frame) -> Any:
-        state = env.state
-        state.depth += 1
-        if state.depth > state.max_depth:
-            state.depth = 0
-            msg = f"Stack overflow: evaluation nested deeper than {state.max_depth} (max_depth)"
-            raise fail("U1001", msg, position)
-        try:
-            return fn(inp, env)
-        finally:
-            state.depth -= 1
-
-    return run
-
-
-class Compiler:
+class Compiler(FunctionForms):
     """Compiles one evaluation tree; ``track_depth`` counts every node's depth (jsonata-js's
     ``depth`` option) instead of only function calls."""
 
@@ -118,9 +68,9 @@ class Compiler:
             or node.get("group") is not None
             or node.get("keepArray")
         ):
-            fn = _unwrap(fn, bool(node.get("keepArray")))
+            fn = unwrap(fn, bool(node.get("keepArray")))
         if self.track:
-            fn = _tracked(fn, node.position)
+            fn = tracked(fn, node.position)
         return fn
 
     def _group(self, group: Node) -> Any:
@@ -147,9 +97,9 @@ class Compiler:
         if t == "variable":
             return self._variable(node)
         if t == "wildcard":
-            return _wildcard
+            return wildcard
         if t == "descendant":
-            return _descendants
+            return descendants
         if t == "parent":
             label = node.slot.label
             return lambda inp, env: env.lookup(label)
@@ -244,7 +194,7 @@ class Compiler:
         )  # fmt: skip
         if not simple or group is not None or node.get("keepSingletonArray") or node.get("tuple"):
             return general
-        return _name_chain([n.value for n in node.steps], general)
+        return name_chain([n.value for n in node.steps], general)
 
     def _unary(self, node: Node) -> Fn:
         if node.value == "-":
@@ -343,134 +293,3 @@ class Compiler:
             return r
 
         return block
-
-    def _call(self, node: Node, with_context: bool) -> Callable[..., Any]:
-        proc_fn = self.compile(node.procedure)
-        arg_fns = [self.compile(a) for a in node.arguments]
-        pos = node.position
-        proc_node = node.procedure
-        forgot = proc_node.steps[0].value if proc_node.type == "path" else None
-
-        def call(inp: Any, env: Frame, *first: Any) -> Any:
-            proc = proc_fn(inp, env)
-            if proc is UNDEFINED and forgot is not None and env.lookup(forgot) is not UNDEFINED:
-                msg = f"Attempted to invoke a non-function. Did you mean ${forgot}?"
-                raise fail("T1005", msg, pos, forgot)
-            args = [*first, *(a(inp, env) for a in arg_fns)]
-            return apply(proc, args, inp, env, pos)
-
-        return call
-
-    def _partial(self, node: Node) -> Fn:
-        proc_fn = self.compile(node.procedure)
-        arg_fns = [
-            None if (a.type == "operator" and a.value == "?") else self.compile(a)
-            for a in node.arguments
-        ]
-        pos = node.position
-
-        def partial(inp: Any, env: Frame) -> Any:
-            args = [hole() if a is None else a(inp, env) for a in arg_fns]
-            proc = proc_fn(inp, env)
-            if not is_function(proc):
-                raise fail("T1008", "Attempted to partially apply a non-function", pos, proc)
-            return Partial(proc, args)
-
-        return partial
-
-    def _lambda(self, node: Node) -> Fn:
-        if node.get("thunk"):
-            body = node.body
-            proc_fn = self.compile(body.procedure)
-            arg_fns = [self.compile(a) for a in body.arguments]
-            pos = body.position
-            return lambda inp, env: Thunk(proc_fn, arg_fns, inp, env, pos)
-        params = [a.value for a in node.arguments]
-        body_fn = self.compile(node.body)
-        sig = node.signature
-        pos = node.position
-        return lambda inp, env: Lambda(params, body_fn, env, inp, sig, pos)
-
-    def _apply(self, node: Node) -> Fn:
-        lhs = self.compile(node.lhs)
-        pos = node.position
-        if node.rhs.type == "function":
-            call = self._call(node.rhs, with_context=True)
-            return lambda inp, env: call(inp, env, lhs(inp, env))
-        rhs = self.compile(node.rhs)
-
-        def run(inp: Any, env: Frame) -> Any:
-            v = lhs(inp, env)
-            func = rhs(inp, env)
-            if not is_function(func):
-                raise fail(
-                    "T2006",
-                    "The right side of the function application operator ~> must be a function",
-                    pos,
-                    func,
-                )
-            if is_function(v):
-                return Composition(v, func)
-            return apply(func, [v], UNDEFINED, env, pos)
-
-        return run
-
-
-def _name_chain(keys: list[str], general: Fn) -> Fn:
-    """``a.b.c`` over objects: plain lookups; any array on the way takes the general path."""
-    last = len(keys) - 1
-
-    def run(inp: Any, env: Frame) -> Any:
-        v = inp
-        for i, key in enumerate(keys):
-            if v.__class__ is dict:
-                v = v.get(key, UNDEFINED)
-                if v is UNDEFINED:
-                    return UNDEFINED
-                if i < last and v.__class__ is not dict:
-                    return general(inp, env)
-            else:
-                return general(inp, env)
-        return v
-
-    return run
-
-
-def _flatten(v: Any, out: list[Any]) -> None:
-    if isinstance(v, list):
-        for x in v:
-            _flatten(x, out)
-    else:
-        out.append(v)
-
-
-def _wildcard(inp: Any, env: Frame) -> Any:
-    results = Seq()
-    if inp.__class__ is Seq and inp.outer_wrapper and inp:
-        inp = inp[0]
-    if isinstance(inp, dict):
-        for v in inp.values():
-            if isinstance(v, list):
-                _flatten(v, results)
-            else:
-                results.append(v)
-    return results
-
-
-def _descendants(inp: Any, env: Frame) -> Any:
-    if inp is UNDEFINED:
-        return UNDEFINED
-    out = Seq()
-    stack = [inp]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, list):
-            stack.extend(reversed(v))
-            continue
-        out.append(v)
-        if isinstance(v, dict):
-            stack.extend(reversed(list(v.values())))
-    env.state.charge(len(out))
-    if len(out) == 1:
-        return out[0]
-    return out
