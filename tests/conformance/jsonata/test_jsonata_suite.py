@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import _suite
 
 #: Cases of functions EventBus does not support: ``$toMillis`` with a picture string (XPath
-#: date parsing). The same list is in docs/reference/jsonata.md. They count as not passing.
+#: date parsing). The same cases are named in docs/concepts/jsonata.md. They count as not passing.
 UNSUPPORTED: frozenset[str] = frozenset([
     "function-tomillis/case010",
     "function-tomillis/case011",
