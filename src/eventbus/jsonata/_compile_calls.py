@@ -45,10 +45,15 @@ class FunctionForms:
             for a in node.arguments
         ]
         pos = node.position
+        proc_node = node.procedure
+        forgot = proc_node.steps[0].value if proc_node.type == "path" else None
 
         def partial(inp: Any, env: Frame) -> Any:
             args = [hole() if a is None else a(inp, env) for a in arg_fns]
             proc = proc_fn(inp, env)
+            if proc is UNDEFINED and forgot is not None and env.lookup(forgot) is not UNDEFINED:
+                msg = f"Attempted to partially apply a non-function. Did you mean ${forgot}?"
+                raise fail("T1007", msg, pos, forgot)
             if not is_function(proc):
                 raise fail("T1008", "Attempted to partially apply a non-function", pos, proc)
             return Partial(proc, args)

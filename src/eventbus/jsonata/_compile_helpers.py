@@ -101,8 +101,8 @@ def wildcard(inp: Any, env: Frame) -> Any:
     results = Seq()
     if inp.__class__ is Seq and inp.outer_wrapper and inp:
         inp = inp[0]
-    if isinstance(inp, dict):
-        for v in inp.values():
+    if isinstance(inp, (dict, list)):  # an array's items, as JavaScript's Object.keys
+        for v in inp.values() if isinstance(inp, dict) else inp:
             if isinstance(v, list):
                 _flatten(v, results)
             else:

@@ -9,7 +9,7 @@ from typing import Any
 
 from eventbus.jsonata._apply import call
 from eventbus.jsonata._errors import fail
-from eventbus.jsonata._regex import Regex
+from eventbus.jsonata._regex import Regex, check_pattern
 from eventbus.jsonata._values import UNDEFINED, Frame, Seq, is_function, stringify, to_boolean
 
 __all__ = ["STRING_FUNCTIONS"]
@@ -92,6 +92,7 @@ def _contains(env: Frame, s: Any, token: Any) -> Any:
         return U
     if token is U:
         return U
+    check_pattern(token, "$contains")
     if token.__class__ is str:
         return token in s
     return token.first(s) is not U
@@ -111,6 +112,7 @@ def _split(env: Frame, s: Any, sep: Any, limit: Any = U) -> Any:
     if s is U:
         return U
     lim = _limit(limit, "D3020", "split")
+    check_pattern(sep, "$split")
     if sep.__class__ is str:
         parts = list(s) if sep == "" else s.split(sep)
     else:
@@ -174,6 +176,7 @@ def _replace(env: Frame, s: Any, pattern: Any, replacement: Any, limit: Any = U)
             "D3010", "Second argument of replace function cannot be an empty string", 0, pattern
         )
     lim = _limit(limit, "D3011", "replace")
+    check_pattern(pattern, "$replace")
     if pattern.__class__ is str:
         if replacement.__class__ is not str:
             replacement = _string(env, replacement)
@@ -209,6 +212,7 @@ def _match(env: Frame, s: Any, regex: Regex, limit: Any = U) -> Any:
     if s is U:
         return U
     lim = _limit(limit, "D3040", "match")
+    check_pattern(regex, "$match")
     out = Seq()
     for start, _, text, groups in regex.matches(s):
         if lim is not None and len(out) >= lim:

@@ -75,7 +75,7 @@ def _arith(op: str, lf: Fn, rf: Fn, pos: int) -> Fn:
         ca, cb = a.__class__, b.__class__
         if (ca is int or ca is float) and (cb is int or cb is float):
             r = calc(a, b)
-            if r.__class__ is float and (r - r) != 0.0:
+            if r.__class__ is float and (r - r) != 0.0 and op != "/":  # x/0 is +-Infinity
                 return _finite(r, pos)
             if r.__class__ is int and not -(2**63) < r < 2**63:
                 return float(r)
@@ -88,7 +88,7 @@ def _arith(op: str, lf: Fn, rf: Fn, pos: int) -> Fn:
             raise fail("T2002", msg, pos, b)
         if a is UNDEFINED or b is UNDEFINED:
             return UNDEFINED
-        return _finite(calc(a, b), pos)
+        return _finite(calc(a, b), pos)  # pragma: no cover - numbers take the fast path
 
     return run
 

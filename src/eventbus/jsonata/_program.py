@@ -9,7 +9,7 @@ from typing import Any
 
 from eventbus.jsonata._ast import process
 from eventbus.jsonata._compile import Compiler, bound_names
-from eventbus.jsonata._errors import fail
+from eventbus.jsonata._errors import JSONataError, fail
 from eventbus.jsonata._fn_data import DATA_FUNCTIONS
 from eventbus.jsonata._fn_format import FORMAT_FUNCTIONS
 from eventbus.jsonata._fn_strings import STRING_FUNCTIONS
@@ -72,7 +72,10 @@ def _builtins() -> Frame:
     for table in (STRING_FUNCTIONS, DATA_FUNCTIONS, FORMAT_FUNCTIONS):
         for name, (impl, sig) in table.items():
             params = list(inspect.signature(impl).parameters.values())[1:]
-            arity = len([p for p in params if p.kind != p.VAR_POSITIONAL]) or 1
+            # as JavaScript's Function.length: the parameters before the first optional one
+            arity = (
+                len([p for p in params if p.kind != p.VAR_POSITIONAL and p.default is p.empty]) or 1
+            )
             root.vars[name] = Builtin(name, impl, Signature(sig), arity)
     root.vars["clone"] = Builtin("clone", lambda env, v: UNDEFINED if v is UNDEFINED else clone(v),
                                  Signature("<(oa)-:o>"), 1)  # fmt: skip
@@ -84,7 +87,9 @@ _ROOT = _builtins()
 
 def plain(v: Any) -> Any:
     """A result as plain JSON values (sequences to lists, functions to ``""``)."""
-    if v.__class__ is dict and all(x.__class__ in _SCALARS for x in v.values()):
+    if v.__class__ is dict and all(
+        x.__class__ in _SCALARS and (x.__class__ is not float or x - x == 0.0) for x in v.values()
+    ):
         return v
     if isinstance(v, dict):
         return {k: plain(x) for k, x in v.items() if x is not UNDEFINED}
@@ -92,6 +97,8 @@ def plain(v: Any) -> Any:
         return [plain(x) for x in v if x is not UNDEFINED]
     if is_function(v):
         return ""
+    if v.__class__ is float and (v - v) != 0.0:
+        raise fail("D1001", f"Number out of range: {v} cannot be represented in JSON", 0, v)
     return v
 
 
@@ -140,6 +147,19 @@ class Expression:
                 "Stack overflow: evaluation nested too deeply; check for non-terminating recursion"
             )
             raise fail("U1001", msg) from exc
+        except JSONataError:
+            raise
+        except (
+            TypeError,
+            AttributeError,
+            KeyError,
+            IndexError,
+            ValueError,
+            ArithmeticError,
+        ) as exc:
+            # a value of a kind no check above foresaw: that evaluation fails, never its caller
+            msg = f"cannot evaluate on this input ({type(exc).__name__}: {exc})"
+            raise fail("D1000", msg) from exc
         if isinstance(result, (dict, list)):
             return plain(result)
         if is_function(result):

@@ -10,7 +10,15 @@ from eventbus._internal.re2_adapter import compile_regex
 from eventbus.jsonata._errors import fail
 from eventbus.jsonata._values import UNDEFINED, Builtin
 
-__all__ = ["Regex"]
+__all__ = ["Regex", "check_pattern"]
+
+
+def check_pattern(pattern: object, function: str) -> None:
+    """Refuse a function other than a regex literal as a pattern (jsonata-js's custom
+    matchers), clearly."""
+    if pattern.__class__ is not str and pattern.__class__ is not Regex:
+        msg = f"{function}: the pattern must be a string or a regex literal /.../; custom matcher functions are not supported"
+        raise fail("T1010", msg, 0, None)
 
 
 class Regex:

@@ -264,7 +264,7 @@ def stringify(v: Any, indent: int | None = None, level: int = 0) -> str:
         return "true" if v else "false"
     if cls is int or cls is float:
         if not math.isfinite(v):
-            return "null"
+            raise fail("D1001", f"Number out of range: {v} cannot be represented in JSON", 0, v)
         return js_number(_precise(v))
     if is_function(v):
         return '""'

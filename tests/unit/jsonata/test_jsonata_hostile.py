@@ -105,3 +105,13 @@ def test_concurrent_evaluation_from_threads() -> None:
         t.join()
     assert not errors
     assert results[3] == [{"i": i, "sq": i * i, "n": 3} for i in range(5)]
+
+
+def test_unforeseen_values_fail_the_evaluation_clearly() -> None:
+    with pytest.raises(JSONataError) as info:
+        jsonata.compile("$split('some text', $uppercase)").evaluate(None)
+    assert info.value.code == "T1010"
+    assert "custom matcher functions are not supported" in str(info.value)
+    with pytest.raises(JSONataError) as info:
+        jsonata.compile('{"inf": 1/0}').evaluate(None)
+    assert info.value.code == "D1001"
