@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
+from eventbus.jsonata._datetime import parse_picture_time
 from eventbus.jsonata._errors import fail
 from eventbus.jsonata._values import UNDEFINED, Frame
 
@@ -254,12 +255,8 @@ def _from_millis(env: Frame, ms: Any, picture: Any = U, tz: Any = U) -> Any:
     if ms is U:
         return U
     if picture is not U or tz is not U:
-        raise fail(
-            "D3136",
-            "$fromMillis with a picture string or timezone is not supported by EventBus",
-            0,
-            picture,
-        )
+        msg = "$fromMillis/$now with a picture string or timezone is not supported by EventBus"
+        raise fail("U1010", msg, 0, picture)
     dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
 
@@ -273,14 +270,10 @@ def _to_millis(env: Frame, s: Any, picture: Any = U) -> Any:
     if s is U:
         return U
     if picture is not U:
-        raise fail(
-            "D3136", "$toMillis with a picture string is not supported by EventBus", 0, picture
-        )
+        return parse_picture_time(s, picture, env.state.now_millis())
     m = _ISO.match(s)
     if m is None:
-        msg = (
-            f"The timestamp {s!r} is not in ISO 8601 format (give a picture string is unsupported)"
-        )
+        msg = f"The timestamp {s!r} is not in ISO 8601 format; give a picture string"
         raise fail("D3110", msg, 0, s)
     y, mo, d, h, mi, sec, frac, tz = m.groups()
     try:

@@ -20,15 +20,15 @@ from eventbus.jsonata._values import UNDEFINED, Builtin, Frame, Seq, State, is_f
 
 __all__ = ["UNSUPPORTED_FUNCTIONS", "Budget", "Expression", "compile"]
 
-#: standard-library functions EventBus does not provide (calling one is error T1006)
+#: standard-library functions and forms EventBus does not provide (docs/concepts/jsonata.md)
 UNSUPPORTED_FUNCTIONS: tuple[str, ...] = (
     "$eval",
     "$formatInteger",
     "$parseInteger",
     "$random",
-    "$fromMillis with a picture or timezone",
-    "$toMillis with a picture",
-    "$now with a picture or timezone",
+    "$toMillis with words, roman numerals or letters in the picture ([Yw], [YI], [Da])",
+    "$fromMillis and $now with a picture or timezone",
+    "custom matcher functions as patterns of $match, $contains, $replace, $split",
 )
 
 _RECURSION_LIMIT = 20_000

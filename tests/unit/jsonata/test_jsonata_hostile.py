@@ -115,3 +115,16 @@ def test_unforeseen_values_fail_the_evaluation_clearly() -> None:
     with pytest.raises(JSONataError) as info:
         jsonata.compile('{"inf": 1/0}').evaluate(None)
     assert info.value.code == "D1001"
+
+
+def test_ten_thousand_deep_data_works_or_fails_clearly() -> None:
+    deep: object = "leaf"
+    for _ in range(10_000):
+        deep = {"a": deep}
+    assert jsonata.compile("$count(**)").evaluate(deep) == 10_001  # iterative descent
+    try:
+        text = jsonata.compile("$string($)").evaluate(deep)
+    except JSONataError as exc:
+        assert exc.code == "U1001" and "Stack overflow" in str(exc)
+    else:
+        assert text.count("{") == 10_000
