@@ -177,7 +177,10 @@ def to_boolean(v: Any) -> Any:
     if isinstance(v, list):
         if len(v) == 1:
             return to_boolean(v[0])
-        return any(to_boolean(x) is True for x in v)
+        for x in v:  # a loop, not any(): deep values recurse in Python frames only
+            if to_boolean(x) is True:
+                return True
+        return False
     if isinstance(v, dict):
         return len(v) > 0
     return False
@@ -190,12 +193,21 @@ def deep_equal(a: Any, b: Any) -> bool:
     ca, cb = a.__class__, b.__class__
     if ca is bool or cb is bool:
         return ca is cb and a == b
+    # loops, not all(map(...)): deep values recurse in Python frames only, never the C stack
     if isinstance(a, list):
-        return isinstance(b, list) and len(a) == len(b) and all(map(deep_equal, a, b))
+        if not isinstance(b, list) or len(a) != len(b):
+            return False
+        for x, y in zip(a, b, strict=True):
+            if not deep_equal(x, y):
+                return False
+        return True
     if isinstance(a, dict):
-        return (
-            isinstance(b, dict) and a.keys() == b.keys() and all(deep_equal(a[k], b[k]) for k in a)
-        )
+        if not isinstance(b, dict) or a.keys() != b.keys():
+            return False
+        for k, x in a.items():
+            if not deep_equal(x, b[k]):
+                return False
+        return True
     if isinstance(b, (list, dict)):
         return False
     return bool(a == b)

@@ -128,3 +128,12 @@ def test_ten_thousand_deep_data_works_or_fails_clearly() -> None:
         assert exc.code == "U1001" and "Stack overflow" in str(exc)
     else:
         assert text.count("{") == 10_000
+
+
+def test_deep_data_compares_and_tests_truth_without_the_c_stack() -> None:
+    a: object = 1
+    b: object = 1
+    for _ in range(5_000):
+        a, b = [a], [b]
+    assert jsonata.compile("$a = $b").evaluate(None, {"a": a, "b": b}) is True
+    assert jsonata.compile("$boolean($a)").evaluate(None, {"a": a}) is True
