@@ -177,7 +177,7 @@ def to_boolean(v: Any) -> Any:
     if isinstance(v, list):
         if len(v) == 1:
             return to_boolean(v[0])
-        for x in v:  # a loop, not any(): deep values recurse in Python frames only
+        for x in v:  # noqa: SIM110 - a loop, not any(): deep values stay off the C stack
             if to_boolean(x) is True:
                 return True
         return False
@@ -197,14 +197,14 @@ def deep_equal(a: Any, b: Any) -> bool:
     if isinstance(a, list):
         if not isinstance(b, list) or len(a) != len(b):
             return False
-        for x, y in zip(a, b, strict=True):
+        for x, y in zip(a, b, strict=True):  # noqa: SIM110
             if not deep_equal(x, y):
                 return False
         return True
     if isinstance(a, dict):
         if not isinstance(b, dict) or a.keys() != b.keys():
             return False
-        for k, x in a.items():
+        for k, x in a.items():  # noqa: SIM110
             if not deep_equal(x, b[k]):
                 return False
         return True
