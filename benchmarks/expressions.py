@@ -155,12 +155,11 @@ def _reference() -> Callable[[str], Callable[[], Any]] | None:
     return make
 
 
-def _jsonata_python_rates() -> dict[str, Any] | None:
-    if not PEER_PYTHON.exists():
-        return None
+def _jsonata_python_round() -> dict[str, Any]:
+    """One timing run of every JSONata case in jsonata-python (its own venv, a subprocess)."""
     import subprocess
 
-    spec = {"data": EVENT, "cases": [[n, s] for n, s, _ in JSONATA_CASES], "repeats": REPEATS,
+    spec = {"data": EVENT, "cases": [[n, s] for n, s, _ in JSONATA_CASES], "repeats": 1,
             "target_s": TARGET_S}  # fmt: skip
     peer = Path(__file__).resolve().parent / "peer_apps" / "jsonata_python_rate.py"
     proc = subprocess.run(
@@ -172,19 +171,36 @@ def _jsonata_python_rates() -> dict[str, Any] | None:
 
 
 def _jsonata_results() -> dict[str, dict[str, float | None]]:
+    """Rounds alternate: each round times every case here (ours, the lambda) and then in
+    jsonata-python, so that the machine's load falls on both alike; medians over the rounds."""
     from eventbus import jsonata
 
-    peer = _jsonata_python_rates()
-    results: dict[str, dict[str, float | None]] = {}
+    evaluates = []
     for name, source, hand in JSONATA_CASES:
         evaluate = jsonata.compile(source).evaluate
-        ours = evaluate(EVENT)
-        assert ours == hand(EVENT), (name, ours, hand(EVENT))
-        ours_rate, lambda_rate = _median_rates([lambda: evaluate(EVENT), lambda: hand(EVENT)])
-        peer_rate = None
-        if peer is not None:
-            assert peer[name]["result"] == ours, (name, peer[name]["result"], ours)
-            peer_rate = peer[name]["rate"]
+        assert evaluate(EVENT) == hand(EVENT), (name, evaluate(EVENT), hand(EVENT))
+        evaluates.append(evaluate)
+    fns = [
+        f
+        for evaluate, (_, _, hand) in zip(evaluates, JSONATA_CASES, strict=True)
+        for f in (lambda e=evaluate: e(EVENT), lambda h=hand: h(EVENT))
+    ]
+    numbers = [_calibrate(fn) for fn in fns]
+    samples: list[list[float]] = [[] for _ in fns]
+    peer_samples: dict[str, list[float]] = {name: [] for name, _, _ in JSONATA_CASES}
+    with_peer = PEER_PYTHON.exists()
+    for _ in range(REPEATS):
+        for i, fn in enumerate(fns):
+            samples[i].append(_rate(fn, numbers[i]))
+        if with_peer:
+            for name, r in _jsonata_python_round().items():
+                assert r["result"] == evaluates[[n for n, _, _ in JSONATA_CASES].index(name)](EVENT)
+                peer_samples[name].append(r["rate"])
+    results: dict[str, dict[str, float | None]] = {}
+    for n, (name, _, _) in enumerate(JSONATA_CASES):
+        ours_rate = statistics.median(samples[2 * n])
+        lambda_rate = statistics.median(samples[2 * n + 1])
+        peer_rate = statistics.median(peer_samples[name]) if with_peer else None
         results[name] = {
             "eventbus_jsonata_eval_per_s": round(ours_rate),
             "lambda_eval_per_s": round(lambda_rate),

@@ -63,7 +63,7 @@ class Compiler(FunctionForms):
 
             fn = grouped
         if (
-            node.type in _SEQUENCES
+            (node.type in _SEQUENCES and not (node.type == "variable" and node.value == ""))
             or preds
             or node.get("group") is not None
             or node.get("keepArray")

@@ -7,16 +7,18 @@ from collections.abc import Callable
 from typing import Any
 
 from eventbus.jsonata._apply import Composition, Partial, Thunk, apply, hole
-from eventbus.jsonata._errors import fail
+from eventbus.jsonata._errors import JSONataError, fail
 from eventbus.jsonata._parser import Node
 from eventbus.jsonata._paths import Fn
-from eventbus.jsonata._values import UNDEFINED, Frame, Lambda, is_function
+from eventbus.jsonata._values import UNDEFINED, Builtin, Frame, Lambda, is_function
 
 __all__ = ["FunctionForms"]
 
 
 class FunctionForms:
     """Mixin of :class:`~eventbus.jsonata._compile.Compiler`: compiles the function nodes."""
+
+    constants: dict[str, Any]
 
     def compile(self, node: Node) -> Fn:  # provided by the compiler
         raise NotImplementedError
@@ -27,6 +29,24 @@ class FunctionForms:
         pos = node.position
         proc_node = node.procedure
         forgot = proc_node.steps[0].value if proc_node.type == "path" else None
+        builtin = None
+        if proc_node.type == "variable" and not proc_node.get("predicate"):
+            builtin = self.constants.get(proc_node.value)
+        if builtin is not None and builtin.__class__ is Builtin and builtin.signature is not None:
+            # a standard-library function no name rebinds: check and call it directly
+            validate, impl = builtin.signature.validate, builtin.impl
+
+            def call_builtin(inp: Any, env: Frame, *first: Any) -> Any:
+                args = [*first, *[a(inp, env) for a in arg_fns]]
+                env.state.charge(1)
+                try:
+                    return impl(env, *validate(args, inp, pos))
+                except JSONataError as exc:
+                    if not exc.position:
+                        exc.position = pos
+                    raise
+
+            return call_builtin
 
         def call(inp: Any, env: Frame, *first: Any) -> Any:
             proc = proc_fn(inp, env)
