@@ -1,6 +1,8 @@
 """Benchmark: eventbus.cel vs a hand-written lambda vs cel-expr-python (C++), the
 EventBridge ``pattern`` filter dialect and eventbus.cesql (CloudEvents SQL) vs a hand-written
-lambda.
+lambda; eventbus.jsonata vs a hand-written lambda vs the pure-Python ``jsonata-python``
+package (run in its own venv, ``.venv-bench/jsonata``, by
+``peer_apps/jsonata_python_rate.py``; skipped when absent).
 
 Run: ``python benchmarks/expressions.py``. Prints a table, then one JSON line
 with evaluations/s (medians over repeats) and the ratios per expression. The first three
@@ -12,6 +14,7 @@ CESQL filter is evaluated as a filter step does (``Program.matches`` on the attr
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 import sys
@@ -101,6 +104,40 @@ SQL_CASES: list[tuple[str, str, Callable[[dict[str, Any]], Any]]] = [
     ),
 ]
 
+#: JSONata over the event as Knative's EventTransform sees it (attributes beside ``data``).
+JSONATA_CASES: list[tuple[str, str, Callable[[dict[str, Any]], Any]]] = [
+    ("jsonata_path", "data.amount * 7.1", lambda v: v["data"]["amount"] * 7.1),
+    (
+        "jsonata_event",
+        '{"specversion": "1.0", "id": id, "source": source, "type": type & ".large", '
+        '"data": {"customer": data.customer, "total": data.amount * data.quantity, '
+        '"tags": $join(data.tags, ",")}}',
+        lambda v: {
+            "specversion": "1.0",
+            "id": v["id"],
+            "source": v["source"],
+            "type": v["type"] + ".large",
+            "data": {
+                "customer": v["data"]["customer"],
+                "total": v["data"]["amount"] * v["data"]["quantity"],
+                "tags": ",".join(v["data"]["tags"]),
+            },
+        },
+    ),
+    (
+        "jsonata_map_filter",
+        "data.tags[$ != 'eu'].$uppercase($)",
+        lambda v: [t.upper() for t in v["data"]["tags"] if t != "eu"],
+    ),
+]
+#: the venv holding jsonata-python (``JSONATA_PYTHON`` overrides, e.g. from a worktree)
+PEER_PYTHON = Path(
+    os.environ.get(
+        "JSONATA_PYTHON",
+        Path(__file__).resolve().parent.parent / ".venv-bench" / "jsonata" / "bin" / "python",
+    )
+)
+
 REPEATS = 7
 TARGET_S = 0.2  # per timing run
 
@@ -180,6 +217,64 @@ def _patterns() -> dict[str, dict[str, float | None]]:
     return out
 
 
+def _jsonata_python_round() -> dict[str, Any]:
+    """One timing run of every JSONata case in jsonata-python (its own venv, a subprocess)."""
+    import subprocess
+
+    spec = {"data": EVENT, "cases": [[n, s] for n, s, _ in JSONATA_CASES], "repeats": 1,
+            "target_s": TARGET_S}  # fmt: skip
+    peer = Path(__file__).resolve().parent / "peer_apps" / "jsonata_python_rate.py"
+    proc = subprocess.run(
+        [str(PEER_PYTHON), str(peer)], input=json.dumps(spec), capture_output=True, text=True,
+        check=True, timeout=600,
+    )  # fmt: skip
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+def _jsonata_results() -> dict[str, dict[str, float | None]]:
+    """Rounds alternate: each round times every case here (ours, the lambda) and then in
+    jsonata-python, so that the machine's load falls on both alike; medians over the rounds."""
+    from eventbus import jsonata
+
+    evaluates = []
+    for name, source, hand in JSONATA_CASES:
+        evaluate = jsonata.compile(source).evaluate
+        assert evaluate(EVENT) == hand(EVENT), (name, evaluate(EVENT), hand(EVENT))
+        evaluates.append(evaluate)
+    fns = [
+        f
+        for evaluate, (_, _, hand) in zip(evaluates, JSONATA_CASES, strict=True)
+        for f in (lambda e=evaluate: e(EVENT), lambda h=hand: h(EVENT))
+    ]
+    numbers = [_calibrate(fn) for fn in fns]
+    samples: list[list[float]] = [[] for _ in fns]
+    peer_samples: dict[str, list[float]] = {name: [] for name, _, _ in JSONATA_CASES}
+    with_peer = PEER_PYTHON.exists()
+    for _ in range(REPEATS):
+        for i, fn in enumerate(fns):
+            samples[i].append(_rate(fn, numbers[i]))
+        if with_peer:
+            for name, r in _jsonata_python_round().items():
+                assert r["result"] == evaluates[[n for n, _, _ in JSONATA_CASES].index(name)](EVENT)
+                peer_samples[name].append(r["rate"])
+    results: dict[str, dict[str, float | None]] = {}
+    for n, (name, _, _) in enumerate(JSONATA_CASES):
+        ours_rate = statistics.median(samples[2 * n])
+        lambda_rate = statistics.median(samples[2 * n + 1])
+        peer_rate = statistics.median(peer_samples[name]) if with_peer else None
+        results[name] = {
+            "eventbus_jsonata_eval_per_s": round(ours_rate),
+            "lambda_eval_per_s": round(lambda_rate),
+            "jsonata_python_eval_per_s": None if peer_rate is None else round(peer_rate),
+            "ratio_vs_lambda": round(ours_rate / lambda_rate, 3),
+            "ratio_vs_jsonata_python": None
+            if peer_rate is None
+            else round(ours_rate / peer_rate, 2),
+        }
+    return results
+
+
 def main() -> None:
     reference = _reference()
     results: dict[str, dict[str, float | None]] = {}
@@ -233,7 +328,23 @@ def main() -> None:
             f"{(f'{ratio_ref:.1f}x' if ratio_ref else 'n/a'):>9}"
         )
     print("(evaluations/s, median of %d runs; python %s)" % (REPEATS, sys.version.split()[0]))
-    print(json.dumps({"unit": "evaluations_per_s", "expressions": results}))
+    jsonata_results = _jsonata_results()
+    header = f"{'expression':<20}{'jsonata':>12}{'lambda':>12}{'jsonata-py':>12}{'vs lambda':>11}{'vs j-py':>9}"
+    print(header)
+    print("-" * len(header))
+    for name, r in jsonata_results.items():
+        peer = r["jsonata_python_eval_per_s"]
+        ratio_peer = r["ratio_vs_jsonata_python"]
+        print(
+            f"{name:<20}{r['eventbus_jsonata_eval_per_s']:>12,.0f}{r['lambda_eval_per_s']:>12,.0f}"
+            f"{(f'{peer:,.0f}' if peer else 'n/a'):>12}{r['ratio_vs_lambda']:>10.2f}x"
+            f"{(f'{ratio_peer:.1f}x' if ratio_peer else 'n/a'):>9}"
+        )
+    print(
+        json.dumps(
+            {"unit": "evaluations_per_s", "expressions": results, "jsonata": jsonata_results}
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ MODULES = [
     "eventbus.errors",
     "eventbus.cel",
     "eventbus.cesql",
+    "eventbus.jsonata",
     "eventbus.solver",
     "eventbus.eventing.sources",
     "eventbus.models",

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import re2
 
-__all__ = ["PINNED_RE2", "compile_search"]
+__all__ = ["PINNED_RE2", "compile_regex", "compile_search"]
 
 #: the google-re2 version the extension type was checked against
 PINNED_RE2: Final = "1.1.20251105"
@@ -24,6 +24,8 @@ PINNED_RE2: Final = "1.1.20251105"
 _OPTIONS: Final = re2.Options()
 _OPTIONS.log_errors = False  # errors become the caller's, named; RE2 must not write to stderr
 _OPTIONS.never_capture = True  # only "is there a match" is asked
+_QUIET: Final = re2.Options()
+_QUIET.log_errors = False
 _RE2: Final[Any] = re2._re2.RE2
 _UNANCHORED: Final = _RE2.Anchor.UNANCHORED
 
@@ -45,3 +47,16 @@ def compile_search(pattern: str) -> tuple[Callable[[str], bool] | None, str]:
         return bool(match(_UNANCHORED, data, 0, len(data))[0][0] >= 0)
 
     return search, ""
+
+
+def compile_regex(pattern: str) -> tuple[Any, str]:
+    """Compile an RE2 pattern with the public module API, for searches that need the match
+    (positions, groups): ``(regexp, "")`` or ``(None, reason)``.
+
+    The regexp's ``search(text, pos)``, ``finditer``, ``split`` and ``sub`` run in linear time.
+    """
+    try:
+        return re2.compile(pattern, _QUIET), ""
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        return None, reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)

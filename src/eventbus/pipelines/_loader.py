@@ -343,22 +343,17 @@ def _check_expression(
     *,
     output: bool | str = False,
 ) -> Problem | None:
-    from eventbus import cel, cesql
-    from eventbus.pipelines._activation import check_identifiers
+    from eventbus.pipelines._languages import (
+        EXPRESSION_ERRORS,
+        check_expression_source,
+        error_position,
+    )
 
     try:
-        if output == "sql":  # a CloudEvents SQL filter
-            cesql.compile(source)
-        elif output:
-            from eventbus.pipelines.steps._model import check_output_expression
-
-            check_output_expression(source)
-        else:
-            program = cel.compile(source)
-            check_identifiers(program)
-    except (cel.CELError, cesql.CESQLError) as exc:
+        check_expression_source(source, output)
+    except EXPRESSION_ERRORS as exc:
         node = _node_at(root, loc)
-        col_in_expr, at = exc.column or 1, getattr(exc, "line", None)
+        col_in_expr, at = error_position(exc)
         line, col = node.start_mark.line + 1, node.start_mark.column + 1
         style = getattr(node, "style", None)
         if isinstance(node, yaml.ScalarNode) and style in (None, "'", '"') and "\n" not in source:

@@ -1,5 +1,6 @@
 """The ``convert`` step: rewrite events with CEL (``set`` paths, ``remove`` paths, or a new
-``data``). Every expression sees the event as it came into the step."""
+``data``) or with one JSONata expression producing the new event (``jsonata``, as Knative's
+EventTransform). Every expression sees the event as it came into the step."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, StringConstraints, model_validator
 
-from eventbus import cel
+from eventbus import cel, jsonata
 from eventbus.eventing._event import CloudEvent
 from eventbus.pipelines._activation import activation_builder
 from eventbus.pipelines._step import Step, StepContext, StepResult
+from eventbus.pipelines.steps._convert_jsonata import jsonata_converter
 from eventbus.pipelines.steps._values import (
     CONFIG,
     CelSource,
@@ -44,11 +46,22 @@ class ConvertConfig(BaseModel):
     data: CelSource | None = Field(
         default=None, description="One CEL expression producing the new data."
     )
+    jsonata: CelSource | None = Field(
+        default=None,
+        description="One JSONata expression over the event (its attributes and 'data') producing "
+        "the new event as an object: attributes beside 'data', as Knative's EventTransform "
+        '(e.g. {"specversion": "1.0", "id": id, "source": source, "type": "t", "data": data}).',
+    )
 
     @model_validator(mode="after")
     def _something(self) -> ConvertConfig:
+        if self.jsonata is not None:
+            if self.set or self.remove or self.data is not None:
+                msg = "convert 'jsonata' produces the whole event; drop 'set', 'remove' and 'data'"
+                raise ValueError(msg)
+            return self
         if not self.set and not self.remove and self.data is None:
-            msg = "convert does nothing; give 'set', 'remove' or 'data'"
+            msg = "convert does nothing; give 'set', 'remove', 'data' or 'jsonata'"
             raise ValueError(msg)
         for path in [*self.set, *self.remove]:
             if path in ("specversion", "id", "source", "type") and path in self.remove:
@@ -77,6 +90,7 @@ class ConvertStep(Step):
 
     def __init__(self, step_id: str, spec: ConvertConfig) -> None:
         super().__init__(step_id)
+        self._jsonata = jsonata_converter(spec.jsonata) if spec.jsonata is not None else None
         self._data = compile_cel(spec.data) if spec.data is not None else None
         self._sets = [(path.split("."), compile_cel(src)) for path, src in spec.set.items()]
         # Per set, resolved once: (attribute name or None for data, the data path under
@@ -93,6 +107,14 @@ class ConvertStep(Step):
 
     def process(self, events: list[CloudEvent]) -> list[StepResult]:
         out: list[StepResult] = []
+        if self._jsonata is not None:
+            convert = self._jsonata
+            for e in events:
+                try:
+                    out.append(convert(e))
+                except (jsonata.JSONataError, ValueError, TypeError) as exc:
+                    out.append(self._failure(exc))
+            return out
         for e in events:
             try:
                 out.append(self._convert(e))
@@ -140,11 +162,14 @@ class ConvertStep(Step):
         return CloudEvent(attrs, data)
 
 
-def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:
-    out: list[tuple[tuple[int | str, ...], str, bool]] = []
+def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool | str]]:
+    """Each expression's location, source and kind (False: CEL, "jsonata": JSONata)."""
+    out: list[tuple[tuple[int | str, ...], str, bool | str]] = []
     if isinstance(raw, dict):
         if isinstance(raw.get("data"), str):
             out.append((("data",), raw["data"], False))
+        if isinstance(raw.get("jsonata"), str):
+            out.append((("jsonata",), raw["jsonata"], "jsonata"))
         if isinstance(raw.get("set"), dict):
             for path, src in raw["set"].items():
                 if isinstance(src, str) and src:
