@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from eventbus import cel, cesql, jsonata
 
-__all__ = ["EXPRESSION_ERRORS", "check_expression_source", "error_position"]
+__all__ = ["EXPRESSION_ERRORS", "check_expression_source", "error_message", "error_position"]
 
 #: What a bad expression raises, in any of the languages.
 EXPRESSION_ERRORS: tuple[type[Exception], ...] = (
@@ -42,3 +42,8 @@ def error_position(exc: Exception) -> tuple[int, int | None]:
     if isinstance(exc, jsonata.JSONataError):
         return exc.position or 1, None
     return getattr(exc, "column", None) or 1, getattr(exc, "line", None)
+
+
+def error_message(exc: Exception) -> str:
+    """The message of an expression error, without its position."""
+    return str(getattr(exc, "message", exc))

@@ -346,6 +346,7 @@ def _check_expression(
     from eventbus.pipelines._languages import (
         EXPRESSION_ERRORS,
         check_expression_source,
+        error_message,
         error_position,
     )
 
@@ -364,7 +365,7 @@ def _check_expression(
             line,
             col,
             _path(loc),
-            f"step {step_id!r}: {exc.message} ({where} {col_in_expr} of the expression)",
+            f"step {step_id!r}: {error_message(exc)} ({where} {col_in_expr} of the expression)",
         )
     return None
 

@@ -92,7 +92,7 @@ def test_one_trace_from_gateway_through_the_steps_to_the_sink(
     assert gw.parent.span_id == 0xB7AD6B7169203331
     assert proc.parent.span_id == gw.context.span_id and send.parent.span_id == proc.context.span_id
     assert proc.attributes["eventbus.outcome"] == "output"
-    assert finished["eventbus.process tr:e1"].attributes["eventbus.outcome"] == "filtered"
+    assert finished["eventbus.process tr:e1"].attributes["eventbus.outcome"] == "dropped"
     assert (
         sink.sent[0][0].attributes["traceparent"]
         == f"00-{send.context.trace_id:032x}-{send.context.span_id:016x}-01"
