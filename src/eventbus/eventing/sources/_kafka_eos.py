@@ -15,6 +15,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
 from eventbus._internal.backoff import Backoff
+from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.eventing._outcome import Outcome
 from eventbus.eventing._routing import Turn
 from eventbus.eventing.sources._kafka_batch import BatchMaker, KafkaBatch
@@ -22,6 +23,7 @@ from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
 from eventbus.eventing.sources._kafka_delivery import Delivery
 from eventbus.eventing.sources._kafka_fetch import KafkaFetcher
 from eventbus.eventing.sources._kafka_retry import Redispatcher
+from eventbus.eventing.sources._kafka_settings import DeliveryPolicy
 from eventbus.eventing.sources._kafka_txn import Transactions
 
 __all__ = ["ExactlyOnce"]
@@ -51,19 +53,45 @@ class ExactlyOnce:
     _fatal: BaseException | None
     _stopping: bool
 
+    group: str
+    bootstrap_servers: str
+    client: KafkaClientConfig | None
+
     async def _deliver(self, batch: KafkaBatch, turn: Turn) -> None:
         raise NotImplementedError  # KafkaSource's
 
+    def _transactions(self, delivery: DeliveryPolicy) -> Transactions | None:
+        if not delivery.exactly_once:
+            return None
+        return Transactions(
+            self.group,
+            self.bootstrap_servers,
+            self.client,
+            self.pipeline,
+            self._rewind,
+            delivery.commit_interval_s,
+        )
+
+    def _txn_stats(self) -> dict[str, int]:
+        txns = self._txns
+        return {
+            "txn_aborts": txns.aborts if txns is not None else 0,
+            "txn_fenced": txns.fenced if txns is not None else 0,
+            "txn_commits": txns.commits if txns is not None else 0,
+            "txn_waiting": txns.waiting if txns is not None else 0,
+        }
+
     def _in_flight_limit(self) -> int:
-        # exactly_once cuts a fetch into a batch per partition: max_in_flight counts fetches
+        # exactly_once cuts a fetch into a batch per partition: max_in_flight counts fetches;
+        # batches sent and waiting for their transaction's commit do not count
         consumer = self._fetcher.consumer
         if self._txns is None or consumer is None:
             return self._max_in_flight
-        return self._max_in_flight * max(1, len(consumer.assignment()))
+        return self._max_in_flight * max(1, len(consumer.assignment())) + self._txns.waiting
 
     def _enqueue_txn(self, data: dict[TopicPartition, list[Any]]) -> None:
-        # exactly_once: one dispatch for the whole fetch, then one batch (one transaction) per
-        # input partition, each delivered after its partition's batch before
+        # exactly_once: one dispatch for the whole fetch, then one batch per input partition,
+        # each sent after its partition's batch before, in the partition's open transaction
         assert self._txns is not None
         batches = [b for tp, recs in data.items() if (b := self._batches.make({tp: recs}))]
         events: list[Any] = [e for b in batches for e in b.events]
@@ -77,12 +105,12 @@ class ExactlyOnce:
                 batch.task = asyncio.create_task(_part(shared, start, end))
                 start = end
             (tp,) = batch.offsets
-            ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            owned = self._txns.owns(tp)  # fetched from where it may commit
-            prior = self._txns.chain(tp, ready)
+            sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            ticket = self._txns.ticket(tp)  # fetched from where it may commit
+            prior = self._txns.chain(tp, sent)
             turn = self._delivery.reserve()
             batch.delivery = asyncio.create_task(
-                self._deliver_txn(batch, turn, prior, ready, owned)
+                self._deliver_txn(batch, turn, prior, sent, ticket)
             )
             self._queue.append(batch)
         self._progress.set()
@@ -92,26 +120,31 @@ class ExactlyOnce:
         batch: KafkaBatch,
         turn: Turn,
         before: asyncio.Future[Any] | None,
-        ready: asyncio.Future[None],
-        owned: bool,
+        sent: asyncio.Future[None],
+        ticket: int | None,
     ) -> None:
-        # exactly_once: the batch's delivery in its partition's transaction, after the
-        # partition's batch before; ``ready`` tells the partition's next batch how it ended.
+        # exactly_once: the batch's outputs sent in its partition's open transaction, after
+        # the partition's batch before (``sent`` tells the next one it may go on); done once
+        # the transaction committed (TransactionSkipped: it aborted)
         assert self._txns is not None
         try:
-            if batch.task is not None:  # the steps run before the transaction begins
+            if batch.task is not None:  # the steps run before the batch joins a transaction
                 await asyncio.wait([batch.task])
-            async with self._txns.transaction(batch.offsets, before, owned):
-                await self._deliver(batch, turn)
-        except BaseException as e:
+            outcome = await self._txns.send(
+                batch.offsets,
+                batch.count,
+                ticket,
+                before,
+                sent,
+                lambda: self._deliver(batch, turn),
+            )
+        except BaseException:
             turn.release()  # nothing of it is visible: the batches after it go on
-            if isinstance(e, asyncio.CancelledError):
-                ready.cancel()
-            else:
-                ready.set_exception(e)
-                ready.exception()  # retrieved: the partition's next batch may not look
             raise
-        ready.set_result(None)
+        finally:
+            if not sent.done():
+                sent.set_result(None)
+        await asyncio.shield(outcome)
 
     async def _rewind(self, tp: TopicPartition) -> None:
         # an aborted transaction: the partition goes back to its committed offset; records
