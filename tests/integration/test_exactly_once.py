@@ -123,7 +123,9 @@ async def checked(drivers: list[Driver], *args: Any) -> list[CloudEvent]:
     try:
         return await check(*args)
     except AssertionError as e:
-        raise AssertionError(f"{e}\n-- the drivers' warnings:\n{warnings_of(drivers)}") from e
+        stats = "\n".join(json.dumps(d.stats) for d in drivers)
+        msg = f"{e}\n-- the drivers' counters:\n{stats}\n-- their warnings:\n{warnings_of(drivers)}"
+        raise AssertionError(msg) from e
 
 
 def event(i: int, seq: Counter[str]) -> tuple[str, CloudEvent]:
@@ -203,6 +205,8 @@ def expected(n: int) -> tuple[set[str], set[str]]:
 async def check(bootstrap: str, sink: str, dlq: str, n: int) -> list[CloudEvent]:
     want_out, want_dead = expected(n)
     out = await read(bootstrap, sink, "read_committed", len(want_out), 120)
+    missing = sorted(int(i[1:]) for i in want_out - {e.id for e in out})
+    assert not missing, f"missing {len(missing)} outputs: e{missing[:20]} ... e{missing[-5:]}"
     check_exactly_once_in_key_order(out, want_out)
     assert all(e.data["half"] == e.data["n"] / 2 for e in out)
     dead = await read(bootstrap, dlq, "read_committed", len(want_dead), 60)

@@ -161,11 +161,34 @@ class ExactlyOnce:
         :data:`TAKE_GIVE_UP_S` the source stops (its replica restarts), never skipping on.
         """
         assert self._txns is not None
+        # paused meanwhile: a fetch that ended after the seek and before the partitions were
+        # owned would be skipped with the position past it, and its records lost
+        held = self._hold(tps)
+        try:
+            await self._take_held(tps, fence)
+        finally:
+            self._fetcher.held -= held
+            consumer = self._fetcher.consumer or self._fetcher.starting
+            if consumer is not None and (back := held & consumer.assignment()):
+                consumer.resume(*back)
+
+    def _hold(self, tps: set[TopicPartition]) -> set[TopicPartition]:
+        consumer = self._fetcher.consumer or self._fetcher.starting
+        if consumer is None:
+            return set()
+        held: set[TopicPartition] = (tps & consumer.assignment()) - self._fetcher.held
+        if held:
+            consumer.pause(*held)
+            self._fetcher.held |= held
+        return held
+
+    async def _take_held(self, tps: set[TopicPartition], fence: bool) -> None:
+        assert self._txns is not None
         loop = asyncio.get_running_loop()
         give_up = loop.time() + TAKE_GIVE_UP_S
         attempt = 0
         while True:
-            consumer = self._fetcher.consumer
+            consumer = self._fetcher.consumer or self._fetcher.starting
             live = tps if consumer is None else tps & consumer.assignment()
             if not live:
                 return  # revoked meanwhile: the next owner takes them
@@ -206,15 +229,22 @@ class ExactlyOnce:
     async def _seek_committed(self, tps: set[TopicPartition]) -> None:
         """Raises:
         KafkaError, IllegalStateError: the committed offsets could not be read or sought."""
-        consumer = self._fetcher.consumer
-        if consumer is None:
-            return  # the group member is still starting: nothing was fetched yet
+        consumer = self._fetcher.consumer or self._fetcher.starting
+        if consumer is None:  # the group member is still starting: nothing was fetched yet
+            log.info("kafka source %s: %s taken before any fetch", self.pipeline, _names(tps))
+            return
         tps = tps & consumer.assignment()
         # (nothing committed yet: from the start, as start_from says)
         committed = await consumer.seek_to_committed(*tps) if tps else {}
         fresh = [tp for tp, off in committed.items() if not off]  # nothing committed yet
         if fresh and self.config.start_from == "earliest":
             await consumer.seek_to_beginning(*fresh)
+        log.info(
+            "kafka source %s: %s put back to the committed offsets %s",
+            self.pipeline,
+            _names(tps),
+            {f"{tp.topic}[{tp.partition}]": off for tp, off in committed.items()},
+        )
 
 
 def _names(tps: set[TopicPartition]) -> str:

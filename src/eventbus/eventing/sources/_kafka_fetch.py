@@ -98,6 +98,11 @@ class KafkaFetcher(Bridging, FetchWaits):
         #: whether fetches long-poll now (no record for IDLE_AFTER_S)
         self.idle = False
         self._generation = 0  # bumped on each revocation: fetched records older are dropped
+        #: partitions paused while exactly_once puts them back to their committed offsets (a
+        #: park does not resume them)
+        self.held: set[TopicPartition] = set()
+        #: the group member while its start() runs (``consumer`` is set after it)
+        self.starting: AIOKafkaConsumer | None = None
         self._unparked = asyncio.Event()  # set by unpark(): a park ends at once
         self._doorbell = settings.doorbell  # None once it failed: long polls instead
         self._bridge = settings.bridge
@@ -169,11 +174,16 @@ class KafkaFetcher(Bridging, FetchWaits):
                 consumer.start(), name=f"eventbus-{self.group}-join"
             )
             return
+        # aiokafka's start() returns once the first assignment is made, while its callback
+        # may still run: exactly_once puts the partitions back through this one meanwhile
+        self.starting = consumer
         try:
             await consumer.start()
         except (KafkaError, KeyError):
             await consumer.stop()
             raise
+        finally:
+            self.starting = None
         self.consumer = consumer
 
     def _consumer_kwargs(self) -> dict[str, Any]:
