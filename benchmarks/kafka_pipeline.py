@@ -28,7 +28,8 @@ the same loop over TLS.
 
 With ``--guarantee exactly_once`` each round also runs the pipeline with
 ``delivery: {dedupe: {window_s: 600}}`` (at-least-once + Redis dedupe) and with
-``delivery: {guarantee: exactly_once}`` (Kafka transactions, Apache Kafka only), on topics of
+``delivery: {guarantee: exactly_once, commit_interval_ms: N}`` (Kafka transactions, Apache
+Kafka only; ``--commit-interval-ms``, default 100), on topics of
 their own, and the latency run measures all three at the same rate; ``variants`` in the JSON
 holds each one's events/s, ratio to at-least-once and p50/p99 (sink readers are
 ``read_committed``: an exactly-once output counts at its transaction's commit).
@@ -101,6 +102,12 @@ def main() -> None:
         default="at_least_once",
         help="exactly_once: also run at-least-once + dedupe and exactly-once beside it",
     )
+    ap.add_argument(
+        "--commit-interval-ms",
+        type=int,
+        default=100,
+        help="exactly_once: the transactions' delivery.commit_interval_ms (default 100)",
+    )
     add_broker_arg(ap)
     args = ap.parse_args()
     if args.guarantee == "exactly_once" and args.broker != "kafka":
@@ -109,7 +116,8 @@ def main() -> None:
         )
     extra = {
         "dedupe": "  delivery: {dedupe: {window_s: 600}}\n",
-        "exactly_once": "  delivery: {guarantee: exactly_once}\n",
+        "exactly_once": "  delivery: {guarantee: exactly_once, commit_interval_ms: "
+        f"{args.commit_interval_ms}}}\n",
     }
     variants = ["dedupe", "exactly_once"] if args.guarantee == "exactly_once" else []
     var_rates: dict[str, list[float]] = {v: [] for v in variants}
@@ -246,6 +254,7 @@ def main() -> None:
             **{v: [round(r) for r in var_rates[v]] for v in variants},
         },
         "guarantee": args.guarantee,
+        "commit_interval_ms": args.commit_interval_ms if variants else None,
         "variants": {
             v: {
                 "events_per_s": round(statistics.median(var_rates[v])),

@@ -2,11 +2,12 @@
 SIGSTOP: a :class:`KafkaSource` with ``exactly_once`` delivery running a filter + convert
 pipeline (the replica's :class:`PipelineRunner`) into Kafka sinks, no Ray, no Redis.
 
-    python -m tests.integration.eos_driver BOOTSTRAP SRC SINK DLQ GROUP [DELAY_S]
+    python -m tests.integration.eos_driver BOOTSTRAP SRC SINK DLQ GROUP [DELAY_S [INTERVAL_MS]]
 
 ``DELAY_S`` makes each batch's steps, and each acknowledged send to the sink, take that long
 longer (the batch's transaction is open meanwhile, its records written), so that a SIGKILL or
-SIGSTOP lands inside a transaction.
+SIGSTOP lands inside a transaction. ``INTERVAL_MS`` is the transactions' commit interval
+(default 100).
 
 Prints ``ready`` once its consumer joined, then its counters as JSON every half second.
 """
@@ -69,7 +70,13 @@ def pipeline(src: str, sink: str, dlq: str) -> PipelineConfig:
 
 
 async def main(
-    bootstrap: str, src: str, sink: str, dlq: str, group: str, delay_s: str = "0"
+    bootstrap: str,
+    src: str,
+    sink: str,
+    dlq: str,
+    group: str,
+    delay_s: str = "0",
+    interval_ms: str = "100",
 ) -> None:
     runner = PipelineRunner(pipeline(src, sink, dlq))
     SlowSink.delay_s = float(delay_s)
@@ -89,7 +96,7 @@ async def main(
             KafkaSink(KafkaSinkConfig(topic=dlq), bootstrap_servers=bootstrap),
         ),
         fetch=FetchSettings(max_batch=500, linger_ms=5, heartbeat_interval_ms=1000),
-        delivery=DeliveryPolicy(exactly_once=True),
+        delivery=DeliveryPolicy(exactly_once=True, commit_interval_s=float(interval_ms) / 1000),
     )
     await source.start()
 
@@ -114,4 +121,4 @@ if __name__ == "__main__":
         level=logging.WARNING, format="%(asctime)s %(process)d %(levelname)s %(message)s"
     )
     logging.getLogger("eventbus.eventing.sources._kafka").setLevel(logging.INFO)
-    asyncio.run(main(*sys.argv[1:7]))
+    asyncio.run(main(*sys.argv[1:8]))

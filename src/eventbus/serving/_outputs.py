@@ -54,6 +54,7 @@ def delivery_policy(config: PipelineConfig, redis_url: str | None) -> DeliveryPo
         retry_jitter=d.backoff.jitter,
         dispatch_retries=d.retries,
         exactly_once=d.guarantee == "exactly_once",
+        commit_interval_s=d.commit_interval() / 1000,
     )
 
 

@@ -103,3 +103,38 @@ def test_every_reason_at_once() -> None:
     )
     found = problems(body)
     assert "spec.sink" in found and "spec.dead_letter" in found and "delivery.dedupe" in found
+
+
+def test_the_commit_interval_defaults_to_100_ms_and_reaches_the_sources() -> None:
+    from eventbus.serving._outputs import delivery_policy
+
+    config = load_pipeline_text(HEAD + GOOD, "p.yaml")
+    assert config.spec.delivery.commit_interval() == 100
+    assert delivery_policy(config, None).commit_interval_s == pytest.approx(0.1)
+    body = GOOD.replace("exactly_once}", "exactly_once, commit_interval_ms: 0}")
+    config = load_pipeline_text(HEAD + body, "p.yaml")
+    assert delivery_policy(config, None).commit_interval_s == 0  # a transaction per batch
+
+
+@pytest.mark.parametrize(
+    ("value", "expect"),
+    [
+        ("-1", "delivery.commit_interval_ms is -1: it must be a whole number of milliseconds"),
+        ("10001", "delivery.commit_interval_ms is 10001"),
+        ("99999999999999999999", "from 0 (a transaction per batch) to 10000"),
+        ("1.5", "delivery.commit_interval_ms is 1.5"),
+        ("'fast'", "delivery.commit_interval_ms is 'fast'"),
+        ("true", "delivery.commit_interval_ms is True"),
+        ("[100]", "delivery.commit_interval_ms is [100]"),
+    ],
+)
+def test_a_bad_commit_interval_is_refused_naming_the_range(value: str, expect: str) -> None:
+    body = GOOD.replace("exactly_once}", f"exactly_once, commit_interval_ms: {value}}}")
+    assert expect in problems(body)
+
+
+def test_a_commit_interval_without_transactions_is_refused() -> None:
+    body = GOOD.replace("{guarantee: exactly_once}", "{commit_interval_ms: 50}")
+    found = problems(body)
+    assert "delivery.commit_interval_ms is 50 but delivery.guarantee is 'at_least_once'" in found
+    assert "set guarantee: exactly_once, or drop commit_interval_ms" in found

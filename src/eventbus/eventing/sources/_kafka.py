@@ -51,7 +51,7 @@ from eventbus.eventing.sources._kafka_eos import ExactlyOnce
 from eventbus.eventing.sources._kafka_fetch import KafkaFetcher
 from eventbus.eventing.sources._kafka_retry import EventRetries, Redispatcher
 from eventbus.eventing.sources._kafka_settings import DeliveryPolicy, FetchSettings, SourceSinks
-from eventbus.eventing.sources._kafka_txn import Transactions, TransactionSkipped
+from eventbus.eventing.sources._kafka_txn import TransactionSkipped
 from eventbus.observability._metrics import LATENCY_BOUNDS_S, Histogram
 from eventbus.registry import sources
 
@@ -196,12 +196,8 @@ class KafkaSource(Draining, ExactlyOnce, Source):
             transactional=delivery.exactly_once,
         )
         self._fetcher.skips_uncommitted = delivery.exactly_once and config.start_from == "earliest"
-        #: exactly_once: one transaction per batch, one producer per input partition
-        self._txns = (
-            Transactions(self.group, self.bootstrap_servers, self.client, pipeline, self._rewind)
-            if delivery.exactly_once
-            else None
-        )
+        #: exactly_once: a transaction per partition and commit interval, one producer each
+        self._txns = self._transactions(delivery)
         self._queue: collections.deque[KafkaBatch] = collections.deque()
         self._progress = asyncio.Event()  # set whenever the queue changes or stop is asked
         self._deliverer: asyncio.Task[None] | None = None
@@ -285,12 +281,13 @@ class KafkaSource(Draining, ExactlyOnce, Source):
         gap in a partition's offsets and fetched again: Tansu only, 0 on Apache Kafka);
         exactly_once: txn_skipped (batches not committed: their transaction aborted, one before
         them of their partition did, or they were fetched before the partition was owned),
-        txn_aborts (transactions aborted), txn_fenced (refused: a newer owner fenced them)."""
+        txn_aborts (transactions aborted), txn_fenced (refused: a newer owner fenced them),
+        txn_commits (transactions committed), txn_waiting (batches sent in an open
+        transaction, waiting for its commit)."""
         out = dict(self._stats)
         out["in_flight"] = len(self._queue)
         out["gap_holds"] = self._fetcher.gaps.holds
-        out["txn_aborts"] = self._txns.aborts if self._txns is not None else 0
-        out["txn_fenced"] = self._txns.fenced if self._txns is not None else 0
+        out.update(self._txn_stats())
         return out
 
     def lag(self) -> dict[str, int]:

@@ -67,6 +67,8 @@ class Draining:
         committed: their records are delivered again to whoever consumes the partition next.
         """
         self._stopping = True
+        if self._txns is not None:  # what is open commits at the end of its batch
+            self._txns.hurry = True
         self._progress.set()
         self._fetcher.unpark()
         if self._running:
@@ -101,7 +103,9 @@ class Draining:
             await self._txns.close()
         await self._delivery.close()
 
-    async def _wait_drained(self) -> None:
+    async def _wait_drained(self, tps: set[TopicPartition] | None = None) -> None:
+        if self._txns is not None:  # commit what is open (a revocation: of ``tps``)
+            await self._txns.flush(tps)
         while self._queue and self._deliverer is not None and not self._deliverer.done():
             self._progress.clear()
             await self._progress.wait()
@@ -120,7 +124,7 @@ class Draining:
                     ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(revoked)),
                     len(self._queue),
                 )
-                await asyncio.wait_for(self._wait_drained(), self._revoke_timeout_s)
+                await asyncio.wait_for(self._wait_drained(revoked), self._revoke_timeout_s)
         except TimeoutError:
             # Bounded so that a hung sink or dispatch cannot hold the whole group's rebalance.
             # The batches still in flight finish later, but their commits are refused (the

@@ -92,15 +92,17 @@ class KafkaFetcher(Bridging, FetchWaits):
         self.gaps = OffsetGaps(gap_ms / 1000, f"kafka source {pipeline}")
         #: the running consumer; None before :meth:`start` and after :meth:`stop`.
         self.consumer: AIOKafkaConsumer | None = None
-        #: the group member, from before it starts (its rebalance callbacks may run before
-        #: ``consumer`` is set); None once stopped
-        self.member: AIOKafkaConsumer | None = None
         self._linger_s = settings.linger_ms / 1000
         self._next_fetch_at = 0.0
         self._last_records_at = 0.0  # loop time of the last fetch that returned records
         #: whether fetches long-poll now (no record for IDLE_AFTER_S)
         self.idle = False
         self._generation = 0  # bumped on each revocation: fetched records older are dropped
+        #: partitions paused while exactly_once puts them back to their committed offsets (a
+        #: park does not resume them)
+        self.held: set[TopicPartition] = set()
+        #: the group member while its start() runs (``consumer`` is set after it)
+        self.starting: AIOKafkaConsumer | None = None
         self._unparked = asyncio.Event()  # set by unpark(): a park ends at once
         self._doorbell = settings.doorbell  # None once it failed: long polls instead
         self._bridge = settings.bridge
@@ -141,7 +143,6 @@ class KafkaFetcher(Bridging, FetchWaits):
             self.config.offset_gap_wait_ms, self.bootstrap_servers, self.client
         )
         consumer = AIOKafkaConsumer(group_id=self.group, **self._consumer_kwargs())
-        self.member = consumer
         listener = _Listener(on_revoked, self._assigned_hook(on_assigned, on_bridged))
         consumer.subscribe(self.config.topics, listener=listener)
         # idle (long poll, park) only after IDLE_AFTER_S without records from now: not while
@@ -173,11 +174,16 @@ class KafkaFetcher(Bridging, FetchWaits):
                 consumer.start(), name=f"eventbus-{self.group}-join"
             )
             return
+        # aiokafka's start() returns once the first assignment is made, while its callback
+        # may still run: exactly_once puts the partitions back through this one meanwhile
+        self.starting = consumer
         try:
             await consumer.start()
         except (KafkaError, KeyError):
             await consumer.stop()
             raise
+        finally:
+            self.starting = None
         self.consumer = consumer
 
     def _consumer_kwargs(self) -> dict[str, Any]:
@@ -209,7 +215,6 @@ class KafkaFetcher(Bridging, FetchWaits):
         """Leave the group (idempotent)."""
         consumer, self.consumer = self.consumer, None
         member, self._group = self._group, None
-        self.member = None
         joining, self._joining = self._joining, None
         if joining is not None:
             joining.cancel()

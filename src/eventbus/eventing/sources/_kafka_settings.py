@@ -174,9 +174,11 @@ class DeliveryPolicy:
             before the source stops (:class:`SourceStalledError`; nothing is committed past
             it, so its events are consumed again).
         drain_timeout_s: how long stopping waits for the batches in flight.
-        exactly_once: each batch's outputs, dead letters and offsets go in one Kafka
+        exactly_once: each batch's outputs, dead letters and offsets go in a Kafka
             transaction (one partition per batch, one transactional producer per input
             partition; see ``_kafka_txn``); no dedupe, no consumer commits.
+        commit_interval_s: exactly_once: how long a partition's transaction stays open for
+            its next batches before it commits (0: a transaction per batch).
 
     Example:
         >>> DeliveryPolicy(retry_initial_s=0.1, retry_max_s=0.3, retry_jitter=0).backoff_s(3)
@@ -192,6 +194,7 @@ class DeliveryPolicy:
     give_up_s: float = GIVE_UP_S
     drain_timeout_s: float = 30.0
     exactly_once: bool = False
+    commit_interval_s: float = 0.1
     backoff: Backoff = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

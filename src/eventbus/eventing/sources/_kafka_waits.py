@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from eventbus.eventing._aiokafka_adapter import quiet_fetch_routine, set_fetch_wait
 from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
@@ -40,6 +40,7 @@ class FetchWaits:
     _unparked: asyncio.Event
     _doorbell: Doorbell | None
     _tansu: bool
+    held: set[TopicPartition]
 
     def unpark(self) -> None:
         """End a park now (the source stops); later parks are not affected."""
@@ -69,7 +70,8 @@ class FetchWaits:
                 for task in (rung, unparked):
                     task.cancel()
                 await asyncio.gather(rung, unparked, return_exceptions=True)
-                owned = parts & consumer.assignment()  # a rebalance may have moved some
+                # a rebalance may have moved some; a take holds its own paused
+                owned = (parts & consumer.assignment()) - self.held
                 if owned:
                     consumer.resume(*owned)  # wakes the fetch routine at once
         if rung.done() and not rung.cancelled() and rung.exception() is not None:
