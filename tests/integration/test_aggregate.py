@@ -307,19 +307,28 @@ async def test_a_redeploy_mid_stream_neither_loses_nor_double_counts(
     def applied() -> int:
         return int(client.zcard(seen))
 
+    redeployed = asyncio.Event()
+
     async def stream() -> None:
         size = REDEPLOY_N // PARTITIONS // CHUNKS
         for c in range(CHUNKS):
+            if c == CHUNKS - CHUNKS // 4:
+                # the last quarter only once the redeploy ended (however long it took on a
+                # loaded machine): the new replica has events still to merge
+                await redeployed.wait()
             chunk = {p: recs[c * size : (c + 1) * size] for p, recs in parts.items()}
             await produce_bulk(kafka_bootstrap, topic, chunk)
             await asyncio.sleep(PACE_S)  # a live stream's pace, not a wait for a condition
 
     async def redeploy() -> int:
-        await wait_for(lambda: applied() >= REDEPLOY_N // 10, 120, "10% applied")
-        changed = json.loads(json.dumps(spec))
-        changed["spec"]["serving"]["batch"]["linger_ms"] = 6  # a new version
-        await asyncio.to_thread(deploy_pipeline, changed)
-        return applied()
+        try:
+            await wait_for(lambda: applied() >= REDEPLOY_N // 10, 120, "10% applied")
+            changed = json.loads(json.dumps(spec))
+            changed["spec"]["serving"]["batch"]["linger_ms"] = 6  # a new version
+            await asyncio.to_thread(deploy_pipeline, changed)
+            return applied()
+        finally:
+            redeployed.set()
 
     _, at_redeploy = await asyncio.gather(stream(), redeploy())
     # the redeploy ended while the stream still had events to merge
