@@ -129,3 +129,23 @@ def test_test_command_runs_sql_and_pattern_filters(tmp_path: Path) -> None:
     res = runner.invoke(app, ["test", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert "1 passed, 0 failed" in res.output
+
+
+def test_test_command_runs_a_jsonata_convert(tmp_path: Path) -> None:
+    """``eventbus test`` runs a JSONata convert (the whole event in, the whole event out)."""
+    (tmp_path / "p.yaml").write_text(
+        "apiVersion: eventbus/v1\nkind: Pipeline\nmetadata: {name: reshape}\nspec:\n"
+        "  sources: [{kafka: {topic: a}}]\n  steps:\n"
+        "    - id: total\n      convert:\n        jsonata: >-\n"
+        "          {'specversion': '1.0', 'id': id, 'source': source, 'type': type & '.priced',\n"
+        "          'data': {'total': data.price * data.qty}}\n"
+        "  sink: {kafka: {topic: b}}\n"
+    )
+    (tmp_path / "p_test.yaml").write_text(
+        "tests:\n  - name: priced\n    input:\n"
+        "      - {type: order, data: {price: 2.5, qty: 4}}\n"
+        "    output:\n      - {type: order.priced, data: {total: 10}}\n"
+    )
+    res = runner.invoke(app, ["test", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "1 passed, 0 failed" in res.output

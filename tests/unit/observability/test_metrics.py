@@ -336,8 +336,8 @@ def test_status_prints_each_aggregate_step_line() -> None:
 
 
 def test_topology_labels_the_new_filter_dialects_and_enrich() -> None:
-    """The dashboard's step boxes say what a sql/pattern filter and an enrich step do (not
-    only their keys), and an enrich URL's credentials are not shown."""
+    """The dashboard's step boxes say what a sql/pattern filter, a JSONata convert and an
+    enrich step do (not only their keys), and an enrich URL's credentials are not shown."""
     from eventbus.observability._view import topology
 
     doc = {
@@ -355,6 +355,8 @@ def test_topology_labels_the_new_filter_dialects_and_enrich() -> None:
                     "enrich": {"http": {"url": "http://u:pw@h/c/{data.id}"}, "into": "data.c"},
                 },
                 {"id": "r", "enrich": {"redis": {"key": "'c:' + data.id"}}},
+                {"id": "j", "convert": {"jsonata": "$merge([$, {'type': type & '.v2'}])"}},
+                {"id": "s", "convert": {"set": {"data.x": "1"}, "remove": ["data.y"]}},
             ],
             "sink": {"kafka": {"topic": "b"}},
         },
@@ -367,3 +369,5 @@ def test_topology_labels_the_new_filter_dialects_and_enrich() -> None:
         details["e"].startswith("GET http://h/c/{data.id} -> data.c") and "pw" not in details["e"]
     )
     assert details["r"] == "redis 'c:' + data.id"
+    assert details["j"] == "jsonata: $merge([$, {'type': type & '.v2'}])"
+    assert details["s"] == "remove, set"

@@ -177,12 +177,22 @@ def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool | str]
     return out
 
 
+def _describe(raw: Any) -> str:
+    """The dashboard's short label of a convert: its JSONata expression, else its keys."""
+    if not isinstance(raw, dict):
+        return ""
+    if isinstance(raw.get("jsonata"), str):
+        return f"jsonata: {' '.join(raw['jsonata'].split())}"[:160]
+    return ", ".join(sorted(raw))
+
+
 @steps.register(
     "convert",
     config=ConvertConfig,
     description="Rewrite events.",
     pure=True,
     expressions=_expressions,
+    describe=_describe,
     example={"set": {"data.seen": "true", "type": "'converted'"}},
 )
 def build_convert(step_id: str, config: ConvertConfig, context: StepContext) -> ConvertStep:
