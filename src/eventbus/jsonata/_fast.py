@@ -24,39 +24,24 @@ from typing import Any
 
 from eventbus.jsonata import _fast_rt as rt
 from eventbus.jsonata._errors import JSONataError
+from eventbus.jsonata._fast_paths import (
+    ATTRS,
+    CLEAN_RESULTS,
+    COMPARE,
+    FUNCTIONS,
+    MAX_INDENT,
+    MAX_NODES,
+    PathForms,
+    Unsupported,
+)
 from eventbus.jsonata._ops import binary_fn
 from eventbus.jsonata._parser import Node
 from eventbus.jsonata._values import UNDEFINED, Builtin, Cons, Seq, to_boolean
 
 __all__ = ["FUNCTIONS", "generate"]
 
-#: the standard-library functions the fast path calls itself
-FUNCTIONS = frozenset(["uppercase", "lowercase", "string", "number", "join", "length", "sum",
-                       "count", "exists", "substring", "contains", "trim"])  # fmt: skip
-#: attributes that put a node outside the subset
-_ATTRS = ("predicate", "group", "keepArray", "focus", "index", "tuple", "ancestor", "consarray",
-          "seekingParent", "keepSingletonArray", "stages", "thunk")  # fmt: skip
-_STR_RESULTS = frozenset(["uppercase", "lowercase", "string", "join", "substring", "trim"])
-_CLEAN_RESULTS = _STR_RESULTS | {"length", "count", "exists", "contains"}
-_COMPARE = frozenset(["<", "<=", ">", ">=", "=", "!="])
-_BOOLISH = _COMPARE | {"and", "or"}
-_MAX_INDENT = 40
-_MAX_NODES = 2000
 
-
-class Unsupported(Exception):  # noqa: N818 - a signal, not an error
-    """The expression is outside the subset."""
-
-
-def _first(inp: Any, env: Any) -> Any:
-    return inp[0]
-
-
-def _second(inp: Any, env: Any) -> Any:
-    return inp[1]
-
-
-class _Gen:
+class _Gen(PathForms):
     def __init__(self, builtins: dict[str, Any]) -> None:
         self.builtins = builtins
         self.lines: list[str] = []
@@ -69,6 +54,7 @@ class _Gen:
         self.n = 0
         self.nodes = 0
         self.uses_steps = False
+        self.defined: set[str] = set()  # temporaries never undefined
         self.uses_length = False
 
     def const(self, value: Any) -> str:
@@ -81,7 +67,7 @@ class _Gen:
         return f"t{self.n}"
 
     def emit(self, ind: int, line: str) -> None:
-        if ind > _MAX_INDENT:
+        if ind > MAX_INDENT:
             raise Unsupported("nested too deeply")
         self.lines.append("    " * ind + line)
 
@@ -90,10 +76,10 @@ class _Gen:
 
     def expr(self, node: Node, c: str, ind: int) -> tuple[str, bool]:
         self.nodes += 1
-        if self.nodes > _MAX_NODES:
+        if self.nodes > MAX_NODES:
             raise Unsupported("too large")
         t = node.type
-        if t != "path" and any(node.get(a) for a in _ATTRS):
+        if t != "path" and any(node.get(a) for a in ATTRS):
             raise Unsupported(t)
         if t in ("string", "value"):
             return self.const(node.value), True
@@ -129,17 +115,19 @@ class _Gen:
             self.emit(ind + 1, f"{r} = {b} is True or ({b} is not False and TB({b}) is True)")
             self.emit(ind, f"else: {r} = {op == 'or'}")
             return r, True
-        if op not in _COMPARE and op not in ("+", "-", "*", "/", "%", "&"):
+        if op not in COMPARE and op not in ("+", "-", "*", "/", "%", "&"):
             raise Unsupported(op)
         a, _ = self.expr(node.lhs, c, ind)
         b, _ = self.expr(node.rhs, c, ind)
         if op == "&":
-            self.emit(ind, f"{r} = ({a} if {a}.__class__ is S else SP({a})) + "
-                           f"({b} if {b}.__class__ is S else SP({b}))")  # fmt: skip
+            parts = [x if self.names.get(x).__class__ is str else
+                     f"({x} if {x}.__class__ is S else SP({x}))" for x in (a, b)]  # fmt: skip
+            self.emit(ind, f"{r} = {parts[0]} + {parts[1]}")
             self.emit(ind, f"if len({r}) > ML: TL(len({r}), ML)")
             self.uses_length = True
+            self.defined.add(r)
             return r, True
-        slow = self.const(binary_fn(op, _first, _second, node.position))
+        slow = self.const(binary_fn(op, rt.first, rt.second, node.position))
         num_a = f"({a}.__class__ is I or {a}.__class__ is F)"
         num_b = f"({b}.__class__ is I or {b}.__class__ is F)"
         if op in ("+", "-", "*"):
@@ -172,8 +160,10 @@ class _Gen:
         r = self.tmp()
         if node.value == "-":
             a, _ = self.expr(node.expression, c, ind)
-            neg = self.const(_neg(node.position))
-            self.emit(ind, f"{r} = -{a} if {a}.__class__ is I or {a}.__class__ is F else {neg}({a})")
+            neg = self.const(rt.negate(node.position))
+            self.emit(
+                ind, f"{r} = -{a} if {a}.__class__ is I or {a}.__class__ is F else {neg}({a})"
+            )
             return r, True
         if node.value == "[":
             self.emit(ind, f"{r} = []")
@@ -192,21 +182,28 @@ class _Gen:
         keys = [k.value for k, _ in node.lhs if k.type == "string" and not k.get("predicate")]
         if len(keys) != len(node.lhs) or len(set(keys)) != len(keys):
             raise Unsupported("computed keys")
-        self.emit(ind, f"if isinstance({c}, L): raise FB")
-        self.emit(ind, f"{r} = {{}}")
+        if c != "data":  # the input is never an array here
+            self.emit(ind, f"if isinstance({c}, L): raise FB")
+        entries, maybe = [], []
         for key, (_, value) in zip(keys, node.lhs, strict=True):
             v, ok = self.expr(value, c, ind)
             k = self.const(key)
-            if ok:
-                self.emit(ind, f"if {v} is not U: {r}[{k}] = {v}")
-            else:
-                self.emit(ind, f"if {v} is not U: {r}[{k}] = {v} if {v}.__class__ is S or "
-                               f"{v}.__class__ is I else PV({v})")  # fmt: skip
+            entries.append(
+                f"{k}: {v}"
+                if ok
+                else f"{k}: {v} if {v}.__class__ is S or {v}.__class__ is I else PV({v})"
+            )
+            if v not in self.defined and (v not in self.names or self.names[v] is UNDEFINED):
+                maybe.append(k)
+        self.emit(ind, f"{r} = {{{', '.join(entries)}}}")
+        for k in maybe:  # undefined values leave their keys out (the others keep their order)
+            self.emit(ind, f"if {r}[{k}] is U: del {r}[{k}]")
+        self.defined.add(r)
         return r, True
 
     def call(self, node: Node, c: str, ind: int) -> tuple[str, bool]:
         proc = node.procedure
-        if proc.type != "variable" or any(proc.get(a) for a in _ATTRS):
+        if proc.type != "variable" or any(proc.get(a) for a in ATTRS):
             raise Unsupported("call")
         name = proc.value
         builtin = self.builtins.get(name)
@@ -233,137 +230,9 @@ class _Gen:
             self.emit(ind, f"else: {r} = {slow}")
         else:
             self.emit(ind, f"{r} = {slow}")
-        return r, name in _CLEAN_RESULTS
+        return r, name in CLEAN_RESULTS
 
     # -- paths
-
-    def path(self, node: Node, c: str, ind: int) -> str:
-        steps = node.steps
-        if any(node.get(a) for a in ("group", "keepSingletonArray", "tuple", "seekingParent",
-                                     "predicate", "keepArray")):  # fmt: skip
-            raise Unsupported("path")
-        for i, s in enumerate(steps):
-            if s.type not in ("name", "function", "block") or (i == 0 and s.type == "function"):
-                raise Unsupported("step")
-            if any(s.get(a) for a in _ATTRS if a != "stages"):
-                raise Unsupported("step")
-            if any(st.type != "filter" for st in s.get("stages") or ()):
-                raise Unsupported("stage")
-        r = self.tmp()
-        names = [s.value for s in steps if s.type == "name" and not s.get("stages")]
-        if len(names) == len(steps):  # objects all the way inline, else the helper maps
-            cond, v = self._chain(names, c)
-            self.emit(ind, f"if {cond}: {r} = {v}")
-            self.emit(ind, f"else: {r} = NP({c}, {self.const(tuple(names))}, budget)")
-            return r
-        prefix = 0
-        while steps[prefix].type == "name" and not steps[prefix].get("stages"):
-            prefix += 1
-        self.emit(ind, "while True:")
-        i1 = ind + 1
-        seq = self.tmp()
-        if prefix:  # leading names over objects: one object to go on from
-            cond, v = self._chain([s.value for s in steps[:prefix]], c)
-            self.emit(i1, f"if {cond} and {v}.__class__ is D: {seq} = ({v},)")
-            self.emit(i1, "else:")
-            self._steps(steps[:prefix], c, seq, r, i1 + 1, False)
-        else:
-            self._steps([], c, seq, r, i1, False)
-        self._steps(steps[prefix:], c, seq, r, i1, True)
-        self.emit(i1, f"{r} = {seq}[0] if len({seq}) == 1 else {seq}")
-        self.emit(i1, "break")
-        return r
-
-    def _steps(self, steps: list[Node], c: str, seq: str, r: str, i1: int, final: bool) -> None:
-        """Map each step over ``seq`` (from ``c`` where no step went before), flattening."""
-        if not final or not steps:
-            self.emit(i1, f"{seq} = {c} if isinstance({c}, L) else ({c},)")
-        for k, step in enumerate(steps):
-            last = final and k == len(steps) - 1
-            raw, it = self.tmp(), self.tmp()
-            self.uses_steps = True
-            self.emit(i1, f"N -= len({seq})")
-            self.emit(i1, "if N < 0: SX()")
-            # a step whose values are never arrays, or not the last: one sequence, spliced as
-            # it is built; the last step's single array is the path's value as it is
-            scalar = (step.type == "function" and not step.get("stages")
-                      and step.procedure.value in _CLEAN_RESULTS)  # fmt: skip
-            self.emit(i1, f"{raw} = Q()" if scalar or not last else f"{raw} = []")
-            self.emit(i1, f"for {it} in {seq}:")
-            v = self._step(step, it, i1 + 1)
-            if scalar or not last:
-                if not scalar:
-                    self.emit(i1 + 1, f"if isinstance({v}, L) and {v}.__class__ is not C: "
-                                      f"{raw}.extend({v})")  # fmt: skip
-                    self.emit(i1 + 1, f"elif {v} is not U: {raw}.append({v})")
-                else:
-                    self.emit(i1 + 1, f"if {v} is not U: {raw}.append({v})")
-                self.emit(i1, f"{seq} = {raw}")
-                self.emit(i1, f"if not {seq}: {r} = U; break")
-                continue
-            self.emit(i1 + 1, f"if {v} is not U: {raw}.append({v})")
-            self.emit(i1, f"if not {raw}: {r} = U; break")
-            self.emit(i1, f"if len({raw}) == 1 and isinstance({raw}[0], L) and "
-                          f"{raw}[0].__class__ is not Q: {r} = {raw}[0]; break")  # fmt: skip
-            self.emit(i1, f"{seq} = FL({raw})")
-            self.emit(i1, f"if not {seq}: {r} = U; break")
-
-    def _chain(self, keys: list[str], c: str) -> tuple[str, str]:
-        """The condition that every key but the last meets an object, and the last value."""
-        v = self.tmp()
-        parts = [f"{c}.__class__ is D"]
-        src = c
-        for key in keys[:-1]:
-            parts.append(f"({v} := {src}.get({self.const(key)}, U)).__class__ is D")
-            src = v
-        parts.append(f"({v} := {src}.get({self.const(keys[-1])}, U)) is not FB")
-        return " and ".join(parts), v
-
-    def _step(self, step: Node, it: str, ind: int) -> str:
-        if step.type == "name":
-            v = self.tmp()
-            k = self.const(step.value)
-            self.emit(ind, f"{v} = {it}.get({k}, U) if {it}.__class__ is D else NM({it}, {k})")
-        elif step.type == "function":
-            v, _ = self.call(step, it, ind)
-        else:
-            v, _ = self.expr(step, it, ind)
-        for st in step.get("stages") or ():
-            pred = st.expr
-            if pred.type == "number" and not any(pred.get(a) for a in _ATTRS):
-                self.emit(ind, f"{v} = BI({v}, {self.const(math.floor(pred.value))})")
-                continue
-            items, out, x, i, n = self.tmp(), self.tmp(), self.tmp(), self.tmp(), self.tmp()
-            boolish = (pred.type == "binary" and pred.value in _BOOLISH) or (
-                pred.type == "function" and pred.procedure.value in ("exists", "contains"))
-            self.emit(ind, f"{items} = {v} if isinstance({v}, L) else [{v}]")
-            self.emit(ind, f"{n} = len({items})")
-            self.emit(ind, f"N -= {n}")
-            self.emit(ind, "if N < 0: SX()")
-            self.uses_steps = True
-            self.emit(ind, f"{out} = Q()")
-            if boolish:  # True, False or undefined: kept on True only
-                self.emit(ind, f"for {x} in {items}:")
-                p, _ = self.expr(pred, x, ind + 1)
-                self.emit(ind + 1, f"if {p} is True: {out}.append({x})")
-            else:
-                self.emit(ind, f"for {i}, {x} in enumerate({items}):")
-                p, _ = self.expr(pred, x, ind + 1)
-                self.emit(ind + 1, f"if {p} is True: {out}.append({x})")
-                self.emit(ind + 1, f"elif {p} is not False: {out}.extend([{x}] * KC({p}, {i}, {n}))")
-            self.emit(ind, f"{v} = {out}")
-        return v
-
-
-def _neg(position: int) -> Callable[[Any], Any]:
-    from eventbus.jsonata._errors import fail
-
-    def neg(v: Any) -> Any:
-        if v is UNDEFINED:
-            return UNDEFINED
-        raise fail("D1002", "Cannot negate a non-numeric value", position, v)
-
-    return neg
 
 
 _ERRORS = (TypeError, AttributeError, KeyError, IndexError, ValueError, ArithmeticError,
@@ -406,7 +275,7 @@ def generate(tree: Node, builtins: dict[str, Any], slow: Callable[..., Any],
             "        return SLOW(data, bindings, budget)"]  # fmt: skip
     source = "\n".join(head + body + tail)
     namespace = dict(gen.names)
-    exec(compile(source, "<jsonata fast path>", "exec"), namespace)  # noqa: S102 - no user text
+    exec(compile(source, "<jsonata fast path>", "exec"), namespace)
     fn: Callable[..., Any] = namespace["evaluate"]
     fn.__doc__ = source  # for debugging: the generated source
     return fn

@@ -16,6 +16,9 @@ from eventbus.jsonata._values import UNDEFINED, Cons, Frame, Seq, State, to_bool
 __all__ = [
     "Fallback",
     "by_index",
+    "first",
+    "negate",
+    "second",
     "call_builtin",
     "flatten",
     "keep_count",
@@ -27,7 +30,7 @@ __all__ = [
 ]
 
 
-class Fallback(Exception):  # noqa: N818 - a signal, not an error
+class Fallback(Exception):
     """Raised by generated code for a case it leaves to the closures (evaluated again there)."""
 
 
@@ -141,3 +144,24 @@ def steps_spent() -> None:
     """The step budget's error."""
     msg = "Expression evaluation exceeded its step budget (max_steps); check for an infinite loop"
     raise fail("U1001", msg)
+
+
+def first(inp: Any, env: Any) -> Any:
+    """The left operand, for an operator's closure called on ``(a, b)``."""
+    return inp[0]
+
+
+def second(inp: Any, env: Any) -> Any:
+    """The right operand, for an operator's closure called on ``(a, b)``."""
+    return inp[1]
+
+
+def negate(position: int) -> Callable[[Any], Any]:
+    """Unary minus of something other than a number (the closures' errors)."""
+
+    def neg(v: Any) -> Any:
+        if v is UNDEFINED:
+            return UNDEFINED
+        raise fail("D1002", "Cannot negate a non-numeric value", position, v)
+
+    return neg

@@ -17,7 +17,7 @@ from eventbus import jsonata
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "conformance" / "jsonata"))
 
-import _suite  # noqa: E402
+import _suite
 
 
 def _identical(a: Any, b: Any) -> bool:
