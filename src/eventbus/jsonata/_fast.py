@@ -235,6 +235,7 @@ class _Gen(PathForms):
     # -- paths
 
 
+_PLAIN_ITEMS = frozenset([str, int, bool, type(None)])
 _ERRORS = (TypeError, AttributeError, KeyError, IndexError, ValueError, ArithmeticError,
            RecursionError, rt.Fallback)  # fmt: skip
 
@@ -249,6 +250,12 @@ def generate(tree: Node, builtins: dict[str, Any], slow: Callable[..., Any],
         return None
 
     def clean_value(v: Any) -> Any:
+        if v.__class__ is Seq or v.__class__ is list:  # scalars only: plain() would copy it
+            for x in v:
+                if x.__class__ not in _PLAIN_ITEMS:
+                    break
+            else:
+                return list(v)
         try:
             return plain(v)
         except JSONataError:

@@ -84,7 +84,20 @@ class PathForms:
         self.emit(ind, "while True:")
         i1 = ind + 1
         seq = self.tmp()
-        if prefix:  # leading names over objects: one object to go on from
+        if prefix and prefix < len(steps) - 1:  # names over objects, then one step on one object
+            cond, v = self._chain([s.value for s in steps[:prefix]], c)
+            self.emit(i1, f"if {cond} and ({seq} := {v}).__class__ is D:")
+            one = self._step(steps[prefix], seq, i1 + 1)
+            self.emit(
+                i1 + 1, f"if isinstance({one}, L) and {one}.__class__ is not C: {seq} = {one}"
+            )
+            self.emit(i1 + 1, f"elif {one} is U: {r} = U; break")
+            self.emit(i1 + 1, f"else: {seq} = ({one},)")
+            self.emit(i1 + 1, f"if not {seq}: {r} = U; break")
+            self.emit(i1, "else:")
+            self._steps(steps[: prefix + 1], c, seq, r, i1 + 1, False)
+            prefix += 1
+        elif prefix:  # leading names over objects: one object to go on from
             cond, v = self._chain([s.value for s in steps[:prefix]], c)
             self.emit(i1, f"if {cond} and ({seq} := {v}).__class__ is D: {seq} = ({seq},)")
             self.emit(i1, "else:")
