@@ -215,3 +215,15 @@ def test_fast_expression_pickles() -> None:
     expr = pickle.loads(pickle.dumps(jsonata.compile("data.tags[$ != 'eu'].$uppercase($)")))
     assert expr.fast_path
     assert expr.evaluate({"data": {"tags": ["eu", "de"]}}) == "DE"
+
+
+def test_large_and_deep_expressions_run_the_closures() -> None:
+    wide = jsonata.compile("[" + ", ".join(["a"] * 3000) + "]")
+    assert not wide.fast_path
+    assert wide.evaluate({"a": 1}) == [1] * 3000
+    deep = jsonata.compile(" and ".join(f"(a = {i} or" for i in range(60)) + " true" + ")" * 60)
+    assert not deep.fast_path
+    assert deep.evaluate({"a": 0}) is True
+    nested = jsonata.compile("a" + "[b" * 30 + "]" * 30)
+    assert not nested.fast_path
+    assert nested.evaluate({"a": {"b": True}}) is jsonata.UNDEFINED  # b[b] on true: nothing
