@@ -282,7 +282,11 @@ def generate(tree: Node, builtins: dict[str, Any], slow: Callable[..., Any],
             "        return SLOW(data, bindings, budget)"]  # fmt: skip
     source = "\n".join(head + body + tail)
     namespace = dict(gen.names)
-    exec(compile(source, "<jsonata fast path>", "exec"), namespace)
+    try:
+        code = compile(source, "<jsonata fast path>", "exec")
+    except (SyntaxError, RecursionError):  # more nested blocks than Python compiles: closures
+        return None
+    exec(code, namespace)
     fn: Callable[..., Any] = namespace["evaluate"]
     fn.__doc__ = source  # for debugging: the generated source
     return fn

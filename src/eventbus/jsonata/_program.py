@@ -104,7 +104,12 @@ def plain(v: Any) -> Any:
 
 
 class Expression:
-    """A compiled JSONata expression; :meth:`evaluate` is safe to call from many threads."""
+    """A compiled JSONata expression; :meth:`evaluate` is safe to call from many threads.
+
+    Where the expression is in the fast path's subset (:mod:`eventbus.jsonata._fast`),
+    ``evaluate`` is the generated function (``fast_path`` is True), with the same results and
+    errors; ``Expression.evaluate(expr, ...)`` always runs the closures.
+    """
 
     def __init__(self, source: str, track_depth: bool = False) -> None:
         if len(source) > MAX_EXPRESSION_CHARS:

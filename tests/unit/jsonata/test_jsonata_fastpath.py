@@ -224,6 +224,9 @@ def test_large_and_deep_expressions_run_the_closures() -> None:
     deep = jsonata.compile(" and ".join(f"(a = {i} or" for i in range(60)) + " true" + ")" * 60)
     assert not deep.fast_path
     assert deep.evaluate({"a": 0}) is True
+    blocks = jsonata.compile("a.b" + "[c.d" * 12 + " = 1" + "]" * 12)  # > 20 nested loops
+    assert not blocks.fast_path
+    assert blocks.evaluate({"a": {"b": 1}}) is jsonata.UNDEFINED
     nested = jsonata.compile("a" + "[b" * 30 + "]" * 30)
     assert not nested.fast_path
     assert nested.evaluate({"a": {"b": True}}) is jsonata.UNDEFINED  # b[b] on true: nothing
