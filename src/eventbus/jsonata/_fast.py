@@ -55,6 +55,7 @@ class _Gen(PathForms):
         self.nodes = 0
         self.uses_steps = False
         self.defined: set[str] = set()  # temporaries never undefined
+        self.scalar_items: set[str] = set()  # temporaries holding scalars or sequences of them
         self.uses_length = False
 
     def const(self, value: Any) -> str:
@@ -136,8 +137,11 @@ class _Gen(PathForms):
             else:
                 self.emit(ind, f"if {num_a} and {num_b}:")
             self.emit(ind + 1, f"{r} = {a} {op} {b}")
-            self.emit(ind + 1, f"if {r} - {r} != 0.0 or ({r}.__class__ is I and "
-                               f"not -9223372036854775808 < {r} < 9223372036854775808):")  # fmt: skip
+            if float in (self.names.get(a).__class__, self.names.get(b).__class__):
+                self.emit(ind + 1, f"if {r} - {r} != 0.0:")  # a float literal: a float
+            else:
+                self.emit(ind + 1, f"if {r} - {r} != 0.0 or ({r}.__class__ is I and "
+                                   f"not -9223372036854775808 < {r} < 9223372036854775808):")  # fmt: skip
             self.emit(ind + 2, f"{r} = {slow}(({a}, {b}), None)")
             self.emit(ind, f"else: {r} = {slow}(({a}, {b}), None)")
             return r, True
@@ -274,8 +278,13 @@ def generate(tree: Node, builtins: dict[str, Any], slow: Callable[..., Any],
         head.append("        ML = budget.max_length")
     if gen.uses_steps:
         head.append("        N = budget.max_steps")
-    tail = [f"        return {r}" if clean else
-            f"        return PV({r}) if isinstance({r}, (D, L)) else {r}",
+    if clean:
+        ret = f"        return {r}"
+    elif r in gen.scalar_items:
+        ret = f"        return L({r}) if {r}.__class__ is Q else {r}"
+    else:
+        ret = f"        return PV({r}) if isinstance({r}, (D, L)) else {r}"
+    tail = [ret,
             "    except JE:",
             "        raise",
             "    except ERRORS:",

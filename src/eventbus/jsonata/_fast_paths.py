@@ -43,6 +43,7 @@ class PathForms:
 
     names: dict[str, Any]
     uses_steps: bool
+    scalar_items: set[str]
 
     def emit(self, ind: int, line: str) -> None:  # provided by the generator
         raise NotImplementedError
@@ -87,7 +88,7 @@ class PathForms:
         if prefix and prefix < len(steps) - 1:  # names over objects, then one step on one object
             cond, v = self._chain([s.value for s in steps[:prefix]], c)
             self.emit(i1, f"if {cond} and ({seq} := {v}).__class__ is D:")
-            one = self._step(steps[prefix], seq, i1 + 1)
+            one = self._step(steps[prefix], seq, i1 + 1, is_object=True)
             self.emit(
                 i1 + 1, f"if isinstance({one}, L) and {one}.__class__ is not C: {seq} = {one}"
             )
@@ -107,6 +108,10 @@ class PathForms:
         self._steps(steps[prefix:], c, seq, r, i1, True)
         self.emit(i1, f"{r} = {seq}[0] if len({seq}) == 1 else {seq}")
         self.emit(i1, "break")
+        last = steps[-1]
+        if last.type == "function" and not last.get("stages"):
+            if last.procedure.value in CLEAN_RESULTS:  # a scalar or a sequence of scalars
+                self.scalar_items.add(r)
         return r
 
     def _steps(self, steps: list[Node], c: str, seq: str, r: str, i1: int, final: bool) -> None:
@@ -153,11 +158,14 @@ class PathForms:
             src = v
         return " and ".join(parts), f"{src}.get({self.const(keys[-1])}, U)"
 
-    def _step(self, step: Node, it: str, ind: int) -> str:
+    def _step(self, step: Node, it: str, ind: int, is_object: bool = False) -> str:
         if step.type == "name":
             v = self.tmp()
             k = self.const(step.value)
-            self.emit(ind, f"{v} = {it}.get({k}, U) if {it}.__class__ is D else NM({it}, {k})")
+            if is_object:
+                self.emit(ind, f"{v} = {it}.get({k}, U)")
+            else:
+                self.emit(ind, f"{v} = {it}.get({k}, U) if {it}.__class__ is D else NM({it}, {k})")
         elif step.type == "function":
             v, _ = self.call(step, it, ind)
         else:
