@@ -3,7 +3,7 @@ function (``compile()`` once), which replaces :meth:`Expression.evaluate` for th
 
 The subset: paths of names (mapping over arrays and flattening, as every path does),
 predicates ``[...]`` on their steps, function-call steps (``.$uppercase($)``), ``$``, literals,
-``+ - * / %``, comparisons, ``=``/``!=``, ``and``/``or``, ``&``, unary minus, array and object
+``+ - * / %``, comparisons, ``=``/``!=``, ``and``/``or``, ``&``, ``? :``, unary minus, array and object
 constructors (literal, distinct keys), and calls of :data:`FUNCTIONS`. Anything else (and
 bindings passed to ``evaluate``, or an array as the input) runs the closures instead. A case
 the generated code does not handle inline calls the same helpers the closures use, or raises
@@ -98,6 +98,8 @@ class _Gen(PathForms):
             return self.unary(node, c, ind)
         if t == "function":
             return self.call(node, c, ind)
+        if t == "condition":
+            return self.condition(node, c, ind)
         if t == "block":  # ( ... ): no bindings in the subset, so no frame of its own
             r, clean = "U", True
             for e in node.expressions:
@@ -160,7 +162,22 @@ class _Gen(PathForms):
         self.emit(ind, f"{r} = {a} {pyop} {b} if {same} else {slow}(({a}, {b}), None)")
         return r, True
 
+    def condition(self, node: Node, c: str, ind: int) -> tuple[str, bool]:
+        r = self.tmp()
+        test, _ = self.expr(node.condition, c, ind)
+        self.emit(ind, f"if {test} is True or ({test} is not False and TB({test}) is True):")
+        then, clean = self.expr(node.then, c, ind + 1)
+        self.emit(ind + 1, f"{r} = {then}")
+        self.emit(ind, "else:")
+        if node.other is None:
+            self.emit(ind + 1, f"{r} = U")
+            return r, clean
+        other, clean_other = self.expr(node.other, c, ind + 1)
+        self.emit(ind + 1, f"{r} = {other}")
+        return r, clean and clean_other
+
     def unary(self, node: Node, c: str, ind: int) -> tuple[str, bool]:
+
         r = self.tmp()
         if node.value == "-":
             a, _ = self.expr(node.expression, c, ind)

@@ -120,8 +120,11 @@ def _expr(rng: random.Random, depth: int = 0) -> str:
         return "$"
     if roll < 0.75:
         return f"({_expr(rng, depth + 1)} {rng.choice(_OPS)} {_expr(rng, depth + 1)})"
-    if roll < 0.8:
+    if roll < 0.77:
         return f"-{_expr(rng, depth + 1)}"
+    if roll < 0.8:
+        other = f" : {_expr(rng, depth + 1)}" if rng.random() < 0.7 else ""
+        return f"({_expr(rng, depth + 1)} ? {_expr(rng, depth + 1)}{other})"
     if roll < 0.87:
         return "[" + ", ".join(_expr(rng, depth + 1) for _ in range(rng.randint(0, 3))) + "]"
     if roll < 0.93:
