@@ -109,9 +109,9 @@ class PathForms:
         self.emit(i1, f"{r} = {seq}[0] if len({seq}) == 1 else {seq}")
         self.emit(i1, "break")
         last = steps[-1]
-        if last.type == "function" and not last.get("stages"):
-            if last.procedure.value in CLEAN_RESULTS:  # a scalar or a sequence of scalars
-                self.scalar_items.add(r)
+        if (last.type == "function" and not last.get("stages")
+                and last.procedure.value in CLEAN_RESULTS):  # fmt: skip
+            self.scalar_items.add(r)  # a scalar or a sequence of scalars
         return r
 
     def _steps(self, steps: list[Node], c: str, seq: str, r: str, i1: int, final: bool) -> None:
