@@ -215,10 +215,11 @@ class _Gen(PathForms):
                 else f"{k}: {v} if {v}.__class__ is S or {v}.__class__ is I else PV({v})"
             )
             if v not in self.defined and (v not in self.names or self.names[v] is UNDEFINED):
-                maybe.append(k)
+                maybe.append(v)
         self.emit(ind, f"{r} = {{{', '.join(entries)}}}")
-        for k in maybe:  # undefined values leave their keys out (the others keep their order)
-            self.emit(ind, f"if {r}[{k}] is U: del {r}[{k}]")
+        if maybe:  # undefined values leave their keys out (the others keep their order)
+            test = " or ".join(f"{v} is U" for v in dict.fromkeys(maybe))
+            self.emit(ind, f"if {test}: {r} = {{k: x for k, x in {r}.items() if x is not U}}")
         self.defined.add(r)
         return r, True
 
@@ -242,7 +243,8 @@ class _Gen(PathForms):
             self.emit(ind, f"{r} = {fast} if {args[0]}.__class__ is S else {slow}")
         elif name == "join" and len(args) == 2:
             a, sep = args
-            self.emit(ind, f"if {a}.__class__ is L and {sep}.__class__ is S:")
+            sep_ok = "" if self.names.get(sep).__class__ is str else f" and {sep}.__class__ is S"
+            self.emit(ind, f"if {a}.__class__ is L{sep_ok}:")
             self.emit(ind + 1, "try:")
             self.emit(ind + 2, f"{r} = {sep}.join({a})")
             self.emit(ind + 2, f"if len({r}) > ML: TL(len({r}), ML)")
@@ -290,6 +292,7 @@ def generate(tree: Node, builtins: dict[str, Any], slow: Callable[..., Any],
         "    if bindings or (data.__class__ is not D and isinstance(data, L)):",
         "        return SLOW(data, bindings, budget)",
         "    try:",
+        "        DD = data.__class__ is D",
     ]
     if gen.uses_length:
         head.append("        ML = budget.max_length")

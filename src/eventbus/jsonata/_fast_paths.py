@@ -151,7 +151,7 @@ class PathForms:
     def _chain(self, keys: list[str], c: str) -> tuple[str, str]:
         """The condition that every key but the last meets an object, and the last lookup."""
         v = self.tmp()
-        parts = [f"{c}.__class__ is D"]
+        parts = ["DD" if c == "data" else f"{c}.__class__ is D"]  # DD: the input is an object
         src = c
         for key in keys[:-1]:
             parts.append(f"({v} := {src}.get({self.const(key)}, U)).__class__ is D")
