@@ -130,7 +130,7 @@ class PathForms:
                       and step.procedure.value in CLEAN_RESULTS)  # fmt: skip
             self.emit(i1, f"{raw} = Q()" if scalar or not last else f"{raw} = []")
             self.emit(i1, f"for {it} in {seq}:")
-            v = self._step(step, it, i1 + 1)
+            v = self._step(step, it, i1 + 1, last=last)
             if scalar or not last:
                 if not scalar:
                     self.emit(i1 + 1, f"if isinstance({v}, L) and {v}.__class__ is not C: "
@@ -158,7 +158,8 @@ class PathForms:
             src = v
         return " and ".join(parts), f"{src}.get({self.const(keys[-1])}, U)"
 
-    def _step(self, step: Node, it: str, ind: int, is_object: bool = False) -> str:
+    def _step(self, step: Node, it: str, ind: int, is_object: bool = False,
+              last: bool = False) -> str:  # fmt: skip
         if step.type == "name":
             v = self.tmp()
             k = self.const(step.value)
@@ -184,7 +185,9 @@ class PathForms:
             self.emit(ind, f"N -= {n}")
             self.emit(ind, "if N < 0: SX()")
             self.uses_steps = True
-            self.emit(ind, f"{out} = Q()")
+            # a sequence where the path ends (its single array is kept whole, a sequence not),
+            # elsewhere its items are spliced into the next sequence: a list does
+            self.emit(ind, f"{out} = Q()" if last else f"{out} = []")
             if boolish:  # True, False or undefined: kept on True only
                 self.emit(ind, f"for {x} in {items}:")
                 p, _ = self.expr(pred, x, ind + 1)
