@@ -10,6 +10,7 @@ from typing import Any
 from eventbus.jsonata._ast import process
 from eventbus.jsonata._compile import Compiler, bound_names
 from eventbus.jsonata._errors import JSONataError, fail
+from eventbus.jsonata._fast import generate
 from eventbus.jsonata._fn_data import DATA_FUNCTIONS
 from eventbus.jsonata._fn_format import FORMAT_FUNCTIONS
 from eventbus.jsonata._fn_strings import STRING_FUNCTIONS
@@ -103,7 +104,12 @@ def plain(v: Any) -> Any:
 
 
 class Expression:
-    """A compiled JSONata expression; :meth:`evaluate` is safe to call from many threads."""
+    """A compiled JSONata expression; :meth:`evaluate` is safe to call from many threads.
+
+    Where the expression is in the fast path's subset (:mod:`eventbus.jsonata._fast`),
+    ``evaluate`` is the generated function (``fast_path`` is True), with the same results and
+    errors; ``Expression.evaluate(expr, ...)`` always runs the closures.
+    """
 
     def __init__(self, source: str, track_depth: bool = False) -> None:
         if len(source) > MAX_EXPRESSION_CHARS:
@@ -118,6 +124,18 @@ class Expression:
             self._fn = Compiler(track_depth, _ROOT.vars, bound).compile(tree)
         except RecursionError as exc:  # pragma: no cover - the parser's nesting limit comes first
             raise fail("U1002", "Expression nested deeper than the compiler allows") from exc
+        # the common subset as one generated function (same results, same errors), which
+        # shadows the method; the method itself always runs the closures
+        fast = None
+        if not track_depth and not bound:
+            fast = generate(tree, _ROOT.vars, self.evaluate, plain, _DEFAULT_BUDGET)
+        #: whether :meth:`evaluate` runs the generated fast path (docs/concepts/jsonata.md)
+        self.fast_path = fast is not None
+        if fast is not None:
+            self.__dict__["evaluate"] = fast
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Expression, (self.source, self._track))
 
     def evaluate(self, data: Any, bindings: dict[str, Any] | None = None,
                  budget: Budget = _DEFAULT_BUDGET) -> Any:  # fmt: skip

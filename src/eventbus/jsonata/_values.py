@@ -47,13 +47,11 @@ UNDEFINED: Any = _Undefined()
 class Seq(list):  # type: ignore[type-arg]
     """A result sequence: flattened into paths, a singleton unwrapped to its value."""
 
-    __slots__ = ("keep_singleton", "outer_wrapper", "tuple_stream")
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.keep_singleton = False
-        self.outer_wrapper = False
-        self.tuple_stream = False
+    # flags as class defaults, set per instance where they differ: a Seq is then built at the
+    # speed of a list (no __init__ of its own), which every path step does
+    keep_singleton = False
+    outer_wrapper = False
+    tuple_stream = False
 
 
 class Cons(list):  # type: ignore[type-arg]
