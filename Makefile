@@ -93,12 +93,13 @@ bench: setup kafka bench-peers
 bench-brokers: setup kafka bench-peers
 	$(PY) benchmarks/brokers.py
 
-# The peers of benchmarks/peers.py (Quix Streams, Bytewax, Faust, the confluent-kafka loop), one
+# The peers of benchmarks/peers.py (Quix Streams, Bytewax, Faust, the confluent-kafka loop) and
+# of benchmarks/expressions.py (jsonata-python), one
 # venv each under .venv-bench: their pins (Quix's confluent-kafka 2.12, Faust's aiokafka) stay
 # out of the project's dependencies and out of each other's. py-spy (peers.py --profile) goes
 # into the project's venv: it is a binary, with no Python dependencies.
 BENCH_VENV := .venv-bench
-BENCH_PEERS := quixstreams bytewax faust confluent
+BENCH_PEERS := quixstreams bytewax faust confluent jsonata
 bench-peers: setup $(foreach p,$(BENCH_PEERS),$(BENCH_VENV)/$(p)/.installed)
 	$(PY) -m pip install -q py-spy==0.4.3
 
