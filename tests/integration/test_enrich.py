@@ -1,7 +1,8 @@
 """An ``enrich`` step on the real stack (Ray Serve replica, broker, Redis): events get their
 customer from an HTTP endpoint, each customer fetched once (the replica's cache) and no
 faster than the rate limit; a call past the timeout and, once the endpoint is down, every
-call fails: those events are dead-lettered with the reason."""
+call fails: those events are dead-lettered with the reason. A CloudEvents SQL filter, an
+EventBridge pattern and a JSONata convert run before it, on the replica."""
 
 from __future__ import annotations
 
@@ -42,6 +43,16 @@ async def test_events_enriched_end_to_end_and_an_outage_dead_lettered(
             "spec": {
                 "sources": [{"kafka": {"topic": src}}],
                 "steps": [
+                    # the other new languages on the real stack too (their compiled forms
+                    # travel to the replica): CloudEvents SQL, an EventBridge pattern, JSONata
+                    {"id": "orders", "filter": {"sql": "type = 'o'"}},
+                    {"id": "known", "filter": {"pattern": {"data": {"cid": [{"exists": True}]}}}},
+                    {
+                        "id": "tag",
+                        "convert": {
+                            "jsonata": "$merge([$, {'data': $merge([data, {'tagged': true}])}])"
+                        },
+                    },
                     {
                         "id": "customer",
                         "enrich": {
@@ -54,7 +65,7 @@ async def test_events_enriched_end_to_end_and_an_outage_dead_lettered(
                             "backoff": {"initial_ms": 10, "max_ms": 20},
                             "timeout_s": 2,
                         },
-                    }
+                    },
                 ],
                 "sink": {"kafka": {"topic": out}},
                 "dead_letter": {"kafka": {"topic": dlq}},
@@ -69,10 +80,15 @@ async def test_events_enriched_end_to_end_and_an_outage_dead_lettered(
             for i in range(first, first + n)
         ]
 
-    await produce(kafka_bootstrap, src, events(0, N, 10))
+    others = [  # dropped by the sql filter, and by the pattern (no cid)
+        CloudEvent.create(type="x", source="/t", id="x1", data={"cid": 1}),
+        CloudEvent.create(type="o", source="/t", id="x2", data={"other": 1}),
+    ]
+    await produce(kafka_bootstrap, src, [*others, *events(0, N, 10)])
     got = await collect(kafka_bootstrap, out, N, timeout_s=60)
     assert sorted(e.id for e in got) == sorted(f"o{i}" for i in range(N))
     assert all(e.data["customer"] == {"name": f"c{e.data['cid']}"} for e in got)
+    assert all(e.data["tagged"] is True and e["type"] == "o" for e in got)
     assert len(receiver.requests) == 10  # one call per customer: the rest from the cache
     # the rate limit: 10 calls at RATE/s with a burst of 1 are sent over >= 9 / RATE s (4.5);
     # arrivals can only be later than sends, so only the first one's delay can shorten the
