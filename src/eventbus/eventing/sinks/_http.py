@@ -23,7 +23,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from eventbus.errors import ConfigError
 from eventbus.eventing._codecs import KafkaRecord
 from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._http_codec import (
@@ -34,9 +33,9 @@ from eventbus.eventing._http_codec import (
 )
 from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.eventing._routing import as_event
-from eventbus.eventing._signature import sign_request
-from eventbus.eventing._standard_webhooks import decode_secret, message_id, webhook_headers
+from eventbus.eventing._standard_webhooks import message_id
 from eventbus.eventing.sinks._base import Sink, SinkEncodeError, SinkPartialError
+from eventbus.eventing.sinks._http_auth import HttpAuth, open_client, resolve_auth, stored_secret
 from eventbus.eventing.sinks._http_config import HttpSinkConfig
 from eventbus.eventing.sinks._http_exchange import (
     BODY_ATTRIBUTE_BYTES,
@@ -74,24 +73,13 @@ class HttpSink(Sink):
         self.config = config
         self.target = f"http sink {safe_url(config.url)}"
         self._client: Any = None
-        self._bearer: str | None = None
-        self._hmac: bytes | None = None
-        self._webhook_key: bytes | None = None  # auth: standard_webhooks
+        self._auth = HttpAuth()
         self._semaphore: asyncio.Semaphore | None = None
         self._next_start = 0.0  # the rate limit: when the next event may go
         # reply: true: per item sent (by identity), the subscriber's reply, until taken
         self._replies: dict[int, CloudEvent | ReplyError] = {}
-        auth = config.auth
-        refs = (
-            [
-                auth.bearer.token if auth.bearer else None,
-                auth.hmac_sha256.secret if auth.hmac_sha256 else None,
-            ]
-            if auth is not None
-            else []
-        )
         #: the auth secret is stored on the stack ({secret: NAME}): re-read every _ROTATE_S
-        self._stored_auth = any(r is not None and r.secret is not None for r in refs)
+        self._stored_auth = stored_secret(config.auth)
         self._auth_at = 0.0
 
     async def start(self) -> None:
@@ -103,33 +91,13 @@ class HttpSink(Sink):
         """
         if self._client is not None:
             return
-        import httpx
-
         self._resolve_auth()
         n = self.config.max_concurrency
         self._semaphore = asyncio.Semaphore(n)
-        self._client = httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
-            timeout=httpx.Timeout(self.config.timeout_s),
-            follow_redirects=False,
-            verify=self.config.verify_tls,
-            trust_env=False,
-        )
+        self._client = open_client(n, self.config.timeout_s, self.config.verify_tls)
 
     def _resolve_auth(self) -> None:
-        auth = self.config.auth
-        if auth is not None and auth.bearer is not None:
-            self._bearer = auth.bearer.token.resolve(f"{self.target} bearer token")
-        if auth is not None and auth.hmac_sha256 is not None:
-            secret = auth.hmac_sha256.secret.resolve(f"{self.target} hmac_sha256 secret")
-            self._hmac = secret.encode()
-        if auth is not None and auth.standard_webhooks is not None:
-            where = f"{self.target} standard_webhooks secret"
-            secret = auth.standard_webhooks.secret.resolve(where)
-            try:
-                self._webhook_key = decode_secret(secret, where)
-            except ValueError as e:
-                raise ConfigError(str(e)) from None
+        self._auth = resolve_auth(self.config.auth, self.target)
         self._auth_at = time.monotonic()
 
     def _rotate_auth(self) -> None:
@@ -272,14 +240,13 @@ class HttpSink(Sink):
         pairs, body = request.encoded or encode_http_batch(events)
         headers = dict(config.headers)
         headers.update(pairs)
-        if self._bearer is not None:
-            headers["authorization"] = f"Bearer {self._bearer}"
-        if self._hmac is not None and config.auth is not None and config.auth.hmac_sha256:
-            signature = sign_request(self._hmac, "POST", config.url, headers, body)
-            headers[config.auth.hmac_sha256.header.lower()] = signature
-        if self._webhook_key is not None:
-            msg_id = message_id(f"{e.source}\x00{e.id}" for e in events)
-            headers.update(webhook_headers(self._webhook_key, body, msg_id=msg_id))
+        self._auth.add_headers(
+            headers,
+            "POST",
+            config.url,
+            body,
+            lambda: message_id(f"{e.source}\x00{e.id}" for e in events),
+        )
         await self._pace(len(events))
         assert self._semaphore is not None
         async with self._semaphore:

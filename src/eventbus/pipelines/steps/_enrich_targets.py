@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 
 from eventbus.errors import ConfigError
-from eventbus.eventing._signature import sign_request
-from eventbus.eventing._standard_webhooks import decode_secret, message_id, webhook_headers
+from eventbus.eventing._standard_webhooks import message_id
+from eventbus.eventing.sinks._http_auth import HttpAuth, open_client, resolve_auth, stored_secret
 from eventbus.eventing.sinks._http_exchange import RETRYABLE, safe_url
 from eventbus.pipelines.steps._enrich_config import EnrichHttpConfig, EnrichRedisConfig
 
@@ -73,13 +73,8 @@ class HttpTarget:
         self.max_concurrency = max_concurrency
         self.where = f"enrich endpoint {safe_url(config.url)}"
         self._client: Any = None
-        self._bearer: str | None = None
-        self._hmac: bytes | None = None
-        self._webhook_key: bytes | None = None
-        auth = config.auth
-        parts = [auth.bearer, auth.hmac_sha256, auth.standard_webhooks] if auth else []
-        refs = [getattr(p, "token", None) or getattr(p, "secret", None) for p in parts if p]
-        self._stored = any(r is not None and r.secret is not None for r in refs)
+        self._auth = HttpAuth()
+        self._stored = stored_secret(config.auth)
         self._auth_at = 0.0
 
     async def start(self) -> None:
@@ -88,34 +83,11 @@ class HttpTarget:
         Raises:
             ConfigError: a secret reference does not resolve (named, never its value).
         """
-        import httpx
-
         await asyncio.to_thread(self._resolve_auth)
-        n = self.max_concurrency
-        self._client = httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
-            timeout=httpx.Timeout(self.timeout_s),
-            follow_redirects=False,
-            verify=self.config.verify_tls,
-            trust_env=False,
-        )
+        self._client = open_client(self.max_concurrency, self.timeout_s, self.config.verify_tls)
 
     def _resolve_auth(self) -> None:
-        auth = self.config.auth
-        if auth is not None and auth.bearer is not None:
-            self._bearer = auth.bearer.token.resolve(f"{self.where} bearer token")
-        if auth is not None and auth.hmac_sha256 is not None:
-            self._hmac = auth.hmac_sha256.secret.resolve(
-                f"{self.where} hmac_sha256 secret"
-            ).encode()
-        if auth is not None and auth.standard_webhooks is not None:
-            where = f"{self.where} standard_webhooks secret"
-            try:
-                self._webhook_key = decode_secret(
-                    auth.standard_webhooks.secret.resolve(where), where
-                )
-            except ValueError as e:
-                raise ConfigError(str(e)) from None
+        self._auth = resolve_auth(self.config.auth, self.where)
         self._auth_at = time.monotonic()
 
     async def close(self) -> None:
@@ -153,16 +125,13 @@ class HttpTarget:
         headers["accept"] = "application/json"
         if body is not None:
             headers["content-type"] = "application/json"
-        if self._bearer is not None:
-            headers["authorization"] = f"Bearer {self._bearer}"
-        auth = self.config.auth
-        if self._hmac is not None and auth is not None and auth.hmac_sha256 is not None:
-            headers[auth.hmac_sha256.header.lower()] = sign_request(
-                self._hmac, method, url, headers, body or b""
-            )
-        if self._webhook_key is not None:
-            msg_id = message_id([method, url, (body or b"").decode(errors="replace")])
-            headers.update(webhook_headers(self._webhook_key, body or b"", msg_id=msg_id))
+        self._auth.add_headers(
+            headers,
+            method,
+            url,
+            body or b"",
+            lambda: message_id([method, url, (body or b"").decode(errors="replace")]),
+        )
         try:
             async with asyncio.timeout(self.timeout_s):
                 return await self._read(method, url, headers, body)
