@@ -5,7 +5,7 @@ inline lookups of a path that meets only objects (a mixin of the generator in
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eventbus.jsonata._parser import Node
 
@@ -45,20 +45,17 @@ class PathForms:
     uses_steps: bool
     scalar_items: set[str]
 
-    def emit(self, ind: int, line: str) -> None:  # provided by the generator
-        raise NotImplementedError
+    if TYPE_CHECKING:  # the generator's (mixed in beside); nothing defined here at run time
 
-    def tmp(self) -> str:  # provided by the generator
-        raise NotImplementedError
+        def emit(self, ind: int, line: str) -> None: ...
 
-    def const(self, value: Any) -> str:  # provided by the generator
-        raise NotImplementedError
+        def tmp(self) -> str: ...
 
-    def expr(self, node: Node, c: str, ind: int) -> tuple[str, bool]:  # provided by the generator
-        raise NotImplementedError
+        def const(self, value: Any) -> str: ...
 
-    def call(self, node: Node, c: str, ind: int) -> tuple[str, bool]:  # provided by the generator
-        raise NotImplementedError
+        def expr(self, node: Node, c: str, ind: int) -> tuple[str, bool]: ...
+
+        def call(self, node: Node, c: str, ind: int) -> tuple[str, bool]: ...
 
     def path(self, node: Node, c: str, ind: int) -> str:
         steps = node.steps

@@ -217,11 +217,9 @@ def test_malformed_json_answer(receiver_factory, make_step) -> None:
 def test_huge_answer_is_cut_with_a_clear_error(receiver_factory, make_step) -> None:
     r = receiver_factory(lambda q, n: Reply(200, body_size=20 * 1024 * 1024))
     step = make_step(http={"url": _url(r)}, max_answer_bytes=64 * 1024)
-    started = time.monotonic()
-    [out] = step.process(_events([1]))
+    [out] = step.process(_events([1]))  # a hang would trip the suite's per-test timeout
     assert isinstance(out, Failure) and out.error_type == "EnrichAnswerTooLarge"
     assert "max_answer_bytes=65536" in out.message and "raise max_answer_bytes" in out.message
-    assert time.monotonic() - started < 30
 
 
 def test_empty_answer_drops_when_configured(receiver_factory, make_step) -> None:
