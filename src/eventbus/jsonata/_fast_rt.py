@@ -10,7 +10,7 @@ from typing import Any
 
 from eventbus.jsonata._errors import JSONataError, fail
 from eventbus.jsonata._ops import string_of
-from eventbus.jsonata._paths import lookup
+from eventbus.jsonata._paths import lookup, pick
 from eventbus.jsonata._values import UNDEFINED, Cons, Frame, Seq, State, to_boolean
 
 __all__ = [
@@ -104,16 +104,7 @@ def keep_count(res: Any, i: int, n: int) -> int:
 
 def by_index(inp: Any, index: int) -> Any:
     """A literal number predicate ``[n]``."""
-    results = Seq()
-    if not isinstance(inp, list):
-        inp = [inp]
-    i = index + len(inp) if index < 0 else index
-    if 0 <= i < len(inp):
-        item = inp[i]
-        if isinstance(item, list):
-            return item
-        results.append(item)
-    return results
+    return pick(inp, index, Seq())
 
 
 def call_builtin(impl: Callable[..., Any], validate: Callable[..., list[Any]], args: list[Any],

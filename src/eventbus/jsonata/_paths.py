@@ -48,6 +48,20 @@ def _is_number_list(v: Any) -> bool:
     )
 
 
+def pick(inp: Any, index: int, results: Seq) -> Any:
+    """A number predicate ``[n]``: the item at ``index`` (negative: from the end) into
+    ``results``, or the item itself where it is an array."""
+    if not isinstance(inp, list):
+        inp = [inp]
+    i = index + len(inp) if index < 0 else index
+    if 0 <= i < len(inp):
+        item = inp[i]
+        if isinstance(item, list):
+            return item
+        results.append(item)
+    return results
+
+
 def filter_fn(pred: Any, pred_fn: Fn) -> Callable[[Any, Frame], Any]:
     """Apply one predicate ``[...]`` to a value or sequence."""
     if pred.type == "number":
@@ -57,15 +71,7 @@ def filter_fn(pred: Any, pred_fn: Fn) -> Callable[[Any, Frame], Any]:
             results = Seq()
             if isinstance(inp, Seq) and inp.tuple_stream:
                 results.tuple_stream = True
-            if not isinstance(inp, list):
-                inp = [inp]
-            i = index + len(inp) if index < 0 else index
-            if 0 <= i < len(inp):
-                item = inp[i]
-                if isinstance(item, list):
-                    return item
-                results.append(item)
-            return results
+            return pick(inp, index, results)
 
         return by_index
 
