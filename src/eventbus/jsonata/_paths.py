@@ -11,7 +11,16 @@ from typing import Any
 from eventbus.jsonata._errors import fail
 from eventbus.jsonata._values import UNDEFINED, Cons, Frame, Seq, append, to_boolean
 
-__all__ = ["Fn", "filter_fn", "frame_from_tuple", "group_fn", "lookup", "path_fn", "sort_step"]
+__all__ = [
+    "Fn",
+    "filter_fn",
+    "frame_from_tuple",
+    "group_fn",
+    "lookup",
+    "path_fn",
+    "pick",
+    "sort_step",
+]
 
 Fn = Callable[[Any, Frame], Any]
 
