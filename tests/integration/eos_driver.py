@@ -10,12 +10,14 @@ SIGSTOP lands inside a transaction. ``INTERVAL_MS`` is the transactions' commit 
 (default 100).
 
 Prints ``ready`` once its consumer joined, then its counters as JSON every half second.
+SIGUSR2 makes it SIGKILL itself at the first moment an open transaction holds sent batches.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sys
 from typing import Any
@@ -104,7 +106,19 @@ async def main(
         for task in asyncio.all_tasks():
             task.print_stack(file=sys.stderr)
 
-    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump)
+    async def die_inside_a_transaction() -> None:
+        # SIGUSR2: SIGKILL itself at the first moment an open transaction holds sent batches
+        # (a kill from outside could land between two transactions)
+        while source.stats()["txn_waiting"] < 1:
+            await asyncio.sleep(0.001)  # polling the condition the kill waits for
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    armed: list[asyncio.Task[None]] = []
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGUSR1, dump)
+    loop.add_signal_handler(
+        signal.SIGUSR2, lambda: armed.append(asyncio.create_task(die_inside_a_transaction()))
+    )
     print("ready", flush=True)
     run = asyncio.create_task(source.run())
     while not run.done():
