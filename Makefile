@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+TORCH_SITE ?= $(VENV)-torch
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export RAY_USAGE_STATS_ENABLED := 0
 export NO_MKDOCS_2_WARNING := 1
@@ -13,8 +14,13 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt examples/plugin/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# torch first, pinned: the local CPU wheel (an unpinned torch pulls a multi-GB CUDA build)
-	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
+	# torch first, pinned (an unpinned torch pulls whatever build is newest), into a folder of
+	# its own that the venv reads through a .pth file: a pipeline's `runtime_env: {pip: ...}`
+	# makes Ray clone the whole venv, and PyPI's torch build brings ~4.6 GB of CUDA libraries
+	# that every clone would copy (docs/concepts/control-plane.md, Isolation)
+	test -d $(TORCH_SITE)/torch || $(PY) -m pip install -q -c constraints.txt --target $(TORCH_SITE) torch==2.13.0
+	$(PY) -c "import os, sysconfig; open(os.path.join(sysconfig.get_paths()['purelib'], 'eventbus-torch.pth'), 'w').write(os.path.abspath('$(TORCH_SITE)') + '\\n')"
+	$(PY) -c "import torch" || { echo "torch does not import from $(TORCH_SITE)"; exit 1; }
 	# every package at the version constraints.txt locks (make lock writes it)
 	$(PY) -m pip install -q -c constraints.txt -e ".[test]"
 	# the example plugin (a step and a sink kind through entry points): the tests use it
@@ -120,4 +126,4 @@ down:
 	$(VENV)/bin/eventbus down
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info
+	rm -rf $(VENV) $(TORCH_SITE) $(BENCH_VENV) build *.egg-info
