@@ -184,3 +184,102 @@ def test_logs_shows_the_gateway_log_and_names_what_is_missing(tmp_path: Path) ->
             res.exit_code == 2 and "neither gateway, controller nor a pipeline name" in res.output
         )
         assert len(res.output) < 600
+
+
+def _host_replica(logs: Path, host: str, body: str) -> Path:
+    return _worker(logs, f"host-{host}", f"ServeReplica:eventbus-host-{host}:host", body)
+
+
+_SHARED = (
+    "INFO host 'edge': pipeline 'orders' started\n"
+    "INFO host 'edge': pipeline 'orders-eu' started\n"
+    "INFO kafka source orders-eu: consuming in as group 'eventbus-orders-eu'\n"
+    "ERROR sources of pipeline 'orders' stopped\n"
+    "Traceback (most recent call last):\n"
+    '  File "x.py", line 1, in run\n'
+    "ValueError: bad topic\n"
+    "INFO an unrelated line\n"
+    '{"level":"warning","message":"step failed","pipeline":"orders","step":"score"}\n'
+    "WARNING kafka source orders-eu: commit skipped\n"
+)
+
+
+def test_a_shared_hosts_log_gives_each_member_its_own_lines(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    (logs / "serve").mkdir(parents=True)
+    edge = _host_replica(logs, "edge", _SHARED)
+    other = _host_replica(logs, "core", "INFO host 'core': pipeline 'billing' started\n")
+    serve_log = logs / "serve" / "replica_eventbus-host-edge_host_abc.log"
+    serve_log.write_text("INFO replica\n")
+    _worker(logs, "own", "ServeReplica:eventbus-orders:pipeline", "own\n")
+    from eventbus._internal.logs import host_logs, member_lines
+
+    assert host_logs(logs) == {"edge": [edge, serve_log], "core": [other]}
+    assert host_logs(logs, "core") == {"core": [other]}
+    assert host_logs(logs, "nowhere") == {}
+    assert member_lines(edge, "orders", 100) == [
+        "INFO host 'edge': pipeline 'orders' started",
+        "ERROR sources of pipeline 'orders' stopped",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in run',
+        "ValueError: bad topic",  # the traceback goes with its line
+        '{"level":"warning","message":"step failed","pipeline":"orders","step":"score"}',
+    ]  # never orders-eu's
+    assert member_lines(edge, "orders-eu", 2) == [
+        "INFO kafka source orders-eu: consuming in as group 'eventbus-orders-eu'",
+        "WARNING kafka source orders-eu: commit skipped",
+    ]
+    assert member_lines(edge, "billing", 10) == []
+
+
+def test_logs_of_a_shared_host_member_shows_its_lines_and_names_the_shared_file(
+    tmp_path: Path,
+) -> None:
+    env = {"EVENTBUS_HOME": str(tmp_path / "eb")}  # no stack recorded: found by the name
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    edge = _host_replica(logs, "edge", _SHARED)
+    res = runner.invoke(app, ["logs", "orders-eu", "--ray-logs", str(logs)], env=env)
+    assert res.exit_code == 0, res.output
+    assert "pipeline 'orders-eu' runs in shared host 'edge'" in res.output
+    assert "shared with the host's other members" in res.output
+    assert f"==> {edge} (shared host 'edge', lines naming 'orders-eu') <==" in res.output
+    assert "WARNING kafka source orders-eu: commit skipped" in res.output
+    assert "pipeline 'orders' stopped" not in res.output
+    files = runner.invoke(app, ["logs", "orders", "--files", "--ray-logs", str(logs)], env=env)
+    assert files.exit_code == 0 and str(edge) in files.output
+    assert "runs in shared host 'edge'" in files.output
+    missing = runner.invoke(app, ["logs", "billing", "--ray-logs", str(logs)], env=env)
+    assert missing.exit_code == 1 and "no log of pipeline 'billing'" in missing.output
+
+
+@pytest.mark.redis
+def test_logs_of_a_member_the_stack_records_is_never_silent(tmp_path: Path, redis_url: str) -> None:
+    from eventbus._internal import keys
+    from eventbus._internal.redis_client import connect
+
+    home = tmp_path / "eb"
+    redis_url = redis_url.rsplit("/", 1)[0] + "/13"  # a database of its own: no stack's records
+    _stack(home, redis_url=redis_url)
+    env = {"EVENTBUS_HOME": str(home)}
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    edge = _host_replica(logs, "edge", "INFO replica up\n")
+    _host_replica(logs, "core", "INFO pipeline 'quiet' named in another host's log\n")
+    redis = connect(redis_url, decode_responses=True)
+    redis.hset(keys.HOSTS, "edge", json.dumps({"members": {"quiet": {"stamp": "1"}}}))
+    try:
+        res = runner.invoke(app, ["logs", "quiet", "--ray-logs", str(logs)], env=env)
+        assert res.exit_code == 0, res.output
+        assert "pipeline 'quiet' runs in shared host 'edge'" in res.output  # the stack's record
+        assert f"==> {edge} (shared host 'edge', lines naming 'quiet') <==" in res.output
+        assert "(no line names 'quiet' yet; the whole file is the host's log)" in res.output
+        assert "another host's log" not in res.output
+        redis.hset(keys.HOSTS, "gone", json.dumps({"members": {"lost": {}}}))
+        lost = runner.invoke(app, ["logs", "lost", "--ray-logs", str(logs)], env=env)
+        assert lost.exit_code == 1
+        assert (
+            "pipeline 'lost' runs in shared host 'gone', whose replicas have no log" in lost.output
+        )
+    finally:
+        redis.delete(keys.HOSTS)

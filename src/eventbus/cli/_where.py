@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from eventbus.cli._common import EXIT_USAGE, fail, home, out, plain
+from eventbus.cli._common import EXIT_USAGE, err, fail, home, out, plain
 
 if TYPE_CHECKING:
     from eventbus._internal.stack import Stack
@@ -121,6 +121,8 @@ def logs(
             paths = actor_logs(ray_logs, "Controller")[:1]
         else:
             paths = pipeline_logs(ray_logs, f"eventbus-{what}")[:4]
+            if not paths and _shared_host(stack, ray_logs, what, lines, files):
+                return
         if not paths:
             who = "the controller" if what == "controller" else f"pipeline {what!r}"
             hint = "" if what == "controller" else " (is it deployed? `eventbus list`)"
@@ -136,3 +138,75 @@ def logs(
                 plain(out, line)
         except OSError as exc:
             fail(f"cannot read {path}: {exc}")
+
+
+def _host_of(stack: Stack | None, pipeline: str) -> str | None:
+    """The shared host ``pipeline`` is a member of, from the stack's records (None: not one,
+    or the stack's Redis cannot be asked)."""
+    if stack is None:
+        return None
+    import json
+
+    from redis.exceptions import RedisError
+
+    from eventbus._internal import keys
+    from eventbus._internal.redis_client import connect
+    from eventbus.errors import ConfigError
+
+    try:
+        redis = connect(stack.redis_url, decode_responses=True, socket_timeout=3)
+        records = redis.hgetall(keys.HOSTS)
+    except (RedisError, OSError, ConfigError):  # a stack that is down: read by the name
+        return None
+    for host, raw in sorted(records.items()):
+        try:
+            if pipeline in (json.loads(raw).get("members") or {}):
+                return str(host)
+        except (ValueError, AttributeError):
+            continue
+    return None
+
+
+def _shared_host(
+    stack: Stack | None, ray_logs: Path, pipeline: str, lines: int, files: bool
+) -> bool:
+    """Show ``pipeline``'s lines from the log of the shared host it runs in; False when it
+    runs in none (that the stack records, or whose log names it)."""
+    from eventbus._internal.logs import host_logs, member_lines
+
+    host = _host_of(stack, pipeline)
+    found = host_logs(ray_logs, host)
+    shown: dict[str, list[tuple[Path, list[str]]]] = {}
+    for name, paths in sorted(found.items()):
+        for path in paths[:4]:
+            try:
+                picked = member_lines(path, pipeline, lines)
+            except OSError as exc:
+                fail(f"cannot read {path}: {exc}")
+            if picked or host is not None:
+                shown.setdefault(name, []).append((path, picked))
+    if not shown:
+        if host is not None:
+            fail(
+                f"pipeline {pipeline!r} runs in shared host {host!r}, whose replicas have no "
+                f"log under {ray_logs} yet (is the host starting? `eventbus status {pipeline}`)"
+            )
+        return False
+    for name, logs in shown.items():
+        err.print(
+            f"pipeline {pipeline!r} runs in shared host {name!r}: its lines are in the host's "
+            "replica logs, shared with the host's other members"
+            + ("" if files else f"; showing the lines that name {pipeline!r}"),
+            markup=False,
+            highlight=False,
+        )
+        for path, picked in logs:
+            if files:
+                plain(out, str(path))
+                continue
+            plain(out, f"==> {path} (shared host {name!r}, lines naming {pipeline!r}) <==")
+            if not picked:
+                plain(out, f"(no line names {pipeline!r} yet; the whole file is the host's log)")
+            for line in picked:
+                plain(out, line)
+    return True

@@ -12,6 +12,12 @@ pinned in ``pyproject.toml`` (``aiokafka==0.14.0``);
   aiokafka's fetch routine from waking every 0.2 s. Apache Kafka answers a waiting fetch as soon
   as records arrive: there sources fetch with the long wait from the start and never switch.
 
+* :func:`set_sasl_password`, :func:`on_login_refused`: a rotated SASL password without a
+  restart (``_kafka_live_password``). aiokafka's client reads ``_sasl_plain_password`` each time
+  it opens a connection (a login) and calls ``_on_connection_closed`` with
+  ``CloseReason.AUTH_FAILURE`` when the broker refuses one; aiokafka has no public way to
+  change the password of a running client.
+
 Each function degrades to doing nothing when the attribute is gone (the unit test is what fails
 loudly), so a rename costs idle CPU on Tansu, never an event.
 """
@@ -19,10 +25,17 @@ loudly), so a rename costs idle CPU on Tansu, never an event.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["quiet_fetch_routine", "refresh_metadata", "set_fetch_wait"]
+__all__ = [
+    "kafka_client_of",
+    "on_login_refused",
+    "quiet_fetch_routine",
+    "refresh_metadata",
+    "set_fetch_wait",
+    "set_sasl_password",
+]
 
 
 async def refresh_metadata(consumer: Any) -> None:
@@ -55,3 +68,43 @@ def quiet_fetch_routine(consumer: Any, timeout_s: float) -> Iterator[None]:
         yield
     finally:
         routine._fetcher_timeout = saved
+
+
+def kafka_client_of(owner: Any) -> Any:
+    """The ``AIOKafkaClient`` of a consumer (``_client``), producer (``client``) or admin
+    client (``_client``), or ``owner`` itself when it is one; None when none is found."""
+    from aiokafka import AIOKafkaClient
+
+    if isinstance(owner, AIOKafkaClient):
+        return owner
+    for name in ("_client", "client"):
+        client = getattr(owner, name, None)
+        if isinstance(client, AIOKafkaClient):
+            return client
+    return None
+
+
+def set_sasl_password(client: Any, password: str) -> bool:
+    """Make ``client``'s next logins (new connections) use ``password``. Whether it could."""
+    if client is None or not hasattr(client, "_sasl_plain_password"):
+        return False
+    client._sasl_plain_password = password
+    return True
+
+
+def on_login_refused(client: Any, callback: Callable[[], None]) -> bool:
+    """Call ``callback`` (on the client's loop) each time the broker refuses one of
+    ``client``'s logins to a broker node. Whether it could."""
+    from aiokafka.conn import CloseReason
+
+    original = getattr(client, "_on_connection_closed", None)
+    if original is None:
+        return False
+
+    def closed(conn: Any, reason: Any) -> Any:
+        if reason == CloseReason.AUTH_FAILURE:
+            callback()
+        return original(conn, reason)
+
+    client._on_connection_closed = closed
+    return True

@@ -26,6 +26,7 @@ from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.protocol.offset import OffsetRequest
 
 from eventbus.eventing._kafka_client import KafkaClientConfig, kafka_client_kwargs
+from eventbus.eventing._kafka_live_password import follow_password
 
 __all__ = ["EndOffsets", "EndOffsetsError", "leaders_of", "log_ends_of"]
 
@@ -185,6 +186,7 @@ class EndOffsets:
                 request_timeout_ms=int(self.timeout_s * 1000),
                 **kafka_client_kwargs(self.client),
             )
+            follow_password(kafka, self.client)  # a rotated SASL password: no restart
             try:
                 await kafka.bootstrap()
             except BaseException:

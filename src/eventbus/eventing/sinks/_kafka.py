@@ -30,6 +30,7 @@ from eventbus.eventing._kafka_client import (
     kafka_client_kwargs,
     kafka_connect_error,
 )
+from eventbus.eventing._kafka_live_password import follow_password, refresh
 from eventbus.eventing._topics import TopicCreateConfig, topic_name_problem
 from eventbus.eventing._txn_context import CURRENT_PRODUCER
 from eventbus.eventing.sinks._base import Sink, SinkEncodeError, SinkTooLargeError
@@ -167,6 +168,7 @@ class KafkaSink(TailPositions, Sink):
             linger_ms=0,
             **self._client_kwargs,
         )
+        follow_password(producer, self.client)  # a rotated SASL password: no restart
         what = f"kafka sink for topic {self.config.topic!r}"
         try:
             await producer.start()
@@ -217,6 +219,7 @@ class KafkaSink(TailPositions, Sink):
         """
         if not items:
             return
+        refresh(self.client)  # at most once a second: a rotated SASL password's next login
         # inside a source's transaction (exactly_once) the records go through its producer
         producer = CURRENT_PRODUCER.get() or self._producer
         if producer is None:

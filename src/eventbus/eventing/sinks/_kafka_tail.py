@@ -16,6 +16,7 @@ from aiokafka.errors import KafkaError
 from eventbus.eventing._aiokafka_adapter import refresh_metadata
 from eventbus.eventing._codecs import KafkaRecord
 from eventbus.eventing._kafka_client import kafka_client_kwargs
+from eventbus.eventing._kafka_live_password import follow_password
 
 if TYPE_CHECKING:
     from eventbus.eventing._kafka_client import KafkaClientConfig
@@ -70,6 +71,7 @@ class TailPositions:
                     enable_auto_commit=False,
                     **self._client_kwargs,
                 )
+                follow_password(consumer, self.client)
                 await consumer.start()
                 self._offsets_consumer = consumer
             topic = self.config.topic

@@ -39,6 +39,7 @@ from aiokafka.errors import KafkaError
 from eventbus.errors import ConfigError
 from eventbus.eventing._kafka_acl import check_topic_access
 from eventbus.eventing._kafka_client import KafkaClientConfig, kafka_connect_error
+from eventbus.eventing._kafka_live_password import login_stats
 from eventbus.eventing._outcome import Dispatch, Outcome
 from eventbus.eventing._routing import Turn
 from eventbus.eventing.sources._base import Source
@@ -283,11 +284,13 @@ class KafkaSource(Draining, ExactlyOnce, Source):
         them of their partition did, or they were fetched before the partition was owned),
         txn_aborts (transactions aborted), txn_fenced (refused: a newer owner fenced them),
         txn_commits (transactions committed), txn_waiting (batches sent in an open
-        transaction, waiting for its commit)."""
+        transaction, waiting for its commit); with a SASL password: sasl_logins_refused
+        (logins the broker refused) and sasl_password_changes (rotations picked up)."""
         out = dict(self._stats)
         out["in_flight"] = len(self._queue)
         out["gap_holds"] = self._fetcher.gaps.holds
         out.update(self._txn_stats())
+        out.update(login_stats(self.client))
         return out
 
     def lag(self) -> dict[str, int]:

@@ -18,13 +18,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from eventbus.eventing._kafka_live_password import follow_password
 from eventbus.eventing.sources._kafka_gaps import OffsetGaps
 from eventbus.eventing.sources._kafka_settings import JoinBridge
+
+if TYPE_CHECKING:
+    from eventbus.eventing._kafka_client import KafkaClientConfig
 
 __all__ = ["BRIDGE_WAIT_S", "Bridging", "open_bridge"]
 
@@ -35,12 +39,16 @@ BRIDGE_WAIT_S = 30.0
 
 
 async def open_bridge(
-    topics: list[str], group: str, kwargs: dict[str, Any]
+    topics: list[str],
+    group: str,
+    kwargs: dict[str, Any],
+    client: KafkaClientConfig | None = None,
 ) -> AIOKafkaConsumer | None:
     """A started consumer of ``group`` assigned every partition of ``topics``, or None when a
     topic has no partitions yet (created on first produce) or the broker refused: the source
     then waits for its group join as usual."""
     consumer = AIOKafkaConsumer(group_id=group, **kwargs)
+    follow_password(consumer, client)
     try:
         await consumer.start()
         await consumer.topics()  # the cluster's metadata, with every topic's partitions

@@ -23,6 +23,7 @@ from aiokafka.errors import KafkaError
 
 from eventbus.eventing._broker import gap_wait_s, is_tansu
 from eventbus.eventing._kafka_client import KafkaClientConfig, kafka_client_kwargs
+from eventbus.eventing._kafka_live_password import follow_password, refresh
 from eventbus.eventing.sources._kafka_bridge import BRIDGE_WAIT_S, Bridging, open_bridge
 from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
 from eventbus.eventing.sources._kafka_gaps import OffsetGaps
@@ -143,6 +144,7 @@ class KafkaFetcher(Bridging, FetchWaits):
             self.config.offset_gap_wait_ms, self.bootstrap_servers, self.client
         )
         consumer = AIOKafkaConsumer(group_id=self.group, **self._consumer_kwargs())
+        follow_password(consumer, self.client)  # a rotated SASL password: no restart
         listener = _Listener(on_revoked, self._assigned_hook(on_assigned, on_bridged))
         consumer.subscribe(self.config.topics, listener=listener)
         # idle (long poll, park) only after IDLE_AFTER_S without records from now: not while
@@ -155,7 +157,9 @@ class KafkaFetcher(Bridging, FetchWaits):
             # the bridge's member got)
             await self._bridge.wait_clear(BRIDGE_WAIT_S)
         elif self._bridge is not None and on_bridged is not None:
-            bridge = await open_bridge(self.config.topics, self.group, self._consumer_kwargs())
+            bridge = await open_bridge(
+                self.config.topics, self.group, self._consumer_kwargs(), self.client
+            )
             if bridge is None:  # a topic has no partitions yet: nothing to bridge
                 await self._close_bridge(bridge_of=True)
             else:
@@ -232,6 +236,7 @@ class KafkaFetcher(Bridging, FetchWaits):
 
     async def fetch(self, consumer: AIOKafkaConsumer) -> dict[TopicPartition, list[Any]]:
         """Up to ``max_batch`` records, per partition in offset order; {} when none came."""
+        refresh(self.client)  # at most once a second: a rotated SASL password's next login
         joining = self._joining
         if joining is not None and joining.done():
             self._joining = None

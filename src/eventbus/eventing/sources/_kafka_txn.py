@@ -10,8 +10,7 @@ A partition's transaction stays open across its consecutive batches (as Kafka St
 ``commit.interval.ms``) and commits when ``commit_interval_s`` elapsed since it began, when it
 holds :data:`MAX_RECORDS` records, when no next batch of the partition was fetched (traffic
 stopped: nothing is held back), or when the partition is being revoked or the source stops.
-A batch counts as committed only once its transaction committed. One begin, offset commit
-and ``EndTxn`` per interval instead of per batch: throughput, at the interval's latency.
+A batch counts as committed once its transaction did: one ``EndTxn`` per interval, not batch.
 
 Why one producer per input partition (Kafka's EOS v1 fencing), not one per consumer with the
 group's generation (KIP-447, EOS v2): aiokafka 0.14 sends ``TxnOffsetCommit`` v0, which carries
@@ -42,6 +41,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
 
 from eventbus.eventing._kafka_client import KafkaClientConfig, kafka_client_kwargs
+from eventbus.eventing._kafka_live_password import follow_password
 from eventbus.eventing._txn_context import CURRENT_PRODUCER
 
 __all__ = ["MAX_RECORDS", "TransactionSkipped", "Transactions", "transactional_id"]
@@ -55,8 +55,7 @@ TRANSACTION_TIMEOUT_MS = 60_000
 #: (a send to the dead leader, the dead transaction coordinator); a new one finds the new ones.
 STUCK_S = 20.0
 MAX_RECORDS = 20_000  #: most input records a transaction holds, whatever the interval
-#: Longest an abort or a producer's close may take.
-_CLOSE_S = 10.0
+_CLOSE_S = 10.0  #: longest an abort or a producer's close may take
 
 
 class TransactionSkipped(Exception):
@@ -351,6 +350,7 @@ class Transactions:
             linger_ms=0,
             **kafka_client_kwargs(self._client),
         )
+        follow_password(producer, self._client)
         await producer.start()  # InitProducerId: fences the partition's previous producer
         self._producers[tp] = producer
         return producer
