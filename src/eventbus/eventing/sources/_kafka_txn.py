@@ -337,8 +337,7 @@ class Transactions:
         await self._abort(txn.producer)
         await self._dropped(tp, txn.producer, e)
 
-    # -- the producers -----------------------------------------------------------------------
-    async def _start(self, tp: TopicPartition) -> AIOKafkaProducer:
+    async def _start(self, tp: TopicPartition) -> AIOKafkaProducer:  # the partition's producer
         producer = AIOKafkaProducer(
             bootstrap_servers=self._bootstrap,
             transactional_id=transactional_id(self._group, tp),
