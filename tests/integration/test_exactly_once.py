@@ -37,7 +37,7 @@ def _apache_kafka_only(broker_kind: str) -> None:
 
 
 async def test_kill_9_mid_stream_exactly_once(topic_factory: Any, kafka_bootstrap: str) -> None:
-    n = 20_000
+    n = 100_000
     topics = (
         topic_factory("x-in", partitions=4),
         topic_factory("x-out", partitions=4),
@@ -50,7 +50,7 @@ async def test_kill_9_mid_stream_exactly_once(topic_factory: Any, kafka_bootstra
         for d in drivers:
             await asyncio.to_thread(d.wait_ready)
         done = [0]
-        producing = asyncio.create_task(produce(kafka_bootstrap, topics[0], n, 8.0, done))
+        producing = asyncio.create_task(produce(kafka_bootstrap, topics[0], n, 20.0, done))
         for mark in (0.2, 0.45, 0.7):  # kill -9 one replica, start another, three times
             while done[0] < n * mark:
                 await asyncio.sleep(0.05)
