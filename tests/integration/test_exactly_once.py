@@ -315,6 +315,12 @@ async def test_coordinator_restart_and_scale_1_3_1_on_three_brokers(kafka_cluste
             "the joined drivers' first commits (they own partitions)",
             90,
         )
+        admin = AIOKafkaAdminClient(bootstrap_servers=boot, request_timeout_ms=10_000)
+        await admin.start()
+        try:  # still (a coordinator moves only when a broker fails)
+            assert await admin.find_coordinator(group) == victim, "the coordinator moved"
+        finally:
+            await admin.close()
         print(f"node {victim} coordinates the group and the transactions of {shared}")
         node = cluster.nodes[victim - 1]
         await asyncio.to_thread(node.signal, signal.SIGKILL)
