@@ -10,13 +10,15 @@ SIGSTOP lands inside a transaction. ``INTERVAL_MS`` is the transactions' commit 
 (default 100).
 
 Prints ``ready`` once its consumer joined, then its counters as JSON every half second.
-SIGUSR2 makes it SIGKILL itself at the first moment an open transaction holds sent batches.
+SIGUSR2 makes it SIGKILL itself at the first moment an open transaction holds sent batches;
+SIGTERM stops it gracefully (its open transactions commit, it leaves the group; exit 0).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import sys
@@ -119,20 +121,26 @@ async def main(
     loop.add_signal_handler(
         signal.SIGUSR2, lambda: armed.append(asyncio.create_task(die_inside_a_transaction()))
     )
+    # SIGTERM: a graceful stop (the open transactions commit, the group is left), exit 0
+    stopping = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stopping.set)
     print("ready", flush=True)
     run = asyncio.create_task(source.run())
-    while not run.done():
+    while not run.done() and not stopping.is_set():
         print(json.dumps(source.stats()), flush=True)
         await asyncio.wait([run], timeout=0.5)
+    if stopping.is_set():
+        logging.getLogger("eos_driver").info("SIGTERM: stopping gracefully")
     await source.stop()
-    run.result()
+    await run
+    logging.getLogger("eos_driver").info("stopped")
+    print(json.dumps(source.stats()), flush=True)
 
 
 if __name__ == "__main__":
-    import logging
-
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(process)d %(levelname)s %(message)s"
     )
     logging.getLogger("eventbus.eventing.sources._kafka").setLevel(logging.INFO)
+    logging.getLogger("eos_driver").setLevel(logging.INFO)
     asyncio.run(main(*sys.argv[1:8]))

@@ -9,30 +9,25 @@ aborted attempts too.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
-import subprocess
-import sys
-import tempfile
-import threading
 import time
 import uuid
-from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 
-from eventbus import CloudEvent
-from eventbus.eventing._codecs import decode_kafka, encode_kafka_binary
+from eventbus.eventing.sources._kafka_txn import transactional_id
+from tests.integration.eos_harness import Driver, checked, expected, produce, read
 from tests.integration.test_faults import check_exactly_once_in_key_order
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.slow]
 
-KEYS = 40
-ROOT = Path(__file__).resolve().parents[2]
+#: Input events a second while the drivers scale and the coordinator restarts.
+RATE = 600
 
 
 @pytest.fixture(autouse=True)
@@ -41,189 +36,8 @@ def _apache_kafka_only(broker_kind: str) -> None:
         pytest.skip("Tansu delivers aborted transactions' records to read_committed readers")
 
 
-class Driver:
-    """One ``eos_driver`` process; its last counters are kept from its stdout."""
-
-    def __init__(
-        self,
-        bootstrap: str,
-        topics: tuple[str, str, str],
-        group: str,
-        delay_s: float,
-        interval_ms: int = 100,
-    ):
-        env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}:{ROOT}")
-        # EOS_LOG=FILE: the drivers' logs go there too (debugging); each driver's own log is
-        # kept so that a failed check shows what the drivers warned of
-        self.log_path = Path(tempfile.mkstemp(prefix="eos-driver-", suffix=".log")[1])
-        self._log = open(env.get("EOS_LOG", self.log_path), "a")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.integration.eos_driver",
-                bootstrap,
-                *topics,
-                group,
-                str(delay_s),
-                str(interval_ms),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            env=env,
-            cwd=ROOT,
-            text=True,
-        )
-        self.ready = threading.Event()
-        self.stats: dict[str, int] = {}
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("ready"):
-                self.ready.set()
-            elif line.startswith("{"):
-                self.stats = json.loads(line)
-
-    def wait_ready(self, timeout_s: float = 60) -> None:
-        assert self.ready.wait(timeout_s), "the driver did not join its group"
-
-    def wait_dead(self, timeout_s: float) -> int | None:
-        """The process's return code once it ended, or None after ``timeout_s``."""
-        try:
-            return self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def signal(self, sig: int) -> None:
-        self.proc.send_signal(sig)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._reader.join(10)  # the pipe ended with the process
-        self._log.close()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-
-
-def warnings_of(drivers: list[Driver]) -> str:
-    """What the drivers logged at WARNING or above (shown when a check fails)."""
-    lines = []
-    for d in drivers:
-        if d.log_path.exists():
-            text = d.log_path.read_text(errors="replace")
-            lines += [ln for ln in text.splitlines() if " WARNING " in ln or " ERROR " in ln]
-    return "\n".join(lines[-60:])
-
-
-async def checked(drivers: list[Driver], *args: Any) -> list[CloudEvent]:
-    """:func:`check`, with the drivers' warnings added to a failure's message."""
-    try:
-        return await check(*args)
-    except AssertionError as e:
-        stats = "\n".join(json.dumps(d.stats) for d in drivers)
-        msg = f"{e}\n-- the drivers' counters:\n{stats}\n-- their warnings:\n{warnings_of(drivers)}"
-        raise AssertionError(msg) from e
-
-
-def event(i: int, seq: Counter[str]) -> tuple[str, CloudEvent]:
-    key = f"k{i % KEYS}"
-    seq[key] += 1
-    data: dict[str, Any] = {"n": i, "key": key, "seq": seq[key]}
-    if i % 50 == 0:
-        data["boom"] = True  # fails the convert: a dead letter
-    return key, CloudEvent.create(type="e.test", source="/eos", id=f"e{i}", data=data)
-
-
-async def produce(bootstrap: str, topic: str, n: int, seconds: float, done: list[int]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2)
-    await producer.start()
-    seq: Counter[str] = Counter()
-    start = time.monotonic()
-    try:
-        for base in range(0, n, 500):
-            futs = []
-            for i in range(base, min(n, base + 500)):
-                key, e = event(i, seq)
-                headers, value = encode_kafka_binary(e)
-                futs.append(await producer.send(topic, value, key=key.encode(), headers=headers))
-            await asyncio.gather(*futs)
-            done[0] = min(n, base + 500)
-            due = start + seconds * done[0] / n
-            if due > time.monotonic():
-                await asyncio.sleep(due - time.monotonic())  # pacing the producer
-    finally:
-        await producer.stop()
-
-
-async def read(bootstrap: str, topic: str, isolation: str, until: int, timeout_s: float) -> list:
-    """Every record of ``topic`` as events, until ``until`` arrived (then 1 s more)."""
-    consumer = AIOKafkaConsumer(
-        topic,
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        isolation_level=isolation,
-    )
-    await consumer.start()
-    out: list[CloudEvent] = []
-    deadline = time.monotonic() + timeout_s
-    extra: float | None = None
-    try:
-        while time.monotonic() < deadline and (extra is None or time.monotonic() < extra):
-            data = await consumer.getmany(timeout_ms=200, max_records=5000)
-            for tp, records in data.items():
-                out += [
-                    decode_kafka(
-                        r.value,
-                        list(r.headers or ()),
-                        key=r.key,
-                        topic=tp.topic,
-                        partition=tp.partition,
-                        offset=r.offset,
-                        default_type="x",
-                        default_source="x",
-                    )
-                    for r in records
-                ]
-            if extra is None and len(out) >= until:
-                extra = time.monotonic() + 1.0
-    finally:
-        await consumer.stop()
-    return out
-
-
-def expected(n: int) -> tuple[set[str], set[str]]:
-    outputs = {f"e{i}" for i in range(0, n, 2) if i % 50}
-    dead = {f"e{i}" for i in range(0, n, 50)}
-    return outputs, dead
-
-
-async def check(bootstrap: str, sink: str, dlq: str, n: int) -> list[CloudEvent]:
-    want_out, want_dead = expected(n)
-    out = await read(bootstrap, sink, "read_committed", len(want_out), 120)
-    missing = sorted(int(i[1:]) for i in want_out - {e.id for e in out})
-    assert not missing, f"missing {len(missing)} outputs: e{missing[:20]} ... e{missing[-5:]}"
-    check_exactly_once_in_key_order(out, want_out)
-    assert all(e.data["half"] == e.data["n"] / 2 for e in out)
-    dead = await read(bootstrap, dlq, "read_committed", len(want_dead), 60)
-    counts = Counter(e.id for e in dead)
-    assert set(counts) == want_dead and max(counts.values()) == 1, counts.most_common(3)
-    return out
-
-
 async def test_kill_9_mid_stream_exactly_once(topic_factory: Any, kafka_bootstrap: str) -> None:
-    n = 20_000
+    n = 100_000
     topics = (
         topic_factory("x-in", partitions=4),
         topic_factory("x-out", partitions=4),
@@ -236,11 +50,14 @@ async def test_kill_9_mid_stream_exactly_once(topic_factory: Any, kafka_bootstra
         for d in drivers:
             await asyncio.to_thread(d.wait_ready)
         done = [0]
-        producing = asyncio.create_task(produce(kafka_bootstrap, topics[0], n, 8.0, done))
+        producing = asyncio.create_task(produce(kafka_bootstrap, topics[0], n, 20.0, done))
         for mark in (0.2, 0.45, 0.7):  # kill -9 one replica, start another, three times
             while done[0] < n * mark:
                 await asyncio.sleep(0.05)
             victim = drivers.pop(0)
+            # a replacement started at the mark before may still be starting (its handler of
+            # SIGUSR2 not installed yet: the signal would kill it outside any transaction)
+            await asyncio.to_thread(victim.wait_ready)
             # the victim kills itself (SIGKILL) at the first moment an open transaction of it
             # holds sent batches: every kill lands inside a transaction
             victim.signal(signal.SIGUSR2)
@@ -413,4 +230,119 @@ async def test_output_leader_kill_on_three_brokers(kafka_cluster3: Any) -> None:
         await checked([driver], boot, topics[1], topics[2], n)
     finally:
         driver.stop()
+        await cluster_healthy(cluster)  # the next test gets three nodes
+
+
+async def coordinated_group(
+    bootstrap: str, source: str, partitions: int, controller: int
+) -> tuple[str, int, list[int]]:
+    """A consumer group for ``source`` whose coordinator also coordinates the transactions of
+    some of its input partitions (FindCoordinator of the group and of each partition's
+    transactional id): the group, that node and those partitions. A node but the active KRaft
+    controller where one can (its fault is then not the controller's failover too)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    await admin.start()
+    fallback: tuple[str, int, list[int]] | None = None
+    try:
+        deadline = time.monotonic() + 60
+        for i in range(100):
+            group = f"eosc-{source}-{i}"
+            ids = [transactional_id(group, TopicPartition(source, p)) for p in range(partitions)]
+            while True:
+                try:  # (the coordinators' internal topics may be being created)
+                    node = await admin.find_coordinator(group)
+                    txns = [await admin.find_coordinator(t, 1) for t in ids]
+                    break
+                except KafkaError:
+                    assert time.monotonic() < deadline, "no group or transaction coordinator"
+                    await asyncio.sleep(0.1)
+            shared = [p for p, c in enumerate(txns) if c == node]
+            if shared and node != controller:
+                return group, node, shared
+            fallback = fallback or ((group, node, shared) if shared else None)
+    finally:
+        await admin.close()
+    assert fallback is not None, "no group whose coordinator coordinates a transaction of it"
+    return fallback
+
+
+@pytest.mark.kafka_only
+@pytest.mark.timeout(300)
+async def test_coordinator_restart_and_scale_1_3_1_on_three_brokers(kafka_cluster3: Any) -> None:
+    """Three brokers, events flowing throughout: one driver, then two more join (three); the
+    broker that coordinates the drivers' group and some of their transactions is killed
+    (SIGKILL) and started again; then the two stop gracefully (SIGTERM: one driver again).
+    read_committed gets every output exactly once in per-key order."""
+    from tests.integration.broker_faults import wait_until
+    from tests.integration.kafka3 import cluster_healthy, create_topics, placement
+
+    cluster = kafka_cluster3
+    await cluster_healthy(cluster)
+    boot = cluster.bootstrap
+    controller = (await asyncio.to_thread(cluster.active_controller)).node_id
+    tag = uuid.uuid4().hex[:6]
+    topics = (f"ec-in-{tag}", f"ec-out-{tag}", f"ec-dlq-{tag}")
+    group, victim, shared = await coordinated_group(boot, topics[0], 4, controller)
+    others = [x for x in (1, 2, 3) if x != victim]  # the partitions' leaders stay up
+    base = {p: others[p % 2] for p in range(4)}
+    await create_topics(
+        boot,
+        {
+            topics[0]: placement(base),
+            topics[1]: placement(base),
+            topics[2]: placement({0: others[0]}),
+        },
+    )
+    first = Driver(boot, topics, group, 0.02)
+    everyone = [first]
+    stop, done = asyncio.Event(), [0]
+    producing: asyncio.Task[None] | None = None
+
+    def committed() -> int:
+        return sum(d.stats.get("committed", 0) for d in everyone)
+
+    try:
+        await asyncio.to_thread(first.wait_ready)
+        # RATE events a second until told to stop (at most 10**6)
+        producing = asyncio.create_task(produce(boot, topics[0], 10**6, 10**6 / RATE, done, stop))
+        await wait_until(lambda: first.stats.get("committed", 0) > 0, "a first commit", 60)
+        joined = [Driver(boot, topics, group, 0.02) for _ in range(2)]  # scale 1 -> 3
+        everyone += joined
+        for d in joined:
+            await asyncio.to_thread(d.wait_ready)
+        await wait_until(
+            lambda: all(d.stats.get("committed", 0) > 0 for d in joined),
+            "the joined drivers' first commits (they own partitions)",
+            90,
+        )
+        admin = AIOKafkaAdminClient(bootstrap_servers=boot, request_timeout_ms=10_000)
+        await admin.start()
+        try:  # still (a coordinator moves only when a broker fails)
+            assert await admin.find_coordinator(group) == victim, "the coordinator moved"
+        finally:
+            await admin.close()
+        print(f"node {victim} coordinates the group and the transactions of {shared}")
+        node = cluster.nodes[victim - 1]
+        await asyncio.to_thread(node.signal, signal.SIGKILL)
+        await asyncio.to_thread(cluster.start_node, node)
+        mark = committed()
+        await wait_until(lambda: committed() > mark + 2 * RATE, "commits after the restart", 90)
+        for d in joined:  # scale 3 -> 1, gracefully
+            d.signal(signal.SIGTERM)
+        for d in joined:
+            assert await asyncio.to_thread(d.wait_dead, 60) == 0, "a graceful stop failed"
+        mark = first.stats["committed"]
+        await wait_until(
+            lambda: first.stats["committed"] > mark + 2 * RATE, "commits after the scale-in", 90
+        )
+        stop.set()
+        await producing
+        await checked(everyone, boot, topics[1], topics[2], done[0])
+        assert all(d.stats.get("committed", 0) > 0 for d in everyone), "a driver owned nothing"
+    finally:
+        stop.set()
+        if producing is not None:
+            await asyncio.gather(producing, return_exceptions=True)
+        for d in everyone:
+            d.stop()
         await cluster_healthy(cluster)  # the next test gets three nodes
