@@ -1,9 +1,12 @@
-"""Every example of README.md and the docs site runs: pipeline YAML (whole or a fragment in a
-pipeline) passes the loader, Kafka client settings their model, Python compiles (and the
-marked blocks run), and the shell commands name commands, options and files that exist."""
+"""Every example of README.md and the docs site runs: pipeline YAML (whole, or a block marked
+``<!-- docs-test: fragment -->`` inside a minimal pipeline) passes the loader, Kafka client
+settings their model, Python compiles (and the marked blocks run), and every ``eventbus``
+command line of a shell block (``$(...)`` included) parses with the CLI's own parser: the
+command exists, its options and arguments are right, the ``examples/`` files it names exist."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import textwrap
 from pathlib import Path
@@ -17,6 +20,7 @@ from eventbus.eventing import KafkaClientConfig
 from eventbus.pipelines import validate_pipeline_text
 from eventbus.testing import run_pipeline
 from tests.docs.blocks import ROOT, Block, blocks
+from tests.docs.tutorial import SHELL_LANGS
 
 _SPEC_KEYS = {
     "sources",
@@ -36,8 +40,16 @@ def _ids(items: list[Block]) -> list[str]:
 
 
 def as_pipeline(block: Block) -> str:
-    """The block as a whole pipeline: a whole one as it is, a fragment inside a minimal one."""
-    if "apiVersion: eventbus/v1" in block.text:
+    """The block as a whole pipeline: a whole one as it is, a fragment (marked so: a part
+    of a pipeline is not silently taken for one) inside a minimal one."""
+    whole = "apiVersion: eventbus/v1" in block.text
+    if whole or block.mark != "fragment":
+        assert whole, (
+            f"{block.where}: a YAML block that is not a whole pipeline (no `apiVersion: "
+            "eventbus/v1`): mark it <!-- docs-test: fragment --> to have it validated inside "
+            "a minimal pipeline, or <!-- docs-test: skip REASON --> if it is no pipeline"
+        )
+        assert block.mark != "fragment", f"{block.where}: a whole pipeline marked fragment"
         return block.text
     data = yaml.safe_load(textwrap.dedent(block.text))
     spec: dict[str, Any] = {
@@ -62,7 +74,7 @@ def as_pipeline(block: Block) -> str:
     return yaml.safe_dump(document, sort_keys=False)
 
 
-YAML = [b for b in blocks("yaml") if b.mark != "skip"]
+YAML = [b for b in blocks() if b.lang in ("yaml", "yml") and b.mark != "skip"]
 CLIENT_SETTINGS = [b for b in YAML if b.text.startswith("security_protocol:")]
 PIPELINES = [b for b in YAML if b not in CLIENT_SETTINGS]
 
@@ -83,11 +95,17 @@ def test_kafka_client_settings_pass_their_model(block: Block) -> None:
 
 
 def test_a_broken_example_is_caught() -> None:
-    broken = Block(ROOT / "README.md", 1, "yaml", "- id: Bad-Id\n  filter: 'true'\n")
+    steps = "- id: Bad-Id\n  filter: 'true'\n"
+    broken = Block(ROOT / "README.md", 1, "yaml", steps, mark="fragment")
     _, problems = validate_pipeline_text(as_pipeline(broken), "x", check_functions=False)
     assert any("Bad-Id" in str(p) for p in problems)
     with pytest.raises(AssertionError, match="neither a pipeline nor a fragment"):
-        as_pipeline(Block(ROOT / "README.md", 1, "yaml", "services: {kafka: {}}\n"))
+        as_pipeline(Block(ROOT / "README.md", 1, "yaml", "services: {kafka: {}}\n", "fragment"))
+    with pytest.raises(AssertionError, match="mark it <!-- docs-test: fragment -->"):
+        as_pipeline(Block(ROOT / "README.md", 1, "yaml", steps))  # a fragment, unmarked
+    whole = "apiVersion: eventbus/v1\nkind: Pipeline\n"
+    with pytest.raises(AssertionError, match="a whole pipeline marked fragment"):
+        as_pipeline(Block(ROOT / "README.md", 1, "yaml", whole, mark="fragment"))
 
 
 SAME_AS = [b for b in blocks("yaml") if b.mark == "same-as"]
@@ -141,29 +159,90 @@ def _cli() -> Any:
     return typer.main.get_command(app)
 
 
+_SUBSHELL = re.compile(r"\$\(([^()]*)\)|`([^`]*)`")
+_WRAPPERS = {"time", "exec", "nohup", "env", "sudo"}  # run the command that follows
+_REDIRECT = re.compile(r"\d*(<|>|>>|&>)")  # then a file: `< secret.txt`, `2> err.log`
+
+
+def _unredirected(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+        elif _REDIRECT.fullmatch(token):
+            skip = True
+        elif not re.match(r"\d*(<|>|&>)", token):  # 2>&1, >out.log
+            out.append(token)
+    return out
+
+
+def _command_lines(block: Block) -> list[str]:
+    """The command lines of a shell block: continuations joined, comments and a console's
+    ``$ `` prompts and output lines dropped, each ``$(...)`` a command line of its own."""
+    text = block.text.replace("\\\n", " ")
+    lines = text.splitlines()
+    if block.lang == "console":
+        lines = [line[2:] for line in lines if line.startswith("$ ")]
+    out = []
+    for line in lines:
+        line = line.split(" #", 1)[0] if not line.startswith("#") else ""
+        for m in _SUBSHELL.finditer(line):
+            out.append(m[1] if m[1] is not None else m[2])
+        out.append(_SUBSHELL.sub("SUBST", line))
+    return out
+
+
 def _commands(block: Block) -> list[list[str]]:
     """The ``eventbus`` and ``make`` command lines of a shell block, as argv lists."""
     out = []
-    text = block.text.replace("\\\n", " ")
-    for line in text.splitlines():
-        for part in line.split("#", 1)[0].replace("&&", ";").replace("|", ";").split(";"):
+    for line in _command_lines(block):
+        for part in line.replace("&&", ";").replace("||", ";").replace("|", ";").split(";"):
             try:
-                argv = shlex.split(part)
+                argv = _unredirected(shlex.split(part))
             except ValueError:
                 continue
-            while argv and "=" in argv[0] and not argv[0].startswith("-"):
-                argv = argv[1:]  # VAR=value before the command
+            while argv and (argv[0] in _WRAPPERS or ("=" in argv[0] and argv[0][0] != "-")):
+                argv = argv[1:]  # VAR=value or a wrapper before the command
             if argv and Path(argv[0]).name in ("eventbus", "make"):
                 out.append([Path(argv[0]).name, *argv[1:]])
     return out
 
 
-SHELL = [b for b in blocks("bash") if b.mark != "skip"]
+def parse_eventbus(argv: list[str]) -> str | None:
+    """None when ``eventbus ARGV...`` parses with the CLI's parser (the command exists; its
+    options, arguments and their values are right), else click's message."""
+    import typer
+
+    root = _cli()  # typer's click: its exceptions are typer.TyperException's
+    ctx = root.make_context("eventbus", [], resilient_parsing=True)
+    cmd, rest, name = root, list(argv), "eventbus"
+    while rest and hasattr(cmd, "list_commands") and not rest[0].startswith("-"):
+        sub = cmd.get_command(ctx, rest[0])
+        if sub is None:
+            return f"no command {rest[0]!r} under {ctx.command_path!r}"
+        cmd, name, rest = sub, rest[0], rest[1:]
+        ctx = typer.Context(cmd, info_name=name, parent=ctx)
+    try:
+        with cmd.make_context(name, rest, parent=ctx.parent):
+            pass
+    except typer.Exit:  # --help, --version
+        return None
+    except typer.TyperException as exc:
+        return str(getattr(exc, "format_message", exc.__str__)())
+    return None
+
+
+SHELL = [b for b in blocks() if b.lang in SHELL_LANGS and b.mark != "skip"]
+
+
+def test_the_pages_have_shell_commands() -> None:
+    commands = [argv for b in SHELL for argv in _commands(b) if argv[0] == "eventbus"]
+    assert len(commands) >= 50
+    assert ["eventbus", "url", "gateway"] in commands  # from GW=$(eventbus url gateway)
 
 
 @pytest.mark.parametrize("block", SHELL, ids=_ids(SHELL))
-def test_shell_commands_exist(block: Block) -> None:
-    root = _cli()
+def test_shell_commands_parse(block: Block) -> None:
     targets = {
         line.split(":", 1)[0]
         for line in (ROOT / "Makefile").read_text().splitlines()
@@ -174,24 +253,43 @@ def test_shell_commands_exist(block: Block) -> None:
             missing = [t for t in argv[1:] if not t.startswith("-") and "=" not in t]
             assert set(missing) <= targets, f"{block.where}: no make target {missing}"
             continue
-        cmd, rest = root, argv[1:]
-        while rest and hasattr(cmd, "list_commands") and not rest[0].startswith("-"):
-            sub = cmd.get_command(None, rest[0])
-            assert sub is not None, f"{block.where}: no command {' '.join(argv)!r}"
-            cmd, rest = sub, rest[1:]
-        options = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
-        for token in rest:
-            name = token.split("=", 1)[0]
-            if name.startswith("--"):
-                assert name in options, f"{block.where}: {' '.join(argv)!r}: no option {name}"
-            elif token.startswith("examples/") and "*" not in token:
+        problem = parse_eventbus(argv[1:])
+        assert problem is None, f"{block.where}: {shlex.join(argv)!r}: {problem}"
+        for token in argv[1:]:
+            if token.startswith("examples/") and "*" not in token:
                 assert (ROOT / token).exists(), f"{block.where}: {token} does not exist"
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ("eventbus deploi x.yaml", "no command 'deploi'"),
+        ("eventbus model push fraud", "Missing argument"),
+        ("eventbus tail topic --max many", "Invalid value for '--max'"),
+        ("eventbus up --brokr kafka", "No such option: --brokr"),
+        ("eventbus up -z", "No such option: -z"),
+        ("eventbus list extra", "unexpected extra argument(s) (extra)"),
+        ('curl "$(eventbus url gateway --nope)/x"', "No such option: --nope"),
+        ("eventbus secret set A B < secret.txt 2>&1", "unexpected extra argument(s) (B)"),
+    ],
+)
+def test_a_broken_command_line_is_caught(line: str, problem: str) -> None:
+    [argv] = _commands(Block(ROOT / "README.md", 1, "bash", line + "\n"))
+    found = parse_eventbus(argv[1:])
+    assert found is not None and problem in found, found
+
+
+def test_a_console_block_s_prompts_are_the_commands() -> None:
+    console = "$ eventbus list\nNAME  STATUS\n$ time eventbus status # the stack\n"
+    block = Block(ROOT / "README.md", 1, "console", console)
+    assert _commands(block) == [["eventbus", "list"], ["eventbus", "status"]]
+    assert all(parse_eventbus(argv[1:]) is None for argv in _commands(block))
 
 
 def _example_runs() -> list[tuple[str, str]]:
     """``eventbus validate|test examples/...`` as the pages write them: (command, file)."""
     runs = set()
-    for block in blocks("bash"):
+    for block in SHELL:
         for argv in _commands(block):
             if argv[0] == "eventbus" and len(argv) >= 3 and argv[1] in ("validate", "test"):
                 runs.update((argv[1], f) for f in argv[2:] if f.startswith("examples/"))
