@@ -85,8 +85,15 @@ def test_the_pages_have_examples() -> None:
 
 @pytest.mark.parametrize("block", PIPELINES, ids=_ids(PIPELINES))
 def test_pipeline_yaml_passes_the_loader(block: Block) -> None:
-    _, problems = validate_pipeline_text(as_pipeline(block), block.where, check_functions=False)
+    """As ``eventbus validate`` checks a file (less what needs the example's own functions
+    and secrets): no problem, and no old spelling that validate warns about."""
+    from eventbus.serving._secret_check import deprecated_spellings
+
+    config, problems = validate_pipeline_text(
+        as_pipeline(block), block.where, check_functions=False
+    )
     assert problems == [], "\n".join(str(p) for p in problems)
+    assert config is not None and deprecated_spellings(config) == [], block.where
 
 
 @pytest.mark.parametrize("block", CLIENT_SETTINGS, ids=_ids(CLIENT_SETTINGS))
