@@ -1,13 +1,10 @@
 """Every example of README.md and the docs site runs: pipeline YAML (whole, or a block marked
-``<!-- docs-test: fragment -->`` inside a minimal pipeline) passes the loader, Kafka client
-settings their model, Python compiles (and the marked blocks run), and every ``eventbus``
-command line of a shell block (``$(...)`` included) parses with the CLI's own parser: the
-command exists, its options and arguments are right, the ``examples/`` files it names exist."""
+``<!-- docs-test: fragment -->`` inside a minimal pipeline) passes the loader as ``eventbus
+validate`` runs it, Kafka client settings their model, Python compiles (and the marked blocks
+run). The shell examples: ``test_shell_examples.py``."""
 
 from __future__ import annotations
 
-import re
-import shlex
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -20,7 +17,6 @@ from eventbus.eventing import KafkaClientConfig
 from eventbus.pipelines import validate_pipeline_text
 from eventbus.testing import run_pipeline
 from tests.docs.blocks import ROOT, Block, blocks
-from tests.docs.tutorial import SHELL_LANGS
 
 _SPEC_KEYS = {
     "sources",
@@ -153,171 +149,6 @@ def test_readme_pipeline_runs_with_its_function(tmp_path: Path, monkeypatch: Any
     result = run_pipeline(tmp_path / "orders.yaml", [order("a", 50), order("b", 500)])
     assert [(e.id, e.data["score"]) for e in result.outputs] == [("b", 0.5)]
     assert result.dropped == 1
-
-
-# -- shell ----------------------------------------------------------------------------------
-
-
-def _cli() -> Any:
-    import typer
-
-    from eventbus.cli import app
-
-    return typer.main.get_command(app)
-
-
-_SUBSHELL = re.compile(r"\$\(([^()]*)\)|`([^`]*)`")
-_WRAPPERS = {"time", "exec", "nohup", "env", "sudo"}  # run the command that follows
-_REDIRECT = re.compile(r"\d*(<|>|>>|&>)")  # then a file: `< secret.txt`, `2> err.log`
-
-
-def _unredirected(argv: list[str]) -> list[str]:
-    out, skip = [], False
-    for token in argv:
-        if skip:
-            skip = False
-        elif _REDIRECT.fullmatch(token):
-            skip = True
-        elif not re.match(r"\d*(<|>|&>)", token):  # 2>&1, >out.log
-            out.append(token)
-    return out
-
-
-def _command_lines(block: Block) -> list[str]:
-    """The command lines of a shell block: continuations joined, comments and a console's
-    ``$ `` prompts and output lines dropped, each ``$(...)`` a command line of its own."""
-    text = block.text.replace("\\\n", " ")
-    lines = text.splitlines()
-    if block.lang == "console":
-        lines = [line[2:] for line in lines if line.startswith("$ ")]
-    out = []
-    for line in lines:
-        line = line.split(" #", 1)[0] if not line.startswith("#") else ""
-        for m in _SUBSHELL.finditer(line):
-            out.append(m[1] if m[1] is not None else m[2])
-        out.append(_SUBSHELL.sub("SUBST", line))
-    return out
-
-
-def _commands(block: Block) -> list[list[str]]:
-    """The ``eventbus`` and ``make`` command lines of a shell block, as argv lists."""
-    out = []
-    for line in _command_lines(block):
-        for part in line.replace("&&", ";").replace("||", ";").replace("|", ";").split(";"):
-            try:
-                argv = _unredirected(shlex.split(part))
-            except ValueError:
-                continue
-            while argv and (argv[0] in _WRAPPERS or ("=" in argv[0] and argv[0][0] != "-")):
-                argv = argv[1:]  # VAR=value or a wrapper before the command
-            if argv and Path(argv[0]).name in ("eventbus", "make"):
-                out.append([Path(argv[0]).name, *argv[1:]])
-    return out
-
-
-def parse_eventbus(argv: list[str]) -> str | None:
-    """None when ``eventbus ARGV...`` parses with the CLI's parser (the command exists; its
-    options, arguments and their values are right), else click's message."""
-    import typer
-
-    root = _cli()  # typer's click: its exceptions are typer.TyperException's
-    ctx = root.make_context("eventbus", [], resilient_parsing=True)
-    cmd, rest, name = root, list(argv), "eventbus"
-    while rest and hasattr(cmd, "list_commands") and not rest[0].startswith("-"):
-        sub = cmd.get_command(ctx, rest[0])
-        if sub is None:
-            return f"no command {rest[0]!r} under {ctx.command_path!r}"
-        cmd, name, rest = sub, rest[0], rest[1:]
-        ctx = typer.Context(cmd, info_name=name, parent=ctx)
-    try:
-        with cmd.make_context(name, rest, parent=ctx.parent):
-            pass
-    except typer.Exit:  # --help, --version
-        return None
-    except typer.TyperException as exc:
-        return str(getattr(exc, "format_message", exc.__str__)())
-    return None
-
-
-SHELL = [b for b in blocks() if b.lang in SHELL_LANGS and b.mark != "skip"]
-
-
-def test_the_pages_have_shell_commands() -> None:
-    commands = [argv for b in SHELL for argv in _commands(b) if argv[0] == "eventbus"]
-    assert len(commands) >= 50
-    assert ["eventbus", "url", "gateway"] in commands  # from GW=$(eventbus url gateway)
-
-
-@pytest.mark.parametrize("block", SHELL, ids=_ids(SHELL))
-def test_shell_commands_parse(block: Block) -> None:
-    targets = {
-        line.split(":", 1)[0]
-        for line in (ROOT / "Makefile").read_text().splitlines()
-        if line and not line[0].isspace() and ":" in line and "=" not in line.split(":", 1)[0]
-    }
-    for argv in _commands(block):
-        if argv[0] == "make":
-            missing = [t for t in argv[1:] if not t.startswith("-") and "=" not in t]
-            assert set(missing) <= targets, f"{block.where}: no make target {missing}"
-            continue
-        problem = parse_eventbus(argv[1:])
-        assert problem is None, f"{block.where}: {shlex.join(argv)!r}: {problem}"
-        for token in argv[1:]:
-            if token.startswith("examples/") and "*" not in token:
-                assert (ROOT / token).exists(), f"{block.where}: {token} does not exist"
-
-
-@pytest.mark.parametrize(
-    ("line", "problem"),
-    [
-        ("eventbus deploi x.yaml", "no command 'deploi'"),
-        ("eventbus model push fraud", "Missing argument"),
-        ("eventbus tail topic --max many", "Invalid value for '--max'"),
-        ("eventbus up --brokr kafka", "No such option: --brokr"),
-        ("eventbus up -z", "No such option: -z"),
-        ("eventbus list extra", "unexpected extra argument(s) (extra)"),
-        ('curl "$(eventbus url gateway --nope)/x"', "No such option: --nope"),
-        ("eventbus secret set A B < secret.txt 2>&1", "unexpected extra argument(s) (B)"),
-    ],
-)
-def test_a_broken_command_line_is_caught(line: str, problem: str) -> None:
-    [argv] = _commands(Block(ROOT / "README.md", 1, "bash", line + "\n"))
-    found = parse_eventbus(argv[1:])
-    assert found is not None and problem in found, found
-
-
-def test_a_console_block_s_prompts_are_the_commands() -> None:
-    console = "$ eventbus list\nNAME  STATUS\n$ time eventbus status # the stack\n"
-    block = Block(ROOT / "README.md", 1, "console", console)
-    assert _commands(block) == [["eventbus", "list"], ["eventbus", "status"]]
-    assert all(parse_eventbus(argv[1:]) is None for argv in _commands(block))
-
-
-def _example_runs() -> list[tuple[str, str]]:
-    """``eventbus validate|test examples/...`` as the pages write them: (command, file)."""
-    runs = set()
-    for block in SHELL:
-        for argv in _commands(block):
-            if argv[0] == "eventbus" and len(argv) >= 3 and argv[1] in ("validate", "test"):
-                runs.update((argv[1], f) for f in argv[2:] if f.startswith("examples/"))
-    return sorted(runs)
-
-
-EXAMPLE_RUNS = _example_runs()
-
-
-def test_the_pages_run_the_examples() -> None:
-    assert ("test", "examples/payments/payments.yaml") in EXAMPLE_RUNS
-
-
-@pytest.mark.parametrize(("command", "path"), EXAMPLE_RUNS)
-def test_example_commands_pass(command: str, path: str) -> None:
-    from typer.testing import CliRunner
-
-    from eventbus.cli import app
-
-    done = CliRunner().invoke(app, [command, str(ROOT / path)])
-    assert done.exit_code == 0, done.output
 
 
 def test_first_tutorial_tells_what_the_sample_payments_give(monkeypatch: Any) -> None:
