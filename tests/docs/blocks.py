@@ -3,7 +3,10 @@
 A block may be preceded by an HTML comment that tells the tests what to do with it:
 ``<!-- docs-test: skip REASON -->`` (an abridged or non-pipeline block), ``<!-- docs-test:
 run -->`` (a Python block executed as it is), ``<!-- docs-test: same-as PATH -->`` (a YAML
-block that must equal a file of the repository, parsed).
+block that must equal a file of the repository, parsed), ``<!-- docs-test: fragment -->`` (a
+YAML block that is part of a pipeline: its steps, or some of its spec's keys; validated inside
+a minimal pipeline, where an unmarked YAML block must be a whole one). The tutorials' marks
+are in ``tutorial.py``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """The tutorials, followed as a new user follows them: each page's shell blocks run in order
-with bash, in a fresh directory holding the repository's examples, against the stack the page
-itself starts (``eventbus up``, a fresh EVENTBUS_HOME) and stops; the files it says to save are
-taken from the page; what it says the reader will see is checked (``tests/docs/tutorial.py``).
-A page that is wrong fails here: fix the page."""
+with bash, in a fresh directory holding the repository's examples, against the stack the first
+starts (``eventbus up``, a fresh EVENTBUS_HOME); the files it says to save are taken from the
+page; what it says the reader will see is checked (``tests/docs/tutorial.py``). The pages
+continue on the stack of the page before, as a reader who goes on keeps it: they are
+followed in the site's order in one directory, on one stack, which the last page stops. A
+page that is wrong fails here: fix the page."""
 
 from __future__ import annotations
 
@@ -36,10 +38,10 @@ EPILOGUE = f"\nexport -p > {STATE}\n"
 
 
 class Tutorial:
-    """A page's steps run in ``workdir``: a clone's examples, the repository's venv on PATH."""
+    """Pages' steps run in ``workdir``: a clone's examples, the repository's venv on PATH."""
 
-    def __init__(self, page: Path, workdir: Path) -> None:
-        self.page, self.workdir = page, workdir
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
         shutil.copytree(
             ROOT / "examples", workdir / "examples", ignore=shutil.ignore_patterns("__pycache__")
         )
@@ -60,8 +62,8 @@ class Tutorial:
         self.background: list[tuple[subprocess.Popen[bytes], Path]] = []
         self.transcript: list[str] = []
 
-    def run(self) -> None:
-        for step in steps(self.page):
+    def run(self, page: Path) -> None:
+        for step in steps(page):
             t0 = time.monotonic()
             if step.kind == "file":
                 (self.workdir / step.name).write_text(step.block.text)
@@ -125,11 +127,13 @@ class Tutorial:
             time.sleep(0.2)
 
     def close(self) -> None:
-        """Stop what the page started, whether or not it got as far as `eventbus down`."""
+        """Stop what the pages started, whether or not they got as far as `eventbus down`."""
         for proc, _ in self.background:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
                 proc.wait(timeout=30)
+        if not (self.workdir / "eventbus-home" / "stack.json").exists():
+            return  # no stack was started, or `eventbus down` stopped it
         down = subprocess.run(
             ["eventbus", "down"],
             cwd=self.workdir,
@@ -143,35 +147,45 @@ class Tutorial:
             print(f"eventbus down failed: {down.stdout}{down.stderr}")
 
 
-def follow(page: Path, workdir: Path) -> None:
-    tutorial = Tutorial(page, workdir)
+def follow(pages: list[Path], workdir: Path) -> None:
+    """Follow ``pages`` in order in ``workdir``, each on the stack the one before left."""
+    tutorial = Tutorial(workdir)
     try:
-        tutorial.run()
+        for page in pages:
+            tutorial.run(page)
     finally:
         tutorial.close()
     print("\n".join(tutorial.transcript))
 
 
-# up, deploy, publish, tail, HTTP, status, down: ~80 s on a quiet 2-core machine
-@pytest.mark.timeout(600)
-def test_the_first_tutorial_runs_as_written(tmp_path: Path) -> None:
-    page = DOCS / "tutorials" / "first-pipeline.md"
-    kinds = [s.kind for s in steps(page)]
-    assert kinds.count("shell") >= 5 and kinds[-1] == "shell"
-    assert any("eventbus up" in s.block.text for s in steps(page))
-    assert steps(page)[-1].block.text.strip().endswith("eventbus down")
-    assert all(s.expected for s in steps(page) if s.kind == "shell"), "a step without its output"
-    follow(page, tmp_path)
+def _shells(page: Path) -> list[str]:
+    return [s.block.text.strip() for s in steps(page) if s.kind == "shell"]
 
 
-# up, deploy, a subscriber, signed webhooks, a refusal, down: ~80 s on a quiet 2-core machine
-@pytest.mark.timeout(600)
-def test_the_webhooks_tutorial_runs_as_written(tmp_path: Path) -> None:
-    page = DOCS / "tutorials" / "webhooks.md"
-    kinds = [s.kind for s in steps(page)]
+# The site's tutorials in its order, on one stack as a reader who goes on keeps it: the first
+# (up, deploy, publish, tail, HTTP, status), webhooks (a stored secret, a subscriber, signed
+# webhooks, refusals), joins and windows (`eventbus test`, in process), a model stage (deploy,
+# score, push, split, down). ~4 min on a loaded 2-core machine; a stack per page would add an
+# `up`, a `down` and a Ray Serve start each (~60 s).
+@pytest.mark.timeout(1200)
+def test_the_tutorials_run_as_written_in_order_on_one_stack(tmp_path: Path) -> None:
+    names = ("first-pipeline", "webhooks", "joins-and-windows", "model-stage")
+    pages = [DOCS / "tutorials" / f"{n}.md" for n in names]
+    assert sorted(pages) == sorted((DOCS / "tutorials").glob("*.md")), "a tutorial not run"
+    first, hooks, joins, model = pages
+    assert _shells(first)[1].startswith("eventbus up"), "the first page starts the stack"
+    kinds = [s.kind for s in steps(hooks)]
     assert kinds.count("file") == 3 and "background" in kinds and "await" in kinds
-    assert steps(page)[-1].block.text.strip() == "eventbus down"
-    with socket.socket() as probe:  # the page's subscriber listens on 127.0.0.1:9000
+    assert not any("eventbus up" in s for s in _shells(joins)), "joins run in process"
+    assert _shells(model)[-1].endswith("eventbus down"), "the last page stops the stack"
+    for page in pages:
+        shells = [s for s in steps(page) if s.kind == "shell"]
+        assert shells and all(s.expected for s in shells), f"{page.name}: a step without its output"
+        if page != model:
+            assert not any("eventbus down" in s for s in _shells(page)), (
+                f"{page.name} stops the stack the next pages run on"
+            )
+    with socket.socket() as probe:  # the webhooks page's subscriber listens on 127.0.0.1:9000
         busy = probe.connect_ex(("127.0.0.1", 9000)) == 0
     assert not busy, "port 9000, the webhooks tutorial's subscriber's, is taken: free it"
-    follow(page, tmp_path)
+    follow(pages, tmp_path)
