@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from types import CodeType
 from typing import Any
 
 from eventbus.jsonata import _fast_rt as rt
@@ -44,7 +45,9 @@ __all__ = ["FUNCTIONS", "generate"]
 class _Gen(PathForms):
     def __init__(self, builtins: dict[str, Any]) -> None:
         self.builtins = builtins
+        self.top: Node | None = None  # the whole expression (its value is returned as it is)
         self.lines: list[str] = []
+        self.literals: dict[str, Any] = {}  # placeholder -> value, for the code's constants
         self.names: dict[str, Any] = {
             "U": UNDEFINED, "D": dict, "L": list, "S": str, "I": int, "F": float, "Q": Seq,
             "C": Cons, "NM": rt.name_step, "FL": rt.flatten, "KC": rt.keep_count,
@@ -62,6 +65,23 @@ class _Gen(PathForms):
         name = f"K{len(self.names)}"
         self.names[name] = value
         return name
+
+    def lit(self, value: Any) -> str:
+        """``value`` as a constant of the code object (no global lookup): a placeholder string
+        literal in the source, replaced by the value once compiled (see :func:`_patched`). Only
+        where no other constant is an operand, so that nothing folds it at compile time."""
+        placeholder = f"\x00{len(self.literals)}"
+        self.literals[placeholder] = value
+        return repr(placeholder)
+
+    def lits(self, a: str, b: str) -> tuple[str, str]:
+        """Operands ``a`` and ``b`` with a literal one (beside a value) as a code constant."""
+        ka, kb = a[0] == "K" and a in self.names, b[0] == "K" and b in self.names
+        if ka and not kb:
+            return self.lit(self.names[a]), b
+        if kb and not ka:
+            return a, self.lit(self.names[b])
+        return a, b
 
     def tmp(self) -> str:
         self.n += 1
@@ -123,33 +143,42 @@ class _Gen(PathForms):
         a, _ = self.expr(node.lhs, c, ind)
         b, _ = self.expr(node.rhs, c, ind)
         if op == "&":
-            parts = [x if self.names.get(x).__class__ is str else
-                     f"({x} if {x}.__class__ is S else SP({x}))" for x in (a, b)]  # fmt: skip
+            parts = [lx if self.names.get(x).__class__ is str else
+                     f"({x} if {x}.__class__ is S else SP({x}))"
+                     for x, lx in zip((a, b), self.lits(a, b), strict=True)]  # fmt: skip
             self.emit(ind, f"{r} = {parts[0]} + {parts[1]}")
             self.emit(ind, f"if len({r}) > ML: TL(len({r}), ML)")
             self.uses_length = True
             self.defined.add(r)
             return r, True
         slow = self.const(binary_fn(op, rt.first, rt.second, node.position))
-        num_a = f"({a}.__class__ is I or {a}.__class__ is F)"
-        num_b = f"({b}.__class__ is I or {b}.__class__ is F)"
+        la, lb = self.lits(a, b)
+        num_a = f"({a}.__class__ is F or {a}.__class__ is I)"
+        num_b = f"({b}.__class__ is F or {b}.__class__ is I)"
         if op in ("+", "-", "*"):
             if node.rhs.type == "number":  # a literal number (the check below sees inf)
                 self.emit(ind, f"if {num_a}:")
             else:
                 self.emit(ind, f"if {num_a} and {num_b}:")
-            self.emit(ind + 1, f"{r} = {a} {op} {b}")
+            self.emit(ind + 1, f"{r} = {la} {op} {lb}")
+            again = f"{r} = {slow}(({a}, {b}), None)"  # out of range: the closures' verdict
             if float in (self.names.get(a).__class__, self.names.get(b).__class__):
-                self.emit(ind + 1, f"if {r} - {r} != 0.0:")  # a float literal: a float
-            else:
-                self.emit(ind + 1, f"if {r} - {r} != 0.0 or ({r}.__class__ is I and "
-                                   f"not -9223372036854775808 < {r} < 9223372036854775808):")  # fmt: skip
-            self.emit(ind + 2, f"{r} = {slow}(({a}, {b}), None)")
-            self.emit(ind, f"else: {r} = {slow}(({a}, {b}), None)")
+                self.emit(ind + 1, f"if {r} - {r}: {again}")  # a float literal: a float
+            else:  # x - x: 0 for a finite number, nan (truthy) for inf and nan
+                self.emit(ind + 1, f"if {r}.__class__ is F:")
+                self.emit(ind + 2, f"if {r} - {r}: {again}")
+                self.emit(ind + 1, f"elif not -9223372036854775808 < {r} < 9223372036854775808: "
+                                   f"{again}")  # fmt: skip
+            self.emit(ind, f"else: {again}")
             return r, True
         if op in ("/", "%"):
             self.emit(ind, f"{r} = {slow}(({a}, {b}), None)")
             return r, False
+        self.emit(ind, f"{r} = {self._compare(op, a, b, slow)}")
+        return r, True
+
+    def _compare(self, op: str, a: str, b: str, slow: str) -> str:
+        """A comparison of ``a`` and ``b``: Python's where both are strings or both numbers."""
         kinds = {str: "S", int: "I", float: "F"}
         if b in self.names and self.names[b].__class__ in kinds:  # a literal: its type known
             same = f"{a}.__class__ is {kinds[self.names[b].__class__]}"
@@ -159,8 +188,34 @@ class _Gen(PathForms):
             same = f"{a}.__class__ is {b}.__class__ and ({a}.__class__ is S or "
             same += f"{a}.__class__ is I or {a}.__class__ is F)"
         pyop = "==" if op == "=" else op
-        self.emit(ind, f"{r} = {a} {pyop} {b} if {same} else {slow}(({a}, {b}), None)")
-        return r, True
+        la, lb = self.lits(a, b)
+        return f"{la} {pyop} {lb} if {same} else {slow}(({a}, {b}), None)"
+
+    def test(self, node: Node, c: str, ind: int) -> str:
+        """A condition that holds where the node's value is ``true`` (for a predicate)."""
+        if (node.type == "binary" and node.value in COMPARE
+                and not any(node.get(a) for a in ATTRS)):  # fmt: skip
+            self.nodes += 1
+            a, _ = self.expr(node.lhs, c, ind)
+            b, _ = self.expr(node.rhs, c, ind)
+            slow = self.const(binary_fn(node.value, rt.first, rt.second, node.position))
+            return f"({self._compare(node.value, a, b, slow)} is True)"
+        p, _ = self.expr(node, c, ind)
+        return f"{p} is True"
+
+    def strict(self, node: Node, x: str) -> str | None:
+        """The value of the call step ``node`` on the string ``x`` where it is a function of
+        ``$`` with a form for strings (never undefined, never an error), else None."""
+        proc = node.procedure
+        if (node.type != "function" or proc.type != "variable" or any(proc.get(a) for a in ATTRS)
+                or len(node.arguments) != 1 or self.builtins.get(proc.value).__class__ is not Builtin):  # fmt: skip
+            return None
+        arg = node.arguments[0]
+        if arg.type != "variable" or arg.value != "" or any(arg.get(a) for a in ATTRS):
+            return None
+        forms = {"uppercase": f"{x}.upper()", "lowercase": f"{x}.lower()", "string": x,
+                 "length": f"len({x})"}  # fmt: skip
+        return forms.get(proc.value)
 
     def condition(self, node: Node, c: str, ind: int) -> tuple[str, bool]:
         r = self.tmp()
@@ -208,14 +263,16 @@ class _Gen(PathForms):
         entries, maybe = [], []
         for key, (_, value) in zip(keys, node.lhs, strict=True):
             v, ok = self.expr(value, c, ind)
-            k = self.const(key)
+            k = self.lit(key)
+            if v not in self.defined and (v not in self.names or self.names[v] is UNDEFINED):
+                maybe.append(v)
+            elif ok and v[0] == "K" and v in self.names:
+                v = self.lit(self.names[v])  # a literal value
             entries.append(
                 f"{k}: {v}"
                 if ok
                 else f"{k}: {v} if {v}.__class__ is S or {v}.__class__ is I else PV({v})"
             )
-            if v not in self.defined and (v not in self.names or self.names[v] is UNDEFINED):
-                maybe.append(v)
         self.emit(ind, f"{r} = {{{', '.join(entries)}}}")
         if maybe:  # undefined values leave their keys out (the others keep their order)
             test = " or ".join(f"{v} is U" for v in dict.fromkeys(maybe))
@@ -246,7 +303,8 @@ class _Gen(PathForms):
             sep_ok = "" if self.names.get(sep).__class__ is str else f" and {sep}.__class__ is S"
             self.emit(ind, f"if {a}.__class__ is L{sep_ok}:")
             self.emit(ind + 1, "try:")
-            self.emit(ind + 2, f"{r} = {sep}.join({a})")
+            joiner = self.lit(self.names[sep]) if self.names.get(sep).__class__ is str else sep
+            self.emit(ind + 2, f"{r} = {joiner}.join({a})")
             self.emit(ind + 2, f"if len({r}) > ML: TL(len({r}), ML)")
             self.uses_length = True
             self.emit(ind + 1, f"except TypeError: {r} = {slow}")
@@ -263,10 +321,30 @@ _ERRORS = (TypeError, AttributeError, KeyError, IndexError, ValueError, Arithmet
            RecursionError, rt.Fallback)  # fmt: skip
 
 
+def _patched(code: CodeType, literals: dict[str, Any]) -> CodeType:
+    """``code`` with each placeholder constant replaced by its value (in nested code too)."""
+
+    def value(c: Any) -> Any:
+        if c.__class__ is str and "\x00" in c:
+            if c not in literals:  # folded with something at compile time: not as planned
+                raise Unsupported("folded literal")
+            return literals[c]
+        if c.__class__ is tuple:
+            return tuple(value(x) for x in c)
+        if c.__class__ is frozenset:
+            return frozenset(value(x) for x in c)
+        if isinstance(c, CodeType):
+            return _patched(c, literals)
+        return c
+
+    return code.replace(co_consts=tuple(value(c) for c in code.co_consts))
+
+
 def generate(tree: Node, builtins: dict[str, Any], slow: Callable[..., Any],
              plain: Callable[[Any], Any], default_budget: Any) -> Callable[..., Any] | None:  # fmt: skip
     """The generated ``evaluate(data, bindings=None, budget=...)``, or None outside the subset."""
     gen = _Gen(builtins)
+    gen.top = tree
     try:
         r, clean = gen.expr(tree, "data", 2)
     except Unsupported:
@@ -288,11 +366,10 @@ def generate(tree: Node, builtins: dict[str, Any], slow: Callable[..., Any],
                      BUDGET=default_budget)  # fmt: skip
     body = gen.lines
     head = [
-        "def evaluate(data, bindings=None, budget=BUDGET):",
-        "    if bindings or (data.__class__ is not D and isinstance(data, L)):",
+        "def evaluate(data, bindings=None, budget=BUDGET):",  # an object in, else the closures
+        "    if bindings or data.__class__ is not D:",
         "        return SLOW(data, bindings, budget)",
         "    try:",
-        "        DD = data.__class__ is D",
     ]
     if gen.uses_length:
         head.append("        ML = budget.max_length")
@@ -312,9 +389,9 @@ def generate(tree: Node, builtins: dict[str, Any], slow: Callable[..., Any],
     source = "\n".join(head + body + tail)
     namespace = dict(gen.names)
     try:
-        code = compile(source, "<jsonata fast path>", "exec")
-    except (SyntaxError, RecursionError):  # more nested blocks than Python compiles: closures
-        return None
+        code = _patched(compile(source, "<jsonata fast path>", "exec"), gen.literals)
+    except (SyntaxError, RecursionError, Unsupported):  # e.g. more nested blocks than Python
+        return None  # compiles: the closures
     exec(code, namespace)
     fn: Callable[..., Any] = namespace["evaluate"]
     fn.__doc__ = source  # for debugging: the generated source
