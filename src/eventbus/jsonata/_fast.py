@@ -5,11 +5,21 @@ The subset: paths of names (mapping over arrays and flattening, as every path do
 predicates ``[...]`` on their steps, function-call steps (``.$uppercase($)``), ``$``, literals,
 ``+ - * / %``, comparisons, ``=``/``!=``, ``and``/``or``, ``&``, ``? :``, unary minus, array and object
 constructors (literal, distinct keys), and calls of :data:`FUNCTIONS`. Anything else (and
-bindings passed to ``evaluate``, or an array as the input) runs the closures instead. A case
-the generated code does not handle inline calls the same helpers the closures use, or raises
-:class:`~eventbus.jsonata._fast_rt.Fallback` to evaluate the closures once more, so the results
-and error codes are the closures'. No text from the expression enters the source: every
-literal is a constant of the function's namespace, named ``K<n>``.
+bindings passed to ``evaluate``, or an input other than an object) runs the closures instead.
+A case the generated code does not handle inline calls the same helpers the closures use, or
+raises :class:`~eventbus.jsonata._fast_rt.Fallback` to evaluate the closures once more, so the
+results and error codes are the closures'.
+
+What it saves per evaluation: a path of names is subscripts (``try``/``except KeyError``, free
+until a key is missing) while it meets objects (``dict`` exactly, as the closures check); a
+filter followed by a string function on ``$`` (``tags[$ != 'eu'].$uppercase($)``) runs in one
+loop; the expression's own list is returned as built; undefined values, which only the slow
+branches produce, set one flag (``UF``) that an object constructor tests once.
+
+No text from the expression enters the source: a literal is a name of the function's
+namespace (``K<n>``), or, where it is an operand beside a value, a placeholder string that
+:func:`~eventbus.jsonata._fast_forms.patched` replaces by the value in the compiled code's
+constants (a constant loads faster than a name).
 
 Budgets: the subset has no loops but the mapping over the input's arrays, so each mapping
 charges ``max_steps`` for its items (a bound on the time too); ``&`` and ``$join`` check
@@ -20,14 +30,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from types import CodeType
 from typing import Any
 
 from eventbus.jsonata import _fast_rt as rt
 from eventbus.jsonata._errors import JSONataError
+from eventbus.jsonata._fast_forms import CallForms, patched
 from eventbus.jsonata._fast_paths import (
     ATTRS,
-    CLEAN_RESULTS,
     COMPARE,
     FUNCTIONS,
     MAX_INDENT,
@@ -37,12 +46,12 @@ from eventbus.jsonata._fast_paths import (
 )
 from eventbus.jsonata._ops import binary_fn
 from eventbus.jsonata._parser import Node
-from eventbus.jsonata._values import UNDEFINED, Builtin, Cons, Seq, to_boolean
+from eventbus.jsonata._values import UNDEFINED, Cons, Seq, to_boolean
 
 __all__ = ["FUNCTIONS", "generate"]
 
 
-class _Gen(PathForms):
+class _Gen(PathForms, CallForms):
     def __init__(self, builtins: dict[str, Any]) -> None:
         self.builtins = builtins
         self.top: Node | None = None  # the whole expression (its value is returned as it is)
@@ -58,6 +67,9 @@ class _Gen(PathForms):
         self.nodes = 0
         self.uses_steps = False
         self.defined: set[str] = set()  # temporaries never undefined
+        # temporaries whose every assignment that may be undefined sets UF (one test for all)
+        self.flagged: set[str] = set()
+        self.uses_flag = False
         self.scalar_items: set[str] = set()  # temporaries holding scalars or sequences of them
         self.uses_length = False
 
@@ -65,23 +77,6 @@ class _Gen(PathForms):
         name = f"K{len(self.names)}"
         self.names[name] = value
         return name
-
-    def lit(self, value: Any) -> str:
-        """``value`` as a constant of the code object (no global lookup): a placeholder string
-        literal in the source, replaced by the value once compiled (see :func:`_patched`). Only
-        where no other constant is an operand, so that nothing folds it at compile time."""
-        placeholder = f"\x00{len(self.literals)}"
-        self.literals[placeholder] = value
-        return repr(placeholder)
-
-    def lits(self, a: str, b: str) -> tuple[str, str]:
-        """Operands ``a`` and ``b`` with a literal one (beside a value) as a code constant."""
-        ka, kb = a[0] == "K" and a in self.names, b[0] == "K" and b in self.names
-        if ka and not kb:
-            return self.lit(self.names[a]), b
-        if kb and not ka:
-            return a, self.lit(self.names[b])
-        return a, b
 
     def tmp(self) -> str:
         self.n += 1
@@ -161,7 +156,8 @@ class _Gen(PathForms):
             else:
                 self.emit(ind, f"if {num_a} and {num_b}:")
             self.emit(ind + 1, f"{r} = {la} {op} {lb}")
-            again = f"{r} = {slow}(({a}, {b}), None)"  # out of range: the closures' verdict
+            again = f"{r} = {slow}(({a}, {b}), None); UF = True"  # the closures' verdict
+            self.flagged.add(r)
             if float in (self.names.get(a).__class__, self.names.get(b).__class__):
                 self.emit(ind + 1, f"if {r} - {r}: {again}")  # a float literal: a float
             else:  # x - x: 0 for a finite number, nan (truthy) for inf and nan
@@ -174,48 +170,8 @@ class _Gen(PathForms):
         if op in ("/", "%"):
             self.emit(ind, f"{r} = {slow}(({a}, {b}), None)")
             return r, False
-        self.emit(ind, f"{r} = {self._compare(op, a, b, slow)}")
+        self.emit(ind, f"{r} = {self.compare(op, a, b, slow)}")
         return r, True
-
-    def _compare(self, op: str, a: str, b: str, slow: str) -> str:
-        """A comparison of ``a`` and ``b``: Python's where both are strings or both numbers."""
-        kinds = {str: "S", int: "I", float: "F"}
-        if b in self.names and self.names[b].__class__ in kinds:  # a literal: its type known
-            same = f"{a}.__class__ is {kinds[self.names[b].__class__]}"
-        elif a in self.names and self.names[a].__class__ in kinds:
-            same = f"{b}.__class__ is {kinds[self.names[a].__class__]}"
-        else:
-            same = f"{a}.__class__ is {b}.__class__ and ({a}.__class__ is S or "
-            same += f"{a}.__class__ is I or {a}.__class__ is F)"
-        pyop = "==" if op == "=" else op
-        la, lb = self.lits(a, b)
-        return f"{la} {pyop} {lb} if {same} else {slow}(({a}, {b}), None)"
-
-    def test(self, node: Node, c: str, ind: int) -> str:
-        """A condition that holds where the node's value is ``true`` (for a predicate)."""
-        if (node.type == "binary" and node.value in COMPARE
-                and not any(node.get(a) for a in ATTRS)):  # fmt: skip
-            self.nodes += 1
-            a, _ = self.expr(node.lhs, c, ind)
-            b, _ = self.expr(node.rhs, c, ind)
-            slow = self.const(binary_fn(node.value, rt.first, rt.second, node.position))
-            return f"({self._compare(node.value, a, b, slow)} is True)"
-        p, _ = self.expr(node, c, ind)
-        return f"{p} is True"
-
-    def strict(self, node: Node, x: str) -> str | None:
-        """The value of the call step ``node`` on the string ``x`` where it is a function of
-        ``$`` with a form for strings (never undefined, never an error), else None."""
-        proc = node.procedure
-        if (node.type != "function" or proc.type != "variable" or any(proc.get(a) for a in ATTRS)
-                or len(node.arguments) != 1 or self.builtins.get(proc.value).__class__ is not Builtin):  # fmt: skip
-            return None
-        arg = node.arguments[0]
-        if arg.type != "variable" or arg.value != "" or any(arg.get(a) for a in ATTRS):
-            return None
-        forms = {"uppercase": f"{x}.upper()", "lowercase": f"{x}.lower()", "string": x,
-                 "length": f"len({x})"}  # fmt: skip
-        return forms.get(proc.value)
 
     def condition(self, node: Node, c: str, ind: int) -> tuple[str, bool]:
         r = self.tmp()
@@ -275,69 +231,17 @@ class _Gen(PathForms):
             )
         self.emit(ind, f"{r} = {{{', '.join(entries)}}}")
         if maybe:  # undefined values leave their keys out (the others keep their order)
-            test = " or ".join(f"{v} is U" for v in dict.fromkeys(maybe))
+            tests = [f"{v} is U" for v in dict.fromkeys(maybe) if v not in self.flagged]
+            self.uses_flag = self.uses_flag or bool(set(maybe) & self.flagged)
+            test = " or ".join((["UF"] if set(maybe) & self.flagged else []) + tests)
             self.emit(ind, f"if {test}: {r} = {{k: x for k, x in {r}.items() if x is not U}}")
         self.defined.add(r)
         return r, True
-
-    def call(self, node: Node, c: str, ind: int) -> tuple[str, bool]:
-        proc = node.procedure
-        if proc.type != "variable" or any(proc.get(a) for a in ATTRS):
-            raise Unsupported("call")
-        name = proc.value
-        builtin = self.builtins.get(name)
-        if name not in FUNCTIONS or builtin.__class__ is not Builtin:
-            raise Unsupported(f"${name}")
-        args = [self.expr(a, c, ind)[0] for a in node.arguments]
-        r = self.tmp()
-        slow = (f"CB({self.const(builtin.impl)}, {self.const(builtin.signature.validate)}, "
-                f"[{', '.join(args)}], {c}, {node.position}, budget)")  # fmt: skip
-        if name in ("uppercase", "lowercase") and len(args) == 1:
-            method = "upper" if name == "uppercase" else "lower"
-            self.emit(ind, f"{r} = {args[0]}.{method}() if {args[0]}.__class__ is S else {slow}")
-        elif name in ("string", "length") and len(args) == 1:
-            fast = args[0] if name == "string" else f"len({args[0]})"
-            self.emit(ind, f"{r} = {fast} if {args[0]}.__class__ is S else {slow}")
-        elif name == "join" and len(args) == 2:
-            a, sep = args
-            sep_ok = "" if self.names.get(sep).__class__ is str else f" and {sep}.__class__ is S"
-            self.emit(ind, f"if {a}.__class__ is L{sep_ok}:")
-            self.emit(ind + 1, "try:")
-            joiner = self.lit(self.names[sep]) if self.names.get(sep).__class__ is str else sep
-            self.emit(ind + 2, f"{r} = {joiner}.join({a})")
-            self.emit(ind + 2, f"if len({r}) > ML: TL(len({r}), ML)")
-            self.uses_length = True
-            self.emit(ind + 1, f"except TypeError: {r} = {slow}")
-            self.emit(ind, f"else: {r} = {slow}")
-        else:
-            self.emit(ind, f"{r} = {slow}")
-        return r, name in CLEAN_RESULTS
-
-    # -- paths
 
 
 _PLAIN_ITEMS = frozenset([str, int, bool, type(None)])
 _ERRORS = (TypeError, AttributeError, KeyError, IndexError, ValueError, ArithmeticError,
            RecursionError, rt.Fallback)  # fmt: skip
-
-
-def _patched(code: CodeType, literals: dict[str, Any]) -> CodeType:
-    """``code`` with each placeholder constant replaced by its value (in nested code too)."""
-
-    def value(c: Any) -> Any:
-        if c.__class__ is str and "\x00" in c:
-            if c not in literals:  # folded with something at compile time: not as planned
-                raise Unsupported("folded literal")
-            return literals[c]
-        if c.__class__ is tuple:
-            return tuple(value(x) for x in c)
-        if c.__class__ is frozenset:
-            return frozenset(value(x) for x in c)
-        if isinstance(c, CodeType):
-            return _patched(c, literals)
-        return c
-
-    return code.replace(co_consts=tuple(value(c) for c in code.co_consts))
 
 
 def generate(tree: Node, builtins: dict[str, Any], slow: Callable[..., Any],
@@ -375,6 +279,8 @@ def generate(tree: Node, builtins: dict[str, Any], slow: Callable[..., Any],
         head.append("        ML = budget.max_length")
     if gen.uses_steps:
         head.append("        N = budget.max_steps")
+    if gen.uses_flag:
+        head.append("        UF = False")
     if clean:
         ret = f"        return {r}"
     elif r in gen.scalar_items:
@@ -389,7 +295,7 @@ def generate(tree: Node, builtins: dict[str, Any], slow: Callable[..., Any],
     source = "\n".join(head + body + tail)
     namespace = dict(gen.names)
     try:
-        code = _patched(compile(source, "<jsonata fast path>", "exec"), gen.literals)
+        code = patched(compile(source, "<jsonata fast path>", "exec"), gen.literals)
     except (SyntaxError, RecursionError, Unsupported):  # e.g. more nested blocks than Python
         return None  # compiles: the closures
     exec(code, namespace)

@@ -42,6 +42,7 @@ class PathForms:
     """Mixin of the generator: compiles path nodes."""
 
     names: dict[str, Any]
+    flagged: set[str]
     top: Node | None
     uses_steps: bool
     scalar_items: set[str]
@@ -198,16 +199,17 @@ class PathForms:
         else (an array, a missing key) the helper that maps and flattens."""
         helper = f"NP({c}, {self.const(tuple(keys))}, budget)"
         k = self.lit(keys[-1])
+        self.flagged.add(r)  # undefined only where UF is set
         self.emit(ind, "try:")
         if len(keys) == 1 and c == "data":
             self.emit(ind + 1, f"{r} = data[{k}]")
-            self.emit(ind, f"except KeyError: {r} = U")
+            self.emit(ind, f"except KeyError: {r} = U; UF = True")
             return
         v = self.tmp()
         cond = self._chain(keys[:-1], c, v) if len(keys) > 1 else f"{c}.__class__ is D"
         self.emit(ind + 1, f"if {cond}: {r} = {v if len(keys) > 1 else c}[{k}]")
-        self.emit(ind + 1, f"else: {r} = {helper}")
-        self.emit(ind, f"except KeyError: {r} = {helper}")
+        self.emit(ind + 1, f"else: {r} = {helper}; UF = True")
+        self.emit(ind, f"except KeyError: {r} = {helper}; UF = True")
 
     def _objects(self, keys: list[str], c: str, target: str, ind: int) -> None:
         """Opens ``if`` the names ``keys`` from ``c`` meet objects only (the last in ``target``)."""
