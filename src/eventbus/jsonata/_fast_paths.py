@@ -183,39 +183,35 @@ class PathForms:
             self.emit(i1, f"{seq} = FL({raw})")
             self.emit(i1, f"if not {seq}: {r} = U; break")
 
-    def _chain(self, keys: list[str], c: str, target: str) -> str:
-        """A condition, for inside ``try: ... except KeyError``, that ``c`` and the value of
-        every key in turn are objects; the last value is left in ``target``."""
-        parts = [] if c == "data" else [f"{c}.__class__ is D"]  # data: an object (checked)
-        src = c
-        for i, key in enumerate(keys):
-            dst = target if i == len(keys) - 1 else self.tmp()
-            parts.append(f"({dst} := {src}[{self.lit(key)}]).__class__ is D")
-            src = dst
-        return " and ".join(parts)
+    def _chain(self, keys: list[str], c: str) -> str:
+        """Subscripts of ``c`` by ``keys``, for inside ``try: ... except (KeyError,
+        TypeError)``: ``c`` is an object (``data`` is, else the caller checks), and a value
+        inside an object is read as JSON holds it: an array, a string, a number, true, false
+        or null is not subscriptable by a string (TypeError), an object is a ``dict``."""
+        return c + "".join(f"[{self.lit(key)}]" for key in keys)
 
     def _lookup(self, keys: list[str], c: str, r: str, ind: int) -> None:
         """``r`` = the path of names ``keys`` from ``c``: subscripts while it meets objects,
         else (an array, a missing key) the helper that maps and flattens."""
         helper = f"NP({c}, {self.const(tuple(keys))}, budget)"
-        k = self.lit(keys[-1])
         self.flagged.add(r)  # undefined only where UF is set
         self.emit(ind, "try:")
+        if c == "data":
+            self.emit(ind + 1, f"{r} = {self._chain(keys, c)}")
+        else:
+            self.emit(ind + 1, f"if {c}.__class__ is D: {r} = {self._chain(keys, c)}")
+            self.emit(ind + 1, f"else: {r} = {helper}; UF = True")
         if len(keys) == 1 and c == "data":
-            self.emit(ind + 1, f"{r} = data[{k}]")
             self.emit(ind, f"except KeyError: {r} = U; UF = True")
-            return
-        v = self.tmp()
-        cond = self._chain(keys[:-1], c, v) if len(keys) > 1 else f"{c}.__class__ is D"
-        self.emit(ind + 1, f"if {cond}: {r} = {v if len(keys) > 1 else c}[{k}]")
-        self.emit(ind + 1, f"else: {r} = {helper}; UF = True")
-        self.emit(ind, f"except KeyError: {r} = {helper}; UF = True")
+        else:
+            self.emit(ind, f"except (KeyError, TypeError): {r} = {helper}; UF = True")
 
     def _objects(self, keys: list[str], c: str, target: str, ind: int) -> None:
         """Opens ``if`` the names ``keys`` from ``c`` meet objects only (the last in ``target``)."""
         ok = self.tmp()
-        self.emit(ind, f"try: {ok} = {self._chain(keys, c, target)}")
-        self.emit(ind, f"except KeyError: {ok} = False")
+        cond = "" if c == "data" else f"{c}.__class__ is D and "
+        self.emit(ind, f"try: {ok} = {cond}({target} := {self._chain(keys, c)}).__class__ is D")
+        self.emit(ind, f"except (KeyError, TypeError): {ok} = False")
         self.emit(ind, f"if {ok}:")
 
     def _step(self, step: Node, it: str, ind: int, is_object: bool = False,
