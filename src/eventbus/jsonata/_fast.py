@@ -10,11 +10,17 @@ A case the generated code does not handle inline calls the same helpers the clos
 raises :class:`~eventbus.jsonata._fast_rt.Fallback` to evaluate the closures once more, so the
 results and error codes are the closures'.
 
-What it saves per evaluation: a path of names is subscripts (``try``/``except KeyError``, free
-until a key is missing) while it meets objects (``dict`` exactly, as the closures check); a
-filter followed by a string function on ``$`` (``tags[$ != 'eu'].$uppercase($)``) runs in one
-loop; the expression's own list is returned as built; undefined values, which only the slow
-branches produce, set one flag (``UF``) that an object constructor tests once.
+What it saves per evaluation: a path of names is subscripts (``try``/``except``, free until a
+key is missing) while it meets objects; a filter followed by a string function on ``$``
+(``tags[$ != 'eu'].$uppercase($)``) runs in one loop; the expression's own list is returned as
+built; undefined values, which only the slow branches produce, set one flag (``UF``) that an
+object constructor tests once.
+
+The input is an object (``dict`` exactly) holding JSON as ``json.loads`` gives it: inside it,
+an object is a ``dict`` and nothing else answers a subscript by a string (an array, a string,
+a number raise ``TypeError``, read as "not an object": the helper maps over an array). A
+mapping of another kind nested in the input (a ``defaultdict``, a ``UserDict``) would be
+read by its subscript here, where the closures take only a ``dict`` for an object.
 
 No text from the expression enters the source: a literal is a name of the function's
 namespace (``K<n>``), or, where it is an operand beside a value, a placeholder string that
