@@ -216,8 +216,31 @@ def _parse_words(text: str) -> Any:
             groups.append(top + v)
         else:
             groups.append(groups.pop() * v)
+            if groups[-1] > _MAX_NUMBER:  # a number JSON cannot hold: stop multiplying
+                raise _too_large(text)
     total = sum(groups)
-    return int(total) if total < 2**53 else float(total)
+    return _number(total, text)
+
+
+_MAX_NUMBER = 2**1024  # above the largest double
+
+
+def _too_large(text: str) -> Exception:
+    return fail(
+        "D1001",
+        "Number out of range: the parsed integer cannot be represented in JSON",
+        0,
+        text[:100],
+    )
+
+
+def _number(n: int, text: str) -> Any:
+    """An exact int where a double holds it exactly, else the nearest double."""
+    if n < 2**53:
+        return n
+    if n >= _MAX_NUMBER:
+        raise _too_large(text)
+    return float(n)
 
 
 def _parse_integer(env: Frame, value: Any, picture: str) -> Any:
@@ -230,10 +253,12 @@ def _parse_integer(env: Frame, value: Any, picture: str) -> Any:
         base = 65 if pic.case == "upper" else 97
         if any(not 0 <= ord(c) - base < 26 for c in value):
             return U
+        if len(value) > 220:  # 26**218 > 2**1024
+            raise _too_large(value)
         n = 0
         for c in value:
             n = n * 26 + ord(c) - base + 1
-        return n
+        return _number(n, value)
     if pic.kind == "roman":
         total, largest = 0, 1
         for c in reversed(value.upper()):
@@ -247,7 +272,10 @@ def _parse_integer(env: Frame, value: Any, picture: str) -> Any:
         digits = digits.replace(sep, "")
     if not digits or any(not 0 <= ord(c) - pic.zero <= 9 for c in digits):
         return U
-    return int("".join(chr(ord(c) - pic.zero + 0x30) for c in digits))
+    digits = digits.lstrip(chr(pic.zero)) or chr(pic.zero)
+    if len(digits) > 309:
+        raise _too_large(value)
+    return _number(int("".join(chr(ord(c) - pic.zero + 0x30) for c in digits)), value)
 
 
 INTEGER_FUNCTIONS: dict[str, tuple[Any, str]] = {

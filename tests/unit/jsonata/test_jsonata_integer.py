@@ -83,6 +83,23 @@ def test_errors(expr: str, code: str) -> None:
     assert err.value.code == code
 
 
+@pytest.mark.parametrize(
+    ("text", "picture"),
+    [("9" * 400, "0"), ("Z" * 300, "A"), ("one" + " trillion" * 30, "w")],
+)
+def test_parsing_a_number_json_cannot_hold_fails(text: str, picture: str) -> None:
+    with pytest.raises(jsonata.JSONataError) as err:
+        _eval(f"$parseInteger(t, '{picture}')", {"t": text})
+    assert err.value.code == "D1001"
+
+
+def test_parsing_long_inputs_stays_linear() -> None:
+    assert _eval("$parseInteger(t, '0')", {"t": "0" * 1_000_000 + "42"}) == 42
+    assert _eval("$parseInteger(t, 'I')", {"t": "M" * 100_000}) == 100_000_000
+    assert _eval("$parseInteger(t, 'w')", {"t": "one " * 100_000}) == 100_000
+    assert _eval("$parseInteger(t, '#,##0')", {"t": ","}) is jsonata.UNDEFINED
+
+
 def test_largest_numbers_in_words_and_digits() -> None:
     assert _eval("$formatInteger(1e21, 'w')") == "one billion trillion"
     big = _eval("$formatInteger(1.7e308, '#,##0')")
