@@ -5,11 +5,27 @@ The subset: paths of names (mapping over arrays and flattening, as every path do
 predicates ``[...]`` on their steps, function-call steps (``.$uppercase($)``), ``$``, literals,
 ``+ - * / %``, comparisons, ``=``/``!=``, ``and``/``or``, ``&``, ``? :``, unary minus, array and object
 constructors (literal, distinct keys), and calls of :data:`FUNCTIONS`. Anything else (and
-bindings passed to ``evaluate``, or an array as the input) runs the closures instead. A case
-the generated code does not handle inline calls the same helpers the closures use, or raises
-:class:`~eventbus.jsonata._fast_rt.Fallback` to evaluate the closures once more, so the results
-and error codes are the closures'. No text from the expression enters the source: every
-literal is a constant of the function's namespace, named ``K<n>``.
+bindings passed to ``evaluate``, or an input other than an object) runs the closures instead.
+A case the generated code does not handle inline calls the same helpers the closures use, or
+raises :class:`~eventbus.jsonata._fast_rt.Fallback` to evaluate the closures once more, so the
+results and error codes are the closures'.
+
+What it saves per evaluation: a path of names is subscripts (``try``/``except``, free until a
+key is missing) while it meets objects; a filter followed by a string function on ``$``
+(``tags[$ != 'eu'].$uppercase($)``) runs in one loop; the expression's own list is returned as
+built; undefined values, which only the slow branches produce, set one flag (``UF``) that an
+object constructor tests once.
+
+The input is an object (``dict`` exactly) holding JSON as ``json.loads`` gives it: inside it,
+an object is a ``dict`` and nothing else answers a subscript by a string (an array, a string,
+a number raise ``TypeError``, read as "not an object": the helper maps over an array). A
+mapping of another kind nested in the input (a ``defaultdict``, a ``UserDict``) would be
+read by its subscript here, where the closures take only a ``dict`` for an object.
+
+No text from the expression enters the source: a literal is a name of the function's
+namespace (``K<n>``), or, where it is an operand beside a value, a placeholder string that
+:func:`~eventbus.jsonata._fast_forms.patched` replaces by the value in the compiled code's
+constants (a constant loads faster than a name).
 
 Budgets: the subset has no loops but the mapping over the input's arrays, so each mapping
 charges ``max_steps`` for its items (a bound on the time too); ``&`` and ``$join`` check
@@ -24,9 +40,9 @@ from typing import Any
 
 from eventbus.jsonata import _fast_rt as rt
 from eventbus.jsonata._errors import JSONataError
+from eventbus.jsonata._fast_forms import CallForms, patched
 from eventbus.jsonata._fast_paths import (
     ATTRS,
-    CLEAN_RESULTS,
     COMPARE,
     FUNCTIONS,
     MAX_INDENT,
@@ -36,15 +52,17 @@ from eventbus.jsonata._fast_paths import (
 )
 from eventbus.jsonata._ops import binary_fn
 from eventbus.jsonata._parser import Node
-from eventbus.jsonata._values import UNDEFINED, Builtin, Cons, Seq, to_boolean
+from eventbus.jsonata._values import UNDEFINED, Cons, Seq, to_boolean
 
 __all__ = ["FUNCTIONS", "generate"]
 
 
-class _Gen(PathForms):
+class _Gen(PathForms, CallForms):
     def __init__(self, builtins: dict[str, Any]) -> None:
         self.builtins = builtins
+        self.top: Node | None = None  # the whole expression (its value is returned as it is)
         self.lines: list[str] = []
+        self.literals: dict[str, Any] = {}  # placeholder -> value, for the code's constants
         self.names: dict[str, Any] = {
             "U": UNDEFINED, "D": dict, "L": list, "S": str, "I": int, "F": float, "Q": Seq,
             "C": Cons, "NM": rt.name_step, "FL": rt.flatten, "KC": rt.keep_count,
@@ -55,6 +73,9 @@ class _Gen(PathForms):
         self.nodes = 0
         self.uses_steps = False
         self.defined: set[str] = set()  # temporaries never undefined
+        # temporaries whose every assignment that may be undefined sets UF (one test for all)
+        self.flagged: set[str] = set()
+        self.uses_flag = False
         self.scalar_items: set[str] = set()  # temporaries holding scalars or sequences of them
         self.uses_length = False
 
@@ -123,43 +144,39 @@ class _Gen(PathForms):
         a, _ = self.expr(node.lhs, c, ind)
         b, _ = self.expr(node.rhs, c, ind)
         if op == "&":
-            parts = [x if self.names.get(x).__class__ is str else
-                     f"({x} if {x}.__class__ is S else SP({x}))" for x in (a, b)]  # fmt: skip
+            parts = [lx if self.names.get(x).__class__ is str else
+                     f"({x} if {x}.__class__ is S else SP({x}))"
+                     for x, lx in zip((a, b), self.lits(a, b), strict=True)]  # fmt: skip
             self.emit(ind, f"{r} = {parts[0]} + {parts[1]}")
             self.emit(ind, f"if len({r}) > ML: TL(len({r}), ML)")
             self.uses_length = True
             self.defined.add(r)
             return r, True
         slow = self.const(binary_fn(op, rt.first, rt.second, node.position))
-        num_a = f"({a}.__class__ is I or {a}.__class__ is F)"
-        num_b = f"({b}.__class__ is I or {b}.__class__ is F)"
+        la, lb = self.lits(a, b)
+        num_a = f"({a}.__class__ is F or {a}.__class__ is I)"
+        num_b = f"({b}.__class__ is F or {b}.__class__ is I)"
         if op in ("+", "-", "*"):
             if node.rhs.type == "number":  # a literal number (the check below sees inf)
                 self.emit(ind, f"if {num_a}:")
             else:
                 self.emit(ind, f"if {num_a} and {num_b}:")
-            self.emit(ind + 1, f"{r} = {a} {op} {b}")
+            self.emit(ind + 1, f"{r} = {la} {op} {lb}")
+            again = f"{r} = {slow}(({a}, {b}), None); UF = True"  # the closures' verdict
+            self.flagged.add(r)
             if float in (self.names.get(a).__class__, self.names.get(b).__class__):
-                self.emit(ind + 1, f"if {r} - {r} != 0.0:")  # a float literal: a float
-            else:
-                self.emit(ind + 1, f"if {r} - {r} != 0.0 or ({r}.__class__ is I and "
-                                   f"not -9223372036854775808 < {r} < 9223372036854775808):")  # fmt: skip
-            self.emit(ind + 2, f"{r} = {slow}(({a}, {b}), None)")
-            self.emit(ind, f"else: {r} = {slow}(({a}, {b}), None)")
+                self.emit(ind + 1, f"if {r} - {r}: {again}")  # a float literal: a float
+            else:  # x - x: 0 for a finite number, nan (truthy) for inf and nan
+                self.emit(ind + 1, f"if {r}.__class__ is F:")
+                self.emit(ind + 2, f"if {r} - {r}: {again}")
+                self.emit(ind + 1, f"elif not -9223372036854775808 < {r} < 9223372036854775808: "
+                                   f"{again}")  # fmt: skip
+            self.emit(ind, f"else: {again}")
             return r, True
         if op in ("/", "%"):
             self.emit(ind, f"{r} = {slow}(({a}, {b}), None)")
             return r, False
-        kinds = {str: "S", int: "I", float: "F"}
-        if b in self.names and self.names[b].__class__ in kinds:  # a literal: its type known
-            same = f"{a}.__class__ is {kinds[self.names[b].__class__]}"
-        elif a in self.names and self.names[a].__class__ in kinds:
-            same = f"{b}.__class__ is {kinds[self.names[a].__class__]}"
-        else:
-            same = f"{a}.__class__ is {b}.__class__ and ({a}.__class__ is S or "
-            same += f"{a}.__class__ is I or {a}.__class__ is F)"
-        pyop = "==" if op == "=" else op
-        self.emit(ind, f"{r} = {a} {pyop} {b} if {same} else {slow}(({a}, {b}), None)")
+        self.emit(ind, f"{r} = {self.compare(op, a, b, slow)}")
         return r, True
 
     def condition(self, node: Node, c: str, ind: int) -> tuple[str, bool]:
@@ -208,54 +225,24 @@ class _Gen(PathForms):
         entries, maybe = [], []
         for key, (_, value) in zip(keys, node.lhs, strict=True):
             v, ok = self.expr(value, c, ind)
-            k = self.const(key)
+            k = self.lit(key)
+            if v not in self.defined and (v not in self.names or self.names[v] is UNDEFINED):
+                maybe.append(v)
+            elif ok and v[0] == "K" and v in self.names:
+                v = self.lit(self.names[v])  # a literal value
             entries.append(
                 f"{k}: {v}"
                 if ok
                 else f"{k}: {v} if {v}.__class__ is S or {v}.__class__ is I else PV({v})"
             )
-            if v not in self.defined and (v not in self.names or self.names[v] is UNDEFINED):
-                maybe.append(v)
         self.emit(ind, f"{r} = {{{', '.join(entries)}}}")
         if maybe:  # undefined values leave their keys out (the others keep their order)
-            test = " or ".join(f"{v} is U" for v in dict.fromkeys(maybe))
+            tests = [f"{v} is U" for v in dict.fromkeys(maybe) if v not in self.flagged]
+            self.uses_flag = self.uses_flag or bool(set(maybe) & self.flagged)
+            test = " or ".join((["UF"] if set(maybe) & self.flagged else []) + tests)
             self.emit(ind, f"if {test}: {r} = {{k: x for k, x in {r}.items() if x is not U}}")
         self.defined.add(r)
         return r, True
-
-    def call(self, node: Node, c: str, ind: int) -> tuple[str, bool]:
-        proc = node.procedure
-        if proc.type != "variable" or any(proc.get(a) for a in ATTRS):
-            raise Unsupported("call")
-        name = proc.value
-        builtin = self.builtins.get(name)
-        if name not in FUNCTIONS or builtin.__class__ is not Builtin:
-            raise Unsupported(f"${name}")
-        args = [self.expr(a, c, ind)[0] for a in node.arguments]
-        r = self.tmp()
-        slow = (f"CB({self.const(builtin.impl)}, {self.const(builtin.signature.validate)}, "
-                f"[{', '.join(args)}], {c}, {node.position}, budget)")  # fmt: skip
-        if name in ("uppercase", "lowercase") and len(args) == 1:
-            method = "upper" if name == "uppercase" else "lower"
-            self.emit(ind, f"{r} = {args[0]}.{method}() if {args[0]}.__class__ is S else {slow}")
-        elif name in ("string", "length") and len(args) == 1:
-            fast = args[0] if name == "string" else f"len({args[0]})"
-            self.emit(ind, f"{r} = {fast} if {args[0]}.__class__ is S else {slow}")
-        elif name == "join" and len(args) == 2:
-            a, sep = args
-            sep_ok = "" if self.names.get(sep).__class__ is str else f" and {sep}.__class__ is S"
-            self.emit(ind, f"if {a}.__class__ is L{sep_ok}:")
-            self.emit(ind + 1, "try:")
-            self.emit(ind + 2, f"{r} = {sep}.join({a})")
-            self.emit(ind + 2, f"if len({r}) > ML: TL(len({r}), ML)")
-            self.uses_length = True
-            self.emit(ind + 1, f"except TypeError: {r} = {slow}")
-            self.emit(ind, f"else: {r} = {slow}")
-        else:
-            self.emit(ind, f"{r} = {slow}")
-        return r, name in CLEAN_RESULTS
-
-    # -- paths
 
 
 _PLAIN_ITEMS = frozenset([str, int, bool, type(None)])
@@ -267,6 +254,7 @@ def generate(tree: Node, builtins: dict[str, Any], slow: Callable[..., Any],
              plain: Callable[[Any], Any], default_budget: Any) -> Callable[..., Any] | None:  # fmt: skip
     """The generated ``evaluate(data, bindings=None, budget=...)``, or None outside the subset."""
     gen = _Gen(builtins)
+    gen.top = tree
     try:
         r, clean = gen.expr(tree, "data", 2)
     except Unsupported:
@@ -288,16 +276,17 @@ def generate(tree: Node, builtins: dict[str, Any], slow: Callable[..., Any],
                      BUDGET=default_budget)  # fmt: skip
     body = gen.lines
     head = [
-        "def evaluate(data, bindings=None, budget=BUDGET):",
-        "    if bindings or (data.__class__ is not D and isinstance(data, L)):",
+        "def evaluate(data, bindings=None, budget=BUDGET):",  # an object in, else the closures
+        "    if bindings or data.__class__ is not D:",
         "        return SLOW(data, bindings, budget)",
         "    try:",
-        "        DD = data.__class__ is D",
     ]
     if gen.uses_length:
         head.append("        ML = budget.max_length")
     if gen.uses_steps:
         head.append("        N = budget.max_steps")
+    if gen.uses_flag:
+        head.append("        UF = False")
     if clean:
         ret = f"        return {r}"
     elif r in gen.scalar_items:
@@ -312,9 +301,9 @@ def generate(tree: Node, builtins: dict[str, Any], slow: Callable[..., Any],
     source = "\n".join(head + body + tail)
     namespace = dict(gen.names)
     try:
-        code = compile(source, "<jsonata fast path>", "exec")
-    except (SyntaxError, RecursionError):  # more nested blocks than Python compiles: closures
-        return None
+        code = patched(compile(source, "<jsonata fast path>", "exec"), gen.literals)
+    except (SyntaxError, RecursionError, Unsupported):  # e.g. more nested blocks than Python
+        return None  # compiles: the closures
     exec(code, namespace)
     fn: Callable[..., Any] = namespace["evaluate"]
     fn.__doc__ = source  # for debugging: the generated source

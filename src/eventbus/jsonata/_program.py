@@ -13,6 +13,7 @@ from eventbus.jsonata._errors import JSONataError, fail
 from eventbus.jsonata._fast import generate
 from eventbus.jsonata._fn_data import DATA_FUNCTIONS
 from eventbus.jsonata._fn_format import FORMAT_FUNCTIONS
+from eventbus.jsonata._fn_integer import INTEGER_FUNCTIONS
 from eventbus.jsonata._fn_strings import STRING_FUNCTIONS
 from eventbus.jsonata._parser import parse_raw
 from eventbus.jsonata._signature import Signature
@@ -24,8 +25,6 @@ __all__ = ["UNSUPPORTED_FUNCTIONS", "Budget", "Expression", "compile"]
 #: standard-library functions and forms EventBus does not provide (docs/concepts/jsonata.md)
 UNSUPPORTED_FUNCTIONS: tuple[str, ...] = (
     "$eval",
-    "$formatInteger",
-    "$parseInteger",
     "$random",
     "$toMillis with words, roman numerals or letters in the picture ([Yw], [YI], [Da])",
     "$fromMillis and $now with a picture or timezone",
@@ -70,7 +69,7 @@ def _builtins() -> Frame:
     root = Frame.__new__(Frame)
     root.vars = {}
     root.parent = None
-    for table in (STRING_FUNCTIONS, DATA_FUNCTIONS, FORMAT_FUNCTIONS):
+    for table in (STRING_FUNCTIONS, DATA_FUNCTIONS, FORMAT_FUNCTIONS, INTEGER_FUNCTIONS):
         for name, (impl, sig) in table.items():
             params = list(inspect.signature(impl).parameters.values())[1:]
             # as JavaScript's Function.length: the parameters before the first optional one

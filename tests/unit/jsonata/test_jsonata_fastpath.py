@@ -156,6 +156,56 @@ def test_random_expressions_fast_path_matches_closures() -> None:
     assert accepted >= 1000, accepted
 
 
+_SHAPES: list[Any] = [
+    {},
+    {"data": None},
+    {"data": []},
+    {"data": "s"},
+    {"data": {}},
+    {"data": [{"amount": 2, "tags": ["x"]}, {"amount": 3.5, "tags": "eu"}]},
+    {"data": {"amount": True, "quantity": 2, "tags": [1, "eu", None]}},
+    {"data": {"amount": 1e308, "quantity": 10, "tags": ["eu", ["a", "b"], {"k": "v"}]}},
+    {"data": {"amount": 2**62, "quantity": 4, "tags": "single"}},
+    {"data": {"amount": float("nan"), "quantity": "3", "tags": ["eu"]}},
+    {"data": {"amount": "7", "customer": ["a"], "tags": ["b", "eu", "c"]}, "id": 5, "type": 1},
+    {"data": {"amount": 1.5, "quantity": 2, "customer": {"n": 1}, "tags": []}, "source": None},
+    {"data": {"tags": ["eu", "eu"]}, "id": "x", "source": "s", "type": "t"},
+    ["not", "an", "object"],
+    "text",
+]
+
+
+@pytest.mark.parametrize("name", ["jsonata_path", "jsonata_event", "jsonata_map_filter"])
+def test_benchmark_expressions_match_the_closures_on_odd_shapes(name: str) -> None:
+    """The benchmark's expressions (whose generated code has the most specialised forms: the
+    subscripts, a filter fused with the call after it, literal constants) on inputs of every
+    shape those forms leave to a fallback: missing keys, arrays on the way, non-strings
+    among the strings, overflow, non-finite numbers, bindings."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+    from expressions import EVENT, JSONATA_CASES
+
+    source = next(s for n, s, _ in JSONATA_CASES if n == name)
+    expr = jsonata.compile(source)
+    assert expr.fast_path
+    mismatches = []
+    for data in [EVENT, *_SHAPES]:
+        for bindings in (None, {"x": 1}):
+            ok, fast, slow = _same_outcome(expr, data, bindings)
+            if not ok:
+                mismatches.append(f"{data!r} {bindings}: fast {fast!r}, closures {slow!r}")
+    assert not mismatches, "\n".join(mismatches)
+
+
+def test_literal_constants_never_fold() -> None:
+    """Literals become constants of the generated code; operations on two literals keep
+    them as names, so nothing is folded at compile time into a value the patch misses."""
+    for source in ['"a" & "b"', "1 + 2", "2 * 3.5", '"x" = "x"', "-(1)", '{"k": "v" & "w"}',
+                   '$join(["a", "b"], "-")', "'eu' != 'eu'"]:  # fmt: skip
+        expr = jsonata.compile(source)
+        assert expr.fast_path, source
+        assert _same_outcome(expr, {"a": 1})[0], source
+
+
 # -- the subset's edges
 
 
