@@ -21,6 +21,7 @@ rebuilt and no record is re-read, so rotation is outside the delivery contract e
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -33,7 +34,7 @@ from eventbus.eventing._aiokafka_adapter import kafka_client_of, on_login_refuse
 if TYPE_CHECKING:
     from eventbus.eventing._kafka_client import KafkaClientConfig
 
-__all__ = ["REFRESH_S", "follow_password", "login_stats", "refresh"]
+__all__ = ["RECENT_S", "REFRESH_S", "follow_password", "login_stats", "refresh"]
 
 log = logging.getLogger("eventbus.eventing.kafka")
 
@@ -41,6 +42,9 @@ log = logging.getLogger("eventbus.eventing.kafka")
 REFRESH_S = 1.0
 #: Least time between two error lines about refused logins of one user (seconds).
 _LOG_EVERY_S = 30.0
+#: Refused logins this recent count in ``sasl_logins_refused_recent`` (a pipeline's status
+#: is DEGRADED while it is above 0: see ``observability._view.mark_refused_logins``).
+RECENT_S = 60.0
 
 
 class _LivePassword:
@@ -55,6 +59,7 @@ class _LivePassword:
         self.value: str | None = None
         self.refused = 0
         self.changes = 0
+        self._refusals: collections.deque[float] = collections.deque(maxlen=10_000)
         self._lock = threading.Lock()
         self._clients: weakref.WeakSet[Any] = weakref.WeakSet()
         self._read_at = 0.0
@@ -99,9 +104,19 @@ class _LivePassword:
             for client in list(self._clients):
                 set_sasl_password(client, value)
 
+    def recent(self) -> int:
+        """Logins refused in the last :data:`RECENT_S` seconds."""
+        since = time.monotonic() - RECENT_S
+        with self._lock:
+            while self._refusals and self._refusals[0] < since:
+                self._refusals.popleft()
+            return len(self._refusals)
+
     def _login_refused(self) -> None:
         self.refused += 1
         now = time.monotonic()
+        with self._lock:
+            self._refusals.append(now)
         if now - self._logged_at >= _LOG_EVERY_S:
             self._logged_at = now
             fix = (
@@ -159,9 +174,14 @@ def refresh(config: KafkaClientConfig | None) -> None:
 
 
 def login_stats(config: KafkaClientConfig | None) -> dict[str, int]:
-    """``sasl_logins_refused`` (logins the broker refused) and ``sasl_password_changes``
-    (rotations picked up) of ``config``'s SASL password in this process; {} without one."""
+    """``sasl_logins_refused`` (logins the broker refused), ``sasl_logins_refused_recent``
+    (those of the last :data:`RECENT_S` seconds) and ``sasl_password_changes`` (rotations
+    picked up) of ``config``'s SASL password in this process; {} without one."""
     live = _live_for(config)
     if live is None:
         return {}
-    return {"sasl_logins_refused": live.refused, "sasl_password_changes": live.changes}
+    return {
+        "sasl_logins_refused": live.refused,
+        "sasl_logins_refused_recent": live.recent(),
+        "sasl_password_changes": live.changes,
+    }

@@ -28,7 +28,7 @@ from eventbus.observability._metrics import (
 )
 from eventbus.registry import all_registries
 
-__all__ = ["STALE_S", "pipeline_view", "topology"]
+__all__ = ["STALE_S", "mark_degraded", "mark_refused_logins", "pipeline_view", "topology"]
 
 #: A replica's entry older than this (and not final) is a dead replica's: ignored.
 STALE_S = 15.0
@@ -343,3 +343,22 @@ def mark_degraded(view: dict[str, Any], raw: str | bytes | None) -> None:
         view["state"] = "DEGRADED"
     view["degraded_reason"] = mark.get("reason", "")
     view["degraded_since"] = mark.get("since")
+
+
+def mark_refused_logins(view: dict[str, Any], sources: list[dict[str, Any]], name: str) -> None:
+    """Turn a ``RUNNING`` view ``DEGRADED`` while the Kafka broker refuses the SASL logins of
+    the pipeline's clients (``sasl_logins_refused_recent`` of its sources' counters, summed
+    over replicas): the reason names what is wrong, the fix and where the error lines are."""
+    recent = sum(int(s.get("sasl_logins_refused_recent", 0)) for s in sources if "error" not in s)
+    if not recent:
+        return
+    if view.get("state", "RUNNING") == "RUNNING":
+        view["state"] = "DEGRADED"
+    reason = (
+        f"the Kafka broker refused {recent} SASL login(s) of this pipeline's clients in the "
+        "last minute: the password they read is not the broker's; store the broker's new "
+        "password (`eventbus secret set NAME` for a {secret: NAME} reference), it is read "
+        f"again at the next login, no restart needed (the error: `eventbus logs {name}`)"
+    )
+    before = view.get("degraded_reason")
+    view["degraded_reason"] = f"{before}; {reason}" if before else reason

@@ -56,7 +56,7 @@ def pipeline_status(
     """A pipeline's live figures from its stored ``record``: source counters (published by
     its replicas, or asked of its source actors), the merged view, and ``scale``, its
     scaled-to-zero entry (None: it runs)."""
-    from eventbus.observability._view import mark_degraded, pipeline_view
+    from eventbus.observability._view import mark_degraded, mark_refused_logins, pipeline_view
 
     name = record["name"]
     config = PipelineConfig.model_validate(record["document"])
@@ -79,6 +79,7 @@ def pipeline_status(
         record, raw, [list(s.topics) for s in config.consumed_sources], scale=scale
     )
     mark_degraded(figures, redis.hget(keys.DEGRADED, name))
+    mark_refused_logins(figures, sources, name)
     return {
         "name": name,
         "version": record["version"],

@@ -62,7 +62,11 @@ async def test_rotation_reaches_every_attached_client_and_refusals_are_counted(
         follow_password(consumer, config)
         follow_password(producer, config)
         assert _password(consumer) == _password(producer) == "Pw1-q"
-        assert login_stats(config) == {"sasl_logins_refused": 0, "sasl_password_changes": 0}
+        assert login_stats(config) == {
+            "sasl_logins_refused": 0,
+            "sasl_logins_refused_recent": 0,
+            "sasl_password_changes": 0,
+        }
 
         # rotated in the file: the next refresh after REFRESH_S hands it to both clients
         path.write_text("Pw2-q\n")
@@ -82,7 +86,14 @@ async def test_rotation_reaches_every_attached_client_and_refusals_are_counted(
             for _ in range(3):
                 client._on_connection_closed(object(), CloseReason.AUTH_FAILURE)
             client._on_connection_closed(object(), CloseReason.CONNECTION_BROKEN)  # not a login
-        assert login_stats(config) == {"sasl_logins_refused": 3, "sasl_password_changes": 2}
+        assert login_stats(config) == {
+            "sasl_logins_refused": 3,
+            "sasl_logins_refused_recent": 3,  # the pipeline's status is DEGRADED meanwhile
+            "sasl_password_changes": 2,
+        }
+        monkeypatch.setattr(live, "RECENT_S", 0.0)  # a minute later: none recent
+        assert login_stats(config)["sasl_logins_refused_recent"] == 0
+        assert login_stats(config)["sasl_logins_refused"] == 3
         assert _password(producer) == "Pw3-q"
         lines = [r.getMessage() for r in caplog.records if r.name == "eventbus.eventing.kafka"]
         assert len(lines) == 1, lines  # at most one line per 30 s, however many refusals

@@ -285,7 +285,7 @@ class KafkaSource(Draining, ExactlyOnce, Source):
         txn_aborts (transactions aborted), txn_fenced (refused: a newer owner fenced them),
         txn_commits (transactions committed), txn_waiting (batches sent in an open
         transaction, waiting for its commit); with a SASL password: sasl_logins_refused
-        (logins the broker refused) and sasl_password_changes (rotations picked up)."""
+        (logins the broker refused; _recent: in the last minute) and sasl_password_changes."""
         out = dict(self._stats)
         out["in_flight"] = len(self._queue)
         out["gap_holds"] = self._fetcher.gaps.holds
