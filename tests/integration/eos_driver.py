@@ -108,10 +108,17 @@ async def main(
         for task in asyncio.all_tasks():
             task.print_stack(file=sys.stderr)
 
+    # EOS_KILL_AT=WAITING:COMMITS (default 1:0): SIGUSR2 kills at the first moment an open
+    # transaction holds WAITING sent batches after COMMITS transactions committed
+    waiting, commits = (int(x) for x in os.environ.get("EOS_KILL_AT", "1:0").split(":"))
+
     async def die_inside_a_transaction() -> None:
-        # SIGUSR2: SIGKILL itself at the first moment an open transaction holds sent batches
-        # (a kill from outside could land between two transactions)
-        while source.stats()["txn_waiting"] < 1:
+        # SIGUSR2: SIGKILL itself inside an open transaction (a kill from outside, or one timed
+        # by the half-second counters, could land between two transactions)
+        while True:
+            now = source.stats()
+            if now["txn_waiting"] >= waiting and now["txn_commits"] >= commits:
+                break
             await asyncio.sleep(0.001)  # polling the condition the kill waits for
         os.kill(os.getpid(), signal.SIGKILL)
 

@@ -38,8 +38,10 @@ class Driver:
         group: str,
         delay_s: float,
         interval_ms: int = 100,
+        kill_at: str = "1:0",
     ):
-        env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}:{ROOT}")
+        # kill_at: WAITING:COMMITS, where SIGUSR2 makes the driver kill itself (eos_driver)
+        env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}:{ROOT}", EOS_KILL_AT=kill_at)
         # EOS_LOG=FILE: the drivers' logs go there too (debugging); each driver's own log is
         # kept so that a failed check shows what the drivers warned of
         self.log_path = Path(tempfile.mkstemp(prefix="eos-driver-", suffix=".log")[1])

@@ -91,21 +91,17 @@ async def test_kill_9_inside_a_multi_batch_transaction(
         topic_factory("m-dlq"),
     )
     group = f"eos-{topics[0]}"
-    victim = Driver(kafka_bootstrap, topics, group, 0.02, interval_ms=5000)
+    # one transaction committed (the partitions are owned), and an open one holding several
+    # sent batches: the victim kills itself (SIGKILL) at that moment, once armed
+    victim = Driver(kafka_bootstrap, topics, group, 0.02, interval_ms=5000, kill_at="3:1")
     heir: Driver | None = None
     try:
         await asyncio.to_thread(victim.wait_ready)
+        victim.signal(signal.SIGUSR2)
         done = [0]
         producing = asyncio.create_task(produce(kafka_bootstrap, topics[0], n, 8.0, done))
-        # one transaction committed (the partitions are owned), and an open one holding
-        # several sent batches: the kill lands inside it
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not (
-            victim.stats.get("txn_commits", 0) >= 1 and victim.stats.get("txn_waiting", 0) >= 3
-        ):
-            await asyncio.sleep(0.02)
-        assert victim.stats.get("txn_waiting", 0) >= 3, victim.stats
-        victim.signal(signal.SIGKILL)
+        died = await asyncio.to_thread(victim.wait_dead, 90)
+        assert died == -signal.SIGKILL, f"no open transaction held 3 batches: {victim.stats}"
         victim.stop()
         heir = Driver(kafka_bootstrap, topics, group, 0.02, interval_ms=5000)
         await producing
