@@ -101,7 +101,9 @@ async def test_scales_up_on_lag_and_back_down(
     up_s = await wait_for(lambda: replica_count(name) >= 2, 60, "a scale-up on lag")
     out = await collect(kafka_bootstrap, sink, N, timeout_s=60)
     assert {e.id for e in out} == {f"a{i}" for i in range(N)}
+    # generous: Serve decides at its control loop's pace, which a loaded machine slows (a CI
+    # run took over 40 s once); the property is that it scales down, not how fast
     down_s = await wait_for(
-        lambda: replica_count(name) == 1, 40, "the scale-down once the backlog is gone"
+        lambda: replica_count(name) == 1, 120, "the scale-down once the backlog is gone"
     )
     print(f"scaled up after {up_s:.1f} s, back down {down_s:.1f} s after the backlog was delivered")

@@ -24,6 +24,7 @@ from eventbus._internal import keys
 from eventbus.errors import DeployError
 from eventbus.pipelines._config import PipelineConfig
 from eventbus.serving._host import build_host_app, host_app_name
+from eventbus.serving._locks import SERVE_RUN
 
 __all__ = ["Hosts"]
 
@@ -121,11 +122,12 @@ class Hosts:
                 log.exception("deleting the Serve application of host %r failed", host)
             return
         self._redis.hset(keys.HOSTS, host, json.dumps({"members": members}))
-        serve.run(
-            build_host_app(host, members, self._runtime),
-            name=host_app_name(host),
-            route_prefix=None,
-        )
+        with SERVE_RUN:  # serve.run is not thread-safe (_locks)
+            serve.run(
+                build_host_app(host, members, self._runtime),
+                name=host_app_name(host),
+                route_prefix=None,
+            )
 
     def _wait_started(self, host: str, pipeline: str, stamp: str) -> None:
         """Every replica reconfigures before Serve calls the update done; ask one of them

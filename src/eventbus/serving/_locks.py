@@ -14,7 +14,13 @@ from __future__ import annotations
 import threading
 import weakref
 
-__all__ = ["PipelineLocks"]
+__all__ = ["SERVE_RUN", "PipelineLocks"]
+
+#: Held around every ``serve.run`` of this process (deploys, wake-ups, hosts, models): Ray
+#: Serve 2.60's ``serve.run`` is not thread-safe (it registers modules for pickling by value
+#: while it serializes a config, and unregisters them after: two at once fail with "... is not
+#: registered for pickle by value"). Taken after a pipeline's lock, never before one.
+SERVE_RUN = threading.RLock()
 
 
 class PipelineLocks:

@@ -18,6 +18,7 @@ from eventbus.errors import DeployError, ModelError
 from eventbus.models._registry import ModelRegistry
 from eventbus.pipelines._config import PipelineConfig, model_refs
 from eventbus.pipelines.steps._model_config import ModelServingConfig
+from eventbus.serving._locks import SERVE_RUN
 
 __all__ = ["ModelControl"]
 
@@ -191,11 +192,12 @@ class ModelControl:
                 options["num_gpus"] = 1 if _cluster_has_gpu() else 0
             if model_app_name(name) in running and options == stored:
                 continue
-            serve.run(
-                build_model_app(name, self.redis_url, options),
-                name=model_app_name(name),
-                route_prefix=None,
-            )
+            with SERVE_RUN:  # serve.run is not thread-safe (_locks)
+                serve.run(
+                    build_model_app(name, self.redis_url, options),
+                    name=model_app_name(name),
+                    route_prefix=None,
+                )
             self.registry.set_options(name, options)
             started.append(name)
         return started

@@ -17,6 +17,7 @@ from typing import Any
 from eventbus.pipelines._config import PipelineConfig
 from eventbus.serving._deployment import app_name, build_app
 from eventbus.serving._host_control import Hosts
+from eventbus.serving._locks import SERVE_RUN
 
 __all__ = ["ServeApps", "ServePace", "deployment_failure", "root_cause"]
 
@@ -146,11 +147,12 @@ class ServeApps:
             self.hosts.leave(config.name)  # it moved off a shared host
             runtime = self.runtime(run_sources=config.spec.serving.source_placement == "replica")
             try:
-                serve.run(
-                    build_app(config, python_path, runtime),
-                    name=app_name(config.name),
-                    route_prefix=None,
-                )
+                with SERVE_RUN:  # serve.run is not thread-safe (_locks)
+                    serve.run(
+                        build_app(config, python_path, runtime),
+                        name=app_name(config.name),
+                        route_prefix=None,
+                    )
             except RuntimeError as e:  # Serve's message names the deployment, not why
                 raise RuntimeError(deployment_failure(app_name(config.name)) or str(e)) from e
 
