@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import threading
 import time
 import uuid
 from collections import Counter
@@ -348,42 +347,3 @@ async def test_two_pipelines_with_conflicting_package_versions_run_side_by_side(
     for version, (src, sink) in outputs.items():
         out = await collect(kafka_bootstrap, sink, 5, timeout_s=120)
         assert {(e.data["tabulate"], e.data["tag"]) for e in out} == {(version, names[version])}
-
-
-def test_the_controller_answers_while_a_deploy_is_in_progress(
-    deploy_pipeline: Any, topic_factory: Any, eventbus_client: Any, tmp_path: Any
-) -> None:
-    """A deploy waits for its replica, which waits (at its function's import) for a file the
-    test creates only after asking the controller for its list and another pipeline's status:
-    the controller answers them meanwhile (a threaded actor; one lock per pipeline)."""
-    gate = tmp_path / "gate-open"
-    name = f"gated-{uuid.uuid4().hex[:6]}"
-    document = {
-        "apiVersion": "eventbus/v1",
-        "kind": "Pipeline",
-        "metadata": {"name": name},
-        "spec": {
-            "sources": [{"kafka": {"topic": topic_factory("g-in")}}],
-            "steps": [{"id": "pass", "function": "tests.integration.gated_funcs:passed"}],
-            "sink": {"kafka": {"topic": topic_factory("g-out")}},
-            "serving": {"runtime_env": {"env_vars": {"EB_GATE_FILE": str(gate)}}},
-        },
-    }
-    deployed: list[Any] = []
-    deploying = threading.Thread(target=lambda: deployed.append(deploy_pipeline(document)))
-    deploying.start()
-    try:
-        # the deploy is in progress: its replica started and waits at the gate
-        wait_for(lambda: (tmp_path / "gate-open.waiting").exists(), what="the replica at the gate")
-        assert deploying.is_alive() and not deployed, "the deploy ended before its gate opened"
-        answers: list[Any] = []
-        asking = threading.Thread(target=lambda: answers.append(eventbus_client.list()))
-        asking.start()
-        asking.join(60)
-        assert answers, "the controller did not answer while a deploy was in progress"
-        assert name not in {p["name"] for p in answers[0]}  # recorded once it runs
-        assert deploying.is_alive(), "the deploy ended before its gate opened"
-    finally:
-        gate.touch()
-        deploying.join(180)
-    assert deployed and deployed[0]["name"] == name, deployed

@@ -18,9 +18,6 @@ from eventbus.serving._controller import CONTROLLER_NAME, NAMESPACE, Controller
 
 __all__ = ["EventBusClient"]
 
-#: the controller actor's threads: calls run at once (pipelines lock one by one, ``_locks``)
-CONTROLLER_CONCURRENCY = 16
-
 
 def _unwrapped(ref: Any) -> Any:
     """``ray.get``, raising an EventBus error from the controller (or a model replica behind
@@ -93,9 +90,6 @@ class EventBusClient:
                 num_cpus=0,
                 max_restarts=-1,
                 max_task_retries=-1,
-                # a threaded actor: a call (a list, a status, a wake-up) does not wait behind
-                # another pipeline's deploy or scale-down; the reconcilers lock per pipeline
-                max_concurrency=CONTROLLER_CONCURRENCY,
             )
             .remote(
                 kafka_bootstrap,
