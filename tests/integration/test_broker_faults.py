@@ -110,9 +110,11 @@ async def inject(
     victim: int,
     figures: dict[str, Any],
     outputs: Callable[[], dict[bool, int]],
+    committed: Callable[[], dict[bool, int]],
 ) -> None:
     """The fault (blocking work on threads: the pipelines run on this loop meanwhile);
-    ``outputs``: each copy's outputs so far (recorded when a paused broker resumes)."""
+    ``outputs``: each copy's outputs so far (recorded once a commit landed after a paused
+    broker resumed); ``committed``: each copy's committed records so far."""
     node = cluster.nodes[victim - 1]
     t0 = time.monotonic()
     if fault == "broker_restart":
@@ -123,8 +125,14 @@ async def inject(
     elif fault == "slow_broker":
         node.signal(signal.SIGSTOP)
         await asyncio.sleep(SLOW_S)  # the fault's length, not a wait for a condition
-        figures["outputs_at_resume"] = outputs()
+        before = committed()
         node.signal(signal.SIGCONT)
+        # the resumed coordinator drops the member (no heartbeat came) as it runs again: what
+        # was delivered until the first commit that lands after the resume is read again too
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and committed()[False] <= before[False]:
+            await asyncio.sleep(0.05)  # polling the condition
+        figures["outputs_at_resume"] = outputs()
     else:
         await asyncio.to_thread(node.signal, signal.SIGKILL)
         if fault == "controller_kill":
@@ -206,6 +214,7 @@ async def test_broker_fault_under_load(
                 victim,
                 figures,
                 lambda: {d: p.source.stats()["outputs"] for d, p in pipes.items()},
+                lambda: {d: p.source.stats()["committed"] for d, p in pipes.items()},
             )
         )
         await wait_until(lambda: all(p.done(ends) for p in pipes.values()), "every commit", 240)
@@ -271,12 +280,16 @@ async def test_broker_fault_under_load(
     # whose answer was lost, without idempotence: a few records more at worst; none seen.)
     # A paused broker that coordinates the group takes no commit while paused, and on resume
     # drops the member (no heartbeat came): its partitions are read again from the last commit
-    # that landed, so the batches in flight at the pause and every output delivered during it.
+    # that landed, so the batches in flight at the pause and every output delivered from the
+    # pause until a commit landed again (``outputs_at_resume``: an upper bound, as it counts
+    # the re-deliveries before that commit too; counted up to SIGCONT only, a CI run found
+    # ~155 more duplicates than the bound: outputs delivered after SIGCONT, before the member
+    # was dropped. Counting up to that drop instead would be the tight bound.)
     bound = MAX_IN_FLIGHT * MAX_BATCH
     during = 0
     if "outputs_at_resume" in figures:
         during = figures["outputs_at_resume"][False] - figures["outputs_at_fault"][False]
     assert verdicts[False].duplicates <= bound + during, (
         f"dedupe off: {verdicts[False].duplicates} duplicates > {bound} (in flight) + "
-        f"{during} (delivered while the coordinator was paused)"
+        f"{during} (delivered from the pause until a commit landed again)"
     )
