@@ -22,6 +22,7 @@ MODULES = [
     "eventbus.registry",
     "eventbus.testing",
     "eventbus.gateway",
+    "eventbus.schemas",
 ]
 
 

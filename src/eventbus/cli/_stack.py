@@ -174,7 +174,8 @@ def gateway(
 ) -> None:
     """Run the HTTP/gRPC gateway in the foreground (one per node; `eventbus up` starts one).
 
-    It also serves /metrics (Prometheus), /dashboard and /v1/pipelines/NAME/stats.
+    It also serves /metrics (Prometheus), /dashboard, /v1/pipelines/NAME/stats and the
+    Confluent-compatible schema registry at /registry.
     """
     if log_format not in ("text", "json"):
         fail(f"--log-format is {log_format!r}; use text or json", EXIT_USAGE)

@@ -22,6 +22,7 @@ URL_TARGETS = {
     "dashboard": "the dashboard page",
     "metrics": "the Prometheus metrics endpoint",
     "grpc": "the gateway's gRPC address (host:port)",
+    "registry": "the schema registry (Confluent-compatible) the gateway serves",
     "kafka": "the Kafka bootstrap servers",
     "ray": "the Ray cluster's address",
 }
@@ -60,7 +61,7 @@ def url(
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         fail(f"unknown address {what!r}{hint}; use one of: {', '.join(URL_TARGETS)}", EXIT_USAGE)
     stack = _stack()
-    if what in ("gateway", "dashboard", "metrics", "grpc") and not stack.gateway_http:
+    if what in ("gateway", "dashboard", "metrics", "grpc", "registry") and not stack.gateway_http:
         fail(
             f"the stack recorded in {home()} runs no gateway (it was started with --no-gateway); "
             "start one with `eventbus gateway`, or `eventbus down` and `eventbus up`"
@@ -69,6 +70,7 @@ def url(
         "gateway": stack.gateway_http,
         "dashboard": f"{stack.gateway_http}/dashboard",
         "metrics": f"{stack.gateway_http}/metrics",
+        "registry": f"{stack.gateway_http}/registry",
         "grpc": stack.gateway_grpc,
         "kafka": stack.kafka_bootstrap,
         "ray": stack.ray_address,

@@ -71,6 +71,8 @@ class Gateway:
         self.grpc_port = grpc_port
         self._environ = environ
         self.allowed_origins = tuple(allowed_origins)
+        self._kafka_bootstrap = kafka_bootstrap
+        self._kafka_client = kafka_client
         self.backend = backend or GatewayBackend(kafka_bootstrap, kafka_client=kafka_client)
         self.ingress = Ingress(self.backend)
         self._raw: dict[str, str] | None = None
@@ -225,8 +227,14 @@ class Gateway:
         admin_token = admin_token_from(environ)
         add_admin_routes(app, admin_token)
         read_token = read_token_from(environ)
+        from eventbus.gateway._registry import RegistryMount
+
+        # the schema registry under /registry (eventbus.schemas), its topic read on first use
+        self.registry = RegistryMount(
+            app, self._kafka_bootstrap, self._kafka_client, write_token=admin_token
+        )
         front = guard(
-            app,
+            self.registry,
             read_tokens=[t for t in (read_token, admin_token) if t] if read_token else (),
             allowed_origins=self.allowed_origins,
         )
@@ -277,6 +285,7 @@ class Gateway:
             if grpc_server is not None:
                 await grpc_server.stop(5)
             watcher.cancel()
+            await self.registry.close()
             await self.backend.close()
             publisher.cancel()
             try:

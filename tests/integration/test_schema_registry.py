@@ -1,0 +1,176 @@
+"""EventBus's schema registry against confluent-kafka's own client and Avro serdes, its state
+in a compacted topic of the session's broker: register, look up, configure, refuse an
+incompatible change (409), survive a restart, and agree across two servers of one topic."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import uvicorn
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from eventbus.schemas import kafka_registry_app
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.tansu]
+
+
+USER = {"type": "record", "name": "User", "fields": [{"name": "name", "type": "string"}]}
+USER_AGE = {
+    "type": "record",
+    "name": "User",
+    "fields": [{"name": "name", "type": "string"}, {"name": "age", "type": "int", "default": 0}],
+}
+USER_REQUIRED_CITY = {
+    "type": "record",
+    "name": "User",
+    "fields": [{"name": "name", "type": "string"}, {"name": "city", "type": "string"}],
+}
+
+
+class Served:
+    """An ASGI app on a loopback port, in a thread of its own (lifespan on)."""
+
+    def __init__(self, app: Any, lifespan: str = "on") -> None:
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=0, lifespan=lifespan, log_level="warning")
+        )
+        ready = threading.Event()
+
+        def run() -> None:
+            async def main() -> None:
+                task = asyncio.create_task(self.server.serve())
+                while not self.server.started and not task.done():
+                    await asyncio.sleep(0.01)
+                ready.set()
+                await task
+
+            asyncio.run(main())
+
+        self.thread = threading.Thread(target=run, daemon=True, name="schema-registry")
+        self.thread.start()
+        assert ready.wait(60), "the registry did not start within 60 s"
+        assert self.server.started, "the registry's startup failed (see the log)"
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def registry_factory(kafka_bootstrap: str) -> Iterator[Callable[[str], Served]]:
+    started: list[Served] = []
+
+    def make(topic: str) -> Served:
+        served = Served(kafka_registry_app(kafka_bootstrap, topic=topic))
+        started.append(served)
+        return served
+
+    yield make
+    for s in started:
+        if s.thread.is_alive():
+            s.stop()
+
+
+def wait_for(condition: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            value = condition()
+            if value:
+                return value
+        except SchemaRegistryError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_confluent_client_serdes_and_restart(registry_factory: Callable[[str], Served]) -> None:
+    topic = f"_schemas-{uuid.uuid4().hex[:8]}"
+    first = registry_factory(topic)
+    client = SchemaRegistryClient({"url": first.url})
+    subject = "users-value"
+
+    user_id = client.register_schema(subject, Schema(json.dumps(USER), "AVRO"))
+    assert json.loads(client.get_schema(user_id).schema_str) == USER
+    assert client.get_subjects() == [subject]
+    assert client.get_versions(subject) == [1]
+    assert client.set_compatibility(subject, "FULL") == {"compatibility": "FULL"}
+    assert client.get_compatibility(subject) == "FULL"
+    candidate = Schema(json.dumps(USER_AGE), "AVRO")
+    assert client.test_compatibility(subject, candidate) is True
+    assert (
+        client.test_compatibility(subject, Schema(json.dumps(USER_REQUIRED_CITY), "AVRO")) is False
+    )
+    age_id = client.register_schema(subject, candidate)
+    assert age_id != user_id
+    with pytest.raises(SchemaRegistryError) as refused:
+        client.register_schema(subject, Schema(json.dumps(USER_REQUIRED_CITY), "AVRO"))
+    assert (refused.value.http_status_code, refused.value.error_code) == (409, 409)
+    with pytest.raises(SchemaRegistryError) as unknown:
+        client.get_version(subject, 9)
+    assert unknown.value.error_code == 40402
+
+    # the Confluent wire format, written and read by confluent-kafka's Avro serdes
+    ctx = SerializationContext("users", MessageField.VALUE)
+    serializer = AvroSerializer(
+        client,
+        json.dumps(USER_AGE),
+        conf={"auto.register.schemas": False, "use.latest.version": True},
+    )
+    wire = serializer({"name": "ada", "age": 36}, ctx)
+    assert wire[0] == 0 and int.from_bytes(wire[1:5], "big") == age_id
+    assert AvroDeserializer(client)(wire, ctx) == {"name": "ada", "age": 36}
+
+    # a restart re-reads the topic: nothing is lost
+    first.stop()
+    second = registry_factory(topic)
+    again = SchemaRegistryClient({"url": second.url})
+    assert again.get_versions(subject) == [1, 2]
+    assert json.loads(again.get_schema(age_id).schema_str) == USER_AGE
+    assert again.get_compatibility(subject) == "FULL"
+    assert again.register_schema(subject, Schema(json.dumps(USER), "AVRO")) == user_id
+    assert again.get_latest_version(subject).version == 2
+    assert AvroDeserializer(again)(wire, ctx) == {"name": "ada", "age": 36}
+
+
+def test_two_servers_of_one_topic_agree(registry_factory: Callable[[str], Served]) -> None:
+    topic = f"_schemas-{uuid.uuid4().hex[:8]}"
+    a, b = registry_factory(topic), registry_factory(topic)
+    clients = [SchemaRegistryClient({"url": s.url}) for s in (a, b)]
+
+    def register(i: int) -> tuple[str, int]:
+        # both servers: one schema everyone registers, and one per call, at once
+        client = clients[i % 2]
+        shared = client.register_schema("shared", Schema(json.dumps(USER), "AVRO"))
+        enum = {"type": "enum", "name": f"E{i}", "symbols": ["A"]}
+        own = client.register_schema(f"own-{i}", Schema(json.dumps(enum), "AVRO"))
+        return f"own-{i}", own + 1000 * shared
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(register, range(8)))
+    shared_ids = {v // 1000 for _, v in results}
+    own_ids = [v % 1000 for _, v in results]
+    assert len(shared_ids) == 1, f"one schema got several ids: {shared_ids}"
+    assert len(set(own_ids)) == 8 and shared_ids.isdisjoint(own_ids), own_ids
+    for c in clients:
+        wait_for(lambda c=c: len(c.get_subjects()) == 9, "both servers list the 9 subjects")
+        assert c.get_versions("shared") == [1]
+    for subject, value in results:
+        for s in (a, b):
+            c = SchemaRegistryClient({"url": s.url})
+            assert c.get_latest_version(subject).schema_id == value % 1000
