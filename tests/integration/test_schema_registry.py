@@ -4,23 +4,21 @@ incompatible change (409), survive a restart, and agree across two servers of on
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import json
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from eventbus.schemas import kafka_registry_app
+from tests.integration.registry_helpers import Served
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.tansu]
 
@@ -36,38 +34,6 @@ USER_REQUIRED_CITY = {
     "name": "User",
     "fields": [{"name": "name", "type": "string"}, {"name": "city", "type": "string"}],
 }
-
-
-class Served:
-    """An ASGI app on a loopback port, in a thread of its own (lifespan on)."""
-
-    def __init__(self, app: Any, lifespan: str = "on") -> None:
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=0, lifespan=lifespan, log_level="warning")
-        )
-        ready = threading.Event()
-
-        def run() -> None:
-            async def main() -> None:
-                task = asyncio.create_task(self.server.serve())
-                while not self.server.started and not task.done():
-                    await asyncio.sleep(0.01)
-                ready.set()
-                await task
-
-            asyncio.run(main())
-
-        self.thread = threading.Thread(target=run, daemon=True, name="schema-registry")
-        self.thread.start()
-        assert ready.wait(60), "the registry did not start within 60 s"
-        assert self.server.started, "the registry's startup failed (see the log)"
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-        assert not self.thread.is_alive()
 
 
 @pytest.fixture

@@ -6,9 +6,9 @@ Delivery, per the architecture's contract (at-least-once, per-partition order):
    a partition's records are taken only up to a gap in its offsets, which is fetched again
    until it fills (Tansu stores concurrent producers' batches out of order; see
    ``offset_gap_wait_ms``);
-2. decode each record into a CloudEvent; an undecodable record is logged, counted and sent to
-   the dead-letter sink (raw value as bytes data, the error in extension attributes); it never
-   blocks its batch-mates;
+2. decode each record into a CloudEvent (Avro values to JSON first, ``_kafka_avro``); an
+   undecodable record is logged, counted and dead-lettered (raw value as bytes data, the error
+   in extension attributes); it never blocks its batch-mates;
 3. call ``dispatch(events)`` once per batch, up to ``max_in_flight`` batches concurrently; a
    dispatch that raises (a Ray replica died, say) is retried with capped exponential backoff;
    with ``in_order`` (steps whose state depends on the order of events: joins, aggregates)
@@ -43,6 +43,7 @@ from eventbus.eventing._kafka_live_password import login_stats
 from eventbus.eventing._outcome import Dispatch, Outcome
 from eventbus.eventing._routing import Turn
 from eventbus.eventing.sources._base import Source
+from eventbus.eventing.sources._kafka_avro import AvroTranscoder
 from eventbus.eventing.sources._kafka_batch import BatchMaker, KafkaBatch
 from eventbus.eventing.sources._kafka_commit import Committer
 from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
@@ -67,29 +68,16 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+# fmt: off
 _STAT_NAMES = (
-    "consumed",
-    "decode_errors",
-    "batches",
-    "outputs",
-    "dropped",
-    "failed",
-    "dead_lettered",
-    "committed",
-    "in_flight",
-    "dispatch_retries",
-    "retries",
-    "duplicates",
-    "unrouted",
+    "consumed", "decode_errors", "batches", "outputs", "dropped", "failed", "dead_lettered",
+    "committed", "in_flight", "dispatch_retries", "retries", "duplicates", "unrouted",
     # why events were dead-lettered or lost, beyond a step's failure (see _kafka_errors)
-    "poison",
-    "too_large",
-    "dead_letters_truncated",
-    "dead_letters_lost",
-    "revoke_timeouts",
+    "poison", "too_large", "dead_letters_truncated", "dead_letters_lost", "revoke_timeouts",
     # exactly_once: batches whose transaction aborted (or came after one that did)
     "txn_skipped",
 )
+# fmt: on
 
 
 class KafkaSource(Draining, ExactlyOnce, Source):
@@ -188,6 +176,7 @@ class KafkaSource(Draining, ExactlyOnce, Source):
         self._retries = EventRetries(delivery.retry, self._redispatch, self._stats)
         self._delivery = Delivery(config, pipeline, sinks, delivery, self._stats)
         self._batches = BatchMaker(config, fetch.decode_in_dispatch, self._delivery.undecodable)
+        self._avro = AvroTranscoder.of(config, pipeline, lambda: self._stopping)
         self._commits = Committer(
             lambda: self._fetcher.consumer,
             pipeline,
@@ -262,6 +251,8 @@ class KafkaSource(Draining, ExactlyOnce, Source):
                     continue
                 consumer = self._fetcher.consumer or consumer  # the group's after a bridge
                 records = await self._fetcher.fetch(consumer)
+                if records and self._avro and not await self._avro.into(records, self._batches):
+                    break  # value_format avro: stopped while the registry was down
                 if records:
                     self._enqueue(records)
         finally:
@@ -285,12 +276,15 @@ class KafkaSource(Draining, ExactlyOnce, Source):
         txn_aborts (transactions aborted), txn_fenced (refused: a newer owner fenced them),
         txn_commits (transactions committed), txn_waiting (batches sent in an open
         transaction, waiting for its commit); with a SASL password: sasl_logins_refused
-        (logins the broker refused; _recent: in the last minute) and sasl_password_changes."""
+        (logins the broker refused; _recent: in the last minute) and sasl_password_changes;
+        value_format avro: registry_waits (fetches held while the registry was down)."""
         out = dict(self._stats)
         out["in_flight"] = len(self._queue)
         out["gap_holds"] = self._fetcher.gaps.holds
         out.update(self._txn_stats())
         out.update(login_stats(self.client))
+        if self._avro is not None:
+            out["registry_waits"] = self._avro.registry_waits
         return out
 
     def lag(self) -> dict[str, int]:

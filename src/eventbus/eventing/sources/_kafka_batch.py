@@ -60,6 +60,9 @@ class BatchMaker:
         self._raw = decode_in_dispatch
         self._undecodable = undecodable
         self._seq = 0
+        #: records found undecodable before the batch (value_format avro), by id(record): set
+        #: for one make() call by the source
+        self.failed: dict[int, EventDecodeError] = {}
 
     def make(self, data: dict[Any, list[Any]]) -> KafkaBatch | None:
         """The next batch of ``data`` (records per TopicPartition); None when it has none."""
@@ -77,6 +80,10 @@ class BatchMaker:
                 oldest = ts
             count += len(records)
             offsets[tp] = records[-1].offset + 1
+            if self.failed:
+                failed = self.failed
+                dead.extend(self._undecodable(r, failed[id(r)]) for r in records if id(r) in failed)
+                records = [r for r in records if id(r) not in failed]
             if self._raw:
                 topic, partition = tp.topic, tp.partition
                 events.extend(

@@ -68,6 +68,23 @@ class KafkaSourceConfig(BaseModel):
         default=None,
         description="CloudEvents 'source' given to plain messages; None uses 'kafka://{topic}'.",
     )
+    value_format: Literal["json", "avro"] = Field(
+        default="json",
+        description="How record values are encoded. json: CloudEvents in the Kafka binding, or "
+        "plain JSON wrapped into an event (as ever). avro: the Confluent wire format (a zero "
+        "byte, the 4-byte schema id, the Avro body), its writer schema read from "
+        "schema_registry_url; the datum becomes the event's data (bytes as base64). Records "
+        "that cannot be decoded (another magic byte, an id the registry does not know, a "
+        "truncated body) are dead-lettered with the reason; while the registry cannot be "
+        "reached the records wait (they are not dead-lettered for an outage).",
+    )
+    schema_registry_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://",
+        description="The Confluent-compatible schema registry of value_format avro: EventBus's "
+        "own (`eventbus url registry`; http://127.0.0.1:8080/registry with `eventbus up`) or "
+        "any other.",
+    )
     fetch_max_wait_ms: int = Field(
         default=10,
         ge=1,
@@ -164,6 +181,16 @@ class KafkaSourceConfig(BaseModel):
             msg = (
                 f"idle_fetch_max_wait_ms ({self.idle_fetch_max_wait_ms}) is shorter than "
                 f"fetch_max_wait_ms ({self.fetch_max_wait_ms}); make it at least as long"
+            )
+            raise ValueError(msg)
+        return self
+
+    @model_validator(mode="after")
+    def _avro_has_a_registry(self) -> KafkaSourceConfig:
+        if self.value_format == "avro" and not self.schema_registry_url:
+            msg = (
+                "value_format is 'avro' but schema_registry_url is not set; set it to the "
+                "registry the producers use (EventBus's own: `eventbus url registry`)"
             )
             raise ValueError(msg)
         return self

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from aiokafka import TopicPartition
 
 from eventbus.eventing._outcome import Outcome
+from eventbus.eventing.sources._kafka_avro import AvroTranscoder
 from eventbus.eventing.sources._kafka_batch import KafkaBatch
 from eventbus.eventing.sources._kafka_commit import Committer
 from eventbus.eventing.sources._kafka_delivery import Delivery
@@ -43,6 +44,7 @@ class Draining:
     _commits: Committer
     _delivery: Delivery
     _txns: Transactions | None
+    _avro: AvroTranscoder | None
     _queue: collections.deque[KafkaBatch]
     _progress: asyncio.Event
     _stats: dict[str, int]
@@ -101,6 +103,8 @@ class Draining:
         await self._fetcher.stop()
         if self._txns is not None:
             await self._txns.close()
+        if self._avro is not None:
+            await self._avro.aclose()
         await self._delivery.close()
 
     async def _wait_drained(self, tps: set[TopicPartition] | None = None) -> None:
