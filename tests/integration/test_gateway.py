@@ -7,6 +7,7 @@ Redis and Ray; pipelines with ``http``/``grpc`` sources are deployed through the
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -579,3 +580,23 @@ def scaled_to_zero(gateway: GatewayProcess) -> set[str]:
     """The pipelines the gateway's stats show at zero."""
     views = httpx.get(f"{gateway.url}/v1/stats", timeout=5).json()
     return {v["name"] for v in views if v.get("state") == "SCALED_TO_ZERO"}
+
+
+def test_the_gateway_serves_the_schema_registry(gateway: GatewayProcess) -> None:
+    """``/registry`` is a Confluent-compatible registry (eventbus.schemas), its topic read from
+    the first request on; the gateway's own routes are untouched."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    client = SchemaRegistryClient({"url": gateway.url + "/registry"})
+    subject = f"gw-{uuid.uuid4().hex[:6]}-value"
+    schema = {"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]}
+    schema_id = client.register_schema(subject, Schema(json.dumps(schema), "AVRO"))
+    assert json.loads(client.get_schema(schema_id).schema_str) == schema
+    assert subject in client.get_subjects()
+    assert httpx.get(gateway.url + "/registry", timeout=10).json() == {}
+    bad = httpx.post(
+        gateway.url + f"/registry/subjects/{subject}/versions", content=b"{", timeout=10
+    )
+    assert (bad.status_code, bad.json()["error_code"]) == (400, 400)
+    assert httpx.get(gateway.url + "/registryx", timeout=10).status_code == 404
+    assert httpx.get(gateway.url + "/healthz", timeout=10).status_code == 200

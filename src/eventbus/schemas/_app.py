@@ -269,8 +269,8 @@ def kafka_registry_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
-        await log.start()
         try:
+            await log.start()
             yield
         finally:
             await log.close()

@@ -110,9 +110,15 @@ class KafkaSchemaLog:
         from eventbus.eventing._kafka_client import kafka_client_kwargs
 
         admin = AIOKafkaAdminClient(
-            bootstrap_servers=self.bootstrap, **kafka_client_kwargs(self.client)
+            bootstrap_servers=self.bootstrap,
+            request_timeout_ms=int(self.timeout_s * 1000),
+            **kafka_client_kwargs(self.client),
         )
-        await admin.start()
+        try:
+            await admin.start()
+        except BaseException:
+            await admin.close()
+            raise
         try:
             if self.topic in set(await admin.list_topics()):
                 return
@@ -171,11 +177,22 @@ class KafkaSchemaLog:
 
     async def catch_up(self) -> None:
         """Apply every record written before this call (other servers' writes included)."""
-        try:
-            ends = await asyncio.wait_for(self._consumer.end_offsets([self._tp]), self.timeout_s)
-        except Exception as e:  # any failure of the broker or of fastavro: named in the error
-            msg = f"reading the end of the schema topic {self.topic!r} on {self.bootstrap} failed: {e}"
-            raise SchemaRegistryError(500, 50001, msg) from e
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        while True:  # a topic just created may be unknown to the broker's metadata a moment
+            try:
+                ends = await asyncio.wait_for(
+                    self._consumer.end_offsets([self._tp]), max(0.1, deadline - loop.time())
+                )
+                break
+            except Exception as e:  # any failure of the broker: named in the error
+                if loop.time() >= deadline:
+                    msg = (
+                        f"reading the end of the schema topic {self.topic!r} on "
+                        f"{self.bootstrap} failed: {type(e).__name__}: {e}"
+                    )
+                    raise SchemaRegistryError(500, 50001, msg) from e
+                await asyncio.sleep(0.1)
         await self._wait_for(int(ends[self._tp]), "catching up")
 
     async def append(self, key: bytes, value: bytes | None) -> None:
