@@ -50,7 +50,8 @@ class KafkaSchemaLog:
         bootstrap: the brokers.
         topic: the topic (created compacted, one partition, when missing).
         client: TLS/SASL settings; None: plaintext.
-        replication_factor: copies of the topic's partition when it is created.
+        replication_factor: copies of the topic's partition when it is created; None: three,
+            or as many as the cluster has brokers when fewer.
         timeout_s: how long a write or a catch-up may wait for the broker.
 
     Example:
@@ -64,7 +65,7 @@ class KafkaSchemaLog:
         *,
         topic: str = SCHEMAS_TOPIC,
         client: KafkaClientConfig | None = None,
-        replication_factor: int = 1,
+        replication_factor: int | None = None,
         timeout_s: float = 15.0,
     ) -> None:
         self.bootstrap = bootstrap
@@ -122,10 +123,13 @@ class KafkaSchemaLog:
         try:
             if self.topic in set(await admin.list_topics()):
                 return
+            copies = self.replication_factor
+            if copies is None:
+                copies = min(3, len((await admin.describe_cluster()).get("brokers") or [1]))
             topic = NewTopic(
                 self.topic,
                 1,
-                self.replication_factor,
+                copies,
                 topic_configs={"cleanup.policy": "compact"},
             )
             try:
