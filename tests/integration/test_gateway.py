@@ -587,12 +587,12 @@ def test_the_gateway_serves_the_schema_registry(gateway: GatewayProcess) -> None
     the first request on; the gateway's own routes are untouched."""
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-    client = SchemaRegistryClient({"url": gateway.url + "/registry"})
-    subject = f"gw-{uuid.uuid4().hex[:6]}-value"
-    schema = {"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]}
-    schema_id = client.register_schema(subject, Schema(json.dumps(schema), "AVRO"))
-    assert json.loads(client.get_schema(schema_id).schema_str) == schema
-    assert subject in client.get_subjects()
+    with SchemaRegistryClient({"url": gateway.url + "/registry"}) as client:
+        subject = f"gw-{uuid.uuid4().hex[:6]}-value"
+        schema = {"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]}
+        schema_id = client.register_schema(subject, Schema(json.dumps(schema), "AVRO"))
+        assert json.loads(client.get_schema(schema_id).schema_str) == schema
+        assert subject in client.get_subjects()
     assert httpx.get(gateway.url + "/registry", timeout=10).json() == {}
     bad = httpx.post(
         gateway.url + f"/registry/subjects/{subject}/versions", content=b"{", timeout=10

@@ -75,11 +75,11 @@ def avro_source(bootstrap: str, topic: str, registry_url: str, out: str, dlq: st
 
 def serialized(registry_url: str, topic: str) -> tuple[list[bytes], int]:
     """Values written by confluent-kafka's AvroSerializer (v1, then v2 after an evolution)."""
-    client = SchemaRegistryClient({"url": registry_url})
-    ctx = SerializationContext(topic, MessageField.VALUE)
-    v1 = AvroSerializer(client, json.dumps(V1))
-    v2 = AvroSerializer(client, json.dumps(V2))
-    values = [v1({"amount": 5}, ctx), v2({"amount": 2**40, "note": "big", "raw": b"\x01"}, ctx)]
+    with SchemaRegistryClient({"url": registry_url}) as client:
+        ctx = SerializationContext(topic, MessageField.VALUE)
+        v1 = AvroSerializer(client, json.dumps(V1))
+        v2 = AvroSerializer(client, json.dumps(V2))
+        values = [v1({"amount": 5}, ctx), v2({"amount": 2**40, "note": "big", "raw": b"\x01"}, ctx)]
     return values, int.from_bytes(values[1][1:5], "big")
 
 

@@ -51,6 +51,20 @@ def registry_factory(kafka_bootstrap: str) -> Iterator[Callable[[str], Served]]:
             s.stop()
 
 
+@pytest.fixture
+def sr_client() -> Iterator[Callable[[str], SchemaRegistryClient]]:
+    """confluent-kafka's client for a registry URL, closed after the test."""
+    made: list[SchemaRegistryClient] = []
+
+    def make(url: str) -> SchemaRegistryClient:
+        made.append(SchemaRegistryClient({"url": url}))
+        return made[-1]
+
+    yield make
+    for client in made:
+        client.close()
+
+
 def wait_for(condition: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -65,10 +79,12 @@ def wait_for(condition: Callable[[], Any], what: str, timeout_s: float = 30.0) -
         time.sleep(0.05)
 
 
-def test_confluent_client_serdes_and_restart(registry_factory: Callable[[str], Served]) -> None:
+def test_confluent_client_serdes_and_restart(
+    registry_factory: Callable[[str], Served], sr_client: Callable[[str], SchemaRegistryClient]
+) -> None:
     topic = f"_schemas-{uuid.uuid4().hex[:8]}"
     first = registry_factory(topic)
-    client = SchemaRegistryClient({"url": first.url})
+    client = sr_client(first.url)
     subject = "users-value"
 
     user_id = client.register_schema(subject, Schema(json.dumps(USER), "AVRO"))
@@ -105,7 +121,7 @@ def test_confluent_client_serdes_and_restart(registry_factory: Callable[[str], S
     # a restart re-reads the topic: nothing is lost
     first.stop()
     second = registry_factory(topic)
-    again = SchemaRegistryClient({"url": second.url})
+    again = sr_client(second.url)
     assert again.get_versions(subject) == [1, 2]
     assert json.loads(again.get_schema(age_id).schema_str) == USER_AGE
     assert again.get_compatibility(subject) == "FULL"
@@ -114,10 +130,12 @@ def test_confluent_client_serdes_and_restart(registry_factory: Callable[[str], S
     assert AvroDeserializer(again)(wire, ctx) == {"name": "ada", "age": 36}
 
 
-def test_two_servers_of_one_topic_agree(registry_factory: Callable[[str], Served]) -> None:
+def test_two_servers_of_one_topic_agree(
+    registry_factory: Callable[[str], Served], sr_client: Callable[[str], SchemaRegistryClient]
+) -> None:
     topic = f"_schemas-{uuid.uuid4().hex[:8]}"
     a, b = registry_factory(topic), registry_factory(topic)
-    clients = [SchemaRegistryClient({"url": s.url}) for s in (a, b)]
+    clients = [sr_client(s.url) for s in (a, b)]
 
     def register(i: int) -> tuple[str, int]:
         # both servers: one schema everyone registers, and one per call, at once
@@ -138,5 +156,5 @@ def test_two_servers_of_one_topic_agree(registry_factory: Callable[[str], Served
         assert c.get_versions("shared") == [1]
     for subject, value in results:
         for s in (a, b):
-            c = SchemaRegistryClient({"url": s.url})
+            c = sr_client(s.url)
             assert c.get_latest_version(subject).schema_id == value % 1000

@@ -16,13 +16,13 @@ from eventbus.schemas._registry import SchemaLog, SchemaRegistry
 from eventbus.schemas._state import DEFAULT_LEVEL, LEVELS
 
 __all__ = [
+    "AvroSchema",
     "DEFAULT_LEVEL",
+    "KafkaSchemaLog",
     "LEVELS",
     "MAX_SCHEMA_BYTES",
-    "SCHEMAS_TOPIC",
-    "AvroSchema",
-    "KafkaSchemaLog",
     "MemorySchemaLog",
+    "SCHEMAS_TOPIC",
     "SchemaLog",
     "SchemaRegistry",
     "SchemaRegistryError",
