@@ -598,5 +598,5 @@ def test_the_gateway_serves_the_schema_registry(gateway: GatewayProcess) -> None
         gateway.url + f"/registry/subjects/{subject}/versions", content=b"{", timeout=10
     )
     assert (bad.status_code, bad.json()["error_code"]) == (400, 400)
-    assert httpx.get(gateway.url + "/registryx", timeout=10).status_code == 404
+    assert httpx.get(gateway.url + "/registryx", timeout=10).status_code in (404, 405)  # not ours
     assert httpx.get(gateway.url + "/healthz", timeout=10).status_code == 200
