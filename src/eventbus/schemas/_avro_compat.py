@@ -24,7 +24,11 @@ from typing import Any
 
 from eventbus.schemas._errors import invalid_schema
 
-__all__ = ["AvroSchema", "avro_incompatibilities", "parse_avro"]
+__all__ = ["MAX_NESTING", "AvroSchema", "avro_incompatibilities", "parse_avro"]
+
+#: The deepest JSON nesting a schema may have (a record inside a record is four levels: the
+#: fields list, a field, its type): checks recurse once per level.
+MAX_NESTING = 200
 
 _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 _PROMOTIONS = {
@@ -68,8 +72,13 @@ def parse_avro(text: str, references: dict[str, Any] | None = None) -> AvroSchem
 
     try:
         doc = json.loads(text)
-    except (ValueError, RecursionError) as e:
+    except RecursionError as e:
+        raise invalid_schema(f"nested too deeply to parse; a schema may nest {MAX_NESTING}") from e
+    except ValueError as e:
         raise invalid_schema(f"not JSON: {e}") from e
+    depth = _depth(doc)
+    if depth > MAX_NESTING:
+        raise invalid_schema(f"nested {depth} levels deep; a schema may nest {MAX_NESTING}")
     named: dict[str, Any] = dict(references or {})
     try:
         parsed = fastavro.parse_schema(doc, named_schemas=named)
@@ -194,6 +203,23 @@ class _Resolver:
                 continue
             problems += self.check(field["type"], source["type"], f"{path}/fields/{name}")
         return problems
+
+
+def _depth(doc: Any) -> int:
+    """The JSON nesting of ``doc``, found without recursion."""
+    deepest = 0
+    stack = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > deepest:
+            deepest = depth
+        if depth > MAX_NESTING:
+            break
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+    return deepest
 
 
 def _unqualified(name: str) -> str:

@@ -236,3 +236,19 @@ def test_concurrent_registrations_of_one_schema_get_one_id() -> None:
     assert {r["id"] for r in results[:20]} == {1}
     assert sorted(r["id"] for r in results[20:]) == [2, 3, 4, 5, 6]
     assert reg.state.live("s")[-1].version == 1 and len(reg.state.live("s")) == 1
+
+
+def test_deep_schemas_are_checked_or_refused_by_name(client: TestClient) -> None:
+    def nested(levels: int, leaf: str) -> str:
+        return '{"type": "array", "items": ' * levels + f'"{leaf}"' + "}" * levels
+
+    assert client.post("/subjects/d/versions", json={"schema": nested(99, "int")}).json() == {
+        "id": 1
+    }
+    # the whole depth is compared: int widens to long at the bottom
+    assert client.post("/subjects/d/versions", json={"schema": nested(99, "long")}).json() == {
+        "id": 2
+    }
+    refused = client.post("/subjects/d/versions", json={"schema": nested(5000, "long")})
+    assert error(refused) == (422, 42201)
+    assert "a schema may nest 200" in refused.json()["message"]
