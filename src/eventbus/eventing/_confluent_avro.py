@@ -22,6 +22,7 @@ __all__ = ["AvroWireDecoder", "RegistryUnavailableError", "avro_to_json"]
 
 _MAGIC = 0
 _HEADER = 5
+_MAX_UNKNOWN = 10_000  # ids remembered as unknown to the registry
 
 
 class RegistryUnavailableError(EventBusError):
@@ -107,6 +108,8 @@ class AvroWireDecoder:
             )
             raise RegistryUnavailableError(msg)
         if response.status_code != 200:
+            if len(self._unknown) >= _MAX_UNKNOWN:  # random ids in a topic: bounded memory
+                self._unknown.clear()
             self._unknown[sid] = f"{response.status_code} {response.text[:300]}"
             return
         try:

@@ -181,7 +181,12 @@ def build_registry_app(
         return await reg.delete_subject(subject, _flag(request, "permanent"))
 
     async def by_id(request: Request) -> Any:
-        e = reg.by_id(_schema_id(request))
+        schema_id = _schema_id(request)
+        if schema_id not in reg.state.by_id:
+            # registered through another server a moment ago (a producer's first record
+            # can arrive before this server read its registration): read the topic's end first
+            await reg.log.catch_up()
+        e = reg.by_id(schema_id)
         out = _registered(e)
         return {k: out[k] for k in ("schema", "schemaType", "references") if k in out}
 
