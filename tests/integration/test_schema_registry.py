@@ -163,3 +163,42 @@ def test_two_servers_of_one_topic_agree(
         for s in (a, b):
             c = sr_client(s.url)
             assert c.get_latest_version(subject).schema_id == value % 1000
+
+
+def test_the_registry_cli(tmp_path: Any) -> None:
+    """``eventbus registry register|list|get|check`` against a served registry."""
+    from typer.testing import CliRunner
+
+    from eventbus.cli import app
+    from eventbus.schemas import MemorySchemaLog, SchemaRegistry, build_registry_app
+
+    served = Served(build_registry_app(SchemaRegistry(MemorySchemaLog())), lifespan="off")
+    try:
+        runner = CliRunner()
+        user, city = tmp_path / "user.avsc", tmp_path / "city.avsc"
+        user.write_text(json.dumps(USER))
+        city.write_text(json.dumps(USER_REQUIRED_CITY))
+        url = ["--url", served.url]
+
+        def run(*argv: str) -> Any:
+            return runner.invoke(app, ["registry", *argv, *url])
+
+        assert run("register", "a/b-value", str(user)).output.strip() == "1"
+        assert run("list").output.split() == ["a/b-value"]
+        assert run("list", "a/b-value").output.split() == ["1"]
+        assert json.loads(run("get", "a/b-value").output)["schema"] == json.dumps(USER)
+        assert run("check", "a/b-value", str(user)).output.strip() == "compatible"
+        refused = run("check", "a/b-value", str(city))
+        assert refused.exit_code == 1
+        assert "reader field 'city' is missing from the writer" in refused.output
+        again = run("register", "a/b-value", str(city))
+        assert again.exit_code == 1 and "(error_code 409;" in again.output
+        missing = run("get", "nope")
+        assert (
+            missing.exit_code == 1
+            and "Subject 'nope' not found. (error_code 40401" in missing.output
+        )
+        unreadable = run("register", "x", str(tmp_path / "none.avsc"))
+        assert unreadable.exit_code == 1 and "cannot read the schema file" in unreadable.output
+    finally:
+        served.stop()
