@@ -151,7 +151,12 @@ async def main(
             SlowSink(KafkaSinkConfig(topic=sink), bootstrap_servers=bootstrap),
             KafkaSink(KafkaSinkConfig(topic=dlq), bootstrap_servers=bootstrap),
         ),
-        fetch=FetchSettings(max_batch=500, linger_ms=5, heartbeat_interval_ms=1000),
+        fetch=FetchSettings(
+            max_batch=500,
+            linger_ms=5,
+            heartbeat_interval_ms=1000,
+            in_order=runner.config.in_order,  # as a replica (a join: in order)
+        ),
         delivery=DeliveryPolicy(exactly_once=True, commit_interval_s=float(interval_ms) / 1000),
     )
     await source.start()
