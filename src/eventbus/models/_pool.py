@@ -37,6 +37,8 @@ log = logging.getLogger("eventbus.models")
 POOL_APP_PREFIX = "eventbus-pool-"
 #: How often a held model's registry state (serving version, split) is read again.
 _FOLLOW_S = 1.0
+#: How often a held model's request rows are recorded (for validating its next version).
+_RECORD_EVERY_S = 1.0
 
 
 def pool_app_name(pool: str) -> str:
@@ -52,6 +54,7 @@ class _Held:
         self.revision = revision
         self.active = active
         self.checked_at = time.monotonic()
+        self.recorded_at = 0.0
         self._on_evict = on_evict
         self._evicted = False
 
@@ -170,7 +173,7 @@ class PoolDeployment:
                     f"shape {tuple(want)}: fix the step's 'input' expression or push a model for that shape"
                 )
                 raise ModelError(msg)
-            out, rows, _ = await asyncio.to_thread(forward, name, held.active, [call])
+            out, rows = await asyncio.to_thread(self._run, held, call)
         except ModelError as exc:
             return ("error", str(exc), self.figures())
         except Exception as exc:  # noqa: BLE001 - the caller's events fail with the reason
@@ -182,12 +185,19 @@ class PoolDeployment:
         with self._lock:
             self._calls += 1
             self._rows += rows
-        answer = out[0]
-        return (
-            (answer[0], answer[1], self.figures())
-            if answer[0] != "error"
-            else (*answer, self.figures())
-        )
+        answer = out[0]  # (outputs, versions) or ("error", message)
+        return (answer[0], answer[1], self.figures())
+
+    def _run(self, held: _Held, call: tuple[Any, Any]) -> tuple[list[Any], int]:
+        out, rows, last = forward(held.name, held.active, [call])
+        now = time.monotonic()
+        if last is not None and now - held.recorded_at >= _RECORD_EVERY_S:
+            held.recorded_at = now  # recent rows validate the model's next version
+            try:
+                self._registry.record_inputs(held.name, last.numpy())
+            except Exception:
+                log.warning("recording recent inputs of model %r failed", held.name, exc_info=True)
+        return out, rows
 
     def figures(self) -> dict[str, Any]:
         """This replica's counters: ``replica`` (an id), ``loads``, ``evictions``,
