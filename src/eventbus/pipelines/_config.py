@@ -73,6 +73,7 @@ __all__ = [
     "JoinOutputConfig",
     "JoinSideConfig",
     "MetadataConfig",
+    "ModelPoolConfig",
     "ModelServingConfig",
     "ModelStepConfig",
     "PipelineConfig",
