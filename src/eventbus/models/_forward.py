@@ -11,7 +11,7 @@ from eventbus.models._artifact import LoadedModel
 __all__ = ["Active", "forward"]
 
 #: What serves: (version, model, split version or None, its model or None, split weight).
-Active = tuple[int, LoadedModel, "int | None", "LoadedModel | None", float]
+Active = tuple[int, LoadedModel, int | None, LoadedModel | None, float]
 
 
 def forward(name: str, active: Active, calls: list[tuple[Any, Any]]) -> tuple[list[Any], int, Any]:

@@ -182,8 +182,7 @@ class _Collector:
         pools = {
             k: GaugeMetricFamily(
                 f"eventbus_model_pool_{k}",
-                f"Model pool figure '{k}' (loads and evictions since the replicas started, models "
-                "held now), as the pool's replicas last told a model step calling it.",
+                f"{_POOL_HELP[k]}, as the pool's replicas last told the model step calling it.",
                 labels=["pipeline", "step", "pool"],
             )
             for k in POOL_FIGURES
@@ -268,6 +267,14 @@ class _Collector:
             for r in snap["latency"]:
                 _histogram(lat, [r["pipeline"], r["mode"]], r["histogram"])
             yield from (req, ev, lat)
+
+
+_POOL_HELP = {
+    "loads": "Models a model pool's replicas loaded since they started",
+    "evictions": "Models a model pool's replicas evicted (least recently used) since they started",
+    "failed_loads": "Model loads that failed in a model pool (no such model, a bad artifact)",
+    "models": "Models a model pool's replicas hold now",
+}
 
 
 def render_prometheus(

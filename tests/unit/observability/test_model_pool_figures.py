@@ -47,5 +47,5 @@ def test_pool_figures_are_taken_once_not_summed_over_pipeline_replicas() -> None
         buf.getvalue()
     )
     text = render_prometheus([v], GatewayMetrics()).decode()
-    assert 'eventbus_model_pool_evictions{pipeline="p",step="score",pool="fraud"} 5.0' in text
-    assert 'eventbus_model_pool_loads{pipeline="p",step="score",pool="fraud"} 9.0' in text
+    assert 'eventbus_model_pool_evictions{pipeline="p",pool="fraud",step="score"} 5.0' in text
+    assert 'eventbus_model_pool_loads{pipeline="p",pool="fraud",step="score"} 9.0' in text

@@ -67,7 +67,7 @@ def test_unknown_pool_is_named_with_the_declared_ones_and_a_suggestion() -> None
 @pytest.mark.parametrize(
     ("model", "expect"),
     [
-        ("{pool: fraud, name: '', input: data.x, output: data.y}", "should match pattern"),
+        ("{pool: fraud, name: '', input: data.x, output: data.y}", "must match"),
         ("{pool: fraud, select: '', input: data.x, output: data.y}", "at least 1 character"),
         (
             "{pool: fraud, select: \"'" + "a" * 5000 + "'\", input: data.x, output: data.y}",
@@ -84,9 +84,12 @@ def test_unknown_pool_is_named_with_the_declared_ones_and_a_suggestion() -> None
             "{pool: fraud, name: a, path: a.pt2, input: data.x, output: data.y}",
             "remove 'path'",
         ),
-        ("{pool: Fraud!, name: a, input: data.x, output: data.y}", "should match pattern"),
+        ("{pool: Fraud!, name: a, input: data.x, output: data.y}", "must match"),
         ("{pool: fraud, select: 'data.region +', input: data.x, output: data.y}", "select"),
-        ("{pool: fraud, select: 'regoin', input: data.x, output: data.y}", "unknown variable"),
+        (
+            "{pool: fraud, select: \"'f-' + dat.region\", input: data.x, output: data.y}",
+            "unknown variable",
+        ),
     ],
 )
 def test_hostile_step_configs_are_rejected_with_the_reason(model: str, expect: str) -> None:
@@ -124,7 +127,7 @@ def test_too_many_pools_and_a_bad_pool_name_are_rejected() -> None:
     found = _problems(
         _pipeline("{pool: a, name: a, input: data.x, output: data.y}", pools="{A_b: {}}")
     )
-    assert any("should match pattern" in v for v in found.values()), found
+    assert any("must match" in v for v in found.values()), found
 
 
 def test_a_pipeline_name_cannot_take_a_pool_application_name() -> None:
