@@ -90,7 +90,7 @@ class PoolModelStep(_ModelStepBase):
         """Each event's model name, or None with the reason in :attr:`name_errors`."""
         self.name_errors: dict[int, str] = {}
         if self._select is None:
-            return [self.spec.name] * len(events)  # type: ignore[list-item]
+            return [self.spec.name] * len(events)
         out: list[str | None] = []
         for i, e in enumerate(events):
             try:
