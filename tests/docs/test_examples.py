@@ -28,6 +28,7 @@ _SPEC_KEYS = {
     "delivery",
     "serving",
     "observability",
+    "model_pools",
 }
 
 

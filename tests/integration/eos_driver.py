@@ -4,6 +4,9 @@ pipeline (the replica's :class:`PipelineRunner`) into Kafka sinks, no Ray, no Re
 
     python -m tests.integration.eos_driver BOOTSTRAP SRC SINK DLQ GROUP [DELAY_S [INTERVAL_MS]]
 
+With ``EOS_JOIN=REDIS_URL`` (and ``EOS_NAME``, the pipeline's name) the pipeline is
+:func:`join_pipeline` instead, its join state in that Redis.
+
 ``DELAY_S`` makes each batch's steps, and each acknowledged send to the sink, take that long
 longer (the batch's transaction is open meanwhile, its records written), so that a SIGKILL or
 SIGSTOP lands inside a transaction. ``INTERVAL_MS`` is the transactions' commit interval
@@ -73,6 +76,48 @@ def pipeline(src: str, sink: str, dlq: str) -> PipelineConfig:
     )
 
 
+def join_pipeline(name: str, src: str, sink: str, dlq: str) -> PipelineConfig:
+    """``data.boom`` fails the convert (dead letters); an inner join (emit every) pairs event
+    ``n`` with ``n + 40`` (same Kafka key, so ``n`` comes first) for even ``n // 40``: one
+    output per pair, emitted by ``n + 40``'s batch, keyed by its key and carrying its seq."""
+    return PipelineConfig.model_validate(
+        {
+            "apiVersion": "eventbus/v1",
+            "kind": "Pipeline",
+            "metadata": {"name": name},
+            "spec": {
+                "sources": [{"kafka": {"topic": src}}],
+                "steps": [
+                    {
+                        "id": "tag",
+                        "convert": {
+                            "set": {"data.half": "has(data.boom) ? data.n / 0 : data.n / 2"}
+                        },
+                    },
+                    {
+                        "id": "pair",
+                        "join": {
+                            "sides": [
+                                {"name": "a", "when": "data.n / 40 % 2 == 0", "key": "data.n"},
+                                {"name": "b", "when": "data.n / 40 % 2 == 1", "key": "data.n - 40"},
+                            ],
+                            "window_s": 600,
+                            "output": {
+                                "type": "paired",
+                                "data": "{'key': b.data.key, 'seq': b.data.seq, 'a': a.data.n, 'b': b.data.n}",
+                            },
+                        },
+                    },
+                    {"id": "rekey", "convert": {"set": {"partitionkey": "data.key"}}},
+                ],
+                "sink": {"kafka": {"topic": sink}},
+                "dead_letter": {"kafka": {"topic": dlq}},
+                "delivery": {"guarantee": "exactly_once"},
+            },
+        }
+    )
+
+
 async def main(
     bootstrap: str,
     src: str,
@@ -82,7 +127,14 @@ async def main(
     delay_s: str = "0",
     interval_ms: str = "100",
 ) -> None:
-    runner = PipelineRunner(pipeline(src, sink, dlq))
+    join_redis = os.environ.get("EOS_JOIN")
+    runner = (
+        PipelineRunner(
+            join_pipeline(os.environ.get("EOS_NAME", "eosj"), src, sink, dlq), redis_url=join_redis
+        )
+        if join_redis
+        else PipelineRunner(pipeline(src, sink, dlq))
+    )
     SlowSink.delay_s = float(delay_s)
 
     async def dispatch(events: list) -> list:  # type: ignore[type-arg]
@@ -99,7 +151,12 @@ async def main(
             SlowSink(KafkaSinkConfig(topic=sink), bootstrap_servers=bootstrap),
             KafkaSink(KafkaSinkConfig(topic=dlq), bootstrap_servers=bootstrap),
         ),
-        fetch=FetchSettings(max_batch=500, linger_ms=5, heartbeat_interval_ms=1000),
+        fetch=FetchSettings(
+            max_batch=500,
+            linger_ms=5,
+            heartbeat_interval_ms=1000,
+            in_order=runner.config.in_order,  # as a replica (a join: in order)
+        ),
         delivery=DeliveryPolicy(exactly_once=True, commit_interval_s=float(interval_ms) / 1000),
     )
     await source.start()

@@ -39,9 +39,12 @@ class Driver:
         delay_s: float,
         interval_ms: int = 100,
         kill_at: str = "1:0",
+        extra_env: dict[str, str] | None = None,
     ):
-        # kill_at: WAITING:COMMITS, where SIGUSR2 makes the driver kill itself (eos_driver)
+        # kill_at: WAITING:COMMITS, where SIGUSR2 makes the driver kill itself (eos_driver);
+        # extra_env: e.g. EOS_JOIN (eos_driver's join pipeline)
         env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}:{ROOT}", EOS_KILL_AT=kill_at)
+        env.update(extra_env or {})
         # EOS_LOG=FILE: the drivers' logs go there too (debugging); each driver's own log is
         # kept so that a failed check shows what the drivers warned of
         self.log_path = Path(tempfile.mkstemp(prefix="eos-driver-", suffix=".log")[1])

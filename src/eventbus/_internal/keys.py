@@ -306,6 +306,8 @@ def duals(pipeline: str, step: str) -> str:
 
 #: Set: every model name in the registry.
 MODELS = PREFIX + "models"
+#: Hash: each model pool's settings as last deployed (pool name -> JSON).
+MODEL_POOLS = PREFIX + "model-pools"
 
 
 def model(name: str) -> str:

@@ -201,6 +201,14 @@ class ModelRegistry:
     def set_options(self, name: str, options: dict[str, Any]) -> None:
         self._r.hset(keys.model(name), "options", json.dumps(options, sort_keys=True))
 
+    def pool_options(self, pool: str) -> dict[str, Any] | None:
+        """A model pool's settings as last deployed (None: never deployed)."""
+        raw = self._r.hget(keys.MODEL_POOLS, pool)
+        return json.loads(raw) if raw else None
+
+    def set_pool_options(self, pool: str, options: dict[str, Any]) -> None:
+        self._r.hset(keys.MODEL_POOLS, pool, json.dumps(options, sort_keys=True))
+
     # -- validation data --------------------------------------------------------------------
     def record_inputs(self, name: str, rows: Any) -> None:
         """Keep a sample of recent request rows (a numpy array) for validating new versions."""

@@ -26,6 +26,7 @@ from ray.serve.deployment import Application, Deployment
 
 from eventbus.errors import ModelError, ModelValidationError
 from eventbus.models._artifact import LoadedModel, load_model, pick_device
+from eventbus.models._forward import Active, forward
 from eventbus.models._registry import ModelRegistry
 from eventbus.models._validate import validate_candidate
 
@@ -33,6 +34,7 @@ __all__ = [
     "MODEL_APP_PREFIX",
     "ModelDeployment",
     "build_model_app",
+    "load_version",
     "model_app_name",
     "validate_version",
 ]
@@ -49,7 +51,7 @@ def model_app_name(name: str) -> str:
     return f"{MODEL_APP_PREFIX}{name}"
 
 
-def _load_version(registry: ModelRegistry, name: str, version: int, device: str) -> LoadedModel:
+def load_version(registry: ModelRegistry, name: str, version: int, device: str) -> LoadedModel:
     rec = registry.record(name, version)
     for p in reversed(rec.get("python_path") or []):
         if p not in sys.path:
@@ -79,14 +81,14 @@ def validate_version(
     import torch
 
     try:
-        candidate = _load_version(registry, name, version, device)
+        candidate = load_version(registry, name, version, device)
     except ModelError as exc:
         registry.mark(name, version, "rejected", str(exc))
         raise ModelValidationError(name, version, str(exc)) from None
     st = registry.state(name)
     if serving is None and st["serving"] is not None and st["serving"] != version:
         try:
-            serving = _load_version(registry, name, st["serving"], device)
+            serving = load_version(registry, name, st["serving"], device)
         except ModelError:
             serving = None
     shape = candidate.input_shape or (serving.input_shape if serving else None)
@@ -128,7 +130,7 @@ class ModelDeployment:
         self._threads = max(1, min(cpus, math.floor(float(options.get("num_cpus") or 0)) or 1))
         torch.set_num_threads(self._threads)
         self._models: dict[int, LoadedModel] = {}
-        self._active: tuple[int, LoadedModel, int | None, LoadedModel | None, float] | None = None
+        self._active: Active | None = None
         self._revision = -1
         self._calls = 0
         self._rows = 0
@@ -160,69 +162,17 @@ class ModelDeployment:
         return await asyncio.to_thread(self._infer, calls)
 
     def _infer(self, calls: list[tuple[Any, Any]]) -> list[Any]:
-        import numpy as np
-        import torch
-
         active = self._active
         assert active is not None
-        version, model, b_version, b_model, weight = active
-        out: list[Any] = [None] * len(calls)
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for i, (x, _) in enumerate(calls):
-            groups.setdefault(tuple(x.shape[1:]), []).append(i)
-        for shape, idx in groups.items():
-            xs = [calls[i][0] for i in idx]
-            x = torch.from_numpy(
-                np.concatenate(xs)
-                if len(xs) > 1
-                else (xs[0] if xs[0].flags.writeable else xs[0].copy())
-            )
-            n = x.shape[0]
+        out, rows, last = forward(self.name, active, calls)
+        self._rows += rows
+        now = time.monotonic()
+        if last is not None and now - self._last_record >= _RECORD_EVERY_S:
+            self._last_record = now
             try:
-                if b_model is None or weight <= 0:
-                    y = model(x)
-                    versions = np.full(n, version, dtype=np.int64)
-                else:
-                    u = np.concatenate(
-                        [
-                            c[1] if c[1] is not None else np.ones(len(c[0]))
-                            for c in (calls[i] for i in idx)
-                        ]
-                    )
-                    to_b = torch.from_numpy(u < weight)
-                    y = None
-                    versions = np.where(u < weight, cast(int, b_version), version).astype(np.int64)
-                    parts = []
-                    for mask, m in ((~to_b, model), (to_b, b_model)):
-                        if bool(mask.any()):
-                            parts.append((mask, m(x[mask])))
-                    y = torch.empty((n, *parts[0][1].shape[1:]), dtype=parts[0][1].dtype)
-                    for mask, part in parts:
-                        y[mask] = part
-                if y.shape[0] != n:
-                    msg = f"model {self.name!r} version {version} gave {y.shape[0]} output rows for {n} input rows"
-                    raise ModelError(msg)
-                ynp = y.numpy()
-            except Exception as exc:  # noqa: BLE001 - answer each caller with the reason
-                reason = f"model {self.name!r} failed on input rows of shape {shape}: {type(exc).__name__}: {exc}"
-                for i in idx:
-                    out[i] = ("error", reason)
-                continue
-            start = 0
-            for i, xi in zip(idx, xs):
-                k = len(xi)
-                out[i] = (ynp[start : start + k], versions[start : start + k])
-                start += k
-            self._rows += n
-            now = time.monotonic()
-            if now - self._last_record >= _RECORD_EVERY_S:
-                self._last_record = now
-                try:
-                    self._registry.record_inputs(self.name, x.numpy())
-                except Exception:
-                    log.warning(
-                        "recording recent inputs of model %r failed", self.name, exc_info=True
-                    )
+                self._registry.record_inputs(self.name, last.numpy())
+            except Exception:
+                log.warning("recording recent inputs of model %r failed", self.name, exc_info=True)
         self._calls += len(calls)
         return out
 
@@ -255,7 +205,7 @@ class ModelDeployment:
         wanted = [st["serving"]] + ([st["split"]["version"]] if st["split"] else [])
         for v in wanted:
             if v not in self._models:
-                self._models[v] = _load_version(self._registry, self.name, v, self._device)
+                self._models[v] = load_version(self._registry, self.name, v, self._device)
         split = st["split"]
         b = split["version"] if split else None
         self._active = (

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from eventbus.observability._metrics import GatewayMetrics
+from eventbus.observability._view import POOL_FIGURES
 
 __all__ = ["CONTENT_TYPE", "render_prometheus"]
 
@@ -178,6 +179,14 @@ class _Collector:
         models = InfoMetricFamily(
             "eventbus_model", "The model version a step serves.", labels=["pipeline", "step"]
         )
+        pools = {
+            k: GaugeMetricFamily(
+                f"eventbus_model_pool_{k}",
+                f"{_POOL_HELP[k]}, as the pool's replicas last told the model step calling it.",
+                labels=["pipeline", "step", "pool"],
+            )
+            for k in POOL_FIGURES
+        }
         zero = GaugeMetricFamily(
             "eventbus_pipeline_scaled_to_zero",
             "1 while the pipeline's replicas are scaled to zero (replicas.min: 0, idle).",
@@ -225,10 +234,14 @@ class _Collector:
                     gauge.add_metric([p, sid], figures.get(k, 0))
             for sid, ver in v["models"].items():
                 models.add_metric([p, sid], {"version": ver})
+            for sid, figures in v.get("model_pools", {}).items():
+                for k, gauge in pools.items():
+                    gauge.add_metric([p, sid, str(figures["pool"])], figures[k])
         yield from sources.values()
         yield from totals.values()
         yield from steps.values()
         yield from agg.values()
+        yield from pools.values()
         yield from (latency, batch, batch_s, lag, join, replicas, version, models, zero, last_event)
         if self.gateway is not None:
             snap = self.gateway.snapshot()
@@ -254,6 +267,14 @@ class _Collector:
             for r in snap["latency"]:
                 _histogram(lat, [r["pipeline"], r["mode"]], r["histogram"])
             yield from (req, ev, lat)
+
+
+_POOL_HELP = {
+    "loads": "Models a model pool's replicas loaded since they started",
+    "evictions": "Models a model pool's replicas evicted (least recently used) since they started",
+    "failed_loads": "Model loads that failed in a model pool (no such model, a bad artifact)",
+    "models": "Models a model pool's replicas hold now",
+}
 
 
 def render_prometheus(

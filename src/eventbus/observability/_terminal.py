@@ -74,5 +74,10 @@ def print_figures(console: Any, v: dict[str, Any]) -> None:
         )
     for sid, ver in v["models"].items():
         extra.append(f"model {sid}: version {ver}")
+    for sid, f in v.get("model_pools", {}).items():
+        extra.append(
+            f"model pool {f['pool']} (step {sid}): {f['models']} models held, {f['loads']} loads, "
+            f"{f['evictions']} evictions, {f['failed_loads']} failed loads"
+        )
     for line in extra:
         console.print(line, markup=False, highlight=False)

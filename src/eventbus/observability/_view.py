@@ -115,8 +115,15 @@ _SHARED = frozenset(
         "state_fields",
         "state_bytes",
         "applied_ids",
+        # a model pool's figures, as its replicas report them to any caller
+        "pool_loads",
+        "pool_evictions",
+        "pool_failed_loads",
+        "pool_models",
     )
 )
+#: What status and ``/metrics`` show of a model step on a pool (besides the pool's name).
+POOL_FIGURES = ("loads", "evictions", "failed_loads", "models")
 #: What status and the dashboard show of an aggregate step.
 _AGGREGATE_FIGURES = ("open_windows", "state_bytes", "late_events")
 
@@ -161,7 +168,8 @@ def pipeline_view(
         ``lag`` (per partition) and ``lag_total``, ``join_state`` (step -> pending keys),
         ``aggregate_state`` (aggregate step -> ``open_windows``, ``state_bytes``,
         ``late_events``),
-        ``models`` (step -> version, for steps reporting one), ``state`` (``RUNNING`` or
+        ``models`` (step -> version, for steps reporting one), ``model_pools`` (model step on
+        a pool -> ``pool``, ``loads``, ``evictions``, ``failed_loads``, ``models`` held), ``state`` (``RUNNING`` or
         ``SCALED_TO_ZERO``), ``last_event_at`` (when the last event came in), and at zero
         ``scaled_to_zero_since``. ``totals`` holds the sources' counters (``consumed``,
         ``outputs``, ``dropped``, ``failed``...) and the figures shown, named as the steps':
@@ -267,6 +275,14 @@ def pipeline_view(
         for sid, st in steps.items()
         if "model_version" in st["stats"] or "version" in st["stats"]
     }
+    model_pools = {
+        sid: {
+            "pool": st["stats"].get("pool"),
+            **{k: st["stats"].get(f"pool_{k}", 0) for k in POOL_FIGURES},
+        }
+        for sid, st in steps.items()
+        if "pool_loads" in st["stats"]
+    }
     return {
         "name": record.get("name", doc.get("metadata", {}).get("name")),
         "version": record.get("version"),
@@ -292,6 +308,7 @@ def pipeline_view(
         "join_state": join_state,
         "aggregate_state": aggregates,
         "models": models,
+        "model_pools": model_pools,
         "at": now,
         "last_event_at": _last_event_at(entries, scale),
         **_scale_fields(scale),

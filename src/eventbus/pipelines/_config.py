@@ -51,8 +51,11 @@ from eventbus.pipelines.steps._join_config import JoinConfig, JoinOutputConfig, 
 from eventbus.pipelines.steps._model_config import (
     EnsembleConfig,
     EnsembleMemberConfig,
+    ModelPoolConfig,
     ModelServingConfig,
     ModelStepConfig,
+    PoolName,
+    pool_problems,
 )
 
 __all__ = [
@@ -70,6 +73,7 @@ __all__ = [
     "JoinOutputConfig",
     "JoinSideConfig",
     "MetadataConfig",
+    "ModelPoolConfig",
     "ModelServingConfig",
     "ModelStepConfig",
     "PipelineConfig",
@@ -94,8 +98,8 @@ class MetadataConfig(BaseModel):
     model_config = _MODEL
     name: PipelineName = Field(
         description="Pipeline name: lowercase letters, digits and '-', starting with a letter; "
-        "at most 48 characters; not starting with 'model-' or 'host-' (model applications are "
-        "named eventbus-model-NAME, shared hosts eventbus-host-NAME). It names the Ray Serve "
+        "at most 48 characters; not starting with 'model-', 'pool-' or 'host-' (model applications are "
+        "named eventbus-model-NAME, model pools eventbus-pool-NAME, shared hosts eventbus-host-NAME). It names the Ray Serve "
         "application and the consumer group."
     )
     description: str | None = Field(default=None, description="Free text for humans.")
@@ -111,6 +115,13 @@ class MetadataConfig(BaseModel):
             msg = (
                 f"must not start with 'model-' (its Serve application eventbus-{name} would clash with "
                 f"the one of model {rest!r}); got {name!r}; rename the pipeline, e.g. {suggest!r}"
+            )
+            raise ValueError(msg)
+        if name.startswith("pool-"):
+            msg = (
+                f"must not start with 'pool-' (its Serve application eventbus-{name} would clash "
+                f"with the one of model pool {name.removeprefix('pool-')!r}); got {name!r}; rename "
+                "the pipeline"
             )
             raise ValueError(msg)
         if name.startswith("host-"):
@@ -157,9 +168,17 @@ class PipelineSpecConfig(BaseModel):
     observability: ObservabilityConfig = Field(
         default_factory=ObservabilityConfig, description="Traces and log format of the replicas."
     )
+    model_pools: Annotated[dict[PoolName, ModelPoolConfig], Field(max_length=64)] = Field(
+        default_factory=dict,
+        description="Multiplexed model pools that model steps name with 'pool': each one Serve "
+        "application (eventbus-pool-NAME) whose replicas hold up to max_models_per_replica models.",
+    )
 
     @model_validator(mode="after")
     def _unique_step_ids(self) -> PipelineSpecConfig:
+        problems = pool_problems(self.steps, self.model_pools)
+        if problems:
+            raise ValueError("\n".join(problems))
         seen: set[str] = set()
         for step in self.steps:
             if step.id in seen:

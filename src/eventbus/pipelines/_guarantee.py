@@ -3,8 +3,12 @@
 A Kafka transaction covers records written to, and offsets committed in, one Kafka cluster. A
 pipeline runs exactly once only when everything its batch changes is in that cluster: its
 sources are Kafka topics, every sink (routes' sinks and the dead-letter sink included) is a
-Kafka topic of the sources' cluster, and no step keeps state elsewhere (join and aggregate
-keep theirs in Redis, outside the transaction). Delivery dedupe is then unnecessary.
+Kafka topic of the sources' cluster, and no step keeps state elsewhere that a batch consumed
+again would change twice. A stateful (``ordered``) step kind may declare the trait
+``exactly_once``: a callable of its config giving (setting, reason and fix) when that config
+cannot run exactly once, None when it can (a join: its Redis state re-emits the same outputs
+for an event consumed again; see docs/concepts/delivery.md). Kinds without it (aggregate) are
+refused. Delivery dedupe is then unnecessary.
 """
 
 from __future__ import annotations
@@ -59,11 +63,23 @@ def guarantee_problems(spec: Any) -> list[str]:
             f"bootstrap_servers and client, or {_ALTERNATIVES}"
         )
     for step in spec.steps:
-        if registry.steps.get(step.kind).trait("ordered", False):
+        kind = registry.steps.get(step.kind)
+        if not kind.trait("ordered", False):
+            continue
+        accepts = kind.trait("exactly_once")
+        if accepts is None:
             problems.append(
                 f"step {step.id!r} is of kind {step.kind!r} but {why}: its state lives in Redis, "
                 "outside the Kafka transaction, so a batch consumed again would update it "
                 f"twice; {_ALTERNATIVES}"
+            )
+            continue
+        refused = accepts(step.options)
+        if refused is not None:
+            setting, reason = refused
+            problems.append(
+                f"step {step.id!r} is of kind {step.kind!r} with {setting} but {why}: {reason}; "
+                f"or {_ALTERNATIVES}"
             )
     return problems
 

@@ -25,6 +25,12 @@ __all__ = ["ModelControl"]
 log = logging.getLogger("eventbus.serving.models")
 
 
+def _pools_of(config: PipelineConfig) -> dict[str, Any]:
+    """The pools the pipeline's steps call, with their settings."""
+    used = {getattr(s.options, "pool", None) for s in config.spec.steps}
+    return {n: p for n, p in config.spec.model_pools.items() if n in used}
+
+
 def _models_of(config: PipelineConfig) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for step in config.spec.steps:
@@ -200,6 +206,42 @@ class ModelControl:
                 )
             self.registry.set_options(name, options)
             started.append(name)
+        started += self._ensure_pools(config, running)
+        return started
+
+    def _ensure_pools(self, config: PipelineConfig, running: set[str]) -> builtins.list[str]:
+        """Deploy (or update) the pools the pipeline calls; its pool steps' static model
+        names must be in the registry."""
+        from ray import serve
+
+        from eventbus.models._pool import build_pool_app, pool_app_name
+
+        for step in config.spec.steps:
+            name = getattr(step.options, "name", None)
+            if getattr(step.options, "pool", None) is None or name is None:
+                continue
+            if self.registry.state(name)["serving"] is None:
+                msg = (
+                    f"pipeline {config.name!r} step {step.id!r} calls model {name!r} on pool "
+                    f"{step.options.pool!r}, which has no serving version in the registry; push "
+                    f"one with `eventbus model push {name} PATH`"
+                )
+                raise DeployError(msg)
+        started = []
+        for pool, settings in _pools_of(config).items():
+            options = settings.model_dump()
+            if options.get("num_gpus") is None:
+                options["num_gpus"] = 1 if _cluster_has_gpu() else 0
+            if pool_app_name(pool) in running and self.registry.pool_options(pool) == options:
+                continue
+            with SERVE_RUN:  # serve.run is not thread-safe (_locks)
+                serve.run(
+                    build_pool_app(pool, self.redis_url, options),
+                    name=pool_app_name(pool),
+                    route_prefix=None,
+                )
+            self.registry.set_pool_options(pool, options)
+            started.append(f"pool:{pool}")
         return started
 
     def release(self, pipeline: str, documents: builtins.list[dict[str, Any]]) -> None:
@@ -220,6 +262,17 @@ class ModelControl:
                 serve.delete(model_app_name(name))
             except Exception:
                 log.exception("deleting the Serve application of model %r failed", name)
+        from eventbus.models._pool import pool_app_name
+
+        pools_still = set()
+        for doc in documents:
+            if doc["metadata"]["name"] != pipeline:
+                pools_still |= set(_pools_of(PipelineConfig.model_validate(doc)))
+        for pool in set(_pools_of(gone)) - pools_still:
+            try:
+                serve.delete(pool_app_name(pool))
+            except Exception:
+                log.exception("deleting the Serve application of model pool %r failed", pool)
 
     @staticmethod
     def _handle(name: str) -> Any:

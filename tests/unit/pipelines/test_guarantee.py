@@ -84,7 +84,7 @@ def test_refusals_name_the_reason_and_the_alternative(change: tuple[str, str], e
         assert "at_least_once" in found  # the alternative is named
 
 
-def test_a_join_or_aggregate_is_refused_for_its_redis_state() -> None:
+def test_an_aggregate_is_refused_for_its_redis_state() -> None:
     body = GOOD.replace(
         '    - {id: tag, convert: {set: {"data.tag": "\'x\'"}}}\n',
         "    - id: total\n"
@@ -93,6 +93,67 @@ def test_a_join_or_aggregate_is_refused_for_its_redis_state() -> None:
     found = problems(body)
     assert "step 'total' is of kind 'aggregate' but delivery.guarantee is 'exactly_once'" in found
     assert "Redis" in found
+    assert "keep guarantee: at_least_once (the default) with delivery.dedupe" in found
+
+
+def with_join(options: str) -> str:
+    """GOOD with a join step of ``options`` (YAML flow mapping entries) before the convert."""
+    sides = (
+        "sides: [{name: order, when: \"type == 'order'\", key: data.id}, "
+        "{name: pay, when: \"type == 'pay'\", key: data.id}]"
+    )
+    step = f"    - id: pair\n      join: {{{sides}{', ' if options else ''}{options}}}\n"
+    body = GOOD.replace("    - {id: tag,", step + "    - {id: tag,")
+    assert body != GOOD
+    return body
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        "",
+        "mode: inner, emit: every",
+        "mode: inner, emit: first",
+        "mode: inner, emit: latest",
+        "mode: latest, table: order",
+        "time: event, allowed_lateness_s: 5, window_s: 30",
+    ],
+)
+def test_a_join_whose_outputs_come_from_consumed_events_runs_exactly_once(options: str) -> None:
+    config = load_pipeline_text(HEAD + with_join(options), "p.yaml")
+    assert config.spec.delivery.guarantee == "exactly_once"
+    assert delivery_guarantee(HEAD + with_join(options)) == "exactly_once"
+
+
+@pytest.mark.parametrize("emit", ["every", "first", "latest"])
+def test_an_outer_join_is_refused_naming_the_mode_and_the_alternatives(emit: str) -> None:
+    found = problems(with_join(f"mode: outer, emit: {emit}"))
+    assert found.count("\n") == 0, found  # the one problem
+    expect = (
+        "step 'pair' is of kind 'join' with mode 'outer' but delivery.guarantee is "
+        "'exactly_once': an outer join emits the keys left incomplete when their window "
+        "closes, from a timer outside any consumed batch, so no Kafka transaction covers "
+        "those outputs; use mode: inner (every joined event then comes from a consumed "
+        "event, inside its batch's transaction); or keep guarantee: at_least_once (the "
+        "default) with delivery.dedupe for effectively-once delivery"
+    )
+    assert expect in found, found
+
+
+def test_an_outer_join_runs_at_least_once() -> None:
+    body = with_join("mode: outer").replace("  delivery: {guarantee: exactly_once}\n", "")
+    assert load_pipeline_text(HEAD + body, "p.yaml").spec.delivery.guarantee == "at_least_once"
+
+
+def test_an_outer_join_and_an_aggregate_are_refused_at_once() -> None:
+    body = with_join("mode: outer").replace(
+        '    - {id: tag, convert: {set: {"data.tag": "\'x\'"}}}\n',
+        "    - id: total\n"
+        "      aggregate: {key: data.k, window: {tumbling: {size_s: 60}}, aggregations: {n: count}}\n",
+    )
+    found = problems(body)
+    assert "step 'pair' is of kind 'join' with mode 'outer'" in found
+    assert "step 'total' is of kind 'aggregate'" in found
 
 
 def test_every_reason_at_once() -> None:

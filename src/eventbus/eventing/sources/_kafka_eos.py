@@ -50,6 +50,8 @@ class ExactlyOnce:
     _progress: asyncio.Event
     _stats: dict[str, int]
     _max_in_flight: int
+    _in_order: bool
+    _last_dispatch: asyncio.Task[list[Outcome]] | None
     _fatal: BaseException | None
     _stopping: bool
 
@@ -95,7 +97,16 @@ class ExactlyOnce:
         assert self._txns is not None
         batches = [b for tp, recs in data.items() if (b := self._batches.make({tp: recs}))]
         events: list[Any] = [e for b in batches for e in b.events]
-        shared = asyncio.create_task(self._redispatch(events, batches[0].seq)) if events else None
+        shared = None
+        if events and self._in_order:
+            # a join's or aggregate's state in event order: while the fetch before is being
+            # retried (Redis away), this one waits (see FetchSettings.in_order)
+            shared = asyncio.create_task(
+                self._redispatch.after(self._last_dispatch, events, batches[0].seq)
+            )
+            self._last_dispatch = shared
+        elif events:
+            shared = asyncio.create_task(self._redispatch(events, batches[0].seq))
         start = 0
         for batch in batches:
             self._stats["consumed"] += batch.count

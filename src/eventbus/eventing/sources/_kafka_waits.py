@@ -40,6 +40,7 @@ class FetchWaits:
     _unparked: asyncio.Event
     _doorbell: Doorbell | None
     _tansu: bool
+    idle_wait_ms: int
     held: set[TopicPartition]
 
     def unpark(self) -> None:
@@ -98,7 +99,7 @@ class FetchWaits:
         """
         self.idle = idle
         long_poll = idle and self._doorbell is None  # parked sources do not fetch
-        wait = self.config.idle_fetch_max_wait_ms if long_poll else self.config.fetch_max_wait_ms
+        wait = self.idle_wait_ms if long_poll else self.config.fetch_max_wait_ms
         if not self._tansu:  # every fetch long-polls from the start (see _consumer_kwargs)
             return
         set_fetch_wait(consumer, wait)

@@ -3,7 +3,9 @@
 Per batch, every side event goes into the join state in one atomic call (a Lua script in
 Redis): any replica can complete a key, replicas scale, and a replica that dies loses nothing
 (its batch is consumed again; an event that emitted joined events re-emits the same ones, with
-the same ids, which the sink's dedupe drops if they were delivered). A :class:`JoinSweeper`
+the same ids, which the sink's dedupe drops if they were delivered; under ``exactly_once`` the
+first attempt's outputs were in its aborted transaction, never visible: the argument is in
+docs/concepts/delivery.md). A :class:`JoinSweeper`
 (run next to each replica's sources) takes windows that closed: outer joins emit what is
 present, inner joins drop them (counted), windows evicted by ``max_pending`` go to the
 dead-letter sink.
@@ -28,7 +30,7 @@ from eventbus.eventing._codecs import event_to_json
 from eventbus.eventing._event import CloudEvent
 from eventbus.pipelines._activation import activation_builder, check_identifiers
 from eventbus.pipelines._step import Step, StepContext, Timer
-from eventbus.pipelines.steps._join_config import JoinConfig
+from eventbus.pipelines.steps._join_config import JoinConfig, exactly_once_refusal
 from eventbus.pipelines.steps._join_memory import MemoryJoinState, MemoryPairState
 from eventbus.pipelines.steps._join_output import (
     REASONS,
@@ -332,6 +334,8 @@ def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:
     timers=True,
     # emit first/latest and the watermark depend on the order of a partition's events
     ordered=True,
+    # delivery.guarantee exactly_once: accepted unless the config gives a reason (outer joins)
+    exactly_once=exactly_once_refusal,
     example={
         "sides": [
             {"name": "order", "when": "type == 'order'", "key": "data.id"},

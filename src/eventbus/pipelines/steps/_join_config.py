@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-__all__ = ["JoinConfig", "JoinOutputConfig", "JoinSideConfig"]
+__all__ = ["JoinConfig", "JoinOutputConfig", "JoinSideConfig", "exactly_once_refusal"]
 
 _MODEL = ConfigDict(extra="forbid", frozen=True)
 SideName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$")]
@@ -144,3 +144,24 @@ class JoinConfig(BaseModel):
                     msg = f"'{name}' is for 'time: event'; time is 'processing' (no event is late): remove it or set time: event"
                     raise ValueError(msg)
         return self
+
+
+def exactly_once_refusal(config: JoinConfig) -> tuple[str, str] | None:
+    """Why a join with ``config`` cannot run under ``delivery: {guarantee: exactly_once}``:
+    (the setting, the reason and its fix), or None when it can.
+
+    Every joined event of an inner or latest join is emitted by a consumed event, inside that
+    event's batch's transaction, and the join's Redis state gives that event the same outputs
+    when its batch is consumed again (see docs/concepts/delivery.md). An outer join also emits
+    incomplete keys when their window closes, from the step's timer: outside any consumed
+    batch, so outside every Kafka transaction.
+    """
+    if config.mode == "outer":
+        return (
+            "mode 'outer'",
+            "an outer join emits the keys left incomplete when their window closes, from a "
+            "timer outside any consumed batch, so no Kafka transaction covers those outputs; "
+            "use mode: inner (every joined event then comes from a consumed event, inside its "
+            "batch's transaction)",
+        )
+    return None

@@ -300,6 +300,8 @@ def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:
         return out
     if isinstance(raw.get("input"), str) and raw["input"]:
         out.append((("input",), raw["input"], False))
+    if isinstance(raw.get("select"), str) and raw["select"]:
+        out.append((("select",), raw["select"], False))
     mapping = raw.get("output")  # output mappings also see `output` and `version`
     for path, source in mapping.items() if isinstance(mapping, dict) else ():
         if isinstance(source, str) and source:
@@ -329,15 +331,19 @@ def _example(folder: Any) -> dict[str, Any]:
 @steps.register(
     "model",
     config=ModelStepConfig,
-    description="Run each event through a model (its own Ray Serve deployment).",
+    description="Run each event through a model (its own Ray Serve deployment, or a pool's).",
     expressions=_expressions,
-    models=lambda config: [config],
+    models=lambda config: [config] if config.pool is None else [],
     example=_example,
-    describe=lambda raw: str(raw.get("name") or raw.get("model") or ""),
+    describe=lambda raw: str(raw.get("name") or raw.get("select") or raw.get("model") or ""),
 )
-def build_model(step_id: str, config: ModelStepConfig, context: StepContext) -> ModelStep:
-    """A model step: on a replica it calls the model's Serve deployment, in process (``eventbus
-    test``) it loads the step's artifact itself."""
+def build_model(step_id: str, config: ModelStepConfig, context: StepContext) -> Step:
+    """A model step: on a replica it calls the model's Serve deployment (or its pool's), in
+    process (``eventbus test``) it loads the step's artifact itself."""
+    if config.pool is not None:
+        from eventbus.pipelines.steps._model_pool import PoolModelStep
+
+        return PoolModelStep(step_id, config, remote=context.remote)
     return ModelStep(step_id, config, remote=context.remote, base_dirs=context.base_dirs or None)
 
 

@@ -13,25 +13,38 @@
         combine: weighted                # mean | weighted | max | min | a registered combiner | module:attr
         input: data.features
         output: data.score
+    - id: regional                       # a model per event, from a multiplexed pool (spec.model_pools)
+      model:
+        pool: fraud                      # replicas of one Serve application, each holding up to N models (LRU)
+        select: "'fraud-' + data.region" # CEL: each event's model name (or `name:` for one model)
+        input: data.features
+        output: data.score
 ```
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+import difflib
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 __all__ = [
     "EnsembleConfig",
     "EnsembleMemberConfig",
+    "ModelPoolConfig",
     "ModelServingConfig",
     "ModelStepConfig",
+    "pool_problems",
 ]
 
 _MODEL = ConfigDict(extra="forbid", frozen=True)
 ModelName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,47}$")]
 ImportRef = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")]
+PoolName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,39}$")]
+#: Longest ``select`` expression: a model-name picker, not a program.
+MAX_SELECT_CHARS = 4096
 TargetPath = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]+(\.[A-Za-z_][A-Za-z0-9_-]*)*$")]
 
 
@@ -57,6 +70,31 @@ class ModelServingConfig(BaseModel):
     )
     batch_wait_ms: Annotated[float, Field(ge=0, le=10_000)] = Field(
         default=1.0, description="How long a forward pass waits for more calls to merge."
+    )
+
+
+class ModelPoolConfig(BaseModel):
+    """A multiplexed model pool (``spec.model_pools.<name>``): one Ray Serve application whose
+    replicas each hold up to ``max_models_per_replica`` models, evicting the least recently used;
+    a model is loaded from the registry on its first call, and calls go to a replica already
+    holding it. Shared by every pipeline naming the pool; the pipeline deployed last sets it."""
+
+    model_config = _MODEL
+    max_models_per_replica: Annotated[int, Field(ge=1, le=1024)] = Field(
+        default=4,
+        description="Models one replica holds at once (1..1024); one more evicts the least "
+        "recently used. Bounds a replica's memory at this many models.",
+    )
+    replicas: Annotated[int, Field(ge=1, le=1024)] = Field(
+        default=1, description="Replicas of the pool application."
+    )
+    num_cpus: Annotated[float, Field(ge=0, le=256)] = Field(
+        default=0.0,
+        description="CPUs reserved per replica; torch uses max(1, floor(num_cpus)) threads.",
+    )
+    num_gpus: Annotated[float, Field(ge=0, le=16)] | None = Field(
+        default=None,
+        description="GPUs per replica; default: 1 when the Ray cluster has a GPU, else 0 (CPU).",
     )
 
 
@@ -89,7 +127,27 @@ class _ModelRef(BaseModel):
 
 
 class ModelStepConfig(_ModelRef):
-    """Run each event's input through a model (``steps: [{id: ..., model: {...}}]``)."""
+    """Run each event's input through a model (``steps: [{id: ..., model: {...}}]``): its own
+    Serve application (``name``), or a pool's (``pool`` with ``name`` or ``select``)."""
+
+    name: ModelName | None = Field(  # type: ignore[assignment]
+        default=None,
+        description="The model's registry name. Without 'pool' its deployment is "
+        "eventbus-model-<name>; with 'pool' the pool serves it. Give 'name' or 'select'.",
+    )
+    pool: PoolName | None = Field(
+        default=None,
+        description="A pool of spec.model_pools serving the model (multiplexed replicas, "
+        "models loaded on first use, LRU), instead of the model's own application.",
+    )
+    select: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_SELECT_CHARS,
+        description="CEL giving each event's model name (a string), e.g. \"'fraud-' + "
+        "data.region\"; needs 'pool'. An event whose expression fails, gives no string, or names "
+        "a model not in the registry is dead-lettered with the reason.",
+    )
 
     input: str = Field(
         min_length=1,
@@ -103,6 +161,36 @@ class ModelStepConfig(_ModelRef):
     timeout_s: Annotated[float, Field(gt=0, le=600)] = Field(
         default=30, description="Deadline of one call to the model deployment."
     )
+
+    @model_validator(mode="after")
+    def _name_or_select(self) -> ModelStepConfig:
+        if self.pool is None:
+            if self.select is not None:
+                msg = (
+                    f"'select' picks each event's model from a pool; got select {self.select[:80]!r} "
+                    "without 'pool': add 'pool: NAME' (declared in spec.model_pools) or use 'name:'"
+                )
+                raise ValueError(msg)
+            if self.name is None:
+                msg = "give the model's registry 'name' (or 'pool' with 'name' or 'select')"
+                raise ValueError(msg)
+            return self
+        if (self.name is None) == (self.select is None):
+            msg = (
+                f"a step on pool {self.pool!r} needs exactly one of 'name' (one model) or "
+                "'select' (CEL: each event's model name); got "
+                + ("both" if self.name is not None else "neither")
+            )
+            raise ValueError(msg)
+        extra = [k for k in ("path", "factory", "serving") if getattr(self, k) is not None]
+        if extra:
+            msg = (
+                f"pool {self.pool!r} loads its models from the registry and is set in "
+                f"spec.model_pools; remove {', '.join(repr(k) for k in extra)} and push each model "
+                "with `eventbus model push NAME PATH`"
+            )
+            raise ValueError(msg)
+        return self
 
 
 class EnsembleMemberConfig(_ModelRef):
@@ -145,3 +233,21 @@ class EnsembleConfig(BaseModel):
             msg = "combine: weighted needs at least one model with a weight above 0"
             raise ValueError(msg)
         return self
+
+
+def pool_problems(steps: Sequence[Any], pools: Mapping[str, ModelPoolConfig]) -> list[str]:
+    """Model steps naming a pool that ``spec.model_pools`` does not declare."""
+    problems = []
+    for step in steps:
+        pool = getattr(step.options, "pool", None)
+        if pool is None or pool in pools:
+            continue
+        close = difflib.get_close_matches(pool, sorted(pools), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        declared = ", ".join(sorted(pools)) or "none"
+        problems.append(
+            f"step {step.id!r}: unknown model pool {pool!r}{hint}; declared pools: {declared}; "
+            f"declare it under spec.model_pools, e.g. model_pools: {{{pool}: "
+            "{max_models_per_replica: 4}}"
+        )
+    return problems
