@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import shutil
 import sys
 import tempfile
 import time
@@ -48,9 +50,16 @@ print(json.dumps({"nodes": sorted(n["NodeManagerAddress"] for n in nodes), "ran"
 """
 
 
-def _env() -> dict[str, str]:
+def _env(token: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "RAY_AUTH"))}
-    return {**RAY_HEAD_ENV, **env, **RAY_ENV, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
+    return {
+        **RAY_HEAD_ENV,
+        **env,
+        **RAY_ENV,
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1",
+        "RAY_AUTH_MODE": "token",  # as `eventbus up` runs its head: every node shares the token
+        "RAY_AUTH_TOKEN_PATH": str(token),
+    }
 
 
 def _ray_start(host: TestHost, temp_dir: Path, *args: str) -> None:
@@ -65,7 +74,7 @@ def _ray_start(host: TestHost, temp_dir: Path, *args: str) -> None:
             f"--temp-dir={temp_dir}",
             *args,
         ],
-        env=_env(),
+        env=_env(temp_dir.parent / "token"),
     )
     if proc.returncode != 0:
         msg = f"`ray start {' '.join(args)}` on {host} failed ({proc.returncode}): {proc.stderr[-3000:]}"
@@ -73,10 +82,17 @@ def _ray_start(host: TestHost, temp_dir: Path, *args: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def ray_hosts(make_hosts: Callable[[int], TestHosts]) -> Iterator[TestHosts]:
+def ray_hosts(
+    make_hosts: Callable[[int], TestHosts],
+) -> Iterator[tuple[TestHosts, dict[str, str]]]:
+    """Two hosts, a Ray head on the first and a worker node on the second; the environment a
+    driver needs (the token)."""
     hosts = make_hosts(2)
     # Ray's socket paths must stay under 107 bytes: short temp dirs
     root = Path(tempfile.mkdtemp(prefix="ebhray-", dir="/tmp"))
+    token = root / "token"
+    token.write_text(secrets.token_hex(32))
+    token.chmod(0o600)
     try:
         _ray_start(
             hosts[0],
@@ -87,17 +103,18 @@ def ray_hosts(make_hosts: Callable[[int], TestHosts]) -> Iterator[TestHosts]:
             *RAY_HEAD_FLAGS,
         )
         _ray_start(hosts[1], root / "h2", f"--address={hosts[0].address}:{PORT}")
-        yield hosts
+        yield hosts, _env(token)
     finally:
         for host in reversed(hosts):
             host.kill_all()
+        shutil.rmtree(root, ignore_errors=True)
 
 
-def test_head_and_worker_on_two_hosts(ray_hosts: TestHosts) -> None:
-    head, worker = ray_hosts
+def test_head_and_worker_on_two_hosts(ray_hosts: tuple[TestHosts, dict[str, str]]) -> None:
+    (head, worker), env = ray_hosts
     deadline = time.monotonic() + 90
     while True:  # the worker registers with the GCS shortly after its `ray start` returns
-        out = head.run([sys.executable, "-c", _DRIVER, f"{head.address}:{PORT}"], env=_env())
+        out = head.run([sys.executable, "-c", _DRIVER, f"{head.address}:{PORT}"], env=env)
         assert out.returncode == 0, out.stderr[-3000:]
         seen = json.loads(out.stdout.strip().splitlines()[-1])
         if len(seen["nodes"]) == 2 or time.monotonic() > deadline:
