@@ -200,10 +200,12 @@ def test_a_crashed_runs_leftovers_are_cleaned() -> None:
     tag = f"{netns_hosts.PREFIX}{dead.pid}s0"
     subprocess.run(["ip", "netns", "add", f"{tag}h0"], check=True)
     subprocess.run(["ip", "link", "add", f"{tag}br", "type", "bridge"], check=True)
+    veth = ["ip", "link", "add", f"{tag}v0", "type", "veth", "peer", "name", f"{tag}p0"]
+    subprocess.run(veth, check=True)
     sleeper = subprocess.Popen(["ip", "netns", "exec", f"{tag}h0", "sleep", "600"])
     removed = netns_hosts.cleanup_stale()
-    assert {f"{tag}h0", f"{tag}br"} <= set(removed)
-    assert _leftovers([f"{tag}h0", f"{tag}br"]) == []
+    assert {f"{tag}h0", f"{tag}br", f"{tag}v0"} <= set(removed)
+    assert _leftovers([f"{tag}h0", f"{tag}br", f"{tag}v0", f"{tag}p0"]) == []
     assert sleeper.wait(10) == -9
     # this run's own hosts (a live pid) are not touched
     mine = make_hosts_now(1)
