@@ -224,3 +224,9 @@ def test_missing_root_fails_naming_the_capability(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(netns_hosts.shutil, "which", lambda tool: None)
     with pytest.raises(pytest.fail.Exception, match="`ip` is not installed.*iproute2"):
         make_hosts_now(1)
+
+
+@pytest.mark.parametrize("n", [0, -1, 251])
+def test_a_host_count_out_of_range_is_refused(n: int) -> None:
+    with pytest.raises(ValueError, match=rf"make_hosts\({n}\): between 1 and 250 hosts"):
+        make_hosts_now(n)
