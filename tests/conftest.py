@@ -14,6 +14,7 @@ pytest_plugins = [
     "tests.fixtures.http_receiver",
     "tests.fixtures.redis_secure",
     "tests.fixtures.kafka_tls",
+    "tests.fixtures.netns_hosts",
 ]
 
 

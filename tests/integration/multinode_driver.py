@@ -3,7 +3,7 @@
 The pytest process may already hold a Ray session (the ``ray_cluster`` fixture), and a process
 connects to one Ray cluster at most, so every step that talks to the 2-node cluster runs here:
 
-    python tests/integration/multinode_driver.py deploy ADDRESS KAFKA REDIS PIPELINE.yaml
+    python tests/integration/multinode_driver.py deploy ADDRESS KAFKA REDIS PIPELINE.yaml [N]
     python tests/integration/multinode_driver.py placement ADDRESS NAME
     python tests/integration/multinode_driver.py status ADDRESS NAME
 
@@ -90,7 +90,8 @@ def main(argv: list[str]) -> int:
 
         client = EventBusClient(address, kafka, redis_url)
         info = client.deploy(path)
-        result = {"deployed": info, **placement(ray, info["name"], want=2, timeout_s=60)}
+        want = int(argv[5]) if len(argv) > 5 else 2
+        result = {"deployed": info, **placement(ray, info["name"], want=want, timeout_s=60)}
     elif verb == "placement":
         ray = _connect(address)
         result = placement(ray, argv[2], want=int(argv[3]) if len(argv) > 3 else 1, timeout_s=30)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -57,7 +57,10 @@ class KafkaCluster:
     """Apache Kafka nodes in KRaft mode on loopback, each a combined broker and controller.
 
     Made by :func:`start_kafka` (one node) and :func:`start_kafka_cluster` (several). A node can
-    be killed, stopped and started again in place (same ports, same storage).
+    be killed, stopped and started again in place (same ports, same storage). With ``hosts``
+    (one address per node) each node listens on and advertises its own address instead of
+    loopback, and ``launchers`` (one command prefix per node, see :class:`KafkaNode`) start
+    each node's JVM on its host (a test host's ``ip netns exec NAME``).
 
     Attributes:
         nodes: the nodes, by position (node ids 1..n).
@@ -74,7 +77,19 @@ class KafkaCluster:
         extra: dict[str, str] | None = None,
         heap_mb: int = 512,
         security: KafkaSecurity | None = None,
+        hosts: Sequence[str] | None = None,
+        launchers: Sequence[Sequence[str]] | None = None,
     ) -> None:
+        for what, given in (("hosts", hosts), ("launchers", launchers), ("ports", ports)):
+            if given is not None and len(given) != n_nodes:
+                msg = (
+                    f"{what}={list(given)!r} names {len(given)} nodes for a cluster of "
+                    f"{n_nodes}: give one per node, or none"
+                )
+                raise StackError(msg)
+        if hosts is not None and security is not None:
+            msg = "a cluster on other hosts (hosts=) serves plaintext only: drop security="
+            raise StackError(msg)
         self.home = Path(home)
         self.heap_mb = heap_mb
         self.extra = dict(extra or {})
@@ -87,7 +102,10 @@ class KafkaCluster:
         self.nodes = []
         for i in range(n_nodes):
             port = ports[i] if ports else free_port()
-            self.nodes.append(KafkaNode(i + 1, port, free_port(), self.home / f"node{i + 1}"))
+            node = KafkaNode(i + 1, port, free_port(), self.home / f"node{i + 1}")
+            node.host = hosts[i] if hosts else _HOST
+            node.launcher = tuple(launchers[i]) if launchers else ()
+            self.nodes.append(node)
         self._ports_file = self.home / "controller_ports"
         if self._ports_file.exists():  # restarting a stack: the quorum's ports stay the same
             saved = [int(p) for p in self._ports_file.read_text().split()]
@@ -95,7 +113,7 @@ class KafkaCluster:
                 for node, p in zip(self.nodes, saved, strict=True):
                     node.controller_port = p
         self._ports_file.write_text(" ".join(str(n.controller_port) for n in self.nodes))
-        self.voters = ",".join(f"{n.node_id}@{_HOST}:{n.controller_port}" for n in self.nodes)
+        self.voters = ",".join(f"{n.node_id}@{n.controller_address}" for n in self.nodes)
 
     @property
     def bootstrap(self) -> str:
@@ -146,6 +164,9 @@ class KafkaCluster:
 
     def node_at(self, address: str) -> KafkaNode:
         """The node whose client listener is ``address`` (``host:port``)."""
+        for node in self.nodes:
+            if node.address == address:
+                return node
         port = int(address.rsplit(":", 1)[1])
         for node in self.nodes:
             if node.port == port:
@@ -259,14 +280,27 @@ def start_kafka_cluster(
     heap_mb: int = 384,
     timeout_s: float = 120.0,
     security: KafkaSecurity | None = None,
+    hosts: Sequence[str] | None = None,
+    launchers: Sequence[Sequence[str]] | None = None,
 ) -> KafkaCluster:
     """Start an Apache Kafka cluster of ``n_nodes`` combined nodes (a KRaft quorum of all of
     them); with three or more, topics default to replication 3 and ``min.insync.replicas`` 2.
 
+    ``hosts`` and ``launchers`` (one per node) put each node on its own host (see
+    :class:`KafkaCluster`); by default every node runs here on loopback.
+
     Raises:
-        StackError: as :func:`start_kafka`.
+        StackError: as :func:`start_kafka`; ``hosts`` or ``launchers`` not one per node.
     """
-    cluster = KafkaCluster(home, n_nodes, extra=extra, heap_mb=heap_mb, security=security)
+    cluster = KafkaCluster(
+        home,
+        n_nodes,
+        extra=extra,
+        heap_mb=heap_mb,
+        security=security,
+        hosts=hosts,
+        launchers=launchers,
+    )
     try:
         cluster.start(timeout_s)
     except BaseException:

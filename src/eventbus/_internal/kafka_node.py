@@ -60,9 +60,13 @@ class KafkaNode:
 
     Attributes:
         node_id: its KRaft node id.
-        port: its client listener (``127.0.0.1:port``).
-        controller_port: its controller listener.
+        port: its client listener (``host:port``).
+        controller_port: its controller listener (``host:controller_port``).
         home: its directory (``server.properties``, ``data/``, the log).
+        host: the address it listens on and advertises (``127.0.0.1``: loopback only).
+        launcher: a command prefix the JVM runs under, which must exec it in place (same
+            pid), e.g. ``("ip", "netns", "exec", "NAME")`` to start it on another (namespace)
+            host whose address is ``host``; empty: run directly.
         proc: the running process, None while stopped.
     """
 
@@ -70,12 +74,19 @@ class KafkaNode:
     port: int
     controller_port: int
     home: Path
+    host: str = _HOST
+    launcher: tuple[str, ...] = ()
     proc: ServiceProcess | None = field(default=None, repr=False)
 
     @property
     def address(self) -> str:
-        """``127.0.0.1:port``."""
-        return f"{_HOST}:{self.port}"
+        """``host:port``, its client listener."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def controller_address(self) -> str:
+        """``host:controller_port``, its KRaft controller listener."""
+        return f"{self.host}:{self.controller_port}"
 
     @property
     def pid(self) -> int:
@@ -101,8 +112,8 @@ def _properties(
         "process.roles": "broker,controller",
         "node.id": str(node.node_id),
         "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://{_HOST}:{node.port},CONTROLLER://{_HOST}:{node.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{_HOST}:{node.port}",
+        "listeners": f"PLAINTEXT://{node.address},CONTROLLER://{node.controller_address}",
+        "advertised.listeners": f"PLAINTEXT://{node.address}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -169,9 +180,8 @@ def _start_node(
                 f"{(proc.stdout + proc.stderr)[-1500:]}\nfix: delete {data} and start again"
             )
             raise StackError(msg)
-    node.proc = _launch(
-        "kafka", [*jvm, "kafka.Kafka", str(conf)], node.home / "kafka.log", node.address, True
-    )
+    argv = [*node.launcher, *jvm, "kafka.Kafka", str(conf)]
+    node.proc = _launch("kafka", argv, node.home / "kafka.log", node.address, True)
 
 
 def _wait_nodes(
