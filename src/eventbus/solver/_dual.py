@@ -25,7 +25,14 @@ import torch
 from eventbus.solver._kernel import HEAD
 from eventbus.solver._newton import NewtonSolver, projected_gradient
 
-__all__ = ["METHODS", "NEWTON_MAX_RESOURCES", "Evaluator", "SolveProgress", "SolveResult", "run_dual"]
+__all__ = [
+    "METHODS",
+    "NEWTON_MAX_RESOURCES",
+    "Evaluator",
+    "SolveProgress",
+    "SolveResult",
+    "run_dual",
+]
 
 METHODS = ("auto", "newton", "lbfgs")
 TAU_START = 0.02  # first temperature, relative to the mean best revenue C / n

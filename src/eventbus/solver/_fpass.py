@@ -276,7 +276,9 @@ class _Cells:
         """``pi_L (G, m)`` float64 per group: ``sum_k lam_k * item_cost[k, j] * mask[k, g]``."""
         out = []
         for sel in self.groups:
-            vals = self.coef.index_select(0, sel) * lam.index_select(0, self.ks.index_select(0, sel))
+            vals = self.coef.index_select(0, sel) * lam.index_select(
+                0, self.ks.index_select(0, sel)
+            )
             pi = torch.zeros(g_num * m, dtype=torch.float64, device=lam.device)
             out.append(pi.index_add_(0, self.cell.index_select(0, sel), vals).view(g_num, m))
         return out

@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from eventbus.solver._newton import projected_gradient
-
 from eventbus.solver._problem import AllocationProblem
 
 if TYPE_CHECKING:
@@ -150,9 +149,7 @@ def uses_lbfgs(problem: AllocationProblem, method: str) -> bool:
     """Whether a solve of ``problem`` with ``method`` takes L-BFGS-B steps."""
     from eventbus.solver._dual import NEWTON_MAX_RESOURCES
 
-    return method == "lbfgs" or (
-        method == "auto" and problem.num_resources > NEWTON_MAX_RESOURCES
-    )
+    return method == "lbfgs" or (method == "auto" and problem.num_resources > NEWTON_MAX_RESOURCES)
 
 
 def mean_coefficients(problem: AllocationProblem) -> torch.Tensor:

@@ -56,9 +56,9 @@ def cell_rows(
 def factorised_to_sparse(cons: FactorisedConsumption, n: int, m: int) -> torch.Tensor:
     """``cons`` as a coalesced sparse COO ``(n, m, K)`` tensor on the consumption's device."""
     dev = cons.item_cost.device
-    cells = cell_rows(cons)
-    assert cells is not None
-    ptr, cell, ks, grp = cells
+    found = cell_rows(cons)
+    assert found is not None
+    ptr, cell, ks, grp = found
     ic, sm = cons.item_cost.cpu(), cons.segment_mask.cpu()
     coef = ic[ks, cell.remainder(m)] * sm[ks, torch.div(cell, m, rounding_mode="floor")]
     count = ptr[1:] - ptr[:-1]  # resources per (segment, item) cell
@@ -70,7 +70,7 @@ def factorised_to_sparse(cons: FactorisedConsumption, n: int, m: int) -> torch.T
     users = max(1, CHUNK_ENTRIES // max(1, int(per_user.max()) if n else 1))
     for a in range(0, n, users):
         b = min(a + users, n)
-        cells = (seg[a:b, None] * m + torch.arange(m)).reshape(-1)  # (users * m) in (i, j) order
+        cells = (seg[a:b, None] * m + torch.arange(m)).reshape(-1)  # (users * m), (i, j) order
         reps = count.index_select(0, cells)
         total = int(reps.sum())
         row = torch.repeat_interleave(torch.arange(cells.numel()), reps, output_size=total)
@@ -100,4 +100,3 @@ def factorised_to_sparse(cons: FactorisedConsumption, n: int, m: int) -> torch.T
         idx, val, (n, m, k_num), is_coalesced=True, check_invariants=False
     )
     return out.to(dev) if dev.type != "cpu" else out
-
