@@ -19,6 +19,8 @@ from eventbus.solver._softmax import softmax_with_null
 
 __all__ = ["FactorisedPass"]
 
+ONEHOT_MAX_SEGMENTS = 16  # more segments: per-segment sums by index_add, not one-hot products
+
 
 class FactorisedPass:
     """Chunked passes over the users of a factorised problem (see the module docstring).
@@ -87,11 +89,10 @@ class FactorisedPass:
             for a in range(b0, min(b0 + self.block, self.n), self.chunk):
                 b = min(a + self.chunk, self.n)
                 p, lse, best, total = self.soft(a, b, pis, tau)
-                onehot = torch.nn.functional.one_hot(self.seg[a:b], g_num).T.to(self.dtype)
                 wps = [p if w is None else p * w[a:b] for w in self.weights]
                 for qb, wp in zip(q_blk, wps):
-                    qb += (onehot @ wp).double()
-                self.v += (onehot @ (p * self.rev[a:b])).double()
+                    qb += self._segment_sums(a, b, wp)
+                self.v += self._segment_sums(a, b, p * self.rev[a:b])
                 head[0] += lse.double().sum()
                 head[1] += best.double().sum()
                 if t2 is not None and sampled(a, stride):
@@ -190,6 +191,17 @@ class FactorisedPass:
             mu[:, rows] = wp @ ic.T
         mu.mul_(self.st_c.index_select(0, seg_k))  # (users kept, K)
         return (mu.T @ mu).double()
+
+    def _segment_sums(self, a: int, b: int, x: torch.Tensor) -> torch.Tensor:
+        """``(G, m)`` float64 sums of ``x``'s rows (users ``[a, b)``) per segment: a one-hot
+        product for few segments, an index_add for many (the product costs ``G`` times the
+        data)."""
+        seg = self.seg[a:b]
+        if self.g_num <= ONEHOT_MAX_SEGMENTS:
+            onehot = torch.nn.functional.one_hot(seg, self.g_num).T.to(self.dtype)
+            return (onehot @ x).double()
+        out = torch.zeros(self.g_num, self.m, dtype=self.dtype, device=self.device)
+        return out.index_add_(0, seg, x).double()
 
     def _usage(self, q: list[torch.Tensor]) -> torch.Tensor:
         usage = torch.zeros(self.k_num, dtype=torch.float64, device=self.device)

@@ -181,3 +181,17 @@ def test_bad_factorised_tables_and_method_are_refused() -> None:
         )
     with pytest.raises(SolverError, match="method must be one of 'auto', 'newton', 'lbfgs'"):
         solve(problem, method="bfgs")
+
+
+def test_a_sparse_sample_is_the_factorised_sample() -> None:
+    from eventbus.solver._sample import sample_users, wants_sample
+
+    problem = generate_segment_problem(400, 6, 2049, num_segments=8, seed=9)
+    a = sample_users(problem, 50)
+    b = sample_users(problem.to_sparse(), 50)
+    assert torch.equal(a.revenue, b.revenue) and torch.equal(a.budget, b.budget)
+    sparse_b = b.consumption
+    assert isinstance(sparse_b, torch.Tensor) and sparse_b.is_coalesced()
+    assert torch.equal(a.to_sparse().consumption.to_dense(), sparse_b.to_dense())
+    # a sparse problem samples only where L-BFGS-B steps run (thousands of resources)
+    assert not wants_sample(generate_problem(9000, 20, 5, seed=0, sparse=True))
