@@ -19,6 +19,7 @@ __all__ = ["SAMPLE_ENTRIES", "sample_users", "wants_sample"]
 SAMPLE_ENTRIES = 1 << 20  # (user, item) entries in the sample: about 0.3 s of solving
 SAMPLE_MIN_USERS = 2000  # fewer users price segment-sized budgets too noisily
 SAMPLE_ABOVE = 8  # sample only problems at least this many times the sample's size
+SAMPLE_USERS_PER_RESOURCE = 20  # above the Newton limit: no sample with fewer users a resource
 SAMPLE_SEED = 0x5A3F  # fixed: a local and a distributed solve draw the same sample
 
 
@@ -32,9 +33,11 @@ def wants_sample(problem: AllocationProblem) -> bool:
     sparse with more resources than the Newton steps take (L-BFGS-B needs more passes)."""
     from eventbus.solver._dual import NEWTON_MAX_RESOURCES
 
-    if not isinstance(problem.consumption, FactorisedConsumption) and (
-        problem.num_resources <= NEWTON_MAX_RESOURCES
-    ):
+    many = problem.num_resources > NEWTON_MAX_RESOURCES
+    if not many and not isinstance(problem.consumption, FactorisedConsumption):
+        return False
+    # with thousands of resources a sample with few users per resource prices them by noise
+    if many and sample_size(problem) < SAMPLE_USERS_PER_RESOURCE * problem.num_resources:
         return False
     return problem.num_users >= SAMPLE_ABOVE * sample_size(problem)
 
