@@ -17,8 +17,8 @@ import torch
 from eventbus.errors import SolverError, StackError
 from eventbus.solver._dual import SolveResult, run_dual
 from eventbus.solver._kernel import Partition, slice_users
-from eventbus.solver._problem import AllocationProblem
 from eventbus.solver._lbfgs import mean_coefficients, uses_lbfgs
+from eventbus.solver._problem import AllocationProblem
 from eventbus.solver._sample import wants_sample
 from eventbus.solver._solve import (
     BLOCK_CHUNKS,
