@@ -34,6 +34,7 @@ STAGE_ITERATIONS = 150  # accepted steps per temperature stage at most
 TAU_FACTOR = 0.3  # gentler than Newton's 0.1: a stage starts nearer its optimum
 STALL = 4  # certificates without a 2 % better gap (and a small residual) end a stage
 CERTIFY_EVERY = 3
+RESIDUAL = "max"
 
 
 class _Stage:
@@ -69,7 +70,7 @@ class _Stage:
         self.iterations += 1
         self.steps += 1
         assert self.g is not None
-        pg = float(projected_gradient(y, self.g).abs().max())
+        pg = _residual(y, self.g)
         cur = self.cur_gap
         # the repair and certificate every CERTIFY_EVERY steps, and whenever the residual is
         # small enough for the stage to end (a step costs one pass, a repair most of another)
@@ -108,6 +109,14 @@ class _Stage:
                 "gtol": 0.01 * self.gap,
             },
         )
+
+
+def _residual(y: torch.Tensor, g: torch.Tensor) -> float:
+    """The dual residual that ends a stage."""
+    pg = projected_gradient(y, g).abs()
+    if RESIDUAL == "max":
+        return float(pg.max())
+    return float(((y + 1.0 / max(1, y.numel())) * pg).sum())
 
 
 def _variable_scale(d: _Dual) -> torch.Tensor:
