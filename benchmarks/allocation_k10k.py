@@ -15,11 +15,10 @@ HiGHS (IPM, crossover off, ``ipm_optimality_tolerance`` = the same gap, ``time_l
 ``--highs-limit-s``) runs on the same family with K = 10,000 at growing user counts
 (``--highs-users``), each in a fresh process (solved: status ``Optimal``, or ``Unknown`` as
 IPM without crossover ends at its tolerance, within the limit), stopping before a size whose
-predicted time
-(the last time times the growth in variables, to the power 1.2) passes the limit; EventBus
-(factorised) solves the largest instance HiGHS solved in the same run: both times, both
-objectives and the ratio. ``--quick``: 5,000 users x 40 items, K = 1,001, HiGHS at 500 and
-2,000 users: a smoke run of a minute or two.
+predicted time (the last time times the growth in variables, to the power 1.2) passes the
+limit; EventBus (factorised) solves the largest instance HiGHS solved in the same run: both
+times, both objectives and the ratio. ``--quick``: 5,000 users x 40 items, K = 1,001, HiGHS
+at 500 and 2,000 users: a smoke run of a minute or two.
 
 Prints one line per measurement, then, as its LAST line, one JSON object with the figures.
 """
