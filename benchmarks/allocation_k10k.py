@@ -17,8 +17,8 @@ HiGHS (IPM, crossover off, ``ipm_optimality_tolerance`` = the same gap, ``time_l
 IPM without crossover ends at its tolerance, within the limit), stopping before a size whose
 predicted time (the last time times the growth in variables, to the power 1.2) passes the
 limit; EventBus (factorised) solves the largest instance HiGHS solved in the same run: both
-times, both objectives and the ratio. ``--quick``: 5,000 users x 40 items, K = 1,001, HiGHS
-at 500 and 2,000 users: a smoke run of a minute or two.
+times, both objectives and the ratio. ``--quick``: 20,000 users x 50 items, K = 3,001 (the
+L-BFGS-B path), 30 segments, HiGHS at 1,000 and 3,000 users: a smoke run of a minute or two.
 
 Prints one line per measurement, then, as its LAST line, one JSON object with the figures.
 """
@@ -174,8 +174,8 @@ def main() -> None:
         print(json.dumps(child_highs(args)))
         return
     if args.quick:
-        args.users, args.items, args.resources, args.segments = 5000, 40, 1001, 20
-        args.highs_users = [500, 2000]
+        args.users, args.items, args.resources, args.segments = 20_000, 50, 3001, 30
+        args.highs_users = [1000, 3000]
     forms = [f for f in args.forms.split(",") if f]
     out: dict[str, Any] = {
         "benchmark": "allocation_k10k",

@@ -6,7 +6,10 @@ Resources are grouped by the weight they count in (``groups``: a named ``(n, m)`
 ``(G, m)``, and the reduced costs are ``r = c - sum_L W_L * pi_L[segment]``: one fused
 multiply-subtract over the chunk per group, whatever ``K``. Usage comes back through per-segment
 sums ``q_L[g, j] = sum_{i in g} p_ij W_L[i, j]`` (one ``(G, chunk) @ (chunk, m)`` product per
-group), and the Newton metric through ``q_LL'[g, j] = sum p W_L W_L'`` for each pair of groups.
+group; an ``index_add`` above ``ONEHOT_MAX_SEGMENTS`` segments), and the Newton metric through
+``q_LL'[g, j] = sum p W_L W_L'`` for each pair of groups. The prices, the usage and the
+repair's caps go over the listed (segment, item, resource) triples (``_Cells``, up to
+``CELL_ENTRIES`` of them) instead of dense ``K x m x G`` products: at K = 10,000, 3e4 triples.
 """
 
 from __future__ import annotations
