@@ -17,6 +17,7 @@ import torch
 from eventbus.errors import SolverError, StackError
 from eventbus.solver._dual import SolveResult, run_dual
 from eventbus.solver._kernel import Partition, slice_users
+from eventbus.solver._lbfgs import mean_coefficients, uses_lbfgs
 from eventbus.solver._problem import AllocationProblem
 from eventbus.solver._sample import wants_sample
 from eventbus.solver._solve import (
@@ -159,6 +160,8 @@ def solve_distributed(
     merger: Any = merger_cls.remote(workers, threads)
     tau0 = warm_start.temperature if isinstance(warm_start, SolveResult) else None
     options = {"gap": gap, "lam0": lam0, "tau0": tau0, "max_iterations": max_iterations}
+    if uses_lbfgs(problem, "auto"):  # thousands of resources: L-BFGS-B's variable scale
+        options["coef"] = mean_coefficients(problem)
     try:
         shape = (n, problem.num_items, chunk)
         result: SolveResult = ray.get(

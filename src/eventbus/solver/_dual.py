@@ -25,12 +25,21 @@ import torch
 from eventbus.solver._kernel import HEAD
 from eventbus.solver._newton import NewtonSolver, projected_gradient
 
-__all__ = ["Evaluator", "SolveProgress", "SolveResult", "run_dual"]
+__all__ = [
+    "METHODS",
+    "NEWTON_MAX_RESOURCES",
+    "Evaluator",
+    "SolveProgress",
+    "SolveResult",
+    "run_dual",
+]
 
+METHODS = ("auto", "newton", "lbfgs")
 TAU_START = 0.02  # first temperature, relative to the mean best revenue C / n
 TAU_FACTOR = 0.1  # continuation: each stage divides the temperature by 10
 TAU_FLOOR = 1e-7
 STAGE_ITERATIONS = 30
+NEWTON_MAX_RESOURCES = 2048  # above: L-BFGS-B steps (the K x K metric costs K^3 a step)
 STALL = 4  # iterations without a 2 % better gap end a temperature stage
 HESSIAN_SAMPLE = (
     1 << 22
@@ -128,8 +137,10 @@ class _Dual:
         dtype: torch.dtype,
         lam0: torch.Tensor | None,
         tau0: float | None,
+        coef: torch.Tensor | None = None,
     ) -> None:
         self.ev = ev
+        self.coef = coef  # (K,) mean coefficient per resource: L-BFGS's variable scale
         self.dtype = dtype
         self.num_users = num_users
         self.b = b = budget.to("cpu", torch.float64)
@@ -145,32 +156,40 @@ class _Dual:
         self.best = _Best()
         self.evals = 0
         self.k_num = b.shape[0]
-        self.hess_scale = torch.outer(to_lam, to_lam) / c_total
         chunks = -(-num_users // max(1, chunk_users))
         self.entries = chunks * chunk_users * num_items
         self.stride = max(1, round(self.entries / HESSIAN_SAMPLE))
         self.dual = math.inf
         self.usage: torch.Tensor | None = None
+        self.last_y: torch.Tensor | None = None
+
+    def _pass(self, yv: torch.Tensor, stride: int) -> tuple[float, torch.Tensor, torch.Tensor]:
+        """One pass at ``yv``: the scaled dual, its gradient and the pass's summed row."""
+        lam = yv * self.to_lam
+        tot = _fsum_rows(self.ev.evaluate(lam, self.tau, stride))
+        self.evals += 1
+        self.last_y = yv
+        usage = tot[HEAD : HEAD + self.k_num]
+        self.dual = float(tot[1]) + float(lam @ self.b)
+        self.usage = usage
+        return float(tot[0]) / self.c_total + float(yv.sum()), 1.0 - usage / self.b, tot
+
+    def value_grad(self, yv: torch.Tensor) -> tuple[float, torch.Tensor]:
+        """The scaled dual at ``yv`` and its gradient, without the Newton metric (``O(K)``)."""
+        f, g, _ = self._pass(yv, 0)
+        return f, g
 
     def fun(self, yv: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:
         """The scaled dual at ``yv``, its gradient and its (sampled) Hessian."""
-        lam = yv * self.to_lam
-        tot = _fsum_rows(self.ev.evaluate(lam, self.tau, self.stride))
-        self.evals += 1
+        f, g, tot = self._pass(yv, self.stride)
         # the next sample: about HESSIAN_SAMPLE entries of users the metric sums (at low
         # temperatures most users' choices are one-hot and left out, so the sample widens)
         summed = float(tot[3]) / max(float(tot[2]), 1.0)
         self.stride = max(1, round(self.entries * summed / HESSIAN_SAMPLE))
         k_num = self.k_num
-        usage = tot[HEAD : HEAD + k_num]
-        self.dual = float(tot[1]) + float(lam @ self.b)
-        self.usage = usage
-        h = (
-            tot[HEAD + k_num :].reshape(k_num, k_num)
-            * self.hess_scale
-            * (self.num_users / max(float(tot[2]), 1.0))
-        )
-        return float(tot[0]) / self.c_total + float(yv.sum()), 1.0 - usage / self.b, h
+        scale = self.to_lam / self.c_total * (self.num_users / max(float(tot[2]), 1.0))
+        h = tot[HEAD + k_num :].reshape(k_num, k_num) * self.to_lam[:, None] * scale[None, :]
+        return f, g, h
 
     def certify(self) -> float:
         """Repair the last evaluation's choice into a feasible primal; the relative gap."""
@@ -199,14 +218,56 @@ def run_dual(
     tau0: float | None,
     max_iterations: int,
     callback: Callable[[SolveProgress], None] | None = None,
+    method: str = "auto",
+    coef: torch.Tensor | None = None,
 ) -> tuple[SolveResult, tuple[torch.Tensor, float, torch.Tensor] | None]:
     """The continuation loop over any :class:`Evaluator` (local or distributed).
+
+    ``method``: ``"newton"`` (the projected Newton steps, a ``K x K`` metric), ``"lbfgs"``
+    (L-BFGS-B steps, ``O(K)`` memory per pass: thousands of resources, see
+    :mod:`eventbus.solver._lbfgs`) or ``"auto"`` (Newton up to ``NEWTON_MAX_RESOURCES``).
+    ``coef``: each resource's mean coefficient (``sum m^2 / sum m``, see
+    :func:`eventbus.solver._lbfgs.mean_coefficients`), L-BFGS-B's variable scale.
 
     Returns the result and the point ``(lam, tau, inv_rho)`` whose repaired primal is the best.
     """
     start = time.perf_counter()
-    d = _Dual(ev, budget, num_users, num_items, chunk_users, dtype, lam0, tau0)
+    d = _Dual(ev, budget, num_users, num_items, chunk_users, dtype, lam0, tau0, coef)
     best = d.best
+
+    def report(iterations: int, cur_gap: float) -> None:
+        if callback is not None:
+            elapsed = time.perf_counter() - start
+            callback(
+                SolveProgress(iterations, d.evals, d.tau, best.dual, best.primal, cur_gap, elapsed)
+            )
+
+    if method == "lbfgs" or (method == "auto" and d.k_num > NEWTON_MAX_RESOURCES):
+        from eventbus.solver._lbfgs import lbfgs_stages
+
+        iterations, cur_gap = lbfgs_stages(d, gap, max_iterations, report)
+    else:
+        iterations, cur_gap = _newton_stages(d, gap, max_iterations, report)
+    usage_x = best.usage if best.usage is not None else torch.zeros_like(d.b)
+    res = SolveResult(
+        duals=(d.y * d.to_lam).clone(),
+        primal_value=best.primal,
+        dual_value=best.dual,
+        gap=cur_gap,
+        converged=cur_gap <= gap,
+        iterations=iterations,
+        evaluations=d.evals,
+        temperature=d.tau,
+        seconds=time.perf_counter() - start,
+        usage=usage_x,
+    )
+    return res, best.point
+
+
+def _newton_stages(
+    d: _Dual, gap: float, max_iterations: int, report: Callable[[int, float], None]
+) -> tuple[int, float]:
+    """Temperature stages of projected Newton steps; ``(iterations, certified gap)``."""
     iterations = 0
     cur_gap = math.inf
     newton = NewtonSolver()
@@ -235,29 +296,10 @@ def run_dual(
             stage_iters += 1
             cur_gap = d.certify()
             history.append(cur_gap)
-            if callback is not None:
-                elapsed = time.perf_counter() - start
-                callback(
-                    SolveProgress(
-                        iterations, d.evals, d.tau, best.dual, best.primal, cur_gap, elapsed
-                    )
-                )
+            report(iterations, cur_gap)
         if cur_gap <= gap or iterations >= max_iterations or d.tau <= TAU_FLOOR * d.mean_best:
             break
         d.tau *= TAU_FACTOR
         newton.reset()
         f, g, h = d.fun(d.y)
-    usage_x = best.usage if best.usage is not None else torch.zeros_like(d.b)
-    res = SolveResult(
-        duals=(d.y * d.to_lam).clone(),
-        primal_value=best.primal,
-        dual_value=best.dual,
-        gap=cur_gap,
-        converged=cur_gap <= gap,
-        iterations=iterations,
-        evaluations=d.evals,
-        temperature=d.tau,
-        seconds=time.perf_counter() - start,
-        usage=usage_x,
-    )
-    return res, best.point
+    return iterations, cur_gap

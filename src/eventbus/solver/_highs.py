@@ -30,6 +30,7 @@ def solve_with_highs(
     solver: str = "ipm",
     gap: float | None = None,
     threads: int | None = None,
+    time_limit: float | None = None,
 ) -> HighsSolution:
     """Build the LP (variables ``x[i, j]``, rows: users then resources) and solve it with HiGHS.
 
@@ -38,6 +39,8 @@ def solve_with_highs(
         solver: HiGHS ``solver`` option (``ipm``, ``simplex``, ``pdlp``); IPM runs without crossover.
         gap: IPM relative optimality tolerance (``ipm_optimality_tolerance``); HiGHS's default if None.
         threads: HiGHS threads (default: HiGHS's choice).
+        time_limit: seconds HiGHS may run (its ``time_limit``; the status then says
+            ``Time limit reached``).
     """
     try:
         import highspy
@@ -80,6 +83,8 @@ def solve_with_highs(
         h.setOptionValue("ipm_optimality_tolerance", gap)
     if threads is not None:
         h.setOptionValue("threads", threads)
+    if time_limit is not None:
+        h.setOptionValue("time_limit", float(time_limit))
     h.passModel(lp)
     t1 = time.perf_counter()
     h.run()

@@ -160,19 +160,10 @@ class AllocationProblem:
         cons = self.consumption
         if not isinstance(cons, FactorisedConsumption):
             return self
+        from eventbus.solver._tosparse import factorised_to_sparse
+
         n, m = self.revenue.shape
-        parts_i, parts_v = [], []
-        for k in range(cons.num_resources):
-            vals = cons.row(k)
-            ij = (vals != 0).nonzero().T
-            parts_i.append(
-                torch.cat([ij, torch.full((1, ij.shape[1]), k, dtype=ij.dtype, device=ij.device)])
-            )
-            parts_v.append(vals[ij[0], ij[1]])
-        idx = torch.cat(parts_i, dim=1)
-        sparse = torch.sparse_coo_tensor(
-            idx, torch.cat(parts_v), (n, m, cons.num_resources), check_invariants=False
-        ).coalesce()
+        sparse = factorised_to_sparse(cons, n, m)
         return AllocationProblem(self.revenue, self.budget, sparse)
 
     def dense_consumption(self) -> torch.Tensor:

@@ -19,6 +19,7 @@ __all__ = ["SAMPLE_ENTRIES", "sample_users", "wants_sample"]
 SAMPLE_ENTRIES = 1 << 20  # (user, item) entries in the sample: about 0.3 s of solving
 SAMPLE_MIN_USERS = 2000  # fewer users price segment-sized budgets too noisily
 SAMPLE_ABOVE = 8  # sample only problems at least this many times the sample's size
+SAMPLE_USERS_PER_RESOURCE = 20  # above the Newton limit: no sample with fewer users a resource
 SAMPLE_SEED = 0x5A3F  # fixed: a local and a distributed solve draw the same sample
 
 
@@ -28,23 +29,34 @@ def sample_size(problem: AllocationProblem) -> int:
 
 
 def wants_sample(problem: AllocationProblem) -> bool:
-    """Whether ``problem`` is factorised and large enough for a sampled warm start to pay."""
-    return isinstance(
-        problem.consumption, FactorisedConsumption
-    ) and problem.num_users >= SAMPLE_ABOVE * sample_size(problem)
+    """Whether ``problem`` is large enough for a sampled warm start to pay: factorised, or
+    sparse with more resources than the Newton steps take (L-BFGS-B needs more passes)."""
+    from eventbus.solver._dual import NEWTON_MAX_RESOURCES
+
+    many = problem.num_resources > NEWTON_MAX_RESOURCES
+    if not many and not isinstance(problem.consumption, FactorisedConsumption):
+        return False
+    # with thousands of resources a sample with few users per resource prices them by noise
+    if many and sample_size(problem) < SAMPLE_USERS_PER_RESOURCE * problem.num_resources:
+        return False
+    return problem.num_users >= SAMPLE_ABOVE * sample_size(problem)
 
 
 def sample_users(
     problem: AllocationProblem, count: int, seed: int = SAMPLE_SEED
 ) -> AllocationProblem:
-    """``count`` users of a factorised ``problem`` drawn without replacement (in their order),
-    every budget scaled by ``count / num_users``."""
+    """``count`` users of ``problem`` drawn without replacement (in their order), every budget
+    scaled by ``count / num_users``."""
     cons = problem.consumption
-    assert isinstance(cons, FactorisedConsumption)
     n = problem.num_users
     gen = torch.Generator().manual_seed(seed)
     idx = torch.randperm(n, generator=gen)[: min(count, n)].sort().values
     idx = idx.to(problem.revenue.device)
+    share = idx.numel() / max(1, n)
+    if not isinstance(cons, FactorisedConsumption):
+        return AllocationProblem(
+            problem.revenue.index_select(0, idx), problem.budget * share, _sparse_rows(cons, idx)
+        )
     sub = FactorisedConsumption(
         cons.item_cost,
         cons.segment_mask,
@@ -52,5 +64,24 @@ def sample_users(
         weights={k: v.index_select(0, idx) for k, v in cons.weights.items()},
         row_weight=cons.row_weight,
     )
-    share = idx.numel() / max(1, n)
     return AllocationProblem(problem.revenue.index_select(0, idx), problem.budget * share, sub)
+
+
+def _sparse_rows(cons: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """The entries of users ``idx`` (ascending) of a coalesced sparse ``(n, m, K)`` tensor,
+    renumbered ``0 .. len(idx) - 1`` (still coalesced: the order is kept)."""
+    n = int(cons.shape[0])
+    new = torch.full((n,), -1, dtype=torch.long, device=idx.device)
+    new[idx] = torch.arange(idx.numel(), device=idx.device)
+    ind, vals = cons.indices(), cons.values()
+    user = new.index_select(0, ind[0])
+    keep = (user >= 0).nonzero().squeeze(1)
+    sub_idx = ind.index_select(1, keep)
+    sub_idx[0] = user.index_select(0, keep)
+    return torch.sparse_coo_tensor(
+        sub_idx,
+        vals.index_select(0, keep),
+        (idx.numel(), *cons.shape[1:]),
+        is_coalesced=True,
+        check_invariants=False,
+    )

@@ -18,8 +18,9 @@ from collections.abc import Callable
 import torch
 
 from eventbus.errors import SolverError
-from eventbus.solver._dual import TAU_FACTOR, SolveProgress, SolveResult, run_dual
+from eventbus.solver._dual import METHODS, TAU_FACTOR, SolveProgress, SolveResult, run_dual
 from eventbus.solver._kernel import Partition
+from eventbus.solver._lbfgs import mean_coefficients, uses_lbfgs
 from eventbus.solver._problem import AllocationProblem
 from eventbus.solver._sample import sample_size, sample_users, wants_sample
 
@@ -72,11 +73,14 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 
 def check_options(
-    problem: AllocationProblem, gap: float, warm_start: object
+    problem: AllocationProblem, gap: float, warm_start: object, method: str = "auto"
 ) -> torch.Tensor | None:
     """Validate solver options; return the warm-start duals (float64, CPU) if any."""
     if not isinstance(problem, AllocationProblem):
         msg = f"problem must be an AllocationProblem; got {type(problem).__name__}"
+        raise SolverError(msg)
+    if method not in METHODS:
+        msg = f"method must be one of {', '.join(map(repr, METHODS))}; got {method!r}"
         raise SolverError(msg)
     if not (0 < gap < 1):
         msg = f"gap must lie in (0, 1) (a relative gap such as 1e-4); got {gap!r}"
@@ -107,6 +111,7 @@ def solve(
     num_threads: int | None = None,
     callback: Callable[[SolveProgress], None] | None = None,
     sample_start: bool = True,
+    method: str = "auto",
 ) -> SolveResult:
     """Solve the allocation LP to a certified relative gap.
 
@@ -126,6 +131,9 @@ def solve(
             the sample's ~1M entries) from the duals of a random sample of its users (see
             :func:`sample_start`); ``seconds`` includes that solve, ``evaluations`` counts passes
             over the whole data only.
+        method: ``"auto"`` (projected Newton up to 2,048 resources, L-BFGS-B above),
+            ``"newton"`` (a ``K x K`` metric per step: hundreds of resources) or ``"lbfgs"``
+            (``O(K)`` memory a step: thousands of resources).
 
     Returns:
         A :class:`SolveResult`; ``converged`` says whether ``gap`` was reached.
@@ -139,14 +147,14 @@ def solve(
         >>> result.converged and result.gap <= 1e-3
         True
     """
-    lam0 = check_options(problem, gap, warm_start)
+    lam0 = check_options(problem, gap, warm_start, method)
     dev = resolve_device(device)
     # below ~1M entries a chunk's ops are too small to split, and split OpenMP regions stall
     # badly when other processes share the cores: one thread
     small = problem.num_users * problem.num_items < SMALL_PROBLEM
     presolve = None
     if lam0 is None and sample_start and wants_sample(problem):
-        presolve = warm_start = sampled_start(problem, gap, dev, num_threads)
+        presolve = warm_start = sampled_start(problem, gap, dev, num_threads, method)
         lam0 = presolve.duals
     configure_torch(num_threads or (1 if small else None))
     try:
@@ -167,6 +175,8 @@ def solve(
             tau0=tau0,
             max_iterations=max_iterations,
             callback=callback,
+            method=method,
+            coef=mean_coefficients(problem) if uses_lbfgs(problem, method) else None,
         )
         if presolve is not None:
             result.seconds += presolve.seconds
@@ -185,6 +195,7 @@ def sampled_start(
     gap: float,
     device: torch.device | str,
     num_threads: int | None,
+    method: str = "auto",
 ) -> SolveResult:
     """The solve of a random sample of ``problem``'s users (budgets scaled to the sample's
     share), whose duals and last temperature warm-start the full solve. The sample is drawn with
@@ -192,7 +203,12 @@ def sampled_start(
     start = time.perf_counter()
     sub = sample_users(problem, sample_size(problem))
     result = solve(
-        sub, gap=max(gap, 1e-3), device=device, num_threads=num_threads, sample_start=False
+        sub,
+        gap=max(gap, 1e-3),
+        device=device,
+        num_threads=num_threads,
+        sample_start=False,
+        method=method,
     )
     result.seconds = time.perf_counter() - start
     # the full solve starts half a temperature stage warmer than the sample ended: the sample's

@@ -44,6 +44,7 @@ class _Chunk:
         self.pat: RowPatterns | None = None  # its block's compressed rows
         self.base = 0  # the block's first row (pattern rows are numbered from it)
         self.ebase = 0  # the block's first entry
+        self.sigma_index: tuple[torch.Tensor, torch.Tensor] | None = None  # CSR ptr, kk (long)
 
 
 class SparsePass:
@@ -193,7 +194,6 @@ class SparsePass:
                     r0, r1 = c.a * self.m - c.base, c.b * self.m - c.base
                     hist = pat.histograms(pf, self.rev[c.a : c.b].reshape(-1), r0, r1)
                     hist_b = hist if hist_b is None else hist_b.add_(hist)
-                    use += pat.usage(hist)
                 if c.general:
                     use += self._general_usage(c, pf)
                     self.p.append(p)
@@ -202,6 +202,8 @@ class SparsePass:
                     row[2] += c.b - c.a
                     row[3] += kept
                     row[head_width + k_num :] += h
+            if pat is not None and hist_b is not None:  # one product per block
+                row[head_width : head_width + k_num] += pat.usage(hist_b)
             if self._sums is not None and pat is not None:
                 t1 = pat.second_moment(self._sums)
                 row[head_width + k_num :] += (t1 / tau).reshape(-1)
@@ -276,8 +278,12 @@ class SparsePass:
     def _general_sigma(self, c: _Chunk, inv64: torch.Tensor) -> torch.Tensor:
         """Per row of the chunk, the least ``inv`` over the general entries (1 if none)."""
         if self.cpu:
-            ptr = torch.from_numpy(c.csr.indptr).long()
-            kk = torch.from_numpy(c.csr.indices).long()
+            if c.sigma_index is None:  # (kept: a conversion per pass costs as much as the min)
+                c.sigma_index = (
+                    torch.from_numpy(c.csr.indptr).long(),
+                    torch.from_numpy(c.csr.indices).long(),
+                )
+            ptr, kk = c.sigma_index
         else:
             ptr = self.rowptr[c.a * self.m : c.b * self.m + 1] - c.e0
             kk = self.kk[c.e0 : c.e1]
