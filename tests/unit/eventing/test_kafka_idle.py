@@ -14,7 +14,7 @@ from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from eventbus.eventing.sources import KafkaSourceConfig
-from eventbus.eventing.sources._kafka_fetch import IDLE_AFTER_S, KafkaFetcher, idle_wait_ms
+from eventbus.eventing.sources._kafka_fetch import IDLE_AFTER_S, KafkaFetcher
 from eventbus.eventing.sources._kafka_settings import FetchSettings
 
 TP = TopicPartition("in", 0)
@@ -74,9 +74,8 @@ def test_an_idle_source_long_polls_and_the_first_records_end_it() -> None:
         assert consumer._fetcher._fetch_max_wait_ms == 10
 
     asyncio.run(run())
-    # getmany itself waits longer while idle (fewer wake-ups; at most 500 ms, so that a stop()
-    # is seen within it), 100 ms while records flow
-    assert consumer.timeouts == [100, 100, 100, 500]
+    # getmany itself waits longer while idle (fewer wake-ups), 100 ms while records flow
+    assert consumer.timeouts == [100, 100, 100, 700]
     assert consumer.waits == [10, 10, 10, 700]
 
 
@@ -202,7 +201,7 @@ def test_a_failing_doorbell_is_dropped_for_the_long_poll() -> None:
     asyncio.run(run())
     assert len(bell.seen) == 1, "the failed doorbell was used again"
     assert consumer.paused == set()
-    assert consumer.timeouts == [500, 500]  # getmany: at most 500 ms
+    assert consumer.timeouts == [700, 700]
 
 
 def test_on_apache_kafka_every_fetch_long_polls_and_nothing_is_switched() -> None:
@@ -219,12 +218,3 @@ def test_on_apache_kafka_every_fetch_long_polls_and_nothing_is_switched() -> Non
     assert consumer._fetcher._fetch_max_wait_ms == 700
     fetcher._tansu = True
     assert fetcher._consumer_kwargs()["fetch_max_wait_ms"] == 10
-
-
-def test_the_idle_wait_is_the_brokers_when_unset() -> None:
-    # Apache Kafka answers a waiting fetch when records arrive: a long wait costs no latency
-    unset = KafkaSourceConfig(topic="in")
-    assert idle_wait_ms(unset, tansu=False) == 2000
-    assert idle_wait_ms(unset, tansu=True) == 500
-    set_ = KafkaSourceConfig(topic="in", idle_fetch_max_wait_ms=900)
-    assert idle_wait_ms(set_, tansu=False) == idle_wait_ms(set_, tansu=True) == 900

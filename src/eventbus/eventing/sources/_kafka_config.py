@@ -93,16 +93,15 @@ class KafkaSourceConfig(BaseModel):
         "(a broker that does not wake waiting fetches early, like Tansu, otherwise adds up to "
         "this much); each idle partition costs one fetch per interval.",
     )
-    idle_fetch_max_wait_ms: int | None = Field(
-        default=None,
+    idle_fetch_max_wait_ms: int = Field(
+        default=500,
         ge=1,
         le=30_000,
-        description="Longest an idle source's fetch waits for data (a long poll: an idle source "
-        "costs one fetch per interval). Unset: decided by the broker: 2000 on Apache Kafka (and "
-        "every broker that answers a waiting fetch as soon as records arrive: there every fetch "
-        "long-polls, so a busy source pays nothing for it), 500 on Tansu (it holds a waiting "
-        "fetch for the whole wait, so the wait applies only once the source got no record for "
-        "2 s, and the first event after idleness waits up to this much).",
+        description="Longest a fetch waits for data once the source got no record for 2 s (a long "
+        "poll: an idle source then costs one fetch per interval instead of one per "
+        "fetch_max_wait_ms); the first records switch back to fetch_max_wait_ms. On a broker "
+        "that holds waiting fetches for the whole wait (Tansu) the first event after idleness "
+        "waits up to this much.",
     )
     offset_gap_wait_ms: int | None = Field(
         default=None,
@@ -178,8 +177,7 @@ class KafkaSourceConfig(BaseModel):
 
     @model_validator(mode="after")
     def _idle_wait_not_shorter(self) -> KafkaSourceConfig:
-        idle = self.idle_fetch_max_wait_ms
-        if idle is not None and idle < self.fetch_max_wait_ms:
+        if self.idle_fetch_max_wait_ms < self.fetch_max_wait_ms:
             msg = (
                 f"idle_fetch_max_wait_ms ({self.idle_fetch_max_wait_ms}) is shorter than "
                 f"fetch_max_wait_ms ({self.fetch_max_wait_ms}); make it at least as long"

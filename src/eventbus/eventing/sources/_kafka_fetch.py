@@ -37,19 +37,6 @@ log = logging.getLogger("eventbus.eventing.sources._kafka")
 
 _GAP_REFETCH_S = 0.005  # between fetches while a partition has a gap
 _POLL_MS = 100  # longest getmany() waits while records flow (bounds how fast stop() is seen)
-#: longest getmany() waits while idle: a stop() is seen within it, whatever the fetch's wait
-_IDLE_POLL_MS = 500
-#: idle_fetch_max_wait_ms when unset, by broker: Apache Kafka answers a waiting fetch when
-#: records arrive, so a long wait costs no latency and an idle source fetches every 2 s
-#: (10 idle sources in one process: the replica 3.3% -> ~0.9% of a core, the broker ~1% less);
-#: Tansu holds it for the whole wait, which the first event after idleness then waits
-IDLE_WAIT_MS = {"kafka": 2000, "tansu": 500}
-
-
-def idle_wait_ms(config: KafkaSourceConfig, tansu: bool) -> int:
-    """The idle long poll's wait: ``idle_fetch_max_wait_ms``, or the broker's default."""
-    return config.idle_fetch_max_wait_ms or IDLE_WAIT_MS["tansu" if tansu else "kafka"]
-
 
 #: A source that fetched no record for this long is idle: its fetches long-poll (or it parks).
 IDLE_AFTER_S = 2.0
@@ -130,8 +117,6 @@ class KafkaFetcher(Bridging, FetchWaits):
         #: whether the broker is Tansu (decided at start): only there does a waiting fetch
         #: wait its whole fetch_max_wait_ms, so only there is the wait switched while idle
         self._tansu = False
-        #: the idle long poll's wait (idle_fetch_max_wait_ms, or the broker's default)
-        self.idle_wait_ms = idle_wait_ms(config, True)  # decided again at start()
 
     #: exactly_once (with start_from earliest): batches of a partition fetched before this
     #: source owned it are skipped, so records dropped in a rebalance are fetched again from
@@ -155,7 +140,6 @@ class KafkaFetcher(Bridging, FetchWaits):
             KafkaError: the broker cannot be reached (the consumer is stopped again).
         """
         self._tansu = await is_tansu(self.bootstrap_servers, self.client)
-        self.idle_wait_ms = idle_wait_ms(self.config, self._tansu)
         self.gaps.wait_s = await gap_wait_s(
             self.config.offset_gap_wait_ms, self.bootstrap_servers, self.client
         )
@@ -226,7 +210,7 @@ class KafkaFetcher(Bridging, FetchWaits):
             # Tansu holds it for the whole wait: short while busy, switched when idle.
             "fetch_max_wait_ms": self.config.fetch_max_wait_ms
             if self._tansu
-            else self.idle_wait_ms,
+            else self.config.idle_fetch_max_wait_ms,
             "max_partition_fetch_bytes": 4 * 1024 * 1024,
             **kafka_client_kwargs(self.client),
         }
@@ -268,7 +252,7 @@ class KafkaFetcher(Bridging, FetchWaits):
         if wait > 0:  # records keep coming: let more gather at the broker (see linger_ms)
             await asyncio.sleep(wait)
         generation = self._generation
-        poll_ms = min(self.idle_wait_ms, _IDLE_POLL_MS) if self.idle else _POLL_MS
+        poll_ms = self.config.idle_fetch_max_wait_ms if self.idle else _POLL_MS
         if self.idle and self._doorbell is not None:
             rung = await self._park(consumer, self._doorbell)
             if self._doorbell is not None:

@@ -40,7 +40,6 @@ class FetchWaits:
     _unparked: asyncio.Event
     _doorbell: Doorbell | None
     _tansu: bool
-    idle_wait_ms: int
     held: set[TopicPartition]
 
     def unpark(self) -> None:
@@ -99,7 +98,7 @@ class FetchWaits:
         """
         self.idle = idle
         long_poll = idle and self._doorbell is None  # parked sources do not fetch
-        wait = self.idle_wait_ms if long_poll else self.config.fetch_max_wait_ms
+        wait = self.config.idle_fetch_max_wait_ms if long_poll else self.config.fetch_max_wait_ms
         if not self._tansu:  # every fetch long-polls from the start (see _consumer_kwargs)
             return
         set_fetch_wait(consumer, wait)
