@@ -129,3 +129,14 @@ async def test_pool_routes_by_cel_evicts_and_reloads_without_losing_events(
     assert figures["pool"] == pool, figures
     assert figures["loads"] >= 4 and figures["evictions"] >= 2, figures
     assert figures["models"] <= 2 and figures["failed_loads"] >= 1, figures
+
+    # Deleting the only pipeline that names the pool deletes the pool's Serve application.
+    from ray import serve
+
+    from eventbus.models._pool import pool_app_name
+
+    eventbus_client.delete(name)
+    deadline = time.monotonic() + 60
+    while pool_app_name(pool) in serve.status().applications:
+        assert time.monotonic() < deadline, f"{pool_app_name(pool)} still on Serve"
+        await asyncio.sleep(0.5)  # polling Serve's applications, with a deadline

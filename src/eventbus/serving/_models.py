@@ -248,31 +248,27 @@ class ModelControl:
         """Delete the applications of models no remaining pipeline (``documents``) uses."""
         from ray import serve
 
+        from eventbus.models._pool import pool_app_name
         from eventbus.models._serve import model_app_name
 
         gone = PipelineConfig.model_validate(
             next(d for d in documents if d["metadata"]["name"] == pipeline)
         )
-        still = set()
-        for doc in documents:
-            if doc["metadata"]["name"] != pipeline:
-                still |= set(_models_of(PipelineConfig.model_validate(doc)))
-        for name in set(_models_of(gone)) - still:
-            try:
-                serve.delete(model_app_name(name))
-            except Exception:
-                log.exception("deleting the Serve application of model %r failed", name)
-        from eventbus.models._pool import pool_app_name
-
-        pools_still = set()
-        for doc in documents:
-            if doc["metadata"]["name"] != pipeline:
-                pools_still |= set(_pools_of(PipelineConfig.model_validate(doc)))
-        for pool in set(_pools_of(gone)) - pools_still:
-            try:
-                serve.delete(pool_app_name(pool))
-            except Exception:
-                log.exception("deleting the Serve application of model pool %r failed", pool)
+        others = [
+            PipelineConfig.model_validate(doc)
+            for doc in documents
+            if doc["metadata"]["name"] != pipeline
+        ]
+        for kind, used_by, app_name in (
+            ("model", _models_of, model_app_name),
+            ("model pool", _pools_of, pool_app_name),
+        ):
+            still = {name for config in others for name in used_by(config)}
+            for name in set(used_by(gone)) - still:
+                try:
+                    serve.delete(app_name(name))
+                except Exception:
+                    log.exception("deleting the Serve application of %s %r failed", kind, name)
 
     @staticmethod
     def _handle(name: str) -> Any:
