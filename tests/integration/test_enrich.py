@@ -85,11 +85,21 @@ async def test_events_enriched_end_to_end_and_an_outage_dead_lettered(
         CloudEvent.create(type="o", source="/t", id="x2", data={"other": 1}),
     ]
     await produce(kafka_bootstrap, src, [*others, *events(0, N, 10)])
-    got = await collect(kafka_bootstrap, out, N, timeout_s=60)
-    assert sorted(e.id for e in got) == sorted(f"o{i}" for i in range(N))
+    got = await collect(kafka_bootstrap, out, N, timeout_s=120)
+
+    async def why() -> str:
+        """What the endpoint saw and what was dead-lettered: a failure's diagnosis."""
+        dead = await collect(kafka_bootstrap, dlq, 10_000, timeout_s=3)
+        calls = [(r.path, round(r.at, 2)) for r in receiver.requests]
+        return f"calls {calls}; dead letters {[(e.id, e['eberror']) for e in dead]}"
+
+    if sorted(e.id for e in got) != sorted(f"o{i}" for i in range(N)):
+        missing = sorted({f"o{i}" for i in range(N)} - {e.id for e in got})
+        pytest.fail(f"{len(got)} of {N} arrived, missing {missing[:20]}: {await why()}")
     assert all(e.data["customer"] == {"name": f"c{e.data['cid']}"} for e in got)
     assert all(e.data["tagged"] is True and e["type"] == "o" for e in got)
-    assert len(receiver.requests) == 10  # one call per customer: the rest from the cache
+    # one call per customer: the rest from the cache
+    assert len(receiver.requests) == 10, await why()
     # the rate limit: 10 calls at RATE/s with a burst of 1 are sent over >= 9 / RATE s (4.5);
     # arrivals can only be later than sends, so only the first one's delay can shorten the
     # span seen here: 2 s are left for it
@@ -99,13 +109,17 @@ async def test_events_enriched_end_to_end_and_an_outage_dead_lettered(
     # a call past the timeout: the event is dead-lettered (on_failure: fail) with the reason
     slow = CloudEvent.create(type="o", source="/t", id="slow", data={"cid": SLOW})
     await produce(kafka_bootstrap, src, [slow])
-    (timed_out,) = await collect(kafka_bootstrap, dlq, 1, timeout_s=60)
+    first = await collect(kafka_bootstrap, dlq, 1, timeout_s=120)
+    assert len(first) == 1, await why()
+    (timed_out,) = first
     assert timed_out.id == "slow" and timed_out["eberrortype"] == "EnrichTimeout", timed_out
 
     receiver.stop()  # the outage: customers not cached cannot be enriched
     await produce(kafka_bootstrap, src, events(N, 20, 1000))
-    dead = [e for e in await collect(kafka_bootstrap, dlq, 21, timeout_s=60) if e.id != "slow"]
-    assert sorted(e.id for e in dead) == sorted(f"o{i}" for i in range(N, N + 20))
+    dead = [e for e in await collect(kafka_bootstrap, dlq, 21, timeout_s=120) if e.id != "slow"]
+    assert sorted(e.id for e in dead) == sorted(f"o{i}" for i in range(N, N + 20)), [
+        (e.id, e["eberror"]) for e in dead
+    ]
     for e in dead:
         assert e["ebstep"] == "customer" and e["eberrortype"] == "EnrichConnectError"
         assert f"enrich endpoint http://127.0.0.1:{receiver.port}/c/" in e["eberror"]
