@@ -12,8 +12,9 @@ Example:
 
 from __future__ import annotations
 
-from eventbus import cel
-from eventbus._client import AsyncClient, Client
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from eventbus.errors import (
     ConfigError,
     DeployError,
@@ -28,9 +29,39 @@ from eventbus.errors import (
     StepError,
     UnknownComponentError,
 )
-from eventbus.eventing._event import CloudEvent
-from eventbus.eventing._outcome import Failure
-from eventbus.functions import function
+
+if TYPE_CHECKING:
+    from eventbus import cel
+    from eventbus._client import AsyncClient, Client
+    from eventbus.eventing._event import CloudEvent
+    from eventbus.eventing._outcome import Failure
+    from eventbus.functions import function
+
+# imported on first use (PEP 562): `eventbus --help` and every CLI command start without the
+# Kafka, HTTP and Ray clients the client and the event model bring in
+_LAZY = {
+    "AsyncClient": "eventbus._client",
+    "Client": "eventbus._client",
+    "CloudEvent": "eventbus.eventing._event",
+    "Failure": "eventbus.eventing._outcome",
+    "function": "eventbus.functions",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "cel":
+        return importlib.import_module("eventbus.cel")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'eventbus' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __version__ = "0.1.0"
 

@@ -35,7 +35,8 @@ def eb(home: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProc
     env.update(
         {"EVENTBUS_HOME": str(home), "COLUMNS": "200", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     )
-    return subprocess.run(
+    t0 = time.monotonic()
+    done = subprocess.run(
         [sys.executable, "-m", "eventbus.cli", *args],
         capture_output=True,
         text=True,
@@ -44,6 +45,9 @@ def eb(home: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProc
         cwd=ROOT,
         check=False,
     )
+    # shown with a failure (and under -s): where a slow flow spent its time
+    print(f"eventbus {' '.join(args)[:60]}: exit {done.returncode}, {time.monotonic() - t0:.1f} s")
+    return done
 
 
 def listening_ports() -> str:
