@@ -86,10 +86,15 @@ def main(argv: list[str]) -> int:
     if verb == "deploy":
         kafka, redis_url, path = argv[2], argv[3], Path(argv[4])
         ray = _connect(address)
+        from eventbus.errors import DeployError
         from eventbus.serving import EventBusClient
 
         client = EventBusClient(address, kafka, redis_url)
-        info = client.deploy(path)
+        try:
+            info = client.deploy(path)
+        except DeployError as exc:  # the test asserts on the refusal
+            print(json.dumps({"refused": str(exc)}))
+            return 0
         want = int(argv[5]) if len(argv) > 5 else 2
         result = {"deployed": info, **placement(ray, info["name"], want=want, timeout_s=60)}
     elif verb == "placement":

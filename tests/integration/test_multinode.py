@@ -141,6 +141,7 @@ class TwoNodeCluster:
             cluster._ray_start(
                 cluster.head_dir,
                 "--head",
+                "--labels=zone=a",
                 f"--port={port}",
                 f"--ray-client-server-port={cluster.client_port}",
                 "--include-dashboard=false",
@@ -152,6 +153,7 @@ class TwoNodeCluster:
             cluster._ray_start(
                 cluster.worker_dir,
                 f"--address={cluster.address}",
+                "--labels=zone=b",
                 f"--temp-dir={cluster.worker_dir}",
                 *common,
                 *_ports(_NODE_PORTS),
@@ -403,11 +405,33 @@ async def test_a_node_dies_mid_run_and_every_event_arrives(
                 {"id": "stamp", "function": "tests.integration.multinode_driver:stamp_node"},
             ],
             "sink": {"kafka": {"topic": sink_topic}},
-            # One CPU per replica and one per node: the two replicas land on different nodes.
-            "serving": {"replicas": 2, "num_cpus": 1, "batch": {"max_size": 200, "linger_ms": 5}},
+            # Half a CPU per replica, one CPU per node: both replicas would fit on one node;
+            # spread puts one on each, and keeps the second off the head once its node died.
+            "serving": {
+                "replicas": 2,
+                "num_cpus": 0.5,
+                "placement": {"spread": True},
+                "batch": {"max_size": 200, "linger_ms": 5},
+            },
         },
     }
     path = tmp_path / "multinode.yaml"
+    # placement no live node can hold is refused at deploy, naming the nodes (zone a, zone b)
+    for placement, expect in (
+        ({"node_labels": {"zone": "c"}}, "no live Ray node has labels {zone: c}"),
+        (
+            {"spread": True, "node_labels": {"zone": "b"}},
+            "asks at least 2 and 1 live Ray node(s) with labels {zone: b} can take one",
+        ),
+    ):
+        refused = {
+            **doc,
+            "spec": {**doc["spec"], "serving": {"replicas": 2, "placement": placement}},
+        }
+        path.write_text(yaml.safe_dump(refused, sort_keys=False))
+        got = _driver(cluster, "deploy", kafka_bootstrap, redis_url, str(path))
+        assert expect in got.get("refused", ""), got
+        assert "127.0.0.1 {zone: a}" in got["refused"], got
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     deployed = _driver(cluster, "deploy", kafka_bootstrap, redis_url, str(path))
     nodes = {n["node_id"]: n for n in deployed["nodes"]}
@@ -470,5 +494,7 @@ async def test_a_node_dies_mid_run_and_every_event_arrives(
 
     status = _driver(cluster, "status", "multinode")
     assert [p["name"] for p in status["pipelines"]] == ["multinode"]
+    # spread: one replica per node, so the lost node's replica waits for a node; it is not
+    # started beside the head's (two would fit on its CPU without spread)
     alive = _driver(cluster, "placement", "multinode", "1")["replicas"]
     assert [r["node_id"] for r in alive] == [head], alive

@@ -50,7 +50,9 @@ RAY_HEAD_ENV = {
 RAY_HEAD_FLAGS = ("--include-log-monitor=false",)
 
 
-def start_ray_head(home: Path, num_cpus: int | None, token_path: str) -> tuple[str, str]:
+def start_ray_head(
+    home: Path, num_cpus: int | None, token_path: str, labels: dict[str, str] | None = None
+) -> tuple[str, str]:
     port = free_port()
     # Ray's Unix sockets live under its temp dir and their paths may not exceed 107 bytes:
     # keep it short, unique per EVENTBUS_HOME.
@@ -72,6 +74,8 @@ def start_ray_head(home: Path, num_cpus: int | None, token_path: str) -> tuple[s
     ]
     if num_cpus is not None:
         argv.append(f"--num-cpus={num_cpus}")
+    if labels:
+        argv.append("--labels=" + ",".join(f"{k}={v}" for k, v in labels.items()))
     env = {
         **RAY_HEAD_ENV,
         **os.environ,  # a user's own RAY_* settings win

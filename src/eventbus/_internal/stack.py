@@ -97,6 +97,7 @@ def stack_up(
     redis_maxmemory: str = "1gb",
     kafka_client: dict[str, Any] | None = None,
     broker: str = "tansu",
+    labels: dict[str, str] | None = None,
 ) -> Stack:
     """Start (or adopt) the stack and record it in ``home``.
 
@@ -122,6 +123,8 @@ def stack_up(
         broker: the broker started when ``kafka_bootstrap`` is None: ``tansu`` (memory
             storage) or ``kafka`` (Apache Kafka, KRaft, storage in ``home/kafka``: records
             survive ``down`` and ``up``).
+        labels: Ray node labels of the local head (``serving.placement.node_labels`` selects
+            nodes by them).
 
     Raises:
         StackError: a part failed to start (or the given Redis refused us: the message names
@@ -146,7 +149,7 @@ def stack_up(
         token_path: str | None = None
         if ray_address is None:
             token_path = make_ray_token(home)
-            ray_address, ray_dir = start_ray_head(home, num_cpus, token_path)
+            ray_address, ray_dir = start_ray_head(home, num_cpus, token_path, labels)
             owned["ray"] = {"temp_dir": ray_dir}
         stack = Stack(
             ray_address=ray_address,

@@ -56,6 +56,12 @@ def up(
         "(rediss://); the same as ?ssl_ca_certs=FILE in the URL.",
     ),
     num_cpus: int | None = typer.Option(None, help="CPUs of the local Ray head (default: all)."),
+    labels: list[str] = typer.Option(
+        [],
+        "--labels",
+        help="A Ray node label of the local head, KEY=VALUE (repeat, or comma-separated): "
+        "pipelines pick nodes by them (serving.placement.node_labels).",
+    ),
     gateway: bool = typer.Option(
         True, "--gateway/--no-gateway", help="Start the HTTP/gRPC gateway."
     ),
@@ -87,6 +93,9 @@ def up(
         fail(f"--broker {broker!r}: use tansu (embedded) or kafka (Apache Kafka)", EXIT_USAGE)
     if kafka_bootstrap is not None and broker == "kafka":
         fail("--broker kafka starts a broker: leave out --kafka-bootstrap", EXIT_USAGE)
+    node_labels = _labels(labels)
+    if node_labels and ray_address is not None:
+        fail("--labels label the Ray head `up` starts: leave out --ray-address", EXIT_USAGE)
     addr = Addresses(ray_address, kafka_bootstrap, redis_url, kafka_config)
     if redis_ca is not None:
         from eventbus._internal.redis_client import with_ca
@@ -110,6 +119,7 @@ def up(
                 grpc_port=grpc_port,
                 redis_maxmemory=redis_maxmemory,
                 broker=broker,
+                labels=node_labels,
                 kafka_client=addr.kafka_client.model_dump(mode="json", exclude_defaults=True)
                 if addr.kafka_client is not None
                 else None,
@@ -121,6 +131,29 @@ def up(
         err.print("[yellow]note:[/yellow] ", end="")
         plain(err, line)
     _restore_pipelines(Addresses(ray_address, kafka_bootstrap, redis_url, kafka_config))
+
+
+def _labels(given: list[str]) -> dict[str, str]:
+    """``--labels`` as a dict; a malformed one fails with the usage exit code."""
+    import re
+
+    from eventbus.pipelines._placement_config import LABEL_KEY
+
+    labels: dict[str, str] = {}
+    for item in (part.strip() for arg in given for part in arg.split(",")):
+        key, eq, value = item.partition("=")
+        if (
+            not eq
+            or not re.match(LABEL_KEY, key)
+            or not re.fullmatch(r"[A-Za-z0-9][-A-Za-z0-9_.]{0,62}", value)
+        ):
+            fail(
+                f"--labels {item!r}: give KEY=VALUE (letters, digits, '-', '_', '.'), e.g. "
+                "--labels zone=eu-1",
+                EXIT_USAGE,
+            )
+        labels[key] = value
+    return labels
 
 
 def _restore_pipelines(addr: Addresses) -> None:

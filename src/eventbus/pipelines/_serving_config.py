@@ -16,6 +16,7 @@ from pydantic import (
 )
 
 from eventbus.pipelines._autoscaling_config import AutoscalingConfig
+from eventbus.pipelines._placement_config import PlacementConfig
 
 __all__ = [
     "INGRESS_LINGER_MS",
@@ -170,6 +171,11 @@ class ServingConfig(BaseModel):
         "in-flight batches and event rate; optionally ahead of a forecast daily cycle). Default "
         "when the bounds differ: the reactive policy with its defaults.",
     )
+    placement: PlacementConfig | None = Field(
+        default=None,
+        description="Which Ray nodes (hosts) the replicas may use (node_labels) and whether "
+        "they spread one per node (spread); checked against the live nodes at deploy.",
+    )
     host: HostName | None = Field(
         default=None,
         description="Run this pipeline in the shared replica process(es) of host HOST (Serve "
@@ -221,6 +227,7 @@ def _check_hostable(serving: ServingConfig) -> None:
         ("runtime_env", serving.runtime_env, "a shared process has one Python environment"),
         ("memory_mb", serving.memory_mb, "memory is reserved per process, not per pipeline"),
         ("autoscaling", serving.autoscaling, "the host's replica count is shared"),
+        ("placement", serving.placement, "the host's replicas are placed for all its members"),
     ]
     if serving.num_cpus:
         bad.append(("num_cpus", serving.num_cpus, "CPUs are reserved per process"))

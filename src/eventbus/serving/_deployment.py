@@ -295,6 +295,8 @@ def build_app(
         options["num_replicas"] = bounds.max
     else:
         options["autoscaling_config"] = autoscaling_options(config)
+    if serving.placement is not None and serving.placement.spread:
+        options["max_replicas_per_node"] = 1  # a lost host takes one replica, not all
     # Upgrades replace at most a quarter of the replicas at a time (at least one), starting
     # each replacement before its old replica stops (surge), so capacity never drops.
     options["max_surge_percent"] = 25
@@ -310,6 +312,8 @@ def _actor_options(serving: Any, python_path: list[str]) -> dict[str, Any]:
     options: dict[str, Any] = {"num_cpus": serving.num_cpus}
     if serving.memory_mb is not None:
         options["memory"] = serving.memory_mb * 1024 * 1024
+    if serving.placement is not None and serving.placement.node_labels:
+        options["label_selector"] = dict(serving.placement.node_labels)
     if serving.runtime_env is not None:
         options["runtime_env"] = serving.runtime_env.to_ray(python_path[0] if python_path else None)
     return options

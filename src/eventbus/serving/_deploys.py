@@ -154,6 +154,13 @@ class Deploys:
 
         # every Kafka topic exists, or carries `create:` and is created now (else refused)
         check_topics(config, self.kafka_bootstrap, self.kafka_client)
+        from eventbus.serving._placement import live_nodes, placement_problems
+
+        # replicas no live node can take would wait forever: refused, naming the nodes
+        misplaced = placement_problems(config.spec.serving, live_nodes())
+        if misplaced:
+            msg = f"pipeline {name!r} could not be deployed:\n" + "\n".join(misplaced)
+            raise DeployError(msg)
         previous = self.load(name)
         version = (previous["version"] + 1) if previous else 1
         if previous is not None:
