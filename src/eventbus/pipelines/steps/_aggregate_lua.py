@@ -70,6 +70,22 @@ class RedisAggregateState:
         update) the window's values after it. With ``seen`` (``delivery.dedupe``): when an
         event of the batch was applied before, nothing is merged and the third list names
         those events (batch indexes); otherwise the applied events are remembered."""
+        lates, windows, dups, _ = self._add_call(now_ms, items, seen, closing=False)
+        return lates, windows, dups
+
+    def add_closing(
+        self, now_ms: int, items: Sequence[Item], seen: Seen
+    ) -> tuple[list[bool], list[Window | None], list[int], dict[int, list[Window]]]:
+        """:meth:`add` under ``exactly_once`` (see :mod:`._aggregate_close`): the call also
+        closes the windows due by the watermark after the batch, recorded as closed by the
+        batch's last applied event; the fourth value maps a batch index to the windows its
+        event closed: this call's closer, or (with duplicates) events applied before whose
+        record still holds the windows they closed then."""
+        return self._add_call(now_ms, items, seen, closing=True)
+
+    def _add_call(
+        self, now_ms: int, items: Sequence[Item], seen: Seen | None, *, closing: bool
+    ) -> tuple[list[bool], list[Window | None], list[int], dict[int, list[Window]]]:
         spec = self.spec
         order: list[int] = []
         digests: list[str] = []
@@ -87,11 +103,15 @@ class RedisAggregateState:
             fields += [it.key, str(it.start), it.end, it.max_t, it.count, evs]
             fields += it.partials
         args.append(orjson.dumps(fields))
-        lates, ups, dups = self._call(self._add, args)
+        args.append(int(closing))
+        lates, ups, dups, closed, closers = self._call(self._add, args)
         flags = lates.decode() if isinstance(lates, bytes) else str(lates)
         merged = iter([_window(u) for u in ups])  # emit: update: per merged item its values
         windows = [None if f == "1" or not ups else next(merged) for f in flags]
-        return [f == "1" for f in flags], windows, [order[int(p) - 1] for p in dups]
+        by: dict[int, list[Window]] = {}
+        for text, p in zip(closed, closers):
+            by.setdefault(order[int(p) - 1], []).extend(_window(v) for v in orjson.loads(text))
+        return [f == "1" for f in flags], windows, [order[int(p) - 1] for p in dups], by
 
     def claim(self, now_ms: int, lease_ms: int, limit: int) -> list[Window]:
         """Close the windows due by the watermark (advanced by the wall clock meanwhile) and

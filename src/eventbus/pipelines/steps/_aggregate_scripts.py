@@ -207,6 +207,10 @@ local ttl, ndig, SEEN = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]), KEYS
 -- the batch's event digests, DW characters each, in one argument (one argument per digest
 -- cost the client more to pack than the rest of the batch's call)
 local D, DW = ARGV[base + 6], 24
+-- exactly_once (see _aggregate_close's docstring): the batch closes the windows its
+-- watermark made due, for its last applied event to emit; CLOSED orders those records
+-- ('X\0<digest>': the windows' values) by when they are forgotten
+local EOS, CLOSED = ARGV[base + 8] == '1', KEYS[7]
 local function dig(p) return string.sub(D, (p - 1) * DW + 1, p * DW) end
 -- delivery.dedupe: an event applied before (a batch replayed after a crash) makes the whole
 -- call a no-op that names it; the caller folds the batch again without it and calls again.
@@ -219,7 +223,18 @@ if ndig > 0 then
     local scores = redis.call('ZMSCORE', SEEN, unpack(DG, c + 1, math.min(ndig, c + 1000)))
     for j = 1, #scores do if scores[j] then dups[#dups + 1] = c + j end end
   end
-  if #dups > 0 then return {'', {}, dups} end
+  if #dups > 0 then
+    -- exactly_once: the windows an event consumed before closed, to emit again (its batch's
+    -- transaction may have aborted; a committed one is never consumed again)
+    local closed, closers = {}, {}
+    if EOS then
+      for _, p in ipairs(dups) do
+        local x = hget('X\0' .. DG[p])
+        if x then closed[#closed + 1] = x; closers[#closers + 1] = p end
+      end
+    end
+    return {'', {}, dups, closed, closers}
+  end
 end
 local applied = {}
 local wm, wmc = hget('wm'), tonumber(hget('wmc') or '0')
@@ -309,8 +324,49 @@ if ndig > 0 then -- remember the applied events (not the late ones: a replay dea
   if nz > 0 then redis.call('ZADD', SEEN, unpack(z, 1, nz)) end
   redis.call('ZREMRANGEBYSCORE', SEEN, '-inf', I(now))
 end
--- per item '0' (merged) or '1' (late), one string; window values only with emit: update
-return {table.concat(lates), ups, {}}
+local closed, closers = {}, {}
+if EOS and ndig > 0 then
+  -- the closer: the batch's last applied event (remembered in SEEN above)
+  local closer = nil
+  if next(applied) == nil then
+    local any = false
+    for k = 1, nl do if lates[k] == '0' then any = true; break end end
+    if any then closer = ndig end
+  else
+    for p in pairs(applied) do if not closer or p > closer then closer = p end end
+  end
+  local eff = hget('wm')
+  if eff then eff = tonumber(eff) end
+  local wmc = tonumber(hget('wmc') or '0')
+  if eff and wmc > eff then eff = wmc end
+  if closer and eff then
+    local wids, vals = redis.call('ZRANGEBYSCORE', DUE, '-inf', I(eff)), {}
+    for _, wid in ipairs(wids) do
+      if gap > 0 then -- a session: off its key's open session starts
+        local s, key = cut(wid, ':')
+        local idx, keep = 'S\0' .. key, {}
+        for x in string.gmatch(hget(idx) or '', '%S+') do if x ~= s then keep[#keep + 1] = x end end
+        if #keep > 0 then redis.call('HSET', H, idx, table.concat(keep, ' ')) else redis.call('HDEL', H, idx) end
+      end
+      vals[#vals + 1] = values(wid)
+    end
+    if #wids > 0 then
+      dropall(wids)
+      local x = cjson.encode(vals)
+      redis.call('HSET', H, 'X\0' .. DG[closer], x)
+      redis.call('ZADD', CLOSED, I(now + ttl), 'X\0' .. DG[closer])
+      closed[1] = x; closers[1] = closer
+    end
+  end
+  local old = redis.call('ZRANGEBYSCORE', CLOSED, '-inf', I(now), 'LIMIT', 0, 1000)
+  if #old > 0 then
+    redis.call('HDEL', H, unpack(old))
+    redis.call('ZREM', CLOSED, unpack(old))
+  end
+end
+-- per item '0' (merged) or '1' (late), one string; window values only with emit: update;
+-- exactly_once: the windows closed (a JSON array of their values) and the closer's position
+return {table.concat(lates), ups, {}, closed, closers}
 """
 )
 

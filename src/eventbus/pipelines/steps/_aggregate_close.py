@@ -1,0 +1,47 @@
+"""An ``aggregate`` step under ``delivery: {guarantee: exactly_once}``: windows closed by the
+consumed events, inside their batch's Kafka transaction, instead of by the step's timer.
+
+Under at-least-once a timer closes windows (due by the watermark, which the wall clock also
+moves) and emits them outside any consumed batch. No Kafka transaction covers such an
+emission, so under ``exactly_once`` the timer does not run. Instead each batch's one Redis
+call (the ``ADD`` script, atomic) merges the batch, moves the watermark, and closes the
+windows due by it, recording them (their values) under the digest of the batch's last applied
+event, the *closer*; the step emits them as that event's outputs, so they go into the batch's
+transaction with its offsets. Each applied event is remembered (``seen``); an event consumed
+again (its transaction aborted, or a fenced zombie's) is not merged twice, and when it was a
+closer its record gives the same windows, values and ids again, to emit in the new attempt's
+transaction. The records and the applied events are kept :data:`REPLAY_S`, far beyond the
+time a transaction may stay open (the broker aborts it after 60 s). The argument is in
+docs/concepts/delivery.md, "Aggregates under exactly once".
+"""
+
+from __future__ import annotations
+
+from eventbus.pipelines.steps._aggregate_config import AggregateConfig
+
+__all__ = ["REPLAY_S", "exactly_once_refusal"]
+
+#: How long (seconds) an aggregate under exactly_once remembers each applied event and the
+#: windows each closer closed: an event consumed again later than this is merged again.
+REPLAY_S = 600.0
+
+
+def exactly_once_refusal(config: AggregateConfig) -> tuple[str, str] | None:
+    """Why an aggregate with ``config`` cannot run under ``exactly_once``: (the setting, the
+    reason and its fix), or None when it can."""
+    if config.time == "processing":
+        return (
+            "time 'processing'",
+            "processing-time windows close by the wall clock, from a timer outside any consumed "
+            "batch, so no Kafka transaction covers their outputs; use time: event (windows then "
+            "close when a consumed event moves the watermark past them, inside its batch's "
+            "transaction)",
+        )
+    if config.emit == "update":
+        return (
+            "emit 'update'",
+            "an intermediate result is emitted by the event that changed the window, and an "
+            "event consumed again after an aborted transaction is not merged again, so its "
+            "update would not be emitted again; use emit: close",
+        )
+    return None
