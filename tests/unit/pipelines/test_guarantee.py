@@ -126,6 +126,15 @@ def test_an_event_time_aggregate_emitting_on_close_runs_exactly_once(options: st
             "them, inside its batch's transaction); or keep guarantee: at_least_once",
         ),
         (
+            "idle_timeout_s: 30",
+            "step 'total' is of kind 'aggregate' with idle_timeout_s 30 but delivery.guarantee "
+            "is 'exactly_once': the wall clock closes the windows of an idle input from a timer "
+            "outside any consumed batch, so no Kafka transaction covers their outputs; drop "
+            "idle_timeout_s (under exactly_once a window closes when a consumed event moves the "
+            "watermark past it: an input that stops leaves its last windows open until the next "
+            "event); or keep guarantee: at_least_once",
+        ),
+        (
             "emit: update",
             "step 'total' is of kind 'aggregate' with emit 'update' but delivery.guarantee is "
             "'exactly_once': an intermediate result is emitted by the event that changed the "

@@ -37,6 +37,15 @@ def exactly_once_refusal(config: AggregateConfig) -> tuple[str, str] | None:
             "close when a consumed event moves the watermark past them, inside its batch's "
             "transaction)",
         )
+    if "idle_timeout_s" in config.model_fields_set:
+        return (
+            f"idle_timeout_s {config.idle_timeout_s:g}",
+            "the wall clock closes the windows of an idle input from a timer outside any "
+            "consumed batch, so no Kafka transaction covers their outputs; drop "
+            "idle_timeout_s (under exactly_once a window closes when a consumed event moves "
+            "the watermark past it: an input that stops leaves its last windows open until "
+            "the next event)",
+        )
     if config.emit == "update":
         return (
             "emit 'update'",
