@@ -139,3 +139,28 @@ def test_the_records_of_closed_windows_are_forgotten_after_the_replay_window(
     assert r.zcard(closed) == 0
     w = keys.aggregate_keys(step.pipeline, step.id)[0]
     assert not [f for f in r.hkeys(w) if f.startswith(b"X\0")]
+
+
+def test_a_batch_closes_at_most_the_limit_and_the_next_batches_close_the_rest(
+    redis_url: str,
+) -> None:
+    runner, step = eos(redis_url, window={"tumbling": {"size_s": 10}})
+    step.close_limit = 7
+    runner.run([ev(f"k{i}", T0 + i, 1, i) for i in range(20)])  # 20 keys' windows
+    ahead = [ev("z", T0 + 60_000 + i, 1, 100 + i) for i in range(4)]
+    outs = [[w for _, w in emitted(runner.run([e]))] for e in ahead]
+    assert [len(o) for o in outs] == [7, 7, 6, 0]
+    keys_closed = Counter(w.data["key"] for o in outs for w in o)
+    assert set(keys_closed) == {f"k{i}" for i in range(20)} and max(keys_closed.values()) == 1
+    # consumed again, the second closer gives its own seven again
+    again = emitted(runner.run([ahead[1]]))
+    assert len(again) == 7 and {e.data["key"] for _, e in again} <= {f"k{i}" for i in range(20)}
+
+
+def test_no_timer_runs_under_exactly_once(redis_url: str) -> None:
+    from eventbus.pipelines import pipeline_timers
+
+    runner, _ = eos(redis_url, window={"tumbling": {"size_s": 10}})
+    assert pipeline_timers(runner.config, redis_url) == []
+    at_least_once, _ = make(redis_url, window={"tumbling": {"size_s": 10}})
+    assert len(pipeline_timers(at_least_once.config, redis_url)) == 1

@@ -23,7 +23,11 @@ from eventbus import cel
 from eventbus.eventing._delivery import injected_fault
 from eventbus.eventing._event import CloudEvent, time_ms, utc_ms
 from eventbus.pipelines._step import Step, StepContext, Timer
-from eventbus.pipelines.steps._aggregate_close import REPLAY_S, exactly_once_refusal
+from eventbus.pipelines.steps._aggregate_close import (
+    CLOSE_LIMIT,
+    REPLAY_S,
+    exactly_once_refusal,
+)
 from eventbus.pipelines.steps._aggregate_config import AggregateConfig
 from eventbus.pipelines.steps._aggregate_items import build_items
 from eventbus.pipelines.steps._aggregate_ops import (
@@ -79,6 +83,8 @@ class AggregateStep(Step):
         self.spec, self.pipeline = spec, pipeline
         #: the batches close the windows (exactly_once on Redis state), not the timer
         self.closing = bool(exactly_once and redis_url)
+        #: exactly_once: the most windows one batch closes (a bounded Redis script)
+        self.close_limit = CLOSE_LIMIT
         if self.closing:
             dedupe_window_s = max(dedupe_window_s or 0.0, REPLAY_S)
         self.dedupe_ms = None if dedupe_window_s is None else int(dedupe_window_s * 1000)
@@ -175,7 +181,9 @@ class AggregateStep(Step):
                 return self._closed(results, closed)
             if self.closing:
                 assert seen is not None
-                lates, updates, dups, by = self.state.add_closing(now, items, seen)
+                lates, updates, dups, by = self.state.add_closing(
+                    now, items, seen, self.close_limit
+                )
                 closed.update(by)
             else:
                 lates, updates, dups = self.state.add(now, items, seen)

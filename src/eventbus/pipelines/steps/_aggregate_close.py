@@ -19,11 +19,15 @@ from __future__ import annotations
 
 from eventbus.pipelines.steps._aggregate_config import AggregateConfig
 
-__all__ = ["REPLAY_S", "exactly_once_refusal"]
+__all__ = ["CLOSE_LIMIT", "REPLAY_S", "exactly_once_refusal"]
 
 #: How long (seconds) an aggregate under exactly_once remembers each applied event and the
 #: windows each closer closed: an event consumed again later than this is merged again.
 REPLAY_S = 600.0
+
+#: The most windows one batch closes (one Redis script call stays bounded): the others stay
+#: due and the next batches close them, each by one closer.
+CLOSE_LIMIT = 5000
 
 
 def exactly_once_refusal(config: AggregateConfig) -> tuple[str, str] | None:

@@ -74,17 +74,24 @@ class RedisAggregateState:
         return lates, windows, dups
 
     def add_closing(
-        self, now_ms: int, items: Sequence[Item], seen: Seen
+        self, now_ms: int, items: Sequence[Item], seen: Seen, limit: int = 5000
     ) -> tuple[list[bool], list[Window | None], list[int], dict[int, list[Window]]]:
         """:meth:`add` under ``exactly_once`` (see :mod:`._aggregate_close`): the call also
         closes the windows due by the watermark after the batch, recorded as closed by the
         batch's last applied event; the fourth value maps a batch index to the windows its
         event closed: this call's closer, or (with duplicates) events applied before whose
-        record still holds the windows they closed then."""
-        return self._add_call(now_ms, items, seen, closing=True)
+        record still holds the windows they closed then. At most ``limit`` windows close in
+        one call; the others stay due for the next batches."""
+        return self._add_call(now_ms, items, seen, closing=True, limit=limit)
 
     def _add_call(
-        self, now_ms: int, items: Sequence[Item], seen: Seen | None, *, closing: bool
+        self,
+        now_ms: int,
+        items: Sequence[Item],
+        seen: Seen | None,
+        *,
+        closing: bool,
+        limit: int = 0,
     ) -> tuple[list[bool], list[Window | None], list[int], dict[int, list[Window]]]:
         spec = self.spec
         order: list[int] = []
@@ -103,7 +110,7 @@ class RedisAggregateState:
             fields += [it.key, str(it.start), it.end, it.max_t, it.count, evs]
             fields += it.partials
         args.append(orjson.dumps(fields))
-        args.append(int(closing))
+        args += [int(closing), limit]
         lates, ups, dups, closed, closers = self._call(self._add, args)
         flags = lates.decode() if isinstance(lates, bytes) else str(lates)
         merged = iter([_window(u) for u in ups])  # emit: update: per merged item its values

@@ -340,7 +340,9 @@ if EOS and ndig > 0 then
   local wmc = tonumber(hget('wmc') or '0')
   if eff and wmc > eff then eff = wmc end
   if closer and eff then
-    local wids, vals = redis.call('ZRANGEBYSCORE', DUE, '-inf', I(eff)), {}
+    -- at most ARGV[base + 9] a call (a bounded script): the rest stay due, closed by the
+    -- next batches (each window by one closer)
+    local wids, vals = redis.call('ZRANGEBYSCORE', DUE, '-inf', I(eff), 'LIMIT', 0, tonumber(ARGV[base + 9])), {}
     for _, wid in ipairs(wids) do
       if gap > 0 then -- a session: off its key's open session starts
         local s, key = cut(wid, ':')
