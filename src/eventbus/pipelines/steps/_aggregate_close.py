@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from eventbus.pipelines.steps._aggregate_config import AggregateConfig
 
-__all__ = ["CLOSE_LIMIT", "REPLAY_S", "exactly_once_refusal"]
+__all__ = ["CLOSE", "CLOSE_LIMIT", "REPLAY_S", "exactly_once_refusal"]
 
 #: How long (seconds) an aggregate under exactly_once remembers each applied event and the
 #: windows each closer closed: an event consumed again later than this is merged again.
@@ -28,6 +28,55 @@ REPLAY_S = 600.0
 #: The most windows one batch closes (one Redis script call stays bounded): the others stay
 #: due and the next batches close them, each by one closer.
 CLOSE_LIMIT = 5000
+
+
+#: The part of the ``ADD`` script (:mod:`._aggregate_scripts`) that closes the windows under
+#: exactly_once, after the batch was merged and its events remembered: ``EOS``, ``CLOSED``,
+#: ``applied``, ``lates``, ``DG`` and the helpers are the script's.
+CLOSE = r"""
+local closed, closers = {}, {}
+if EOS and ndig > 0 then
+  -- the closer: the batch's last applied event (remembered in SEEN above)
+  local closer = nil
+  if next(applied) == nil then
+    local any = false
+    for k = 1, nl do if lates[k] == '0' then any = true; break end end
+    if any then closer = ndig end
+  else
+    for p in pairs(applied) do if not closer or p > closer then closer = p end end
+  end
+  local eff = hget('wm')
+  if eff then eff = tonumber(eff) end
+  local wmc = tonumber(hget('wmc') or '0')
+  if eff and wmc > eff then eff = wmc end
+  if closer and eff then
+    -- at most ARGV[base + 9] a call (a bounded script): the rest stay due, closed by the
+    -- next batches (each window by one closer)
+    local wids, vals = redis.call('ZRANGEBYSCORE', DUE, '-inf', I(eff), 'LIMIT', 0, tonumber(ARGV[base + 9])), {}
+    for _, wid in ipairs(wids) do
+      if gap > 0 then -- a session: off its key's open session starts
+        local s, key = cut(wid, ':')
+        local idx, keep = 'S\0' .. key, {}
+        for x in string.gmatch(hget(idx) or '', '%S+') do if x ~= s then keep[#keep + 1] = x end end
+        if #keep > 0 then redis.call('HSET', H, idx, table.concat(keep, ' ')) else redis.call('HDEL', H, idx) end
+      end
+      vals[#vals + 1] = values(wid)
+    end
+    if #wids > 0 then
+      dropall(wids)
+      local x = cjson.encode(vals)
+      redis.call('HSET', H, 'X\0' .. DG[closer], x)
+      redis.call('ZADD', CLOSED, I(now + ttl), 'X\0' .. DG[closer])
+      closed[1] = x; closers[1] = closer
+    end
+  end
+  local old = redis.call('ZRANGEBYSCORE', CLOSED, '-inf', I(now), 'LIMIT', 0, 1000)
+  if #old > 0 then
+    redis.call('HDEL', H, unpack(old))
+    redis.call('ZREM', CLOSED, unpack(old))
+  end
+end
+"""
 
 
 def exactly_once_refusal(config: AggregateConfig) -> tuple[str, str] | None:

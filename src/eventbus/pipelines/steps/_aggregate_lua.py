@@ -7,7 +7,10 @@ merged, ``wmw``: the wall clock when it last moved, ``wmc``: the watermark the t
 which the clock also moves once no event moved ``wm`` for ``idle_timeout_s``) and each session key's open session starts (``S\\0<key>``);
 ``due`` orders windows by close deadline, ``claim`` holds windows being emitted (by lease
 deadline); ``hll``/``hll2`` are scratch strings a HyperLogLog is loaded into (a window's HLL
-itself is a field of ``w``, so no key is made up inside a script).
+itself is a field of ``w``, so no key is made up inside a script); ``seen`` holds the digests
+of applied events (dedupe, exactly_once); under exactly_once ``w``'s field ``X\\0<digest>``
+holds the values of the windows that event closed, ``closed`` orders those fields by when
+they are forgotten (see :mod:`._aggregate_close`).
 
 A window ``<start>:<key>`` has fields ``<wid>\\0c`` (events), ``<wid>\\0e`` (end, ms) and per
 aggregation ``a`` (1-based) ``<wid>\\0<a>`` plus ``n``/``t``/``x`` suffixed ones (see

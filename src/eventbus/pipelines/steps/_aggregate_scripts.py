@@ -1,11 +1,14 @@
 """The Lua text of the aggregate step's three Redis scripts (:class:`~._aggregate_lua.RedisAggregateState`
-calls them): ``ADD`` merges a batch's window partials, ``CLAIM`` closes the windows due and
+calls them): ``ADD`` merges a batch's window partials (under exactly_once it also closes the
+windows due, :data:`._aggregate_close.CLOSE`), ``CLAIM`` closes the windows due and
 takes them for emission, ``ACK`` forgets emitted windows. Each is ``_COMMON`` (the header the
 state sends: the aggregations' ops and maxes, the field helpers and the merges of
 :mod:`._aggregate_ops`'s partial formats) plus its own body; the key and field layout is in
 :mod:`._aggregate_lua`'s docstring."""
 
 from __future__ import annotations
+
+from eventbus.pipelines.steps._aggregate_close import CLOSE
 
 __all__ = ["ACK", "ADD", "CLAIM"]
 
@@ -324,49 +327,9 @@ if ndig > 0 then -- remember the applied events (not the late ones: a replay dea
   if nz > 0 then redis.call('ZADD', SEEN, unpack(z, 1, nz)) end
   redis.call('ZREMRANGEBYSCORE', SEEN, '-inf', I(now))
 end
-local closed, closers = {}, {}
-if EOS and ndig > 0 then
-  -- the closer: the batch's last applied event (remembered in SEEN above)
-  local closer = nil
-  if next(applied) == nil then
-    local any = false
-    for k = 1, nl do if lates[k] == '0' then any = true; break end end
-    if any then closer = ndig end
-  else
-    for p in pairs(applied) do if not closer or p > closer then closer = p end end
-  end
-  local eff = hget('wm')
-  if eff then eff = tonumber(eff) end
-  local wmc = tonumber(hget('wmc') or '0')
-  if eff and wmc > eff then eff = wmc end
-  if closer and eff then
-    -- at most ARGV[base + 9] a call (a bounded script): the rest stay due, closed by the
-    -- next batches (each window by one closer)
-    local wids, vals = redis.call('ZRANGEBYSCORE', DUE, '-inf', I(eff), 'LIMIT', 0, tonumber(ARGV[base + 9])), {}
-    for _, wid in ipairs(wids) do
-      if gap > 0 then -- a session: off its key's open session starts
-        local s, key = cut(wid, ':')
-        local idx, keep = 'S\0' .. key, {}
-        for x in string.gmatch(hget(idx) or '', '%S+') do if x ~= s then keep[#keep + 1] = x end end
-        if #keep > 0 then redis.call('HSET', H, idx, table.concat(keep, ' ')) else redis.call('HDEL', H, idx) end
-      end
-      vals[#vals + 1] = values(wid)
-    end
-    if #wids > 0 then
-      dropall(wids)
-      local x = cjson.encode(vals)
-      redis.call('HSET', H, 'X\0' .. DG[closer], x)
-      redis.call('ZADD', CLOSED, I(now + ttl), 'X\0' .. DG[closer])
-      closed[1] = x; closers[1] = closer
-    end
-  end
-  local old = redis.call('ZRANGEBYSCORE', CLOSED, '-inf', I(now), 'LIMIT', 0, 1000)
-  if #old > 0 then
-    redis.call('HDEL', H, unpack(old))
-    redis.call('ZREM', CLOSED, unpack(old))
-  end
-end
--- per item '0' (merged) or '1' (late), one string; window values only with emit: update;
+"""
+    + CLOSE
+    + r"""-- per item '0' (merged) or '1' (late), one string; window values only with emit: update;
 -- exactly_once: the windows closed (a JSON array of their values) and the closer's position
 return {table.concat(lates), ups, {}, closed, closers}
 """
