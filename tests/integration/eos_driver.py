@@ -5,7 +5,8 @@ pipeline (the replica's :class:`PipelineRunner`) into Kafka sinks, no Ray, no Re
     python -m tests.integration.eos_driver BOOTSTRAP SRC SINK DLQ GROUP [DELAY_S [INTERVAL_MS]]
 
 With ``EOS_JOIN=REDIS_URL`` (and ``EOS_NAME``, the pipeline's name) the pipeline is
-:func:`join_pipeline` instead, its join state in that Redis.
+:func:`join_pipeline` instead, its join state in that Redis; with ``EOS_AGG=REDIS_URL``
+:func:`aggregate_pipeline`, its aggregate state in that Redis.
 
 ``DELAY_S`` makes each batch's steps, and each acknowledged send to the sink, take that long
 longer (the batch's transaction is open meanwhile, its records written), so that a SIGKILL or
@@ -118,6 +119,34 @@ def join_pipeline(name: str, src: str, sink: str, dlq: str) -> PipelineConfig:
     )
 
 
+def aggregate_pipeline(name: str, src: str, sink: str, dlq: str) -> PipelineConfig:
+    """A count and a sum of ``data.n`` per ``data.key`` over one-second tumbling windows of
+    event time; the windows close as the consumed events move the watermark past them."""
+    return PipelineConfig.model_validate(
+        {
+            "apiVersion": "eventbus/v1",
+            "kind": "Pipeline",
+            "metadata": {"name": name},
+            "spec": {
+                "sources": [{"kafka": {"topic": src}}],
+                "steps": [
+                    {
+                        "id": "per_key",
+                        "aggregate": {
+                            "key": "data.key",
+                            "window": {"tumbling": {"size_s": 1}},
+                            "aggregations": {"n": "count", "total": {"sum": "data.n"}},
+                        },
+                    }
+                ],
+                "sink": {"kafka": {"topic": sink}},
+                "dead_letter": {"kafka": {"topic": dlq}},
+                "delivery": {"guarantee": "exactly_once"},
+            },
+        }
+    )
+
+
 async def main(
     bootstrap: str,
     src: str,
@@ -127,14 +156,14 @@ async def main(
     delay_s: str = "0",
     interval_ms: str = "100",
 ) -> None:
-    join_redis = os.environ.get("EOS_JOIN")
-    runner = (
-        PipelineRunner(
-            join_pipeline(os.environ.get("EOS_NAME", "eosj"), src, sink, dlq), redis_url=join_redis
-        )
-        if join_redis
-        else PipelineRunner(pipeline(src, sink, dlq))
-    )
+    join_redis, agg_redis = os.environ.get("EOS_JOIN"), os.environ.get("EOS_AGG")
+    name = os.environ.get("EOS_NAME", "eosj")
+    if join_redis:
+        runner = PipelineRunner(join_pipeline(name, src, sink, dlq), redis_url=join_redis)
+    elif agg_redis:
+        runner = PipelineRunner(aggregate_pipeline(name, src, sink, dlq), redis_url=agg_redis)
+    else:
+        runner = PipelineRunner(pipeline(src, sink, dlq))
     SlowSink.delay_s = float(delay_s)
 
     async def dispatch(events: list) -> list:  # type: ignore[type-arg]

@@ -59,6 +59,7 @@ def test_step_state_keys() -> None:
         "eventbus:{agg:orders:per_user}:hll",
         "eventbus:{agg:orders:per_user}:hll2",
         "eventbus:{agg:orders:per_user}:seen",
+        "eventbus:{agg:orders:per_user}:closed",
     ]
     assert keys.allocate_used("ads", "coupon") == "eventbus:allocate:{ads:coupon}:used"
     assert keys.allocate_window("ads", "coupon") == "eventbus:allocate:{ads:coupon}:window"

@@ -261,7 +261,7 @@ def join_prefix(pipeline: str, step: str) -> str:
 
 
 #: The keys of an aggregate step, in the order its Lua scripts declare them as KEYS.
-AGGREGATE_PARTS = ("w", "due", "claim", "hll", "hll2", "seen")
+AGGREGATE_PARTS = ("w", "due", "claim", "hll", "hll2", "seen", "closed")
 
 
 def aggregate_keys(pipeline: str, step: str) -> list[str]:
@@ -269,7 +269,9 @@ def aggregate_keys(pipeline: str, step: str) -> list[str]:
     ``{agg:<pipeline>:<step>}``: ``w`` (hash: every open window's fields and the watermark),
     ``due`` (sorted set: window -> close deadline), ``claim`` (sorted set: window being
     emitted -> lease deadline), ``hll``/``hll2`` (scratch HyperLogLog strings), ``seen``
-    (sorted set: digest of an applied event -> when it is forgotten; ``delivery.dedupe``)."""
+    (sorted set: digest of an applied event -> when it is forgotten; ``delivery.dedupe`` and
+    ``exactly_once``), ``closed`` (sorted set, ``exactly_once``: the record of the windows an
+    applied event closed -> when it is forgotten)."""
     return [f"{PREFIX}{{agg:{pipeline}:{step}}}:{part}" for part in AGGREGATE_PARTS]
 
 

@@ -20,6 +20,7 @@ def build_step(
     redis_url: str | None = None,
     base_dirs: list[str] | None = None,
     dedupe_window_s: float | None = None,
+    exactly_once: bool = False,
 ) -> Step:
     """Build the runtime step of a step config with its kind's factory (compiling
     expressions, importing functions, connecting to state).
@@ -30,6 +31,7 @@ def build_step(
         redis_url: where stateful steps keep state; None: in memory, in process.
         base_dirs: where relative data files (an allocate catalogue, a model file) are read.
         dedupe_window_s: the pipeline's dedupe window (see :class:`StepContext`).
+        exactly_once: the pipeline's guarantee is exactly_once (see :class:`StepContext`).
 
     Raises:
         ConfigError: the kind's factory raised something unexpected (EventBus, CEL and
@@ -42,6 +44,7 @@ def build_step(
         redis_url=redis_url,
         base_dirs=list(base_dirs or []),
         dedupe_window_s=dedupe_window_s,
+        exactly_once=exactly_once,
     )
     try:
         built: Any = kind.factory(step.id, step.options, context)
@@ -68,7 +71,9 @@ def pipeline_timers(config: PipelineConfig, redis_url: str | None) -> list[Timer
     out: list[Timer] = []
     for k, s in enumerate(config.spec.steps):
         if steps.get(s.kind).trait("timers", False):
-            for timer in build_step(s, pipeline=config.name, redis_url=redis_url).timers():
+            eos = config.spec.delivery.guarantee == "exactly_once"
+            built = build_step(s, pipeline=config.name, redis_url=redis_url, exactly_once=eos)
+            for timer in built.timers():
                 timer.step_index = k
                 out.append(timer)
     return out

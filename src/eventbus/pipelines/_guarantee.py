@@ -6,8 +6,9 @@ sources are Kafka topics, every sink (routes' sinks and the dead-letter sink inc
 Kafka topic of the sources' cluster, and no step keeps state elsewhere that a batch consumed
 again would change twice. A stateful (``ordered``) step kind may declare the trait
 ``exactly_once``: a callable of its config giving (setting, reason and fix) when that config
-cannot run exactly once, None when it can (a join: its Redis state re-emits the same outputs
-for an event consumed again; see docs/concepts/delivery.md). Kinds without it (aggregate) are
+cannot run exactly once, None when it can (a join, an aggregate: their Redis state gives an
+event consumed again the outputs it gave the first time, and nothing they emit comes from
+outside a consumed batch; see docs/concepts/delivery.md). Stateful kinds without it are
 refused. Delivery dedupe is then unnecessary.
 """
 

@@ -57,6 +57,7 @@ class PipelineRunner:
                 redis_url=redis_url,
                 base_dirs=base_dirs,
                 dedupe_window_s=dedupe.window_s if dedupe is not None else None,
+                exactly_once=config.spec.delivery.guarantee == "exactly_once",
             )
             for s in config.spec.steps
         ]

@@ -64,12 +64,15 @@ class StepContext:
         dedupe_window_s: the pipeline's ``delivery.dedupe.window_s`` (None: no dedupe); a
             stateful step remembers the events it applied for that long, so a batch replayed
             after a crash is not applied twice.
+        exactly_once: the pipeline's ``delivery.guarantee`` is ``exactly_once`` (Kafka
+            transactions): a stateful step emits only as outputs of consumed events.
     """
 
     pipeline: str = ""
     redis_url: str | None = None
     base_dirs: list[str] = field(default_factory=list)
     dedupe_window_s: float | None = None
+    exactly_once: bool = False
 
     @property
     def remote(self) -> bool:

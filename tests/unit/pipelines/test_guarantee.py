@@ -84,16 +84,72 @@ def test_refusals_name_the_reason_and_the_alternative(change: tuple[str, str], e
         assert "at_least_once" in found  # the alternative is named
 
 
-def test_an_aggregate_is_refused_for_its_redis_state() -> None:
+def with_aggregate(options: str) -> str:
+    """GOOD with an aggregate step ``total`` of ``options`` (YAML flow mapping entries) in
+    place of the convert."""
     body = GOOD.replace(
         '    - {id: tag, convert: {set: {"data.tag": "\'x\'"}}}\n',
         "    - id: total\n"
-        "      aggregate: {key: data.k, window: {tumbling: {size_s: 60}}, aggregations: {n: count}}\n",
+        "      aggregate: {key: data.k, window: {tumbling: {size_s: 60}}, aggregations: "
+        f"{{n: count}}{', ' if options else ''}{options}}}\n",
     )
-    found = problems(body)
-    assert "step 'total' is of kind 'aggregate' but delivery.guarantee is 'exactly_once'" in found
-    assert "Redis" in found
-    assert "keep guarantee: at_least_once (the default) with delivery.dedupe" in found
+    assert body != GOOD
+    return body
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        "",
+        "allowed_lateness_s: 5, emit: close",
+        "window: {hopping: {size_s: 60, advance_s: 20}}",
+        "window: {session: {gap_s: 30}}",
+    ],
+)
+def test_an_event_time_aggregate_emitting_on_close_runs_exactly_once(options: str) -> None:
+    body = with_aggregate(options)
+    if "window:" in options:  # the second window replaces the first
+        body = body.replace("window: {tumbling: {size_s: 60}}, ", "")
+    config = load_pipeline_text(HEAD + body, "p.yaml")
+    assert config.spec.delivery.guarantee == "exactly_once"
+
+
+@pytest.mark.parametrize(
+    ("options", "expect"),
+    [
+        (
+            "time: processing",
+            "step 'total' is of kind 'aggregate' with time 'processing' but delivery.guarantee "
+            "is 'exactly_once': processing-time windows close by the wall clock, from a timer "
+            "outside any consumed batch, so no Kafka transaction covers their outputs; use "
+            "time: event (windows then close when a consumed event moves the watermark past "
+            "them, inside its batch's transaction); or keep guarantee: at_least_once",
+        ),
+        (
+            "idle_timeout_s: 30",
+            "step 'total' is of kind 'aggregate' with idle_timeout_s 30 but delivery.guarantee "
+            "is 'exactly_once': the wall clock closes the windows of an idle input from a timer "
+            "outside any consumed batch, so no Kafka transaction covers their outputs; drop "
+            "idle_timeout_s (under exactly_once a window closes when a consumed event moves the "
+            "watermark past it: an input that stops leaves its last windows open until the next "
+            "event); or keep guarantee: at_least_once",
+        ),
+        (
+            "emit: update",
+            "step 'total' is of kind 'aggregate' with emit 'update' but delivery.guarantee is "
+            "'exactly_once': an intermediate result is emitted by the event that changed the "
+            "window, and an event consumed again after an aborted transaction is not merged "
+            "again, so its update would not be emitted again; use emit: close; or keep "
+            "guarantee: at_least_once",
+        ),
+    ],
+)
+def test_an_aggregate_closing_by_the_clock_or_emitting_updates_is_refused(
+    options: str, expect: str
+) -> None:
+    found = problems(with_aggregate(options))
+    assert found.count("\n") == 0, found  # the one problem
+    assert expect in found, found
 
 
 def with_join(options: str) -> str:
@@ -149,11 +205,11 @@ def test_an_outer_join_and_an_aggregate_are_refused_at_once() -> None:
     body = with_join("mode: outer").replace(
         '    - {id: tag, convert: {set: {"data.tag": "\'x\'"}}}\n',
         "    - id: total\n"
-        "      aggregate: {key: data.k, window: {tumbling: {size_s: 60}}, aggregations: {n: count}}\n",
+        "      aggregate: {key: data.k, window: {tumbling: {size_s: 60}}, aggregations: {n: count}, time: processing}\n",
     )
     found = problems(body)
     assert "step 'pair' is of kind 'join' with mode 'outer'" in found
-    assert "step 'total' is of kind 'aggregate'" in found
+    assert "step 'total' is of kind 'aggregate' with time 'processing'" in found
 
 
 def test_every_reason_at_once() -> None:

@@ -23,6 +23,11 @@ from eventbus import cel
 from eventbus.eventing._delivery import injected_fault
 from eventbus.eventing._event import CloudEvent, time_ms, utc_ms
 from eventbus.pipelines._step import Step, StepContext, Timer
+from eventbus.pipelines.steps._aggregate_close import (
+    CLOSE_LIMIT,
+    REPLAY_S,
+    exactly_once_refusal,
+)
 from eventbus.pipelines.steps._aggregate_config import AggregateConfig
 from eventbus.pipelines.steps._aggregate_items import build_items
 from eventbus.pipelines.steps._aggregate_ops import (
@@ -55,6 +60,8 @@ class AggregateStep(Step):
         dedupe_window_s: ``delivery.dedupe.window_s``: the state remembers each applied
             event (``source`` + ``id``) this long, in the same atomic call as the merge, so a
             batch replayed after a crash (applied, not committed) is not counted twice.
+        exactly_once: ``delivery.guarantee`` is ``exactly_once`` (with Redis state): the
+            batches close the windows, no timer (see :mod:`._aggregate_close`).
     """
 
     kind = "aggregate"
@@ -70,9 +77,16 @@ class AggregateStep(Step):
         pipeline: str,
         redis_url: str | None = None,
         dedupe_window_s: float | None = None,
+        exactly_once: bool = False,
     ) -> None:
         super().__init__(step_id)
         self.spec, self.pipeline = spec, pipeline
+        #: the batches close the windows (exactly_once on Redis state), not the timer
+        self.closing = bool(exactly_once and redis_url)
+        #: exactly_once: the most windows one batch closes (a bounded Redis script)
+        self.close_limit = CLOSE_LIMIT
+        if self.closing:
+            dedupe_window_s = max(dedupe_window_s or 0.0, REPLAY_S)
         self.dedupe_ms = None if dedupe_window_s is None else int(dedupe_window_s * 1000)
         #: the compiled configuration, shared with the items and the window events
         self.program = program = compile_aggregate(step_id, spec, pipeline)
@@ -158,13 +172,21 @@ class AggregateStep(Step):
         if not rows:
             return results
         seen = self._seen(events, rows)
+        closed: dict[int, list[Window]] = {}
         while True:
             items, failed = build_items(program, rows, acts, events)
             for i, error in failed.items():
                 results[i] = self._failure(error)
             if not items:
-                return results
-            lates, updates, dups = self.state.add(now, items, seen)
+                return self._closed(results, closed)
+            if self.closing:
+                assert seen is not None
+                lates, updates, dups, by = self.state.add_closing(
+                    now, items, seen, self.close_limit
+                )
+                closed.update(by)
+            else:
+                lates, updates, dups = self.state.add(now, items, seen)
             if not dups:
                 # test hook: die between the state update and the batch's commit
                 injected_fault(self.pipeline, "aggregate-applied")
@@ -180,6 +202,13 @@ class AggregateStep(Step):
             if w is not None:
                 self.counters["updates_emitted"] += 1
                 results[max(it.events)].append(self.output(w, update=True))
+        return self._closed(results, closed)
+
+    def _closed(self, results: list[Any], closed: dict[int, list[Window]]) -> list[Any]:
+        # exactly_once: the windows an event closed are its outputs (its batch's transaction)
+        for i, windows in closed.items():
+            self.counters["windows_emitted"] += len(windows)
+            results[i].extend(self.output(w) for w in windows)
         return results
 
     def _wake_if_due(self, items: list[Item], lates: list[bool]) -> None:
@@ -275,10 +304,11 @@ class AggregateStep(Step):
         return {**self.counters, **self.state.figures()}
 
     def timers(self) -> list[Timer]:
-        """The timer that closes this step's windows."""
+        """The timer that closes this step's windows (none under exactly_once: its batches
+        close them)."""
         from eventbus.pipelines.steps._aggregate_timer import AggregateTimer
 
-        return [AggregateTimer(self)]
+        return [] if self.closing else [AggregateTimer(self)]
 
     def flush(self) -> list[CloudEvent]:
         """End of input: close and emit every open window; the watermark starts afresh (the
@@ -323,6 +353,8 @@ def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:
     expressions=_expressions,
     timers=True,
     ordered=True,  # the watermark (lateness, window closes) follows the order of the events
+    # delivery.guarantee exactly_once: the batches close the windows (see _aggregate_close)
+    exactly_once=exactly_once_refusal,
     example={
         "key": "string(data.id)",
         "window": {"tumbling": {"size_s": 60}},
@@ -338,4 +370,5 @@ def build_aggregate(step_id: str, config: AggregateConfig, context: StepContext)
         pipeline=context.pipeline,
         redis_url=context.redis_url,
         dedupe_window_s=context.dedupe_window_s,
+        exactly_once=context.exactly_once,
     )

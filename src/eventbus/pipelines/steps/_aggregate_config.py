@@ -222,7 +222,8 @@ class AggregateConfig(BaseModel):
         default=5,
         description="time: event: once no event moved the watermark for this long, the wall "
         "clock moves it on, so the windows of an idle input close. A backlog read slower than "
-        "real time keeps moving it, so its windows close by event time only.",
+        "real time keeps moving it, so its windows close by event time only. Not under "
+        "delivery.guarantee exactly_once: there only consumed events close windows.",
     )
     allowed_lateness_s: Annotated[float, Field(ge=0, le=7 * 86400)] = Field(
         default=0,

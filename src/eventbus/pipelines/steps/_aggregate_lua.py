@@ -7,7 +7,10 @@ merged, ``wmw``: the wall clock when it last moved, ``wmc``: the watermark the t
 which the clock also moves once no event moved ``wm`` for ``idle_timeout_s``) and each session key's open session starts (``S\\0<key>``);
 ``due`` orders windows by close deadline, ``claim`` holds windows being emitted (by lease
 deadline); ``hll``/``hll2`` are scratch strings a HyperLogLog is loaded into (a window's HLL
-itself is a field of ``w``, so no key is made up inside a script).
+itself is a field of ``w``, so no key is made up inside a script); ``seen`` holds the digests
+of applied events (dedupe, exactly_once); under exactly_once ``w``'s field ``X\\0<digest>``
+holds the values of the windows that event closed, ``closed`` orders those fields by when
+they are forgotten (see :mod:`._aggregate_close`).
 
 A window ``<start>:<key>`` has fields ``<wid>\\0c`` (events), ``<wid>\\0e`` (end, ms) and per
 aggregation ``a`` (1-based) ``<wid>\\0<a>`` plus ``n``/``t``/``x`` suffixed ones (see
@@ -70,6 +73,29 @@ class RedisAggregateState:
         update) the window's values after it. With ``seen`` (``delivery.dedupe``): when an
         event of the batch was applied before, nothing is merged and the third list names
         those events (batch indexes); otherwise the applied events are remembered."""
+        lates, windows, dups, _ = self._add_call(now_ms, items, seen, closing=False)
+        return lates, windows, dups
+
+    def add_closing(
+        self, now_ms: int, items: Sequence[Item], seen: Seen, limit: int = 5000
+    ) -> tuple[list[bool], list[Window | None], list[int], dict[int, list[Window]]]:
+        """:meth:`add` under ``exactly_once`` (see :mod:`._aggregate_close`): the call also
+        closes the windows due by the watermark after the batch, recorded as closed by the
+        batch's last applied event; the fourth value maps a batch index to the windows its
+        event closed: this call's closer, or (with duplicates) events applied before whose
+        record still holds the windows they closed then. At most ``limit`` windows close in
+        one call; the others stay due for the next batches."""
+        return self._add_call(now_ms, items, seen, closing=True, limit=limit)
+
+    def _add_call(
+        self,
+        now_ms: int,
+        items: Sequence[Item],
+        seen: Seen | None,
+        *,
+        closing: bool,
+        limit: int = 0,
+    ) -> tuple[list[bool], list[Window | None], list[int], dict[int, list[Window]]]:
         spec = self.spec
         order: list[int] = []
         digests: list[str] = []
@@ -87,11 +113,15 @@ class RedisAggregateState:
             fields += [it.key, str(it.start), it.end, it.max_t, it.count, evs]
             fields += it.partials
         args.append(orjson.dumps(fields))
-        lates, ups, dups = self._call(self._add, args)
+        args += [int(closing), limit]
+        lates, ups, dups, closed, closers = self._call(self._add, args)
         flags = lates.decode() if isinstance(lates, bytes) else str(lates)
         merged = iter([_window(u) for u in ups])  # emit: update: per merged item its values
         windows = [None if f == "1" or not ups else next(merged) for f in flags]
-        return [f == "1" for f in flags], windows, [order[int(p) - 1] for p in dups]
+        by: dict[int, list[Window]] = {}
+        for text, p in zip(closed, closers):
+            by.setdefault(order[int(p) - 1], []).extend(_window(v) for v in orjson.loads(text))
+        return [f == "1" for f in flags], windows, [order[int(p) - 1] for p in dups], by
 
     def claim(self, now_ms: int, lease_ms: int, limit: int) -> list[Window]:
         """Close the windows due by the watermark (advanced by the wall clock meanwhile) and

@@ -1,11 +1,14 @@
 """The Lua text of the aggregate step's three Redis scripts (:class:`~._aggregate_lua.RedisAggregateState`
-calls them): ``ADD`` merges a batch's window partials, ``CLAIM`` closes the windows due and
+calls them): ``ADD`` merges a batch's window partials (under exactly_once it also closes the
+windows due, :data:`._aggregate_close.CLOSE`), ``CLAIM`` closes the windows due and
 takes them for emission, ``ACK`` forgets emitted windows. Each is ``_COMMON`` (the header the
 state sends: the aggregations' ops and maxes, the field helpers and the merges of
 :mod:`._aggregate_ops`'s partial formats) plus its own body; the key and field layout is in
 :mod:`._aggregate_lua`'s docstring."""
 
 from __future__ import annotations
+
+from eventbus.pipelines.steps._aggregate_close import CLOSE
 
 __all__ = ["ACK", "ADD", "CLAIM"]
 
@@ -207,6 +210,10 @@ local ttl, ndig, SEEN = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]), KEYS
 -- the batch's event digests, DW characters each, in one argument (one argument per digest
 -- cost the client more to pack than the rest of the batch's call)
 local D, DW = ARGV[base + 6], 24
+-- exactly_once (see _aggregate_close's docstring): the batch closes the windows its
+-- watermark made due, for its last applied event to emit; CLOSED orders those records
+-- ('X\0<digest>': the windows' values) by when they are forgotten
+local EOS, CLOSED = ARGV[base + 8] == '1', KEYS[7]
 local function dig(p) return string.sub(D, (p - 1) * DW + 1, p * DW) end
 -- delivery.dedupe: an event applied before (a batch replayed after a crash) makes the whole
 -- call a no-op that names it; the caller folds the batch again without it and calls again.
@@ -219,7 +226,18 @@ if ndig > 0 then
     local scores = redis.call('ZMSCORE', SEEN, unpack(DG, c + 1, math.min(ndig, c + 1000)))
     for j = 1, #scores do if scores[j] then dups[#dups + 1] = c + j end end
   end
-  if #dups > 0 then return {'', {}, dups} end
+  if #dups > 0 then
+    -- exactly_once: the windows an event consumed before closed, to emit again (its batch's
+    -- transaction may have aborted; a committed one is never consumed again)
+    local closed, closers = {}, {}
+    if EOS then
+      for _, p in ipairs(dups) do
+        local x = hget('X\0' .. DG[p])
+        if x then closed[#closed + 1] = x; closers[#closers + 1] = p end
+      end
+    end
+    return {'', {}, dups, closed, closers}
+  end
 end
 local applied = {}
 local wm, wmc = hget('wm'), tonumber(hget('wmc') or '0')
@@ -309,8 +327,11 @@ if ndig > 0 then -- remember the applied events (not the late ones: a replay dea
   if nz > 0 then redis.call('ZADD', SEEN, unpack(z, 1, nz)) end
   redis.call('ZREMRANGEBYSCORE', SEEN, '-inf', I(now))
 end
--- per item '0' (merged) or '1' (late), one string; window values only with emit: update
-return {table.concat(lates), ups, {}}
+"""
+    + CLOSE
+    + r"""-- per item '0' (merged) or '1' (late), one string; window values only with emit: update;
+-- exactly_once: the windows closed (a JSON array of their values) and the closer's position
+return {table.concat(lates), ups, {}, closed, closers}
 """
 )
 
