@@ -15,6 +15,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -23,7 +24,7 @@ from pathlib import Path
 from eventbus._internal.ray_head import RAY_ENV, RAY_HEAD_ENV, RAY_HEAD_FLAGS
 from tests.fixtures.netns_hosts import TestHost
 
-__all__ = ["RAY_PORT", "ray_on_hosts"]
+__all__ = ["RAY_PORT", "eventbus_cli", "ray_on_hosts"]
 
 RAY = str(Path(sys.executable).parent / "ray")
 RAY_PORT = 6379  # each host has its own ports: the default is free there
@@ -57,13 +58,37 @@ def _ray_start(host: TestHost, env: dict[str, str], temp_dir: Path, *args: str) 
         raise RuntimeError(msg)
 
 
+def eventbus_cli(host: TestHost, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``eventbus ARGS`` run on ``host`` with its own EVENTBUS_HOME, as an operator there."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "EVENTBUS_"))}
+    env.update(EVENTBUS_HOME=str(home), COLUMNS="200")
+    return host.run([sys.executable, "-m", "eventbus.cli", *args], env=env)
+
+
+def eventbus_join(host: TestHost, home: Path, head: str, token: Path, cpus: int) -> None:
+    """``eventbus join HEAD --token-file ... --node-ip-address HOST`` on ``host``."""
+    done = eventbus_cli(
+        host, home, "join", head, "--token-file", str(token),
+        "--node-ip-address", host.address, "--num-cpus", str(cpus), "--labels", f"host={host.name}",
+    )  # fmt: skip
+    if done.returncode != 0:
+        msg = f"`eventbus join` on {host} failed ({done.returncode}): {done.stdout}{done.stderr[-3000:]}"
+        raise RuntimeError(msg)
+
+
 @contextlib.contextmanager
 def ray_on_hosts(
-    head: TestHost, workers: Sequence[TestHost], head_cpus: int = 1, worker_cpus: int = 1
+    head: TestHost,
+    workers: Sequence[TestHost],
+    head_cpus: int = 1,
+    worker_cpus: int = 1,
+    join_homes: Sequence[Path] | None = None,
 ) -> Iterator[dict[str, str]]:
     """Run a Ray head on ``head`` and a worker node on each of ``workers``; yield the
     environment a driver needs (the token). The head's address is ``head.address:RAY_PORT``.
-    On exit (or a failed start) every process of these hosts is killed."""
+    With ``join_homes`` (one EVENTBUS_HOME per worker) each worker node is started as an
+    operator does, with ``eventbus join`` run on its host. On exit (or a failed start) every
+    process of these hosts is killed."""
     # Ray's socket paths must stay under 107 bytes: short temp dirs
     root = Path(tempfile.mkdtemp(prefix="ebhray-", dir="/tmp"))
     token = root / "token"
@@ -82,6 +107,9 @@ def ray_on_hosts(
             *RAY_HEAD_FLAGS,
         )
         for i, host in enumerate(workers):
+            if join_homes is not None:
+                eventbus_join(host, join_homes[i], f"{head.address}:{RAY_PORT}", token, worker_cpus)
+                continue
             address = f"--address={head.address}:{RAY_PORT}"
             _ray_start(host, env, root / f"w{i}", address, f"--num-cpus={worker_cpus}")
         yield env

@@ -39,6 +39,7 @@ def register(app: typer.Typer) -> None:
         app: The root app.
     """
     app.command()(up)
+    app.command()(join)
     app.command()(gateway)
     app.command()(down)
     app.command()(status)
@@ -248,11 +249,47 @@ def gateway(
         fail(f"the gateway stopped: {exc}")
 
 
+def join(
+    head: str = typer.Argument(..., help="The Ray head's address, HOST:PORT (its `ray_address`)."),
+    token_file: Path = typer.Option(
+        ...,
+        "--token-file",
+        help="The head's Ray token: its $EVENTBUS_HOME/ray_auth_token, copied to this host.",
+    ),
+    node_ip: str | None = typer.Option(
+        None, "--node-ip-address", help="This host's address the others reach it at."
+    ),
+    num_cpus: int | None = typer.Option(None, help="CPUs this node offers (default: all)."),
+    labels: list[str] = typer.Option(
+        [],
+        "--labels",
+        help="A Ray node label, KEY=VALUE (repeat, or comma-separated): pipelines pick "
+        "nodes by them (serving.placement.node_labels).",
+    ),
+) -> None:
+    """Join this host to a cluster whose head runs elsewhere, as a Ray worker node (`eventbus down` stops it)."""
+    from eventbus._internal.ray_join import join_ray
+
+    if ":" not in head or not head.rsplit(":", 1)[1].isdigit():
+        fail(f"HEAD {head!r}: give the head's HOST:PORT (`eventbus url ray` there)", EXIT_USAGE)
+    node_labels = _labels(labels)
+    with out.status(f"joining {head}..."):
+        try:
+            join_ray(home(), head, token_file, node_ip, num_cpus, node_labels)
+        except EventBusError as exc:
+            fail(str(exc))
+    shown = ", ".join(f"{k}={v}" for k, v in node_labels.items())
+    out.print(f"joined {head} as a worker node" + (f" (labels {shown})" if shown else ""))
+
+
 def down() -> None:
-    """Stop what `eventbus up` started (nothing that it adopted)."""
+    """Stop what `eventbus up` (or `eventbus join`) started here (nothing that it adopted)."""
+    from eventbus._internal.ray_join import leave_ray
     from eventbus._internal.stack import stack_down
 
     stopped = stack_down(home())
+    if leave_ray(home()):
+        stopped.append("ray node")
     out.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing to stop")
 
 
