@@ -1,9 +1,9 @@
 """The CLI on its own embedded stack: up, deploy, publish, tail, status, list, delete, down.
 
 This starts a second, separate local stack (its own Ray head, Tansu, Redis) in a temporary
-EVENTBUS_HOME, exactly as a newcomer's `eventbus up` does. The model commands
-(``cli_model_flow.py``) run on the same stack before its full restart: one ``up``/``down``
-fewer in the suite.
+EVENTBUS_HOME, exactly as a newcomer's `eventbus up` does. The model commands on such a stack
+are the model-stage tutorial's (``test_tutorials.py``: deploy, push with validation, list,
+split); their refusals and outputs against direct torch calls are ``test_model.py``'s.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def listening_ports() -> str:
     return subprocess.run(["ss", "-ltnH"], capture_output=True, text=True, check=False).stdout
 
 
-# the payments flow, the model flow and a full restart: ~170 s on a quiet 2-core machine
+# the payments flow and a full restart
 @pytest.mark.timeout(600)
 def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
     home = tmp_path / "eb"
@@ -211,12 +211,7 @@ def test_newcomer_flow_on_the_embedded_stack(tmp_path: Path) -> None:
             and got.stdout == (ROOT / "examples/payments/payments.yaml").read_text()
         ), got.stderr
 
-        # `eventbus model push/list/split` on this stack (the fraud pipeline is deleted after)
-        from tests.integration.cli_model_flow import model_cli_flow  # it imports eb from here
-
         phase("payments flow")
-        model_cli_flow(home, tmp_path)
-        phase("model flow")
 
         # A full restart: the whole stack goes down; `up` redeploys every pipeline from Redis
         # (the embedded broker lost its topics: they are created again).
