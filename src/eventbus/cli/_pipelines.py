@@ -25,6 +25,7 @@ from eventbus.cli._common import (
     print_pipelines,
     working,
 )
+from eventbus.cli._reader import reader
 from eventbus.errors import EventBusError, PipelineConfigError
 
 __all__ = ["register"]
@@ -200,7 +201,7 @@ def get(
     guarantee it runs goes to stderr as a YAML comment (``guarantee`` in the JSON), so the YAML
     on stdout stays the deployable file."""
     try:
-        record = controller_client(Addresses(ray_address, kafka_bootstrap, redis_url)).get(name)
+        record = reader(Addresses(ray_address, kafka_bootstrap, redis_url)).get(name)
     except EventBusError as exc:
         fail(str(exc))
     guarantee = delivery_guarantee(record["yaml"])
@@ -238,7 +239,7 @@ def versions(
     """List a pipeline's kept versions (the serving one marked)."""
     addr = Addresses(ray_address, kafka_bootstrap, redis_url)
     try:
-        rows = controller_client(addr).versions(name)
+        rows = reader(addr).versions(name)
     except EventBusError as exc:
         fail(str(exc))
     if as_json:
@@ -330,7 +331,7 @@ def list_(
     redis_url: str | None = RedisOpt,
 ) -> None:
     """List the deployed pipelines."""
-    print_pipelines(controller_client(Addresses(ray_address, kafka_bootstrap, redis_url)).list())
+    print_pipelines(reader(Addresses(ray_address, kafka_bootstrap, redis_url)).list())
 
 
 def _missing_topics(

@@ -27,6 +27,7 @@ from eventbus.cli._common import (
     plain,
     print_pipelines,
 )
+from eventbus.cli._reader import reader
 from eventbus.errors import EventBusError
 
 __all__ = ["register"]
@@ -315,11 +316,11 @@ def status(
         _print_stack(st)
         if not st["healthy"] and not (ray_address or os.environ.get(RAY_ADDRESS_ENV)):
             raise typer.Exit(1)
-        rows = controller_client(Addresses(ray_address, kafka_bootstrap, redis_url)).list()
+        rows = reader(Addresses(ray_address, kafka_bootstrap, redis_url)).list()
         print_pipelines(rows)
         return
     try:
-        info = controller_client(Addresses(ray_address, kafka_bootstrap, redis_url)).status(name)
+        info = reader(Addresses(ray_address, kafka_bootstrap, redis_url)).status(name)
     except EventBusError as exc:
         fail(str(exc))
     if as_json:
