@@ -249,6 +249,16 @@ class EventBusClient:
         """Send ``weight`` of a model's traffic to ``version``; ``None`` ends the split."""
         return _unwrapped(self._controller.split_model.remote(name, version, weight))  # type: ignore[no-any-return]
 
+    def shadow_model(self, name: str, version: int | None, share: float = 0.2) -> dict[str, Any]:
+        """Mirror ``share`` of a model's rows to ``version``, compared but never delivered;
+        ``None`` stops the experiment (its comparison stays in :meth:`list_models`)."""
+        return _unwrapped(self._controller.shadow_model.remote(name, version, share))  # type: ignore[no-any-return]
+
+    def model_history(self, name: str) -> builtins.list[dict[str, Any]]:
+        """A model's automatic rollbacks (reason, figures, time) and shadow experiments,
+        newest first."""
+        return _unwrapped(self._controller.model_history.remote(name))  # type: ignore[no-any-return]
+
     def _push_step_models(self, config: Any, python_path: builtins.list[str]) -> None:
         """A model step's ``path`` becomes the model's first version when it has none."""
         from eventbus.models._artifact import read_artifact
