@@ -90,11 +90,17 @@ def _push(
     factory: str | None,
     samples: Path | None,
     min_accuracy: float | None,
+    serve: bool = True,
 ) -> bool:
     try:
         with out.status(f"pushing {path} as a new version of {name}..."):
             info = client.push_model(
-                name, path, factory=factory, samples=samples, min_accuracy=min_accuracy
+                name,
+                path,
+                factory=factory,
+                samples=samples,
+                min_accuracy=min_accuracy,
+                serve=serve,
             )
     except ModelValidationError as exc:
         err.print("[red]rejected:[/red] ", end="")
@@ -104,7 +110,14 @@ def _push(
         err.print("[red]error:[/red] ", end="")
         plain(err, str(exc))
         return False
-    out.print(f"model [bold]{name}[/bold] version {info['version']} validated and serving")
+    if info["status"] == "serving":
+        out.print(f"model [bold]{name}[/bold] version {info['version']} validated and serving")
+    else:
+        out.print(
+            f"model [bold]{name}[/bold] version {info['version']} validated, a candidate "
+            f"(version {info['serving']} serves): `eventbus model shadow {name} "
+            f"{info['version']}` compares it on live calls"
+        )
     return True
 
 
@@ -129,14 +142,19 @@ def push(
         max=1,
         help="Reject versions below this accuracy on --samples.",
     ),
+    candidate: bool = typer.Option(
+        False,
+        "--candidate",
+        help="Validate it but keep the serving version: a candidate for `model shadow` or "
+        "`model split`.",
+    ),
     ray_address: str | None = RayOpt,
     kafka_bootstrap: str | None = KafkaOpt,
     redis_url: str | None = RedisOpt,
 ) -> None:
     """Push a new version: validated on recent requests, swapped in, or rejected (exit 1)."""
-    if not _push(
-        _client(ray_address, kafka_bootstrap, redis_url), name, path, factory, samples, min_accuracy
-    ):
+    client = _client(ray_address, kafka_bootstrap, redis_url)
+    if not _push(client, name, path, factory, samples, min_accuracy, serve=not candidate):
         raise typer.Exit(1)
 
 

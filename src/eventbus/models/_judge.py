@@ -11,7 +11,8 @@ or None:
 
 Nothing is judged on fewer than ``min_rows`` rows of the version (an empty or thin window
 proves nothing); a previous version with fewer rows counts as error free, and its p99 as
-unknown (the latency rule is then skipped).
+unknown (the latency rule is then skipped), and p99s of fewer than ``MIN_PASSES`` passes are
+not compared.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from typing import Any
 
 from eventbus.models._compare import bucket_of, quantile_ms
 
-__all__ = ["RollbackPolicy", "VersionWindow", "WindowFigures", "judge"]
+__all__ = ["MIN_PASSES", "RollbackPolicy", "VersionWindow", "WindowFigures", "judge"]
 
 _KEEP_S = 3600  # buckets older than this are dropped whatever the window
+#: Passes each version needs in the window before its p99 is judged (a p99 of fewer is noise).
+MIN_PASSES = 50
 
 
 @dataclass(frozen=True)
@@ -37,8 +40,8 @@ class RollbackPolicy:
     window_s: float = 60.0
     min_rows: int = 20
     error_rate_margin: float = 0.05
-    p99_ratio: float | None = 2.0
-    p99_min_ms: float = 50.0
+    p99_ratio: float | None = 3.0
+    p99_min_ms: float = 100.0
     probation_s: float = 600.0
 
     @classmethod
@@ -141,7 +144,7 @@ def judge(
     if policy.p99_ratio is None or not known or previous is None:
         return None
     p99, base = candidate.p99_ms, previous.p99_ms
-    if p99 is None or base is None or candidate.passes < 10 or previous.passes < 10:
+    if p99 is None or base is None or candidate.passes < MIN_PASSES or previous.passes < MIN_PASSES:
         return None
     limit = max(base * policy.p99_ratio, policy.p99_min_ms)
     if p99 > limit:

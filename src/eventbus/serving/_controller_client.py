@@ -202,10 +202,12 @@ class EventBusClient:
         samples: str | Path | None = None,
         min_accuracy: float | None = None,
         python_path: builtins.list[str] | None = None,
+        serve: bool = True,
     ) -> dict[str, Any]:
         """Push a model version: it is loaded beside the serving one, validated on recent
         requests (and ``samples``, an .npz of labelled ``x``, ``y``, against ``min_accuracy``),
-        and swapped in; or rejected, the serving version staying.
+        and swapped in; or rejected, the serving version staying. ``serve=False`` leaves it a
+        validated ``candidate`` (for :meth:`shadow_model` or :meth:`split_model`).
 
         Raises:
             ModelError: the file does not load. ModelValidationError: the version was rejected.
@@ -238,6 +240,7 @@ class EventBusClient:
             "python_path": path_dirs,
             "labelled": labelled,
             "min_accuracy": min_accuracy,
+            "serve": serve,
         }
         return _unwrapped(self._controller.push_model.remote(name, blob, options))  # type: ignore[no-any-return]
 

@@ -63,8 +63,10 @@ class ModelControl:
         labelled: tuple[Any, Any] | None = None,
         min_accuracy: float | None = None,
         only_if_missing: bool = False,
+        serve: bool = True,
     ) -> dict[str, Any]:
-        """Add a version; validate and swap it in (see the module docstring).
+        """Add a version; validate and swap it in (see the module docstring); with
+        ``serve=False`` it is validated and left a ``candidate`` (for a shadow or a split).
 
         Returns:
             ``{"name", "version", "serving", "status", "pushed": bool}``.
@@ -106,18 +108,19 @@ class ModelControl:
         )
         if labelled is not None:
             self.registry.set_labelled(name, labelled[0], labelled[1], min_accuracy)
-        handle = self._handle(name)
+        handle = self._handle(name) if serve else None
         if handle is not None:
             handle.update.remote(version).result(timeout_s=300)
         else:
             validate_version(self.registry, name, version)
-            self.registry.set_serving(name, version)
+            if serve or self.registry.state(name)["serving"] is None:
+                self.registry.set_serving(name, version)
         st = self.registry.state(name)
         return {
             "name": name,
             "version": version,
             "serving": st["serving"],
-            "status": "serving",
+            "status": "serving" if st["serving"] == version else "candidate",
             "pushed": True,
         }
 

@@ -14,7 +14,7 @@ import torch
 
 from eventbus.cli._models import shadow_text
 from eventbus.models._compare import BUCKETS, Comparison, bucket_of, quantile_ms, summarize
-from eventbus.models._judge import RollbackPolicy, VersionWindow, WindowFigures, judge
+from eventbus.models._judge import MIN_PASSES, RollbackPolicy, VersionWindow, WindowFigures, judge
 from eventbus.models._live import LiveGuard, ShadowMirror, shadow_draws
 
 
@@ -123,7 +123,7 @@ def test_concurrent_counting_loses_nothing_and_give_back_restores() -> None:
 
 
 # -- judge --------------------------------------------------------------------------------------
-def _window(rows: int, errors: int, ms: float = 1.0, passes: int = 20) -> WindowFigures:
+def _window(rows: int, errors: int, ms: float = 1.0, passes: int = 60) -> WindowFigures:
     return WindowFigures(rows, errors, passes, {bucket_of(ms / 1000): passes})
 
 
@@ -150,14 +150,15 @@ def test_judge_compares_against_the_previous_error_rate() -> None:
 
 def test_judge_p99_ratio_floor_and_unknown_latencies() -> None:
     p = RollbackPolicy(p99_ratio=2.0, p99_min_ms=50.0)
+    assert RollbackPolicy().p99_ratio == 3.0 and RollbackPolicy().p99_min_ms == 100.0
     assert "p99" in str(judge(_window(100, 0, ms=400), _window(100, 0, ms=100), p))
     assert judge(_window(100, 0, ms=30), _window(100, 0, ms=5), p) is None  # under the floor
-    assert judge(_window(100, 0, ms=400), _window(100, 0, ms=100, passes=3), p) is None
+    assert judge(_window(100, 0, ms=400), _window(100, 0, ms=100, passes=MIN_PASSES - 1), p) is None
     assert judge(_window(100, 0, ms=400), None, p) is None
     assert (
         judge(_window(100, 0, ms=400), _window(100, 0, 100), RollbackPolicy(p99_ratio=None)) is None
     )
-    nan = WindowFigures(100, 0, 20, {bucket_of(float("nan")): 20})
+    nan = WindowFigures(100, 0, 60, {bucket_of(float("nan")): 60})
     assert judge(nan, _window(100, 0), p) is None
 
 

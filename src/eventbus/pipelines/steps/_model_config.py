@@ -67,12 +67,13 @@ class RollbackConfig(BaseModel):
         "than this (absolute: 0.05 is five points).",
     )
     p99_ratio: Annotated[float, Field(ge=1, le=1000)] | None = Field(
-        default=2.0,
+        default=3.0,
         description="Roll back when its p99 pass latency exceeds this many times the previous "
-        "version's (and p99_min_ms); null: latency is not judged.",
+        "version's (and p99_min_ms; each with 50 passes or more in the window); null: latency "
+        "is not judged.",
     )
     p99_min_ms: Annotated[float, Field(ge=0, le=600_000)] = Field(
-        default=50.0, description="A p99 at or below this is never a regression, in ms."
+        default=100.0, description="A p99 at or below this is never a regression, in ms."
     )
     probation_s: Annotated[float, Field(gt=0, le=30 * 86_400)] = Field(
         default=600.0,
