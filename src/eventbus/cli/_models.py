@@ -211,17 +211,9 @@ def list_(
     except EventBusError as exc:
         fail(str(exc))
     table = Table(title="Models")
-    for col in (
-        "model",
-        "version",
-        "status",
-        "traffic",
-        "format",
-        "size",
-        "pushed",
-        "shadow comparison",
-        "error",
-    ):
+    shadowed = any(r.get("shadow") for r in rows)  # the column shows once a shadow ran
+    cols = ["model", "version", "status", "traffic", "format", "size", "pushed"]
+    for col in [*cols, *(["shadow comparison"] if shadowed else []), "error"]:
         table.add_column(col)
     for r in rows:
         # a retired version that `model split` sends a share to is live again: say so
@@ -236,7 +228,7 @@ def list_(
             "rolled-back": "red",
         }.get(shown, "")
         status = f"[{colour}]{shown}[/{colour}]" if colour else shown
-        table.add_row(
+        cells = [
             r["name"],
             str(r["version"]),
             status,
@@ -244,9 +236,10 @@ def list_(
             r["format"],
             f"{r['size']:,} B",
             datetime.fromtimestamp(r["pushed_at"]).strftime("%Y-%m-%d %H:%M:%S"),
-            shadow_text(r.get("shadow")),
-            r["error"] or "",
-        )
+        ]
+        if shadowed:
+            cells.append(shadow_text(r.get("shadow")))
+        table.add_row(*cells, r["error"] or "")
     out.print(table if rows else "no models pushed; `eventbus model push NAME PATH` adds one")
 
 
