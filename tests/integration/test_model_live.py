@@ -22,6 +22,7 @@ import torch
 from aiokafka import AIOKafkaConsumer
 
 from eventbus import CloudEvent
+from eventbus.errors import ModelError
 from eventbus.eventing._codecs import decode_kafka
 from tests.integration.kafka_helpers import collect, produce, reader_gaps
 
@@ -158,6 +159,14 @@ async def test_shadow_comparison_and_rollback_on_injected_regression(
         eventbus_client.push_model, model, _export(_Flip(), tmp_path / "v2.pt2"), serve=False
     )
     assert info["version"] == 2 and info["status"] == "candidate" and info["serving"] == 1
+    for version, share, match in (
+        (1, SHARE, "already serves; shadow another version"),
+        (9, SHARE, "has no version 9"),
+        (2, 0.0, r"outside \(0, 1\]"),
+        (2, float("nan"), r"outside \(0, 1\]"),
+    ):
+        with pytest.raises(ModelError, match=match):
+            eventbus_client.shadow_model(model, version, share)
     eventbus_client.shadow_model(model, 2, SHARE)
 
     # Shadow: 1 in 4 rows has a positive first number, where the candidate's label differs.
@@ -174,6 +183,7 @@ async def test_shadow_comparison_and_rollback_on_injected_regression(
         return c if c and c["rows"] + c["dropped_rows"] + c["error_rows"] >= len(picked) else None
 
     c = await _until("the shadow comparison", compared, 30)
+    print(f"shadow: {len(picked)} rows picked, expected agreement {expected:.4f}; got {c}")
     assert c["rows"] + c["dropped_rows"] == len(picked) and c["errors"] == 0 and c["active"]
     if c["dropped_rows"] == 0:  # nothing dropped: the comparison is exact
         assert c["agreement"] == pytest.approx(expected) and c["mad"] == pytest.approx(1 - expected)
@@ -208,6 +218,7 @@ async def test_shadow_comparison_and_rollback_on_injected_regression(
     assert listed[1]["status"] == "serving" and listed[1]["traffic"] == 1.0
     assert listed[3]["status"] == "rolled-back" and "error rate" in listed[3]["error"]
     [rollback] = [h for h in eventbus_client.model_history(model) if h["kind"] == "rollback"]
+    print(f"rollback: {rollback}; delivered {len(delivered)}, dead-lettered {len(dead)}")
     assert rollback["version"] == 3 and rollback["to"] == 1 and rollback["from"] == "serving"
     assert rollback["figures"]["version"]["error_rows"] > 0 and rollback["at"] > 0
     assert rollback["figures"]["previous"]["error_rows"] == 0
