@@ -148,6 +148,7 @@ class ModelDeployment:
         )
         self._mirror: ShadowMirror | None = None
         self._flushed_at = 0.0
+        self._shadow_figures: dict[str, Any] | None = None
         self._sync()
         if self._active is None:
             msg = f"model {name!r} has no serving version; push one with `eventbus model push {name} PATH`"
@@ -292,6 +293,7 @@ class ModelDeployment:
                 if mirror is not None and now - self._flushed_at >= _RECORD_EVERY_S:
                     self._flushed_at = now
                     self._flush(mirror)
+                    self._shadow_figures = self._registry.comparison(self.name, mirror.version)
             except Exception:
                 log.warning("model %r: following the registry failed", self.name, exc_info=True)
 
@@ -311,7 +313,11 @@ class ModelDeployment:
             "threads": self._threads,
             "calls": self._calls,
             "rows": self._rows,
-            "shadow": {"version": self._mirror.version, "share": self._mirror.share}
+            "shadow": {
+                **(self._shadow_figures or {}),
+                "version": self._mirror.version,
+                "share": self._mirror.share,
+            }
             if self._mirror is not None
             else None,
             "rollbacks": self._guard.rollbacks,

@@ -330,3 +330,19 @@ def test_mirror_drops_and_counts_when_the_candidate_falls_behind() -> None:
     s = _drain(m, sink, 100)
     m.stop()
     assert s["rows"] + s["dropped_rows"] == 100 and s["dropped"] >= 17
+
+
+def test_model_step_reports_its_models_shadow_as_the_replica_told() -> None:
+    from eventbus.pipelines.steps._model import ModelStep
+    from eventbus.pipelines.steps._model_config import ModelStepConfig
+
+    step = ModelStep(
+        "score",
+        ModelStepConfig(name="fraud", input="data.x", output="data.y"),
+        remote=True,
+    )
+    assert "shadow" not in step.stats()
+    step.backends[0].shadow = {**summarize({"rows": "8", "version": "3", "share": "0.2"})}
+    shadow = step.stats()["shadow"]
+    assert shadow["model"] == "fraud" and shadow["version"] == 3 and shadow["rows"] == 8
+    assert shadow["share"] == 0.2 and shadow["agreement"] is None
