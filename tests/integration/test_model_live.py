@@ -127,13 +127,13 @@ async def test_shadow_comparison_and_rollback_on_injected_regression(
     kafka_bootstrap: str,
     tmp_path: Path,
 ) -> None:
-    model = f"lv-{uuid.uuid4().hex[:6]}"
+    model, pipeline = f"lv-{uuid.uuid4().hex[:6]}", f"live-{uuid.uuid4().hex[:6]}"
     src, sink, dlq = topic_factory("live-in"), topic_factory("live-out"), topic_factory("live-dlq")
     deploy_pipeline(
         {
             "apiVersion": "eventbus/v1",
             "kind": "Pipeline",
-            "metadata": {"name": f"live-{uuid.uuid4().hex[:6]}"},
+            "metadata": {"name": pipeline},
             "spec": {
                 "sources": [{"kafka": {"topic": src}}],
                 "steps": [
@@ -190,6 +190,13 @@ async def test_shadow_comparison_and_rollback_on_injected_regression(
     else:  # a loaded machine dropped some mirrored calls (counted): roughly the same
         assert abs(c["agreement"] - expected) < 0.2
     assert c["live_p99_ms"] is not None and c["candidate_p99_ms"] is not None
+
+    def in_status() -> Any:  # the step reports the model's experiment as its replica told
+        figures = eventbus_client.status(pipeline)["figures"]
+        return figures.get("model_shadows", {}).get("score")
+
+    shown = await _until("the shadow in the pipeline's status", in_status, 30)
+    assert shown["model"] == model and shown["version"] == 2 and shown["share"] == SHARE
     eventbus_client.shadow_model(model, None)
     [row] = [r for r in eventbus_client.list_models(model) if r["version"] == 2]
     assert row["shadow"]["active"] is False and row["status"] == "candidate"
