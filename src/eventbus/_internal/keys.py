@@ -72,6 +72,8 @@ Models (``models``):
 * :func:`model_blob` (string): a version's artifact bytes.
 * :func:`model_recent` (list): recent request samples (.npy bytes, newest first).
 * :func:`model_labelled` (string): labelled samples (.npz bytes with x and y).
+* :func:`model_shadow` (hash): a shadow experiment's comparison counters of one version.
+* :func:`model_history` (list): JSON records of rollbacks and shadow experiments, newest first.
 
 Multi-cluster (the keeper's own Redis):
 
@@ -106,8 +108,10 @@ __all__ = [
     "join_prefix",
     "model",
     "model_blob",
+    "model_history",
     "model_labelled",
     "model_recent",
+    "model_shadow",
     "pipeline_versions",
     "replay",
     "schedule",
@@ -331,6 +335,16 @@ def model_recent(name: str) -> str:
 def model_labelled(name: str) -> str:
     """String: a model's labelled samples (.npz bytes with x and y)."""
     return f"{model(name)}:labelled"
+
+
+def model_shadow(name: str, version: int) -> str:
+    """Hash: comparison counters of a shadow experiment of ``version`` against the served one."""
+    return f"{model(name)}:shadow:{version}"
+
+
+def model_history(name: str) -> str:
+    """List: JSON records of a model's rollbacks and shadow experiments, newest first."""
+    return f"{model(name)}:history"
 
 
 # -- multi-cluster ---------------------------------------------------------------------------

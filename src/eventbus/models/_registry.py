@@ -13,7 +13,9 @@ Keys (``<name>`` is the model's name; spelled by :mod:`eventbus._internal.keys`)
 
 A version record: ``{version, format, factory, size, sha256, pushed_at, source, status,
 error, input_shape, python_path}`` with status ``candidate`` (pushed, not validated), ``serving``,
-``retired`` (served before), or ``rejected`` (failed validation; ``error`` says why).
+``retired`` (served before), ``rejected`` (failed validation; ``error`` says why), or
+``rolled-back`` (rolled back automatically on a live regression; ``error`` says why). Shadow
+experiments, rollbacks and the history: :mod:`eventbus.models._experiments`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, NoReturn, cast
 
 from eventbus._internal import keys
 from eventbus.errors import ModelError
+from eventbus.models._experiments import ExperimentRecords
 
 __all__ = ["RECENT_ROWS", "ModelRegistry"]
 
@@ -33,7 +36,7 @@ RECENT_ROWS = 64  # rows per recorded sample
 _RECENT_SAMPLES = 16  # samples kept: up to 1,024 recent request rows
 
 
-class ModelRegistry:
+class ModelRegistry(ExperimentRecords):
     """Model versions in Redis (see the module docstring for the keys).
 
     Args:
@@ -143,17 +146,21 @@ class ModelRegistry:
 
     # -- what serves ------------------------------------------------------------------------
     def state(self, name: str) -> dict[str, Any]:
-        """``{"serving": int | None, "split": {"version", "weight"} | None, "revision": int}``."""
-        serving, split, revision = self._r.hmget(keys.model(name), "serving", "split", "revision")
+        """``{"serving": int | None, "split": {"version", "weight"} | None, "shadow":
+        {"version", "share", "started_at"} | None, "revision": int}``."""
+        serving, split, shadow, revision = self._r.hmget(
+            keys.model(name), "serving", "split", "shadow", "revision"
+        )
         return {
             "serving": int(serving) if serving else None,
             "split": json.loads(split) if split else None,
+            "shadow": json.loads(shadow) if shadow else None,
             "revision": int(revision or 0),
         }
 
     def set_serving(self, name: str, version: int) -> None:
         """Make ``version`` the serving one (the previous one becomes ``retired``); a split
-        towards ``version`` ends."""
+        or a shadow experiment of ``version`` ends."""
         previous = self.state(name)["serving"]
         self.record(name, version)
         pipe = self._r.pipeline(transaction=True)
@@ -161,6 +168,8 @@ class ModelRegistry:
         st = self.state(name)
         if st["split"] and st["split"]["version"] == version:
             pipe.hdel(keys.model(name), "split")
+        if st["shadow"] and st["shadow"]["version"] == version:
+            pipe.hdel(keys.model(name), "shadow")
         pipe.hincrby(keys.model(name), "revision", 1)
         pipe.execute()
         self.mark(name, version, "serving")

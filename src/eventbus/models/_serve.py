@@ -8,6 +8,11 @@ of rows, the merged rows run as one forward pass. A new version is loaded beside
 validated, and swapped in by replacing one reference: a call in flight finishes on the version
 it started with, so no request is dropped. Other replicas follow the registry's ``revision``
 (polled every 0.25 s) and swap the same way.
+
+Live experiments (:mod:`eventbus.models._live`): a shadow version set in the registry is loaded
+too and a share of the rows is mirrored to it off the live path, its comparison flushed to the
+registry every second; each version's passes are counted and a version that took a split or
+all traffic is rolled back in the registry when it regresses (the ``rollback`` settings).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from ray.serve.deployment import Application, Deployment
 from eventbus.errors import ModelError, ModelValidationError
 from eventbus.models._artifact import LoadedModel, load_model, pick_device
 from eventbus.models._forward import Active, forward
+from eventbus.models._judge import RollbackPolicy
+from eventbus.models._live import LiveGuard, ShadowMirror
 from eventbus.models._registry import ModelRegistry
 from eventbus.models._validate import validate_candidate
 
@@ -136,6 +143,12 @@ class ModelDeployment:
         self._rows = 0
         self._last_record = 0.0
         self._update_lock = threading.Lock()
+        self._guard = LiveGuard(
+            name, self._registry, RollbackPolicy.from_options(options.get("rollback"))
+        )
+        self._mirror: ShadowMirror | None = None
+        self._flushed_at = 0.0
+        self._shadow_figures: dict[str, Any] | None = None
         self._sync()
         if self._active is None:
             msg = f"model {name!r} has no serving version; push one with `eventbus model push {name} PATH`"
@@ -164,7 +177,14 @@ class ModelDeployment:
     def _infer(self, calls: list[tuple[Any, Any]]) -> list[Any]:
         active = self._active
         assert active is not None
-        out, rows, last = forward(self.name, active, calls)
+        mirror = self._mirror
+        out, rows, last = forward(
+            self.name,
+            active,
+            calls,
+            observe=self._guard.observe,
+            mirror=mirror.offer if mirror is not None else None,
+        )
         self._rows += rows
         now = time.monotonic()
         if last is not None and now - self._last_record >= _RECORD_EVERY_S:
@@ -208,6 +228,9 @@ class ModelDeployment:
                 self._models[v] = load_version(self._registry, self.name, v, self._device)
         split = st["split"]
         b = split["version"] if split else None
+        before = (self._active[0], self._active[2]) if self._active else (None, None)
+        self._follow_shadow(st["shadow"], wanted)
+        self._guard.moved(before, (st["serving"], b))
         self._active = (
             st["serving"],
             self._models[st["serving"]],
@@ -220,11 +243,57 @@ class ModelDeployment:
             if v not in wanted:
                 del self._models[v]
 
+    def _follow_shadow(self, shadow: dict[str, Any] | None, wanted: list[int]) -> None:
+        """Start, change or stop the shadow mirror as the registry says (the candidate stays
+        loaded: ``wanted`` gets its version)."""
+        mirror = self._mirror
+        same = (
+            shadow is not None
+            and mirror is not None
+            and mirror.version == int(shadow["version"])
+            and mirror.share == float(shadow["share"])
+        )
+        if same:
+            wanted.append(int(shadow["version"]))  # type: ignore[index]
+            return
+        if mirror is not None:
+            self._mirror = None
+            mirror.stop()
+            self._flush(mirror)
+        if shadow is None:
+            return
+        v = int(shadow["version"])
+        try:
+            if v not in self._models:
+                self._models[v] = load_version(self._registry, self.name, v, self._device)
+        except ModelError:
+            log.warning("model %r: shadow version %s does not load", self.name, v, exc_info=True)
+            return
+        wanted.append(v)
+        self._mirror = ShadowMirror(self.name, v, self._models[v], float(shadow["share"]))
+
+    def _flush(self, mirror: ShadowMirror) -> None:
+        try:
+            mirror.flush(self._registry)
+        except Exception:
+            log.warning(
+                "model %r: recording the shadow comparison failed", self.name, exc_info=True
+            )
+
     def _watch(self) -> None:
         while not self._stop.wait(_POLL_S):
             try:
                 with self._update_lock:
                     self._sync()
+                    active = self._active
+                    if active is not None and self._guard.look(active[0], active[2]):
+                        self._sync()
+                mirror = self._mirror
+                now = time.monotonic()
+                if mirror is not None and now - self._flushed_at >= _RECORD_EVERY_S:
+                    self._flushed_at = now
+                    self._flush(mirror)
+                    self._shadow_figures = self._registry.comparison(self.name, mirror.version)
             except Exception:
                 log.warning("model %r: following the registry failed", self.name, exc_info=True)
 
@@ -244,6 +313,14 @@ class ModelDeployment:
             "threads": self._threads,
             "calls": self._calls,
             "rows": self._rows,
+            "shadow": {
+                **(self._shadow_figures or {}),
+                "version": self._mirror.version,
+                "share": self._mirror.share,
+            }
+            if self._mirror is not None
+            else None,
+            "rollbacks": self._guard.rollbacks,
             "pid": os.getpid(),
         }
 

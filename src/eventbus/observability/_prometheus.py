@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from eventbus.observability._metrics import GatewayMetrics
-from eventbus.observability._view import POOL_FIGURES
+from eventbus.observability._model_figures import POOL_FIGURES, SHADOW_FIGURES
 
 __all__ = ["CONTENT_TYPE", "render_prometheus"]
 
@@ -187,6 +187,14 @@ class _Collector:
             )
             for k in POOL_FIGURES
         }
+        shadows = {
+            k: GaugeMetricFamily(
+                f"eventbus_model_shadow_{k}",
+                f"{_SHADOW_HELP[k]}, as the model's replicas last told the step calling it.",
+                labels=["pipeline", "step", "model", "version"],
+            )
+            for k in SHADOW_FIGURES
+        }
         zero = GaugeMetricFamily(
             "eventbus_pipeline_scaled_to_zero",
             "1 while the pipeline's replicas are scaled to zero (replicas.min: 0, idle).",
@@ -237,11 +245,17 @@ class _Collector:
             for sid, figures in v.get("model_pools", {}).items():
                 for k, gauge in pools.items():
                     gauge.add_metric([p, sid, str(figures["pool"])], figures[k])
+            for sid, sh in v.get("model_shadows", {}).items():
+                labels = [p, sid, sh["model"], str(sh["version"])]
+                for k, gauge in shadows.items():
+                    if sh.get(k) is not None:
+                        gauge.add_metric(labels, sh[k])
         yield from sources.values()
         yield from totals.values()
         yield from steps.values()
         yield from agg.values()
         yield from pools.values()
+        yield from shadows.values()
         yield from (latency, batch, batch_s, lag, join, replicas, version, models, zero, last_event)
         if self.gateway is not None:
             snap = self.gateway.snapshot()
@@ -274,6 +288,15 @@ _POOL_HELP = {
     "evictions": "Models a model pool's replicas evicted (least recently used) since they started",
     "failed_loads": "Model loads that failed in a model pool (no such model, a bad artifact)",
     "models": "Models a model pool's replicas hold now",
+}
+_SHADOW_HELP = {
+    "rows": "Rows a shadow version was compared on",
+    "agreement": "Share of compared rows whose label the shadow version gives too",
+    "mad": "Mean absolute difference of the shadow version's float outputs",
+    "errors": "Mirrored calls the shadow version raised on",
+    "dropped_rows": "Mirrored rows dropped (the in-flight bound was reached), not compared",
+    "live_p99_ms": "p99 of the served version's forward passes in the experiment, in ms",
+    "candidate_p99_ms": "p99 of the shadow version's forward passes, in ms",
 }
 
 

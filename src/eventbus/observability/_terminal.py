@@ -79,5 +79,18 @@ def print_figures(console: Any, v: dict[str, Any]) -> None:
             f"model pool {f['pool']} (step {sid}): {f['models']} models held, {f['loads']} loads, "
             f"{f['evictions']} evictions, {f['failed_loads']} failed loads"
         )
+    for sid, sh in v.get("model_shadows", {}).items():
+        parts = [f"{sh['rows'] or 0:g} rows compared"]
+        if sh.get("agreement") is not None:
+            parts.append(f"agreement {sh['agreement']:.1%}")
+        if sh.get("mad") is not None:
+            parts.append(f"mad {sh['mad']:.4g}")
+        parts.append(f"{sh['errors'] or 0:g} errors, {sh['dropped_rows'] or 0:g} rows dropped")
+        share = sh.get("share")
+        extra.append(
+            f"model {sh['model']} (step {sid}): shadow version {sh['version']}"
+            f"{f' ({share:.0%} mirrored)' if isinstance(share, float | int) else ''}: "
+            + ", ".join(parts)
+        )
     for line in extra:
         console.print(line, markup=False, highlight=False)

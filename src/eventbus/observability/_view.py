@@ -26,6 +26,7 @@ from eventbus.observability._metrics import (
     merge_histograms,
     quantile,
 )
+from eventbus.observability._model_figures import model_figures
 from eventbus.registry import all_registries
 
 __all__ = ["STALE_S", "mark_degraded", "mark_refused_logins", "pipeline_view", "topology"]
@@ -122,8 +123,6 @@ _SHARED = frozenset(
         "pool_models",
     )
 )
-#: What status and ``/metrics`` show of a model step on a pool (besides the pool's name).
-POOL_FIGURES = ("loads", "evictions", "failed_loads", "models")
 #: What status and the dashboard show of an aggregate step.
 _AGGREGATE_FIGURES = ("open_windows", "state_bytes", "late_events")
 
@@ -169,7 +168,9 @@ def pipeline_view(
         ``aggregate_state`` (aggregate step -> ``open_windows``, ``state_bytes``,
         ``late_events``),
         ``models`` (step -> version, for steps reporting one), ``model_pools`` (model step on
-        a pool -> ``pool``, ``loads``, ``evictions``, ``failed_loads``, ``models`` held), ``state`` (``RUNNING`` or
+        a pool -> ``pool``, ``loads``, ``evictions``, ``failed_loads``, ``models`` held),
+        ``model_shadows`` (model step whose model runs a shadow experiment -> ``model``,
+        ``version``, ``share`` and :data:`SHADOW_FIGURES`), ``state`` (``RUNNING`` or
         ``SCALED_TO_ZERO``), ``last_event_at`` (when the last event came in), and at zero
         ``scaled_to_zero_since``. ``totals`` holds the sources' counters (``consumed``,
         ``outputs``, ``dropped``, ``failed``...) and the figures shown, named as the steps':
@@ -275,14 +276,7 @@ def pipeline_view(
         for sid, st in steps.items()
         if "model_version" in st["stats"] or "version" in st["stats"]
     }
-    model_pools = {
-        sid: {
-            "pool": st["stats"].get("pool"),
-            **{k: st["stats"].get(f"pool_{k}", 0) for k in POOL_FIGURES},
-        }
-        for sid, st in steps.items()
-        if "pool_loads" in st["stats"]
-    }
+    model_pools, model_shadows = model_figures(steps)
     return {
         "name": record.get("name", doc.get("metadata", {}).get("name")),
         "version": record.get("version"),
@@ -309,6 +303,7 @@ def pipeline_view(
         "aggregate_state": aggregates,
         "models": models,
         "model_pools": model_pools,
+        "model_shadows": model_shadows,
         "at": now,
         "last_event_at": _last_event_at(entries, scale),
         **_scale_fields(scale),

@@ -264,3 +264,12 @@ class Controller:
         """Send ``weight`` of a model's traffic to ``version`` (None: end the split)."""
         self.apps.pace.start()
         return self.models.split(name, version, weight)
+
+    def shadow_model(self, name: str, version: int | None, share: float) -> dict[str, Any]:
+        """Mirror ``share`` of a model's rows to ``version`` (None: stop the experiment)."""
+        self.apps.pace.start()
+        return self.models.shadow(name, version, share)
+
+    def model_history(self, name: str) -> builtins.list[dict[str, Any]]:
+        """A model's rollbacks and shadow experiments, newest first."""
+        return self.models.history(name)

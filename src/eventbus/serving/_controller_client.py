@@ -202,10 +202,12 @@ class EventBusClient:
         samples: str | Path | None = None,
         min_accuracy: float | None = None,
         python_path: builtins.list[str] | None = None,
+        serve: bool = True,
     ) -> dict[str, Any]:
         """Push a model version: it is loaded beside the serving one, validated on recent
         requests (and ``samples``, an .npz of labelled ``x``, ``y``, against ``min_accuracy``),
-        and swapped in; or rejected, the serving version staying.
+        and swapped in; or rejected, the serving version staying. ``serve=False`` leaves it a
+        validated ``candidate`` (for :meth:`shadow_model` or :meth:`split_model`).
 
         Raises:
             ModelError: the file does not load. ModelValidationError: the version was rejected.
@@ -238,6 +240,7 @@ class EventBusClient:
             "python_path": path_dirs,
             "labelled": labelled,
             "min_accuracy": min_accuracy,
+            "serve": serve,
         }
         return _unwrapped(self._controller.push_model.remote(name, blob, options))  # type: ignore[no-any-return]
 
@@ -248,6 +251,16 @@ class EventBusClient:
     def split_model(self, name: str, version: int | None, weight: float = 0.0) -> dict[str, Any]:
         """Send ``weight`` of a model's traffic to ``version``; ``None`` ends the split."""
         return _unwrapped(self._controller.split_model.remote(name, version, weight))  # type: ignore[no-any-return]
+
+    def shadow_model(self, name: str, version: int | None, share: float = 0.2) -> dict[str, Any]:
+        """Mirror ``share`` of a model's rows to ``version``, compared but never delivered;
+        ``None`` stops the experiment (its comparison stays in :meth:`list_models`)."""
+        return _unwrapped(self._controller.shadow_model.remote(name, version, share))  # type: ignore[no-any-return]
+
+    def model_history(self, name: str) -> builtins.list[dict[str, Any]]:
+        """A model's automatic rollbacks (reason, figures, time) and shadow experiments,
+        newest first."""
+        return _unwrapped(self._controller.model_history.remote(name))  # type: ignore[no-any-return]
 
     def _push_step_models(self, config: Any, python_path: builtins.list[str]) -> None:
         """A model step's ``path`` becomes the model's first version when it has none."""

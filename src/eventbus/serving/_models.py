@@ -63,8 +63,10 @@ class ModelControl:
         labelled: tuple[Any, Any] | None = None,
         min_accuracy: float | None = None,
         only_if_missing: bool = False,
+        serve: bool = True,
     ) -> dict[str, Any]:
-        """Add a version; validate and swap it in (see the module docstring).
+        """Add a version; validate and swap it in (see the module docstring); with
+        ``serve=False`` it is validated and left a ``candidate`` (for a shadow or a split).
 
         Returns:
             ``{"name", "version", "serving", "status", "pushed": bool}``.
@@ -106,23 +108,25 @@ class ModelControl:
         )
         if labelled is not None:
             self.registry.set_labelled(name, labelled[0], labelled[1], min_accuracy)
-        handle = self._handle(name)
+        handle = self._handle(name) if serve else None
         if handle is not None:
             handle.update.remote(version).result(timeout_s=300)
         else:
             validate_version(self.registry, name, version)
-            self.registry.set_serving(name, version)
+            if serve or self.registry.state(name)["serving"] is None:
+                self.registry.set_serving(name, version)
         st = self.registry.state(name)
         return {
             "name": name,
             "version": version,
             "serving": st["serving"],
-            "status": "serving",
+            "status": "serving" if st["serving"] == version else "candidate",
             "pushed": True,
         }
 
-    def list(self, name: str | None = None) -> list[dict[str, Any]]:
-        """Models (or one model's versions): versions, which one serves, the split."""
+    def list(self, name: str | None = None) -> builtins.list[dict[str, Any]]:
+        """Models (or one model's versions): versions, which one serves, the split, the shadow
+        experiment's comparison (``shadow``: figures, with ``active`` and ``share``)."""
         names = [name] if name else self.registry.names()
         rows = []
         for n in names:
@@ -135,25 +139,38 @@ class ModelControl:
                     share = 1.0 - (st["split"]["weight"] if st["split"] else 0.0)
                 elif st["split"] and st["split"]["version"] == rec["version"]:
                     share = st["split"]["weight"]
+                shadow = self.registry.comparison(n, rec["version"])
+                if shadow is not None:
+                    shadow["active"] = bool(
+                        st["shadow"] and st["shadow"]["version"] == rec["version"]
+                    )
+                fields = ("version", "format", "status", "error", "pushed_at", "size", "source")
                 rows.append(
                     {
                         "name": n,
-                        **{
-                            k: rec.get(k)
-                            for k in (
-                                "version",
-                                "format",
-                                "status",
-                                "error",
-                                "pushed_at",
-                                "size",
-                                "source",
-                            )
-                        },
+                        **{k: rec.get(k) for k in fields},
                         "traffic": share,
+                        "shadow": shadow,
                     }
                 )
         return rows
+
+    def shadow(self, name: str, version: int | None, share: float) -> dict[str, Any]:
+        """Mirror ``share`` of the model's rows to ``version`` (None stops the experiment).
+
+        Raises:
+            ModelError: unknown model or version, a rejected or the serving version, a share
+                outside (0, 1].
+        """
+        if not self.registry.exists(name):
+            self.registry.record(name, 0)
+        return {**self.registry.set_shadow(name, version, share), **self.registry.state(name)}
+
+    def history(self, name: str) -> builtins.list[dict[str, Any]]:
+        """The model's rollbacks and shadow experiments, newest first."""
+        if not self.registry.exists(name):
+            self.registry.record(name, 0)
+        return self.registry.history(name)
 
     def split(self, name: str, version: int | None, weight: float) -> dict[str, Any]:
         """Send ``weight`` of the model's traffic to ``version`` (None ends the split)."""

@@ -33,8 +33,26 @@ from eventbus.pipelines.steps._values import json_value as _json_value
 from eventbus.pipelines.steps._values import set_path as _set_path
 from eventbus.registry import steps
 
-__all__ = ["OUTPUT_VARIABLES", "EnsembleStep", "ModelStep", "check_output_expression"]
+__all__ = [
+    "OUTPUT_VARIABLES",
+    "SHADOW_FIGURES",
+    "EnsembleStep",
+    "ModelStep",
+    "check_output_expression",
+]
 
+#: A shadow experiment's figures a model step reports in its stats (``shadow``).
+SHADOW_FIGURES = (
+    "version",
+    "share",
+    "rows",
+    "agreement",
+    "mad",
+    "errors",
+    "dropped_rows",
+    "live_p99_ms",
+    "candidate_p99_ms",
+)
 #: Variables an ``output`` mapping's expressions see besides the event's.
 OUTPUT_VARIABLES = frozenset({"output", "version"})
 
@@ -244,6 +262,16 @@ class ModelStep(_ModelStepBase):
         b = self.backends[0]
         y, versions = b.result(b.call(x, u), self._timeout_s)
         return y, [int(v) for v in versions]
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.counters)
+        shadow = getattr(self.backends[0], "shadow", None)
+        if shadow:  # the model's shadow experiment, as its replicas last told
+            out["shadow"] = {
+                "model": self.backends[0].name,
+                **{k: shadow.get(k) for k in SHADOW_FIGURES},
+            }
+        return out
 
 
 class EnsembleStep(_ModelStepBase):

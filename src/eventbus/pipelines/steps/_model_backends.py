@@ -62,6 +62,8 @@ class RemoteModel:
         self._shape: tuple[int, ...] | None = None
         self._shape_at = 0.0
         self._made_at = time.monotonic()
+        #: The model's shadow experiment, as its replica last told (None: none runs).
+        self.shadow: dict[str, Any] | None = None
 
     def _h(self) -> Any:
         if self._handle is None:
@@ -88,6 +90,8 @@ class RemoteModel:
             self._shape_at = now
             info = self._h().info.remote().result(timeout_s=30)
             self._shape = tuple(info["input_shape"]) if info.get("input_shape") else None
+            shadow = info.get("shadow")
+            self.shadow = dict(shadow) if isinstance(shadow, dict) else None
         return self._shape
 
     def call(self, x: Any, u: Any) -> Any:

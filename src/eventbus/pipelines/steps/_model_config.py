@@ -36,6 +36,7 @@ __all__ = [
     "ModelPoolConfig",
     "ModelServingConfig",
     "ModelStepConfig",
+    "RollbackConfig",
     "pool_problems",
 ]
 
@@ -46,6 +47,39 @@ PoolName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,39}$")]
 #: Longest ``select`` expression: a model-name picker, not a program.
 MAX_SELECT_CHARS = 4096
 TargetPath = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]+(\.[A-Za-z_][A-Za-z0-9_-]*)*$")]
+
+
+class RollbackConfig(BaseModel):
+    """When a model version that took a split (or all traffic) is rolled back automatically on
+    its live figures, against the previous version's (`eventbus model history` records it)."""
+
+    model_config = _MODEL
+    enabled: bool = Field(default=True, description="Judge new versions and roll them back.")
+    window_s: Annotated[float, Field(gt=0, le=86_400)] = Field(
+        default=60.0, description="The window the figures are taken over, in seconds."
+    )
+    min_rows: Annotated[int, Field(ge=1, le=10_000_000)] = Field(
+        default=20, description="Rows the new version must have run in the window to be judged."
+    )
+    error_rate_margin: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=0.05,
+        description="Roll back when its error rate exceeds the previous version's by more "
+        "than this (absolute: 0.05 is five points).",
+    )
+    p99_ratio: Annotated[float, Field(ge=1, le=1000)] | None = Field(
+        default=3.0,
+        description="Roll back when its p99 pass latency exceeds this many times the previous "
+        "version's (and p99_min_ms; each with 50 passes or more in the window); null: latency "
+        "is not judged.",
+    )
+    p99_min_ms: Annotated[float, Field(ge=0, le=600_000)] = Field(
+        default=100.0, description="A p99 at or below this is never a regression, in ms."
+    )
+    probation_s: Annotated[float, Field(gt=0, le=30 * 86_400)] = Field(
+        default=600.0,
+        description="How long a version that took all traffic is judged; a split is judged "
+        "while it lasts.",
+    )
 
 
 class ModelServingConfig(BaseModel):
@@ -70,6 +104,10 @@ class ModelServingConfig(BaseModel):
     )
     batch_wait_ms: Annotated[float, Field(ge=0, le=10_000)] = Field(
         default=1.0, description="How long a forward pass waits for more calls to merge."
+    )
+    rollback: RollbackConfig = Field(
+        default_factory=RollbackConfig,
+        description="Automatic rollback of a new version on a live regression.",
     )
 
 
