@@ -34,6 +34,7 @@ __all__ = [
     "IngressError",
     "ModelError",
     "ModelValidationError",
+    "ModelWakeError",
     "PipelineConfigError",
     "PipelineNotFoundError",
     "SolverError",
@@ -152,6 +153,13 @@ class ModelValidationError(ModelError):
 
     def __str__(self) -> str:
         return f"model {self.model!r} version {self.version} was rejected and not swapped in: {self.reason}"
+
+
+class ModelWakeError(ModelError):
+    """A model application scaled to zero did not come back within the caller's deadline (or
+    its wake failed). Retriable: the events fail this attempt and go through the step's
+    retries and the pipeline's dead-letter path like any failed call; a later call asks for
+    the wake again."""
 
 
 class StateUnavailableError(EventBusError):

@@ -74,6 +74,10 @@ Models (``models``):
 * :func:`model_labelled` (string): labelled samples (.npz bytes with x and y).
 * :func:`model_shadow` (hash): a shadow experiment's comparison counters of one version.
 * :func:`model_history` (list): JSON records of rollbacks and shadow experiments, newest first.
+* :data:`MODELS_AT_ZERO` (hash): model name -> JSON ``{since, settled_at, wake_error}`` of a
+  model application scaled to zero; :data:`MODEL_WAKE` (hash): model name -> epoch s of the
+  latest call that asked it back. A model's hash also holds ``called_at`` (its replicas' last
+  call, epoch s), ``zero_downs`` and ``zero_wakes`` (counters).
 
 Multi-cluster (the keeper's own Redis):
 
@@ -87,6 +91,8 @@ __all__ = [
     "AGGREGATE_PARTS",
     "KEEPER_CLUSTERS",
     "MODELS",
+    "MODELS_AT_ZERO",
+    "MODEL_WAKE",
     "PIPELINES",
     "PIPELINES_VERSION",
     "PREFIX",
@@ -314,6 +320,10 @@ def duals(pipeline: str, step: str) -> str:
 MODELS = PREFIX + "models"
 #: Hash: each model pool's settings as last deployed (pool name -> JSON).
 MODEL_POOLS = PREFIX + "model-pools"
+#: Hash: model applications scaled to zero (model name -> JSON ``{since, ...}``).
+MODELS_AT_ZERO = PREFIX + "models-at-zero"
+#: Hash: model name -> epoch s of the latest call that found it at zero and asked it back.
+MODEL_WAKE = PREFIX + "model-wake"
 
 
 def model(name: str) -> str:

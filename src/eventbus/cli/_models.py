@@ -212,8 +212,11 @@ def list_(
         fail(str(exc))
     table = Table(title="Models")
     shadowed = any(r.get("shadow") for r in rows)  # the column shows once a shadow ran
+    # the column shows once a model scaled to zero (serving.idle_s)
+    zeroed = any((r.get("scale") or {}).get("scale_downs") for r in rows)
     cols = ["model", "version", "status", "traffic", "format", "size", "pushed"]
-    for col in [*cols, *(["shadow comparison"] if shadowed else []), "error"]:
+    extra = [*(["shadow comparison"] if shadowed else []), *(["scale to zero"] if zeroed else [])]
+    for col in [*cols, *extra, "error"]:
         table.add_column(col)
     for r in rows:
         # a retired version that `model split` sends a share to is live again: say so
@@ -239,8 +242,23 @@ def list_(
         ]
         if shadowed:
             cells.append(shadow_text(r.get("shadow")))
+        if zeroed:
+            cells.append(_zero_text(r.get("scale")))
         table.add_row(*cells, r["error"] or "")
     out.print(table if rows else "no models pushed; `eventbus model push NAME PATH` adds one")
+
+
+def _zero_text(scale: dict[str, Any] | None) -> str:
+    """``at zero`` (or ``running``) with the scale-downs, wakes and the last cold start."""
+    if not scale:
+        return ""
+    state = "[cyan]at zero[/cyan]" if scale.get("at_zero") else "running"
+    text = f"{state} · {scale.get('scale_downs', 0)} down, {scale.get('wakes', 0)} wakes"
+    if scale.get("cold_start_s") is not None:
+        text += f" · cold start {scale['cold_start_s']:.1f} s"
+    if scale.get("wake_failures"):
+        text += f" · [red]{scale['wake_failures']} failed wakes[/red]"
+    return text
 
 
 @model_app.command()

@@ -210,6 +210,10 @@ class ModelRegistry(ExperimentRecords):
     def set_options(self, name: str, options: dict[str, Any]) -> None:
         self._r.hset(keys.model(name), "options", json.dumps(options, sort_keys=True))
 
+    def called(self, name: str) -> None:
+        """Record that the model was just called (its idle time, ``_model_zero``)."""
+        self._r.hset(keys.model(name), "called_at", repr(time.time()))
+
     def pool_options(self, pool: str) -> dict[str, Any] | None:
         """A model pool's settings as last deployed (None: never deployed)."""
         raw = self._r.hget(keys.MODEL_POOLS, pool)

@@ -142,6 +142,7 @@ class ModelDeployment:
         self._calls = 0
         self._rows = 0
         self._last_record = 0.0
+        self._called_at = float("-inf")
         self._update_lock = threading.Lock()
         self._guard = LiveGuard(
             name, self._registry, RollbackPolicy.from_options(options.get("rollback"))
@@ -194,6 +195,12 @@ class ModelDeployment:
             except Exception:
                 log.warning("recording recent inputs of model %r failed", self.name, exc_info=True)
         self._calls += len(calls)
+        if now - self._called_at >= _RECORD_EVERY_S:  # the idle time of scale to zero
+            self._called_at = now
+            try:
+                self._registry.called(self.name)
+            except Exception:
+                log.warning("recording the last call of model %r failed", self.name, exc_info=True)
         return out
 
     # -- updates ----------------------------------------------------------------------------

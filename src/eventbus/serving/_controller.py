@@ -105,6 +105,7 @@ class Controller:
         self.topic_watch = TopicWatch(self._redis, kafka_bootstrap, self.kafka_client)
         self.restore()
         self.scaler.start()
+        self.models.zero.start()  # model applications with idle_s (_model_zero)
         self.ringer.start()
         self.topic_watch.start()
         threading.Thread(

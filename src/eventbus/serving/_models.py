@@ -48,8 +48,16 @@ class ModelControl:
     """
 
     def __init__(self, redis_url: str) -> None:
+        from eventbus._internal.redis_client import connect
+        from eventbus.serving._model_zero import ModelZero
+
         self.redis_url = redis_url
         self.registry = ModelRegistry(redis_url)
+        #: scales the applications of models with ``idle_s`` to zero and back (started by
+        #: the controller)
+        self.zero = ModelZero(
+            connect(redis_url, decode_responses=True), self._run_app, self._delete_app
+        )
 
     # -- versions ---------------------------------------------------------------------------
     def push(
@@ -133,6 +141,7 @@ class ModelControl:
             if not self.registry.exists(n):
                 self.registry.record(n, 0)  # raises the "no model named" error
             st = self.registry.state(n)
+            scale: dict[str, Any] | None = None  # on the serving version's row
             for rec in self.registry.versions(n):
                 share = 0.0
                 if rec["version"] == st["serving"]:
@@ -145,12 +154,15 @@ class ModelControl:
                         st["shadow"] and st["shadow"]["version"] == rec["version"]
                     )
                 fields = ("version", "format", "status", "error", "pushed_at", "size", "source")
+                if rec["version"] == st["serving"] and scale is None:
+                    scale = self.zero.state(n)
                 rows.append(
                     {
                         "name": n,
                         **{k: rec.get(k) for k in fields},
                         "traffic": share,
                         "shadow": shadow,
+                        "scale": scale if rec["version"] == st["serving"] else None,
                     }
                 )
         return rows
@@ -213,15 +225,23 @@ class ModelControl:
             )
             if options.get("num_gpus") is None:
                 options["num_gpus"] = 1 if _cluster_has_gpu() else 0
-            if model_app_name(name) in running and options == stored:
-                continue
-            with SERVE_RUN:  # serve.run is not thread-safe (_locks)
-                serve.run(
-                    build_model_app(name, self.redis_url, options),
-                    name=model_app_name(name),
-                    route_prefix=None,
-                )
-            self.registry.set_options(name, options)
+            with self.zero.lock(name):
+                if options == stored and (
+                    model_app_name(name) in running or self.zero.state(name)["at_zero"]
+                ):
+                    # running, or at zero with the same settings: it stays there (its
+                    # next call wakes it)
+                    self.zero.track(name, options.get("idle_s"), fresh=False)
+                    continue
+                with SERVE_RUN:  # serve.run is not thread-safe (_locks)
+                    serve.run(
+                        build_model_app(name, self.redis_url, options),
+                        name=model_app_name(name),
+                        route_prefix=None,
+                    )
+                self.registry.set_options(name, options)
+                self.zero.track(name, options.get("idle_s"))
+                self.zero.ran(name)  # no longer at zero
             started.append(name)
         started += self._ensure_pools(config, running)
         return started
@@ -286,6 +306,29 @@ class ModelControl:
                     serve.delete(app_name(name))
                 except Exception:
                     log.exception("deleting the Serve application of %s %r failed", kind, name)
+                if kind == "model":
+                    self.zero.forget(name)
+
+    def _run_app(self, name: str) -> None:
+        """Run a model's application with its stored options (a wake from zero)."""
+        from ray import serve
+
+        from eventbus.models._serve import build_model_app, model_app_name
+
+        with SERVE_RUN:  # serve.run is not thread-safe (_locks)
+            serve.run(
+                build_model_app(name, self.redis_url, self.registry.options(name)),
+                name=model_app_name(name),
+                route_prefix=None,
+            )
+
+    @staticmethod
+    def _delete_app(name: str) -> None:
+        from ray import serve
+
+        from eventbus.models._serve import model_app_name
+
+        serve.delete(model_app_name(name))
 
     @staticmethod
     def _handle(name: str) -> Any:

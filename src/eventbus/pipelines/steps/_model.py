@@ -83,6 +83,7 @@ class _ModelStepBase(Step):
         *,
         remote: bool,
         base_dirs: list[str] | None,
+        redis_url: str | None = None,
     ) -> None:
         super().__init__(step_id)
         program = cel.compile(input_src)
@@ -91,7 +92,7 @@ class _ModelStepBase(Step):
         self._build = activation_builder(program.variables)
         self._timeout_s = timeout_s
         self.backends: list[Any] = [
-            RemoteModel(r) if remote else LocalModel(r, step_id, base_dirs) for r in refs
+            RemoteModel(r, redis_url) if remote else LocalModel(r, step_id, base_dirs) for r in refs
         ]
         self._path: list[str] | None = None
         self._mapping: list[tuple[list[str], Any]] = []
@@ -224,7 +225,11 @@ class _ModelStepBase(Step):
         return CloudEvent(attrs, data)
 
     def stats(self) -> dict[str, Any]:
-        return dict(self.counters)
+        out: dict[str, Any] = dict(self.counters)
+        waits = sum(getattr(getattr(b, "waker", None), "waits", 0) for b in self.backends)
+        if waits:  # calls that found a model at zero and waited for its wake
+            out["zero_waits"] = waits
+        return out
 
 
 class ModelStep(_ModelStepBase):
@@ -246,6 +251,7 @@ class ModelStep(_ModelStepBase):
         *,
         remote: bool,
         base_dirs: list[str] | None = None,
+        redis_url: str | None = None,
     ) -> None:
         super().__init__(
             step_id,
@@ -255,6 +261,7 @@ class ModelStep(_ModelStepBase):
             spec.timeout_s,
             remote=remote,
             base_dirs=base_dirs,
+            redis_url=redis_url,
         )
         self.spec = spec
 
@@ -264,7 +271,7 @@ class ModelStep(_ModelStepBase):
         return y, [int(v) for v in versions]
 
     def stats(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(self.counters)
+        out: dict[str, Any] = super().stats()
         shadow = getattr(self.backends[0], "shadow", None)
         if shadow:  # the model's shadow experiment, as its replicas last told
             out["shadow"] = {
@@ -287,6 +294,7 @@ class EnsembleStep(_ModelStepBase):
         *,
         remote: bool,
         base_dirs: list[str] | None = None,
+        redis_url: str | None = None,
     ) -> None:
         from eventbus.models._combine import combiner
 
@@ -299,6 +307,7 @@ class EnsembleStep(_ModelStepBase):
             spec.timeout_s,
             remote=remote,
             base_dirs=base_dirs,
+            redis_url=redis_url,
         )
         self.spec = spec
         self._weights = [m.weight for m in spec.models]
@@ -372,7 +381,13 @@ def build_model(step_id: str, config: ModelStepConfig, context: StepContext) -> 
         from eventbus.pipelines.steps._model_pool import PoolModelStep
 
         return PoolModelStep(step_id, config, remote=context.remote)
-    return ModelStep(step_id, config, remote=context.remote, base_dirs=context.base_dirs or None)
+    return ModelStep(
+        step_id,
+        config,
+        remote=context.remote,
+        base_dirs=context.base_dirs or None,
+        redis_url=context.redis_url,
+    )
 
 
 @steps.register(
@@ -393,4 +408,10 @@ def build_model(step_id: str, config: ModelStepConfig, context: StepContext) -> 
 )
 def build_ensemble(step_id: str, config: EnsembleConfig, context: StepContext) -> EnsembleStep:
     """An ensemble step (see :func:`build_model`)."""
-    return EnsembleStep(step_id, config, remote=context.remote, base_dirs=context.base_dirs or None)
+    return EnsembleStep(
+        step_id,
+        config,
+        remote=context.remote,
+        base_dirs=context.base_dirs or None,
+        redis_url=context.redis_url,
+    )

@@ -8,7 +8,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from eventbus.errors import ConfigError, ModelError
+from eventbus.errors import ConfigError, ModelError, ModelWakeError
+from eventbus.models._zero import Waker
 from eventbus.pipelines.steps._model_config import _ModelRef
 
 __all__ = ["LocalModel", "RemoteModel"]
@@ -56,9 +57,11 @@ class LocalModel:
 class RemoteModel:
     """The model's own Serve deployment, called through a handle."""
 
-    def __init__(self, ref: _ModelRef) -> None:
+    def __init__(self, ref: _ModelRef, redis_url: str | None = None) -> None:
         self.name = ref.name
         self._handle: Any = None
+        #: asks the model back when its application scaled to zero (``serving.idle_s``)
+        self.waker: Waker | None = Waker(redis_url, ref.name) if redis_url else None
         self._shape: tuple[int, ...] | None = None
         self._shape_at = 0.0
         self._made_at = time.monotonic()
@@ -88,17 +91,49 @@ class RemoteModel:
         fresh = self._shape is None and now - self._made_at < 60.0
         if fresh or now - self._shape_at > _INFO_EVERY_S:
             self._shape_at = now
-            info = self._h().info.remote().result(timeout_s=30)
+            info = self._ask(lambda h, t: h.info.remote().result(timeout_s=t), 30.0)
             self._shape = tuple(info["input_shape"]) if info.get("input_shape") else None
             shadow = info.get("shadow")
             self.shadow = dict(shadow) if isinstance(shadow, dict) else None
         return self._shape
 
     def call(self, x: Any, u: Any) -> Any:
-        return self._h().predict.remote((x, u))
+        try:
+            return (x, u, self._h().predict.remote((x, u)))
+        except Exception as exc:  # noqa: BLE001 - at zero? result() asks it back
+            return (x, u, exc)
 
     def result(self, pending: Any, timeout_s: float) -> Any:
-        res = pending.result(timeout_s=timeout_s)
+        x, u, response = pending
+
+        def first(h: Any, t: float) -> Any:
+            if isinstance(response, Exception):
+                raise response
+            return response.result(timeout_s=t)
+
+        res = self._ask(
+            first, timeout_s, again=lambda h, t: h.predict.remote((x, u)).result(timeout_s=t)
+        )
         if isinstance(res[0], str) and res[0] == "error":
             raise ModelError(res[1])
         return res
+
+    def _ask(self, op: Any, timeout_s: float, again: Any = None) -> Any:
+        """``op(handle, timeout_s)``; when it fails because the model's application is at zero
+        (or going there), ask it back, wait for it within the same deadline and run ``again``
+        (default ``op``) once on the new application.
+
+        Raises:
+            ModelWakeError: it did not run again in time, or its wake failed (retriable).
+        """
+        deadline = time.monotonic() + timeout_s
+        try:
+            return op(self._h(), timeout_s)
+        except ModelWakeError:
+            raise
+        except Exception:
+            if self.waker is None or not self.waker.at_zero():
+                raise
+        self._handle = None  # the application is a new one when it is back
+        self.waker.wake(deadline)
+        return (again or op)(self._h(), max(0.1, deadline - time.monotonic()))

@@ -109,6 +109,13 @@ class ModelServingConfig(BaseModel):
         default_factory=RollbackConfig,
         description="Automatic rollback of a new version on a live regression.",
     )
+    idle_s: Annotated[float, Field(ge=1, le=30 * 86_400)] | None = Field(
+        default=None,
+        description="Scale the model's application to zero (its replicas' processes released) "
+        "after this many seconds without a call; the next call wakes it and waits for it "
+        "within the step's timeout_s (a cold start: seconds). Default: never (a call never "
+        "pays a cold start).",
+    )
 
 
 class ModelPoolConfig(BaseModel):
