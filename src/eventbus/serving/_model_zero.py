@@ -104,8 +104,8 @@ class ModelZero:
         while not self._stop.wait(self.poll_s):
             try:
                 self.tick()
-            except Exception:  # Redis away: next tick
-                log.warning("model scale to zero: a check failed", exc_info=True)
+            except Exception as exc:  # noqa: BLE001 - Redis away: next tick
+                log.warning("model scale to zero: a check failed (%s)", exc)
 
     def tick(self) -> list[tuple[str, str]]:
         """Read the figures once and start the actions they call for (on the pool's threads);
