@@ -55,9 +55,7 @@ class ModelControl:
         self.registry = ModelRegistry(redis_url)
         #: scales the applications of models with ``idle_s`` to zero and back (started by
         #: the controller)
-        self.zero = ModelZero(
-            connect(redis_url, decode_responses=True), self._run_app, self._delete_app
-        )
+        self.zero = ModelZero(connect(redis_url, decode_responses=True), self._run_app, _delete_app)
 
     # -- versions ---------------------------------------------------------------------------
     def push(
@@ -323,14 +321,6 @@ class ModelControl:
             )
 
     @staticmethod
-    def _delete_app(name: str) -> None:
-        from ray import serve
-
-        from eventbus.models._serve import model_app_name
-
-        serve.delete(model_app_name(name))
-
-    @staticmethod
     def _handle(name: str) -> Any:
         from ray import serve
 
@@ -342,6 +332,15 @@ class ModelControl:
             return serve.get_app_handle(model_app_name(name))
         except Exception:  # noqa: BLE001 - Serve not started: no application
             return None
+
+
+def _delete_app(name: str) -> None:
+    """Delete a model's application (a scale to zero; blocking while its replicas drain)."""
+    from ray import serve
+
+    from eventbus.models._serve import model_app_name
+
+    serve.delete(model_app_name(name))
 
 
 def _cluster_has_gpu() -> bool:

@@ -26,7 +26,7 @@ from eventbus.eventing._event import CloudEvent
 from eventbus.eventing._outcome import Failure
 from eventbus.pipelines._activation import activation_builder, check_identifiers
 from eventbus.pipelines._step import Step, StepContext, StepResult
-from eventbus.pipelines.steps._model_backends import LocalModel, RemoteModel
+from eventbus.pipelines.steps._model_backends import LocalModel, RemoteModel, example_config
 from eventbus.pipelines.steps._model_config import EnsembleConfig, ModelStepConfig, _ModelRef
 from eventbus.pipelines.steps._values import attribute_value as _attribute_value
 from eventbus.pipelines.steps._values import json_value as _json_value
@@ -346,23 +346,10 @@ def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:
     return out
 
 
-def _example(folder: Any) -> dict[str, Any]:
-    """A working config over a small TorchScript model written into ``folder``."""
-    from pathlib import Path
-
-    import torch
-
-    path = Path(folder) / "example.pt2"
-    if not path.exists():
-        torch.manual_seed(0)
-        module = torch.nn.Linear(3, 1).eval()
-        torch.export.save(torch.export.export(module, (torch.zeros(1, 3),)), str(path))
-    return {
-        "name": "example",
-        "path": str(path),
-        "input": "[1.0, 2.0, 3.0]",
-        "output": "data.score",
-    }
+def _where(context: StepContext) -> dict[str, Any]:
+    """Where a model step's models run, from its context."""
+    remote, base = context.remote, context.base_dirs or None
+    return {"remote": remote, "base_dirs": base, "redis_url": context.redis_url}
 
 
 @steps.register(
@@ -371,7 +358,7 @@ def _example(folder: Any) -> dict[str, Any]:
     description="Run each event through a model (its own Ray Serve deployment, or a pool's).",
     expressions=_expressions,
     models=lambda config: [config] if config.pool is None else [],
-    example=_example,
+    example=example_config,
     describe=lambda raw: str(raw.get("name") or raw.get("select") or raw.get("model") or ""),
 )
 def build_model(step_id: str, config: ModelStepConfig, context: StepContext) -> Step:
@@ -381,13 +368,7 @@ def build_model(step_id: str, config: ModelStepConfig, context: StepContext) -> 
         from eventbus.pipelines.steps._model_pool import PoolModelStep
 
         return PoolModelStep(step_id, config, remote=context.remote)
-    return ModelStep(
-        step_id,
-        config,
-        remote=context.remote,
-        base_dirs=context.base_dirs or None,
-        redis_url=context.redis_url,
-    )
+    return ModelStep(step_id, config, **_where(context))
 
 
 @steps.register(
@@ -398,8 +379,8 @@ def build_model(step_id: str, config: ModelStepConfig, context: StepContext) -> 
     models=lambda config: list(config.models),
     example=lambda folder: {
         "models": [
-            {"name": "example", "path": str(_example(folder)["path"])},
-            {"name": "example-b", "path": str(_example(folder)["path"])},
+            {"name": "example", "path": str(example_config(folder)["path"])},
+            {"name": "example-b", "path": str(example_config(folder)["path"])},
         ],
         "combine": "mean",
         "input": "[1.0, 2.0, 3.0]",
@@ -408,10 +389,4 @@ def build_model(step_id: str, config: ModelStepConfig, context: StepContext) -> 
 )
 def build_ensemble(step_id: str, config: EnsembleConfig, context: StepContext) -> EnsembleStep:
     """An ensemble step (see :func:`build_model`)."""
-    return EnsembleStep(
-        step_id,
-        config,
-        remote=context.remote,
-        base_dirs=context.base_dirs or None,
-        redis_url=context.redis_url,
-    )
+    return EnsembleStep(step_id, config, **_where(context))

@@ -12,7 +12,7 @@ from eventbus.errors import ConfigError, ModelError, ModelWakeError
 from eventbus.models._zero import Waker
 from eventbus.pipelines.steps._model_config import _ModelRef
 
-__all__ = ["LocalModel", "RemoteModel"]
+__all__ = ["LocalModel", "RemoteModel", "example_config"]
 
 #: How often a deployed model's input shape is asked again.
 _INFO_EVERY_S = 5.0
@@ -137,3 +137,22 @@ class RemoteModel:
         self._handle = None  # the application is a new one when it is back
         self.waker.wake(deadline)
         return (again or op)(self._h(), max(0.1, deadline - time.monotonic()))
+
+
+def example_config(folder: Any) -> dict[str, Any]:
+    """A working config over a small TorchScript model written into ``folder``."""
+    from pathlib import Path
+
+    import torch
+
+    path = Path(folder) / "example.pt2"
+    if not path.exists():
+        torch.manual_seed(0)
+        module = torch.nn.Linear(3, 1).eval()
+        torch.export.save(torch.export.export(module, (torch.zeros(1, 3),)), str(path))
+    return {
+        "name": "example",
+        "path": str(path),
+        "input": "[1.0, 2.0, 3.0]",
+        "output": "data.score",
+    }
