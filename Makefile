@@ -95,6 +95,8 @@ bench: setup kafka bench-peers
 	$(PY) benchmarks/aggregate.py
 	$(PY) benchmarks/http_sink.py
 	$(PY) benchmarks/allocation_k10k.py
+# issue 40 at a size of a few minutes (the full size: --models 300 --events 60000)
+	$(PY) benchmarks/models_many.py --models 100 --events 20000 --rate 1000
 
 # kafka_pipeline, peers, latency and idle on Apache Kafka, then on Tansu, side by side
 bench-brokers: setup kafka bench-peers

@@ -277,3 +277,54 @@ def test_a_failure_while_running_is_not_a_wake(
     with pytest.raises(Unavailable):
         model._ask(first, 5.0)
     assert redis.hget(keys.MODEL_WAKE, NAME) is None
+
+
+# -- eventbus model list ----------------------------------------------------------------------
+def test_model_list_shows_at_zero_with_the_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    import eventbus.cli._models as cli_models
+    from eventbus.cli import app
+
+    base = {"format": "export", "size": 10, "pushed_at": 0.0, "error": None, "traffic": 1.0}
+    scale = {"at_zero": 1.0, "scale_downs": 3, "wakes": 2, "wake_failures": 1}
+    rows = [
+        {
+            **base,
+            "name": "rare",
+            "version": 1,
+            "status": "serving",
+            "shadow": None,
+            "scale": {**scale, "cold_start_s": 6.2},
+        },
+        {
+            **base,
+            "name": "hot",
+            "version": 1,
+            "status": "serving",
+            "shadow": None,
+            "scale": {
+                "at_zero": None,
+                "scale_downs": 0,
+                "wakes": 0,
+                "wake_failures": 0,
+                "cold_start_s": None,
+            },
+        },
+    ]
+
+    class Client:
+        def list_models(self, name: str | None) -> list[dict[str, Any]]:
+            return rows
+
+    monkeypatch.setattr(cli_models, "_client", lambda *a: Client())
+    monkeypatch.setenv("COLUMNS", "250")
+    out = CliRunner().invoke(app, ["model", "list"]).output
+    assert "scale to zero" in out
+    line = next(x for x in out.splitlines() if "rare" in x)
+    assert "at zero" in line and "3 down, 2 wakes" in line and "cold start 6.2 s" in line
+    assert "1 failed wakes" in line
+    assert "running · 0 down, 0 wakes" in next(x for x in out.splitlines() if "hot" in x)
+    # no model ever went to zero: no column
+    rows[0]["scale"] = rows[1]["scale"]
+    assert "scale to zero" not in CliRunner().invoke(app, ["model", "list"]).output
