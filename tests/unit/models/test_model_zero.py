@@ -328,3 +328,20 @@ def test_model_list_shows_at_zero_with_the_counts(monkeypatch: pytest.MonkeyPatc
     # no model ever went to zero: no column
     rows[0]["scale"] = rows[1]["scale"]
     assert "scale to zero" not in CliRunner().invoke(app, ["model", "list"]).output
+
+
+def test_a_stale_handle_after_another_callers_wake_is_renewed(
+    redis: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from ray.serve.exceptions import DeploymentUnavailableError
+
+    model = remote(redis_url, monkeypatch)
+
+    def first(h: Any, t: float) -> Any:  # the application went and came back meanwhile
+        deployment = SimpleNamespace(name="model", app_name="eventbus-model-x")
+        raise DeploymentUnavailableError(deployment)  # type: ignore[arg-type]
+
+    assert model._ask(first, 5.0, again=lambda h, t: "answer") == "answer"
+    assert model.waker is not None and model.waker.waits == 0

@@ -126,16 +126,23 @@ class RemoteModel:
         Raises:
             ModelWakeError: it did not run again in time, or its wake failed (retriable).
         """
+        from ray.serve.exceptions import DeploymentUnavailableError
+
         deadline = time.monotonic() + timeout_s
         try:
             return op(self._h(), timeout_s)
         except ModelWakeError:
             raise
-        except Exception:
-            if self.waker is None or not self.waker.at_zero():
+        except Exception as exc:
+            if self.waker is None:
                 raise
+            if not self.waker.at_zero():
+                if not isinstance(exc, DeploymentUnavailableError):
+                    raise
+                # another caller woke it meanwhile: this handle saw the old application go
+            else:
+                self.waker.wake(deadline)
         self._handle = None  # the application is a new one when it is back
-        self.waker.wake(deadline)
         return (again or op)(self._h(), max(0.1, deadline - time.monotonic()))
 
 
