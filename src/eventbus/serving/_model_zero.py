@@ -115,12 +115,20 @@ class ModelZero:
             busy = set(self._busy)
         zero = self._r.hgetall(keys.MODELS_AT_ZERO)
         # a model at zero wakes even untracked (the controller restarted since its scale-down)
-        names = [n for n in {**idle, **zero} if n not in busy]
-        actions = []
+        names = [
+            n for n in {**idle, **zero} if n not in busy and (n in zero or idle.get(n) is not None)
+        ]
+        if not names:
+            return []
+        # one round trip for every model's figures, however many models are watched
+        wakes = self._r.hgetall(keys.MODEL_WAKE)
+        pipe = self._r.pipeline(transaction=False)
         for name in names:
-            if name not in zero and idle.get(name) is None:
-                continue
-            action = self._decide(name, idle.get(name), zero.get(name))
+            pipe.hget(keys.model(name), "called_at")
+        called = pipe.execute()
+        actions = []
+        for name, called_at in zip(names, called, strict=True):
+            action = self._rule(name, idle.get(name), zero.get(name), wakes.get(name), called_at)
             if action is not None:
                 with self._guard:
                     self._busy.add(name)
@@ -129,15 +137,27 @@ class ModelZero:
         return actions
 
     def _decide(self, name: str, idle_s: float | None, zero_raw: str | None) -> str | None:
-        wake_at = float(self._r.hget(keys.MODEL_WAKE, name) or 0)
-        called_at = float(self._r.hget(keys.model(name), "called_at") or 0)
+        """The rule on figures read now (one model)."""
+        wake_at = self._r.hget(keys.MODEL_WAKE, name)
+        return self._rule(
+            name, idle_s, zero_raw, wake_at, self._r.hget(keys.model(name), "called_at")
+        )
+
+    def _rule(
+        self,
+        name: str,
+        idle_s: float | None,
+        zero_raw: str | None,
+        wake_at: str | None,
+        called_at: str | None,
+    ) -> str | None:
         since = float(json.loads(zero_raw)["since"]) if zero_raw else None
         return decide(
             idle_s=idle_s,
             now=time.time(),
-            called_at=called_at,
+            called_at=float(called_at or 0),
             up_at=self._up_at.get(name, 0.0),
-            wake_at=wake_at,
+            wake_at=float(wake_at or 0),
             at_zero_since=since,
         )
 

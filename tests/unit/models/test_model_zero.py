@@ -46,7 +46,8 @@ class Serve:
     def delete(self, name: str) -> None:
         if self.during_delete is not None:
             self.during_delete()
-        self.deletes += 1
+        with self._lock:
+            self.deletes += 1
 
 
 @pytest.fixture
@@ -345,3 +346,23 @@ def test_a_stale_handle_after_another_callers_wake_is_renewed(
 
     assert model._ask(first, 5.0, again=lambda h, t: "answer") == "answer"
     assert model.waker is not None and model.waker.waits == 0
+
+
+def test_hundreds_of_models_in_one_tick(redis: Any, serve: Serve) -> None:
+    names = [f"zero-many-{i}" for i in range(300)]
+    zero = ModelZero(redis, serve.run, serve.delete, poll_s=0.05)
+    try:
+        now = time.time()
+        for i, name in enumerate(names):
+            zero.track(name, 1.0 if i % 3 else None)  # every third never goes to zero
+            zero._up_at[name] = now - 100
+            redis.hset(keys.model(name), "called_at", repr(now if i % 2 else now - 100))
+        actions = zero.tick()
+        expected = {n for i, n in enumerate(names) if i % 3 and not i % 2}
+        assert {n for n, a in actions if a == "down"} == expected and len(actions) == len(expected)
+        wait_for(lambda: serve.deletes == len(expected), 30)
+        assert set(redis.hkeys(keys.MODELS_AT_ZERO)) == expected
+    finally:
+        zero.stop()
+        redis.delete(*(keys.model(n) for n in names))
+        redis.hdel(keys.MODELS_AT_ZERO, *names)
