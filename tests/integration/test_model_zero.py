@@ -80,8 +80,9 @@ async def test_model_application_scales_to_zero_and_a_call_wakes_it(
             },
         }
     )
+    # (not asserted running here: on a loaded machine the pipeline's own application can take
+    # longer than idle_s to start after the model's, which then already went to zero)
     app = model_app_name(model)
-    assert app in serve.status().applications
 
     def scale() -> dict[str, Any]:
         [row] = [r for r in eventbus_client.list_models(model) if r["scale"]]

@@ -101,11 +101,17 @@ class ModelZero:
 
     # -- the thread ---------------------------------------------------------------------------
     def _main(self) -> None:
+        failing = False
         while not self._stop.wait(self.poll_s):
             try:
                 self.tick()
+                failing = False
             except Exception as exc:  # noqa: BLE001 - Redis away: next tick
-                log.warning("model scale to zero: a check failed (%s)", exc)
+                # once per outage, not every poll_s
+                (log.debug if failing else log.warning)(
+                    "model scale to zero: a check failed (%s)", exc
+                )
+                failing = True
 
     def tick(self) -> list[tuple[str, str]]:
         """Read the figures once and start the actions they call for (on the pool's threads);
