@@ -146,17 +146,21 @@ def test_a_batch_consumed_again_in_other_cuts_emits_the_same_outputs_once(
     assert [t.fire() for t in step.timers()] == [None]
 
 
+@pytest.mark.parametrize(
+    ("limit", "size", "per_batch"), [("CLOSE_LIMIT", 2, [2, 2, 1]), ("CLOSE_BYTES", 1, [1] * 5)]
+)
 def test_one_batch_closes_at_most_the_close_limit(
-    redis_url: str, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, monkeypatch: pytest.MonkeyPatch, limit: str, size: int, per_batch: list[int]
 ) -> None:
-    monkeypatch.setattr(_join, "CLOSE_LIMIT", 2)
+    # by the number of windows, or by their bytes (at least one window a batch)
+    monkeypatch.setattr(_join, limit, size)
     runner, _ = make(redis_url)
     run(runner, [ev("order", f"k{i}", T0 + i, f"o{i}") for i in range(5)])
     closed: list[str] = []
-    for n in range(3):  # each batch closes two windows, the rest stay due
+    for n, want in enumerate(per_batch):  # the windows beyond the limit stay due
         batch = [ev("payment", f"x{n}", T0 + 10_000 + n, f"p{n}")]
         out = emitted(run(runner, batch))
-        assert len(out) == (2 if n < 2 else 1)
+        assert len(out) == want
         closed += [e.data["order"]["k"] for _, e in out]
     assert sorted(closed) == [f"k{i}" for i in range(5)]
 

@@ -8,7 +8,8 @@ first attempt's outputs were in its aborted transaction, never visible: the argu
 docs/concepts/delivery.md). A :class:`JoinSweeper`
 (run next to each replica's sources) takes windows that closed: outer joins emit what is
 present, inner joins drop them (counted), windows evicted by ``max_pending`` go to the
-dead-letter sink.
+dead-letter sink. An outer join under ``exactly_once`` closes its windows in the batches
+instead (:mod:`._join_close`): the sweeper then only dead-letters evictions.
 
 ``emit`` chooses the combinations: ``every`` (each combination of a key's events within the
 window, once, :mod:`._join_pairs`), ``latest`` (each event with the latest of every other side)

@@ -10,7 +10,10 @@ Under the join step's prefix (``eventbus:join:{<pipeline>:<step>}:``), apart fro
 * ``x:<t0>:<key>``: a window that closed before a sweeper took it, renamed when the key's next
   event opened a new window;
 * ``pdue``: window names (``w:<key>``, ``x:<t0>:<key>``) by deadline; ``pclaim``: those a
-  sweeper took, by lease deadline.
+  sweeper took, by lease deadline;
+* an outer join under exactly_once (:mod:`._join_close`): windows closed by a batch, kept as
+  ``x:<t0>c<n>:<key>`` with ``__closed``; ``cw``/``cwx``: the closed (or renamed) window of
+  each of their events, and when it expires; ``cr``/``crx``: each closer's closed windows.
 
 An event pairs with the events of the other sides stored *before* it (lower seq), so each
 combination is emitted once, by its last event; that event consumed again after a crash finds
