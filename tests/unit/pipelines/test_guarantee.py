@@ -173,6 +173,8 @@ def with_join(options: str) -> str:
         "mode: inner, emit: latest",
         "mode: latest, table: order",
         "time: event, allowed_lateness_s: 5, window_s: 30",
+        "mode: outer, time: event",
+        "mode: outer, emit: latest, time: event, allowed_lateness_s: 5",
     ],
 )
 def test_a_join_whose_outputs_come_from_consumed_events_runs_exactly_once(options: str) -> None:
@@ -182,18 +184,32 @@ def test_a_join_whose_outputs_come_from_consumed_events_runs_exactly_once(option
 
 
 @pytest.mark.parametrize("emit", ["every", "first", "latest"])
-def test_an_outer_join_is_refused_naming_the_mode_and_the_alternatives(emit: str) -> None:
+def test_a_processing_time_outer_join_is_refused_naming_the_setting_and_the_fix(
+    emit: str,
+) -> None:
     found = problems(with_join(f"mode: outer, emit: {emit}"))
     assert found.count("\n") == 0, found  # the one problem
     expect = (
-        "step 'pair' is of kind 'join' with mode 'outer' but delivery.guarantee is "
-        "'exactly_once': an outer join emits the keys left incomplete when their window "
-        "closes, from a timer outside any consumed batch, so no Kafka transaction covers "
-        "those outputs; use mode: inner (every joined event then comes from a consumed "
-        "event, inside its batch's transaction); or keep guarantee: at_least_once (the "
-        "default) with delivery.dedupe for effectively-once delivery"
+        "step 'pair' is of kind 'join' with mode 'outer' and time 'processing' but "
+        "delivery.guarantee is 'exactly_once': processing-time windows close by the wall "
+        "clock, from a timer outside any consumed batch, so no Kafka transaction covers the "
+        "outputs of the keys left incomplete; use time: event (windows then close when a "
+        "consumed event moves the watermark past them, inside its batch's transaction), or "
+        "mode: inner; or keep guarantee: at_least_once (the default) with delivery.dedupe "
+        "for effectively-once delivery"
     )
     assert expect in found, found
+
+
+def test_an_outer_join_emitting_first_is_refused_naming_the_setting_and_the_fix() -> None:
+    found = problems(with_join("mode: outer, emit: first, time: event"))
+    assert found.count("\n") == 0, found
+    assert (
+        "step 'pair' is of kind 'join' with mode 'outer' and emit 'first' but "
+        "delivery.guarantee is 'exactly_once': its keys left incomplete are emitted when "
+        "their window closes, by the step's timer, outside any consumed batch, so no Kafka "
+        "transaction covers those outputs; use emit: every or latest"
+    ) in found, found
 
 
 def test_an_outer_join_runs_at_least_once() -> None:

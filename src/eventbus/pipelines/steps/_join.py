@@ -8,7 +8,8 @@ first attempt's outputs were in its aborted transaction, never visible: the argu
 docs/concepts/delivery.md). A :class:`JoinSweeper`
 (run next to each replica's sources) takes windows that closed: outer joins emit what is
 present, inner joins drop them (counted), windows evicted by ``max_pending`` go to the
-dead-letter sink.
+dead-letter sink. An outer join under ``exactly_once`` closes its windows in the batches
+instead (:mod:`._join_close`): the sweeper then only dead-letters evictions.
 
 ``emit`` chooses the combinations: ``every`` (each combination of a key's events within the
 window, once, :mod:`._join_pairs`), ``latest`` (each event with the latest of every other side)
@@ -30,6 +31,7 @@ from eventbus.eventing._codecs import event_to_json
 from eventbus.eventing._event import CloudEvent
 from eventbus.pipelines._activation import activation_builder, check_identifiers
 from eventbus.pipelines._step import Step, StepContext, Timer
+from eventbus.pipelines.steps._join_close import CLOSE_BYTES, CLOSE_LIMIT, REPLAY_S
 from eventbus.pipelines.steps._join_config import JoinConfig, exactly_once_refusal
 from eventbus.pipelines.steps._join_memory import MemoryJoinState, MemoryPairState
 from eventbus.pipelines.steps._join_output import (
@@ -43,7 +45,7 @@ from eventbus.pipelines.steps._join_output import (
     key_full_error,
     late_error,
 )
-from eventbus.pipelines.steps._join_pairs import PairState, RedisPairState
+from eventbus.pipelines.steps._join_pairs import PairState, RedisPairState, window_key
 from eventbus.pipelines.steps._join_state import (
     AFTER_MATCH,
     SUPERSEDED,
@@ -53,7 +55,7 @@ from eventbus.pipelines.steps._join_state import (
     RedisJoinState,
     now_ms,
 )
-from eventbus.pipelines.steps._join_sweep import JoinSweeper
+from eventbus.pipelines.steps._join_sweep import JoinSweeper, outer_outputs, window_events
 from eventbus.pipelines.steps._join_watermark import NO_LANE, PROCESSING, Clock
 from eventbus.registry import steps
 
@@ -68,6 +70,8 @@ class JoinStep(Step):
         spec: the join configuration.
         pipeline: the pipeline name (state key prefix, default output source).
         redis_url: the state store; None keeps state in memory (pipeline tests).
+        exactly_once: ``delivery.guarantee`` is ``exactly_once``: an outer join's batches
+            close its windows (:mod:`._join_close`), not the sweeper.
     """
 
     kind = "join"
@@ -76,7 +80,13 @@ class JoinStep(Step):
     late_errors = frozenset({"LateEventError"})
 
     def __init__(
-        self, step_id: str, spec: JoinConfig, *, pipeline: str, redis_url: str | None = None
+        self,
+        step_id: str,
+        spec: JoinConfig,
+        *,
+        pipeline: str,
+        redis_url: str | None = None,
+        exactly_once: bool = False,
     ) -> None:
         super().__init__(step_id)
         self.spec = spec
@@ -90,6 +100,15 @@ class JoinStep(Step):
             RedisPairState(redis_url, prefix) if redis_url else MemoryPairState()
         )
         self.stream = spec.mode != "latest" and spec.emit != "first"
+        #: an outer join under exactly_once (Redis state, event time, emit every/latest): the
+        #: batches close the windows and emit the incomplete ones, the sweeper only evictions
+        self.closing = bool(
+            exactly_once
+            and redis_url
+            and spec.mode == "outer"
+            and self.stream
+            and spec.time == "event"
+        )
         self._sides = []
         used: frozenset[str] = frozenset()
         for side in spec.sides:
@@ -223,12 +242,18 @@ class JoinStep(Step):
         items: list[Item],
         where: list[int],
     ) -> None:
-        added = self.pairs.add(
-            now, self._window_ms, self.spec.max_pending, self.spec.max_key_bytes, items, self.clock
-        )
+        args = (now, self._window_ms, self.spec.max_pending, self.spec.max_key_bytes, items)
+        closed: list[list[tuple[str, dict[str, bytes]]]] = [[] for _ in items]
+        if self.closing:
+            assert isinstance(self.pairs, RedisPairState)
+            added, closed = self.pairs.add_closing(
+                *args, self.clock, (CLOSE_LIMIT, CLOSE_BYTES, int(REPLAY_S * 1000))
+            )
+        else:
+            added = self.pairs.add(*args, self.clock)
         latest = self.spec.emit == "latest"
-        for i, (key, side, payload, eid, t, _), (code, t0, same, others) in zip(
-            where, items, added
+        for i, (key, side, payload, eid, t, _), (code, t0, same, others), shut in zip(
+            where, items, added, closed
         ):
             if code == -3:
                 results[i] = self._failure(self._late(key, t, int(t0)))
@@ -236,7 +261,8 @@ class JoinStep(Step):
             if code == -2:
                 results[i] = self._failure(self._full(key, len(payload), same))
                 continue
-            results[i] = []
+            # exactly_once: the incomplete windows this event closed (or closed the first time)
+            results[i] = self._closed(shut, now)
             if code == -1:
                 continue  # its window was evicted: dead-lettered by the sweeper
             if latest and same and code == 1:
@@ -262,7 +288,15 @@ class JoinStep(Step):
             if not outputs:
                 self.absorb("waiting")
             self.counters["joined"] += len(outputs)
-            results[i] = outputs
+            results[i] = outputs + results[i]
+
+    def _closed(self, shut: list[tuple[str, dict[str, bytes]]], now: int) -> list[CloudEvent]:
+        out: list[CloudEvent] = []
+        for member, h in shut:
+            by_side = window_events(h)
+            if h and not all(by_side.get(n) for n in self.side_names):
+                out += outer_outputs(self, window_key(member), h["__t0"].decode(), by_side, now)
+        return out
 
     def _latest(
         self,
@@ -346,4 +380,10 @@ def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:
 )
 def build_join(step_id: str, config: JoinConfig, context: StepContext) -> JoinStep:
     """A join step (state in Redis on the platform, in memory in process)."""
-    return JoinStep(step_id, config, pipeline=context.pipeline, redis_url=context.redis_url)
+    return JoinStep(
+        step_id,
+        config,
+        pipeline=context.pipeline,
+        redis_url=context.redis_url,
+        exactly_once=context.exactly_once,
+    )

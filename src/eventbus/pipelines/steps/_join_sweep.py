@@ -13,13 +13,14 @@ from eventbus.pipelines.steps._join_pairs import PairState, window_key
 from eventbus.pipelines.steps._join_state import JoinState
 from eventbus.pipelines.steps._join_watermark import PROCESSING, Clock
 
-__all__ = ["JoinSweeper", "SweptJoin"]
+__all__ = ["JoinSweeper", "SweptJoin", "outer_outputs", "window_events"]
 
 
 class SweptJoin(Protocol):
     """What a :class:`JoinSweeper` needs of its join step (``JoinStep`` is one)."""
 
     id: str
+    closing: bool
     pipeline: str
     spec: JoinConfig
     state: JoinState
@@ -103,17 +104,18 @@ class JoinSweeper(Timer):
         outputs: list[CloudEvent] = []
         dead: list[CloudEvent] = []
         claimed: list[Any] = []
-        for member, h in step.pairs.claim_due(now, self._lease_ms, limit, clock):
+        # an outer join under exactly_once: its batches close the windows (not at the end
+        # of an input: eventbus test and run_pipeline keep state in memory)
+        closing = step.closing and now != END_MS
+        for member, h in step.pairs.claim_due(
+            now, self._lease_ms, limit, clock, evicted_only=closing
+        ):
             if not h:
                 claimed.append((member, ""))
                 continue  # expired already
             key, t0 = window_key(member), h["__t0"].decode()
             claimed.append((member, t0))
-            by_side: dict[str, list[tuple[str, int, bytes]]] = {}
-            for f, v in h.items():
-                if not f.startswith("__"):
-                    seq, _, payload = v.partition(b",")
-                    by_side.setdefault(f.partition("/")[0], []).append((f, int(seq), payload))
+            by_side = window_events(h)
             complete = all(by_side.get(n) for n in step.side_names)
             if "__evicted" in h:
                 # events that came after the eviction (seq 0) never paired; the others paired
@@ -127,14 +129,7 @@ class JoinSweeper(Timer):
             elif complete:
                 continue
             elif step.spec.mode == "outer":
-                lists = [
-                    sorted(by_side[n], key=lambda e: e[1]) for n in step.side_names if n in by_side
-                ]
-                for combo in itertools.product(*lists):
-                    step.counters["timed_out"] += 1
-                    basis = f"{t0}\x00" + "\x00".join(f for f, _, _ in combo) + "\x00partial"
-                    h2 = {f.partition("/")[0]: p for f, _, p in combo}
-                    outputs.append(step.output(key, h2, stamp, basis=basis))
+                outputs += outer_outputs(step, key, t0, by_side, stamp)
             else:
                 step.absorb("expired", sum(len(v) for v in by_side.values()))
         return outputs, dead, claimed
@@ -165,3 +160,32 @@ class JoinSweeper(Timer):
             self.step.pairs.ack(claimed)
         else:
             self.step.state.ack(claimed)
+
+
+def window_events(h: dict[str, bytes]) -> dict[str, list[tuple[str, int, bytes]]]:
+    """A window's events by side: (``<side>/<id>`` field, seq, JSON) each."""
+    by_side: dict[str, list[tuple[str, int, bytes]]] = {}
+    for f, v in h.items():
+        if not f.startswith("__"):
+            seq, _, payload = v.partition(b",")
+            by_side.setdefault(f.partition("/")[0], []).append((f, int(seq), payload))
+    return by_side
+
+
+def outer_outputs(
+    step: SweptJoin,
+    key: str,
+    t0: str,
+    by_side: dict[str, list[tuple[str, int, bytes]]],
+    stamp: int,
+) -> list[CloudEvent]:
+    """What an outer join emits for an incomplete window when it closes: one output per
+    combination of the sides present (ids from the key, the window and the combination)."""
+    lists = [sorted(by_side[n], key=lambda e: e[1]) for n in step.side_names if n in by_side]
+    outputs = []
+    for combo in itertools.product(*lists):
+        step.counters["timed_out"] += 1
+        basis = f"{t0}\x00" + "\x00".join(f for f, _, _ in combo) + "\x00partial"
+        h2 = {f.partition("/")[0]: p for f, _, p in combo}
+        outputs.append(step.output(key, h2, stamp, basis=basis))
+    return outputs
