@@ -154,6 +154,10 @@ class Deploys:
 
         # every Kafka topic exists, or carries `create:` and is created now (else refused)
         check_topics(config, self.kafka_bootstrap, self.kafka_client)
+        from eventbus.serving._schema_checks import check_sink_schemas
+
+        # value_format avro outputs: compatible with their subjects (and registered)
+        check_sink_schemas(config)
         previous = self.load(name)
         version = (previous["version"] + 1) if previous else 1
         if previous is not None:
