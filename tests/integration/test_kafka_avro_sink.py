@@ -173,3 +173,59 @@ def test_incompatible_or_unknown_sink_schemas_are_refused_at_deploy(
         assert doc["metadata"]["name"] not in [p["name"] for p in eventbus_client.list()]
     with SchemaRegistryClient({"url": registry_url}) as client:
         assert client.get_versions(subject) == [1]  # the refused schema was not registered
+
+
+async def test_the_sink_itself_encodes_and_dead_letters_what_does_not_fit(
+    kafka_bootstrap: str, topic_factory: Any, registry_url: str
+) -> None:
+    """The source's own sink path (not a replica's encoding): the sink learns its schema id on
+    the first send; the event that does not fit is dead-lettered, its batch-mates written."""
+    from eventbus.eventing._event import CloudEvent
+    from eventbus.eventing._outcome import Outcome
+    from eventbus.eventing.sinks import KafkaSink, KafkaSinkConfig
+    from eventbus.eventing.sources import FetchSettings, KafkaSource, KafkaSourceConfig, SourceSinks
+    from tests.integration.test_kafka_source import wait_for
+
+    src, out, dlq = (topic_factory(p) for p in ("own-in", "own-out", "own-dlq"))
+
+    async def to_large(events: list[CloudEvent]) -> list[Outcome]:
+        return [[e.replace(data={**e.data, "amount_cny": e.data["amount"] * 7})] for e in events]
+
+    payments = [{"amount": 1, "currency": "EUR"}, {"amount": 2}, {"amount": 3, "currency": "X"}]
+    values = await asyncio.to_thread(serialize, registry_url, src, payments)
+    await produce(kafka_bootstrap, src, [(0, None, v, []) for v in values])
+    sink = KafkaSinkConfig(
+        topic=out,
+        value_format="avro",
+        schema_registry_url=registry_url,
+        subject=f"{out}-value",
+        value_schema=LARGE,
+    )
+    source = KafkaSource(
+        KafkaSourceConfig(
+            topic=src, type="payment", value_format="avro", schema_registry_url=registry_url
+        ),
+        pipeline=f"p-{src}",
+        bootstrap_servers=kafka_bootstrap,
+        dispatch=to_large,
+        sinks=SourceSinks(
+            sink=KafkaSink(sink, bootstrap_servers=kafka_bootstrap),
+            dead_letter=KafkaSink(KafkaSinkConfig(topic=dlq), bootstrap_servers=kafka_bootstrap),
+        ),
+        fetch=FetchSettings(session_timeout_ms=6000),
+    )
+    await source.start()
+    runner = asyncio.create_task(source.run())
+    try:
+        await wait_for(lambda: source.stats()["committed"] >= 3, 30, lambda: str(source.stats()))
+    finally:
+        await source.stop()
+        await runner
+    records = await read_all(kafka_bootstrap, out, 2)
+    got = await asyncio.to_thread(deserialize, registry_url, out, [r.value for r in records])
+    assert got == [
+        {"amount": 1, "currency": "EUR", "amount_cny": 7},
+        {"amount": 3, "currency": "X", "amount_cny": 21},
+    ]
+    (dead,) = [decode_record(r) for r in await read_all(kafka_bootstrap, dlq, 1)]
+    assert "Field(shop.Large.currency) is None expected string" in dead["eberror"], dead["eberror"]

@@ -14,11 +14,31 @@ import io
 import json
 from collections.abc import Iterable
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from eventbus.errors import EventBusError, EventDecodeError
 
-__all__ = ["AvroWireDecoder", "RegistryClient", "RegistryUnavailableError", "avro_to_json"]
+__all__ = [
+    "AvroWireDecoder",
+    "RegistryClient",
+    "RegistryUnavailableError",
+    "SchemaRegistryUrl",
+    "avro_to_json",
+]
+
+#: The ``schema_registry_url`` field of the Kafka source and sink configs.
+SchemaRegistryUrl = Annotated[
+    str | None,
+    Field(
+        pattern=r"^https?://",
+        description="The Confluent-compatible schema registry of value_format avro: EventBus's "
+        "own (`eventbus url registry`; http://127.0.0.1:8080/registry with `eventbus up`) or "
+        "any other.",
+    ),
+]
+
 
 _MAGIC = 0
 _HEADER = 5

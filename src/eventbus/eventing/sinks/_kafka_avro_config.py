@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
+from eventbus.eventing._confluent_avro import SchemaRegistryUrl
+
 __all__ = ["AvroValueConfig", "avro_encoder"]
 
 #: Largest schema file read (the registry refuses larger schemas too).
@@ -40,11 +42,7 @@ class AvroValueConfig(BaseModel):
         "4-byte schema id, the Avro body) under 'subject' of 'schema_registry_url'; data that "
         "does not fit the schema is dead-lettered with the reason.",
     )
-    schema_registry_url: str | None = Field(
-        default=None,
-        description="The Confluent-compatible schema registry of value_format avro: EventBus's "
-        "own (the gateway's /registry, `eventbus url registry`) or any other.",
-    )
+    schema_registry_url: SchemaRegistryUrl = None
     subject: str | None = Field(
         default=None,
         min_length=1,
