@@ -71,8 +71,14 @@ def sink_schema_problems(config: PipelineConfig) -> list[str]:
         except AvroSchemaError as e:
             field = "version" if options.version is not None else "value_schema"
             problems.append(f"{at}.{field}: {e}")
-        except EventBusError as e:  # the registry cannot be reached
-            problems.append(f"{at}.schema_registry_url: {e}; start the registry or fix the URL")
+        except EventBusError as e:  # the registry cannot be reached, or wants credentials
+            fix = (
+                "register the schema first (`eventbus registry register "
+                f"{options.subject} FILE` takes the admin token) and pin 'version'"
+                if " answered 401 " in str(e) or " answered 403 " in str(e)
+                else "start the registry or fix the URL"
+            )
+            problems.append(f"{at}.schema_registry_url: {e}; {fix}")
     return problems
 
 
