@@ -233,6 +233,33 @@ def test_a_schema_file_is_read_and_carried_inline(tmp_path: Any) -> None:
     assert again == config  # a replica validating the document needs no file
 
 
+def test_a_relative_schema_file_is_read_from_the_pipeline_files_directory(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "schemas" / "p.avsc").write_text(json.dumps(PAYMENT))
+    sink = "{topic: out, value_format: avro, schema_registry_url: http://r, subject: s, "
+    text = f"""\
+apiVersion: eventbus/v1
+kind: Pipeline
+metadata: {{name: p}}
+spec:
+  sources: [{{kafka: {{topic: in}}}}]
+  sink: {{kafka: {sink}value_schema_file: schemas/p.avsc}}}}
+"""
+    monkeypatch.chdir("/")  # not where the pipeline is
+    config, problems = validate_pipeline_text(text, str(tmp_path / "p.yaml"))
+    assert problems == []
+    assert config is not None and config.spec.sink is not None
+    assert json.loads(str(config.spec.sink.kafka.value_schema)) == PAYMENT  # type: ignore[union-attr]
+    # the controller gets the YAML text and the pipeline's directory
+    config, _ = validate_pipeline_text(text, "p.yaml", base_dir=str(tmp_path))
+    assert config is not None
+    _, problems = validate_pipeline_text(text, "p.yaml")
+    assert "value_schema_file 'schemas/p.avsc' cannot be read" in str(problems[0])
+    assert "from the pipeline file's directory ('/')" in str(problems[0])
+
+
 def test_a_pipeline_error_names_the_yaml_path() -> None:
     text = """\
 apiVersion: eventbus/v1

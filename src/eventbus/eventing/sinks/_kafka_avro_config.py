@@ -20,7 +20,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationInfo,
+    model_validator,
+)
 
 from eventbus.eventing._confluent_avro import SchemaRegistryUrl
 
@@ -57,8 +64,8 @@ class AvroValueConfig(BaseModel):
     )
     value_schema_file: str | None = Field(
         default=None,
-        description="A file holding the Avro schema (.avsc JSON), read where the pipeline is "
-        "loaded (relative paths from the working directory) and carried inline from then on.",
+        description="A file holding the Avro schema (.avsc JSON), relative to the pipeline "
+        "file's directory; read when the pipeline is loaded and carried inline from then on.",
     )
     version: PositiveInt | Literal["latest"] | None = Field(
         default=None,
@@ -68,7 +75,7 @@ class AvroValueConfig(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _read_schema_file(cls, data: Any) -> Any:
+    def _read_schema_file(cls, data: Any, info: ValidationInfo) -> Any:
         if not isinstance(data, dict) or data.get("value_schema_file") is None:
             return data
         data = dict(data)
@@ -76,7 +83,8 @@ class AvroValueConfig(BaseModel):
         if data.get("value_schema") is not None:
             msg = "give value_schema or value_schema_file, not both"
             raise ValueError(msg)
-        path = Path(str(name))
+        base = (info.context or {}).get("base_dir") if isinstance(info.context, dict) else None
+        path = Path(base or ".") / str(name)  # an absolute name stays itself
         try:
             if path.stat().st_size > _MAX_SCHEMA_FILE:
                 msg = f"value_schema_file {name!r} is over {_MAX_SCHEMA_FILE} bytes"
@@ -84,8 +92,9 @@ class AvroValueConfig(BaseModel):
             data["value_schema"] = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             msg = (
-                f"value_schema_file {name!r} cannot be read ({type(e).__name__}: {e}); paths "
-                f"are relative to the working directory {str(Path.cwd())!r}"
+                f"value_schema_file {name!r} cannot be read ({type(e).__name__}: {e}); "
+                f"relative paths are read from the pipeline file's directory "
+                f"({str(Path(base or '.').resolve())!r})"
             )
             raise ValueError(msg) from None
         return data
