@@ -61,14 +61,9 @@ def load_pipeline(path: str | Path, *, check_functions: bool = True) -> Pipeline
 
 
 def load_pipeline_text(
-    text: str,
-    filename: str = "<pipeline>",
-    *,
-    check_functions: bool = True,
-    base_dir: str | None = None,
+    text: str, filename: str = "<pipeline>", *, check_functions: bool = True, base_dir: str = ""
 ) -> PipelineConfig:
-    """Parse and validate pipeline YAML text; see :func:`load_pipeline` and
-    :func:`validate_pipeline_text`."""
+    """Parse and validate pipeline YAML text; see :func:`validate_pipeline_text`."""
     config, problems = validate_pipeline_text(
         text, filename, check_functions=check_functions, base_dir=base_dir
     )
@@ -78,17 +73,10 @@ def load_pipeline_text(
 
 
 def validate_pipeline_text(
-    text: str,
-    filename: str = "<pipeline>",
-    *,
-    check_functions: bool = True,
-    base_dir: str | None = None,
+    text: str, filename: str = "<pipeline>", *, check_functions: bool = True, base_dir: str = ""
 ) -> tuple[PipelineConfig | None, list[Problem]]:
-    """Validate pipeline YAML and return the pipeline (if valid) and every problem found.
-
-    ``base_dir``: where relative file references of the YAML (a sink's
-    ``value_schema_file``) are read from; None: the directory of ``filename``.
-    """
+    """Validate pipeline YAML and return the pipeline (if valid) and every problem found;
+    relative file references (``value_schema_file``) from ``base_dir``, else ``filename``'s."""
     try:
         root, data = load_yaml(text, filename)  # anchors and aliases refused (alias bombs)
     except yaml.MarkedYAMLError as exc:
@@ -110,8 +98,7 @@ def validate_pipeline_text(
         ]
     problems = _semantic_problems(data, root, filename, check_functions=check_functions)
     try:
-        if base_dir is None and not filename.startswith("<"):
-            base_dir = str(Path(filename).parent)
+        base_dir = base_dir or str(Path(filename).parent)  # "<pipeline>": the working directory
         config = PipelineConfig.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
         problems = _validation_problems(exc, data, root, filename) + problems

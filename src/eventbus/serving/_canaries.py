@@ -85,7 +85,7 @@ class Canaries:
         """Start a canary (see ``Controller.deploy_canary``)."""
         check_weights(weights)
         config = load_pipeline_text(
-            text, filename, check_functions=False, base_dir=python_path[0] if python_path else None
+            text, filename, check_functions=False, base_dir=python_path[0] if python_path else ""
         )
         name = config.name
         with self.locks.of(name):

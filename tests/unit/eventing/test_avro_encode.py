@@ -184,6 +184,11 @@ def test_a_registry_that_is_down_is_an_infrastructure_error() -> None:
     with pytest.raises(RegistryUnavailableError, match="did not answer") as info:
         enc.resolve_sync()
     assert is_infrastructure(info.value)
+    # raised out of a replica's process_records, it reaches the source inside Ray's error:
+    # still an outage (the batch waits), not a poison batch to dead-letter
+    from ray.exceptions import RayTaskError
+
+    assert is_infrastructure(RayTaskError("f", "tb", info.value).as_instanceof_cause())
 
     def busy(request: httpx.Request) -> httpx.Response:
         return httpx.Response(503, text="overloaded")
