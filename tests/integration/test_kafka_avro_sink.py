@@ -118,7 +118,7 @@ def test_avro_in_filter_convert_avro_out(
     asyncio.run(produce(kafka_bootstrap, src, [(0, None, v, []) for v in values]))
     subject = f"{out}-value"
     deploy_pipeline(
-        pipeline(uuid.uuid4().hex[:8], src, out, dlq, registry_url, {
+        pipeline(f"avro-{uuid.uuid4().hex[:8]}", src, out, dlq, registry_url, {
             "subject": subject, "value_schema": LARGE,
         })
     )  # fmt: skip
