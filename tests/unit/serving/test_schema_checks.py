@@ -37,3 +37,13 @@ def test_an_unreachable_registry_refuses_the_deploy_by_path() -> None:
 def test_json_sinks_are_not_checked() -> None:
     text = TEXT.split("      value_format")[0]
     assert sink_schema_problems(load_pipeline_text(text, "p.yaml")) == []
+
+
+def test_an_avro_dead_letter_topic_is_refused() -> None:
+    from eventbus.pipelines import validate_pipeline_text
+
+    sink = TEXT.split("  sink:\n")[1]
+    text = TEXT + "  dead_letter:\n" + sink
+    _, problems = validate_pipeline_text(text, "p.yaml")
+    (problem,) = problems
+    assert "spec.dead_letter" in str(problem) and "remove value_format" in str(problem)
