@@ -20,7 +20,7 @@ import binascii
 import io
 import json
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from eventbus.errors import ConfigError, EventBusError
@@ -245,16 +245,23 @@ class AvroWireEncoder:
         """``(headers, value)`` of an event in Kafka binary mode with an Avro value: its
         attributes as ``ce_`` headers, ``content-type: application/avro``."""
         from eventbus.eventing._codecs import encode_kafka_binary
-        from eventbus.eventing._event import CloudEvent
 
         value = self.encode_datum(event.data)
-        attributes = dict(event.attributes)
-        attributes["datacontenttype"] = "application/avro"
-        headers, _ = encode_kafka_binary(CloudEvent(attributes))
+        bare: Any = _Attributes(event.attributes)  # the headers alone: no data to dump
+        headers, _ = encode_kafka_binary(bare)
+        headers = [h for h in headers if h[0] != "content-type"]
+        headers.append(("content-type", b"application/avro"))
         return headers, value
 
     async def aclose(self) -> None:
         await self.http.aclose()
+
+
+class _Attributes(NamedTuple):
+    """An event's attributes without its data, for the header encoder."""
+
+    attributes: dict[str, Any]
+    data: None = None
 
 
 def _reasons(e: Exception) -> str:
