@@ -107,6 +107,7 @@ class AvroWireEncoder:
         self._named: dict[str, Any] = {}
         self._header = b""
         self._converts = False
+        self._plans: dict[int, Any] = {}  # id(record schema) -> its fields to convert
 
     @property
     def ready(self) -> bool:
@@ -221,7 +222,7 @@ class AvroWireEncoder:
             raise self._error(f"{what} with its fields")
         try:
             if self._converts:
-                datum = _convert(datum, self._parsed, self._named)
+                datum = _convert(datum, self._parsed, self._named, self._plans)
             validate(datum, self._parsed, raise_errors=True)
             out = io.BytesIO()
             out.write(self._header)
@@ -281,8 +282,7 @@ def _needs_conversion(schema: Any, named: dict[str, Any], seen: set[str]) -> boo
             return True
         if schema in seen or schema not in named:
             return False
-        seen.add(schema)
-        return _needs_conversion(named[schema], named, seen)
+        return _needs_conversion(named[schema], named, seen)  # a record marks itself seen
     if isinstance(schema, list):
         return any(_needs_conversion(s, named, seen) for s in schema)
     kind = schema.get("type")
@@ -301,7 +301,7 @@ def _needs_conversion(schema: Any, named: dict[str, Any], seen: set[str]) -> boo
     return isinstance(kind, (dict, list, str)) and _needs_conversion(kind, named, seen)
 
 
-def _convert(value: Any, schema: Any, named: dict[str, Any]) -> Any:
+def _convert(value: Any, schema: Any, named: dict[str, Any], plans: dict[int, Any]) -> Any:
     """A JSON datum's bytes/fixed (base64 text) and decimals (text) as Avro wants them; the
     rest as it is (validation names what still does not fit)."""
     schema = _resolve(schema, named)
@@ -312,7 +312,7 @@ def _convert(value: Any, schema: Any, named: dict[str, Any]) -> Any:
             return None
         for branch in schema:
             try:
-                candidate = _convert(value, branch, named)
+                candidate = _convert(value, branch, named, plans)
                 if validate(candidate, _resolve(branch, named), raise_errors=False):
                     return candidate
             except (ValueError, TypeError):
@@ -320,14 +320,25 @@ def _convert(value: Any, schema: Any, named: dict[str, Any]) -> Any:
         return value
     kind = schema if isinstance(schema, str) else schema.get("type")
     if isinstance(kind, (dict, list)):
-        return _convert(value, kind, named)
+        return _convert(value, kind, named, plans)
     if kind == "record" and isinstance(value, dict):
-        fields = {f["name"]: f["type"] for f in schema["fields"]}
-        return {k: _convert(v, fields[k], named) if k in fields else v for k, v in value.items()}
+        todo = plans.get(id(schema))
+        if todo is None:  # only the fields that may hold bytes, fixed or decimals are walked
+            fields = schema["fields"]
+            todo = plans[id(schema)] = [
+                (f["name"], f["type"]) for f in fields if _needs_conversion(f["type"], named, set())
+            ]
+        if not todo:
+            return value
+        out = dict(value)
+        for name, kind_of in todo:
+            if name in out:
+                out[name] = _convert(out[name], kind_of, named, plans)
+        return out
     if kind == "array" and isinstance(value, list):
-        return [_convert(v, schema["items"], named) for v in value]
+        return [_convert(v, schema["items"], named, plans) for v in value]
     if kind == "map" and isinstance(value, dict):
-        return {k: _convert(v, schema["values"], named) for k, v in value.items()}
+        return {k: _convert(v, schema["values"], named, plans) for k, v in value.items()}
     if kind in ("bytes", "fixed"):
         logical = schema.get("logicalType") if isinstance(schema, dict) else None
         if logical == "decimal" and isinstance(value, (str, int, float)):

@@ -280,3 +280,31 @@ spec:
     line = str(problems[0])
     assert line.startswith("p.yaml:7:") and "spec.sink.kafka" in line
     assert "schema_registry_url is not set" in line
+
+
+def test_bytes_fixed_and_decimals_deep_in_arrays_maps_and_named_types() -> None:
+    item = {
+        "type": "record",
+        "name": "Item",
+        "fields": [
+            {"name": "sku", "type": "string"},
+            {"name": "blob", "type": {"type": "fixed", "name": "Two", "size": 2}},
+            {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 6, "scale": 2}},
+        ],
+    }  # fmt: skip
+    order = {
+        "type": "record",
+        "name": "Order",
+        "fields": [
+            {"name": "items", "type": {"type": "array", "items": item}},
+            {"name": "extra", "type": {"type": "map", "values": "Item"}},
+        ],
+    }
+    enc = encoder(order)
+    one = {"sku": "a", "blob": base64.b64encode(b"\x01\x02").decode(), "price": "12.50"}
+    got = read(enc, enc.encode_datum({"items": [one], "extra": {"k": one}}))
+    assert got["items"][0]["blob"] == b"\x01\x02" and str(got["extra"]["k"]["price"]) == "12.50"
+    with pytest.raises(AvroEncodeError, match="Item.blob"):
+        enc.encode_datum(
+            {"items": [{**one, "blob": base64.b64encode(b"abc").decode()}], "extra": {}}
+        )
