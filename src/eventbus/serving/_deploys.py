@@ -162,6 +162,10 @@ class Deploys:
         if misplaced:
             msg = f"pipeline {name!r} could not be deployed:\n" + "\n".join(misplaced)
             raise DeployError(msg)
+        from eventbus.serving._schema_checks import check_sink_schemas
+
+        # value_format avro outputs: compatible with their subjects (and registered)
+        check_sink_schemas(config)
         previous = self.load(name)
         version = (previous["version"] + 1) if previous else 1
         if previous is not None:
