@@ -99,21 +99,25 @@ class Pacer:
             return list(range(len(events)))
         requests: list[int] = []
         feedback: list[tuple[int, str, float]] = []
+        assert self._decision is not None and self._outcome is not None
         for i, e in enumerate(events):
+            field = "when"
             try:
                 act = self._build(e)
                 if self._when.evaluate(act) is not True:
                     requests.append(i)
                     continue
-                assert self._decision is not None and self._outcome is not None
+                field = "decision"
                 decision = self._decision.evaluate(act)
                 if not isinstance(decision, str) or not decision:
                     msg = f"feedback decision must be a request id (a non-empty string); got {decision!r:.80}"
                     raise ValueError(msg)
+                field = "outcome"
                 feedback.append((i, decision, settle_outcome(self._outcome.evaluate(act))))
             except (cel.CELError, ValueError, TypeError) as exc:
                 self.counters["feedback_errors"] += 1
-                results[i] = Failure(self.step.id, type(exc).__name__, str(exc))
+                message = f"pacing.feedback.{field}: {exc}"
+                results[i] = Failure(self.step.id, type(exc).__name__, message)
         if feedback:
             records = self.ledger.take([d for _, d, _ in feedback])
             settled = []
