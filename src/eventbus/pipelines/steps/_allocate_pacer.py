@@ -223,19 +223,21 @@ class Pacer:
 
     def window_budget(self, remaining: Any, window_segments: Any, seen_total: int) -> Any:
         """The budget of a re-solve over a window of requests (``window_segments``: how many of
-        each segment): the interval's paced allowance per forecast request, times the window's
-        requests in each resource's segments; at most ``remaining``."""
+        each segment): the remaining budget (in-flight decisions recalibrated) times the
+        window's requests in each resource's segments over the requests the forecast expects in
+        them for the rest of the period; the duals then price the budget for the traffic to
+        come, and the interval's cap holds off bursts."""
         import torch
 
         self.caps()  # roll the plan into the current interval
         plan = self.plan
-        remaining = remaining - self.in_flight
-        per_request = plan.allowance / plan.next_requests.clamp_min(1e-9)
+        remaining = (remaining - self.in_flight).clamp_min(0.0)
         scale = max(1.0, seen_total / max(self.seen, 1))  # all replicas' requests per ours
-        budget = per_request * (plan.mask @ window_segments) / scale
-        if not plan.forecast.counts or len(plan.forecast.counts) <= 1:
-            budget = plan.allowance  # no traffic level known yet: the window is the interval
-        return torch.minimum(budget, remaining)
+        # late in the period the window may hold more requests than are still to come: it then
+        # gets more than what remains, at the same budget per request
+        window = plan.mask @ window_segments
+        ahead = plan.ahead * scale
+        return torch.where(ahead > 0, remaining * window / ahead.clamp_min(1e-300), remaining)
 
     def figures(self) -> dict[str, Any]:
         """Budget spent vs plan in the current interval, and the feedback counters."""

@@ -39,6 +39,10 @@ class TrafficForecast:
         self.config = config
         self.num_segments = num_segments
         self.counts: dict[int, list[float]] = {}  # interval index -> count per segment
+        # the last Holt-Winters fit: the interval it forecast from and two periods ahead of it;
+        # refitted every 1/24 of a period (a fit takes ~0.1-1 s)
+        self._fit: tuple[int, list[float]] | None = None
+        self.refit_intervals = max(1, config.intervals_per_day // 24)
 
     def observe(self, index: int, segments: list[int]) -> None:
         """Count requests of these segments in interval ``index``."""
@@ -61,7 +65,7 @@ class TrafficForecast:
         past = [i for i in self.counts if i < index]
         first = min(past, default=index)
         history = [sum(self.counts.get(i, ())) for i in range(first, index)]
-        total = self._total(history, season, steps)
+        total = self._total(history, season, steps, index)
         # each segment's share of the total at each time of day, over the periods seen (pulled
         # toward its share over all of them, and toward even when nothing was seen)
         g = self.num_segments
@@ -74,12 +78,16 @@ class TrafficForecast:
         cols = torch.arange(pos, season)
         return share[:, cols] * torch.tensor(total, dtype=torch.float64)[None, :]
 
-    def _total(self, history: list[float], season: int, steps: int) -> list[float]:
+    def _total(self, history: list[float], season: int, steps: int, index: int) -> list[float]:
         method = self.config.forecast
         if method == "holt_winters" and len(history) >= 2 * season and sum(history) > 0:
             from eventbus._internal.forecast import forecast_rates
 
-            return [max(v, 1e-9) for v in forecast_rates(history, season, steps)]
+            fit = self._fit
+            if fit is None or not 0 <= index - fit[0] < self.refit_intervals:
+                fit = self._fit = (index, forecast_rates(history, season, 2 * season))
+            ahead = fit[1][index - fit[0] : index - fit[0] + steps]
+            return [max(v, 1e-9) for v in ahead]
         if method != "flat" and len(history) >= season:
             # the same times of the last period: base[r] was one period before interval index + r
             base = history[len(history) - season :]
@@ -108,6 +116,7 @@ class PacingPlan:
         self.allowance: Any = None  # what the interval may spend, per resource
         self.start_used: Any = None  # used at the interval's start
         self.next_requests: Any = None  # forecast requests of the interval, per resource
+        self.ahead: Any = None  # forecast requests of the rest of the period, per resource
 
     def interval(self, now: float) -> int:
         """The index of the interval ``now`` falls in."""
@@ -135,6 +144,7 @@ class PacingPlan:
         self.start_used = used.clone()
         self.allowance = remaining * share
         self.next_requests = now
+        self.ahead = ahead
         self.caps = torch.minimum(budget, used + self.allowance * (1 + self.config.slack))
 
     def figures(self, budget: Any) -> dict[str, Any]:

@@ -96,7 +96,7 @@ class PacingConfig(BaseModel):
         description="Weight of the new forecast share against the previous interval's (1: none).",
     )
     slack: float = Field(
-        default=0.1,
+        default=0.25,
         ge=0,
         le=10,
         description="An interval may spend its share times 1 + slack (never past the budget).",
