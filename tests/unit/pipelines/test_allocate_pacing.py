@@ -5,6 +5,7 @@ and the decision ledger on a real Redis."""
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -367,3 +368,34 @@ def test_ledger_on_redis_settles_each_decision_once(redis_url: str) -> None:
     assert sorted(ledger.expired(before=100.5)) == ["rb", "rc"]
     assert ledger.pending() == 0
     client.close()
+
+
+def test_the_loader_points_at_pacing_problems() -> None:
+    from eventbus.pipelines import validate_pipeline_text
+
+    text = textwrap.dedent(
+        """\
+        apiVersion: eventbus/v1
+        kind: Pipeline
+        metadata: {name: coupons}
+        spec:
+          sources: [{kafka: {topic: in}}]
+          steps:
+            - id: coupon
+              allocate:
+                catalogue: c.npz
+                revenue: data.scores
+                pacing:
+                  slack: -1
+                  feedback: {when: "type ==", decision: "dta.id"}
+          sink: {kafka: {topic: out}}
+        """
+    )
+    config, found = validate_pipeline_text(text, "p.yaml")
+    assert config is None
+    lines = [str(p) for p in found]
+    assert any(
+        x.startswith("p.yaml:12:") and "steps[0].allocate.pacing.slack" in x for x in lines
+    ), lines
+    assert any("pacing.feedback.when" in x and "p.yaml:13:" in x for x in lines), lines
+    assert any("unknown variable 'dta'" in x for x in lines), lines
