@@ -47,11 +47,13 @@ def catalogue(tmp_path: Path) -> Path:
     return tmp_path / "catalogue.npz"
 
 
-def runner(catalogue: Path, **spec: Any) -> PipelineRunner:
+def runner(
+    catalogue: Path, name: str = "coupons", redis_url: str | None = None, **spec: Any
+) -> PipelineRunner:
     doc = {
         "apiVersion": "eventbus/v1",
         "kind": "Pipeline",
-        "metadata": {"name": "coupons"},
+        "metadata": {"name": name},
         "spec": {
             "sources": [{"kafka": {"topic": "in"}}, {"kafka": {"topic": "redemptions"}}],
             "steps": [
@@ -69,7 +71,9 @@ def runner(catalogue: Path, **spec: Any) -> PipelineRunner:
             "sink": {"kafka": {"topic": "out"}},
         },
     }
-    return PipelineRunner(PipelineConfig.model_validate(doc), base_dirs=[str(catalogue.parent)])
+    return PipelineRunner(
+        PipelineConfig.model_validate(doc), redis_url=redis_url, base_dirs=[str(catalogue.parent)]
+    )
 
 
 FEEDBACK = {"when": "type == 'redeemed'", "outcome": "data.outcome", "weight": "redeem"}
@@ -399,3 +403,24 @@ def test_the_loader_points_at_pacing_problems() -> None:
     ), lines
     assert any("pacing.feedback.when" in x and "p.yaml:13:" in x for x in lines), lines
     assert any("unknown variable 'dta'" in x for x in lines), lines
+
+
+@pytest.mark.redis
+def test_feedback_on_redis_is_settled_by_another_replica(catalogue: Path, redis_url: str) -> None:
+    import uuid
+
+    def replica() -> PipelineRunner:
+        return runner(catalogue, name, redis_url, pacing=pacing(feedback=FEEDBACK))
+
+    name = f"pacing-{uuid.uuid4().hex[:8]}"
+    a, b = replica(), replica()
+    [[out]] = a.run([req(1, 0.5)])
+    assert out.data["item"] == 1
+    assert a.steps[0].used_budget()[0] == pytest.approx(1.0)  # reserved 2 x 0.5
+    # the redemption reaches the other replica: it settles the decision and corrects the budget
+    assert b.run([redeemed("r1", 1.0)]) == [[]]
+    assert a.steps[0].used_budget()[0] == pytest.approx(2.0)
+    assert b.steps[0].stats()["feedback_settled"] == 1
+    assert a.run([redeemed("r1", 1.0)]) == [[]]  # a duplicate: unknown, no second correction
+    assert a.steps[0].stats()["feedback_unknown"] == 1
+    assert b.steps[0].used_budget()[0] == pytest.approx(2.0)
