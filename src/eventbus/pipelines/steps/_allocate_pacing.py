@@ -85,7 +85,12 @@ class TrafficForecast:
 
             fit = self._fit
             if fit is None or not 0 <= index - fit[0] < self.refit_intervals:
-                fit = self._fit = (index, forecast_rates(history, season, 2 * season))
+                # a burst is not the new level: each interval counts at most 3x the same
+                # interval a period before, or the fit's trend would carry it for hours
+                robust = list(history)
+                for i in range(season, len(robust)):
+                    robust[i] = min(robust[i], 3 * max(robust[i - season], 1.0))
+                fit = self._fit = (index, forecast_rates(robust, season, 2 * season))
             ahead = fit[1][index - fit[0] : index - fit[0] + steps]
             return [max(v, 1e-9) for v in ahead]
         if method != "flat" and len(history) >= season:
