@@ -95,6 +95,7 @@ bench: setup kafka bench-peers
 	$(PY) benchmarks/aggregate.py
 	$(PY) benchmarks/http_sink.py
 	$(PY) benchmarks/allocation_k10k.py
+	$(PY) benchmarks/allocation_day.py
 
 # kafka_pipeline, peers, latency and idle on Apache Kafka, then on Tansu, side by side
 bench-brokers: setup kafka bench-peers
