@@ -8,8 +8,9 @@ first attempt's outputs were in its aborted transaction, never visible: the argu
 docs/concepts/delivery.md). A :class:`JoinSweeper`
 (run next to each replica's sources) takes windows that closed: outer joins emit what is
 present, inner joins drop them (counted), windows evicted by ``max_pending`` go to the
-dead-letter sink. An outer join under ``exactly_once`` closes its windows in the batches
-instead (:mod:`._join_close`): the sweeper then only dead-letters evictions.
+dead-letter sink. A join of ``emit: every``/``latest`` and event time under ``exactly_once``
+closes its windows in the batches instead (:mod:`._join_close`): the sweeper then only
+dead-letters evictions.
 
 ``emit`` chooses the combinations: ``every`` (each combination of a key's events within the
 window, once, :mod:`._join_pairs`), ``latest`` (each event with the latest of every other side)
@@ -70,8 +71,8 @@ class JoinStep(Step):
         spec: the join configuration.
         pipeline: the pipeline name (state key prefix, default output source).
         redis_url: the state store; None keeps state in memory (pipeline tests).
-        exactly_once: ``delivery.guarantee`` is ``exactly_once``: an outer join's batches
-            close its windows (:mod:`._join_close`), not the sweeper.
+        exactly_once: ``delivery.guarantee`` is ``exactly_once``: with event time and emit
+            every/latest the batches close the windows (:mod:`._join_close`), not the sweeper.
     """
 
     kind = "join"
@@ -100,14 +101,12 @@ class JoinStep(Step):
             RedisPairState(redis_url, prefix) if redis_url else MemoryPairState()
         )
         self.stream = spec.mode != "latest" and spec.emit != "first"
-        #: an outer join under exactly_once (Redis state, event time, emit every/latest): the
-        #: batches close the windows and emit the incomplete ones, the sweeper only evictions
+        #: a join under exactly_once (Redis state, event time, emit every/latest): the batches
+        #: close the windows (an outer join emits the incomplete ones) and keep their events
+        #: for REPLAY_S, so that one consumed again pairs as the first time; the sweeper only
+        #: dead-letters evictions
         self.closing = bool(
-            exactly_once
-            and redis_url
-            and spec.mode == "outer"
-            and self.stream
-            and spec.time == "event"
+            exactly_once and redis_url and self.stream and spec.time == "event"
         )
         self._sides = []
         used: frozenset[str] = frozenset()
@@ -294,8 +293,12 @@ class JoinStep(Step):
         out: list[CloudEvent] = []
         for member, h in shut:
             by_side = window_events(h)
-            if h and not all(by_side.get(n) for n in self.side_names):
+            if not h or all(by_side.get(n) for n in self.side_names):
+                continue
+            if self.spec.mode == "outer":
                 out += outer_outputs(self, window_key(member), h["__t0"].decode(), by_side, now)
+            else:  # an inner join drops an incomplete window (counted, as by its sweeper)
+                self.absorb("expired", sum(len(v) for v in by_side.values()))
         return out
 
     def _latest(
