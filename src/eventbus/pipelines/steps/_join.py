@@ -46,7 +46,7 @@ from eventbus.pipelines.steps._join_output import (
     key_full_error,
     late_error,
 )
-from eventbus.pipelines.steps._join_pairs import PairState, RedisPairState, window_key
+from eventbus.pipelines.steps._join_pairs import PairState, RedisPairState
 from eventbus.pipelines.steps._join_state import (
     AFTER_MATCH,
     SUPERSEDED,
@@ -56,7 +56,7 @@ from eventbus.pipelines.steps._join_state import (
     RedisJoinState,
     now_ms,
 )
-from eventbus.pipelines.steps._join_sweep import JoinSweeper, outer_outputs, window_events
+from eventbus.pipelines.steps._join_sweep import JoinSweeper, closed_outputs, first_output
 from eventbus.pipelines.steps._join_watermark import NO_LANE, PROCESSING, Clock
 from eventbus.registry import steps
 
@@ -100,14 +100,15 @@ class JoinStep(Step):
         self.pairs: PairState = (
             RedisPairState(redis_url, prefix) if redis_url else MemoryPairState()
         )
-        self.stream = spec.mode != "latest" and spec.emit != "first"
-        #: a join under exactly_once (Redis state, event time, emit every/latest): the batches
+        #: a join under exactly_once (Redis state, event time, mode inner/outer): the batches
         #: close the windows (an outer join emits the incomplete ones) and keep their events
         #: for REPLAY_S, so that one consumed again pairs as the first time; the sweeper only
-        #: dead-letters evictions
+        #: dead-letters evictions. ``emit: first`` then keeps its windows as every/latest do
+        #: (:func:`._join_sweep.first_output`), so that they close the same way.
         self.closing = bool(
-            exactly_once and redis_url and self.stream and spec.time == "event"
+            exactly_once and redis_url and spec.time == "event" and spec.mode != "latest"
         )
+        self.stream = spec.mode != "latest" and (spec.emit != "first" or self.closing)
         self._sides = []
         used: frozenset[str] = frozenset()
         for side in spec.sides:
@@ -250,7 +251,7 @@ class JoinStep(Step):
             )
         else:
             added = self.pairs.add(*args, self.clock)
-        latest = self.spec.emit == "latest"
+        latest, first = self.spec.emit == "latest", self.spec.emit == "first"
         for i, (key, side, payload, eid, t, _), (code, t0, same, others), shut in zip(
             where, items, added, closed
         ):
@@ -261,9 +262,14 @@ class JoinStep(Step):
                 results[i] = self._failure(self._full(key, len(payload), same))
                 continue
             # exactly_once: the incomplete windows this event closed (or closed the first time)
-            results[i] = self._closed(shut, now)
+            results[i] = closed_outputs(self, shut, now)
             if code == -1:
                 continue  # its window was evicted: dead-lettered by the sweeper
+            if first:
+                results[i] = (
+                    first_output(self, key, (side, payload), t0, same, others, now) + results[i]
+                )
+                continue
             if latest and same and code == 1:
                 self.absorb("superseded")
             by_side: dict[str, list[tuple[str, int, bytes]]] = {}
@@ -288,18 +294,6 @@ class JoinStep(Step):
                 self.absorb("waiting")
             self.counters["joined"] += len(outputs)
             results[i] = outputs + results[i]
-
-    def _closed(self, shut: list[tuple[str, dict[str, bytes]]], now: int) -> list[CloudEvent]:
-        out: list[CloudEvent] = []
-        for member, h in shut:
-            by_side = window_events(h)
-            if not h or all(by_side.get(n) for n in self.side_names):
-                continue
-            if self.spec.mode == "outer":
-                out += outer_outputs(self, window_key(member), h["__t0"].decode(), by_side, now)
-            else:  # an inner join drops an incomplete window (counted, as by its sweeper)
-                self.absorb("expired", sum(len(v) for v in by_side.values()))
-        return out
 
     def _latest(
         self,
