@@ -1,7 +1,7 @@
 """``delivery: {guarantee: exactly_once}`` through an outer join on Apache Kafka: 12,000
 events with event times 5 ms apart (one input partition), paired per key over one-second
 windows, a third of the keys left with one side (emitted when the watermark closes their
-window), while a replica's Kafka path (``eos_driver``, ``EOS_OUTER``) is killed with SIGKILL
+window), with ``emit: every`` and ``emit: first``, while a replica's Kafka path (``eos_driver``, ``EOS_OUTER``) is killed with SIGKILL
 inside an open transaction, twice, and replaced. The consumed events close the windows inside
 their batch's transaction; a batch consumed again re-emits what it emitted. A
 ``read_committed`` reader sees every joined pair and every unmatched event exactly once; a
@@ -82,8 +82,9 @@ def pair(e: CloudEvent) -> tuple[int, int]:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("emit", ["every", "first"])
 async def test_outer_join_pairs_and_unmatched_exactly_once_through_kill_9(
-    topic_factory: Any, kafka_bootstrap: str, redis_url: str
+    topic_factory: Any, kafka_bootstrap: str, redis_url: str, emit: str
 ) -> None:
     topics = (
         topic_factory("eo-in", partitions=1),
@@ -91,7 +92,7 @@ async def test_outer_join_pairs_and_unmatched_exactly_once_through_kill_9(
         topic_factory("eo-dlq"),
     )
     name = f"eoso-{uuid.uuid4().hex[:6]}"
-    env = {"EOS_OUTER": redis_url, "EOS_NAME": name}
+    env = {"EOS_OUTER": redis_url, "EOS_NAME": name, "EOS_EMIT": emit}
 
     def start() -> Driver:
         return Driver(kafka_bootstrap, topics, f"eoso-{name}", 0.02, extra_env=env)
