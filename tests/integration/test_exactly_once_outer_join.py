@@ -1,8 +1,8 @@
 """``delivery: {guarantee: exactly_once}`` through an outer join on Apache Kafka: 12,000
 events with event times 5 ms apart (one input partition), paired per key over one-second
 windows, a third of the keys left with one side (emitted when the watermark closes their
-window), with ``emit: every`` (and, lighter, ``emit: first``), while a replica's Kafka path (``eos_driver``, ``EOS_OUTER``) is killed with SIGKILL
-inside an open transaction, twice, and replaced. The consumed events close the windows inside
+window), while a replica's Kafka path (``eos_driver``, ``EOS_OUTER``) is killed with SIGKILL
+inside an open transaction, twice, and replaced (and, lighter, with ``emit: first``). The consumed events close the windows inside
 their batch's transaction; a batch consumed again re-emits what it emitted. A
 ``read_committed`` reader sees every joined pair and every unmatched event exactly once; a
 ``read_uncommitted`` reader sees the aborted attempts too.
