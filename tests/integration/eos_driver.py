@@ -151,7 +151,8 @@ def aggregate_pipeline(name: str, src: str, sink: str, dlq: str) -> PipelineConf
 def outer_join_pipeline(name: str, src: str, sink: str, dlq: str) -> PipelineConfig:
     """An outer join on event time (one-second windows): event ``n`` is side ``a`` (even
     ``n``) or ``b`` (odd), keyed ``n / 2``, except that ``b``'s key is moved away when
-    ``n / 2 % 3 == 0``: both of those events stay alone, emitted when their window closes."""
+    ``n / 2 % 3 == 0``: both of those events stay alone, emitted when their window closes.
+    ``EOS_EMIT`` sets its ``emit`` (default every; one event a side per key: the same outputs)."""
     return PipelineConfig.model_validate(
         {
             "apiVersion": "eventbus/v1",
@@ -166,6 +167,7 @@ def outer_join_pipeline(name: str, src: str, sink: str, dlq: str) -> PipelineCon
                             "mode": "outer",
                             "time": "event",
                             "window_s": 1,
+                            "emit": os.environ.get("EOS_EMIT", "every"),
                             "sides": [
                                 {"name": "a", "when": "data.n % 2 == 0", "key": "data.n / 2"},
                                 {

@@ -8,8 +8,9 @@ first attempt's outputs were in its aborted transaction, never visible: the argu
 docs/concepts/delivery.md). A :class:`JoinSweeper`
 (run next to each replica's sources) takes windows that closed: outer joins emit what is
 present, inner joins drop them (counted), windows evicted by ``max_pending`` go to the
-dead-letter sink. An outer join under ``exactly_once`` closes its windows in the batches
-instead (:mod:`._join_close`): the sweeper then only dead-letters evictions.
+dead-letter sink. A join of ``emit: every``/``latest`` and event time under ``exactly_once``
+closes its windows in the batches instead (:mod:`._join_close`): the sweeper then only
+dead-letters evictions.
 
 ``emit`` chooses the combinations: ``every`` (each combination of a key's events within the
 window, once, :mod:`._join_pairs`), ``latest`` (each event with the latest of every other side)
@@ -45,7 +46,7 @@ from eventbus.pipelines.steps._join_output import (
     key_full_error,
     late_error,
 )
-from eventbus.pipelines.steps._join_pairs import PairState, RedisPairState, window_key
+from eventbus.pipelines.steps._join_pairs import PairState, RedisPairState
 from eventbus.pipelines.steps._join_state import (
     AFTER_MATCH,
     SUPERSEDED,
@@ -55,7 +56,7 @@ from eventbus.pipelines.steps._join_state import (
     RedisJoinState,
     now_ms,
 )
-from eventbus.pipelines.steps._join_sweep import JoinSweeper, outer_outputs, window_events
+from eventbus.pipelines.steps._join_sweep import JoinSweeper, closed_outputs, first_output
 from eventbus.pipelines.steps._join_watermark import NO_LANE, PROCESSING, Clock
 from eventbus.registry import steps
 
@@ -70,8 +71,8 @@ class JoinStep(Step):
         spec: the join configuration.
         pipeline: the pipeline name (state key prefix, default output source).
         redis_url: the state store; None keeps state in memory (pipeline tests).
-        exactly_once: ``delivery.guarantee`` is ``exactly_once``: an outer join's batches
-            close its windows (:mod:`._join_close`), not the sweeper.
+        exactly_once: ``delivery.guarantee`` is ``exactly_once``: with event time and emit
+            every/latest the batches close the windows (:mod:`._join_close`), not the sweeper.
     """
 
     kind = "join"
@@ -99,16 +100,15 @@ class JoinStep(Step):
         self.pairs: PairState = (
             RedisPairState(redis_url, prefix) if redis_url else MemoryPairState()
         )
-        self.stream = spec.mode != "latest" and spec.emit != "first"
-        #: an outer join under exactly_once (Redis state, event time, emit every/latest): the
-        #: batches close the windows and emit the incomplete ones, the sweeper only evictions
+        #: a join under exactly_once (Redis state, event time, mode inner/outer): the batches
+        #: close the windows (an outer join emits the incomplete ones) and keep their events
+        #: for REPLAY_S, so that one consumed again pairs as the first time; the sweeper only
+        #: dead-letters evictions. ``emit: first`` then keeps its windows as every/latest do
+        #: (:func:`._join_sweep.first_output`), so that they close the same way.
         self.closing = bool(
-            exactly_once
-            and redis_url
-            and spec.mode == "outer"
-            and self.stream
-            and spec.time == "event"
+            exactly_once and redis_url and spec.time == "event" and spec.mode != "latest"
         )
+        self.stream = spec.mode != "latest" and (spec.emit != "first" or self.closing)
         self._sides = []
         used: frozenset[str] = frozenset()
         for side in spec.sides:
@@ -251,7 +251,7 @@ class JoinStep(Step):
             )
         else:
             added = self.pairs.add(*args, self.clock)
-        latest = self.spec.emit == "latest"
+        latest, first = self.spec.emit == "latest", self.spec.emit == "first"
         for i, (key, side, payload, eid, t, _), (code, t0, same, others), shut in zip(
             where, items, added, closed
         ):
@@ -262,9 +262,14 @@ class JoinStep(Step):
                 results[i] = self._failure(self._full(key, len(payload), same))
                 continue
             # exactly_once: the incomplete windows this event closed (or closed the first time)
-            results[i] = self._closed(shut, now)
+            results[i] = closed_outputs(self, shut, now)
             if code == -1:
                 continue  # its window was evicted: dead-lettered by the sweeper
+            if first:
+                results[i] = (
+                    first_output(self, key, (side, payload), t0, same, others, now) + results[i]
+                )
+                continue
             if latest and same and code == 1:
                 self.absorb("superseded")
             by_side: dict[str, list[tuple[str, int, bytes]]] = {}
@@ -289,14 +294,6 @@ class JoinStep(Step):
                 self.absorb("waiting")
             self.counters["joined"] += len(outputs)
             results[i] = outputs + results[i]
-
-    def _closed(self, shut: list[tuple[str, dict[str, bytes]]], now: int) -> list[CloudEvent]:
-        out: list[CloudEvent] = []
-        for member, h in shut:
-            by_side = window_events(h)
-            if h and not all(by_side.get(n) for n in self.side_names):
-                out += outer_outputs(self, window_key(member), h["__t0"].decode(), by_side, now)
-        return out
 
     def _latest(
         self,

@@ -153,9 +153,9 @@ def exactly_once_refusal(config: JoinConfig) -> tuple[str, str] | None:
     Every joined event of an inner or latest join is emitted by a consumed event, inside that
     event's batch's transaction, and the join's Redis state gives that event the same outputs
     when its batch is consumed again (see docs/concepts/delivery.md). An outer join also emits
-    incomplete keys when their window closes: with event time and ``emit: every``/``latest``
-    the consumed events close the windows (:mod:`._join_close`); by the wall clock, or with
-    ``emit: first``, only the step's timer would, outside every Kafka transaction.
+    incomplete keys when their window closes: with event time the consumed events close the
+    windows (:mod:`._join_close`, every ``emit``); by the wall clock only the step's timer
+    would, outside every Kafka transaction.
     """
     if config.mode != "outer":
         return None
@@ -166,13 +166,5 @@ def exactly_once_refusal(config: JoinConfig) -> tuple[str, str] | None:
             "batch, so no Kafka transaction covers the outputs of the keys left incomplete; use "
             "time: event (windows then close when a consumed event moves the watermark past "
             "them, inside its batch's transaction), or mode: inner",
-        )
-    if config.emit == "first":
-        return (
-            "mode 'outer' and emit 'first'",
-            "its keys left incomplete are emitted when their window closes, by the step's timer, "
-            "outside any consumed batch, so no Kafka transaction covers those outputs; use emit: "
-            "every or latest (their windows are closed by the consumed events, inside their "
-            "batch's transaction), or mode: inner",
         )
     return None

@@ -189,3 +189,49 @@ def outer_outputs(
         h2 = {f.partition("/")[0]: p for f, _, p in combo}
         outputs.append(step.output(key, h2, stamp, basis=basis))
     return outputs
+
+
+def closed_outputs(
+    step: SweptJoin, shut: list[tuple[str, dict[str, bytes]]], stamp: int
+) -> list[CloudEvent]:
+    """Under exactly_once, what the windows a batch closed (given as (name, hash) by its
+    closer) emit: an outer join's incomplete ones as :func:`outer_outputs` (``emit: first``:
+    the latest event of each side present); an inner join's are counted as expired."""
+    out: list[CloudEvent] = []
+    for member, h in shut:
+        by_side = window_events(h)
+        if not h or all(by_side.get(n) for n in step.side_names):
+            continue
+        if step.spec.emit == "first":
+            by_side = {n: [max(v, key=lambda o: o[1])] for n, v in by_side.items()}
+        if step.spec.mode == "outer":
+            out += outer_outputs(step, window_key(member), h["__t0"].decode(), by_side, stamp)
+        else:
+            step.absorb("expired", sum(len(v) for v in by_side.values()))
+    return out
+
+
+def first_output(
+    step: SweptJoin,
+    key: str,
+    event: tuple[str, bytes],
+    t0: str,
+    same: int,
+    others: list[tuple[str, int, bytes]],
+    stamp: int,
+) -> list[CloudEvent]:
+    """``emit: first`` on the windows of every event (under exactly_once), for an ``event``
+    (side, JSON) stored after ``same`` events of its side and the ``others``: the event that
+    makes every side present emits the latest event of each (its id from the key and the
+    window, as with :mod:`._join_state`); the events after it are absorbed."""
+    side, payload = event
+    before = {f.partition("/")[0] for f, _, _ in others}
+    if all(n in before or (n == side and same) for n in step.side_names):
+        step.absorb("after_match")
+        return []
+    if not all(n in before or n == side for n in step.side_names):
+        step.absorb("superseded" if same else "waiting")
+        return []
+    latest = {f.partition("/")[0]: p for f, _, p in sorted(others, key=lambda o: o[1])}
+    step.counters["joined"] += 1
+    return [step.output(key, latest | {side: payload}, stamp, basis=t0)]
