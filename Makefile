@@ -95,6 +95,7 @@ bench: setup kafka bench-peers
 	$(PY) benchmarks/aggregate.py
 	$(PY) benchmarks/http_sink.py
 	$(PY) benchmarks/allocation_k10k.py
+	$(PY) benchmarks/allocation_day.py
 # issue 40 at a size of a few minutes (the full size: --models 300 --events 60000)
 	$(PY) benchmarks/models_many.py --models 100 --events 20000 --rate 1000
 

@@ -6,7 +6,8 @@ pipeline (the replica's :class:`PipelineRunner`) into Kafka sinks, no Ray, no Re
 
 With ``EOS_JOIN=REDIS_URL`` (and ``EOS_NAME``, the pipeline's name) the pipeline is
 :func:`join_pipeline` instead, its join state in that Redis; with ``EOS_AGG=REDIS_URL``
-:func:`aggregate_pipeline`, its aggregate state in that Redis.
+:func:`aggregate_pipeline`, its aggregate state in that Redis; with ``EOS_OUTER=REDIS_URL``
+:func:`outer_join_pipeline`.
 
 ``DELAY_S`` makes each batch's steps, and each acknowledged send to the sink, take that long
 longer (the batch's transaction is open meanwhile, its records written), so that a SIGKILL or
@@ -147,6 +148,45 @@ def aggregate_pipeline(name: str, src: str, sink: str, dlq: str) -> PipelineConf
     )
 
 
+def outer_join_pipeline(name: str, src: str, sink: str, dlq: str) -> PipelineConfig:
+    """An outer join on event time (one-second windows): event ``n`` is side ``a`` (even
+    ``n``) or ``b`` (odd), keyed ``n / 2``, except that ``b``'s key is moved away when
+    ``n / 2 % 3 == 0``: both of those events stay alone, emitted when their window closes.
+    ``EOS_EMIT`` sets its ``emit`` (default every; one event a side per key: the same outputs)."""
+    return PipelineConfig.model_validate(
+        {
+            "apiVersion": "eventbus/v1",
+            "kind": "Pipeline",
+            "metadata": {"name": name},
+            "spec": {
+                "sources": [{"kafka": {"topic": src}}],
+                "steps": [
+                    {
+                        "id": "pair",
+                        "join": {
+                            "mode": "outer",
+                            "time": "event",
+                            "window_s": 1,
+                            "emit": os.environ.get("EOS_EMIT", "every"),
+                            "sides": [
+                                {"name": "a", "when": "data.n % 2 == 0", "key": "data.n / 2"},
+                                {
+                                    "name": "b",
+                                    "when": "data.n % 2 == 1",
+                                    "key": "data.n / 2 % 3 == 0 ? -1 - data.n / 2 : data.n / 2",
+                                },
+                            ],
+                        },
+                    }
+                ],
+                "sink": {"kafka": {"topic": sink}},
+                "dead_letter": {"kafka": {"topic": dlq}},
+                "delivery": {"guarantee": "exactly_once"},
+            },
+        }
+    )
+
+
 async def main(
     bootstrap: str,
     src: str,
@@ -157,8 +197,11 @@ async def main(
     interval_ms: str = "100",
 ) -> None:
     join_redis, agg_redis = os.environ.get("EOS_JOIN"), os.environ.get("EOS_AGG")
+    outer_redis = os.environ.get("EOS_OUTER")
     name = os.environ.get("EOS_NAME", "eosj")
-    if join_redis:
+    if outer_redis:
+        runner = PipelineRunner(outer_join_pipeline(name, src, sink, dlq), redis_url=outer_redis)
+    elif join_redis:
         runner = PipelineRunner(join_pipeline(name, src, sink, dlq), redis_url=join_redis)
     elif agg_redis:
         runner = PipelineRunner(aggregate_pipeline(name, src, sink, dlq), redis_url=agg_redis)

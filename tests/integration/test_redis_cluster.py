@@ -104,7 +104,12 @@ def test_model_registry_on_cluster(redis_cluster: RedisCluster) -> None:
     v2 = reg.add_version(name, b"two", format="export")
     reg.set_serving(name, v1)
     reg.set_split(name, v2, 0.25)
-    assert reg.state(name) == {"serving": 1, "split": {"version": 2, "weight": 0.25}, "revision": 2}
+    assert reg.state(name) == {
+        "serving": 1,
+        "split": {"version": 2, "weight": 0.25},
+        "shadow": None,
+        "revision": 2,
+    }
     assert reg.blob(name, v2) == b"two" and name in reg.names()
     reg.record_inputs(name, np.ones((3, 4), dtype=np.float32))
     assert reg.recent_inputs(name, (4,)).shape == (3, 4)

@@ -65,6 +65,11 @@ def test_step_state_keys() -> None:
     assert keys.allocate_window("ads", "coupon") == "eventbus:allocate:{ads:coupon}:window"
     assert keys.allocate_seen("ads", "coupon") == "eventbus:allocate:{ads:coupon}:seen"
     assert keys.allocate_plan_lock("ads", "coupon") == "eventbus:allocate:{ads:coupon}:plan-lock"
+    assert keys.allocate_pending("ads", "coupon") == "eventbus:allocate:{ads:coupon}:pending"
+    assert (
+        keys.allocate_pending_times("ads", "coupon")
+        == "eventbus:allocate:{ads:coupon}:pending-times"
+    )
     assert keys.duals("ads", "coupon") == "eventbus:duals:{ads:coupon}"
 
 
@@ -123,6 +128,8 @@ def test_keys_of_one_script_or_transaction_share_one_slot() -> None:
         keys.allocate_window("ads", "coupon"),
         keys.allocate_seen("ads", "coupon"),
         keys.allocate_plan_lock("ads", "coupon"),
+        keys.allocate_pending("ads", "coupon"),
+        keys.allocate_pending_times("ads", "coupon"),
         keys.duals("ads", "coupon"),
     )
     # a writer's stats entry and its history bucket: one pipeline (one round trip)

@@ -61,7 +61,8 @@ Step state (``pipelines``):
   Redis Cluster slot.
 * :func:`allocate_used` (hash), :func:`allocate_window` (list), :func:`allocate_seen`
   (string counter), :func:`allocate_plan_lock` (string with a TTL): an allocate step's
-  consumed budgets and its re-planning window.
+  consumed budgets and its re-planning window; :func:`allocate_pending` (hash) and
+  :func:`allocate_pending_times` (sorted set): its decisions awaiting consumption feedback.
 * :func:`duals` (string): JSON list of an allocate step's dual prices.
 
 Models (``models``):
@@ -100,6 +101,8 @@ __all__ = [
     "SECRETS_VERSION",
     "GATEWAY_ENV",
     "aggregate_keys",
+    "allocate_pending",
+    "allocate_pending_times",
     "allocate_plan_lock",
     "allocate_seen",
     "allocate_used",
@@ -307,6 +310,16 @@ def allocate_seen(pipeline: str, step: str) -> str:
 def allocate_plan_lock(pipeline: str, step: str) -> str:
     """String with a TTL: held by the replica re-planning an allocate step."""
     return _allocate(pipeline, step, "plan-lock")
+
+
+def allocate_pending(pipeline: str, step: str) -> str:
+    """Hash: decision (request id) -> JSON record, an allocate step's decisions awaiting feedback."""
+    return _allocate(pipeline, step, "pending")
+
+
+def allocate_pending_times(pipeline: str, step: str) -> str:
+    """Sorted set: decision -> when it was made (epoch s), for settling those with no feedback."""
+    return _allocate(pipeline, step, "pending-times")
 
 
 def duals(pipeline: str, step: str) -> str:

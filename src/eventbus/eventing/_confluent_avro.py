@@ -14,11 +14,31 @@ import io
 import json
 from collections.abc import Iterable
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from eventbus.errors import EventBusError, EventDecodeError
 
-__all__ = ["AvroWireDecoder", "RegistryUnavailableError", "avro_to_json"]
+__all__ = [
+    "AvroWireDecoder",
+    "RegistryClient",
+    "RegistryUnavailableError",
+    "SchemaRegistryUrl",
+    "avro_to_json",
+]
+
+#: The ``schema_registry_url`` field of the Kafka source and sink configs.
+SchemaRegistryUrl = Annotated[
+    str | None,
+    Field(
+        pattern=r"^https?://",
+        description="The Confluent-compatible schema registry of value_format avro: EventBus's "
+        "own (`eventbus url registry`; http://127.0.0.1:8080/registry with `eventbus up`) or "
+        "any other.",
+    ),
+]
+
 
 _MAGIC = 0
 _HEADER = 5
@@ -27,6 +47,81 @@ _MAX_UNKNOWN = 10_000  # ids remembered as unknown to the registry
 
 class RegistryUnavailableError(EventBusError):
     """The schema registry did not answer (or answered 5xx); try again later."""
+
+    #: an infrastructure error: a dispatch or a sink send that raises it is retried, its
+    #: events wait (never dead-lettered for an outage); also through Ray's RayTaskError
+    retriable = True
+
+
+class RegistryClient:
+    """The HTTP calls both sides make to a Confluent-compatible registry (the source's
+    decoder and the sink's encoder): one async and one sync client, made on first use; a
+    transport error, 5xx, 401, 403 or 429 raises :class:`RegistryUnavailableError`, any
+    other answer is returned.
+
+    Args:
+        registry_url: the registry's base URL (``http://127.0.0.1:8080/registry``).
+        headers: sent with each request (``Authorization`` for a registry that needs it).
+        timeout_s: one request's limit.
+        transport: an httpx transport for the async client (tests: an ASGI app).
+    """
+
+    def __init__(
+        self,
+        registry_url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        timeout_s: float = 10.0,
+        transport: Any = None,
+    ) -> None:
+        self.registry_url = registry_url.rstrip("/")
+        self.headers = dict(headers or {})
+        self.timeout_s = timeout_s
+        self._transport = transport
+        self._async: Any = None
+
+    def _checked(self, response: Any, what: str) -> Any:
+        if response.status_code >= 500 or response.status_code in (401, 403, 429):
+            msg = (
+                f"the schema registry at {self.registry_url} answered {response.status_code} "
+                f"for {what}: {response.text[:300]}"
+            )
+            raise RegistryUnavailableError(msg)
+        return response
+
+    def _unreachable(self, e: Exception) -> RegistryUnavailableError:
+        msg = f"the schema registry at {self.registry_url} did not answer ({e}); retrying"
+        return RegistryUnavailableError(msg)
+
+    async def request(self, method: str, path: str, body: Any = None) -> Any:
+        """``method`` ``path`` (under the base URL), JSON ``body``; the httpx response."""
+        import httpx
+
+        if self._async is None:
+            self._async = httpx.AsyncClient(
+                timeout=self.timeout_s, headers=self.headers, transport=self._transport
+            )
+        try:
+            response = await self._async.request(method, self.registry_url + path, json=body)
+        except httpx.HTTPError as e:
+            raise self._unreachable(e) from e
+        return self._checked(response, f"{method} {path}")
+
+    def request_sync(self, method: str, path: str, body: Any = None) -> Any:
+        """:meth:`request` from synchronous code (a replica's encoding, a deploy's check)."""
+        import httpx
+
+        try:
+            with httpx.Client(timeout=self.timeout_s, headers=self.headers) as client:
+                response = client.request(method, self.registry_url + path, json=body)
+        except httpx.HTTPError as e:
+            raise self._unreachable(e) from e
+        return self._checked(response, f"{method} {path}")
+
+    async def aclose(self) -> None:
+        if self._async is not None:
+            await self._async.aclose()
+            self._async = None
 
 
 class AvroWireDecoder:
@@ -45,12 +140,10 @@ class AvroWireDecoder:
     def __init__(
         self, registry_url: str, *, headers: dict[str, str] | None = None, timeout_s: float = 10.0
     ) -> None:
-        self.registry_url = registry_url.rstrip("/")
-        self.headers = dict(headers or {})
-        self.timeout_s = timeout_s
+        self.http = RegistryClient(registry_url, headers=headers, timeout_s=timeout_s)
+        self.registry_url = self.http.registry_url
         self._schemas: dict[int, Any] = {}  # id -> parsed writer schema
         self._unknown: dict[int, str] = {}  # id -> why the registry has none
-        self._client: Any = None
 
     @staticmethod
     def schema_id(value: bytes | None) -> int:
@@ -91,22 +184,8 @@ class AvroWireDecoder:
 
     async def _fetch(self, sid: int) -> None:
         import fastavro
-        import httpx
 
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers)
-        url = f"{self.registry_url}/schemas/ids/{sid}"
-        try:
-            response = await self._client.get(url)
-        except httpx.HTTPError as e:
-            msg = f"the schema registry at {self.registry_url} did not answer ({e}); retrying"
-            raise RegistryUnavailableError(msg) from e
-        if response.status_code >= 500 or response.status_code in (401, 403, 429):
-            msg = (
-                f"the schema registry at {self.registry_url} answered {response.status_code} "
-                f"for schema id {sid}: {response.text[:300]}"
-            )
-            raise RegistryUnavailableError(msg)
+        response = await self.http.request("GET", f"/schemas/ids/{sid}")
         if response.status_code != 200:
             if len(self._unknown) >= _MAX_UNKNOWN:  # random ids in a topic: bounded memory
                 self._unknown.clear()
@@ -151,9 +230,7 @@ class AvroWireDecoder:
         return datum
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self.http.aclose()
 
 
 def avro_to_json(datum: Any) -> bytes:

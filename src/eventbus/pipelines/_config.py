@@ -174,6 +174,17 @@ class PipelineSpecConfig(BaseModel):
         "application (eventbus-pool-NAME) whose replicas hold up to max_models_per_replica models.",
     )
 
+    @field_validator("dead_letter")
+    @classmethod
+    def _dead_letters_as_they_came(cls, sink: SinkConfig | None) -> SinkConfig | None:
+        if sink is not None and getattr(sink.kafka, "value_format", "json") != "json":
+            msg = (
+                "a dead-letter topic keeps each failed event as it came (JSON, or the raw "
+                "record that did not decode), never in a schema; remove value_format"
+            )
+            raise ValueError(msg)
+        return sink
+
     @model_validator(mode="after")
     def _unique_step_ids(self) -> PipelineSpecConfig:
         problems = pool_problems(self.steps, self.model_pools)

@@ -66,8 +66,8 @@ class DeliveryConfig(BaseModel):
         default="at_least_once",
         description="'at_least_once' (with dedupe: effectively once at the sink), or "
         "'exactly_once': each batch's outputs, dead letters and source offsets in one Kafka "
-        "transaction (Kafka sources and sinks of one cluster; stateless steps and inner or latest "
-        "joins, no outer join or aggregate; readers of the sink use "
+        "transaction (Kafka sources and sinks of one cluster; stateless steps, joins and event-time "
+        "aggregates, not those a timer emits for; readers of the sink use "
         "isolation.level=read_committed). No Redis needed without a join.",
     )
     commit_interval_ms: Annotated[int, Field(ge=0, le=_MAX_COMMIT_INTERVAL_MS)] | None = Field(

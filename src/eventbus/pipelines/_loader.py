@@ -61,19 +61,22 @@ def load_pipeline(path: str | Path, *, check_functions: bool = True) -> Pipeline
 
 
 def load_pipeline_text(
-    text: str, filename: str = "<pipeline>", *, check_functions: bool = True
+    text: str, filename: str = "<pipeline>", *, check_functions: bool = True, base_dir: str = ""
 ) -> PipelineConfig:
-    """Parse and validate pipeline YAML text; see :func:`load_pipeline`."""
-    config, problems = validate_pipeline_text(text, filename, check_functions=check_functions)
+    """Parse and validate pipeline YAML text; see :func:`validate_pipeline_text`."""
+    config, problems = validate_pipeline_text(
+        text, filename, check_functions=check_functions, base_dir=base_dir
+    )
     if problems or config is None:
         raise PipelineConfigError([str(p) for p in problems])
     return config
 
 
 def validate_pipeline_text(
-    text: str, filename: str = "<pipeline>", *, check_functions: bool = True
+    text: str, filename: str = "<pipeline>", *, check_functions: bool = True, base_dir: str = ""
 ) -> tuple[PipelineConfig | None, list[Problem]]:
-    """Validate pipeline YAML and return the pipeline (if valid) and every problem found."""
+    """Validate pipeline YAML and return the pipeline (if valid) and every problem found;
+    relative file references (``value_schema_file``) from ``base_dir``, else ``filename``'s."""
     try:
         root, data = load_yaml(text, filename)  # anchors and aliases refused (alias bombs)
     except yaml.MarkedYAMLError as exc:
@@ -95,7 +98,8 @@ def validate_pipeline_text(
         ]
     problems = _semantic_problems(data, root, filename, check_functions=check_functions)
     try:
-        config = PipelineConfig.model_validate(data)
+        base_dir = base_dir or str(Path(filename).parent)  # "<pipeline>": the working directory
+        config = PipelineConfig.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
         problems = _validation_problems(exc, data, root, filename) + problems
         unique = {(p.path, p.message): p for p in reversed(problems)}  # first of each kept

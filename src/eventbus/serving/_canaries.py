@@ -84,7 +84,9 @@ class Canaries:
     ) -> dict[str, Any]:
         """Start a canary (see ``Controller.deploy_canary``)."""
         check_weights(weights)
-        config = load_pipeline_text(text, filename, check_functions=False)
+        config = load_pipeline_text(
+            text, filename, check_functions=False, base_dir=python_path[0] if python_path else ""
+        )
         name = config.name
         with self.locks.of(name):
             current = self._current(name)

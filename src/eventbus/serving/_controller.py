@@ -122,7 +122,9 @@ class Controller:
             PipelineConfigError: the YAML has problems (nothing is deployed).
             DeployError: the Serve application or a source could not start.
         """
-        config = load_pipeline_text(text, filename, check_functions=False)
+        config = load_pipeline_text(
+            text, filename, check_functions=False, base_dir=python_path[0] if python_path else ""
+        )
         with self.locks.of(config.name):
             info = self.deploys.apply(config, text, filename, python_path, rollback_of=rollback_of)
             self.canaries.end(config.name, "superseded", f"version {info['version']} was deployed")
@@ -130,7 +132,9 @@ class Controller:
 
     def _deploy_text(self, text: str, filename: str, python_path: list[str]) -> dict[str, Any]:
         """A canary's promotion: deploy its YAML (its canary ends as promoted, not here)."""
-        config = load_pipeline_text(text, filename, check_functions=False)
+        config = load_pipeline_text(
+            text, filename, check_functions=False, base_dir=python_path[0] if python_path else ""
+        )
         with self.locks.of(config.name):
             return self.deploys.apply(config, text, filename, python_path)
 

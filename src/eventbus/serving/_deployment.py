@@ -84,6 +84,13 @@ class PipelineDeployment:
             if sink is not None and sink.mode == "structured"
             else encode_kafka_binary
         )
+        from eventbus.eventing.sinks._kafka_avro_config import avro_encoder
+
+        # value_format avro: outputs framed for the registry subject (schema id learnt on the
+        # first batch; a registry outage raises out of process_records, so the batch waits)
+        self._avro = avro_encoder(sink) if sink is not None else None
+        if self._avro is not None:
+            self._encode = self._avro.encode_event
         self._sources: Any = None
         if runtime and runtime.get("run_sources"):
             from eventbus.eventing._kafka_client import KafkaClientConfig
@@ -202,6 +209,8 @@ class PipelineDeployment:
                 outcomes[i] = Failure("decode", "EventDecodeError", str(exc))
             index = [i for i, o in enumerate(outcomes) if o is None]
         self._events += len(records)
+        if self._avro is not None and not self._avro.ready:
+            self._avro.resolve_sync()
         encode = self._encode
         origins = (
             [f"{records[i].topic}[{records[i].partition}]" for i in index]

@@ -157,10 +157,15 @@ class Deploys:
         from eventbus.serving._placement import live_nodes, placement_problems
 
         # replicas no live node can take would wait forever: refused, naming the nodes
-        misplaced = placement_problems(config.spec.serving, live_nodes())
+        placed = config.spec.serving.placement is not None
+        misplaced = placement_problems(config.spec.serving, live_nodes()) if placed else []
         if misplaced:
             msg = f"pipeline {name!r} could not be deployed:\n" + "\n".join(misplaced)
             raise DeployError(msg)
+        from eventbus.serving._schema_checks import check_sink_schemas
+
+        # value_format avro outputs: compatible with their subjects (and registered)
+        check_sink_schemas(config)
         previous = self.load(name)
         version = (previous["version"] + 1) if previous else 1
         if previous is not None:

@@ -173,6 +173,10 @@ def with_join(options: str) -> str:
         "mode: inner, emit: latest",
         "mode: latest, table: order",
         "time: event, allowed_lateness_s: 5, window_s: 30",
+        "mode: outer, time: event",
+        "mode: outer, emit: latest, time: event, allowed_lateness_s: 5",
+        "mode: outer, emit: first, time: event",
+        "mode: inner, emit: first, time: event",
     ],
 )
 def test_a_join_whose_outputs_come_from_consumed_events_runs_exactly_once(options: str) -> None:
@@ -182,16 +186,19 @@ def test_a_join_whose_outputs_come_from_consumed_events_runs_exactly_once(option
 
 
 @pytest.mark.parametrize("emit", ["every", "first", "latest"])
-def test_an_outer_join_is_refused_naming_the_mode_and_the_alternatives(emit: str) -> None:
+def test_a_processing_time_outer_join_is_refused_naming_the_setting_and_the_fix(
+    emit: str,
+) -> None:
     found = problems(with_join(f"mode: outer, emit: {emit}"))
     assert found.count("\n") == 0, found  # the one problem
     expect = (
-        "step 'pair' is of kind 'join' with mode 'outer' but delivery.guarantee is "
-        "'exactly_once': an outer join emits the keys left incomplete when their window "
-        "closes, from a timer outside any consumed batch, so no Kafka transaction covers "
-        "those outputs; use mode: inner (every joined event then comes from a consumed "
-        "event, inside its batch's transaction); or keep guarantee: at_least_once (the "
-        "default) with delivery.dedupe for effectively-once delivery"
+        "step 'pair' is of kind 'join' with mode 'outer' and time 'processing' but "
+        "delivery.guarantee is 'exactly_once': processing-time windows close by the wall "
+        "clock, from a timer outside any consumed batch, so no Kafka transaction covers the "
+        "outputs of the keys left incomplete; use time: event (windows then close when a "
+        "consumed event moves the watermark past them, inside its batch's transaction), or "
+        "mode: inner; or keep guarantee: at_least_once (the default) with delivery.dedupe "
+        "for effectively-once delivery"
     )
     assert expect in found, found
 

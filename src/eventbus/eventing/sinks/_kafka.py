@@ -19,7 +19,7 @@ from aiokafka.errors import (
     RecordTooLargeError,
 )
 from aiokafka.partitioner import murmur2
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from eventbus.errors import ConfigError
 from eventbus.eventing._codecs import KafkaRecord, encode_kafka_binary, encode_kafka_structured
@@ -34,6 +34,7 @@ from eventbus.eventing._kafka_live_password import follow_password, refresh
 from eventbus.eventing._topics import TopicCreateConfig, topic_name_problem
 from eventbus.eventing._txn_context import CURRENT_PRODUCER
 from eventbus.eventing.sinks._base import Sink, SinkEncodeError, SinkTooLargeError
+from eventbus.eventing.sinks._kafka_avro_config import AvroValueConfig, avro_encoder
 from eventbus.eventing.sinks._kafka_tail import TailPositions
 from eventbus.registry import sinks
 
@@ -53,8 +54,9 @@ _hash_cache: dict[bytes, int] = {}
 _TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
 
 
-class KafkaSinkConfig(BaseModel):
-    """Configuration of a Kafka sink (``sink: {kafka: {...}}`` in pipeline YAML)."""
+class KafkaSinkConfig(AvroValueConfig):
+    """Configuration of a Kafka sink (``sink: {kafka: {...}}`` in pipeline YAML); the value
+    format fields (``value_format: avro``, ``subject``, ...) are :class:`AvroValueConfig`'s."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -131,6 +133,9 @@ class KafkaSink(TailPositions, Sink):
             raise ConfigError(msg)
         self.bootstrap_servers: str = servers
         self._encode = encode_kafka_binary if config.mode == "binary" else encode_kafka_structured
+        self._avro = avro_encoder(config)  # value_format avro: its schema id learnt on send
+        if self._avro is not None:
+            self._encode = self._avro.encode_event
         self._producer: Any = None
         self._client_kwargs: dict[str, Any] = {}
         self._round_robin = 0
@@ -201,6 +206,8 @@ class KafkaSink(TailPositions, Sink):
             await consumer.stop()
         if producer is not None:
             await producer.stop()
+        if self._avro is not None:
+            await self._avro.aclose()
 
     async def send(self, items: Sequence[tuple[CloudEvent | KafkaRecord, bytes | None]]) -> None:
         """Write the events and wait for the broker's acknowledgement of every one.
@@ -226,6 +233,8 @@ class KafkaSink(TailPositions, Sink):
             msg = f"kafka sink for topic {self.config.topic!r} is not started; await start() first"
             raise RuntimeError(msg)
         topic = self.config.topic
+        if self._avro is not None and not self._avro.ready:
+            await self._avro.resolve()  # RegistryUnavailableError: retried, events wait
         partitions = sorted(await producer.partitions_for(topic))
         n = len(partitions)
         encode = self._encode

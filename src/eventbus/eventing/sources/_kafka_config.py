@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from eventbus.eventing._confluent_avro import SchemaRegistryUrl
 from eventbus.eventing._kafka_client import KafkaClientConfig
 from eventbus.eventing._topics import TopicCreateConfig, topic_name_problem
 
@@ -78,13 +79,7 @@ class KafkaSourceConfig(BaseModel):
         "truncated body) are dead-lettered with the reason; while the registry cannot be "
         "reached the records wait (they are not dead-lettered for an outage).",
     )
-    schema_registry_url: str | None = Field(
-        default=None,
-        pattern=r"^https?://",
-        description="The Confluent-compatible schema registry of value_format avro: EventBus's "
-        "own (`eventbus url registry`; http://127.0.0.1:8080/registry with `eventbus up`) or "
-        "any other.",
-    )
+    schema_registry_url: SchemaRegistryUrl = None
     fetch_max_wait_ms: int = Field(
         default=10,
         ge=1,

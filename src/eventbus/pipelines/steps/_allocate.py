@@ -35,6 +35,7 @@ from eventbus.pipelines.steps._allocate_config import (
     expressions,
     publish_duals,
 )
+from eventbus.pipelines.steps._allocate_pacer import Pacer
 from eventbus.pipelines.steps._allocate_planner import AllocatePlanner
 from eventbus.pipelines.steps._allocate_store import AllocateStore
 from eventbus.registry import steps
@@ -110,6 +111,17 @@ class AllocateStep(Step):
         self.memory_duals: list[float] | None = None  # in-memory mode: set by tests
         self._read_at = 0.0
         self.counters = {"allocated": 0, "declined": 0, "refused_by_budget": 0}
+        self._row_groups: dict[str, Any] = {}
+        for k, name in enumerate(self._rows):
+            self._row_groups.setdefault(name, []).append(k)
+        self._row_groups = {
+            name: torch.tensor(ks, dtype=torch.long)
+            for name, ks in self._row_groups.items()
+            if name in self._weights
+        }
+        self.pacer: Pacer | None = None
+        if spec.pacing is not None:
+            self.pacer = Pacer(self, spec.pacing, self._mask)
 
     @staticmethod
     def _compile(source: str) -> cel.Program:
@@ -151,9 +163,18 @@ class AllocateStep(Step):
 
         self._refresh_duals()
         results: list[Any] = [None] * len(events)
-        rows, segs, wrows, idx = self._evaluate(events, results)
+        pacer = self.pacer
+        requests = None
+        if pacer is not None:
+            pacer.expire()
+            requests = pacer.split(events, results)
+        rows, segs, wrows, idx = self._evaluate(events, results, requests)
         if not idx:
             return results
+        raw: list[Any] = [None] * len(idx)
+        if pacer is not None:
+            pacer.observe(segs)
+            raw = pacer.calibrate(segs, wrows)
         revenue = torch.tensor(rows, dtype=torch.float64)
         segment = torch.tensor(segs, dtype=torch.long)
         if self.spec.plan is not None:
@@ -172,11 +193,12 @@ class AllocateStep(Step):
                 if w is not None:
                     use[rows_k] *= w[b, j]
             cons.append(use.tolist())
-        granted = self.store.reserve(
-            [c for c, j in zip(cons, items) if j >= 0], self.budget.tolist()
-        )
+        limits = pacer.caps() if pacer is not None else self.budget.tolist()
+        granted = self.store.reserve([c for c, j in zip(cons, items) if j >= 0], limits)
         g = iter(granted)
-        for i, j in zip(idx, items):
+        decided = []
+        feedback = self.spec.pacing.feedback if self.spec.pacing is not None else None
+        for b, (i, j) in enumerate(zip(idx, items)):
             e = events[i]
             chosen = None
             if j < 0:
@@ -184,21 +206,28 @@ class AllocateStep(Step):
             elif next(g):
                 chosen = j
                 self.counters["allocated"] += 1
+                if feedback is not None:
+                    w = {name: v[b][j] for name, v in wrows.items()}
+                    predicted = raw[b][j] if raw[b] is not None else 0.0
+                    decided.append((str(e.id), segs[b], j, w, predicted))
             else:
                 self.counters["refused_by_budget"] += 1
             data = dict(e.data) if isinstance(e.data, dict) else {"value": e.data}
             data[self.spec.output] = chosen
             results[i] = e.replace(data=data)
+        if pacer is not None:
+            pacer.decided(decided)
         return results
 
     def _evaluate(
-        self, events: list[CloudEvent], results: list[Any]
+        self, events: list[CloudEvent], results: list[Any], only: list[int] | None = None
     ) -> tuple[list[list[float]], list[int], dict[str, list[list[float]]], list[int]]:
         """Each request's revenue row, segment and weight rows, and the indices of those that
-        evaluated; a failure in ``results`` for each that did not."""
+        evaluated (of ``only``, when given); a failure in ``results`` for each that did not."""
         rows, segs, idx = [], [], []
         wrows: dict[str, list[list[float]]] = {name: [] for name in self._weights}
-        for i, e in enumerate(events):
+        for i in range(len(events)) if only is None else only:
+            e = events[i]
             try:
                 act = self._build(e)
                 rev = self._revenue.evaluate(act)
@@ -239,6 +268,15 @@ class AllocateStep(Step):
             self._item_cost, self._mask, segment, weights=weights, row_weight=self._rows
         )
 
+    def use_of(self, segment: int, item: int, weights: dict[str, float]) -> Any:
+        """The consumption (a K-vector) of ``item`` for a request of ``segment`` with these
+        weights (of the chosen item, per name of ``weights:``)."""
+        use = self._item_cost[:, item] * self._mask[:, segment]
+        for name, rows_k in self._row_groups.items():
+            if name in weights:
+                use[rows_k] *= weights[name]
+        return use
+
     def _record(
         self, rows: list[list[float]], segs: list[int], wrows: dict[str, list[list[float]]]
     ) -> None:
@@ -255,6 +293,8 @@ class AllocateStep(Step):
         return self.store.used_budget()
 
     def stats(self) -> dict[str, Any]:
+        if self.pacer is not None:
+            return {**self.counters, **self.pacer.figures()}
         return dict(self.counters)
 
     def timers(self) -> list[Timer]:

@@ -7,13 +7,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from eventbus._internal import keys
 from eventbus.errors import ConfigError
+from eventbus.pipelines.steps._allocate_pacing_config import PacingConfig
 
 __all__ = [
     "AllocateConfig",
+    "PacingConfig",
     "PlanConfig",
     "duals_key",
     "effective_rows",
@@ -36,10 +38,12 @@ class PlanConfig(BaseModel):
     window: int = Field(
         default=10_000, ge=10, le=10_000_000, description="Most recent requests the re-solve uses."
     )
-    expected_requests: int = Field(
+    expected_requests: int | None = Field(
+        default=None,
         ge=1,
         description="Requests expected over the whole budget period: the window gets the remaining budget "
-        "times window / (expected_requests - requests seen so far).",
+        "times window / (expected_requests - requests seen so far). With pacing: not used (the "
+        "window gets the interval's paced share, by the traffic forecast).",
     )
     gap: float = Field(
         default=1e-3, gt=0, lt=1, description="Certified relative gap of each re-solve."
@@ -79,6 +83,35 @@ class AllocateConfig(BaseModel):
         default=None,
         description="Re-solve the duals nearline from recent requests (without a redeploy).",
     )
+    pacing: PacingConfig | None = Field(
+        default=None,
+        description="Pace each budget over the day by a traffic forecast, correct it from "
+        "consumption feedback, recalibrate the predicted rates.",
+    )
+
+    @model_validator(mode="after")
+    def _pacing_fits(self) -> AllocateConfig:
+        if self.plan is not None and self.plan.expected_requests is None and self.pacing is None:
+            msg = (
+                "plan.expected_requests is required without pacing (the requests expected over "
+                "the budget period); set it, or add pacing: {} to split budgets by a traffic forecast"
+            )
+            raise ValueError(msg)
+        feedback = self.pacing.feedback if self.pacing is not None else None
+        weight = feedback.weight if feedback is not None else None
+        if weight is not None and weight not in self.weights:
+            msg = (
+                f"pacing.feedback.weight {weight!r} is not one of weights "
+                f"{sorted(self.weights)}; name one of them, or leave weight out"
+            )
+            raise ValueError(msg)
+        if self.pacing is not None and self.pacing.calibration is not None and weight is None:
+            msg = (
+                "pacing.calibration needs pacing.feedback with a weight (the predicted rate it "
+                "recalibrates from the outcomes); add feedback: {when: ..., weight: <name>}"
+            )
+            raise ValueError(msg)
+        return self
 
 
 def duals_key(pipeline: str, step: str) -> str:
@@ -121,15 +154,26 @@ def effective_rows(step_id: str, spec: AllocateConfig, rows: tuple[str, ...]) ->
 def expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:
     if not isinstance(raw, dict):
         return []
-    return [
-        ((field,), raw[field], False)
-        for field in ("revenue", "segment")
-        if isinstance(raw.get(field), str) and raw[field]
-    ] + [
-        (("weights", name), expr, False)
-        for name, expr in (raw.get("weights") or {}).items()
-        if isinstance(raw.get("weights"), dict) and isinstance(expr, str) and expr
+    pacing = raw.get("pacing")
+    feedback = pacing.get("feedback") if isinstance(pacing, dict) else None
+    found = [
+        (("pacing", "feedback", field), feedback[field], False)
+        for field in ("when", "decision", "outcome")
+        if isinstance(feedback, dict) and isinstance(feedback.get(field), str) and feedback[field]
     ]
+    return (
+        found
+        + [
+            ((field,), raw[field], False)
+            for field in ("revenue", "segment")
+            if isinstance(raw.get(field), str) and raw[field]
+        ]
+        + [
+            (("weights", name), expr, False)
+            for name, expr in (raw.get("weights") or {}).items()
+            if isinstance(raw.get("weights"), dict) and isinstance(expr, str) and expr
+        ]
+    )
 
 
 def example(folder: Any) -> dict[str, Any]:

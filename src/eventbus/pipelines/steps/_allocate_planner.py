@@ -20,6 +20,7 @@ class PlannedStep(Protocol):
     spec: AllocateConfig
     budget: Any
     store: AllocateStore
+    pacer: Any  # a Pacer with ``pacing:``, else None
 
     def consumption(self, segment: Any, weights: dict[str, Any]) -> Any: ...
 
@@ -32,7 +33,9 @@ class AllocatePlanner(Timer):
 
     The window's problem: its requests as users, the catalogue's item costs and segment mask,
     and budgets equal to the remaining budget scaled by window / remaining expected requests,
-    so the duals price what is left for the traffic still to come.
+    so the duals price what is left for the traffic still to come; with ``pacing:``, the
+    current interval's paced allowance scaled by the window's share of the interval's
+    forecast traffic (:meth:`~._allocate_pacer.Pacer.window_budget`).
     """
 
     def __init__(self, step: PlannedStep) -> None:
@@ -71,10 +74,18 @@ class AllocatePlanner(Timer):
         remaining = (
             step.budget - torch.tensor(step.store.used_budget(), dtype=torch.float64)
         ).clamp_min(1e-9)
-        share = w / max(w, self.plan.expected_requests - seen)
+        if step.pacer is not None:
+            # the interval's paced allowance for the share of its traffic the window stands for
+            counts = torch.bincount(
+                torch.tensor(segs, dtype=torch.long), minlength=int(step.pacer.plan.mask.shape[1])
+            ).to(torch.float64)
+            budget = step.pacer.window_budget(remaining, counts, seen).clamp_min(1e-9)
+        else:
+            assert self.plan.expected_requests is not None  # the config requires it
+            budget = remaining * (w / max(w, self.plan.expected_requests - seen))
         problem = AllocationProblem(
             torch.tensor(rows, dtype=torch.float64),
-            remaining * share,
+            budget,
             step.consumption(torch.tensor(segs, dtype=torch.long), weights),
         )
         result = solve(problem, gap=self.plan.gap, warm_start=self._previous, device="cpu")

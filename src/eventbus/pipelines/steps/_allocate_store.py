@@ -121,6 +121,20 @@ class AllocateStore:
         except Exception as e:  # noqa: BLE001
             raise self._unavailable(e, "budget safeguard in Redis") from None
 
+    def adjust(self, deltas: list[float]) -> None:
+        """Add ``deltas`` (a correction: actual minus reserved consumption) to the used amounts."""
+        if self.redis is None:
+            self.used = [u + d for u, d in zip(self.used, deltas)]
+            return
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            for k, d in enumerate(deltas):
+                if d != 0:
+                    pipe.hincrbyfloat(self._used_key, str(k + 1), repr(float(d)))
+            pipe.execute()
+        except Exception as e:  # noqa: BLE001
+            raise self._unavailable(e) from None
+
     def used_budget(self) -> list[float]:
         """What has been allocated so far, per resource."""
         if self.redis is None:

@@ -8,7 +8,9 @@ first attempt's outputs were in its aborted transaction, never visible: the argu
 docs/concepts/delivery.md). A :class:`JoinSweeper`
 (run next to each replica's sources) takes windows that closed: outer joins emit what is
 present, inner joins drop them (counted), windows evicted by ``max_pending`` go to the
-dead-letter sink.
+dead-letter sink. A join of ``emit: every``/``latest`` and event time under ``exactly_once``
+closes its windows in the batches instead (:mod:`._join_close`): the sweeper then only
+dead-letters evictions.
 
 ``emit`` chooses the combinations: ``every`` (each combination of a key's events within the
 window, once, :mod:`._join_pairs`), ``latest`` (each event with the latest of every other side)
@@ -30,6 +32,7 @@ from eventbus.eventing._codecs import event_to_json
 from eventbus.eventing._event import CloudEvent
 from eventbus.pipelines._activation import activation_builder, check_identifiers
 from eventbus.pipelines._step import Step, StepContext, Timer
+from eventbus.pipelines.steps._join_close import CLOSE_BYTES, CLOSE_LIMIT, REPLAY_S
 from eventbus.pipelines.steps._join_config import JoinConfig, exactly_once_refusal
 from eventbus.pipelines.steps._join_memory import MemoryJoinState, MemoryPairState
 from eventbus.pipelines.steps._join_output import (
@@ -53,7 +56,7 @@ from eventbus.pipelines.steps._join_state import (
     RedisJoinState,
     now_ms,
 )
-from eventbus.pipelines.steps._join_sweep import JoinSweeper
+from eventbus.pipelines.steps._join_sweep import JoinSweeper, closed_outputs, first_output
 from eventbus.pipelines.steps._join_watermark import NO_LANE, PROCESSING, Clock
 from eventbus.registry import steps
 
@@ -68,6 +71,8 @@ class JoinStep(Step):
         spec: the join configuration.
         pipeline: the pipeline name (state key prefix, default output source).
         redis_url: the state store; None keeps state in memory (pipeline tests).
+        exactly_once: ``delivery.guarantee`` is ``exactly_once``: with event time and emit
+            every/latest the batches close the windows (:mod:`._join_close`), not the sweeper.
     """
 
     kind = "join"
@@ -76,7 +81,13 @@ class JoinStep(Step):
     late_errors = frozenset({"LateEventError"})
 
     def __init__(
-        self, step_id: str, spec: JoinConfig, *, pipeline: str, redis_url: str | None = None
+        self,
+        step_id: str,
+        spec: JoinConfig,
+        *,
+        pipeline: str,
+        redis_url: str | None = None,
+        exactly_once: bool = False,
     ) -> None:
         super().__init__(step_id)
         self.spec = spec
@@ -89,7 +100,15 @@ class JoinStep(Step):
         self.pairs: PairState = (
             RedisPairState(redis_url, prefix) if redis_url else MemoryPairState()
         )
-        self.stream = spec.mode != "latest" and spec.emit != "first"
+        #: a join under exactly_once (Redis state, event time, mode inner/outer): the batches
+        #: close the windows (an outer join emits the incomplete ones) and keep their events
+        #: for REPLAY_S, so that one consumed again pairs as the first time; the sweeper only
+        #: dead-letters evictions. ``emit: first`` then keeps its windows as every/latest do
+        #: (:func:`._join_sweep.first_output`), so that they close the same way.
+        self.closing = bool(
+            exactly_once and redis_url and spec.time == "event" and spec.mode != "latest"
+        )
+        self.stream = spec.mode != "latest" and (spec.emit != "first" or self.closing)
         self._sides = []
         used: frozenset[str] = frozenset()
         for side in spec.sides:
@@ -223,12 +242,18 @@ class JoinStep(Step):
         items: list[Item],
         where: list[int],
     ) -> None:
-        added = self.pairs.add(
-            now, self._window_ms, self.spec.max_pending, self.spec.max_key_bytes, items, self.clock
-        )
-        latest = self.spec.emit == "latest"
-        for i, (key, side, payload, eid, t, _), (code, t0, same, others) in zip(
-            where, items, added
+        args = (now, self._window_ms, self.spec.max_pending, self.spec.max_key_bytes, items)
+        closed: list[list[tuple[str, dict[str, bytes]]]] = [[] for _ in items]
+        if self.closing:
+            assert isinstance(self.pairs, RedisPairState)
+            added, closed = self.pairs.add_closing(
+                *args, self.clock, (CLOSE_LIMIT, CLOSE_BYTES, int(REPLAY_S * 1000))
+            )
+        else:
+            added = self.pairs.add(*args, self.clock)
+        latest, first = self.spec.emit == "latest", self.spec.emit == "first"
+        for i, (key, side, payload, eid, t, _), (code, t0, same, others), shut in zip(
+            where, items, added, closed
         ):
             if code == -3:
                 results[i] = self._failure(self._late(key, t, int(t0)))
@@ -236,9 +261,15 @@ class JoinStep(Step):
             if code == -2:
                 results[i] = self._failure(self._full(key, len(payload), same))
                 continue
-            results[i] = []
+            # exactly_once: the incomplete windows this event closed (or closed the first time)
+            results[i] = closed_outputs(self, shut, now)
             if code == -1:
                 continue  # its window was evicted: dead-lettered by the sweeper
+            if first:
+                results[i] = (
+                    first_output(self, key, (side, payload), t0, same, others, now) + results[i]
+                )
+                continue
             if latest and same and code == 1:
                 self.absorb("superseded")
             by_side: dict[str, list[tuple[str, int, bytes]]] = {}
@@ -262,7 +293,7 @@ class JoinStep(Step):
             if not outputs:
                 self.absorb("waiting")
             self.counters["joined"] += len(outputs)
-            results[i] = outputs
+            results[i] = outputs + results[i]
 
     def _latest(
         self,
@@ -346,4 +377,10 @@ def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:
 )
 def build_join(step_id: str, config: JoinConfig, context: StepContext) -> JoinStep:
     """A join step (state in Redis on the platform, in memory in process)."""
-    return JoinStep(step_id, config, pipeline=context.pipeline, redis_url=context.redis_url)
+    return JoinStep(
+        step_id,
+        config,
+        pipeline=context.pipeline,
+        redis_url=context.redis_url,
+        exactly_once=context.exactly_once,
+    )

@@ -153,15 +153,18 @@ def exactly_once_refusal(config: JoinConfig) -> tuple[str, str] | None:
     Every joined event of an inner or latest join is emitted by a consumed event, inside that
     event's batch's transaction, and the join's Redis state gives that event the same outputs
     when its batch is consumed again (see docs/concepts/delivery.md). An outer join also emits
-    incomplete keys when their window closes, from the step's timer: outside any consumed
-    batch, so outside every Kafka transaction.
+    incomplete keys when their window closes: with event time the consumed events close the
+    windows (:mod:`._join_close`, every ``emit``); by the wall clock only the step's timer
+    would, outside every Kafka transaction.
     """
-    if config.mode == "outer":
+    if config.mode != "outer":
+        return None
+    if config.time == "processing":
         return (
-            "mode 'outer'",
-            "an outer join emits the keys left incomplete when their window closes, from a "
-            "timer outside any consumed batch, so no Kafka transaction covers those outputs; "
-            "use mode: inner (every joined event then comes from a consumed event, inside its "
-            "batch's transaction)",
+            "mode 'outer' and time 'processing'",
+            "processing-time windows close by the wall clock, from a timer outside any consumed "
+            "batch, so no Kafka transaction covers the outputs of the keys left incomplete; use "
+            "time: event (windows then close when a consumed event moves the watermark past "
+            "them, inside its batch's transaction), or mode: inner",
         )
     return None

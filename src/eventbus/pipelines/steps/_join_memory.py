@@ -220,12 +220,20 @@ class MemoryPairState(PairState):
         return out
 
     def claim_due(
-        self, now_ms: int, lease_ms: int, limit: int, clock: Clock = PROCESSING
+        self,
+        now_ms: int,
+        lease_ms: int,
+        limit: int,
+        clock: Clock = PROCESSING,
+        *,
+        evicted_only: bool = False,
     ) -> list[tuple[str, dict[str, bytes]]]:
         upto = now_ms
         if clock.event:
             w = self._watermark(clock).advance((), now_ms)
             upto = -1 if w is None else w
+        if evicted_only:  # (exactly_once runs on Redis state; this mirrors it)
+            upto = 0
         names = [m for m, t in self.claimed.items() if t <= now_ms][:limit]
         names += [m for m, t in self.due.items() if t <= upto][:limit]
         out = []

@@ -10,7 +10,10 @@ Under the join step's prefix (``eventbus:join:{<pipeline>:<step>}:``), apart fro
 * ``x:<t0>:<key>``: a window that closed before a sweeper took it, renamed when the key's next
   event opened a new window;
 * ``pdue``: window names (``w:<key>``, ``x:<t0>:<key>``) by deadline; ``pclaim``: those a
-  sweeper took, by lease deadline.
+  sweeper took, by lease deadline;
+* an outer join under exactly_once (:mod:`._join_close`): windows closed by a batch, kept as
+  ``x:<t0>c<n>:<key>`` with ``__closed``; ``cw``/``cwx``: the closed (or renamed) window of
+  each of their events, and when it expires; ``cr``/``crx``: each closer's closed windows.
 
 An event pairs with the events of the other sides stored *before* it (lower seq), so each
 combination is emitted once, by its last event; that event consumed again after a crash finds
@@ -22,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from eventbus.pipelines.steps._join_close import CLOSE, LOOKUP, Closing
 from eventbus.pipelines.steps._join_state import call_script, connect
 from eventbus.pipelines.steps._join_watermark import LUA, PROCESSING, Clock
 
@@ -51,7 +55,12 @@ local maxp = tonumber(ARGV[3])
 local maxb = tonumber(ARGV[4])
 local event, lateness, idle = ARGV[5] == '1', tonumber(ARGV[6]), tonumber(ARGV[7])
 local w0 = event and wm_read(WM, now, idle)
+local eos, climit, cbytes, replay = ARGV[8] == '1', tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
 local seen = {}
+local ks, fs, recs, closer = {}, {}, {}, nil
+"""
+    + LOOKUP
+    + """
 local function seen_before(h, side, seq)
   local flat = redis.call('HGETALL', h)
   local res, same = {}, 0
@@ -73,15 +82,24 @@ local function seen_before(h, side, seq)
   return same, res
 end
 local out = {}
-for i = 8, #ARGV, 6 do
+for i = 12, #ARGV, 6 do
   local k, side, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local f = side .. '/' .. ARGV[i + 3]
   local t = tonumber(ARGV[i + 4])
   local m = 'w:' .. k
-  local h = KEYS[4 + (i - 8) / 6]
+  local h = KEYS[4 + (i - 12) / 6]
   local got = redis.call('HMGET', h, '__t0', f, '__evicted', '__b')
   local t0, old, evicted, bytes = got[1], got[2], got[3], tonumber(got[4])
-  if not old and w0 and t + window + lateness < w0 then
+  ks[#ks + 1], fs[#fs + 1] = k, f
+  local prev = not old and closed_at(k, f)
+  if prev then
+    -- exactly_once: consumed again after its window closed; it emits what it emitted
+    local ph, same, res = prefix .. prev, 0, {}
+    local v = redis.call('HGET', ph, f)
+    if v then same, res = seen_before(ph, side, tonumber(string.sub(v, 1, string.find(v, ',', 1, true) - 1))) end
+    out[#out + 1] = {2, redis.call('HGET', ph, '__t0') or '0', same, res}
+    closer = #out
+  elseif not old and w0 and t + window + lateness < w0 then
     -- late by the watermark of the batches before (an event stored before is not: it is
     -- consumed again and re-emits what it emitted)
     out[#out + 1] = {-3, string.format('%d', w0), 0, {}}
@@ -93,6 +111,7 @@ for i = 8, #ARGV, 6 do
     -- closed but not swept yet: it goes on as x:<t0>:<key>, this event opens a new window
     local x = 'x:' .. t0 .. ':' .. k
     redis.call('RENAME', h, prefix .. x)
+    if eos then index(x, k) end  -- its events consumed again find it
     local leased = redis.call('ZSCORE', claim, m)
     redis.call('ZREM', due, m)
     if leased then
@@ -112,6 +131,7 @@ for i = 8, #ARGV, 6 do
     else
       redis.call('HSET', h, '__t0', t0, '__n', 1, '__b', #payload, f, '1,' .. payload)
       out[#out + 1] = {1, t0, 0, {}}
+      closer = #out
     end
     redis.call('ZADD', due, t + window + lateness, m)
     if not event then
@@ -122,6 +142,7 @@ for i = 8, #ARGV, 6 do
     local seq = tonumber(string.sub(old, 1, string.find(old, ',', 1, true) - 1))
     local same, res = seen_before(h, side, seq)
     out[#out + 1] = {2, t0, same, res}
+    closer = #out
   elseif evicted then
     redis.call('HSET', h, f, '0,' .. payload)
     out[#out + 1] = {-1, t0, 0, {}}
@@ -133,10 +154,14 @@ for i = 8, #ARGV, 6 do
     redis.call('HSET', h, f, seq .. ',' .. payload)
     local same, res = seen_before(h, side, seq)
     out[#out + 1] = {1, t0, same, res}
+    closer = #out
   end
   end
 end
 if event then wm_advance(WM, seen, now, idle) end
+"""
+    + CLOSE
+    + """
 local over = redis.call('ZCARD', due) - maxp
 if over > 0 then
   for _, m in ipairs(redis.call('ZRANGE', due, 0, over - 1)) do
@@ -157,14 +182,22 @@ local now, lease, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]
 -- event time: windows are due by the watermark (none before the first event)
 local upto = now
 if ARGV[4] == '1' then upto = wm_advance(WM, {}, now, tonumber(ARGV[5])) or -1 end
+-- an outer join under exactly_once: the batches close the windows, the sweeper takes only
+-- the evicted ones (score 0)
+local evicted_only = ARGV[6] == '1'
+if evicted_only then upto = 0 end
 local out = {}
 for _, list in ipairs({redis.call('ZRANGEBYSCORE', claim, '-inf', now, 'LIMIT', 0, limit),
                        redis.call('ZRANGEBYSCORE', due, '-inf', upto, 'LIMIT', 0, limit)}) do
   for _, m in ipairs(list) do
+    if evicted_only and redis.call('HEXISTS', prefix .. m, '__evicted') == 0 then
+      -- a window of a time before 1970 (score <= 0): a batch closes it
+    else
     redis.call('ZREM', due, m)
     redis.call('ZADD', claim, now + lease, m)
     out[#out + 1] = m
     out[#out + 1] = redis.call('HGETALL', prefix .. m)
+    end
   end
 end
 return out
@@ -195,6 +228,10 @@ def window_key(member: str) -> str:
     return member[2:] if member.startswith("w:") else member.split(":", 2)[2]
 
 
+def _hash(flat: list[Any]) -> dict[str, bytes]:
+    return {flat[j].decode(): flat[j + 1] for j in range(0, len(flat), 2)}
+
+
 def split_field(field: str, value: bytes) -> tuple[str, int, bytes]:
     seq, _, payload = value.partition(b",")
     return field, int(seq), payload
@@ -217,10 +254,17 @@ class PairState:
         raise NotImplementedError
 
     def claim_due(
-        self, now_ms: int, lease_ms: int, limit: int, clock: Clock = PROCESSING
+        self,
+        now_ms: int,
+        lease_ms: int,
+        limit: int,
+        clock: Clock = PROCESSING,
+        *,
+        evicted_only: bool = False,
     ) -> list[tuple[str, dict[str, bytes]]]:
         """Take the windows that closed (by the watermark with ``clock.event``) or were
-        evicted: (window name, hash) each."""
+        evicted: (window name, hash) each; ``evicted_only``: the evicted ones (an outer join
+        under exactly_once, whose batches close the others)."""
         raise NotImplementedError
 
     def ack(self, claimed: Sequence[tuple[str, str]]) -> None:
@@ -251,36 +295,52 @@ class RedisPairState(PairState):
         items: Sequence[Item],
         clock: Clock = PROCESSING,
     ) -> list[PairItem]:
-        args: list[Any] = [now_ms, window_ms, max_pending, max_bytes, *clock.args()]
+        return self.add_closing(now_ms, window_ms, max_pending, max_bytes, items, clock)[0]
+
+    def add_closing(
+        self,
+        now_ms: int,
+        window_ms: int,
+        max_pending: int,
+        max_bytes: int,
+        items: Sequence[Item],
+        clock: Clock = PROCESSING,
+        closing: Closing | None = None,
+    ) -> tuple[list[PairItem], list[list[tuple[str, dict[str, bytes]]]]]:
+        """:meth:`add`; with ``closing`` (an outer join under exactly_once, see
+        :mod:`._join_close`) the call also closes the windows due by the watermark, and gives
+        per item the closed windows it emits, (window name, hash) each."""
+        eos = [1, *closing] if closing is not None else [0, 0, 0, 0]
+        args: list[Any] = [now_ms, window_ms, max_pending, max_bytes, *clock.args(), *eos]
         windows = self.prefix + "w:"
         names = [self.prefix + "pdue", self.prefix + "pclaim", self.prefix + "wm"]
         for item in items:
             args += item
             names.append(windows + item[0])
         out: list[PairItem] = []
-        for code, t0, same, flat in call_script(self._add, names, args):
+        closed: list[list[tuple[str, dict[str, bytes]]]] = []
+        for code, t0, same, flat, *rest in call_script(self._add, names, args):
             others = [split_field(flat[j].decode(), flat[j + 1]) for j in range(0, len(flat), 2)]
             out.append((int(code), t0.decode(), int(same), others))
-        return out
+            got = rest[0] if rest else []
+            closed.append([(got[j].decode(), _hash(got[j + 1])) for j in range(0, len(got), 2)])
+        return out, closed
 
     def claim_due(
-        self, now_ms: int, lease_ms: int, limit: int, clock: Clock = PROCESSING
+        self,
+        now_ms: int,
+        lease_ms: int,
+        limit: int,
+        clock: Clock = PROCESSING,
+        *,
+        evicted_only: bool = False,
     ) -> list[tuple[str, dict[str, bytes]]]:
         flat = call_script(
             self._claim,
             [self.prefix + "pdue", self.prefix + "pclaim", self.prefix + "wm"],
-            [now_ms, lease_ms, limit, int(clock.event), clock.idle_ms],
+            [now_ms, lease_ms, limit, int(clock.event), clock.idle_ms, int(evicted_only)],
         )
-        return [
-            (
-                flat[i].decode(),
-                {
-                    flat[i + 1][j].decode(): flat[i + 1][j + 1]
-                    for j in range(0, len(flat[i + 1]), 2)
-                },
-            )
-            for i in range(0, len(flat), 2)
-        ]
+        return [(flat[i].decode(), _hash(flat[i + 1])) for i in range(0, len(flat), 2)]
 
     def ack(self, claimed: Sequence[tuple[str, str]]) -> None:
         if claimed:

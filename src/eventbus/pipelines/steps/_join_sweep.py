@@ -13,13 +13,14 @@ from eventbus.pipelines.steps._join_pairs import PairState, window_key
 from eventbus.pipelines.steps._join_state import JoinState
 from eventbus.pipelines.steps._join_watermark import PROCESSING, Clock
 
-__all__ = ["JoinSweeper", "SweptJoin"]
+__all__ = ["JoinSweeper", "SweptJoin", "outer_outputs", "window_events"]
 
 
 class SweptJoin(Protocol):
     """What a :class:`JoinSweeper` needs of its join step (``JoinStep`` is one)."""
 
     id: str
+    closing: bool
     pipeline: str
     spec: JoinConfig
     state: JoinState
@@ -103,17 +104,18 @@ class JoinSweeper(Timer):
         outputs: list[CloudEvent] = []
         dead: list[CloudEvent] = []
         claimed: list[Any] = []
-        for member, h in step.pairs.claim_due(now, self._lease_ms, limit, clock):
+        # an outer join under exactly_once: its batches close the windows (not at the end
+        # of an input: eventbus test and run_pipeline keep state in memory)
+        closing = step.closing and now != END_MS
+        for member, h in step.pairs.claim_due(
+            now, self._lease_ms, limit, clock, evicted_only=closing
+        ):
             if not h:
                 claimed.append((member, ""))
                 continue  # expired already
             key, t0 = window_key(member), h["__t0"].decode()
             claimed.append((member, t0))
-            by_side: dict[str, list[tuple[str, int, bytes]]] = {}
-            for f, v in h.items():
-                if not f.startswith("__"):
-                    seq, _, payload = v.partition(b",")
-                    by_side.setdefault(f.partition("/")[0], []).append((f, int(seq), payload))
+            by_side = window_events(h)
             complete = all(by_side.get(n) for n in step.side_names)
             if "__evicted" in h:
                 # events that came after the eviction (seq 0) never paired; the others paired
@@ -127,14 +129,7 @@ class JoinSweeper(Timer):
             elif complete:
                 continue
             elif step.spec.mode == "outer":
-                lists = [
-                    sorted(by_side[n], key=lambda e: e[1]) for n in step.side_names if n in by_side
-                ]
-                for combo in itertools.product(*lists):
-                    step.counters["timed_out"] += 1
-                    basis = f"{t0}\x00" + "\x00".join(f for f, _, _ in combo) + "\x00partial"
-                    h2 = {f.partition("/")[0]: p for f, _, p in combo}
-                    outputs.append(step.output(key, h2, stamp, basis=basis))
+                outputs += outer_outputs(step, key, t0, by_side, stamp)
             else:
                 step.absorb("expired", sum(len(v) for v in by_side.values()))
         return outputs, dead, claimed
@@ -165,3 +160,78 @@ class JoinSweeper(Timer):
             self.step.pairs.ack(claimed)
         else:
             self.step.state.ack(claimed)
+
+
+def window_events(h: dict[str, bytes]) -> dict[str, list[tuple[str, int, bytes]]]:
+    """A window's events by side: (``<side>/<id>`` field, seq, JSON) each."""
+    by_side: dict[str, list[tuple[str, int, bytes]]] = {}
+    for f, v in h.items():
+        if not f.startswith("__"):
+            seq, _, payload = v.partition(b",")
+            by_side.setdefault(f.partition("/")[0], []).append((f, int(seq), payload))
+    return by_side
+
+
+def outer_outputs(
+    step: SweptJoin,
+    key: str,
+    t0: str,
+    by_side: dict[str, list[tuple[str, int, bytes]]],
+    stamp: int,
+) -> list[CloudEvent]:
+    """What an outer join emits for an incomplete window when it closes: one output per
+    combination of the sides present (ids from the key, the window and the combination)."""
+    lists = [sorted(by_side[n], key=lambda e: e[1]) for n in step.side_names if n in by_side]
+    outputs = []
+    for combo in itertools.product(*lists):
+        step.counters["timed_out"] += 1
+        basis = f"{t0}\x00" + "\x00".join(f for f, _, _ in combo) + "\x00partial"
+        h2 = {f.partition("/")[0]: p for f, _, p in combo}
+        outputs.append(step.output(key, h2, stamp, basis=basis))
+    return outputs
+
+
+def closed_outputs(
+    step: SweptJoin, shut: list[tuple[str, dict[str, bytes]]], stamp: int
+) -> list[CloudEvent]:
+    """Under exactly_once, what the windows a batch closed (given as (name, hash) by its
+    closer) emit: an outer join's incomplete ones as :func:`outer_outputs` (``emit: first``:
+    the latest event of each side present); an inner join's are counted as expired."""
+    out: list[CloudEvent] = []
+    for member, h in shut:
+        by_side = window_events(h)
+        if not h or all(by_side.get(n) for n in step.side_names):
+            continue
+        if step.spec.emit == "first":
+            by_side = {n: [max(v, key=lambda o: o[1])] for n, v in by_side.items()}
+        if step.spec.mode == "outer":
+            out += outer_outputs(step, window_key(member), h["__t0"].decode(), by_side, stamp)
+        else:
+            step.absorb("expired", sum(len(v) for v in by_side.values()))
+    return out
+
+
+def first_output(
+    step: SweptJoin,
+    key: str,
+    event: tuple[str, bytes],
+    t0: str,
+    same: int,
+    others: list[tuple[str, int, bytes]],
+    stamp: int,
+) -> list[CloudEvent]:
+    """``emit: first`` on the windows of every event (under exactly_once), for an ``event``
+    (side, JSON) stored after ``same`` events of its side and the ``others``: the event that
+    makes every side present emits the latest event of each (its id from the key and the
+    window, as with :mod:`._join_state`); the events after it are absorbed."""
+    side, payload = event
+    before = {f.partition("/")[0] for f, _, _ in others}
+    if all(n in before or (n == side and same) for n in step.side_names):
+        step.absorb("after_match")
+        return []
+    if not all(n in before or n == side for n in step.side_names):
+        step.absorb("superseded" if same else "waiting")
+        return []
+    latest = {f.partition("/")[0]: p for f, _, p in sorted(others, key=lambda o: o[1])}
+    step.counters["joined"] += 1
+    return [step.output(key, latest | {side: payload}, stamp, basis=t0)]
