@@ -244,3 +244,19 @@ def test_sink_config_is_checked(fields: dict[str, Any], expect: str) -> None:
     with pytest.raises(ValidationError, match=expect):
         KafkaSinkConfig(**{**base, **fields})
     assert KafkaSinkConfig(**{**base, "value_schema": ORDER}).value_format == "json_schema"
+
+
+def test_a_document_too_deep_for_a_recursive_schema_is_named() -> None:
+    import orjson
+
+    from eventbus.eventing._confluent_json import json_schema_validator, why_invalid
+
+    nested = {
+        "$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}}},
+        "$ref": "#/$defs/n",
+    }
+    v = json_schema_validator(nested)
+    deep = orjson.loads("[" * 1000 + "]" * 1000)  # JSON the source accepts (orjson: 1024 levels)
+    assert why_invalid(v, deep) == "the document nests deeper than it can be validated"
+    shallow = json.loads("[" * 10 + "1" + "]" * 10)
+    assert why_invalid(v, shallow) == f"at ${'[0]' * 10}: 'type' failed: 1 is not of type 'array'"
