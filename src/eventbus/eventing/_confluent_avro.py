@@ -197,23 +197,25 @@ class WireDecoder:
             await self._fetch_once(sid)
 
     async def _fetch_once(self, sid: int) -> None:
-        running = self._fetching.get(sid)
-        if running is not None:  # another batch's fetch of this id: share its answer
-            await asyncio.shield(running)
-            return
-        if sid in self._schemas or sid in self._unknown:
-            return
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._fetching[sid] = done
-        try:
-            await self._fetch(sid)
-            done.set_result(None)
-        except BaseException as e:
-            done.set_exception(e)
-            done.exception()  # retrieved: a fetch nobody shared logs nothing
-            raise
-        finally:
-            del self._fetching[sid]
+        while sid not in self._schemas and sid not in self._unknown:
+            running = self._fetching.get(sid)
+            if running is not None:  # another batch's fetch of this id: share its answer
+                await asyncio.shield(running)  # its outage raises here too
+                continue  # fetched; or its fetcher was cancelled: fetch here then
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._fetching[sid] = done
+            try:
+                await self._fetch(sid)
+                done.set_result(None)
+            except asyncio.CancelledError:
+                done.set_result(None)  # the waiters fetch for themselves
+                raise
+            except BaseException as e:
+                done.set_exception(e)
+                done.exception()  # retrieved: a fetch nobody shared logs nothing
+                raise
+            finally:
+                del self._fetching[sid]
 
     async def _fetch(self, sid: int) -> None:
         self.fetches += 1

@@ -260,3 +260,19 @@ def test_a_document_too_deep_for_a_recursive_schema_is_named() -> None:
     assert why_invalid(v, deep) == "the document nests deeper than it can be validated"
     shallow = json.loads("[" * 10 + "1" + "]" * 10)
     assert why_invalid(v, shallow) == f"at ${'[0]' * 10}: 'type' failed: 1 is not of type 'array'"
+
+
+def test_a_cancelled_first_fetch_does_not_fail_the_batches_sharing_it() -> None:
+    async def go() -> tuple[list[Any], bytes]:
+        t = Counting()
+        sid = await register(t, ORDER)
+        dec = JsonSchemaWireDecoder(URL, transport=t)
+        value = framed(sid, {"id": 1})
+        first, second = (asyncio.create_task(dec.prepare([value])) for _ in range(2))
+        await asyncio.sleep(0)  # both started: the first fetches, the second shares it
+        first.cancel()
+        done = await asyncio.gather(first, second, return_exceptions=True)
+        return [type(d).__name__ for d in done], dec.json_value(value)
+
+    kinds, value = asyncio.run(go())
+    assert kinds == ["CancelledError", "NoneType"] and json.loads(value) == {"id": 1}
