@@ -276,3 +276,43 @@ def test_a_cancelled_first_fetch_does_not_fail_the_batches_sharing_it() -> None:
 
     kinds, value = asyncio.run(go())
     assert kinds == ["CancelledError", "NoneType"] and json.loads(value) == {"id": 1}
+
+
+def test_deploy_checks_a_json_schema_sink_against_its_subject() -> None:
+    """The deploy-time check sends schemaType JSON: an incompatible change is refused with
+    the registry's reason, nothing registered; a compatible one is registered."""
+    from tests.integration.registry_helpers import Served
+
+    from eventbus.pipelines import validate_pipeline_text
+    from eventbus.serving._schema_checks import sink_schema_problems
+
+    served = Served(build_registry_app(SchemaRegistry(MemorySchemaLog())), lifespan="off")
+    try:
+
+        def problems(schema: Any) -> list[str]:
+            sink = {
+                "topic": "out",
+                "value_format": "json_schema",
+                "schema_registry_url": served.url,
+                "subject": "out-value",
+                "value_schema": schema,
+            }
+            doc = {
+                "apiVersion": "eventbus/v1",
+                "kind": "Pipeline",
+                "metadata": {"name": "p"},
+                "spec": {"sources": [{"kafka": {"topic": "in"}}], "sink": {"kafka": sink}},
+            }
+            config, bad = validate_pipeline_text(json.dumps(doc), "p.yaml")
+            assert config is not None, bad
+            return sink_schema_problems(config)
+
+        assert problems(ORDER) == []  # a new subject: registered
+        opened = {**ORDER, "properties": {**ORDER["properties"], "note": {"type": "string"}}}
+        (refused,) = problems(opened)
+        assert "spec.sink.kafka.value_schema: incompatible with subject 'out-value'" in refused
+        assert "#/properties/note: property added to an open content model" in refused
+        versions = httpx.get(f"{served.url}/subjects/out-value/versions").json()
+        assert versions == [1]
+    finally:
+        served.stop()
