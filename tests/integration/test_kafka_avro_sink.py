@@ -229,3 +229,60 @@ async def test_the_sink_itself_encodes_and_dead_letters_what_does_not_fit(
     ]
     (dead,) = [decode_record(r) for r in await read_all(kafka_bootstrap, dlq, 1)]
     assert "Field(shop.Large.currency) is None expected string" in dead["eberror"], dead["eberror"]
+
+
+ORDER_JSON = {
+    "type": "object",
+    "properties": {"amount": {"type": "integer"}, "currency": {"type": ["string", "null"]}},
+    "required": ["amount"],
+}
+LARGE_JSON = {
+    "type": "object",
+    "properties": {
+        "amount": {"type": "integer"},
+        "currency": {"type": "string"},
+        "amount_cny": {"type": "integer"},
+    },
+    "required": ["amount", "currency", "amount_cny"],
+}
+
+
+def test_json_schema_in_filter_convert_json_schema_out(
+    deploy_pipeline: Any, topic_factory: Any, kafka_bootstrap: str, registry_url: str
+) -> None:
+    """value_format json_schema on both sides: confluent-kafka's JSONSerializer writes, its
+    JSONDeserializer reads back; a record that fails the input schema and an output that
+    fails the sink's are dead-lettered naming the JSON path and the rule."""
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+
+    src, out, dlq = (topic_factory(p) for p in ("js-in", "js-out", "js-dlq"))
+    orders = [
+        {"amount": 5, "currency": "EUR"},  # filtered out
+        {"amount": 500, "currency": "EUR"},
+        {"amount": 3000, "currency": None},  # fits the input, not the output schema
+        {"amount": 1000, "currency": "GBP"},
+    ]
+    with SchemaRegistryClient({"url": registry_url}) as client:
+        ser = JSONSerializer(json.dumps(ORDER_JSON), client)
+        values = [ser(o, SerializationContext(src, MessageField.VALUE)) for o in orders]
+    sid = values[0][:5]
+    values.insert(1, sid + b'{"amount": "lots"}')  # not valid under the input schema
+    asyncio.run(produce(kafka_bootstrap, src, [(0, None, v, []) for v in values]))
+    doc = pipeline(f"js-{uuid.uuid4().hex[:8]}", src, out, dlq, registry_url, {
+        "subject": f"{out}-value", "value_schema": LARGE_JSON,
+    })  # fmt: skip
+    doc["spec"]["sources"][0]["kafka"]["value_format"] = "json_schema"
+    doc["spec"]["sink"]["kafka"]["value_format"] = "json_schema"
+    deploy_pipeline(doc)
+    records = asyncio.run(read_all(kafka_bootstrap, out, 2, timeout_s=90))
+    with SchemaRegistryClient({"url": registry_url}) as client:
+        de = JSONDeserializer(None, schema_registry_client=client)
+        got = [de(r.value, SerializationContext(out, MessageField.VALUE)) for r in records]
+    assert got == [
+        {"amount": 500, "currency": "EUR", "amount_cny": 3500},
+        {"amount": 1000, "currency": "GBP", "amount_cny": 7000},
+    ]
+    dead = [decode_record(r) for r in asyncio.run(read_all(kafka_bootstrap, dlq, 2, 60))]
+    reasons = sorted(d["eberror"] for d in dead)
+    assert "JSON Schema value" in reasons[1] and "at $.amount: 'type' failed" in reasons[1]
+    assert f"subject '{out}-value'" in reasons[0] and "at $.currency: 'type' failed" in reasons[0]

@@ -123,8 +123,10 @@ def get(
 @registry_app.command("register")
 def register_(
     subject: str = typer.Argument(..., help="The subject (Confluent's default: TOPIC-value)."),
-    file: Path = typer.Argument(..., help="The schema file (.avsc)."),
-    schema_type: str = typer.Option("AVRO", "--type", help="The schema's type."),
+    file: Path = typer.Argument(
+        ..., help="The schema file (.avsc; a JSON Schema .json with --type JSON)."
+    ),
+    schema_type: str = typer.Option("AVRO", "--type", help="The schema's type: AVRO or JSON."),
     url: str | None = UrlOpt,
     token: str | None = TokenOpt,
 ) -> None:
@@ -137,11 +139,13 @@ def register_(
 @registry_app.command()
 def check(
     subject: str = typer.Argument(..., help="The subject."),
-    file: Path = typer.Argument(..., help="The candidate schema file (.avsc)."),
+    file: Path = typer.Argument(
+        ..., help="The candidate schema file (.avsc, or .json with --type JSON)."
+    ),
     version: str | None = typer.Option(
         None, "--version", help="Check against this version only; default: as the level says."
     ),
-    schema_type: str = typer.Option("AVRO", "--type", help="The schema's type."),
+    schema_type: str = typer.Option("AVRO", "--type", help="The schema's type: AVRO or JSON."),
     url: str | None = UrlOpt,
 ) -> None:
     """Would the schema be accepted under the subject's compatibility level? Exit 1 if not."""

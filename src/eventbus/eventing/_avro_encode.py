@@ -20,24 +20,29 @@ import binascii
 import io
 import json
 from decimal import Decimal, InvalidOperation
-from typing import Any, NamedTuple
-from urllib.parse import quote
+from typing import Any
 
-from eventbus.errors import ConfigError, EventBusError
-from eventbus.eventing._confluent_avro import RegistryClient
+from eventbus.eventing._registry_subject import (
+    MAX_SCHEMA_ID,
+    SinkEncodeError,
+    SinkSchemaError,
+    SubjectEncoder,
+)
 
-__all__ = ["AvroEncodeError", "AvroSchemaError", "AvroWireEncoder", "parse_avro_schema"]
+__all__ = [
+    "MAX_SCHEMA_ID",
+    "AvroEncodeError",
+    "AvroSchemaError",
+    "AvroWireEncoder",
+    "parse_avro_schema",
+]
 
-#: Confluent clients (Java) read the id as a signed 32-bit int: larger ids cannot be framed.
-MAX_SCHEMA_ID = 2**31 - 1
-_MAX_REASON = 1000  # characters of a dead letter's reason (a 10 MB string value is cut)
 
-
-class AvroEncodeError(EventBusError, ValueError):
+class AvroEncodeError(SinkEncodeError):
     """An event's data does not fit the sink's Avro schema (its dead letter names why)."""
 
 
-class AvroSchemaError(ConfigError):
+class AvroSchemaError(SinkSchemaError):
     """The registry refused the sink's subject, version or schema."""
 
 
@@ -65,138 +70,32 @@ def parse_avro_schema(schema: Any) -> Any:
         raise ValueError(msg) from None
 
 
-class AvroWireEncoder:
-    """Encode event data as Confluent-framed Avro under a registry subject.
-
-    Args:
-        registry_url: the registry's base URL.
-        subject: the subject the schema is (or is registered) under, e.g. ``orders-value``.
-        schema: the writer schema (JSON text or parsed), looked up and registered when
-            missing; or None with ``version``.
-        version: a pinned version of ``subject`` (a number or ``"latest"``); or None with
-            ``schema``.
-        headers: sent with each registry request.
-        transport: an httpx transport for the async client (tests).
+class AvroWireEncoder(SubjectEncoder):
+    """Encode event data as Confluent-framed Avro under a registry subject (see
+    :class:`~eventbus.eventing._registry_subject.SubjectEncoder` for the arguments).
 
     Example:
         >>> enc = AvroWireEncoder("http://127.0.0.1:8081", "pay-value", version=1)
         >>> # await enc.resolve(); enc.encode_datum({"amount": 5}) -> b"\\x00\\x00\\x00\\x00\\x01\\x0a"
     """
 
-    def __init__(
-        self,
-        registry_url: str,
-        subject: str,
-        *,
-        schema: Any = None,
-        version: int | str | None = None,
-        headers: dict[str, str] | None = None,
-        transport: Any = None,
-    ) -> None:
-        if (schema is None) == (version is None):
-            msg = f"avro subject {subject!r}: give either a schema or a pinned version, not both"
-            raise ConfigError(msg)
-        self.http = RegistryClient(registry_url, headers=headers, transport=transport)
-        self.subject = subject
-        self.version = version
-        self.schema_text = (
-            None if schema is None else schema if isinstance(schema, str) else json.dumps(schema)
-        )
-        self.schema_id: int | None = None
+    encode_error = AvroEncodeError
+    schema_error = AvroSchemaError
+
+    def __init__(self, registry_url: str, subject: str, **kw: Any) -> None:
+        super().__init__(registry_url, subject, **kw)
         self._parsed: Any = None
         self._named: dict[str, Any] = {}
-        self._header = b""
         self._converts = False
         self._plans: dict[int, Any] = {}  # id(record schema) -> its fields to convert
 
-    @property
-    def ready(self) -> bool:
-        """Whether the schema id is known (:meth:`resolve` done)."""
-        return self.schema_id is not None
-
-    def _path(self, tail: str = "") -> str:
-        return f"/subjects/{quote(self.subject, safe='')}{tail}"
-
-    def _first(self) -> tuple[str, str, Any]:
-        if self.version is not None:
-            return "GET", self._path(f"/versions/{self.version}"), None
-        return "POST", self._path(), {"schema": self.schema_text}  # lookup: a read
-
-    def _after(self, call: tuple[str, str, Any], response: Any) -> tuple[str, str, Any] | None:
-        """Take the answer to ``call``; the next call, or None when the id is known."""
-        where = f"the schema registry at {self.http.registry_url}"
-        try:
-            body = response.json()
-        except ValueError:
-            body = {}
-        code = body.get("error_code") if isinstance(body, dict) else None
-        told = f"{response.status_code} {code or ''} {str(body.get('message', ''))[:300]}"
-        if self.version is not None:
-            if response.status_code != 200:
-                msg = (
-                    f"subject {self.subject!r} version {self.version!r} is not in {where} "
-                    f"({told.strip()}); pin a version `eventbus registry get {self.subject}` "
-                    "lists, or give the schema instead to register it"
-                )
-                raise AvroSchemaError(msg)
-            self._take(body.get("id"), body.get("schema"))
-            return None
-        if call[1].endswith("/versions"):  # registered
-            if response.status_code != 200:
-                fix = (
-                    "make the change compatible with the subject's level, or change the level"
-                    if response.status_code == 409
-                    else "fix the schema"
-                )
-                msg = f"{where} refused the schema for {self.subject!r} ({told.strip()}); {fix}"
-                raise AvroSchemaError(msg)
-            self._take(body.get("id"), self.schema_text)
-            return None
-        if response.status_code == 404:  # not registered under the subject yet
-            return "POST", self._path("/versions"), {"schema": self.schema_text}
-        if response.status_code != 200:
-            msg = f"{where} refused the schema of {self.subject!r} ({told.strip()}); fix it"
-            raise AvroSchemaError(msg)
-        self._take(body.get("id"), self.schema_text)
-        return None
-
-    def _take(self, sid: Any, schema: Any) -> None:
-        if not isinstance(sid, int) or isinstance(sid, bool) or not 0 <= sid <= MAX_SCHEMA_ID:
-            msg = (
-                f"the schema registry at {self.http.registry_url} gave schema id {sid!r} for "
-                f"{self.subject!r}; the wire format holds ids 0..{MAX_SCHEMA_ID} (a signed "
-                "32-bit int): fix the registry"
-            )
-            raise AvroSchemaError(msg)
+    def load(self, schema: Any) -> None:
         import fastavro
 
-        try:
-            named: dict[str, Any] = {}
-            parsed = fastavro.parse_schema(json.loads(schema), named_schemas=named)
-        except Exception as e:  # noqa: BLE001 - the registry's schema: a configuration error
-            msg = f"schema id {sid} of {self.subject!r} is not a usable Avro schema: {e}"
-            raise AvroSchemaError(msg) from None
+        named: dict[str, Any] = {}
+        parsed = fastavro.parse_schema(json.loads(schema), named_schemas=named)
         self._parsed, self._named = parsed, named
         self._converts = _needs_conversion(parsed, named, set())
-        self._header = b"\x00" + sid.to_bytes(4, "big")
-        self.schema_id = sid
-
-    async def resolve(self) -> None:
-        """Learn the schema id (idempotent).
-
-        Raises:
-            RegistryUnavailableError: the registry cannot be reached; try again later.
-            AvroSchemaError: the registry refused the subject, version or schema.
-        """
-        call: tuple[str, str, Any] | None = None if self.ready else self._first()
-        while call is not None:
-            call = self._after(call, await self.http.request(*call))
-
-    def resolve_sync(self) -> None:
-        """:meth:`resolve` from synchronous code (a replica encoding its outputs)."""
-        call: tuple[str, str, Any] | None = None if self.ready else self._first()
-        while call is not None:
-            call = self._after(call, self.http.request_sync(*call))
 
     def encode_datum(self, datum: Any) -> bytes:
         """``datum`` framed: magic byte, schema id, Avro body.
@@ -219,50 +118,21 @@ class AvroWireEncoder:
             what = (
                 f"the data is a {type(datum).__name__}; record {schema.get('name')} needs an object"
             )
-            raise self._error(f"{what} with its fields")
+            raise self.error(f"{what} with its fields")
         try:
             if self._converts:
                 datum = _convert(datum, self._parsed, self._named, self._plans)
             validate(datum, self._parsed, raise_errors=True)
             out = io.BytesIO()
-            out.write(self._header)
+            out.write(self.header)
             fastavro.schemaless_writer(out, self._parsed, datum)
         except ValidationError as e:
-            raise self._error(_reasons(e)) from None
+            raise self.error(_reasons(e)) from None
         except RecursionError:
-            raise self._error("the data nests deeper than Python can walk") from None
+            raise self.error("the data nests deeper than Python can walk") from None
         except (ValueError, TypeError, OverflowError, AttributeError) as e:
-            raise self._error(f"{type(e).__name__}: {e}") from None
+            raise self.error(f"{type(e).__name__}: {e}") from None
         return out.getvalue()
-
-    def _error(self, reason: str) -> AvroEncodeError:
-        msg = (
-            f"data does not fit the Avro schema of subject {self.subject!r} "
-            f"(id {self.schema_id}): {reason}"
-        )
-        return AvroEncodeError(msg[:_MAX_REASON])
-
-    def encode_event(self, event: Any) -> tuple[list[tuple[str, bytes]], bytes | None]:
-        """``(headers, value)`` of an event in Kafka binary mode with an Avro value: its
-        attributes as ``ce_`` headers, ``content-type: application/avro``."""
-        from eventbus.eventing._codecs import encode_kafka_binary
-
-        value = self.encode_datum(event.data)
-        bare: Any = _Attributes(event.attributes)  # the headers alone: no data to dump
-        headers, _ = encode_kafka_binary(bare)
-        headers = [h for h in headers if h[0] != "content-type"]
-        headers.append(("content-type", b"application/avro"))
-        return headers, value
-
-    async def aclose(self) -> None:
-        await self.http.aclose()
-
-
-class _Attributes(NamedTuple):
-    """An event's attributes without its data, for the header encoder."""
-
-    attributes: dict[str, Any]
-    data: None = None
 
 
 def _reasons(e: Exception) -> str:

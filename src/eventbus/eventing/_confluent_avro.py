@@ -9,6 +9,7 @@ instead: the records wait and are tried again, they are not dead-lettered for an
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -25,6 +26,7 @@ __all__ = [
     "RegistryClient",
     "RegistryUnavailableError",
     "SchemaRegistryUrl",
+    "WireDecoder",
     "avro_to_json",
 ]
 
@@ -33,7 +35,7 @@ SchemaRegistryUrl = Annotated[
     str | None,
     Field(
         pattern=r"^https?://",
-        description="The Confluent-compatible schema registry of value_format avro: EventBus's "
+        description="The Confluent-compatible schema registry of value_format avro and json_schema: EventBus's "
         "own (`eventbus url registry`; http://127.0.0.1:8080/registry with `eventbus up`) or "
         "any other.",
     ),
@@ -124,26 +126,37 @@ class RegistryClient:
             self._async = None
 
 
-class AvroWireDecoder:
-    """Decode Confluent-framed Avro values with writer schemas from a registry.
+class WireDecoder:
+    """Confluent-framed values with writer schemas from a registry, fetched once per id (a
+    fetch already under way is awaited, not repeated); a format's subclass parses a fetched
+    schema (:meth:`parse`) and decodes a body (:meth:`decode_body`).
 
     Args:
         registry_url: the registry's base URL (``http://127.0.0.1:8080/registry``).
         headers: sent with each request (``Authorization`` for a registry that needs it).
         timeout_s: one request's limit.
-
-    Example:
-        >>> AvroWireDecoder("http://127.0.0.1:8081").schema_id(b"\\x00\\x00\\x00\\x00\\x07\\x02")
-        7
+        transport: an httpx transport (tests: an ASGI app).
     """
 
+    #: the format, named in errors ("Avro", "JSON Schema")
+    kind = "Avro"
+
     def __init__(
-        self, registry_url: str, *, headers: dict[str, str] | None = None, timeout_s: float = 10.0
+        self,
+        registry_url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        timeout_s: float = 10.0,
+        transport: Any = None,
     ) -> None:
-        self.http = RegistryClient(registry_url, headers=headers, timeout_s=timeout_s)
+        self.http = RegistryClient(
+            registry_url, headers=headers, timeout_s=timeout_s, transport=transport
+        )
         self.registry_url = self.http.registry_url
         self._schemas: dict[int, Any] = {}  # id -> parsed writer schema
         self._unknown: dict[int, str] = {}  # id -> why the registry has none
+        self._fetching: dict[int, asyncio.Future[None]] = {}  # id -> its fetch under way
+        self.fetches = 0  # registry requests made for schemas
 
     @staticmethod
     def schema_id(value: bytes | None) -> int:
@@ -153,14 +166,15 @@ class AvroWireDecoder:
             EventDecodeError: no value, too short, or not magic byte 0.
         """
         if value is None:
-            raise EventDecodeError("the record has no value (a tombstone); Avro needs a body")
+            msg = "the record has no value (a tombstone); the Confluent wire format needs a body"
+            raise EventDecodeError(msg)
         if len(value) < _HEADER:
             msg = f"the value is {len(value)} bytes, shorter than the 5-byte Confluent header"
             raise EventDecodeError(msg)
         if value[0] != _MAGIC:
             msg = (
                 f"magic byte {value[0]} is not the Confluent wire format's 0; was the topic "
-                "written by a Confluent Avro serializer?"
+                "written by a Confluent serializer (Avro, JSON Schema)?"
             )
             raise EventDecodeError(msg)
         return int.from_bytes(value[1:_HEADER], "big")
@@ -180,11 +194,31 @@ class AvroWireDecoder:
             if sid not in self._schemas and sid not in self._unknown:
                 wanted.add(sid)
         for sid in sorted(wanted):
-            await self._fetch(sid)
+            await self._fetch_once(sid)
+
+    async def _fetch_once(self, sid: int) -> None:
+        while sid not in self._schemas and sid not in self._unknown:
+            running = self._fetching.get(sid)
+            if running is not None:  # another batch's fetch of this id: share its answer
+                await asyncio.shield(running)  # its outage raises here too
+                continue  # fetched; or its fetcher was cancelled: fetch here then
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._fetching[sid] = done
+            try:
+                await self._fetch(sid)
+                done.set_result(None)
+            except asyncio.CancelledError:
+                done.set_result(None)  # the waiters fetch for themselves
+                raise
+            except BaseException as e:
+                done.set_exception(e)
+                done.exception()  # retrieved: a fetch nobody shared logs nothing
+                raise
+            finally:
+                del self._fetching[sid]
 
     async def _fetch(self, sid: int) -> None:
-        import fastavro
-
+        self.fetches += 1
         response = await self.http.request("GET", f"/schemas/ids/{sid}")
         if response.status_code != 200:
             if len(self._unknown) >= _MAX_UNKNOWN:  # random ids in a topic: bounded memory
@@ -193,20 +227,24 @@ class AvroWireDecoder:
             return
         try:
             body = response.json()
-            schema = fastavro.parse_schema(json.loads(body["schema"]))
+            schema = self.parse(body)
         except Exception as e:  # noqa: BLE001 - a schema this decoder cannot use: its records are dead letters
             self._unknown[sid] = f"unusable schema: {type(e).__name__}: {e}"
             return
         self._schemas[sid] = schema
 
-    def decode(self, value: bytes | None) -> Any:
-        """The Avro datum of a framed value (its schema fetched by :meth:`prepare` first).
-
-        Raises:
-            EventDecodeError: naming the problem (header, unknown id, truncated, overlong).
-        """
+    def parse(self, body: dict[str, Any]) -> Any:
+        """The usable form of a ``GET /schemas/ids/{id}`` answer (raises when unusable)."""
         import fastavro
 
+        return fastavro.parse_schema(json.loads(body["schema"]))
+
+    def decode(self, value: bytes | None) -> Any:
+        """The datum of a framed value (its schema fetched by :meth:`prepare` first).
+
+        Raises:
+            EventDecodeError: naming the problem (header, unknown id, a body that does not fit).
+        """
         sid = self.schema_id(value)
         assert value is not None
         schema = self._schemas.get(sid)
@@ -214,6 +252,31 @@ class AvroWireDecoder:
             why = self._unknown.get(sid, "not fetched")
             msg = f"schema id {sid} is not in the registry at {self.registry_url} ({why})"
             raise EventDecodeError(msg)
+        return self.decode_body(sid, schema, value)
+
+    def decode_body(self, sid: int, schema: Any, value: bytes) -> Any:
+        raise NotImplementedError
+
+    def json_value(self, value: bytes | None) -> bytes:
+        """The record's value as the JSON a pipeline's ``data`` then holds (raises as
+        :meth:`decode`; TypeError: a datum JSON cannot hold)."""
+        return avro_to_json(self.decode(value))
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+
+class AvroWireDecoder(WireDecoder):
+    """Decode Confluent-framed Avro values with writer schemas from a registry.
+
+    Example:
+        >>> AvroWireDecoder("http://127.0.0.1:8081").schema_id(b"\\x00\\x00\\x00\\x00\\x07\\x02")
+        7
+    """
+
+    def decode_body(self, sid: int, schema: Any, value: bytes) -> Any:
+        import fastavro
+
         body = io.BytesIO(value)
         body.seek(_HEADER)
         try:
@@ -228,9 +291,6 @@ class AvroWireDecoder:
             )
             raise EventDecodeError(msg)
         return datum
-
-    async def aclose(self) -> None:
-        await self.http.aclose()
 
 
 def avro_to_json(datum: Any) -> bytes:

@@ -22,6 +22,11 @@ from eventbus.schemas._errors import (
     subject_not_found,
     version_not_found,
 )
+from eventbus.schemas._json_compat import (
+    JsonSchema,
+    json_incompatibilities,
+    parse_json_schema,
+)
 from eventbus.schemas._state import (
     LEVELS,
     Entry,
@@ -112,11 +117,19 @@ class SchemaRegistry:
 
     def parse(
         self, schema_type: str, text: str, refs: tuple[tuple[str, str, int], ...]
-    ) -> AvroSchema:
+    ) -> AvroSchema | JsonSchema:
+        if schema_type == "JSON":
+            if refs:
+                msg = (
+                    "references of JSON schemas are not supported by this registry yet; "
+                    "inline the referenced definitions under $defs"
+                )
+                raise invalid_schema(msg)
+            return parse_json_schema(text)
         if schema_type != "AVRO":
             msg = (
                 f"schemaType {schema_type!r} is not supported by this registry yet; "
-                "register AVRO schemas (PROTOBUF and JSON follow)"
+                "register AVRO or JSON schemas (PROTOBUF follows)"
             )
             raise invalid_schema(msg)
         named: dict[str, Any] = {}
@@ -126,11 +139,19 @@ class SchemaRegistry:
             except SchemaRegistryError as e:
                 msg = f"reference {name!r} to subject {subject!r} version {version}: {e}"
                 raise invalid_schema(msg) from e
-            named.update(self.parse(ref.schema_type, ref.schema, ref.references).named)
+            parsed = self.parse(ref.schema_type, ref.schema, ref.references)
+            if not isinstance(parsed, AvroSchema):
+                msg = f"reference {name!r}: an AVRO schema may only reference AVRO schemas"
+                raise invalid_schema(msg)
+            named.update(parsed.named)
         return parse_avro(text, named)
 
     def incompatibilities(
-        self, level: str, new: AvroSchema, existing: list[Entry], every: bool = False
+        self,
+        level: str,
+        new: AvroSchema | JsonSchema,
+        existing: list[Entry],
+        every: bool = False,
     ) -> list[str]:
         """Why ``new`` breaks ``level`` against ``existing`` (oldest first); ``every``: check
         each of them whatever the level (a check against one chosen version)."""
@@ -142,15 +163,16 @@ class SchemaRegistry:
         for entry in reversed(against):
             old = self.parse(entry.schema_type, entry.schema, entry.references)
             where = f"version {entry.version}"
+            if type(old) is not type(new):
+                problems.append(f"{where}: the schema type changed ({entry.schema_type})")
+                continue
             if base in ("BACKWARD", "FULL"):
                 problems += [
-                    f"{where} (new schema reading old data): {p}"
-                    for p in avro_incompatibilities(new, old)
+                    f"{where} (new schema reading old data): {p}" for p in _reads(new, old)
                 ]
             if base in ("FORWARD", "FULL"):
                 problems += [
-                    f"{where} (old schema reading new data): {p}"
-                    for p in avro_incompatibilities(old, new)
+                    f"{where} (old schema reading new data): {p}" for p in _reads(old, new)
                 ]
         return problems
 
@@ -261,6 +283,13 @@ class SchemaRegistry:
         else:
             gone = dataclasses.replace(entry, deleted=True)
             await self.log.append(key, json.dumps(gone.to_value()).encode())
+
+
+def _reads(reader: AvroSchema | JsonSchema, writer: AvroSchema | JsonSchema) -> list[str]:
+    if isinstance(reader, JsonSchema) and isinstance(writer, JsonSchema):
+        return json_incompatibilities(reader, writer)
+    assert isinstance(reader, AvroSchema) and isinstance(writer, AvroSchema)
+    return avro_incompatibilities(reader, writer)
 
 
 def _version_number(version: str | int) -> int:

@@ -1,6 +1,6 @@
-"""A pipeline's Avro sinks, checked against their registry subjects at deploy.
+"""A pipeline's registry sinks, checked against their subjects at deploy.
 
-For each Kafka output with ``value_format: avro``: an inline schema is checked against the
+For each Kafka output with ``value_format: avro`` or ``json_schema``: an inline schema is checked against the
 subject's compatibility level (``POST /compatibility/subjects/{s}/versions/latest``) and
 registered; a pinned ``version`` must exist. A refusal names the YAML path, the subject and
 the registry's reasons, and nothing is deployed.
@@ -13,8 +13,9 @@ from typing import Any
 from urllib.parse import quote
 
 from eventbus.errors import DeployError, EventBusError
-from eventbus.eventing._avro_encode import AvroSchemaError, AvroWireEncoder
 from eventbus.eventing._confluent_avro import RegistryClient
+from eventbus.eventing._registry_subject import SinkSchemaError
+from eventbus.eventing.sinks._kafka_avro_config import avro_encoder
 from eventbus.pipelines._config import PipelineConfig
 
 __all__ = ["check_sink_schemas", "sink_schema_problems"]
@@ -28,7 +29,10 @@ def _incompatibilities(sink: Any) -> list[str]:
         sink.value_schema if isinstance(sink.value_schema, str) else json.dumps(sink.value_schema)
     )
     path = f"/compatibility/subjects/{quote(sink.subject, safe='')}/versions/latest?verbose=true"
-    response = http.request_sync("POST", path, {"schema": text})
+    body = {"schema": text}
+    if sink.value_format == "json_schema":
+        body["schemaType"] = "JSON"
+    response = http.request_sync("POST", path, body)
     if response.status_code == 404:  # a new subject: anything may be its first version
         return []
     body = response.json() if response.status_code in (200, 422) else {}
@@ -40,12 +44,12 @@ def _incompatibilities(sink: Any) -> list[str]:
 
 
 def sink_schema_problems(config: PipelineConfig) -> list[str]:
-    """One line per Avro output whose schema or version the registry refuses; the inline
+    """One line per Avro or JSON Schema output whose schema or version the registry refuses; the inline
     schemas that pass are registered (idempotent: the same schema keeps its id)."""
     problems: list[str] = []
     for path, sink in config.spec.output_paths().items():
         options = sink.kafka
-        if options is None or options.value_format != "avro":
+        if options is None or options.value_format == "json":
             continue
         at = f"spec.{path}.kafka"
         try:
@@ -61,14 +65,9 @@ def sink_schema_problems(config: PipelineConfig) -> list[str]:
                         f"{options.schema_registry_url}: {'; '.join(reasons)}; {level}"
                     )
                     continue
-            encoder = AvroWireEncoder(
-                str(options.schema_registry_url),
-                str(options.subject),
-                schema=options.value_schema,
-                version=options.version,
-            )
+            encoder = avro_encoder(options)
             encoder.resolve_sync()  # registers the inline schema; a pinned version must exist
-        except AvroSchemaError as e:
+        except SinkSchemaError as e:
             field = "version" if options.version is not None else "value_schema"
             problems.append(f"{at}.{field}: {e}")
         except EventBusError as e:  # the registry cannot be reached, or wants credentials
@@ -83,7 +82,7 @@ def sink_schema_problems(config: PipelineConfig) -> list[str]:
 
 
 def check_sink_schemas(config: PipelineConfig) -> None:
-    """Refuse the deploy when an Avro output's schema does not fit its subject.
+    """Refuse the deploy when an Avro or JSON Schema output's schema does not fit its subject.
 
     Raises:
         DeployError: naming every refused output (YAML path, subject, the registry's reason).

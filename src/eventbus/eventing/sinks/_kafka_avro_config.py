@@ -1,4 +1,5 @@
-"""The Kafka sink's value format fields: ``value_format: avro`` with a registry subject.
+"""The Kafka sink's value format fields: ``value_format: avro`` or ``json_schema`` with a
+registry subject.
 
 .. code-block:: yaml
 
@@ -42,29 +43,31 @@ class AvroValueConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    value_format: Literal["json", "avro"] = Field(
+    value_format: Literal["json", "avro", "json_schema"] = Field(
         default="json",
         description="'json': the event's data as JSON (CloudEvents binary or structured "
         "mode). 'avro': the data as Avro in the Confluent wire format (magic byte 0, the "
-        "4-byte schema id, the Avro body) under 'subject' of 'schema_registry_url'; data that "
-        "does not fit the schema is dead-lettered with the reason.",
+        "4-byte schema id, the Avro body) under 'subject' of 'schema_registry_url'. "
+        "'json_schema': the same header and the data as JSON, validated against the "
+        "subject's JSON Schema first. Data that does not fit the schema is dead-lettered "
+        "with the reason.",
     )
     schema_registry_url: SchemaRegistryUrl = None
     subject: str | None = Field(
         default=None,
         min_length=1,
-        description="The registry subject of value_format avro, e.g. '<topic>-value' (the "
+        description="The registry subject of value_format avro or json_schema, e.g. '<topic>-value' (the "
         "Confluent serializers' default naming).",
     )
     value_schema: dict[str, Any] | list[Any] | str | None = Field(
         default=None,
-        description="The Avro schema of value_format avro, inline (a YAML mapping or JSON "
-        "text); registered under 'subject' at deploy when missing, after a compatibility "
+        description="The schema of value_format avro (Avro) or json_schema (a JSON Schema), "
+        "inline (a YAML mapping or JSON text); registered under 'subject' at deploy when missing, after a compatibility "
         "check against the subject's level.",
     )
     value_schema_file: str | None = Field(
         default=None,
-        description="A file holding the Avro schema (.avsc JSON), relative to the pipeline "
+        description="A file holding the schema (.avsc or .json), relative to the pipeline "
         "file's directory; read when the pipeline is loaded and carried inline from then on.",
     )
     version: PositiveInt | Literal["latest"] | None = Field(
@@ -109,33 +112,42 @@ class AvroValueConfig(BaseModel):
         if self.value_format == "json":
             if given:
                 msg = (
-                    f"{', '.join(given)} only apply to value_format 'avro'; add "
-                    "'value_format: avro' or remove them"
+                    f"{', '.join(given)} only apply to value_format 'avro' or 'json_schema'; "
+                    "set value_format or remove them"
                 )
                 raise ValueError(msg)
             return self
+        fmt = self.value_format
         if getattr(self, "mode", "binary") == "structured":
             msg = (
-                "value_format 'avro' writes the data as the record value (binary mode); "
+                f"value_format {fmt!r} writes the data as the record value (binary mode); "
                 "remove 'mode: structured'"
             )
             raise ValueError(msg)
         if not self.schema_registry_url:
             msg = (
-                "value_format is 'avro' but schema_registry_url is not set; set it to the "
+                f"value_format is {fmt!r} but schema_registry_url is not set; set it to the "
                 "registry (EventBus's own: `eventbus url registry`)"
             )
             raise ValueError(msg)
         if not self.subject:
-            msg = "value_format is 'avro' but subject is not set; set it, e.g. '<topic>-value'"
+            msg = f"value_format is {fmt!r} but subject is not set; set it, e.g. '<topic>-value'"
             raise ValueError(msg)
         if (self.value_schema is None) == (self.version is None):
             msg = (
-                "value_format 'avro' needs value_schema (or value_schema_file) to register, "
+                f"value_format {fmt!r} needs value_schema (or value_schema_file) to register, "
                 "or version to pin an existing one; give exactly one"
             )
             raise ValueError(msg)
-        if self.value_schema is not None:
+        if self.value_schema is not None and fmt == "json_schema":
+            from eventbus.eventing._confluent_json import json_schema_validator
+
+            try:
+                json_schema_validator(self.value_schema)
+            except ValueError as e:
+                msg = f"value_schema: {e}; give a JSON Schema (an object, e.g. type: object)"
+                raise ValueError(msg) from None
+        elif self.value_schema is not None:
             from eventbus.eventing._avro_encode import parse_avro_schema
 
             try:
@@ -147,14 +159,17 @@ class AvroValueConfig(BaseModel):
 
 
 def avro_encoder(config: AvroValueConfig) -> Any:
-    """The :class:`~eventbus.eventing._avro_encode.AvroWireEncoder` of a sink config with
-    ``value_format: avro``; None for json."""
-    if config.value_format != "avro":
+    """The encoder of a sink config with ``value_format: avro`` (an
+    :class:`~eventbus.eventing._avro_encode.AvroWireEncoder`) or ``json_schema`` (a
+    :class:`~eventbus.eventing._confluent_json.JsonSchemaWireEncoder`); None for json."""
+    if config.value_format == "json":
         return None
     from eventbus.eventing._avro_encode import AvroWireEncoder
+    from eventbus.eventing._confluent_json import JsonSchemaWireEncoder
 
     assert config.schema_registry_url is not None and config.subject is not None
-    return AvroWireEncoder(
+    kind = JsonSchemaWireEncoder if config.value_format == "json_schema" else AvroWireEncoder
+    return kind(
         config.schema_registry_url,
         config.subject,
         schema=config.value_schema,

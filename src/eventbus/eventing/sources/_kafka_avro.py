@@ -1,8 +1,10 @@
-"""``value_format: avro`` of the Kafka source: Confluent-framed Avro values become JSON
+"""``value_format: avro`` and ``json_schema`` of the Kafka source: Confluent-framed values
+(Avro, or JSON validated against its JSON Schema) become JSON
 before the batch is made, so every later path (batches, the replicas' decoding, dead
 letters) sees the plain JSON messages it knows.
 
-Writer schemas are fetched from the registry once per id (``AvroWireDecoder``). A record that
+Writer schemas are fetched from the registry once per id (``AvroWireDecoder``,
+``JsonSchemaWireDecoder``). A record that
 cannot be decoded is handed back with its error, for a dead letter that names why; a registry
 that cannot be reached holds the fetched records (retried with backoff, never dead-lettered)
 until it answers or the source stops.
@@ -19,7 +21,7 @@ from eventbus.errors import EventDecodeError
 from eventbus.eventing._confluent_avro import (
     AvroWireDecoder,
     RegistryUnavailableError,
-    avro_to_json,
+    WireDecoder,
 )
 from eventbus.eventing.sources._kafka_batch import BatchMaker
 from eventbus.eventing.sources._kafka_config import KafkaSourceConfig
@@ -32,16 +34,23 @@ _BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 
 
 class AvroTranscoder:
-    """Turn fetched Avro records' values into JSON, in place.
+    """Turn fetched Avro (or JSON Schema) records' values into JSON, in place.
 
     Args:
         registry_url: the schema registry.
         pipeline: named in the logs.
         stopping: True once the source stops (a wait for the registry ends then).
+        decoder: the format's decoder (default: Avro's of ``registry_url``).
     """
 
-    def __init__(self, registry_url: str, pipeline: str, stopping: Callable[[], bool]) -> None:
-        self.decoder = AvroWireDecoder(registry_url)
+    def __init__(
+        self,
+        registry_url: str,
+        pipeline: str,
+        stopping: Callable[[], bool],
+        decoder: WireDecoder | None = None,
+    ) -> None:
+        self.decoder = decoder or AvroWireDecoder(registry_url)
         self.pipeline = pipeline
         self._stopping = stopping
         self.registry_waits = 0  # fetches held because the registry could not be reached
@@ -50,10 +59,16 @@ class AvroTranscoder:
     def of(
         cls, config: KafkaSourceConfig, pipeline: str, stopping: Callable[[], bool]
     ) -> AvroTranscoder | None:
-        """The transcoder of a source with ``value_format: avro``; None for json."""
-        if config.value_format != "avro" or config.schema_registry_url is None:
+        """The transcoder of a source with ``value_format: avro`` or ``json_schema``; None
+        for json."""
+        url = config.schema_registry_url
+        if config.value_format == "json" or url is None:
             return None
-        return cls(config.schema_registry_url, pipeline, stopping)
+        if config.value_format == "json_schema":
+            from eventbus.eventing._confluent_json import JsonSchemaWireDecoder
+
+            return cls(url, pipeline, stopping, JsonSchemaWireDecoder(url))
+        return cls(url, pipeline, stopping)
 
     async def transcode(self, data: dict[Any, list[Any]]) -> dict[int, EventDecodeError] | None:
         """Rewrite each record's value as JSON; the undecodable ones by ``id(record)``.
@@ -82,16 +97,16 @@ class AvroTranscoder:
                 )
                 await asyncio.sleep(delay)
         failed: dict[int, EventDecodeError] = {}
-        decode = self.decoder.decode
+        decode, kind = self.decoder.json_value, self.decoder.kind
         for records in data.values():
             for r in records:
                 try:
-                    r.value = avro_to_json(decode(r.value))
+                    r.value = decode(r.value)
                 except EventDecodeError as e:
                     where = f"{r.topic}[{r.partition}]@{r.offset}"
-                    failed[id(r)] = EventDecodeError(f"{where}: Avro value: {e}")
+                    failed[id(r)] = EventDecodeError(f"{where}: {kind} value: {e}")
                 except TypeError as e:  # a datum JSON cannot hold (should not happen)
-                    failed[id(r)] = EventDecodeError(f"Avro value as JSON: {e}")
+                    failed[id(r)] = EventDecodeError(f"{kind} value as JSON: {e}")
         return failed
 
     async def into(self, data: dict[Any, list[Any]], batches: BatchMaker) -> bool:

@@ -69,15 +69,17 @@ class KafkaSourceConfig(BaseModel):
         default=None,
         description="CloudEvents 'source' given to plain messages; None uses 'kafka://{topic}'.",
     )
-    value_format: Literal["json", "avro"] = Field(
+    value_format: Literal["json", "avro", "json_schema"] = Field(
         default="json",
         description="How record values are encoded. json: CloudEvents in the Kafka binding, or "
         "plain JSON wrapped into an event (as ever). avro: the Confluent wire format (a zero "
         "byte, the 4-byte schema id, the Avro body), its writer schema read from "
         "schema_registry_url; the datum becomes the event's data (bytes as base64). Records "
         "that cannot be decoded (another magic byte, an id the registry does not know, a "
-        "truncated body) are dead-lettered with the reason; while the registry cannot be "
-        "reached the records wait (they are not dead-lettered for an outage).",
+        "truncated body) are dead-lettered with the reason. json_schema: the same header, "
+        "then a JSON document validated against the JSON Schema of that id; a document that "
+        "does not fit is dead-lettered naming its JSON path and the failed rule. While the "
+        "registry cannot be reached the records wait (they are not dead-lettered for an outage).",
     )
     schema_registry_url: SchemaRegistryUrl = None
     fetch_max_wait_ms: int = Field(
@@ -182,9 +184,9 @@ class KafkaSourceConfig(BaseModel):
 
     @model_validator(mode="after")
     def _avro_has_a_registry(self) -> KafkaSourceConfig:
-        if self.value_format == "avro" and not self.schema_registry_url:
+        if self.value_format != "json" and not self.schema_registry_url:
             msg = (
-                "value_format is 'avro' but schema_registry_url is not set; set it to the "
+                f"value_format is {self.value_format!r} but schema_registry_url is not set; set it to the "
                 "registry the producers use (EventBus's own: `eventbus url registry`)"
             )
             raise ValueError(msg)
