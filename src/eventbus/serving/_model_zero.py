@@ -66,6 +66,10 @@ class ModelZero:
         self._busy: set[str] = set()
         self._guard = threading.Lock()
         self._stop = threading.Event()
+        # no model with idle_s and none at zero: nothing to watch until one is tracked (the
+        # controller's idle cost: no Redis round trip every poll_s for nothing)
+        self._has_work = True
+        self._changed = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="eventbus-model-zero")
 
     # -- the controller's side ----------------------------------------------------------------
@@ -76,6 +80,8 @@ class ModelZero:
             self._idle[name] = idle_s
             if fresh or name not in self._up_at:
                 self._up_at[name] = time.time()
+        if idle_s is not None:
+            self._changed.set()
 
     def ran(self, name: str) -> None:
         """A deploy ran the model's application (under :meth:`lock`): it is not at zero."""
@@ -98,11 +104,19 @@ class ModelZero:
 
     def stop(self) -> None:
         self._stop.set()
+        self._changed.set()
 
     # -- the thread ---------------------------------------------------------------------------
     def _main(self) -> None:
         failing = False
-        while not self._stop.wait(self.poll_s):
+        while not self._stop.is_set():
+            if self._has_work:
+                self._stop.wait(self.poll_s)
+            else:  # woken by a model tracked with idle_s; a look every 5 s all the same
+                self._changed.wait(5.0)
+                self._changed.clear()
+            if self._stop.is_set():
+                return
             try:
                 self.tick()
                 failing = False
@@ -120,6 +134,7 @@ class ModelZero:
             idle = dict(self._idle)
             busy = set(self._busy)
         zero = self._r.hgetall(keys.MODELS_AT_ZERO)
+        self._has_work = bool(zero) or any(v is not None for v in idle.values())
         # a model at zero wakes even untracked (the controller restarted since its scale-down)
         names = [
             n for n in {**idle, **zero} if n not in busy and (n in zero or idle.get(n) is not None)
