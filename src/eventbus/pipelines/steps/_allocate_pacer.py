@@ -237,7 +237,9 @@ class Pacer:
         # gets more than what remains, at the same budget per request
         window = plan.mask @ window_segments
         ahead = plan.ahead * scale
-        return torch.where(ahead > 0, remaining * window / ahead.clamp_min(1e-300), remaining)
+        base = torch.where(ahead > 0, remaining * window / ahead.clamp_min(1e-300), remaining)
+        # the spend-vs-plan correction, never past what remains (unless the window already is)
+        return torch.minimum(base * plan.correction, torch.maximum(base, remaining))
 
     def figures(self) -> dict[str, Any]:
         """Budget spent vs plan in the current interval, and the feedback counters."""
