@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from eventbus.pipelines.steps._allocate_feedback import DecisionLedger
 from eventbus.pipelines.steps._allocate_pacing import PacingPlan, TrafficForecast, winsorised
 from eventbus.pipelines.steps._allocate_pacing_config import PacingConfig
 
@@ -83,3 +84,17 @@ def test_a_shift_that_lasts_passes_the_outlier_filter() -> None:
     odd = winsorised([0.0] * season + [0.0, 1e12, 0.0], season)
     assert odd[season + 1] == 1.0  # replaced by the expectation (a period before, at least 1)
     assert all(math.isfinite(v) for v in odd)
+
+
+def test_the_memory_ledger_expires_exactly_the_due_decisions() -> None:
+    ledger = DecisionLedger("coupon", "day", None)
+    for t in range(1000):
+        ledger.add([(f"d{t}", f"r{t}")], float(t))
+    ledger.add([("d3", "again")], 2000.0)  # decided again: due at its new time
+    assert ledger.take(["d5", "nope"]) == ["r5", None]
+    due = ledger.expired(10.0)
+    assert due == [f"r{t}" for t in range(10) if t not in (3, 5)]
+    assert ledger.expired(10.0) == []
+    assert len(ledger.expired(2000.5, limit=100)) == 100  # at most the limit per call
+    assert ledger.expired(2000.5) == [f"r{t}" for t in range(110, 1000)] + ["again"]
+    assert ledger.pending() == 0

@@ -50,6 +50,9 @@ class TrafficForecast:
         # refitted every 1/24 of a period (a fit takes ~0.1-1 s)
         self._fit: tuple[int, list[float]] | None = None
         self.refit_intervals = max(1, config.intervals_per_day // 24)
+        if config.forecast == "holt_winters":
+            # statsmodels' import takes seconds: at deploy time, not in the first batch
+            import statsmodels.tsa.holtwinters  # noqa: F401
 
     def observe(self, index: int, segments: list[int]) -> None:
         """Count requests of these segments in interval ``index``."""
