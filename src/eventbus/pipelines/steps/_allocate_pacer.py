@@ -147,16 +147,23 @@ class Pacer:
         assert self.feedback is not None
         name = self.feedback.weight
         delta = torch.zeros_like(self.step.budget)
+        # with a weight, the correction is linear in (outcome - reserved weight) on that weight's
+        # rows: summed per (segment, item), one consumption vector per pair, not per decision
+        by_pair: dict[tuple[int, int], float] = {}
         for record, outcome in settled:
             segment, item, weights, predicted = json.loads(record)
-            reserved = self.step.use_of(segment, item, weights)
             if name is None:
-                actual = reserved * outcome
-            else:
-                actual = self.step.use_of(segment, item, {**weights, name: outcome})
-                if self.calibration is not None:
-                    self.calibration.update(segment, predicted, outcome)
-            delta += actual - reserved
+                delta += self.step.use_of(segment, item, weights) * (outcome - 1.0)
+                continue
+            if self.calibration is not None:
+                self.calibration.update(segment, predicted, outcome)
+            change = outcome - weights.get(name, 1.0)
+            by_pair[segment, item] = by_pair.get((segment, item), 0.0) + change
+        for (segment, item), change in by_pair.items():
+            if change != 0:
+                one = self.step.use_of(segment, item, {name: 1.0})  # type: ignore[dict-item]
+                none = self.step.use_of(segment, item, {name: 0.0})  # type: ignore[dict-item]
+                delta += change * (one - none)
         self.step.store.adjust(delta.tolist())
 
     def observe(self, segments: list[int]) -> None:
@@ -237,7 +244,9 @@ class Pacer:
         # gets more than what remains, at the same budget per request
         window = plan.mask @ window_segments
         ahead = plan.ahead * scale
-        return torch.where(ahead > 0, remaining * window / ahead.clamp_min(1e-300), remaining)
+        base = torch.where(ahead > 0, remaining * window / ahead.clamp_min(1e-300), remaining)
+        # the spend-vs-plan correction, never past what remains (unless the window already is)
+        return torch.minimum(base * plan.correction, torch.maximum(base, remaining))
 
     def figures(self) -> dict[str, Any]:
         """Budget spent vs plan in the current interval, and the feedback counters."""

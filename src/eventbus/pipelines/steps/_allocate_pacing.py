@@ -15,6 +15,13 @@ flight count at their estimate); share_k = F_k(now) / sum over the rest of the p
 smoothed against the previous interval's; the interval may take used_k up to
 ``used_k + remaining_k * share_k * (1 + slack)``, never past budget_k. What an interval leaves
 unspent stays in remaining_k and is spread over the intervals after it.
+
+The correction (``gain``, a PI controller on spend vs plan, as ad systems pace budgets): at each
+interval's start, e_k = (allowance_k - spent_k) / allowance_k of the interval before, clipped to
+[-1, 1], and I_k = the sum of the e_k, clipped to [-4, 4]; the re-solve's budget is multiplied by
+exp(gain * (e_k + I_k / 4)), within [1/4, 4]. A forecast that runs high (a spike that inflates
+the next intervals) makes the duals too high and the spend short of plan: the correction lowers
+them; the interval's cap still holds off overspending.
 """
 
 from __future__ import annotations
@@ -43,6 +50,9 @@ class TrafficForecast:
         # refitted every 1/24 of a period (a fit takes ~0.1-1 s)
         self._fit: tuple[int, list[float]] | None = None
         self.refit_intervals = max(1, config.intervals_per_day // 24)
+        if config.forecast == "holt_winters":
+            # statsmodels' import takes seconds: at deploy time, not in the first batch
+            import statsmodels.tsa.holtwinters  # noqa: F401
 
     def observe(self, index: int, segments: list[int]) -> None:
         """Count requests of these segments in interval ``index``."""
@@ -85,12 +95,10 @@ class TrafficForecast:
 
             fit = self._fit
             if fit is None or not 0 <= index - fit[0] < self.refit_intervals:
-                # a burst is not the new level: each interval counts at most 3x the same
-                # interval a period before, or the fit's trend would carry it for hours
-                robust = list(history)
-                for i in range(season, len(robust)):
-                    robust[i] = min(robust[i], 3 * max(robust[i - season], 1.0))
-                fit = self._fit = (index, forecast_rates(robust, season, 2 * season))
+                fit = self._fit = (
+                    index,
+                    forecast_rates(winsorised(history, season), season, 2 * season),
+                )
             ahead = fit[1][index - fit[0] : index - fit[0] + steps]
             return [max(v, 1e-9) for v in ahead]
         if method != "flat" and len(history) >= season:
@@ -101,6 +109,24 @@ class TrafficForecast:
             return [max(v, 1e-3 * mean, 1e-9) for v in out]
         level = sum(history) / len(history) if history else 1.0  # per interval, as seen so far
         return [max(level, 1e-9)] * steps
+
+
+def winsorised(history: list[float], season: int, window: int = 5) -> list[float]:
+    """``history`` with each interval from the second period on that is outside [1/2, 3/2] of
+    what it was expected to be replaced by that expectation: the same interval a period before (as clipped) times the median, over
+    the last ``window`` intervals, of the ratio of each to its own a period before. A burst is
+    not the new level (the Holt-Winters level and trend would carry it for hours), but a shift
+    that lasts moves the median within ``window // 2 + 1`` intervals and passes."""
+    import statistics
+
+    robust = list(history)
+    ratios = [1.0] * window  # no change, until the second period says otherwise
+    for i in range(season, len(robust)):
+        ratios.append(history[i] / max(history[i - season], 1.0))
+        expected = max(robust[i - season], 1.0) * statistics.median(ratios[-window:])
+        if not expected / 2 <= robust[i] <= expected * 1.5:
+            robust[i] = expected
+    return robust
 
 
 class PacingPlan:
@@ -122,6 +148,8 @@ class PacingPlan:
         self.start_used: Any = None  # used at the interval's start
         self.next_requests: Any = None  # forecast requests of the interval, per resource
         self.ahead: Any = None  # forecast requests of the rest of the period, per resource
+        self.integral: Any = None  # the controller's summed spend-vs-plan error, per resource
+        self.correction: Any = None  # the re-solve budget's multiplier, per resource
 
     def interval(self, now: float) -> int:
         """The index of the interval ``now`` falls in."""
@@ -145,12 +173,33 @@ class PacingPlan:
         if remaining_steps == 1:
             share = torch.ones_like(share)
         remaining = (budget - used).clamp_min(0.0)
+        self._control(index, used)
         self.index = index
         self.start_used = used.clone()
         self.allowance = remaining * share
         self.next_requests = now
         self.ahead = ahead
         self.caps = torch.minimum(budget, used + self.allowance * (1 + self.config.slack))
+
+    def _control(self, index: int, used: Any) -> None:
+        """Update the spend-vs-plan correction from the interval that just ended (if it is the
+        one before ``index``; a new period starts the integral afresh)."""
+        import torch
+
+        gain = self.config.gain
+        if self.integral is None or index % self.config.intervals_per_day == 0:
+            self.integral = torch.zeros_like(used)
+            self.correction = torch.ones_like(used)
+        if gain == 0 or self.index != index - 1 or self.allowance is None:
+            return
+        spent = used - self.start_used
+        error = torch.where(
+            self.allowance > 0,
+            (self.allowance - spent) / self.allowance.clamp_min(1e-300),
+            torch.zeros_like(used),
+        ).clamp(-1.0, 1.0)
+        self.integral = (self.integral + error).clamp(-4.0, 4.0)
+        self.correction = torch.exp(gain * (error + self.integral / 4)).clamp(0.25, 4.0)
 
     def figures(self, budget: Any) -> dict[str, Any]:
         """Budget planned vs spent in the current interval (for stats and the dashboard)."""
@@ -160,6 +209,7 @@ class PacingPlan:
             "pacing_interval": self.index,
             "pacing_allowance": float(self.allowance.sum()),
             "pacing_cap_fraction": float((self.caps / budget.clamp_min(1e-300)).mean()),
+            "pacing_correction": [round(float(c), 4) for c in self.correction],
         }
 
 

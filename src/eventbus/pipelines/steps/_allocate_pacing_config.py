@@ -101,6 +101,14 @@ class PacingConfig(BaseModel):
         le=10,
         description="An interval may spend its share times 1 + slack (never past the budget).",
     )
+    gain: float = Field(
+        default=0.0,
+        ge=0,
+        le=10,
+        description="Spend-vs-plan correction of the re-solve's budget (PI on the duals): each "
+        "interval's spend short of (over) its allowance raises (lowers) the next windows' budget "
+        "by exp(gain x (error + integral / 4)), within [1/4, 4]; 0 (the default): off.",
+    )
     feedback: FeedbackConfig | None = Field(
         default=None, description="Correct the remaining budgets from consumption feedback."
     )
