@@ -195,7 +195,15 @@ async def test_shadow_comparison_and_rollback_on_injected_regression(
         figures = eventbus_client.status(pipeline)["figures"]
         return figures.get("model_shadows", {}).get("score")
 
-    shown = await _until("the shadow in the pipeline's status", in_status, 30)
+    # the step refreshes its models' figures (at most every 5 s) while events flow: after
+    # phase 1 a trickle of events keeps it asking until the status shows the shadow
+    deadline, k = time.monotonic() + 60, 0
+    while not (shown := await asyncio.to_thread(in_status)):
+        assert time.monotonic() < deadline, "timed out waiting for the shadow in the status"
+        trickle = CloudEvent.create(type="req", source="/t", id=f"t{k}", data={"x": [-1.0, 0.0]})
+        await produce(kafka_bootstrap, src, [trickle])
+        k += 1
+        await asyncio.sleep(1.0)  # one event a second, until the condition holds
     assert shown["model"] == model and shown["version"] == 2 and shown["share"] == SHARE
     eventbus_client.shadow_model(model, None)
     [row] = [r for r in eventbus_client.list_models(model) if r["version"] == 2]

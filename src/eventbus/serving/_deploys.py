@@ -311,8 +311,17 @@ class Deploys:
         and source actors (a pipeline at zero stays without its application)."""
         restored = []
         records = {n: json.loads(r) for n, r in self._redis.hgetall(keys.PIPELINES).items()}
+        from eventbus.serving._placement import live_nodes, placement_problems
+
         for rec in records.values():
             config = PipelineConfig.model_validate(rec["document"])
+            if config.spec.serving.placement is not None:
+                # Serve would wait forever for replicas no live node can take, and this
+                # controller with it: such a pipeline waits for a redeploy, said so in the log
+                misplaced = placement_problems(config.spec.serving, live_nodes())
+                if misplaced:
+                    log.warning("pipeline %r not restored: %s", config.name, "; ".join(misplaced))
+                    continue
             try:
                 with self.locks.of(config.name):
                     create_missing_topics(config, self.kafka_bootstrap, self.kafka_client)
