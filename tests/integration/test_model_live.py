@@ -182,7 +182,22 @@ async def test_shadow_comparison_and_rollback_on_injected_regression(
         c = row["shadow"]
         return c if c and c["rows"] + c["dropped_rows"] + c["error_rows"] >= len(picked) else None
 
-    c = await _until("the shadow comparison", compared, 30)
+    # the replicas publish their figures, and the step asks for them, while events flow:
+    # after phase 1 a trickle of events the shadow does not take keeps them at it
+    trickle = (f"t{k}" for k in range(10**6) if not _mirrored(f"t{k}"))
+
+    async def trickling(what: str, check: Any, timeout_s: float = 90) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while not (value := await asyncio.to_thread(check)):
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            one = CloudEvent.create(
+                type="req", source="/t", id=next(trickle), data={"x": [-1.0, 0.0]}
+            )
+            await produce(kafka_bootstrap, src, [one])
+            await asyncio.sleep(1.0)  # one event a second, until the condition holds
+        return value
+
+    c = await trickling("the shadow comparison", compared)
     print(f"shadow: {len(picked)} rows picked, expected agreement {expected:.4f}; got {c}")
     assert c["rows"] + c["dropped_rows"] == len(picked) and c["errors"] == 0 and c["active"]
     if c["dropped_rows"] == 0:  # nothing dropped: the comparison is exact
@@ -195,15 +210,7 @@ async def test_shadow_comparison_and_rollback_on_injected_regression(
         figures = eventbus_client.status(pipeline)["figures"]
         return figures.get("model_shadows", {}).get("score")
 
-    # the step refreshes its models' figures (at most every 5 s) while events flow: after
-    # phase 1 a trickle of events keeps it asking until the status shows the shadow
-    deadline, k = time.monotonic() + 60, 0
-    while not (shown := await asyncio.to_thread(in_status)):
-        assert time.monotonic() < deadline, "timed out waiting for the shadow in the status"
-        trickle = CloudEvent.create(type="req", source="/t", id=f"t{k}", data={"x": [-1.0, 0.0]})
-        await produce(kafka_bootstrap, src, [trickle])
-        k += 1
-        await asyncio.sleep(1.0)  # one event a second, until the condition holds
+    shown = await trickling("the shadow in the pipeline's status", in_status)
     assert shown["model"] == model and shown["version"] == 2 and shown["share"] == SHARE
     eventbus_client.shadow_model(model, None)
     [row] = [r for r in eventbus_client.list_models(model) if r["version"] == 2]
