@@ -74,6 +74,11 @@ def why_invalid(validator: Any, doc: Any) -> str | None:
     """Why ``doc`` fails ``validator`` (JSON path, the failed rule, the message); None: valid."""
     from jsonschema.exceptions import best_match
 
+    from eventbus._internal.recursion import ensure_headroom
+
+    # the validator recurses a few frames a level and orjson parses at most 1024 levels: with
+    # the shared headroom every document the source accepts is walked whole, whatever ran first
+    ensure_headroom()
     try:
         error = best_match(validator.iter_errors(doc))
     except RecursionError:
@@ -81,7 +86,10 @@ def why_invalid(validator: Any, doc: Any) -> str | None:
     if error is None:
         return None
     message = error.message if len(error.message) <= 300 else error.message[:280] + " ... (cut)"
-    return f"at {error.json_path}: {error.validator!r} failed: {message}"
+    path = error.json_path
+    if len(path) > 200:
+        path = f"{path[:90]}...{path[-90:]} ({len(error.absolute_path)} levels)"
+    return f"at {path}: {error.validator!r} failed: {message}"
 
 
 class JsonSchemaWireDecoder(WireDecoder):

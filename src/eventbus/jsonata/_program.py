@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import inspect
-import sys
 from dataclasses import dataclass
 from typing import Any
 
+from eventbus._internal.recursion import ensure_headroom
 from eventbus.jsonata._ast import process
 from eventbus.jsonata._compile import Compiler, bound_names
 from eventbus.jsonata._errors import JSONataError, fail
@@ -31,7 +31,6 @@ UNSUPPORTED_FUNCTIONS: tuple[str, ...] = (
     "custom matcher functions as patterns of $match, $contains, $replace, $split",
 )
 
-_RECURSION_LIMIT = 20_000
 #: the largest expression accepted, in characters
 MAX_EXPRESSION_CHARS = 1_000_000
 
@@ -59,10 +58,9 @@ _SCALARS = frozenset([str, int, float, bool, type(None)])
 
 
 def _headroom() -> None:
-    # Python 3.11+ runs Python-to-Python calls without the C stack, so the interpreter's limit
-    # may be raised safely; MAX_NESTING and Budget.max_depth then bound the recursion.
-    if sys.getrecursionlimit() < _RECURSION_LIMIT:
-        sys.setrecursionlimit(_RECURSION_LIMIT)
+    # MAX_NESTING and Budget.max_depth bound the recursion; the limit is shared with the
+    # other walkers (eventbus._internal.recursion)
+    ensure_headroom()
 
 
 def _builtins() -> Frame:
