@@ -87,6 +87,7 @@ bench: setup kafka bench-peers
 	command -v wrk >/dev/null || { apt-get update -q && apt-get install -y -q wrk; }
 	$(PY) benchmarks/expressions.py
 	$(PY) benchmarks/kafka_pipeline.py --broker kafka
+	$(PY) benchmarks/avro_pipeline.py --broker kafka
 	$(PY) benchmarks/kafka_path_cpu.py
 	$(PY) benchmarks/http_ingress.py
 	$(PY) benchmarks/peers.py --broker kafka
