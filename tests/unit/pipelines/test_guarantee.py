@@ -241,6 +241,23 @@ def test_a_latest_mode_join_is_refused_naming_the_setting_and_the_fix(time: str)
     assert expect in found, found
 
 
+def test_every_refused_join_is_named_at_once() -> None:
+    sides = (
+        "sides: [{name: order, when: \"type == 'order'\", key: data.id}, "
+        "{name: pay, when: \"type == 'pay'\", key: data.id}]"
+    )
+    body = with_join("emit: first").replace(
+        '    - {id: tag, convert: {set: {"data.tag": "\'x\'"}}}\n',
+        f"    - id: enrich\n      join: {{{sides}, mode: latest, table: order, time: event}}\n"
+        f"    - id: fine\n      join: {{{sides}, time: event}}\n",
+    )
+    found = problems(body)
+    assert found.count("\n") == 1, found  # two problems, one a line
+    assert "step 'pair' is of kind 'join' with time 'processing'" in found
+    assert "step 'enrich' is of kind 'join' with mode 'latest'" in found
+    assert "'fine'" not in found
+
+
 @pytest.mark.parametrize("options", ["", "mode: latest, table: order"])
 def test_a_processing_time_or_latest_join_runs_at_least_once(options: str) -> None:
     body = with_join(options).replace("  delivery: {guarantee: exactly_once}\n", "")
