@@ -79,9 +79,11 @@ def pipeline(src: str, sink: str, dlq: str) -> PipelineConfig:
 
 
 def join_pipeline(name: str, src: str, sink: str, dlq: str) -> PipelineConfig:
-    """``data.boom`` fails the convert (dead letters); an inner join (emit every) pairs event
-    ``n`` with ``n + 40`` (same Kafka key, so ``n`` comes first) for even ``n // 40``: one
-    output per pair, emitted by ``n + 40``'s batch, keyed by its key and carrying its seq."""
+    """``data.boom`` fails the convert (dead letters); an inner join (emit every) on event
+    time pairs event ``n`` with ``n + 40`` (same Kafka key, so ``n`` comes first; 40 ms
+    apart in event time, see ``eos_harness.event``) for even ``n // 40``: one output per
+    pair, emitted by ``n + 40``'s batch, keyed by its key and carrying its seq. The windows
+    (600 s) outlast the input's event time (100 s for 100,000 events): no event is late."""
     return PipelineConfig.model_validate(
         {
             "apiVersion": "eventbus/v1",
@@ -103,6 +105,7 @@ def join_pipeline(name: str, src: str, sink: str, dlq: str) -> PipelineConfig:
                                 {"name": "a", "when": "data.n / 40 % 2 == 0", "key": "data.n"},
                                 {"name": "b", "when": "data.n / 40 % 2 == 1", "key": "data.n - 40"},
                             ],
+                            "time": "event",
                             "window_s": 600,
                             "output": {
                                 "type": "paired",

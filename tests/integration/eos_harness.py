@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from eventbus.eventing._codecs import decode_kafka, encode_kafka_binary
 from tests.integration.test_faults import check_exactly_once_in_key_order
 
 KEYS = 40
+#: The event time (ms) of event 0: a whole minute, in the past (never ahead of the clock).
+T0 = 1_700_000_000_000 - 1_700_000_000_000 % 60_000
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -128,12 +131,15 @@ async def checked(drivers: list[Driver], *args: Any) -> list[CloudEvent]:
 
 
 def event(i: int, seq: Counter[str]) -> tuple[str, CloudEvent]:
+    """Event ``i``: keyed ``k<i % KEYS>``, its event time ``i`` ms after :data:`T0` (the
+    join pipeline's windows are of event time)."""
     key = f"k{i % KEYS}"
     seq[key] += 1
     data: dict[str, Any] = {"n": i, "key": key, "seq": seq[key]}
     if i % 50 == 0:
         data["boom"] = True  # fails the convert: a dead letter
-    return key, CloudEvent.create(type="e.test", source="/eos", id=f"e{i}", data=data)
+    at = datetime.fromtimestamp((T0 + i) / 1000, tz=UTC)
+    return key, CloudEvent.create(type="e.test", source="/eos", id=f"e{i}", time=at, data=data)
 
 
 async def produce(

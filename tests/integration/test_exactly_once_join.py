@@ -1,5 +1,6 @@
 """``delivery: {guarantee: exactly_once}`` through a join, on the three-node Apache Kafka
-cluster: 100,000 events through convert + join (state in Redis) + convert while two replicas'
+cluster: 100,000 events through convert + join on event time (state in Redis; windows
+of 600 s, longer than the input's 100 s of event time) + convert while two replicas'
 Kafka paths (``eos_driver`` processes) consume; one is killed with SIGKILL inside an open
 transaction and replaced, three times. A ``read_committed`` reader gets every expected joined
 event and dead letter exactly once, in per-key order; a ``read_uncommitted`` reader sees the

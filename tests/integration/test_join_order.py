@@ -38,8 +38,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.redis]
 MODES = ("every", "first", "latest")
 
 
-def runner(redis_url: str) -> PipelineRunner:
-    """One pipeline with a join step per emit mode (each passes the others' events on)."""
+def runner(redis_url: str, exactly_once: bool) -> PipelineRunner:
+    """One pipeline with a join step per emit mode (each passes the others' events on);
+    ``exactly_once``: the pipeline's guarantee, its joins on event time (the batches close
+    their windows; processing time is refused there)."""
     steps = [
         {
             "id": f"j_{m}",
@@ -50,7 +52,8 @@ def runner(redis_url: str) -> PipelineRunner:
                     {"name": "payment", "when": f"type == 'p.{m}'", "key": "data.id"},
                 ],
                 "window_s": 600,
-            },
+            }
+            | ({"time": "event"} if exactly_once else {}),
         }
         for m in MODES
     ]
@@ -62,7 +65,8 @@ def runner(redis_url: str) -> PipelineRunner:
             "sources": [{"kafka": {"topic": "in"}}],
             "steps": steps,
             "sink": {"kafka": {"topic": "out"}},
-        },
+        }
+        | ({"delivery": {"guarantee": "exactly_once"}} if exactly_once else {}),
     }
     return PipelineRunner(PipelineConfig.model_validate(doc), redis_url=redis_url)
 
@@ -73,6 +77,7 @@ def record(kind: str, m: str, n: int) -> Any:
         ("ce_source", b"/shop"),
         ("ce_type", f"{kind}.{m}".encode()),
         ("ce_id", f"{kind}{n}.{m}".encode()),
+        ("ce_time", f"2023-11-14T22:1{n}:00Z".encode()),  # a minute apart, in partition order
     ]
     return (0, b"A-1", orjson.dumps({"id": "A-1", "n": n}), ce)
 
@@ -100,7 +105,10 @@ async def test_a_retried_dispatch_keeps_the_partitions_order_in_the_join_state(
         src,
         [record(k, m, n) for k, n in (("o", 0), ("p", 1), ("p", 2), ("p", 3)) for m in MODES],
     )
-    run = runner(redis_url)
+    run = runner(redis_url, exactly_once)
+    assert run.config.spec.delivery.guarantee == (
+        "exactly_once" if exactly_once else "at_least_once"
+    )
     assert run.in_order  # joins ask their sources for ordered dispatch
     failed: list[int] = []
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from eventbus.pipelines._runner import PipelineRunner
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 
 KEYS = 30
+T0 = 1_700_000_000_000  # the first event's time (ms)
 
 
 def runner(redis_url: str, emit: str) -> PipelineRunner:
@@ -43,6 +45,7 @@ def runner(redis_url: str, emit: str) -> PipelineRunner:
                                 {"name": "p", "when": "type == 'p'", "key": "data.k"},
                             ],
                             "emit": emit,
+                            "time": "event",  # exactly_once refuses processing time
                             "window_s": 600,
                         },
                     }
@@ -57,9 +60,16 @@ def runner(redis_url: str, emit: str) -> PipelineRunner:
 
 
 def events(side: str, n: int) -> list[CloudEvent]:
-    """``n`` events of one side (one input partition), keys cycling over ``KEYS``."""
+    """``n`` events of one side (one input partition), keys cycling over ``KEYS``, event
+    ``i`` at ``T0 + i`` ms: the windows (600 s) outlast them all, no event is late."""
     return [
-        CloudEvent.create(type=side, source="/r", id=f"{side}{i}", data={"k": i % KEYS, "i": i})
+        CloudEvent.create(
+            type=side,
+            source="/r",
+            id=f"{side}{i}",
+            time=datetime.fromtimestamp((T0 + i) / 1000, tz=UTC),
+            data={"k": i % KEYS, "i": i},
+        )
         for i in range(n)
     ]
 

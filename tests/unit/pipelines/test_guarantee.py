@@ -167,11 +167,9 @@ def with_join(options: str) -> str:
 @pytest.mark.parametrize(
     "options",
     [
-        "",
-        "mode: inner, emit: every",
-        "mode: inner, emit: first",
-        "mode: inner, emit: latest",
-        "mode: latest, table: order",
+        "time: event",
+        "mode: inner, emit: every, time: event",
+        "mode: inner, emit: latest, time: event",
         "time: event, allowed_lateness_s: 5, window_s: 30",
         "mode: outer, time: event",
         "mode: outer, emit: latest, time: event, allowed_lateness_s: 5",
@@ -196,11 +194,74 @@ def test_a_processing_time_outer_join_is_refused_naming_the_setting_and_the_fix(
         "delivery.guarantee is 'exactly_once': processing-time windows close by the wall "
         "clock, from a timer outside any consumed batch, so no Kafka transaction covers the "
         "outputs of the keys left incomplete; use time: event (windows then close when a "
-        "consumed event moves the watermark past them, inside its batch's transaction), or "
-        "mode: inner; or keep guarantee: at_least_once (the default) with delivery.dedupe "
-        "for effectively-once delivery"
+        "consumed event moves the watermark past them, inside its batch's transaction); or "
+        "keep guarantee: at_least_once (the default) with delivery.dedupe for "
+        "effectively-once delivery"
     )
     assert expect in found, found
+
+
+@pytest.mark.parametrize(
+    "options", ["", "mode: inner, emit: every", "emit: first, window_s: 30", "emit: latest"]
+)
+def test_a_processing_time_inner_join_is_refused_naming_the_setting_and_the_fix(
+    options: str,
+) -> None:
+    found = problems(with_join(options))
+    assert found.count("\n") == 0, found  # the one problem
+    expect = (
+        "step 'pair' is of kind 'join' with time 'processing' but delivery.guarantee is "
+        "'exactly_once': processing-time windows are forgotten by the wall clock, from a timer "
+        "outside any consumed batch: an event consumed again after an aborted transaction, "
+        "once its window was forgotten, opens a new window, and the pairs its aborted attempt "
+        "emitted are never emitted again (counted absorbed_expired); use time: event (the "
+        "consumed events close the windows inside their batches' transactions and keep a "
+        "closed window's events 10 minutes, so an event consumed again pairs as the first "
+        "time); or keep guarantee: at_least_once (the default) with delivery.dedupe for "
+        "effectively-once delivery"
+    )
+    assert expect in found, found
+
+
+@pytest.mark.parametrize("time", ["processing", "event"])
+def test_a_latest_mode_join_is_refused_naming_the_setting_and_the_fix(time: str) -> None:
+    found = problems(with_join(f"mode: latest, table: order, time: {time}"))
+    assert found.count("\n") == 0, found  # the one problem, whatever the time
+    expect = (
+        "step 'pair' is of kind 'join' with mode 'latest' but delivery.guarantee is "
+        "'exactly_once': an event is enriched with the table's entry present when it is "
+        "consumed, and the join's state in Redis is not rolled back with an aborted "
+        "transaction: an event consumed again can find the entry replaced by a later table "
+        "event of its aborted attempt, or expired (it lives window_s by the wall clock), and "
+        "be joined otherwise than in any run without the abort; use mode: inner with time: "
+        "event (emit: latest pairs each event with the latest event of every other side in "
+        "its window; the consumed events close the windows); or keep guarantee: "
+        "at_least_once (the default) with delivery.dedupe for effectively-once delivery"
+    )
+    assert expect in found, found
+
+
+def test_every_refused_join_is_named_at_once() -> None:
+    sides = (
+        "sides: [{name: order, when: \"type == 'order'\", key: data.id}, "
+        "{name: pay, when: \"type == 'pay'\", key: data.id}]"
+    )
+    body = with_join("emit: first").replace(
+        '    - {id: tag, convert: {set: {"data.tag": "\'x\'"}}}\n',
+        f"    - id: enrich\n      join: {{{sides}, mode: latest, table: order, time: event}}\n"
+        f"    - id: fine\n      join: {{{sides}, time: event}}\n",
+    )
+    found = problems(body)
+    assert found.count("\n") == 1, found  # two problems, one a line
+    assert "step 'pair' is of kind 'join' with time 'processing'" in found
+    assert "step 'enrich' is of kind 'join' with mode 'latest'" in found
+    assert "'fine'" not in found
+
+
+@pytest.mark.parametrize("options", ["", "mode: latest, table: order"])
+def test_a_processing_time_or_latest_join_runs_at_least_once(options: str) -> None:
+    body = with_join(options).replace("  delivery: {guarantee: exactly_once}\n", "")
+    assert load_pipeline_text(HEAD + body, "p.yaml").spec.delivery.guarantee == "at_least_once"
 
 
 def test_an_outer_join_runs_at_least_once() -> None:

@@ -8,9 +8,9 @@ first attempt's outputs were in its aborted transaction, never visible: the argu
 docs/concepts/delivery.md). A :class:`JoinSweeper`
 (run next to each replica's sources) takes windows that closed: outer joins emit what is
 present, inner joins drop them (counted), windows evicted by ``max_pending`` go to the
-dead-letter sink. A join of ``emit: every``/``latest`` and event time under ``exactly_once``
-closes its windows in the batches instead (:mod:`._join_close`): the sweeper then only
-dead-letters evictions.
+dead-letter sink. A join on event time under ``exactly_once`` (mode inner or outer, any
+``emit``; processing time and mode latest are refused there) closes its windows in the
+batches instead (:mod:`._join_close`): the sweeper then only dead-letters evictions.
 
 ``emit`` chooses the combinations: ``every`` (each combination of a key's events within the
 window, once, :mod:`._join_pairs`), ``latest`` (each event with the latest of every other side)
@@ -365,7 +365,7 @@ def _expressions(raw: Any) -> list[tuple[tuple[int | str, ...], str, bool]]:
     timers=True,
     # emit first/latest and the watermark depend on the order of a partition's events
     ordered=True,
-    # delivery.guarantee exactly_once: accepted unless the config gives a reason (outer joins)
+    # delivery.guarantee exactly_once: time event, mode inner or outer (the config's reason)
     exactly_once=exactly_once_refusal,
     example={
         "sides": [

@@ -150,21 +150,42 @@ def exactly_once_refusal(config: JoinConfig) -> tuple[str, str] | None:
     """Why a join with ``config`` cannot run under ``delivery: {guarantee: exactly_once}``:
     (the setting, the reason and its fix), or None when it can.
 
-    Every joined event of an inner or latest join is emitted by a consumed event, inside that
-    event's batch's transaction, and the join's Redis state gives that event the same outputs
-    when its batch is consumed again (see docs/concepts/delivery.md). An outer join also emits
-    incomplete keys when their window closes: with event time the consumed events close the
-    windows (:mod:`._join_close`, every ``emit``); by the wall clock only the step's timer
-    would, outside every Kafka transaction.
+    Only ``time: event`` with mode ``inner`` or ``outer`` runs exactly once: every joined
+    event is emitted by a consumed event, inside that event's batch's transaction, the
+    consumed events close the windows (:mod:`._join_close`, every ``emit``: an outer join
+    emits the incomplete ones) and a closed window keeps its events for ``REPLAY_S``, so an
+    event consumed again after an aborted transaction emits what it emitted the first time
+    (see docs/concepts/delivery.md). By the wall clock the step's timer closes the windows,
+    outside every Kafka transaction; ``mode: latest`` reads the table's current entry, which
+    the join's Redis state does not roll back with an aborted transaction.
     """
-    if config.mode != "outer":
+    if config.mode == "latest":
+        return (
+            "mode 'latest'",
+            "an event is enriched with the table's entry present when it is consumed, and "
+            "the join's state in Redis is not rolled back with an aborted transaction: an "
+            "event consumed again can find the entry replaced by a later table event of its "
+            "aborted attempt, or expired (it lives window_s by the wall clock), and be joined "
+            "otherwise than in any run without the abort; use mode: inner with time: event "
+            "(emit: latest pairs each event with the latest event of every other side in its "
+            "window; the consumed events close the windows)",
+        )
+    if config.time == "event":
         return None
-    if config.time == "processing":
+    if config.mode == "outer":
         return (
             "mode 'outer' and time 'processing'",
             "processing-time windows close by the wall clock, from a timer outside any consumed "
             "batch, so no Kafka transaction covers the outputs of the keys left incomplete; use "
             "time: event (windows then close when a consumed event moves the watermark past "
-            "them, inside its batch's transaction), or mode: inner",
+            "them, inside its batch's transaction)",
         )
-    return None
+    return (
+        "time 'processing'",
+        "processing-time windows are forgotten by the wall clock, from a timer outside any "
+        "consumed batch: an event consumed again after an aborted transaction, once its "
+        "window was forgotten, opens a new window, and the pairs its aborted attempt emitted "
+        "are never emitted again (counted absorbed_expired); use time: event (the consumed "
+        "events close the windows inside their batches' transactions and keep a closed "
+        "window's events 10 minutes, so an event consumed again pairs as the first time)",
+    )
