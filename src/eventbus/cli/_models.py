@@ -325,6 +325,11 @@ def shadow(
             f"model {name}: {st['shadow']['share']:.0%} of the calls mirrored to version "
             f"{st['shadow']['version']}; `eventbus model list {name}` shows the comparison"
         )
+        if st.get("mirroring") is False:
+            out.print(
+                f"model {name}: its replica does not mirror to version {st['shadow']['version']} "
+                "(the version did not load there; its log says why)"
+            )
     else:
         out.print(f"model {name}: no shadow experiment")
 

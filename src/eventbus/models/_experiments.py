@@ -44,6 +44,18 @@ return 1
 """
 
 
+# KEYS: the experiment's comparison hash. ARGV: its started_at, the absolute-difference sum,
+# then field, increment pairs. Adds only while the hash is that experiment's (a replica's last
+# flush of a stopped or replaced experiment must not land in the next one of the version).
+_ADD_COMPARISON = """
+local s = redis.call('HGET', KEYS[1], 'started_at')
+if not s or tonumber(s) ~= tonumber(ARGV[1]) then return 0 end
+for i = 3, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
+if tonumber(ARGV[2]) ~= 0 then redis.call('HINCRBYFLOAT', KEYS[1], 'abs_sum', ARGV[2]) end
+return 1
+"""
+
+
 class ExperimentRecords:
     """Shadow experiments, rollbacks and history (needs ``_r``, ``record``, ``state``, ``mark``
     of :class:`ModelRegistry`)."""
@@ -110,17 +122,33 @@ class ExperimentRecords:
         self._history(name, {"at": now, "kind": "shadow-start", "version": version, "share": share})
         return {"shadow": setting}
 
-    def add_comparison(self, name: str, version: int, ints: dict[str, int], abs_sum: float) -> None:
-        """Add a replica's comparison counters (:meth:`Comparison.take`) to the experiment's."""
+    def add_comparison(
+        self,
+        name: str,
+        version: int,
+        ints: dict[str, int],
+        abs_sum: float,
+        *,
+        started_at: float | None = None,
+    ) -> bool:
+        """Add a replica's comparison counters (:meth:`Comparison.take`) to the experiment's;
+        with ``started_at``, only to the experiment that started then (False, nothing added,
+        when the version's record is another experiment's now)."""
         if not ints and not abs_sum:
-            return
+            return True
         fig = keys.model_shadow(name, version)
+        if started_at is not None:
+            args: list[Any] = [repr(float(started_at)), repr(float(abs_sum))]
+            for k, v in ints.items():
+                args += [k, int(v)]
+            return bool(int(self._r.eval(_ADD_COMPARISON, 1, fig, *args)))
         pipe = self._r.pipeline(transaction=False)
         for k, v in ints.items():
             pipe.hincrby(fig, k, int(v))
         if abs_sum:
             pipe.hincrbyfloat(fig, "abs_sum", float(abs_sum))
         pipe.execute()
+        return True
 
     def comparison(self, name: str, version: int) -> dict[str, Any] | None:
         """The figures of version's shadow experiment (:func:`summarize`), or None."""

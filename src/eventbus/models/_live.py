@@ -47,12 +47,21 @@ class ShadowMirror:
         model: the loaded candidate (``fn(tensor) -> tensor``).
         share: the fraction of rows mirrored, (0, 1].
         max_in_flight: groups waiting at most; more are dropped and counted.
+        started_at: the experiment's start (its registry setting's ``started_at``): counters
+            flushed after another experiment of the same version started are not added to it.
     """
 
     def __init__(
-        self, name: str, version: int, model: Any, share: float, max_in_flight: int = 4
+        self,
+        name: str,
+        version: int,
+        model: Any,
+        share: float,
+        max_in_flight: int = 4,
+        started_at: float | None = None,
     ) -> None:
         self.name, self.version, self.model, self.share = name, version, model, share
+        self.started_at = started_at
         self.comparison = Comparison()
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, max_in_flight))
         self._stop = threading.Event()
@@ -95,10 +104,13 @@ class ShadowMirror:
             self.comparison.compare(live, out)
 
     def flush(self, registry: Any) -> None:
-        """Add this replica's counters to the experiment's in the registry."""
+        """Add this replica's counters to the experiment's in the registry (not to a later
+        experiment of the same version: those of an experiment since replaced are let go)."""
         ints, abs_sum = self.comparison.take()
         try:
-            registry.add_comparison(self.name, self.version, ints, abs_sum)
+            registry.add_comparison(
+                self.name, self.version, ints, abs_sum, started_at=self.started_at
+            )
         except Exception:
             self.comparison.give_back(ints, abs_sum)
             raise

@@ -224,6 +224,14 @@ class ModelDeployment:
             self._sync()
             return self.info()
 
+    def follow(self) -> dict[str, Any]:
+        """Follow the registry now, not at the next poll (the controller calls it after a
+        shadow setting changed, so the command returns once this replica mirrors); returns
+        :meth:`info`."""
+        with self._update_lock:
+            self._sync()
+        return self.info()
+
     def _sync(self) -> None:
         """Follow the registry: load what serves now (and the split's version), then swap."""
         st = self._registry.state(self.name)
@@ -259,6 +267,7 @@ class ModelDeployment:
             and mirror is not None
             and mirror.version == int(shadow["version"])
             and mirror.share == float(shadow["share"])
+            and mirror.started_at == _started_at(shadow)
         )
         if same:
             wanted.append(int(shadow["version"]))  # type: ignore[index]
@@ -277,7 +286,9 @@ class ModelDeployment:
             log.warning("model %r: shadow version %s does not load", self.name, v, exc_info=True)
             return
         wanted.append(v)
-        self._mirror = ShadowMirror(self.name, v, self._models[v], float(shadow["share"]))
+        self._mirror = ShadowMirror(
+            self.name, v, self._models[v], float(shadow["share"]), started_at=_started_at(shadow)
+        )
 
     def _flush(self, mirror: ShadowMirror) -> None:
         try:
@@ -324,12 +335,21 @@ class ModelDeployment:
                 **(self._shadow_figures or {}),
                 "version": self._mirror.version,
                 "share": self._mirror.share,
+                "started_at": self._mirror.started_at,
             }
             if self._mirror is not None
             else None,
             "rollbacks": self._guard.rollbacks,
             "pid": os.getpid(),
         }
+
+
+def _started_at(shadow: dict[str, Any]) -> float | None:
+    """The start of a shadow setting's experiment (None when unreadable)."""
+    try:
+        return float(shadow["started_at"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def build_model_app(name: str, redis_url: str, options: dict[str, Any]) -> Application:

@@ -167,6 +167,10 @@ class ModelControl:
 
     def shadow(self, name: str, version: int | None, share: float) -> dict[str, Any]:
         """Mirror ``share`` of the model's rows to ``version`` (None stops the experiment).
+        When the model's application runs, one of its replicas follows the setting before
+        this returns (the candidate loaded, mirroring: calls answered after it are mirrored;
+        other replicas follow at their next look, within a second): ``mirroring`` says
+        whether that replica mirrors to ``version`` now (None: no replica was asked).
 
         Raises:
             ModelError: unknown model or version, a rejected or the serving version, a share
@@ -174,7 +178,18 @@ class ModelControl:
         """
         if not self.registry.exists(name):
             self.registry.record(name, 0)
-        return {**self.registry.set_shadow(name, version, share), **self.registry.state(name)}
+        out = {**self.registry.set_shadow(name, version, share), **self.registry.state(name)}
+        out["mirroring"] = None
+        handle = self._handle(name)
+        if handle is not None:
+            try:
+                info = handle.follow.remote().result(timeout_s=120)
+            except Exception as exc:  # noqa: BLE001 - the setting holds; replicas poll it
+                log.warning("model %r: a replica did not follow the shadow setting: %s", name, exc)
+            else:
+                running = info.get("shadow") or {}
+                out["mirroring"] = version is not None and running.get("version") == version
+        return out
 
     def history(self, name: str) -> builtins.list[dict[str, Any]]:
         """The model's rollbacks and shadow experiments, newest first."""

@@ -44,7 +44,11 @@ class _Client:
         ]
 
     def shadow_model(self, name: str, version: int | None, share: float) -> dict[str, Any]:
-        return {"shadow": {"version": version, "share": share} if version else None}
+        return {
+            "shadow": {"version": version, "share": share} if version else None,
+            # version 4 is one the model's replica could not load
+            "mirroring": version is not None and version != 4,
+        }
 
     def model_history(self, name: str) -> list[dict[str, Any]]:
         return [
@@ -77,6 +81,10 @@ def test_cli_shadow_list_and_history(monkeypatch: pytest.MonkeyPatch) -> None:
     assert bad.exit_code == 2 and "give a VERSION (and --share), or --off" in bad.output
     ok = runner.invoke(app, ["model", "shadow", "fraud", "2", "--share", "0.2"])
     assert ok.exit_code == 0 and "20% of the calls mirrored to version 2" in ok.output
+    assert "does not mirror" not in ok.output
+    unloaded = runner.invoke(app, ["model", "shadow", "fraud", "4"])
+    assert unloaded.exit_code == 0
+    assert "its replica does not mirror to version 4 (the version did not load" in unloaded.output
     off = runner.invoke(app, ["model", "shadow", "fraud", "--off"])
     assert off.exit_code == 0 and "no shadow experiment" in off.output
     listed = runner.invoke(app, ["model", "list", "fraud"], env={"COLUMNS": "400"})

@@ -271,10 +271,19 @@ class _Sink:
         self.ints: dict[str, int] = {}
         self.abs_sum = 0.0
 
-    def add_comparison(self, name: str, version: int, ints: dict[str, int], abs_sum: float) -> None:
+    def add_comparison(
+        self,
+        name: str,
+        version: int,
+        ints: dict[str, int],
+        abs_sum: float,
+        *,
+        started_at: float | None = None,
+    ) -> bool:
         for k, v in ints.items():
             self.ints[k] = self.ints.get(k, 0) + v
         self.abs_sum += abs_sum
+        return True
 
 
 def _drain(m: ShadowMirror, sink: _Sink, want_rows: int) -> dict[str, Any]:
