@@ -179,17 +179,7 @@ class ModelControl:
         if not self.registry.exists(name):
             self.registry.record(name, 0)
         out = {**self.registry.set_shadow(name, version, share), **self.registry.state(name)}
-        out["mirroring"] = None
-        handle = self._handle(name)
-        if handle is not None:
-            try:
-                info = handle.follow.remote().result(timeout_s=120)
-            except Exception as exc:  # noqa: BLE001 - the setting holds; replicas poll it
-                log.warning("model %r: a replica did not follow the shadow setting: %s", name, exc)
-            else:
-                running = info.get("shadow") or {}
-                out["mirroring"] = version is not None and running.get("version") == version
-        return out
+        return {**out, "mirroring": _follow_shadow(self._handle(name), name, version)}
 
     def history(self, name: str) -> builtins.list[dict[str, Any]]:
         """The model's rollbacks and shadow experiments, newest first."""
@@ -365,3 +355,18 @@ def _cluster_has_gpu() -> bool:
         return float(ray.cluster_resources().get("GPU", 0)) > 0  # type: ignore[no-untyped-call]
     except Exception:  # noqa: BLE001
         return False
+
+
+def _follow_shadow(handle: Any, name: str, version: int | None) -> bool | None:
+    """Have one replica of the model's application follow the shadow setting now: whether it
+    mirrors to ``version`` (None: no application runs, or it did not answer; the setting holds
+    and the replicas follow it at their next look)."""
+    if handle is None:
+        return None
+    try:
+        info = handle.follow.remote().result(timeout_s=120)
+    except Exception as exc:  # noqa: BLE001 - the setting holds; replicas poll it
+        log.warning("model %r: a replica did not follow the shadow setting: %s", name, exc)
+        return None
+    running = info.get("shadow") or {}
+    return version is not None and running.get("version") == version
