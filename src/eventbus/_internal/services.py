@@ -65,9 +65,13 @@ def pid_running(pid: int) -> bool:
         return True
     try:
         stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
+        if stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z":
+            return True
+        # a main thread that exited shows Z while the process's other threads still run (a
+        # JVM's shutdown hooks): gone only once no thread is left but the zombie leader
+        return any(int(t) != pid for t in os.listdir(f"/proc/{pid}/task"))
+    except (OSError, ValueError):
         return True  # no procfs: signal 0's answer
-    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z"
 
 
 def wait_for_port(host: str, port: int, timeout_s: float) -> None:
