@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -221,14 +222,26 @@ class KafkaCluster:
         return all(n.pid for n in self.nodes)
 
     def stop(self, timeout_s: float = 20.0) -> None:
-        """Stop every node (SIGTERM: a controlled shutdown, then SIGKILL). Safe to call twice."""
+        """Stop every node (SIGTERM: a controlled shutdown, then SIGKILL). Safe to call twice.
+
+        The nodes stop together: each one's broker shuts down while the controller quorum still
+        stands. One after another, the last ones' controlled shutdown waits for a quorum that
+        is gone, until the SIGKILL ``timeout_s`` later."""
         for node in self.nodes:  # a stopped (SIGSTOP) node cannot take SIGTERM
             if node.pid:
                 node.signal(signal.SIGCONT)
-        for node in reversed(self.nodes):
-            if node.proc is not None:
-                node.proc.stop(timeout_s)
-                node.proc = None
+        running = [node for node in self.nodes if node.proc is not None]
+        threads = [
+            threading.Thread(target=node.proc.stop, args=(timeout_s,), daemon=True)
+            for node in running
+            if node.proc is not None
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for node in running:
+            node.proc = None
 
 
 def start_kafka(

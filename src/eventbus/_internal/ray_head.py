@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from eventbus._internal.services import free_port, wait_for_port
+from eventbus._internal.services import free_port, pid_running, wait_for_port
 from eventbus.errors import StackError
 
 __all__ = ["RAY_ENV", "RAY_HEAD_ENV", "RAY_HEAD_FLAGS", "start_ray_head", "stop_ray"]
@@ -98,34 +98,38 @@ def stop_ray(temp_dir: str, token_path: str | None = None) -> None:
     """Stop the Ray processes of the head started with ``temp_dir`` (and only those).
 
     Ray's workers and agents rewrite their command lines (``ray::ServeReplica...``), so a
-    process is also ours when its environment carries our head's token path.
+    process is also ours when its environment carries our head's token path. They stop in
+    ``ray stop``'s order: the raylet, then the workers and agents, the GCS last (a GCS sent
+    SIGTERM with its raylet still up waited out the 10 s before its SIGKILL).
     """
     marker = f"RAY_AUTH_TOKEN_PATH={token_path}".encode() if token_path else None
-    pids = []
+    raylet: list[int] = []
+    rest: list[int] = []
+    gcs: list[int] = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            cmd = b" ".join(argv).decode(errors="replace")
             ours = temp_dir in cmd
             if not ours and marker is not None:
                 ours = marker in (proc / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
         if ours:
-            pids.append(int(proc.name))
+            exe = argv[0].rsplit(b"/", 1)[-1]
+            bucket = raylet if exe == b"raylet" else gcs if exe == b"gcs_server" else rest
+            bucket.append(int(proc.name))
+    for pids in (raylet, rest, gcs):
+        _stop_pids(pids)
+
+
+def _stop_pids(pids: list[int]) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        while time.monotonic() < deadline and any(pid_running(p) for p in pids):
             time.sleep(0.1)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

@@ -38,6 +38,7 @@ __all__ = [
     "create_topics",
     "free_port",
     "kafka_metadata_ready",
+    "pid_running",
     "start_tansu",
     "wait_for_port",
 ]
@@ -50,6 +51,27 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((_HOST, 0))
         return int(s.getsockname()[1])
+
+
+def pid_running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not exited: an exited process whose parent has
+    not reaped it yet (a zombie: the init of a container may reap every few seconds) has
+    stopped, though signal 0 still finds it."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        if stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z":
+            return True
+        # a main thread that exited shows Z while the process's other threads still run (a
+        # JVM's shutdown hooks): gone only once no thread is left but the zombie leader
+        return any(int(t) != pid for t in os.listdir(f"/proc/{pid}/task"))
+    except (OSError, ValueError):
+        return True  # no procfs: signal 0's answer
 
 
 def wait_for_port(host: str, port: int, timeout_s: float) -> None:
@@ -91,13 +113,7 @@ class ServiceProcess:
         """Whether the process is still running."""
         if self._popen is not None:
             return self._popen.poll() is None
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return pid_running(self.pid)
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop it: SIGTERM, then SIGKILL after ``timeout_s``. Safe to call twice."""
