@@ -37,6 +37,7 @@ import asyncio
 import io
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -385,6 +386,7 @@ def main() -> None:
         ray.shutdown()
         tansu.stop()
         redis.stop()
+        shutil.rmtree(work, ignore_errors=True)
     figures["load_average"] = round(os.getloadavg()[0], 1)
     figures["targets"] = targets(figures, args.memory_bound_mb)
     print(json.dumps(figures))
