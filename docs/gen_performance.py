@@ -175,6 +175,18 @@ def _count(f: Figures, kind: str) -> str:
     return key.rsplit("_", 1)[-1] if key else "N"
 
 
+def verdict(figure: str, key: str) -> Callable[[Figures], str | None]:
+    """A ``models_many`` target: its figure, then pass or miss."""
+
+    def cell(f: Figures) -> str | None:
+        value, ok = get(f, f"targets.{key}.{figure}"), get(f, f"targets.{key}.pass")
+        if ok is None:
+            return None
+        return f"{num(value)} ({'pass' if ok else 'miss'})"
+
+    return cell
+
+
 #: The rows each benchmark's table shows (any other benchmark: every number of its JSON).
 VIEWS: dict[str, list[Row]] = {
     "kafka_pipeline": [
@@ -248,6 +260,41 @@ VIEWS: dict[str, list[Row]] = {
         ("first event after idleness, ms", idle_scalar("first_event_ms", "first_event_ms")),
         ("… on a host, ms", idle_scalar("host_first_event_ms", "first_event_ms")),
         ("cold start from zero, s", idle_scalar("cold_start_s", "cold_start_s")),
+    ],
+    "models_many": [
+        (
+            "models, events at events/s offered",
+            lambda f: nums(f, "models", "events", "offered_events_per_s", sep=", "),
+        ),
+        (
+            "pool: events/s, hot p50 / p99, cold p50 / p99 ms",
+            lambda f: nums(
+                f, "events_per_s", "hot_p50_ms", "hot_p99_ms", "cold_p50_ms", "cold_p99_ms"
+            ),
+        ),
+        (
+            "pool: loads / evictions, replica RSS MB",
+            lambda f: nums(f, "pool_loads", "pool_evictions", "pool_replica_rss_mb"),
+        ),
+        ("single model: p50 / p99 ms", lambda f: nums(f, "single_p50_ms", "single_p99_ms")),
+        ("hot p99 / single p99 (target <= 1.5)", verdict("ratio", "hot_p99_vs_single")),
+        (
+            "cold model's first answer, largest ms (target < 1,000)",
+            verdict("max", "cold_first_answer_ms"),
+        ),
+        (
+            "CPU s per 1,000 events: no shadow / shadow 100%",
+            lambda f: nums(f, "cpu_s_per_1k_no_shadow", "cpu_s_per_1k_shadow"),
+        ),
+        ("shadow CPU ratio (target <= 1.3)", verdict("ratio", "shadow_cpu_ratio")),
+        (
+            "one application per model: fit, RSS MB (per model)",
+            lambda f: nums(f, "apps_fit", "apps_rss_mb", "apps_rss_mb_per_model"),
+        ),
+        (
+            "pool replica RSS MB (target: 300 models in 4 GB; a miss below 300 models)",
+            verdict("replica_rss_mb", "models_within_4gb"),
+        ),
     ],
 }
 
