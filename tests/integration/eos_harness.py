@@ -44,7 +44,7 @@ class Driver:
         kill_at: str = "1:0",
         extra_env: dict[str, str] | None = None,
     ):
-        # kill_at: WAITING:COMMITS, where SIGUSR2 makes the driver kill itself (eos_driver);
+        # kill_at: WAITING:COMMITS[:open], where SIGUSR2 makes the driver kill itself (eos_driver);
         # extra_env: e.g. EOS_JOIN (eos_driver's join pipeline)
         env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}:{ROOT}", EOS_KILL_AT=kill_at)
         env.update(extra_env or {})

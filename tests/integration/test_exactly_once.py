@@ -66,7 +66,7 @@ async def test_kill_9_inside_a_multi_batch_transaction(
     group = f"eos-{topics[0]}"
     # one transaction committed (the partitions are owned), and an open one holding several
     # sent batches: the victim kills itself (SIGKILL) at that moment, once armed
-    victim = Driver(kafka_bootstrap, topics, group, 0.02, interval_ms=5000, kill_at="3:1")
+    victim = Driver(kafka_bootstrap, topics, group, 0.02, interval_ms=5000, kill_at="3:1:open")
     heir: Driver | None = None
     try:
         await asyncio.to_thread(victim.wait_ready)
