@@ -240,16 +240,21 @@ async def main(
         for task in asyncio.all_tasks():
             task.print_stack(file=sys.stderr)
 
-    # EOS_KILL_AT=WAITING:COMMITS (default 1:0): SIGUSR2 kills at the first moment an open
-    # transaction holds WAITING sent batches after COMMITS transactions committed
-    waiting, commits = (int(x) for x in os.environ.get("EOS_KILL_AT", "1:0").split(":"))
+    # EOS_KILL_AT=WAITING:COMMITS[:open] (default 1:0): SIGUSR2 kills at the first moment an
+    # open transaction holds WAITING sent batches after COMMITS transactions committed; with
+    # ":open", only batches whose transaction's commit is not under way count (a kill during
+    # the commit may let it commit: nothing aborted; without it, a pipeline whose every batch
+    # commits at once, the partition idle after it, can still be killed in a transaction)
+    kill_at = os.environ.get("EOS_KILL_AT", "1:0").split(":")
+    waiting, commits, outside_commits = int(kill_at[0]), int(kill_at[1]), "open" in kill_at[2:]
 
     async def die_inside_a_transaction() -> None:
         # SIGUSR2: SIGKILL itself inside an open transaction (a kill from outside, or one timed
         # by the half-second counters, could land between two transactions)
         while True:
             now = source.stats()
-            if now["txn_waiting"] >= waiting and now["txn_commits"] >= commits:
+            held = now["txn_waiting"] - (now["txn_committing"] if outside_commits else 0)
+            if held >= waiting and now["txn_commits"] >= commits:
                 break
             await asyncio.sleep(0.001)  # polling the condition the kill waits for
         os.kill(os.getpid(), signal.SIGKILL)

@@ -44,7 +44,7 @@ class Driver:
         kill_at: str = "1:0",
         extra_env: dict[str, str] | None = None,
     ):
-        # kill_at: WAITING:COMMITS, where SIGUSR2 makes the driver kill itself (eos_driver);
+        # kill_at: WAITING:COMMITS[:open], where SIGUSR2 makes the driver kill itself (eos_driver);
         # extra_env: e.g. EOS_JOIN (eos_driver's join pipeline)
         env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}:{ROOT}", EOS_KILL_AT=kill_at)
         env.update(extra_env or {})
@@ -149,9 +149,12 @@ async def produce(
     seconds: float,
     done: list[int],
     until: asyncio.Event | None = None,
+    cap: list[int] | None = None,
 ) -> None:
     """Events 0.. in chunks of 500, ``n`` in ``seconds``; ``done[0]``: how many are written.
-    With ``until``, stop at the first chunk boundary after it is set (``n``: the most)."""
+    With ``until``, stop at the first chunk boundary after it is set (``n``: the most); with
+    ``cap``, hold at a chunk boundary while ``cap[0]`` events are written (the time held is
+    not counted in the pace)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2)
     await producer.start()
     seq: Counter[str] = Counter()
@@ -160,6 +163,11 @@ async def produce(
         for base in range(0, n, 500):
             if until is not None and until.is_set():
                 break
+            if cap is not None and base >= cap[0]:
+                held = time.monotonic()
+                while base >= cap[0]:
+                    await asyncio.sleep(0.05)  # waiting for the test to raise the cap
+                start += time.monotonic() - held
             futs = []
             for i in range(base, min(n, base + 500)):
                 key, e = event(i, seq)

@@ -275,7 +275,8 @@ class KafkaSource(Draining, ExactlyOnce, Source):
         them of their partition did, or they were fetched before the partition was owned),
         txn_aborts (transactions aborted), txn_fenced (refused: a newer owner fenced them),
         txn_commits (transactions committed), txn_waiting (batches sent in an open
-        transaction, waiting for its commit); with a SASL password: sasl_logins_refused
+        transaction, waiting for its commit), txn_committing (those of them whose
+        transaction's commit is under way); with a SASL password: sasl_logins_refused
         (logins the broker refused; _recent: in the last minute) and sasl_password_changes;
         value_format avro: registry_waits (fetches held while the registry was down)."""
         out = dict(self._stats)

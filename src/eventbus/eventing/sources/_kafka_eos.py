@@ -81,6 +81,7 @@ class ExactlyOnce:
             "txn_fenced": txns.fenced if txns is not None else 0,
             "txn_commits": txns.commits if txns is not None else 0,
             "txn_waiting": txns.waiting if txns is not None else 0,
+            "txn_committing": txns.committing if txns is not None else 0,
         }
 
     def _in_flight_limit(self) -> int:

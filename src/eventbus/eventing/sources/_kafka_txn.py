@@ -138,16 +138,12 @@ class Transactions:
         self._open: dict[TopicPartition, _Open] = {}
         self._locks: dict[TopicPartition, asyncio.Lock] = {}
         self._due_tasks: set[asyncio.Task[None]] = set()
-        #: True: every transaction commits at the end of its batch (the source stops)
-        self.hurry = False
-        #: batches sent in an open transaction, waiting for its commit
-        self.waiting = 0
-        #: aborted transactions (the source's ``txn_aborts`` counter)
-        self.aborts = 0
-        #: transactions refused because a newer owner fenced the producer (``txn_fenced``)
-        self.fenced = 0
-        #: committed transactions (``txn_commits``)
-        self.commits = 0
+        self.hurry = False  #: True: each transaction commits at the end of its batch (stopping)
+        self.waiting = 0  #: batches sent in an open transaction, waiting for its commit
+        self.committing = 0  #: those of them whose transaction's commit is under way
+        self.aborts = 0  #: aborted transactions (the source's ``txn_aborts`` counter)
+        self.fenced = 0  #: transactions refused: a newer owner fenced them (``txn_fenced``)
+        self.commits = 0  #: committed transactions (``txn_commits``)
 
     # -- ownership ---------------------------------------------------------------------------
     async def assign(self, tps: set[TopicPartition]) -> None:
@@ -308,9 +304,13 @@ class Transactions:
 
     async def _commit(self, tp: TopicPartition, txn: _Open) -> None:
         """Raises: KafkaError, TimeoutError: the commit failed (the caller aborts)."""
-        async with asyncio.timeout_at(txn.began + STUCK_S):
-            await txn.producer.send_offsets_to_transaction(txn.offsets, self._group)
-            await txn.producer.commit_transaction()
+        self.committing += txn.batches
+        try:
+            async with asyncio.timeout_at(txn.began + STUCK_S):
+                await txn.producer.send_offsets_to_transaction(txn.offsets, self._group)
+                await txn.producer.commit_transaction()
+        finally:
+            self.committing -= txn.batches
         self.commits += 1
         self._end(tp, txn, None)
 
